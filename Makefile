@@ -1,0 +1,33 @@
+# make demo: create .venv, install, run the default simulation.  make test: create .venv, install, run the tests.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+export CUDA_HOME ?= /usr/local/cuda
+export TORCH_CUDA_ARCH_LIST ?= 9.0
+
+.PHONY: venv install demo test bench clean
+
+$(VENV)/.deps: requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt
+	touch $@
+
+$(VENV)/.built: $(VENV)/.deps setup.py $(wildcard csrc/*.cpp csrc/*/*.cpp csrc/*/*.cu csrc/*.h)
+	$(PY) -m pip install -q --no-build-isolation --no-deps -e .
+	touch $@
+
+install: $(VENV)/.built
+
+demo: install
+	$(VENV)/bin/hasfl-ray simulate --backend local --out runs/demo
+
+test: install
+	$(PY) -m pytest -q tests
+
+bench: install
+	$(PY) benchmarks/bench_aggregate.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info hasfl_ray/*.so

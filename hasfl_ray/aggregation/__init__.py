@@ -1,0 +1,126 @@
+"""Coordinate-wise weighted aggregation of packed sub-model updates, with per-client divergence norms."""
+
+from __future__ import annotations
+
+import logging
+from typing import Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+
+from hasfl_ray.aggregation.reference import aggregate_reference
+from hasfl_ray.aggregation.result import AggregateResult
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "fused", "reference")
+_FLOAT_DTYPES = (torch.float32, torch.float64)
+
+
+def validate_inputs(global_shapes: Mapping[str, Sequence[int]], updates: Sequence[Mapping[str, torch.Tensor]],
+                    weights, gate_blocks: Optional[Mapping[str, int]]) -> Tuple[dict, torch.Tensor, dict]:
+    """Check the aggregation arguments; raise ValueError/TypeError with one sentence naming the argument.
+
+    Returns the normalised ``(global_shapes, weights as float64 CPU tensor, gate_blocks)``.
+    """
+    if not isinstance(global_shapes, Mapping) or not global_shapes:
+        raise ValueError("global_shapes must be a non-empty mapping of parameter name to full shape")
+    shapes = {name: tuple(int(s) for s in shape) for name, shape in global_shapes.items()}
+    blocks = dict(gate_blocks or {})
+    for name, g in blocks.items():
+        if name not in shapes:
+            raise ValueError(f"gate_blocks names {name!r}, which is not in global_shapes")
+        if not isinstance(g, int) or g < 1 or not shapes[name] or shapes[name][0] % g:
+            raise ValueError(f"gate_blocks[{name!r}] is {g!r}; expected a positive integer dividing "
+                             f"dim 0 of shape {shapes[name]}")
+    if len(updates) == 0:
+        raise ValueError("updates is an empty client list; expected at least one client's update")
+    weights_t = torch.as_tensor(weights, dtype=torch.float64).flatten().cpu()
+    if weights_t.numel() != len(updates):
+        raise ValueError(f"weights has {weights_t.numel()} entries but updates has {len(updates)} clients; "
+                         "expected one weight per client")
+    if not torch.isfinite(weights_t).all() or (weights_t <= 0).any():
+        raise ValueError(f"weights must be finite and positive, got {weights_t.tolist()}")
+    dtype = device = None
+    for i, update in enumerate(updates):
+        if not isinstance(update, Mapping):
+            raise TypeError(f"updates[{i}] is a {type(update).__name__}; expected a mapping of name to tensor")
+        for name, packed in update.items():
+            where = f"updates[{i}][{name!r}]"
+            if name not in shapes:
+                raise ValueError(f"{where} names a parameter that is not in global_shapes")
+            if not isinstance(packed, torch.Tensor):
+                raise TypeError(f"{where} is a {type(packed).__name__}; expected a torch.Tensor")
+            if packed.dtype not in _FLOAT_DTYPES:
+                raise TypeError(f"{where} has dtype {packed.dtype}; expected torch.float32 or torch.float64")
+            dtype = dtype or packed.dtype
+            device = device or packed.device
+            if packed.dtype != dtype:
+                raise TypeError(f"{where} has dtype {packed.dtype} but earlier updates are {dtype}; "
+                                "expected one dtype for all clients")
+            if packed.device != device:
+                raise ValueError(f"{where} is on {packed.device} but earlier updates are on {device}; "
+                                 "expected one device for all clients")
+            if not packed.is_contiguous():
+                raise ValueError(f"{where} is not contiguous; expected a contiguous packed tensor")
+            full = shapes[name]
+            if packed.dim() != len(full):
+                raise ValueError(f"{where} has {packed.dim()} dims but the global shape {full} has {len(full)}")
+            g = blocks.get(name, 1)
+            if any(s > f for s, f in zip(packed.shape, full)) or (full and packed.shape[0] % g):
+                raise ValueError(f"{where} has shape {tuple(packed.shape)}, which does not fit inside the global "
+                                 f"shape {full}" + (f" as {g} equal gate blocks" if g > 1 else ""))
+    if dtype is None:
+        raise ValueError("updates holds no tensors at all; expected at least one packed parameter")
+    return shapes, weights_t, blocks
+
+
+_warned_fallback = False
+
+
+def fused_available() -> bool:
+    """Whether the compiled extension ``hasfl_ray._C`` with the fused aggregation op is importable."""
+    try:
+        from hasfl_ray.ops import aggregate as ops_aggregate
+    except ImportError:
+        return False
+    return ops_aggregate.available()
+
+
+def aggregate_updates(global_shapes: Mapping[str, Sequence[int]], updates: Sequence[Mapping[str, torch.Tensor]],
+                      weights: Union[Sequence[float], torch.Tensor], gate_blocks: Optional[Mapping[str, int]] = None,
+                      backend: str = "auto") -> AggregateResult:
+    """Coordinate-wise weighted mean of packed (width-sliced) client updates, with divergence norms.
+
+    Args:
+        global_shapes: parameter name -> full shape.
+        updates: per client, name -> packed tensor holding the leading indices of every dim (inside each
+            gate block where ``gate_blocks`` says so). A name absent from a client's dict was not trained by it.
+        weights: per client weight n_i (> 0), length ``len(updates)``.
+        gate_blocks: name -> G when dim 0 is G equal blocks sliced separately (LSTM gates).
+        backend: ``"fused"`` (the compiled kernel), ``"reference"`` (pure torch) or ``"auto"`` (fused when
+            built, else reference with a one-time warning).
+
+    Returns:
+        :class:`AggregateResult` with ``delta`` (full-shape, 0 where no client covers), ``div_num`` and
+        ``div_den`` (float64, one per client) and ``covered_fraction``.
+    """
+    global _warned_fallback
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r} is unknown; expected one of {', '.join(BACKENDS)}")
+    shapes, weights_t, blocks = validate_inputs(global_shapes, updates, weights, gate_blocks)
+    if backend == "auto":
+        backend = "fused" if fused_available() else "reference"
+        if backend == "reference" and not _warned_fallback:
+            _warned_fallback = True
+            logger.warning("hasfl_ray._C is not built; aggregating with the pure-torch reference")
+    if backend == "fused":
+        if not fused_available():
+            raise RuntimeError("backend 'fused' needs the compiled extension hasfl_ray._C; "
+                               "build it with `pip install --no-build-isolation -e .`")
+        from hasfl_ray.ops.aggregate import aggregate_fused
+        return aggregate_fused(shapes, updates, weights_t, blocks)
+    return aggregate_reference(shapes, updates, weights_t, blocks)
+
+
+__all__ = ["AggregateResult", "BACKENDS", "aggregate_reference", "aggregate_updates", "fused_available",
+           "validate_inputs"]

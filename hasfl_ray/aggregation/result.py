@@ -1,0 +1,30 @@
+"""The result of one coordinate-wise aggregation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict
+
+import torch
+
+
+@dataclass
+class AggregateResult:
+    """Output of :func:`hasfl_ray.aggregate_updates`.
+
+    Attributes:
+        delta: parameter name -> full-shape tensor Δ̄ (the clients' dtype and device), the weighted mean
+            over exactly the clients covering each coordinate, 0 where none does.
+        div_num: float64 tensor (num_clients,), ||m_i ⊙ (Δ_i − Δ̄)||² per client.
+        div_den: float64 tensor (num_clients,), ||m_i ⊙ Δ̄||² per client.
+        covered_fraction: fraction of all coordinates covered by at least one client.
+    """
+
+    delta: Dict[str, torch.Tensor]
+    div_num: torch.Tensor
+    div_den: torch.Tensor
+    covered_fraction: float
+
+    def heterogeneity(self, eps: float = 1e-8) -> torch.Tensor:
+        """The paper's estimator Ĥ_i = div_num_i / (div_den_i + eps), float64 (num_clients,)."""
+        return self.div_num / (self.div_den + eps)

@@ -1,0 +1,1 @@
+"""Command-line interface of hasfl-ray (installed as the `hasfl-ray` console script)."""

@@ -1,0 +1,94 @@
+"""The paper's image CNN (3x3 convs + BatchNorm, three pooled stages, FC 512) at any width p."""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, Sequence
+
+import torch
+from torch import nn
+
+from hasfl_ray.models.slicing import DimSlice, ParamSpec, width_channels
+
+
+class ImageCNN(nn.Module):
+    """Width-p CNN: stages of 3x3 pad-1 conv + BatchNorm + ReLU, max-pool after each stage, FC, FC.
+
+    Every hidden width (conv channels and the FC hidden layer) is ceil(p * w); the input channels
+    and the classes are never sliced. Pooling is ceil-mode so 28x28 inputs go 28 -> 14 -> 7 -> 4.
+
+    BatchNorm policy: no running statistics (``track_running_stats=False``). Every forward pass,
+    training and evaluation alike, normalises with the statistics of its own batch, so a
+    sub-model never carries statistics of a different width and the full-width global model
+    needs no server-side calibration pass; evaluation uses large fixed batches (see
+    :mod:`hasfl_ray.training.evaluate`).
+
+    Args:
+        in_channels: image channels (3 for CIFAR-10, 1 for EMNIST and digits).
+        num_classes: output classes.
+        image_size: input height = width.
+        stages: conv widths per pooled stage, e.g. ``[[64, 64], [128, 128], [256, 256]]``.
+        fc_width: hidden FC width (512 in the paper).
+        width: the sub-model width p in (0, 1].
+    """
+
+    def __init__(self, in_channels: int, num_classes: int, image_size: int,
+                 stages: Sequence[Sequence[int]], fc_width: int, width: float = 1.0):
+        super().__init__()
+        self.in_channels, self.num_classes, self.image_size = in_channels, num_classes, image_size
+        self.stages = [list(s) for s in stages]
+        self.fc_width, self.width = fc_width, width
+        layers = []
+        cin = in_channels
+        spatial = image_size
+        for stage in self.stages:
+            for w in stage:
+                cout = width_channels(width, w)
+                layers += [nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout, track_running_stats=False),
+                           nn.ReLU(inplace=True)]
+                cin = cout
+            layers.append(nn.MaxPool2d(2, ceil_mode=True))
+            spatial = math.ceil(spatial / 2)
+        self.features = nn.Sequential(*layers)
+        self.spatial = spatial
+        self.fc1 = nn.Linear(cin * spatial * spatial, width_channels(width, fc_width))
+        self.fc2 = nn.Linear(width_channels(width, fc_width), num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.features(x).flatten(1)
+        return self.fc2(torch.relu(self.fc1(x)))
+
+    def param_specs(self) -> Dict[str, ParamSpec]:
+        """Slice descriptions of every trainable parameter, at full width."""
+        specs: Dict[str, ParamSpec] = {}
+        cin, scaled_in = self.in_channels, False
+        index = 0
+        for stage in self.stages:
+            for w in stage:
+                conv, bn = f"features.{index}", f"features.{index + 1}"
+                specs[f"{conv}.weight"] = ParamSpec(f"{conv}.weight", (DimSlice(w), DimSlice(cin, scaled_in),
+                                                                       DimSlice(3, False), DimSlice(3, False)))
+                specs[f"{conv}.bias"] = ParamSpec(f"{conv}.bias", (DimSlice(w),))
+                specs[f"{bn}.weight"] = ParamSpec(f"{bn}.weight", (DimSlice(w),))
+                specs[f"{bn}.bias"] = ParamSpec(f"{bn}.bias", (DimSlice(w),))
+                cin, scaled_in = w, True
+                index += 3
+            index += 1
+        area = self.spatial * self.spatial
+        specs["fc1.weight"] = ParamSpec("fc1.weight", (DimSlice(self.fc_width), DimSlice(cin * area, unit=area)))
+        specs["fc1.bias"] = ParamSpec("fc1.bias", (DimSlice(self.fc_width),))
+        specs["fc2.weight"] = ParamSpec("fc2.weight", (DimSlice(self.num_classes, False), DimSlice(self.fc_width)))
+        specs["fc2.bias"] = ParamSpec("fc2.bias", (DimSlice(self.num_classes, False),))
+        return specs
+
+    def macs(self, p: float) -> int:
+        """Multiply-accumulates per sample of the width-p network (conv and FC weights)."""
+        total, cin, spatial = 0, self.in_channels, self.image_size
+        for stage in self.stages:
+            for w in stage:
+                cout = width_channels(p, w)
+                total += cin * cout * 9 * spatial * spatial
+                cin = cout
+            spatial = math.ceil(spatial / 2)
+        hidden = width_channels(p, self.fc_width)
+        return total + cin * spatial * spatial * hidden + hidden * self.num_classes

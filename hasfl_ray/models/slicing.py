@@ -1,0 +1,115 @@
+"""Width slicing: one description per parameter drives extraction, insertion, masks and the cost model."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, Mapping, Sequence, Tuple
+
+import torch
+
+
+def width_channels(p: float, channels: int) -> int:
+    """Number of retained channels ceil(p * channels) of a layer at width ``p`` (Algorithm 2).
+
+    The product is rounded to 9 decimals first so that exact tiers such as 0.75 * 64 never
+    land one channel high through floating-point noise.
+    """
+    if not 0.0 < p <= 1.0:
+        raise ValueError(f"width p must lie in (0, 1], got {p!r}")
+    return max(1, math.ceil(round(p * channels, 9)))
+
+
+@dataclass(frozen=True)
+class DimSlice:
+    """How one dimension of a parameter shrinks with width.
+
+    Attributes:
+        size: full size of the dimension.
+        scaled: whether the dimension shrinks with width at all.
+        unit: trailing multiplier that is never sliced (e.g. the 4x4 spatial positions a channel
+            occupies after flattening); the retained size is ``ceil(p * size / (unit * blocks)) * unit``
+            per block.
+        blocks: number of equal blocks sliced separately (the 4 gates of an LSTM weight).
+    """
+
+    size: int
+    scaled: bool = True
+    unit: int = 1
+    blocks: int = 1
+
+    @property
+    def channels(self) -> int:
+        return self.size // (self.unit * self.blocks)
+
+    def sliced(self, p: float) -> int:
+        if not self.scaled:
+            return self.size
+        return self.blocks * width_channels(p, self.channels) * self.unit
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """Slice description of one parameter: a :class:`DimSlice` per dimension."""
+
+    name: str
+    dims: Tuple[DimSlice, ...]
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        return tuple(d.size for d in self.dims)
+
+    @property
+    def gate_blocks(self) -> int:
+        return self.dims[0].blocks if self.dims else 1
+
+    def sliced_shape(self, p: float) -> Tuple[int, ...]:
+        return tuple(d.sliced(p) for d in self.dims)
+
+    def numel(self, p: float = 1.0) -> int:
+        return math.prod(self.sliced_shape(p))
+
+
+def region(full: torch.Tensor, packed_shape: Sequence[int], blocks: int = 1) -> torch.Tensor:
+    """View of the coordinates of ``full`` that a packed tensor of ``packed_shape`` occupies.
+
+    The region is the leading slice of every dimension; with ``blocks`` > 1, dimension 0 is
+    ``blocks`` equal blocks and the leading slice is taken inside each block. For blocks > 1
+    the view has shape ``(blocks, packed_shape[0] // blocks, *packed_shape[1:])``.
+    """
+    if blocks == 1:
+        return full[tuple(slice(0, s) for s in packed_shape)]
+    rows = full.shape[0] // blocks
+    blocked = full.view(blocks, rows, *full.shape[1:])
+    index = (slice(None), slice(0, packed_shape[0] // blocks)) + tuple(slice(0, s) for s in packed_shape[1:])
+    return blocked[index]
+
+
+def extract(full: torch.Tensor, spec: ParamSpec, p: float) -> torch.Tensor:
+    """Packed (contiguous, physically smaller) copy of the width-``p`` slice of ``full``."""
+    shape = spec.sliced_shape(p)
+    return region(full, shape, spec.gate_blocks).reshape(shape).clone()
+
+
+def insert_(full: torch.Tensor, packed: torch.Tensor, spec: ParamSpec) -> torch.Tensor:
+    """Write ``packed`` into its region of ``full`` in place and return ``full``."""
+    view = region(full, packed.shape, spec.gate_blocks)
+    view.copy_(packed.reshape(view.shape))
+    return full
+
+
+def mask(spec: ParamSpec, p: float, dtype: torch.dtype = torch.bool) -> torch.Tensor:
+    """Full-shape 0/1 mask m of the width-``p`` slice of one parameter."""
+    m = torch.zeros(spec.shape, dtype=dtype)
+    region(m, spec.sliced_shape(p), spec.gate_blocks).fill_(1)
+    return m
+
+
+def extract_state(full: Mapping[str, torch.Tensor], specs: Mapping[str, ParamSpec], p: float) -> Dict[str, torch.Tensor]:
+    """Packed width-``p`` copies of every parameter in ``specs``."""
+    return {name: extract(full[name], spec, p) for name, spec in specs.items()}
+
+
+def gate_blocks_of(specs: Mapping[str, ParamSpec]) -> Dict[str, int]:
+    """The ``gate_blocks`` argument of :func:`hasfl_ray.aggregate_updates` for these specs."""
+    return {name: spec.gate_blocks for name, spec in specs.items() if spec.gate_blocks > 1}
