@@ -1,0 +1,10 @@
+"""Exceptions for bad user input: the CLI turns them into one sentence and exit status 2."""
+
+
+class ConfigError(ValueError):
+    """A config value, flag or argument is invalid; the message is one sentence naming the thing,
+    the value and what was expected."""
+
+
+class DataError(ConfigError):
+    """A dataset file is missing, unreadable, corrupt or truncated, or a download failed."""
