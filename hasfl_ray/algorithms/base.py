@@ -1,0 +1,74 @@
+"""The Algorithm interface: decide each participant's width, shape the local objective, act on the aggregate."""
+
+from __future__ import annotations
+
+from abc import ABC
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from hasfl_ray.aggregation import AggregateResult
+from hasfl_ray.engine.config import RunConfig
+from hasfl_ray.training.local import ClientResult, LocalObjective
+
+
+class Algorithm(ABC):
+    """A federated algorithm under the common protocol; the engine calls, every round t:
+
+    1. :meth:`allocate` — width p_i in (0, 1] for each participant (sorted client ids);
+    2. :meth:`objective` — the :class:`LocalObjective` each participant trains with;
+    3. :meth:`aggregation_weights` — the weights of the coordinate-wise mean (default n_i);
+    4. :meth:`observe` — the aggregate's statistics and the clients' results, after w ← w + η_g Δ̄.
+
+    Everything random must come from ``hasfl_ray.training.seeding`` streams keyed by (seed, round, …)
+    so that results do not depend on the backend, and all state must round-trip through
+    :meth:`state_dict` / :meth:`load_state_dict` for bit-identical resume.
+
+    Args:
+        config: the resolved run config.
+        p_max: capacity p_i^max per client, float64 (num_clients,).
+        num_samples: n_i per client, int64 (num_clients,).
+    """
+
+    name: str = "base"
+    #: η_g in w ← w + η_g Δ̄ (1 for every method of the paper).
+    server_lr: float = 1.0
+
+    def __init__(self, config: RunConfig, p_max: np.ndarray, num_samples: np.ndarray):
+        self.config = config
+        self.p_max = np.asarray(p_max, dtype=np.float64)
+        self.num_samples = np.asarray(num_samples, dtype=np.int64)
+        self.p_current = self.p_max.copy()
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.p_max)
+
+    def allocate(self, round: int, participants: Sequence[int]) -> Dict[int, float]:
+        """Width of each participant this round. Default: the current allocation (p^max initially)."""
+        return {i: float(self.p_current[i]) for i in participants}
+
+    def objective(self, round: int, client: int, width: float) -> LocalObjective:
+        """The local objective of ``client``. Default: cross-entropy."""
+        return LocalObjective()
+
+    def aggregation_weights(self, clients: Sequence[int]) -> List[float]:
+        """Weights of the coordinate-wise mean, one per participant (default the sample counts n_i)."""
+        return [float(self.num_samples[i]) for i in clients]
+
+    def observe(self, round: int, results: Sequence[ClientResult], aggregate: AggregateResult) -> None:
+        """React to the round's aggregate (estimates, allocations, control variates). Default: nothing.
+
+        ``results`` are the accepted participants' results in client order with ``update`` emptied (the
+        packed tensors stay on the server); ``aggregate.delta`` is empty for the same reason.
+        """
+
+    def h_tilde(self) -> Optional[np.ndarray]:
+        """Heterogeneity estimates H̃ per client, where the algorithm keeps them."""
+        return None
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"p_current": self.p_current.copy()}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.p_current = np.asarray(state["p_current"], dtype=np.float64).copy()

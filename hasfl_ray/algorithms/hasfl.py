@@ -1,0 +1,65 @@
+"""HAS-FL (Algorithm 1): masked divergence estimator, EMA, periodic normalisation, allocation, coverage guarantee."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Sequence
+
+import numpy as np
+
+from hasfl_ray.aggregation import AggregateResult
+from hasfl_ray.algorithms.base import Algorithm
+from hasfl_ray.training.local import ClientResult
+
+
+def allocation_rule(h_tilde: np.ndarray, p_max: np.ndarray, p_min: float, gamma: float, epsilon: float) -> np.ndarray:
+    """p_i = min(p_i^max, p_min + γ · H̃_i / (mean_j H̃_j + ε)) for every client (Definition 2)."""
+    return np.minimum(p_max, p_min + gamma * h_tilde / (h_tilde.mean() + epsilon))
+
+
+def coverage_guarantee(p: np.ndarray, p_max: np.ndarray) -> np.ndarray:
+    """Clients whose p^max equals the federation's largest p^max train at p^max (Section 3.3)."""
+    out = p.copy()
+    top = p_max == p_max.max()
+    out[top] = p_max[top]
+    return out
+
+
+class HASFL(Algorithm):
+    """Heterogeneity-aware adaptive sub-model allocation.
+
+    Schedule (paper, Section 4.1): allocations start at p^max; the adaptation block — estimate
+    Ĥ_i for the participants, EMA H̃_i ← βH̃_i + (1−β)Ĥ_i, new allocation for every client, coverage
+    guarantee — runs at the end of every round t with t ≥ warmup and t % t_adapt == 0 (t counts from
+    0), so with the defaults at t = 10, 15, 20, … . Every t_norm rounds (after round t with
+    (t + 1) % t_norm == 0) all H̃ are rescaled to mean 1, which preserves their order.
+    """
+
+    name = "hasfl"
+
+    def __init__(self, config, p_max, num_samples):
+        super().__init__(config, p_max, num_samples)
+        self.h = np.ones(self.num_clients, dtype=np.float64)
+
+    def is_adaptation_round(self, round: int) -> bool:
+        return round >= self.config.warmup and round % self.config.t_adapt == 0
+
+    def observe(self, round: int, results: Sequence[ClientResult], aggregate: AggregateResult) -> None:
+        c = self.config
+        if self.is_adaptation_round(round):
+            h_hat = aggregate.heterogeneity(c.epsilon).numpy()
+            for result, estimate in zip(results, h_hat):
+                self.h[result.client] = c.beta * self.h[result.client] + (1 - c.beta) * estimate
+            p = allocation_rule(self.h, self.p_max, c.p_min, c.gamma, c.epsilon)
+            self.p_current = coverage_guarantee(p, self.p_max) if c.coverage else p
+        if (round + 1) % c.t_norm == 0:
+            self.h = self.h / self.h.mean()
+
+    def h_tilde(self) -> Optional[np.ndarray]:
+        return self.h.copy()
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {**super().state_dict(), "h": self.h.copy()}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.h = np.asarray(state["h"], dtype=np.float64).copy()

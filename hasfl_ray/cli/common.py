@@ -1,0 +1,29 @@
+"""Shared CLI plumbing: user errors become one sentence on stderr and exit status 2."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+
+import click
+
+from hasfl_ray.errors import ConfigError
+
+
+def user_errors(function):
+    """Turn :class:`ConfigError` into ``Error: <sentence>`` and exit status 2 (no traceback)."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except ConfigError as error:
+            click.echo(f"Error: {error}", err=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

@@ -1,0 +1,97 @@
+"""Execution backends: how a round's client tasks are trained and handed to the server."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Dict, List, Mapping, Sequence, Tuple
+
+import torch
+
+from hasfl_ray.aggregation import AggregateResult
+from hasfl_ray.data.base import FederatedDataset
+from hasfl_ray.engine.config import RunConfig
+from hasfl_ray.engine.server import Server
+from hasfl_ray.training.local import ClientResult, ClientTask, OptimizerSettings, Trainer
+
+
+def optimizer_settings(config: RunConfig) -> OptimizerSettings:
+    return OptimizerSettings(momentum=config.momentum, weight_decay=config.weight_decay, clip_norm=config.clip_norm,
+                             local_epochs=config.local_epochs, batch_size=config.batch_size)
+
+
+class Backend(ABC):
+    """Runs rounds for the :class:`~hasfl_ray.engine.engine.Engine`; results never depend on the backend."""
+
+    name: str = "base"
+
+    @abstractmethod
+    def start(self, config: RunConfig, dataset: FederatedDataset, model_name: str,
+              initial_params: Mapping[str, torch.Tensor]) -> None:
+        """Create trainers and the server holding ``initial_params``."""
+
+    @abstractmethod
+    def run_round(self, tasks: Sequence[ClientTask], weights: Sequence[float],
+                  server_lr: float) -> Tuple[List[ClientResult], AggregateResult]:
+        """Train ``tasks`` (sorted by client), aggregate in that order, update the global model.
+
+        Returns :meth:`Server.apply`'s accepted results (updates emptied) and aggregate statistics.
+        """
+
+    @abstractmethod
+    def evaluate(self) -> Tuple[float, float]:
+        """(accuracy, loss) of the full-width global model."""
+
+    @abstractmethod
+    def frozen_fraction(self) -> float: ...
+
+    @abstractmethod
+    def get_params(self) -> Dict[str, torch.Tensor]: ...
+
+    @abstractmethod
+    def set_params(self, params: Mapping[str, torch.Tensor]) -> None: ...
+
+    @abstractmethod
+    def params_sha256(self) -> str: ...
+
+    def describe(self) -> Dict[str, object]:
+        """What to record about the execution (actor counts, threads), for config.yaml/summary.json."""
+        return {"backend": self.name}
+
+    def shutdown(self) -> None:
+        """Release everything the backend started."""
+
+
+class LocalBackend(Backend):
+    """Everything in this process: one :class:`Trainer` trains the clients in order, one :class:`Server`."""
+
+    name = "local"
+
+    def start(self, config, dataset, model_name, initial_params) -> None:
+        self.threads = config.trainer_threads
+        self.trainer = Trainer(dataset, model_name, optimizer_settings(config), config.device, config.trainer_threads)
+        self.server = Server(model_name, initial_params, dataset, config.eval_batch_size,
+                             config.aggregation_backend, config.device)
+
+    def run_round(self, tasks, weights, server_lr):
+        params = self.server.params
+        results = [self.trainer.train(task, params) for task in tasks]
+        return self.server.apply(results, weights, server_lr)
+
+    def evaluate(self):
+        torch.set_num_threads(self.threads)
+        return self.server.evaluate()
+
+    def frozen_fraction(self):
+        return self.server.frozen_fraction()
+
+    def get_params(self):
+        return self.server.get_params()
+
+    def set_params(self, params):
+        self.server.set_params(params)
+
+    def params_sha256(self):
+        return self.server.params_sha256()
+
+    def describe(self):
+        return {"backend": self.name, "actors": 1, "trainer_threads": self.threads}

@@ -1,0 +1,154 @@
+"""The run configuration: one frozen dataclass, validated on construction, resolved per dataset."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, fields
+from typing import Any, Dict, Mapping, Optional
+
+import yaml
+
+from hasfl_ray.errors import ConfigError
+
+#: Per-dataset protocol defaults (PAPER.md, "Protocol"); a None field of RunConfig takes these.
+DATASET_DEFAULTS: Dict[str, Dict[str, Any]] = {
+    "digits": dict(rounds=50, local_epochs=2, lr=0.05, clip_norm=10.0, batch_size=32),
+    "emnist": dict(rounds=200, local_epochs=1, lr=0.01, clip_norm=10.0, batch_size=32),
+    "cifar10": dict(rounds=200, local_epochs=5, lr=0.01, clip_norm=10.0, batch_size=32),
+    "shakespeare": dict(rounds=200, local_epochs=1, lr=0.1, clip_norm=5.0, batch_size=32),
+    "synthetic": dict(rounds=50, local_epochs=1, lr=0.01, clip_norm=10.0, batch_size=32),
+}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that determines a run's result (and a few things that do not, like ``backend``).
+
+    Fields left ``None`` take the dataset's protocol default in :meth:`resolved`. YAML config keys
+    and ``hasfl-ray simulate`` flags use these field names (flags with dashes).
+    """
+
+    dataset: str = "digits"
+    data_dir: Optional[str] = None
+    download: bool = False
+    algorithm: str = "hasfl"
+    rounds: Optional[int] = None
+    clients: int = 20
+    clients_per_round: int = 10
+    seed: int = 42
+    alpha: float = 0.3
+    # local optimisation
+    local_epochs: Optional[int] = None
+    batch_size: Optional[int] = None
+    lr: Optional[float] = None
+    lr_decay: float = 0.995
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    clip_norm: Optional[float] = None
+    eval_batch_size: int = 500
+    # HAS-FL (Section 3; the paper's defaults)
+    coverage: bool = True
+    p_min: float = 0.4
+    gamma: float = 0.25
+    beta: float = 0.9
+    t_adapt: int = 5
+    warmup: int = 10
+    t_norm: int = 20
+    epsilon: float = 1e-8
+    # execution (does not change results)
+    backend: str = "local"
+    aggregation_backend: str = "auto"
+    trainer_threads: int = 1
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        from hasfl_ray.algorithms import ALGORITHMS
+        from hasfl_ray.data import DATASETS
+
+        def bad(name: str, value: Any, expected: str) -> ConfigError:
+            return ConfigError(f"{name} is {value!r}; expected {expected}")
+
+        if self.dataset not in DATASETS:
+            raise bad("dataset", self.dataset, "one of " + ", ".join(DATASETS))
+        if self.algorithm not in ALGORITHMS:
+            raise bad("algorithm", self.algorithm, "one of " + ", ".join(ALGORITHMS))
+        for name in ("clients", "clients_per_round", "eval_batch_size", "t_adapt", "t_norm", "trainer_threads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise bad(name, value, "a positive integer")
+        for name in ("rounds", "local_epochs", "batch_size"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise bad(name, value, "a positive integer")
+        if self.clients_per_round > self.clients:
+            raise ConfigError(f"clients_per_round is {self.clients_per_round} but clients is {self.clients}; "
+                              "expected at most as many participants per round as clients")
+        if not isinstance(self.warmup, int) or self.warmup < 0:
+            raise bad("warmup", self.warmup, "a non-negative integer")
+        if not _positive_number(self.alpha):
+            raise bad("alpha", self.alpha, "a number > 0")
+        if self.lr is not None and not _positive_number(self.lr):
+            raise bad("lr", self.lr, "a number > 0")
+        for name in ("p_min",):
+            value = getattr(self, name)
+            if not _number(value) or not 0 < value <= 1:
+                raise bad(name, value, "a width p in (0, 1]")
+        for name, low, high in (("lr_decay", 0, 1), ("momentum", 0, 1), ("beta", 0, 1)):
+            value = getattr(self, name)
+            if not _number(value) or not low <= value <= high:
+                raise bad(name, value, f"a number in [{low}, {high}]")
+        for name in ("weight_decay", "gamma", "epsilon"):
+            if not _number(getattr(self, name)) or getattr(self, name) < 0:
+                raise bad(name, getattr(self, name), "a number >= 0")
+        if self.clip_norm is not None and (not _number(self.clip_norm) or self.clip_norm < 0):
+            raise bad("clip_norm", self.clip_norm, "a number >= 0 (0 disables clipping)")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise bad("seed", self.seed, "a non-negative integer")
+        if self.backend not in ("local", "ray"):
+            raise bad("backend", self.backend, "local or ray")
+        if self.aggregation_backend not in ("auto", "fused", "reference"):
+            raise bad("aggregation_backend", self.aggregation_backend, "auto, fused or reference")
+
+    def resolved(self) -> "RunConfig":
+        """This config with every ``None`` protocol field replaced by the dataset's default."""
+        defaults = DATASET_DEFAULTS[self.dataset]
+        updates = {k: v for k, v in defaults.items() if getattr(self, k) is None}
+        return dataclasses.replace(self, **updates)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], source: str = "config") -> "RunConfig":
+        """Build a config from a mapping, refusing unknown keys with one sentence."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"{source} has unknown key {unknown[0]!r}; expected one of {', '.join(sorted(known))}")
+        return cls(**dict(values))
+
+
+def load_yaml_config(path: str) -> Dict[str, Any]:
+    """Read a YAML mapping of config keys; one sentence on an unreadable or malformed file."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            values = yaml.safe_load(handle)
+    except OSError as error:
+        raise ConfigError(f"config file {path!r} cannot be read ({error.strerror}); expected a readable YAML file")
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"config file {path!r} is not valid YAML{where}; expected a mapping of config keys")
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"config file {path!r} holds a {type(values).__name__}; expected a mapping of config keys")
+    return {str(k).replace("-", "_"): v for k, v in values.items()}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _positive_number(value: Any) -> bool:
+    return _number(value) and value > 0

@@ -1,0 +1,143 @@
+"""The Engine: the round loop of DESIGN.md, identical for every backend."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import torch
+
+from hasfl_ray.algorithms import algorithm_class
+from hasfl_ray.data import assign_tiers, load_dataset
+from hasfl_ray.engine.backend import Backend, LocalBackend
+from hasfl_ray.engine.config import RunConfig
+from hasfl_ray.engine.rundir import RunDirectory
+from hasfl_ray.models import MODEL_CONFIGS, build_model
+from hasfl_ray.training.local import ClientTask
+from hasfl_ray.training.seeding import STREAM_INIT, STREAM_SAMPLING, numpy_rng, stream_seed
+
+logger = logging.getLogger(__name__)
+
+STREAM_TIERS = 5
+
+
+def sample_participants(seed: int, round: int, num_clients: int, per_round: int) -> List[int]:
+    """The round's participants, drawn uniformly without replacement from rng(seed, round), sorted."""
+    rng = numpy_rng(seed, STREAM_SAMPLING, round)
+    return sorted(int(i) for i in rng.choice(num_clients, size=per_round, replace=False))
+
+
+def initial_parameters(model_name: str, seed: int) -> Dict[str, torch.Tensor]:
+    """w^(0): the full-width model initialised from the run seed (the global torch RNG is left untouched)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(stream_seed(seed, STREAM_INIT))
+        model = build_model(model_name)
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+class Engine:
+    """Runs one federated experiment from a config.
+
+    Args:
+        config: the run config (resolved here).
+        out_dir: run directory to write, or None to write nothing.
+        backend: execution backend (default: in-process).
+        progress: show a live progress bar.
+    """
+
+    def __init__(self, config: RunConfig, out_dir: Optional[str] = None, backend: Optional[Backend] = None,
+                 progress: bool = False):
+        self.config = config.resolved()
+        self.rundir = RunDirectory(out_dir) if out_dir else None
+        self.backend = backend or LocalBackend()
+        self.progress = progress
+        self.history: List[Dict[str, Any]] = []
+        self.prepared = False
+
+    def prepare(self) -> None:
+        """Load data, draw tiers, build the algorithm and w^(0); raises ConfigError before anything is written."""
+        c = self.config
+        self.dataset = load_dataset(c.dataset, c.clients, c.alpha, c.seed, c.data_dir, c.download)
+        self.model_name = self.dataset.model
+        if self.model_name not in MODEL_CONFIGS:
+            raise ValueError(f"dataset {c.dataset!r} names model {self.model_name!r}, which is not registered")
+        self.p_max = assign_tiers(c.clients, numpy_rng(c.seed, STREAM_TIERS))
+        self.num_samples = np.array([self.dataset.client_size(i) for i in range(c.clients)], dtype=np.int64)
+        self.algorithm = algorithm_class(c.algorithm)(c, self.p_max, self.num_samples)
+        self.initial_params = initial_parameters(self.model_name, c.seed)
+        self.prepared = True
+
+    def run(self) -> Dict[str, Any]:
+        """Run every round, write the run directory, return the summary."""
+        if torch.device(self.config.device).type == "cpu":
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        if not self.prepared:
+            self.prepare()
+        c = self.config
+        self.backend.start(c, self.dataset, self.model_name, self.initial_params)
+        try:
+            if self.rundir:
+                self.rundir.create(c.to_dict(), self.backend.describe())
+                self.rundir.reset_metrics()
+            return self._loop()
+        finally:
+            self.backend.shutdown()
+
+    def _loop(self) -> Dict[str, Any]:
+        c = self.config
+        start = time.perf_counter()
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+            bar = tqdm(total=c.rounds, desc=f"{c.algorithm} on {c.dataset}", unit="round", dynamic_ncols=True)
+        for t in range(len(self.history), c.rounds):
+            line = self.run_round(t)
+            self.history.append(line)
+            if self.rundir:
+                self.rundir.append_metrics(line)
+            if bar:
+                bar.set_postfix(acc=f"{line['test_accuracy']:.3f}", avg_p=f"{line['avg_p']:.2f}",
+                                cov=f"{line['coverage']:.2f}")
+                bar.update(1)
+        if bar:
+            bar.close()
+        return self.finish(time.perf_counter() - start)
+
+    def run_round(self, t: int) -> Dict[str, Any]:
+        """One round: sample, allocate, train, aggregate, observe, evaluate; returns its metrics line."""
+        c = self.config
+        round_start = time.perf_counter()
+        participants = sample_participants(c.seed, t, c.clients, c.clients_per_round)
+        widths = self.algorithm.allocate(t, participants)
+        lr = c.lr * c.lr_decay ** t
+        tasks = [ClientTask(i, t, widths[i], lr, c.seed, self.algorithm.objective(t, i, widths[i]))
+                 for i in participants]
+        weights = self.algorithm.aggregation_weights(participants)
+        results, aggregate = self.backend.run_round(tasks, weights, self.algorithm.server_lr)
+        self.algorithm.observe(t, results, aggregate)
+        accuracy, loss = self.backend.evaluate()
+        used = [r.extras.get("avg_width", r.width) for r in results] or [widths[i] for i in participants]
+        h = self.algorithm.h_tilde()
+        return {"round": t, "test_accuracy": accuracy, "test_loss": loss, "avg_p": float(np.mean(used)),
+                "coverage": aggregate.covered_fraction, "frozen_fraction": self.backend.frozen_fraction(),
+                "mean_h": float(h.mean()) if h is not None else None, "wall_s": time.perf_counter() - round_start}
+
+    def finish(self, wall_s: float) -> Dict[str, Any]:
+        accuracies = [line["test_accuracy"] for line in self.history]
+        summary = {"best_accuracy": max(accuracies), "final_accuracy": accuracies[-1],
+                   "avg_p": float(np.mean([line["avg_p"] for line in self.history])), "rounds": len(self.history),
+                   "params_sha256": self.backend.params_sha256(), "wall_s": wall_s}
+        if self.rundir:
+            h = self.algorithm.h_tilde()
+            tv = self.dataset.tv_distances()
+            rows = [{"client": i, "num_samples": int(self.num_samples[i]), "p_max": float(self.p_max[i]),
+                     "tv_distance": float(tv[i]), "h_tilde": float(h[i]) if h is not None else "",
+                     "p_final": float(self.algorithm.p_current[i]), "name": self.dataset.client_names[i]}
+                    for i in range(self.config.clients)]
+            self.rundir.write_clients(rows)
+            self.rundir.write_summary(summary)
+        return summary
+
+

@@ -1,0 +1,151 @@
+"""Local training of one client's width-p sub-model, as a trainer (local process or Ray actor) runs it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Optional
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from hasfl_ray.data.base import FederatedDataset
+from hasfl_ray.models import build_model, extract
+from hasfl_ray.models.slicing import ParamSpec
+from hasfl_ray.training.seeding import STREAM_CLIENT, torch_generator
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """Local SGD of the paper: momentum 0.9, weight decay 1e-4, grad-norm clipping (0 disables)."""
+
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    clip_norm: float = 10.0
+    local_epochs: int = 1
+    batch_size: int = 32
+
+
+class LocalObjective:
+    """How a client trains: the batch loss and the gradient adjustment before each step.
+
+    The default is plain cross-entropy. Algorithms subclass it (FedProx's proximal term, SCAFFOLD's
+    control-variate correction, FjORD's ordered dropout with distillation). Instances travel to the
+    trainers, so they must be picklable and hold only what the client needs.
+    """
+
+    def setup(self, model: nn.Module, initial: Mapping[str, torch.Tensor], width: float,
+              generator: torch.Generator) -> None:
+        """Called once before the first step with the client's starting (sub-model) parameters."""
+
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(model(x), y)
+
+    def adjust_gradients(self, model: nn.Module) -> None:
+        """Called after backward, before clipping and the optimiser step."""
+
+    def finish(self, model: nn.Module, initial: Mapping[str, torch.Tensor], steps: int, lr: float) -> Dict[str, Any]:
+        """Extra results for the server (e.g. SCAFFOLD's control-variate delta). Default: none."""
+        return {}
+
+
+@dataclass
+class ClientTask:
+    """One client's work in one round: everything a trainer needs besides the global parameters."""
+
+    client: int
+    round: int
+    width: float
+    lr: float
+    seed: int
+    objective: LocalObjective = field(default_factory=LocalObjective)
+
+
+@dataclass
+class ClientResult:
+    """What a client returns: its packed update Δ_i (name -> sliced tensor), n_i, mean loss and extras."""
+
+    client: int
+    width: float
+    update: Dict[str, torch.Tensor]
+    num_samples: int
+    loss: float
+    steps: int
+    extras: Dict[str, Any] = field(default_factory=dict)
+
+    def is_finite(self) -> bool:
+        return math.isfinite(self.loss) and all(bool(torch.isfinite(t).all()) for t in self.update.values())
+
+
+class Trainer:
+    """Trains clients' sub-models on one device; holds the dataset there once and reuses model buffers.
+
+    Args:
+        dataset: the federated dataset (moved to ``device``).
+        model_name: key in :data:`hasfl_ray.models.MODEL_CONFIGS`.
+        settings: local optimiser settings.
+        device: where training runs.
+        threads: intra-op CPU threads while training (fixed so results do not depend on the machine).
+    """
+
+    def __init__(self, dataset: FederatedDataset, model_name: str, settings: OptimizerSettings,
+                 device: str = "cpu", threads: int = 1):
+        self.device = torch.device(device)
+        self.dataset = dataset.to(self.device)
+        self.model_name, self.settings, self.threads = model_name, settings, threads
+        self.specs: Dict[str, ParamSpec] = build_model(model_name).param_specs()
+        self._models: Dict[float, nn.Module] = {}
+
+    def model_at(self, width: float) -> nn.Module:
+        """A cached width-``width`` network on this trainer's device (buffers reused across rounds)."""
+        if width not in self._models:
+            self._models[width] = build_model(self.model_name, width).to(self.device)
+        return self._models[width]
+
+    def release(self) -> None:
+        """Drop cached models (and their device memory)."""
+        self._models.clear()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def train(self, task: ClientTask, global_params: Mapping[str, torch.Tensor]) -> ClientResult:
+        """Extract the width-p sub-model from ``global_params``, run K local epochs, return Δ_i (packed)."""
+        if self.device.type == "cpu":
+            torch.set_num_threads(self.threads)
+        model = self.model_at(task.width)
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            initial = {name: extract(global_params[name], spec, task.width).to(self.device)
+                       for name, spec in self.specs.items()}
+            for name, tensor in initial.items():
+                params[name].copy_(tensor)
+        generator = torch_generator(task.seed, STREAM_CLIENT, task.round, task.client)
+        objective = task.objective
+        objective.setup(model, initial, task.width, generator)
+        s = self.settings
+        optimizer = torch.optim.SGD(model.parameters(), lr=task.lr, momentum=s.momentum, weight_decay=s.weight_decay)
+        n = self.dataset.client_size(task.client)
+        model.train()
+        steps, loss_sum = 0, 0.0
+        for _ in range(s.local_epochs):
+            order = torch.randperm(n, generator=generator)
+            for start in range(0, n, s.batch_size):
+                positions = order[start:start + s.batch_size]
+                if positions.numel() < 2 and steps > 0:
+                    continue  # a batch of one sample gives BatchNorm no batch statistics
+                x, y = self.dataset.client_batch(task.client, positions)
+                optimizer.zero_grad(set_to_none=True)
+                loss = objective.loss(model, x, y)
+                loss.backward()
+                objective.adjust_gradients(model)
+                if s.clip_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), s.clip_norm)
+                optimizer.step()
+                steps += 1
+                loss_sum += float(loss.detach())
+        with torch.no_grad():
+            update = {name: (params[name].detach() - initial[name]).to("cpu", torch.float32).contiguous()
+                      for name in self.specs}
+        extras = objective.finish(model, initial, steps, task.lr)
+        return ClientResult(task.client, task.width, update, n, loss_sum / max(steps, 1), steps, extras)
