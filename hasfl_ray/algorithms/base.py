@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from abc import ABC
-from typing import Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from hasfl_ray.aggregation import AggregateResult
-from hasfl_ray.engine.config import RunConfig
 from hasfl_ray.training.local import ClientResult, LocalObjective
+
+if TYPE_CHECKING:  # the engine imports the algorithms, so only type checkers import it back
+    from hasfl_ray.engine.config import RunConfig
 
 
 class Algorithm(ABC):
@@ -34,7 +36,7 @@ class Algorithm(ABC):
     #: η_g in w ← w + η_g Δ̄ (1 for every method of the paper).
     server_lr: float = 1.0
 
-    def __init__(self, config: RunConfig, p_max: np.ndarray, num_samples: np.ndarray):
+    def __init__(self, config: "RunConfig", p_max: np.ndarray, num_samples: np.ndarray):
         self.config = config
         self.p_max = np.asarray(p_max, dtype=np.float64)
         self.num_samples = np.asarray(num_samples, dtype=np.int64)
