@@ -1,0 +1,57 @@
+"""`hasfl-ray report` and the confound statistics against hand-made run directories."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from hasfl_ray.analysis import partial_correlation
+from hasfl_ray.cli.main import main
+
+
+def make_run(path, seed, best, final, algorithm="hasfl", coverage=True, h=None):
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text(yaml.safe_dump({"dataset": "digits", "algorithm": algorithm,
+                                                      "coverage": coverage, "seed": seed}))
+    (path / "summary.json").write_text(json.dumps({"best_accuracy": best, "final_accuracy": final, "avg_p": 0.5,
+                                                   "rounds": 3, "params_sha256": "x", "wall_s": 1.0}))
+    rng = np.random.default_rng(seed)
+    with open(path / "clients.csv", "w") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["client", "num_samples", "p_max", "tv_distance", "h_tilde",
+                                                    "p_final", "name"])
+        writer.writeheader()
+        for i in range(8):
+            p_max = [0.25, 0.5, 0.75, 1.0][i % 4]
+            writer.writerow({"client": i, "num_samples": 10, "p_max": p_max, "tv_distance": rng.random(),
+                             "h_tilde": 2 - p_max + 0.01 * i if h is None else h, "p_final": p_max, "name": i})
+
+
+def test_report_mean_and_sample_std(tmp_path):
+    make_run(tmp_path / "a", 42, 0.80, 0.70)
+    make_run(tmp_path / "b", 43, 0.90, 0.74)
+    make_run(tmp_path / "c", 44, 0.70, 0.60, coverage=False)
+    result = CliRunner().invoke(main, ["report", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    table = {row["algorithm"]: row for row in json.loads(result.output)["table"]}
+    assert table["hasfl"]["best_mean"] == pytest.approx(85.0)
+    assert table["hasfl"]["best_std"] == pytest.approx(np.std([80, 90], ddof=1))
+    assert table["hasfl (coverage off)"]["seeds"] == [44]
+    confound = json.loads(result.output)["confound"]
+    assert all(row["r_h_pmax"] < -0.9 for row in confound)  # h was built to fall with p_max
+
+
+def test_partial_correlation_removes_the_control():
+    rng = np.random.default_rng(0)
+    control = rng.normal(size=500)
+    x = 3 * control + rng.normal(size=500)
+    y = -2 * control + rng.normal(size=500)
+    assert np.corrcoef(x, y)[0, 1] < -0.7
+    assert abs(partial_correlation(x, y, control)) < 0.1
+
+
+def test_report_without_runs_is_one_sentence(tmp_path):
+    result = CliRunner().invoke(main, ["report", str(tmp_path)])
+    assert result.exit_code == 2 and "no finished runs" in result.output
