@@ -26,6 +26,8 @@ class FederatedDataset(ABC):
     model: str
     num_classes: int
     client_names: List[str]
+    #: Local minibatch size this dataset is meant to train with (README, "Datasets"); the engine may override it.
+    recommended_batch_size: int = 32
 
     @property
     def num_clients(self) -> int:
@@ -71,27 +73,50 @@ class FederatedDataset(ABC):
 class TensorFederatedDataset(FederatedDataset):
     """All samples held as tensors once; clients are index tensors into the training set.
 
+    Image sets keep their pixels as uint8 (a quarter of float32's memory, and a quarter of the bytes
+    shipped to each trainer) and standardise each batch on the fly: with ``mean`` and ``std`` given,
+    batches are ``(x / 255 - mean[c]) / std[c]`` per channel c, as float32.
+
     Args:
-        train_x, train_y: every training sample (inputs, int64 labels).
+        train_x, train_y: every training sample (inputs N x ..., int64 labels N).
         test_x, test_y: the global test set.
         client_indices: per client, int64 indices into ``train_x``.
+        client_names: display name per client (default ``client_<i>``).
+        mean, std: per-channel statistics of the [0, 1]-scaled uint8 inputs; both or neither.
     """
 
     def __init__(self, name: str, model: str, num_classes: int, train_x: torch.Tensor, train_y: torch.Tensor,
                  test_x: torch.Tensor, test_y: torch.Tensor, client_indices: Sequence[torch.Tensor],
-                 client_names: Sequence[str] | None = None):
+                 client_names: Sequence[str] | None = None, mean: Sequence[float] | None = None,
+                 std: Sequence[float] | None = None):
         self.name, self.model, self.num_classes = name, model, num_classes
         self.train_x, self.train_y, self.test_x, self.test_y = train_x, train_y, test_x, test_y
         self.client_indices = [torch.as_tensor(ix, dtype=torch.int64) for ix in client_indices]
         self.client_names = list(client_names) if client_names is not None else \
             [f"client_{i}" for i in range(len(self.client_indices))]
+        if (mean is None) != (std is None):
+            raise ValueError("mean and std must be given together")
+        self._scale: Tuple[torch.Tensor, torch.Tensor] | None = None
+        if mean is not None and std is not None:
+            shape = (1, len(mean)) + (1,) * (train_x.dim() - 2)
+            mean_t = torch.tensor(list(mean), dtype=torch.float32).reshape(shape)
+            std_t = torch.tensor(list(std), dtype=torch.float32).reshape(shape)
+            # (x / 255 - mean) / std == x * a + b, one fused multiply-add per batch
+            self._scale = (1.0 / (255.0 * std_t), -mean_t / std_t)
+        self._device_indices = self.client_indices
+
+    def _inputs(self, x: torch.Tensor) -> torch.Tensor:
+        if self._scale is None:
+            return x
+        a, b = self._scale
+        return torch.addcmul(b, x.to(torch.float32), a)
 
     def client_size(self, client: int) -> int:
         return int(self.client_indices[client].numel())
 
     def client_batch(self, client: int, positions: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        ix = self.client_indices[client].to(self.train_x.device)[positions.to(self.train_x.device)]
-        return self.train_x[ix], self.train_y[ix]
+        ix = self._device_indices[client][positions.to(self.train_x.device)]
+        return self._inputs(self.train_x[ix]), self.train_y[ix]
 
     @property
     def test_size(self) -> int:
@@ -99,7 +124,7 @@ class TensorFederatedDataset(FederatedDataset):
 
     def test_batches(self, batch_size: int) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
         for start in range(0, self.test_size, batch_size):
-            yield self.test_x[start:start + batch_size], self.test_y[start:start + batch_size]
+            yield self._inputs(self.test_x[start:start + batch_size]), self.test_y[start:start + batch_size]
 
     def label_histograms(self) -> np.ndarray:
         labels = self.train_y.cpu().numpy()
@@ -109,4 +134,74 @@ class TensorFederatedDataset(FederatedDataset):
     def to(self, device: torch.device | str) -> "TensorFederatedDataset":
         for attr in ("train_x", "train_y", "test_x", "test_y"):
             setattr(self, attr, getattr(self, attr).to(device))
+        # Index tensors live beside the data so client_batch never copies them host-to-device.
+        self._device_indices = [ix.to(device) for ix in self.client_indices]
+        if self._scale is not None:
+            self._scale = (self._scale[0].to(device), self._scale[1].to(device))
+        return self
+
+
+class TextFederatedDataset(FederatedDataset):
+    """Next-character prediction over one character stream; samples are windows generated lazily.
+
+    Every client's text (and the test text) lives in one uint8 stream of symbol indices. A sample is
+    the window starting at stream position k: inputs ``stream[k:k + seq_len]``, label
+    ``stream[k + seq_len]``. Clients and the test set hold only window start positions (8 bytes per
+    sample instead of seq_len + 1), and client_batch gathers the windows of a batch on demand.
+
+    Args:
+        stream: uint8 symbol indices, shape (L,).
+        client_starts: per client, int64 start positions of its training windows.
+        test_starts: int64 start positions of the global test windows.
+        num_classes: vocabulary size.
+        seq_len: window length.
+    """
+
+    def __init__(self, name: str, model: str, num_classes: int, stream: torch.Tensor,
+                 client_starts: Sequence[torch.Tensor], test_starts: torch.Tensor, client_names: Sequence[str],
+                 seq_len: int, recommended_batch_size: int = 32):
+        self.name, self.model, self.num_classes = name, model, num_classes
+        self.stream = torch.as_tensor(stream, dtype=torch.uint8)
+        self.client_starts = [torch.as_tensor(k, dtype=torch.int64) for k in client_starts]
+        self.test_starts = torch.as_tensor(test_starts, dtype=torch.int64)
+        self.client_names = list(client_names)
+        self.seq_len = seq_len
+        self.recommended_batch_size = recommended_batch_size
+        self._offsets = torch.arange(seq_len + 1, dtype=torch.int64)
+        self._device_starts = self.client_starts
+        limit = self.stream.numel() - seq_len
+        for starts in self.client_starts + [self.test_starts]:
+            if starts.numel() and (int(starts.min()) < 0 or int(starts.max()) >= limit):
+                raise ValueError(f"window starts must lie in [0, {limit}) for a stream of {self.stream.numel()} "
+                                 f"symbols and windows of {seq_len}")
+
+    def _windows(self, starts: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        # One gather of (B, seq_len + 1) symbols; the last column is the label.
+        window = self.stream[starts.unsqueeze(1) + self._offsets].to(torch.int64)
+        return window[:, :-1], window[:, -1]
+
+    def client_size(self, client: int) -> int:
+        return int(self.client_starts[client].numel())
+
+    def client_batch(self, client: int, positions: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        return self._windows(self._device_starts[client][positions.to(self.stream.device)])
+
+    @property
+    def test_size(self) -> int:
+        return int(self.test_starts.numel())
+
+    def test_batches(self, batch_size: int) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        for start in range(0, self.test_size, batch_size):
+            yield self._windows(self.test_starts[start:start + batch_size])
+
+    def label_histograms(self) -> np.ndarray:
+        stream = self.stream.cpu().numpy()
+        return np.stack([np.bincount(stream[k.numpy() + self.seq_len], minlength=self.num_classes)
+                         for k in self.client_starts]).astype(np.int64)
+
+    def to(self, device: torch.device | str) -> "TextFederatedDataset":
+        self.stream = self.stream.to(device)
+        self.test_starts = self.test_starts.to(device)
+        self._offsets = self._offsets.to(device)
+        self._device_starts = [k.to(device) for k in self.client_starts]
         return self
