@@ -6,6 +6,8 @@ from typing import List, Sequence
 
 import numpy as np
 
+from hasfl_ray.errors import ConfigError
+
 #: Capacity tiers p_max and their probabilities: constrained devices are more prevalent, mean 0.525.
 TIERS = (0.25, 0.5, 0.75, 1.0)
 TIER_PROBABILITIES = (0.40, 0.25, 0.20, 0.15)
@@ -39,6 +41,8 @@ def dirichlet_partition(labels: np.ndarray, num_clients: int, alpha: float, rng:
         Per client, a sorted int64 array of indices into ``labels``.
     """
     labels = np.asarray(labels)
+    if len(labels) < num_clients:
+        raise ConfigError(f"{len(labels)} samples cannot give each of {num_clients} clients one; pass fewer --clients")
     min_size = min(min_size, len(labels) // num_clients)
     classes = np.unique(labels)
     for _ in range(max_tries):
@@ -52,6 +56,6 @@ def dirichlet_partition(labels: np.ndarray, num_clients: int, alpha: float, rng:
         parts = [np.sort(np.concatenate(b)).astype(np.int64) for b in buckets]
         if min(len(p) for p in parts) >= max(min_size, 1):
             return parts
-    raise ValueError(f"could not draw a Dirichlet(alpha={alpha}) partition giving every one of {num_clients} "
-                     f"clients at least {min_size} samples in {max_tries} tries; expected a larger alpha or "
-                     "fewer clients")
+    raise ConfigError(f"could not draw a Dirichlet(alpha={alpha}) partition giving every one of {num_clients} "
+                      f"clients at least {min_size} samples in {max_tries} tries; pass a larger --alpha or fewer "
+                      "--clients")

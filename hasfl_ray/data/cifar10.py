@@ -1,0 +1,136 @@
+"""CIFAR-10 from its pickled python batches, read with an unpickler that can build numpy arrays and nothing else."""
+
+from __future__ import annotations
+
+import codecs
+import io
+import logging
+import pickle
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+
+from hasfl_ray.data.base import TensorFederatedDataset
+from hasfl_ray.data.download import download_cifar10, resolve_data_dir, short_reason
+from hasfl_ray.data.images import partitioned_image_dataset
+from hasfl_ray.errors import DataError
+
+logger = logging.getLogger(__name__)
+
+NUM_CLASSES = 10
+BATCH_FOLDER = "cifar-10-batches-py"
+TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
+TEST_BATCH = "test_batch"
+_PIXELS = 3 * 32 * 32
+
+
+def _numpy_function(name: str) -> Any:
+    # numpy 2 moved numpy.core to numpy._core; batches pickled under either name resolve to the same function.
+    try:
+        from numpy._core import multiarray
+    except ImportError:  # numpy < 2
+        from numpy.core import multiarray
+    return getattr(multiarray, name)
+
+
+#: The only globals a CIFAR-10 batch references: numpy's array reconstruction (under numpy 1 and 2 module
+#: names) and ``_codecs.encode``, which Python 3 uses to pickle ``bytes`` at protocol 2.
+_ALLOWED_GLOBALS = {
+    ("numpy.core.multiarray", "_reconstruct"): lambda: _numpy_function("_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"): lambda: _numpy_function("_reconstruct"),
+    ("numpy", "ndarray"): lambda: np.ndarray,
+    ("numpy", "dtype"): lambda: np.dtype,
+    ("_codecs", "encode"): lambda: codecs.encode,
+}
+
+
+class RefusedGlobal(pickle.UnpicklingError):
+    """A pickle asked for a global outside the allow-list."""
+
+    def __init__(self, module: str, name: str):
+        super().__init__(f"{module}.{name}")
+        self.qualified_name = f"{module}.{name}"
+
+
+class BatchUnpickler(pickle.Unpickler):
+    """Unpickles dicts, lists, strings, numbers and numpy arrays; any other global is refused unexecuted."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        resolver = _ALLOWED_GLOBALS.get((module, name))
+        if resolver is None:
+            raise RefusedGlobal(module, name)
+        return resolver()
+
+
+def read_batch(path: Path) -> Tuple[np.ndarray, np.ndarray]:
+    """Images (N, 3, 32, 32) uint8 and labels (N,) int64 of one pickled CIFAR-10 batch.
+
+    Accepts the official batches (Python 2 pickles, numpy 1) and re-pickled ones (Python 3, numpy 2),
+    with no MD5 check. Raises DataError naming the file when it is corrupt, truncated, not a CIFAR-10
+    batch, or references anything a batch never needs (such a file is not executed).
+    """
+    hint = "replace it with an intact copy (delete it and pass --download) or pass --data-dir pointing at one"
+    try:
+        payload = path.read_bytes()
+    except OSError as error:
+        raise DataError(f"{path} could not be read ({short_reason(error)}); {hint}") from error
+    try:
+        batch = BatchUnpickler(io.BytesIO(payload), encoding="latin1").load()
+    except RefusedGlobal as error:
+        raise DataError(f"{path} was refused unexecuted: it asks to load {error.qualified_name}, which a CIFAR-10 "
+                        f"batch never needs, so it may be malicious; {hint}") from error
+    except Exception as error:  # a damaged pickle can fail in any of a dozen ways; all mean the same thing
+        raise DataError(f"{path} is corrupt or truncated ({type(error).__name__}: {short_reason(error)}); {hint}"
+                        ) from error
+    data, labels = _fields(batch)
+    if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 2 and data.shape[1] == _PIXELS):
+        described = f"{data.dtype} array of shape {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
+        raise DataError(f"{path} is not a CIFAR-10 batch: its data is a {described}, expected uint8 N x {_PIXELS}; "
+                        f"{hint}")
+    try:
+        labels = np.asarray(labels, dtype=np.int64).reshape(-1)
+    except (TypeError, ValueError) as error:
+        raise DataError(f"{path} is not a CIFAR-10 batch: its labels are not integers; {hint}") from error
+    if len(labels) != len(data) or (labels.size and (labels.min() < 0 or labels.max() >= NUM_CLASSES)):
+        raise DataError(f"{path} is not a CIFAR-10 batch: {len(labels)} labels for {len(data)} images, or labels "
+                        f"outside 0..{NUM_CLASSES - 1}; {hint}")
+    # Rows are the R, G and B planes of a 32 x 32 image, row-major.
+    return data.reshape(-1, 3, 32, 32), labels
+
+
+def _fields(batch: Any) -> Tuple[Any, Any]:
+    if not isinstance(batch, dict):
+        return None, None
+    # Official batches have bytes keys decoded as latin1 text; tolerate raw bytes keys too.
+    keys: Dict[str, Any] = {(k.decode("latin1") if isinstance(k, bytes) else k): v for k, v in batch.items()}
+    return keys.get("data"), keys.get("labels")
+
+
+def _missing(folder: Path) -> List[str]:
+    return [name for name in TRAIN_BATCHES + (TEST_BATCH,) if not (folder / name).is_file()]
+
+
+def load_cifar10(num_clients: int, alpha: float, seed: int, data_dir: str | None = None,
+                 download: bool = False) -> TensorFederatedDataset:
+    """CIFAR-10 from ``<data_dir>/cifar-10-batches-py`` (a torchvision root), Dirichlet-partitioned.
+
+    Pixels stay uint8 and are standardised per batch with the training split's per-channel mean and
+    std. No augmentation (the paper states none).
+    """
+    root = resolve_data_dir(data_dir)
+    folder = root / BATCH_FOLDER
+    if _missing(folder) and download:
+        download_cifar10(root)
+    missing = _missing(folder)
+    if missing:
+        raise DataError(f"CIFAR-10 batches not found under {folder} ({', '.join(missing)}); pass --data-dir pointing "
+                        f"at a torchvision root that holds {BATCH_FOLDER}, or --download to fetch them with "
+                        "torchvision")
+    train = [read_batch(folder / name) for name in TRAIN_BATCHES]
+    test_images, test_labels = read_batch(folder / TEST_BATCH)
+    train_images = np.concatenate([images for images, _ in train])
+    train_labels = np.concatenate([labels for _, labels in train])
+    logger.info("CIFAR-10: %d train, %d test images from %s", len(train_images), len(test_images), folder)
+    return partitioned_image_dataset("cifar10", NUM_CLASSES, train_images, train_labels, test_images, test_labels,
+                                     num_clients, alpha, seed)

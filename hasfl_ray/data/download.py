@@ -1,0 +1,109 @@
+"""Where datasets live and how they are fetched on request; every failed download becomes one sentence."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import urllib.request
+from pathlib import Path
+from typing import Callable
+
+from hasfl_ray.errors import DataError
+
+logger = logging.getLogger(__name__)
+
+#: Root used when no ``--data-dir`` is given (relative to the working directory).
+DEFAULT_DATA_DIR = "data"
+
+#: Public source of Shakespeare text for ``--download``: char-rnn's tinyshakespeare, pinned by its SHA-256.
+SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+SHAKESPEARE_FILENAME = "tinyshakespeare.txt"
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path:
+    """``data_dir`` as a path, or :data:`DEFAULT_DATA_DIR` when none is given."""
+    return Path(data_dir if data_dir else DEFAULT_DATA_DIR).expanduser()
+
+
+def short_reason(error: BaseException) -> str:
+    """The first line of an exception's message (or its type), fit to sit inside a sentence."""
+    text = str(error).strip().splitlines()[0].strip() if str(error).strip() else type(error).__name__
+    return text.rstrip(".")
+
+
+def fetch(what: str, url: str, destination: Path, action: Callable[[], None]) -> None:
+    """Run the download ``action``; any failure (offline, HTTP error, bad checksum) raises one-sentence DataError."""
+    logger.info("downloading %s from %s into %s", what, url, destination)
+    try:
+        action()
+    except DataError:
+        raise
+    except Exception as error:  # every way a download can fail ends in the same sentence
+        raise DataError(f"downloading {what} from {url} into {destination} failed ({short_reason(error)}); "
+                        "check the network, or fetch the files elsewhere and pass --data-dir pointing at them"
+                        ) from error
+
+
+def download_emnist(root: Path) -> None:
+    """Fetch EMNIST with torchvision's own downloader and unpack the byclass idx files into root/EMNIST/raw.
+
+    Mirrors ``torchvision.datasets.EMNIST.download`` but unpacks only the byclass split, and writes
+    nothing else (in particular no ``EMNIST/processed``).
+    """
+    from torchvision.datasets import EMNIST
+    from torchvision.datasets.utils import download_and_extract_archive, extract_archive
+
+    raw = root / "EMNIST" / "raw"
+
+    def action() -> None:
+        raw.mkdir(parents=True, exist_ok=True)
+        download_and_extract_archive(EMNIST.url, download_root=str(raw), md5=EMNIST.md5)
+        gzip_folder = raw / "gzip"
+        for archive in sorted(gzip_folder.glob("emnist-byclass-*.gz")):
+            extract_archive(str(archive), str(raw))
+        shutil.rmtree(gzip_folder, ignore_errors=True)
+
+    fetch("EMNIST", EMNIST.url, raw, action)
+
+
+def download_cifar10(root: Path) -> None:
+    """Fetch CIFAR-10 (python batches) with torchvision's own downloader into root/cifar-10-batches-py.
+
+    Calls torchvision's download-and-extract directly rather than constructing ``CIFAR10``, whose
+    constructor would unpickle the batches without restriction.
+    """
+    from torchvision.datasets import CIFAR10
+    from torchvision.datasets.utils import download_and_extract_archive
+
+    def action() -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        download_and_extract_archive(CIFAR10.url, download_root=str(root), filename=CIFAR10.filename,
+                                     md5=CIFAR10.tgz_md5)
+
+    fetch("CIFAR-10", CIFAR10.url, root, action)
+
+
+def download_shakespeare(root: Path) -> Path:
+    """Fetch tinyshakespeare into root/shakespeare/, checked against its SHA-256; returns the file's path."""
+    folder = root / "shakespeare"
+    target = folder / SHAKESPEARE_FILENAME
+
+    def action() -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        request = urllib.request.Request(SHAKESPEARE_URL, headers={"User-Agent": "hasfl-ray"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            payload = response.read()
+        digest = hashlib.sha256(payload).hexdigest()
+        if digest != SHAKESPEARE_SHA256:
+            raise ValueError(f"SHA-256 {digest} differs from the expected {SHAKESPEARE_SHA256}")
+        # Written under a temporary name and renamed, so an interrupted download never leaves a partial file.
+        with tempfile.NamedTemporaryFile(dir=folder, delete=False) as handle:
+            handle.write(payload)
+        os.replace(handle.name, target)
+
+    fetch("Shakespeare (tinyshakespeare)", SHAKESPEARE_URL, folder, action)
+    return target
