@@ -26,7 +26,7 @@ def _extension():
         return [], {}
     force_cuda = os.environ.get("HASFL_FORCE_CUDA") == "1"
     use_cuda = CUDA_HOME is not None and (force_cuda or torch.cuda.is_available())
-    cxx_flags = ["-O3", "-fopenmp", "-std=c++17"]
+    cxx_flags = ["-O3", "-fopenmp", "-std=c++20"]  # torch >= 2.10 headers need C++20
     kwargs = dict(include_dirs=[os.path.join(here, "csrc")], extra_link_args=["-fopenmp"])
     if use_cuda:
         sources += sorted(glob.glob(os.path.join("csrc", "cuda", "*.cu")))
