@@ -13,14 +13,9 @@ from hasfl_ray.cli.main import main
 from hasfl_ray.errors import ConfigError
 
 
-@main.command()
-@click.argument("paths", nargs=-1, required=True)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-@user_errors
-def report(paths, as_json) -> None:
-    """Mean ± std over seeds of best/final accuracy and avg p per (dataset, algorithm), and the confound
-    correlations of Table 5 per run. PATHS are run directories or folders holding them."""
-    from hasfl_ray.analysis import confound_correlations, read_run, summarise_runs
+def find_runs(paths):
+    """Finished runs under PATHS (run directories or folders holding them), read; one sentence if none."""
+    from hasfl_ray.analysis import read_run
 
     run_dirs = []
     for path in paths:
@@ -31,7 +26,19 @@ def report(paths, as_json) -> None:
                                                                      recursive=True))
     if not run_dirs:
         raise ConfigError(f"no finished runs under {', '.join(paths)}; expected run directories holding summary.json")
-    runs = [read_run(path) for path in run_dirs]
+    return [read_run(path) for path in run_dirs]
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@user_errors
+def report(paths, as_json) -> None:
+    """Mean ± std over seeds of best/final accuracy and avg p per (dataset, algorithm), and the confound
+    correlations of Table 5 per run. PATHS are run directories or folders holding them."""
+    from hasfl_ray.analysis import confound_correlations, summarise_runs
+
+    runs = find_runs(paths)
     table = summarise_runs(runs)
     confound = [{"run": r["path"], **confound_correlations(r)} for r in runs if confound_correlations(r)]
     if as_json:
@@ -47,3 +54,16 @@ def report(paths, as_json) -> None:
         for row in confound:
             click.echo(f"  {row['r_h_pmax']:+.2f}  {row['r_h_tv_given_pmax']:+.2f}  {row['r_p_tv_given_pmax']:+.2f}"
                        f"  {row['run']}")
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--out", "out_dir", default="figures", show_default=True, help="Folder for the PNG files.")
+@user_errors
+def plot(paths, out_dir) -> None:
+    """The paper's figures per dataset: convergence, mean H̃ and p per round, per-client p against p max,
+    and the accuracy-capacity frontier. PATHS are run directories or folders holding them."""
+    from hasfl_ray.analysis.plots import plot_runs
+
+    for path in plot_runs(find_runs(paths), out_dir):
+        click.echo(path)

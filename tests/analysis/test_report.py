@@ -55,3 +55,15 @@ def test_partial_correlation_removes_the_control():
 def test_report_without_runs_is_one_sentence(tmp_path):
     result = CliRunner().invoke(main, ["report", str(tmp_path)])
     assert result.exit_code == 2 and "no finished runs" in result.output
+
+
+def test_plot_writes_the_four_figures(tmp_path):
+    from hasfl_ray.engine import Engine, RunConfig
+
+    Engine(RunConfig(rounds=2, clients=8, clients_per_round=4), out_dir=str(tmp_path / "runs" / "a")).run()
+    result = CliRunner().invoke(main, ["plot", str(tmp_path / "runs"), "--out", str(tmp_path / "fig")])
+    assert result.exit_code == 0, result.output
+    names = sorted(p.name for p in (tmp_path / "fig").iterdir())
+    assert names == ["digits-allocations.png", "digits-convergence.png", "digits-frontier.png",
+                     "digits-heterogeneity.png"]
+    assert all((tmp_path / "fig" / n).read_bytes()[:4] == b"\x89PNG" for n in names)
