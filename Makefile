@@ -21,7 +21,7 @@ $(VENV)/.built: $(VENV)/.deps setup.py $(wildcard csrc/*.cpp csrc/*/*.cpp csrc/*
 install: $(VENV)/.built
 
 demo: install
-	$(VENV)/bin/hasfl-ray simulate --backend local --out runs/demo
+	$(VENV)/bin/hasfl-ray simulate --out runs/demo --force
 
 test: install
 	$(PY) -m pytest -q tests
