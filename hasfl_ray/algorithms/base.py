@@ -54,6 +54,10 @@ class Algorithm(ABC):
         """The local objective of ``client``. Default: cross-entropy."""
         return LocalObjective()
 
+    def window_offset(self, round: int, client: int) -> int:
+        """First channel of the client's window in every scaled dim (wrapping). Default 0: the leading slice."""
+        return 0
+
     def aggregation_weights(self, clients: Sequence[int]) -> List[float]:
         """Weights of the coordinate-wise mean, one per participant (default the sample counts n_i)."""
         return [float(self.num_samples[i]) for i in clients]

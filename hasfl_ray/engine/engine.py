@@ -112,7 +112,8 @@ class Engine:
         participants = sample_participants(c.seed, t, c.clients, c.clients_per_round)
         widths = self.algorithm.allocate(t, participants)
         lr = c.lr * c.lr_decay ** t
-        tasks = [ClientTask(i, t, widths[i], lr, c.seed, self.algorithm.objective(t, i, widths[i]))
+        tasks = [ClientTask(i, t, widths[i], lr, c.seed, self.algorithm.objective(t, i, widths[i]),
+                            offset=self.algorithm.window_offset(t, i))
                  for i in participants]
         weights = self.algorithm.aggregation_weights(participants)
         results, aggregate = self.backend.run_round(tasks, weights, self.algorithm.server_lr)

@@ -10,6 +10,7 @@ from typing import Dict, List, Mapping, Sequence, Tuple
 import torch
 
 from hasfl_ray.aggregation import AggregateResult, aggregate_updates
+from hasfl_ray.aggregation.windows import aggregate_windows
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.models import build_model, gate_blocks_of
 from hasfl_ray.training.evaluate import evaluate
@@ -82,8 +83,13 @@ class Server:
             empty = torch.zeros(0, dtype=torch.float64)
             return [], AggregateResult({}, empty, empty, 0.0)
         updates = [{name: t.to(self.device) for name, t in r.update.items()} for r in accepted]
-        aggregate = aggregate_updates(self.shapes, updates, accepted_weights, self.gate_blocks,
-                                      backend=self.aggregation_backend)
+        offsets = [r.offset for r in accepted]
+        if any(offsets):  # rolling windows (FedRolex); leading slices take the kernel directly
+            aggregate = aggregate_windows(self.specs, updates, offsets, accepted_weights,
+                                          backend=self.aggregation_backend)
+        else:
+            aggregate = aggregate_updates(self.shapes, updates, accepted_weights, self.gate_blocks,
+                                          backend=self.aggregation_backend)
         with torch.no_grad():
             for name, delta in aggregate.delta.items():
                 self.params[name].add_(delta, alpha=server_lr)

@@ -113,3 +113,72 @@ def extract_state(full: Mapping[str, torch.Tensor], specs: Mapping[str, ParamSpe
 def gate_blocks_of(specs: Mapping[str, ParamSpec]) -> Dict[str, int]:
     """The ``gate_blocks`` argument of :func:`hasfl_ray.aggregate_updates` for these specs."""
     return {name: spec.gate_blocks for name, spec in specs.items() if spec.gate_blocks > 1}
+
+
+# Rolling windows (FedRolex): the kept channels of a scaled dim are ``offset, offset + 1, …`` modulo the
+# channel count instead of the leading ones. Offset 0 is exactly the leading slice above. Dims that share a
+# channel space (a layer's outputs and the next layer's inputs) have the same channel count, so one integer
+# offset per client gives a consistent sub-network.
+
+
+def window_index(dim: DimSlice, kept: int, offset: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """Indices into a full dimension of the window of ``kept`` channels starting at channel ``offset``.
+
+    Channel c (of ``dim.channels``) occupies ``dim.unit`` consecutive positions, repeated in each of
+    ``dim.blocks`` blocks; the window wraps around the channel count. An unscaled dim keeps everything.
+
+    Returns:
+        int64 tensor (blocks * kept * unit,), in packed order: packed position k holds full position index[k].
+    """
+    if not dim.scaled:
+        return torch.arange(dim.size, device=device)
+    channels = (offset + torch.arange(kept, device=device)) % dim.channels
+    within = (channels[:, None] * dim.unit + torch.arange(dim.unit, device=device)[None, :]).flatten()
+    starts = torch.arange(dim.blocks, device=device) * (dim.channels * dim.unit)
+    return (starts[:, None] + within[None, :]).flatten()
+
+
+def window_indices(spec: ParamSpec, packed_shape: Sequence[int], offset: int,
+                   device: torch.device | str | None = None) -> Tuple[torch.Tensor, ...]:
+    """:func:`window_index` of every dim for a packed tensor of ``packed_shape`` (kept channels read off it)."""
+    return tuple(window_index(d, s // (d.blocks * d.unit) if d.scaled else s, offset, device)
+                 for d, s in zip(spec.dims, packed_shape))
+
+
+def window_linear_index(spec: ParamSpec, packed_shape: Sequence[int], offset: int,
+                        device: torch.device | str | None = None) -> torch.Tensor:
+    """Flat (row-major) positions in the full tensor of every packed element, int64 of ``packed_shape``."""
+    linear = torch.zeros((), dtype=torch.int64, device=device)
+    stride = 1
+    indices = window_indices(spec, packed_shape, offset, device)
+    for d in reversed(range(len(spec.dims))):
+        view = [1] * len(spec.dims)
+        view[d] = -1
+        linear = linear + indices[d].view(view) * stride
+        stride *= spec.dims[d].size
+    return linear.expand(tuple(packed_shape)) if linear.dim() else linear
+
+
+def extract_window(full: torch.Tensor, spec: ParamSpec, p: float, offset: int) -> torch.Tensor:
+    """Packed copy of the width-``p`` rolling window starting at channel ``offset`` (offset 0: :func:`extract`)."""
+    out = full
+    for d, (dim, size) in enumerate(zip(spec.dims, spec.sliced_shape(p))):
+        if dim.scaled:
+            out = out.index_select(d, window_index(dim, size // (dim.blocks * dim.unit), offset, full.device))
+    return out.contiguous() if out is not full else full.clone()
+
+
+def roll_channels(full: torch.Tensor, spec: ParamSpec, shift: int) -> torch.Tensor:
+    """Copy of ``full`` with every scaled dim's channels rolled by ``shift``: out[c] = full[(c − shift) mod C].
+
+    With ``shift = −offset`` the window at ``offset`` becomes the leading slice, so windows that share one
+    offset can be aggregated by the leading-slice kernel and rolled back with ``shift = +offset``.
+    """
+    out = full
+    for d, dim in enumerate(spec.dims):
+        if not dim.scaled or shift % dim.channels == 0:
+            continue
+        shape = out.shape
+        split = shape[:d] + (dim.blocks, dim.channels * dim.unit) + shape[d + 1:]
+        out = out.reshape(split).roll((shift % dim.channels) * dim.unit, dims=d + 1).reshape(shape)
+    return out if out is not full else full.clone()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional
 
 import torch
 from torch import nn
@@ -12,7 +12,7 @@ from torch.nn import functional as F
 
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.models import build_model, extract
-from hasfl_ray.models.slicing import ParamSpec
+from hasfl_ray.models.slicing import ParamSpec, extract_window
 from hasfl_ray.training.seeding import STREAM_CLIENT, torch_generator
 
 
@@ -36,8 +36,12 @@ class LocalObjective:
     """
 
     def setup(self, model: nn.Module, initial: Mapping[str, torch.Tensor], width: float,
-              generator: torch.Generator) -> None:
-        """Called once before the first step with the client's starting (sub-model) parameters."""
+              generator: torch.Generator, model_at: Optional[Callable[[float], nn.Module]] = None) -> None:
+        """Called once before the first step with the client's starting (sub-model) parameters.
+
+        ``model_at(p)`` gives a (cached, shared) network of the same architecture at width p, for objectives
+        that also run nested narrower widths through ``torch.func.functional_call`` (FjORD).
+        """
 
     def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(model(x), y)
@@ -60,6 +64,8 @@ class ClientTask:
     lr: float
     seed: int
     objective: LocalObjective = field(default_factory=LocalObjective)
+    #: First channel of the kept window in every scaled dim (wrapping); 0 = the leading slice (FedRolex rolls it).
+    offset: int = 0
 
 
 @dataclass
@@ -73,6 +79,8 @@ class ClientResult:
     loss: float
     steps: int
     extras: Dict[str, Any] = field(default_factory=dict)
+    #: The task's window offset: where ``update`` lies in the global coordinates.
+    offset: int = 0
 
     def is_finite(self) -> bool:
         return math.isfinite(self.loss) and all(bool(torch.isfinite(t).all()) for t in self.update.values())
@@ -116,13 +124,17 @@ class Trainer:
         model = self.model_at(task.width)
         params = dict(model.named_parameters())
         with torch.no_grad():
-            initial = {name: extract(global_params[name], spec, task.width).to(self.device)
-                       for name, spec in self.specs.items()}
+            if task.offset:
+                initial = {name: extract_window(global_params[name], spec, task.width, task.offset).to(self.device)
+                           for name, spec in self.specs.items()}
+            else:
+                initial = {name: extract(global_params[name], spec, task.width).to(self.device)
+                           for name, spec in self.specs.items()}
             for name, tensor in initial.items():
                 params[name].copy_(tensor)
         generator = torch_generator(task.seed, STREAM_CLIENT, task.round, task.client)
         objective = task.objective
-        objective.setup(model, initial, task.width, generator)
+        objective.setup(model, initial, task.width, generator, model_at=self.model_at)
         s = self.settings
         optimizer = torch.optim.SGD(model.parameters(), lr=task.lr, momentum=s.momentum, weight_decay=s.weight_decay)
         n = self.dataset.client_size(task.client)
@@ -148,4 +160,5 @@ class Trainer:
             update = {name: (params[name].detach() - initial[name]).to("cpu", torch.float32).contiguous()
                       for name in self.specs}
         extras = objective.finish(model, initial, steps, task.lr)
-        return ClientResult(task.client, task.width, update, n, loss_sum / max(steps, 1), steps, extras)
+        return ClientResult(task.client, task.width, update, n, loss_sum / max(steps, 1), steps, extras,
+                            offset=task.offset)
