@@ -39,6 +39,8 @@ _PERIOD_SPEAKER = re.compile(r"^([A-Z][A-Za-z' \-]{0,40}?)\.$")
 _CAPS_SPEAKER = re.compile(r"^([A-Z][A-Z' \-]{1,40})$")
 _BYLINE = re.compile(r"^\s*by\s+William\s+Shakespeare", re.IGNORECASE)
 _ROMAN_NUMERAL = re.compile(r"^[IVXLCDM]+$")
+#: Lower-case words a role name may contain ("Duke of York", "Ros. and Guil."); any other marks a prose line.
+_NAME_PARTICLES = frozenset({"and", "of", "the", "de", "du", "la", "le"})
 _STAGE_DIRECTION = re.compile(r"\[[^\]]*\]")
 _BLANK_LINES = re.compile(r"\n[ \t]*(?:\n[ \t]*)+")
 _WHITESPACE = re.compile(r"\s+")
@@ -57,15 +59,21 @@ def decode(indices: Sequence[int] | np.ndarray | torch.Tensor) -> str:
 
 
 def _speaker(line: str) -> Optional[str]:
-    """The normalised role name if ``line`` is a speaker line (``NAME:``, ``Name.`` or ``NAME``), else None."""
+    """The normalised role name if ``line`` is a speaker line (``NAME:``, ``Name.`` or ``NAME``), else None.
+
+    A name has at most four words, each capitalised or a particle (of, and, the, ...), and is not a
+    lone roman numeral (the sonnets' numbering).
+    """
     line = line.strip()
     match = _COLON_SPEAKER.match(line) or _PERIOD_SPEAKER.match(line) or _CAPS_SPEAKER.match(line)
     if match is None:
         return None
-    name = " ".join(match.group(1).split())
-    if not name or _ROMAN_NUMERAL.match(name) or len(name.split()) > 4:
+    words = match.group(1).split()
+    if not words or len(words) > 4 or _ROMAN_NUMERAL.match(words[0]) and len(words) == 1:
         return None
-    return name.upper()
+    if any(word[0].islower() and word not in _NAME_PARTICLES for word in words):
+        return None
+    return " ".join(words).upper()
 
 
 def parse_speeches(text: str) -> Dict[str, List[str]]:
@@ -272,6 +280,9 @@ def load_shakespeare(num_clients: int, data_dir: str | None = None, download: bo
         if len(train) and len(test):
             usable.append((len(all_starts), role, train, test))
     usable.sort(key=lambda item: (-item[0], item[1].name))
+    if not usable:
+        raise DataError(f"no role in {source} has {min_role_chars:,} characters of dialogue (and train and test "
+                        f"windows at stride {stride}); pass --data-dir pointing at more text")
     if len(usable) < num_clients:
         raise DataError(f"only {len(usable)} roles in {source} have at least {min_role_chars:,} characters of "
                         f"dialogue (and train and test windows at stride {stride}); pass --clients {len(usable)} "
