@@ -1,0 +1,81 @@
+"""Dirichlet label partitions and capacity tiers of the paper's protocol."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hasfl_ray.data import TIER_PROBABILITIES, TIERS, assign_tiers, dirichlet_partition, load_dataset
+from hasfl_ray.errors import ConfigError
+
+
+def labels_of(num_classes=10, per_class=200):
+    return np.repeat(np.arange(num_classes), per_class)
+
+
+def test_partition_covers_every_sample_once_and_respects_min_size():
+    labels = labels_of()
+    parts = dirichlet_partition(labels, 20, 0.3, np.random.default_rng(42), min_size=10)
+    assert len(parts) == 20
+    assert min(len(p) for p in parts) >= 10
+    joined = np.concatenate(parts)
+    assert sorted(joined.tolist()) == list(range(len(labels)))
+    assert all(p.dtype == np.int64 and np.all(np.diff(p) > 0) for p in parts)
+
+
+def test_partition_is_a_function_of_the_seed():
+    labels = labels_of()
+    a = dirichlet_partition(labels, 20, 0.3, np.random.default_rng(42))
+    b = dirichlet_partition(labels, 20, 0.3, np.random.default_rng(42))
+    c = dirichlet_partition(labels, 20, 0.3, np.random.default_rng(43))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not all(np.array_equal(x, y) for x, y in zip(a, c))
+
+
+def tv_of(parts, labels, num_classes=10):
+    hist = np.stack([np.bincount(labels[p], minlength=num_classes) for p in parts]).astype(float)
+    client = hist / hist.sum(axis=1, keepdims=True)
+    overall = hist.sum(axis=0) / hist.sum()
+    return 0.5 * np.abs(client - overall).sum(axis=1)
+
+
+def test_smaller_alpha_gives_more_label_skew():
+    labels = labels_of()
+    skewed = tv_of(dirichlet_partition(labels, 20, 0.3, np.random.default_rng(0)), labels).mean()
+    mild = tv_of(dirichlet_partition(labels, 20, 100.0, np.random.default_rng(0)), labels).mean()
+    assert skewed > 0.4 and mild < 0.15
+
+
+def test_impossible_partition_names_the_flags():
+    with pytest.raises(ConfigError, match="pass a larger --alpha or fewer --clients"):
+        dirichlet_partition(labels_of(2, 10), 10, 0.01, np.random.default_rng(0), min_size=2, max_tries=5)
+    with pytest.raises(ConfigError, match="pass fewer --clients"):
+        dirichlet_partition(labels_of(2, 2), 10, 1.0, np.random.default_rng(0))
+
+
+def test_twenty_clients_get_8_5_4_3_tiers_with_mean_0525():
+    for seed in range(5):
+        p_max = assign_tiers(20, np.random.default_rng(seed))
+        assert [int((p_max == tier).sum()) for tier in TIERS] == [8, 5, 4, 3]
+        assert p_max.mean() == pytest.approx(0.525)
+    assert not np.array_equal(assign_tiers(20, np.random.default_rng(0)), assign_tiers(20, np.random.default_rng(1)))
+
+
+def test_largest_remainder_breaks_ties_in_tier_order():
+    # 10 clients: exact shares 4, 2.5, 2, 1.5; the two half remainders go to the lower tiers first.
+    p_max = assign_tiers(10, np.random.default_rng(0))
+    assert [int((p_max == tier).sum()) for tier in TIERS] == [4, 3, 2, 1]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(min_value=1, max_value=500), st.integers(min_value=0, max_value=2**32 - 1))
+def test_tier_counts_are_within_one_of_their_exact_share(num_clients, seed):
+    p_max = assign_tiers(num_clients, np.random.default_rng(seed))
+    counts = np.array([(p_max == tier).sum() for tier in TIERS])
+    assert counts.sum() == num_clients
+    assert np.all(np.abs(counts - np.asarray(TIER_PROBABILITIES) * num_clients) < 1)
+
+
+def test_unknown_dataset_is_a_config_error():
+    with pytest.raises(ConfigError, match="dataset 'imagenet' is unknown"):
+        load_dataset("imagenet", 20, 0.3, 42)
