@@ -7,18 +7,20 @@ from hasfl_ray.data.partition import TIER_PROBABILITIES, TIERS, assign_tiers, di
 from hasfl_ray.errors import ConfigError
 
 #: Dataset keys of ``--dataset``; every one has a model of the same name in MODEL_CONFIGS.
-DATASETS = ("digits", "emnist", "cifar10", "shakespeare")
+DATASETS = ("digits", "emnist", "cifar10", "shakespeare", "synthetic")
 
 
 def load_dataset(name: str, num_clients: int, alpha: float, seed: int, data_dir: str | None = None,
-                 download: bool = False) -> FederatedDataset:
+                 download: bool = False, synthetic_alpha: float = 1.0,
+                 synthetic_beta: float = 1.0) -> FederatedDataset:
     """The federated dataset ``name`` partitioned over ``num_clients`` for run seed ``seed``.
 
     Image sets (emnist, cifar10) read a torchvision root at ``data_dir`` and are split by
     Dirichlet(``alpha``) label skew drawn from ``seed``; shakespeare reads LEAF JSON or play text at
     ``data_dir`` and keeps its natural one-client-per-role partition (``alpha`` and ``seed`` unused);
-    digits is embedded. Nothing is downloaded unless ``download`` is set. Missing, corrupt or
-    truncated files raise :class:`hasfl_ray.errors.DataError` (one sentence naming the file and flag).
+    digits is embedded; synthetic is FedProx's Synthetic(``synthetic_alpha``, ``synthetic_beta``), generated
+    per client from ``seed`` where it is trained (``alpha`` unused). Nothing is downloaded unless
+    ``download`` is set. Missing, corrupt or truncated files raise :class:`hasfl_ray.errors.DataError` (one sentence naming the file and flag).
     """
     if name == "digits":
         from hasfl_ray.data.digits import load_digits_federated
@@ -32,6 +34,9 @@ def load_dataset(name: str, num_clients: int, alpha: float, seed: int, data_dir:
     if name == "shakespeare":
         from hasfl_ray.data.shakespeare import load_shakespeare
         return load_shakespeare(num_clients, data_dir, download)
+    if name == "synthetic":
+        from hasfl_ray.data.synthetic import load_synthetic
+        return load_synthetic(num_clients, seed, synthetic_alpha, synthetic_beta)
     raise ConfigError(f"dataset {name!r} is unknown; expected one of {', '.join(DATASETS)}")
 
 

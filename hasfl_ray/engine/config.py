@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, fields
 from typing import Any, Dict, Mapping, Optional
 
@@ -18,6 +19,11 @@ DATASET_DEFAULTS: Dict[str, Dict[str, Any]] = {
     "shakespeare": dict(rounds=200, local_epochs=1, lr=0.1, clip_norm=5.0, batch_size=32),
     "synthetic": dict(rounds=50, local_epochs=1, lr=0.01, clip_norm=10.0, batch_size=32),
 }
+
+#: Fields that never change a run's result: recorded in config.yaml, ignored when --resume compares configs.
+#: (device, trainer_threads and aggregation_backend can change the last bits of floats, so they are compared.)
+EXECUTION_FIELDS = frozenset({"backend", "actors", "gpus_per_actor", "address", "checkpoint_every", "fault_inject",
+                              "data_dir", "download", "control_variates_dir"})
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,9 @@ class RunConfig:
     clients_per_round: int = 10
     seed: int = 42
     alpha: float = 0.3
+    # FedProx's Synthetic(alpha, beta) data (--dataset synthetic): labeller and input heterogeneity
+    synthetic_alpha: float = 1.0
+    synthetic_beta: float = 1.0
     # local optimisation
     local_epochs: Optional[int] = None
     batch_size: Optional[int] = None
@@ -60,6 +69,12 @@ class RunConfig:
     aggregation_backend: str = "auto"
     trainer_threads: int = 1
     device: str = "cpu"
+    # Ray backend, checkpoints and fault injection (never change results; not compared by --resume)
+    actors: Optional[int] = None
+    gpus_per_actor: Optional[float] = None
+    address: Optional[str] = None
+    checkpoint_every: int = 10
+    fault_inject: Optional[str] = None
 
     def __post_init__(self) -> None:
         from hasfl_ray.algorithms import ALGORITHMS
@@ -108,6 +123,40 @@ class RunConfig:
             raise bad("backend", self.backend, "local or ray")
         if self.aggregation_backend not in ("auto", "fused", "reference"):
             raise bad("aggregation_backend", self.aggregation_backend, "auto, fused or reference")
+        self._check_execution(bad)
+
+    def _check_execution(self, bad) -> None:
+        """Validate the synthetic-data, Ray, checkpoint and fault-injection fields."""
+        for name in ("synthetic_alpha", "synthetic_beta"):
+            if not _number(getattr(self, name)) or getattr(self, name) < 0:
+                raise bad(name, getattr(self, name), "a number >= 0")
+        if not isinstance(self.device, str) or not re.fullmatch(r"cpu|mps|cuda(:\d+)?", self.device):
+            raise bad("device", self.device, "cpu, cuda, cuda:N or mps")
+        if self.actors is not None and (not isinstance(self.actors, int) or isinstance(self.actors, bool)
+                                        or self.actors <= 0):
+            raise bad("actors", self.actors, "a positive integer")
+        gpus = self.gpus_per_actor
+        if gpus is not None:
+            if not _number(gpus) or gpus <= 0 or (gpus > 1 and gpus != int(gpus)):
+                raise bad("gpus_per_actor", gpus, "a fraction in (0, 1] or a whole number of GPUs")
+            if not self.device.startswith("cuda"):
+                raise ConfigError(f"gpus_per_actor is {gpus!r} but device is {self.device!r}; expected device cuda "
+                                  "for trainers that use GPUs")
+        if self.address is not None and (not isinstance(self.address, str) or not self.address):
+            raise bad("address", self.address, "a Ray cluster address HOST:PORT, ray://HOST:PORT or auto")
+        for name in ("actors", "gpus_per_actor", "address"):
+            if getattr(self, name) is not None and self.backend != "ray":
+                raise ConfigError(f"{name} is {getattr(self, name)!r} but backend is {self.backend!r}; expected "
+                                  "backend ray, the only one with actors")
+        if not isinstance(self.checkpoint_every, int) or isinstance(self.checkpoint_every, bool) or \
+                self.checkpoint_every < 0:
+            raise bad("checkpoint_every", self.checkpoint_every, "a non-negative integer (0 disables checkpoints)")
+        if self.fault_inject is not None:
+            if fault_inject_round(self.fault_inject) is None:
+                raise bad("fault_inject", self.fault_inject, "kill-trainer@ROUND")
+            if self.backend != "ray":
+                raise ConfigError(f"fault_inject is {self.fault_inject!r} but backend is {self.backend!r}; expected "
+                                  "backend ray, whose trainer actors it kills")
 
     def resolved(self) -> "RunConfig":
         """This config with every ``None`` protocol field replaced by the dataset's default."""
@@ -117,6 +166,10 @@ class RunConfig:
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def result_dict(self) -> Dict[str, Any]:
+        """:meth:`to_dict` without :data:`EXECUTION_FIELDS`: what a run's result depends on (--resume compares it)."""
+        return {k: v for k, v in self.to_dict().items() if k not in EXECUTION_FIELDS}
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], source: str = "config") -> "RunConfig":
@@ -144,6 +197,12 @@ def load_yaml_config(path: str) -> Dict[str, Any]:
     if not isinstance(values, dict):
         raise ConfigError(f"config file {path!r} holds a {type(values).__name__}; expected a mapping of config keys")
     return {str(k).replace("-", "_"): v for k, v in values.items()}
+
+
+def fault_inject_round(spec: str) -> Optional[int]:
+    """The round of a ``kill-trainer@ROUND`` fault-injection spec, or None when it is malformed."""
+    match = re.fullmatch(r"kill-trainer@(\d+)", spec) if isinstance(spec, str) else None
+    return int(match.group(1)) if match else None
 
 
 def _number(value: Any) -> bool:

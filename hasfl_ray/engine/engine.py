@@ -59,7 +59,8 @@ class Engine:
     def prepare(self) -> None:
         """Load data, draw tiers, build the algorithm and w^(0); raises ConfigError before anything is written."""
         c = self.config
-        self.dataset = load_dataset(c.dataset, c.clients, c.alpha, c.seed, c.data_dir, c.download)
+        self.dataset = load_dataset(c.dataset, c.clients, c.alpha, c.seed, c.data_dir, c.download,
+                                    c.synthetic_alpha, c.synthetic_beta)
         self.model_name = self.dataset.model
         if self.model_name not in MODEL_CONFIGS:
             raise ValueError(f"dataset {c.dataset!r} names model {self.model_name!r}, which is not registered")
