@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
 
 import torch
 from torch import nn
@@ -111,11 +111,18 @@ class Trainer:
             self._models[width] = build_model(self.model_name, width).to(self.device)
         return self._models[width]
 
-    def release(self) -> None:
-        """Drop cached models (and their device memory)."""
-        self._models.clear()
+    def release(self, keep: Iterable[float] = ()) -> None:
+        """Drop cached models (and their device memory), except those of the widths in ``keep``."""
+        keep = set(keep)
+        for width in [w for w in self._models if w not in keep]:
+            del self._models[width]
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+    @property
+    def cached_widths(self) -> List[float]:
+        """Widths whose networks are cached, oldest first."""
+        return list(self._models)
 
     def train(self, task: ClientTask, global_params: Mapping[str, torch.Tensor]) -> ClientResult:
         """Extract the width-p sub-model from ``global_params``, run K local epochs, return Δ_i (packed)."""
