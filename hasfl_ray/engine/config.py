@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import json
+import os
 from dataclasses import dataclass, fields
 from typing import Any, Dict, Mapping, Optional
 
@@ -19,6 +21,14 @@ DATASET_DEFAULTS: Dict[str, Dict[str, Any]] = {
     "shakespeare": dict(rounds=200, local_epochs=1, lr=0.1, clip_norm=5.0, batch_size=32),
     "synthetic": dict(rounds=50, local_epochs=1, lr=0.01, clip_norm=10.0, batch_size=32),
 }
+
+#: The paper's HAS-FL average width per dataset (Tables 3 and 6): random-budget's default target budget.
+PAPER_HASFL_BUDGET: Dict[str, float] = {"cifar10": 0.52, "emnist": 0.52, "shakespeare": 0.53}
+DEFAULT_BUDGET = 0.52
+
+#: Local SGD momentum when ``momentum`` is left unset: the paper's 0.9, but vanilla SGD for SCAFFOLD
+#: (its control variates diverge under momentum; README, "Algorithms").
+DEFAULT_MOMENTUM, SCAFFOLD_MOMENTUM = 0.9, 0.0
 
 #: Fields that never change a run's result: recorded in config.yaml, ignored when --resume compares configs.
 #: (device, trainer_threads and aggregation_backend can change the last bits of floats, so they are compared.)
@@ -51,7 +61,7 @@ class RunConfig:
     batch_size: Optional[int] = None
     lr: Optional[float] = None
     lr_decay: float = 0.995
-    momentum: float = 0.9
+    momentum: Optional[float] = None
     weight_decay: float = 1e-4
     clip_norm: Optional[float] = None
     eval_batch_size: int = 500
@@ -64,6 +74,14 @@ class RunConfig:
     warmup: int = 10
     t_norm: int = 20
     epsilon: float = 1e-8
+    # baselines (README, "Algorithms")
+    mu: float = 1.0
+    budget: Optional[float] = None
+    budget_from: Optional[str] = None
+    heterofl_weighting: str = "samples"
+    fjord_distill_weight: float = 1.0
+    scaffold_global_lr: float = 1.0
+    rolex_step: int = 1
     # execution (does not change results)
     backend: str = "local"
     aggregation_backend: str = "auto"
@@ -75,6 +93,7 @@ class RunConfig:
     address: Optional[str] = None
     checkpoint_every: int = 10
     fault_inject: Optional[str] = None
+    control_variates_dir: Optional[str] = None
 
     def __post_init__(self) -> None:
         from hasfl_ray.algorithms import ALGORITHMS
@@ -110,15 +129,27 @@ class RunConfig:
                 raise bad(name, value, "a width p in (0, 1]")
         for name, low, high in (("lr_decay", 0, 1), ("momentum", 0, 1), ("beta", 0, 1)):
             value = getattr(self, name)
-            if not _number(value) or not low <= value <= high:
+            if (value is not None or name != "momentum") and (not _number(value) or not low <= value <= high):
                 raise bad(name, value, f"a number in [{low}, {high}]")
-        for name in ("weight_decay", "gamma", "epsilon"):
+        for name in ("weight_decay", "gamma", "epsilon", "mu", "fjord_distill_weight"):
             if not _number(getattr(self, name)) or getattr(self, name) < 0:
                 raise bad(name, getattr(self, name), "a number >= 0")
         if self.clip_norm is not None and (not _number(self.clip_norm) or self.clip_norm < 0):
             raise bad("clip_norm", self.clip_norm, "a number >= 0 (0 disables clipping)")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise bad("seed", self.seed, "a non-negative integer")
+        if self.budget is not None and (not _number(self.budget) or not 0 < self.budget <= 1):
+            raise bad("budget", self.budget, "an average width in (0, 1]")
+        for name in ("budget_from", "control_variates_dir"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise bad(name, value, "a directory path")
+        if self.heterofl_weighting not in ("samples", "count"):
+            raise bad("heterofl_weighting", self.heterofl_weighting, "samples or count")
+        if not _positive_number(self.scaffold_global_lr):
+            raise bad("scaffold_global_lr", self.scaffold_global_lr, "a number > 0")
+        if not isinstance(self.rolex_step, int) or isinstance(self.rolex_step, bool) or self.rolex_step < 0:
+            raise bad("rolex_step", self.rolex_step, "a non-negative integer (channels the window advances per round)")
         if self.backend not in ("local", "ray"):
             raise bad("backend", self.backend, "local or ray")
         if self.aggregation_backend not in ("auto", "fused", "reference"):
@@ -162,6 +193,11 @@ class RunConfig:
         """This config with every ``None`` protocol field replaced by the dataset's default."""
         defaults = DATASET_DEFAULTS[self.dataset]
         updates = {k: v for k, v in defaults.items() if getattr(self, k) is None}
+        if self.momentum is None:
+            updates["momentum"] = SCAFFOLD_MOMENTUM if self.algorithm == "scaffold" else DEFAULT_MOMENTUM
+        if self.algorithm == "random-budget" and self.budget is None:
+            updates["budget"] = budget_from_run(self.budget_from) if self.budget_from else \
+                PAPER_HASFL_BUDGET.get(self.dataset, DEFAULT_BUDGET)
         return dataclasses.replace(self, **updates)
 
     def to_dict(self) -> Dict[str, Any]:
@@ -197,6 +233,26 @@ def load_yaml_config(path: str) -> Dict[str, Any]:
     if not isinstance(values, dict):
         raise ConfigError(f"config file {path!r} holds a {type(values).__name__}; expected a mapping of config keys")
     return {str(k).replace("-", "_"): v for k, v in values.items()}
+
+
+def budget_from_run(run_dir: str) -> float:
+    """The realised average width (``avg_p`` of summary.json) of a finished run directory."""
+    path = os.path.join(run_dir, "summary.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            summary = json.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"budget_from run directory {run_dir!r} has no summary.json; expected the directory of "
+                          "a finished run") from None
+    except OSError as error:
+        raise ConfigError(f"budget_from file {path!r} cannot be read ({error.strerror}); expected a readable "
+                          "run summary") from None
+    except ValueError:
+        raise ConfigError(f"budget_from file {path!r} is not valid JSON; expected a run summary with avg_p") from None
+    avg_p = summary.get("avg_p") if isinstance(summary, dict) else None
+    if not _number(avg_p) or not 0 < avg_p <= 1:
+        raise ConfigError(f"budget_from file {path!r} has avg_p {avg_p!r}; expected an average width in (0, 1]")
+    return float(avg_p)
 
 
 def fault_inject_round(spec: str) -> Optional[int]:

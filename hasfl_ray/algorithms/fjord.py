@@ -1,0 +1,111 @@
+"""FjORD (Horváth et al., 2021): ordered dropout with self-distillation inside each client's p_i^max model."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call
+from torch.nn import functional as F
+
+from hasfl_ray.algorithms.base import Algorithm
+from hasfl_ray.data.partition import TIERS
+from hasfl_ray.models.slicing import region
+from hasfl_ray.training.local import LocalObjective
+from hasfl_ray.training.seeding import STREAM_ALGORITHM, stream_seed
+
+
+def nested_parameters(model: nn.Module, width: float) -> Dict[str, torch.Tensor]:
+    """The width-``width`` sub-network's parameters as differentiable slices of a wider ``model``'s.
+
+    ``model.param_specs()`` describes the full-width model, so the slice of every parameter is the
+    absolute ceil(width · C) leading channels (inside each gate block), the same coordinates as
+    :func:`hasfl_ray.models.extract` takes from the global model.
+    """
+    params = dict(model.named_parameters())
+    out = {}
+    for name, spec in model.param_specs().items():
+        shape = spec.sliced_shape(width)
+        out[name] = region(params[name], shape, spec.gate_blocks).reshape(shape)
+    return out
+
+
+class OrderedDropoutObjective(LocalObjective):
+    """FjORD's local step: loss = CE(f_{p_max}(x), y) + λ · KL(softmax f_{p_max}(x) detached ‖ softmax f_p(x)).
+
+    At every step a width p is drawn uniformly from ``widths`` (the tiers ≤ p_i^max); f_p is the nested
+    sub-network of the client's model (its leading channels), run with the same parameters through
+    ``torch.func.functional_call``, so one backward and one optimiser step train both. When p = p_i^max
+    the distillation term is identically zero and is skipped.
+
+    Args:
+        widths: the widths to sample from (ascending; the largest is the client's model width).
+        distill_weight: λ.
+        seed: seed of the width draws (a stream of its own, so batch order matches other algorithms).
+    """
+
+    def __init__(self, widths: Sequence[float], distill_weight: float, seed: int):
+        self.widths = [float(w) for w in widths]
+        self.distill_weight = float(distill_weight)
+        self.seed = int(seed)
+        self.sampled: List[float] = []
+        self._rng: Optional[np.random.Generator] = None
+        self._model_at = None
+        self._width = 1.0
+
+    def setup(self, model, initial, width, generator, model_at=None) -> None:
+        self._rng = np.random.default_rng(self.seed)
+        self._model_at = model_at
+        self._width = float(width)
+        self.sampled = []
+
+    def sample_width(self) -> float:
+        width = self.widths[int(self._rng.integers(len(self.widths)))]
+        self.sampled.append(width)
+        return width
+
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = model(x)
+        loss = F.cross_entropy(logits, y)
+        width = self.sample_width()
+        if width < self._width and self.distill_weight > 0:
+            if self._model_at is None:
+                raise RuntimeError("FjORD needs the trainer's model_at to run nested widths")
+            sub_logits = functional_call(self._model_at(width), nested_parameters(model, width), (x,))
+            teacher = F.log_softmax(logits.detach(), dim=1)
+            distill = F.kl_div(F.log_softmax(sub_logits, dim=1), teacher, log_target=True, reduction="batchmean")
+            loss = loss + self.distill_weight * distill
+        return loss
+
+    def finish(self, model, initial, steps, lr) -> Dict[str, Any]:
+        self._model_at = None
+        return {"avg_width": float(np.mean(self.sampled)) if self.sampled else self._width,
+                "sampled_widths": list(self.sampled)}
+
+
+class FjORD(Algorithm):
+    """Client i trains its p_i^max model; each local step adds a uniformly drawn nested width ≤ p_i^max
+    distilled from the max-width output. avg_p reports the mean sampled width.
+
+    The sampled widths are the federation's capacity tiers (the protocol's 0.25/0.5/0.75/1.0 and any
+    other p^max present) up to p_i^max. BatchNorm: the models normalise with the statistics of each
+    forward pass's own batch (no running statistics), so every sampled width uses its own statistics and
+    shares the affine parameters of its leading channels (FjORD keeps per-width statistics and shared
+    affine parameters: the same separation, without stored statistics).
+    """
+
+    name = "fjord"
+
+    def __init__(self, config, p_max, num_samples):
+        super().__init__(config, p_max, num_samples)
+        self.tiers = sorted(set(float(t) for t in TIERS) | set(float(p) for p in np.unique(self.p_max)))
+
+    def widths_for(self, client: int) -> List[float]:
+        """The widths client ``client`` samples from: every tier ≤ its p^max."""
+        return [t for t in self.tiers if t <= self.p_max[client] + 1e-12]
+
+    def objective(self, round: int, client: int, width: float) -> LocalObjective:
+        seed = stream_seed(self.config.seed, STREAM_ALGORITHM, round, client)
+        return OrderedDropoutObjective(self.widths_for(client), self.config.fjord_distill_weight, seed)

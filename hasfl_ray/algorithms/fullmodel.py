@@ -1,0 +1,217 @@
+"""Full-model methods (p = 1 for every client): FedAvg, FedProx and SCAFFOLD."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from hasfl_ray.aggregation import AggregateResult
+from hasfl_ray.algorithms.base import Algorithm
+from hasfl_ray.training.local import ClientResult, LocalObjective
+
+logger = logging.getLogger(__name__)
+
+#: The extras key under which a SCAFFOLD client returns (x − y_i) / (K η).
+SCAFFOLD_DRIFT = "scaffold_drift"
+
+
+class FedAvg(Algorithm):
+    """FedAvg (McMahan et al., 2017): every client trains the full model, whatever its capacity."""
+
+    name = "fedavg"
+
+    def __init__(self, config, p_max, num_samples):
+        super().__init__(config, p_max, num_samples)
+        self.p_current = np.ones(self.num_clients, dtype=np.float64)
+
+
+class ProximalObjective(LocalObjective):
+    """FedProx's local objective F_i(w) + μ/2 ||w − w^t||², applied as its gradient μ (w − w^t).
+
+    The reported loss is the data loss only; the proximal term enters through :meth:`adjust_gradients`.
+    """
+
+    def __init__(self, mu: float):
+        self.mu = mu
+        self._pairs: List[Tuple[nn.Parameter, torch.Tensor]] = []
+
+    def setup(self, model, initial, width, generator, model_at=None) -> None:
+        self._pairs = [(p, initial[name]) for name, p in model.named_parameters()]
+
+    def adjust_gradients(self, model: nn.Module) -> None:
+        with torch.no_grad():
+            for param, anchor in self._pairs:
+                if param.grad is not None:
+                    param.grad.add_(param - anchor, alpha=self.mu)
+
+    def finish(self, model, initial, steps, lr) -> Dict[str, Any]:
+        self._pairs = []
+        return {}
+
+
+class FedProx(FedAvg):
+    """FedProx (Li et al., 2020): FedAvg with the proximal term μ/2 ||w − w^t||² (``mu``, default 1.0)."""
+
+    name = "fedprox"
+
+    def objective(self, round: int, client: int, width: float) -> LocalObjective:
+        return ProximalObjective(self.config.mu)
+
+
+class ControlVariateObjective(LocalObjective):
+    """SCAFFOLD's local step y ← y − η (g_i(y) − c_i + c), then option II's (x − y_i) / (K η) as an extra.
+
+    Args:
+        correction: name -> c − c_i (full shape, float32), or None while both are zero.
+    """
+
+    def __init__(self, correction: Optional[Dict[str, torch.Tensor]]):
+        self.correction = correction
+        self._pairs: List[Tuple[nn.Parameter, torch.Tensor]] = []
+
+    def setup(self, model, initial, width, generator, model_at=None) -> None:
+        if self.correction is not None:
+            self._pairs = [(p, self.correction[name].to(p.device)) for name, p in model.named_parameters()]
+
+    def adjust_gradients(self, model: nn.Module) -> None:
+        with torch.no_grad():
+            for param, correction in self._pairs:
+                if param.grad is not None:
+                    param.grad.add_(correction)
+
+    def finish(self, model, initial, steps, lr) -> Dict[str, Any]:
+        self._pairs = []
+        scale = 1.0 / (max(steps, 1) * lr)
+        with torch.no_grad():
+            drift = {name: ((initial[name] - p.detach()) * scale).to("cpu", torch.float32)
+                     for name, p in model.named_parameters()}
+        return {SCAFFOLD_DRIFT: drift}
+
+
+class ControlVariateStore:
+    """Per-client control variates c_i, each one flat float32 tensor, kept only for clients that participated.
+
+    Args:
+        directory: keep them on disk there (one ``client_<i>.pt`` each) instead of in memory; for
+            federations where N model copies do not fit in memory.
+    """
+
+    def __init__(self, directory: Optional[str] = None):
+        self.directory = directory
+        self._memory: Dict[int, torch.Tensor] = {}
+        self._clients: set = set()
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+
+    def __contains__(self, client: int) -> bool:
+        return client in self._clients
+
+    def clients(self) -> List[int]:
+        return sorted(self._clients)
+
+    def _path(self, client: int) -> str:
+        return os.path.join(self.directory, f"client_{client}.pt")
+
+    def get(self, client: int) -> Optional[torch.Tensor]:
+        """c_i of ``client`` (flat), or None where it never participated (c_i = 0)."""
+        if client not in self._clients:
+            return None
+        if self.directory:
+            return torch.load(self._path(client), weights_only=True)
+        return self._memory[client]
+
+    def put(self, client: int, value: torch.Tensor) -> None:
+        value = value.detach().to("cpu", torch.float32).contiguous()
+        self._clients.add(client)
+        if self.directory:
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
+            with os.fdopen(fd, "wb") as handle:  # written whole, then renamed: never a half-written c_i
+                torch.save(value, handle)
+            os.replace(tmp, self._path(client))
+        else:
+            self._memory[client] = value
+
+    def state_dict(self) -> Dict[int, torch.Tensor]:
+        return {client: self.get(client).clone() for client in self.clients()}
+
+    def load_state_dict(self, state: Mapping[int, torch.Tensor]) -> None:
+        self._memory.clear()
+        self._clients.clear()
+        for client, value in state.items():
+            self.put(int(client), value)
+
+
+class SCAFFOLD(FedAvg):
+    """SCAFFOLD (Karimireddy et al., 2020) with option II control variates.
+
+    Client i corrects every local gradient by c − c_i and returns Δy_i and (x − y_i)/(K η) (K its local
+    steps, η its learning rate). The server applies x ← x + η_g Δ̄ (``scaffold_global_lr``, default 1,
+    Δ̄ the protocol's n_i-weighted mean), sets c_i⁺ = c_i − c + (x − y_i)/(K η) for each participant and
+    c ← c + (1/N) Σ_i (c_i⁺ − c_i). All variates start at zero. Local SGD runs without momentum unless
+    ``momentum`` is set: with the paper's momentum 0.9 the corrected steps diverge.
+    """
+
+    name = "scaffold"
+
+    def __init__(self, config, p_max, num_samples):
+        super().__init__(config, p_max, num_samples)
+        self.server_lr = float(config.scaffold_global_lr)
+        if config.momentum:
+            logger.warning("SCAFFOLD with momentum %s: its control variates assume vanilla SGD and diverge under "
+                           "momentum (the paper runs it with momentum 0)", config.momentum)
+        self.layout: Optional[List[Tuple[str, Tuple[int, ...]]]] = None
+        self.server_control: Optional[torch.Tensor] = None
+        self.client_controls = ControlVariateStore(config.control_variates_dir)
+
+    def _unflatten(self, flat: torch.Tensor) -> Dict[str, torch.Tensor]:
+        out, start = {}, 0
+        for name, shape in self.layout:
+            size = int(np.prod(shape))
+            out[name] = flat[start:start + size].view(shape)
+            start += size
+        return out
+
+    def _flatten(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return torch.cat([tensors[name].reshape(-1).to(torch.float32) for name, _ in self.layout])
+
+    def objective(self, round: int, client: int, width: float) -> LocalObjective:
+        if self.server_control is None:
+            return ControlVariateObjective(None)
+        own = self.client_controls.get(client)
+        correction = self.server_control if own is None else self.server_control - own
+        return ControlVariateObjective(self._unflatten(correction.clone()))
+
+    def observe(self, round: int, results: Sequence[ClientResult], aggregate: AggregateResult) -> None:
+        if not results:
+            return
+        if self.layout is None:
+            first = results[0].extras[SCAFFOLD_DRIFT]
+            self.layout = [(name, tuple(t.shape)) for name, t in first.items()]
+            self.server_control = torch.zeros(sum(int(np.prod(s)) for _, s in self.layout), dtype=torch.float32)
+        total = torch.zeros_like(self.server_control)
+        for result in results:
+            drift = self._flatten(result.extras[SCAFFOLD_DRIFT])
+            old = self.client_controls.get(result.client)
+            new = drift - self.server_control if old is None else old - self.server_control + drift
+            total += new if old is None else new - old
+            self.client_controls.put(result.client, new)
+        self.server_control = self.server_control + total / self.num_clients
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {**super().state_dict(), "layout": None if self.layout is None else list(self.layout),
+                "server_control": None if self.server_control is None else self.server_control.clone(),
+                "client_controls": self.client_controls.state_dict()}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        layout = state["layout"]
+        self.layout = None if layout is None else [(name, tuple(shape)) for name, shape in layout]
+        control = state["server_control"]
+        self.server_control = None if control is None else control.clone()
+        self.client_controls.load_state_dict(state["client_controls"])

@@ -1,0 +1,22 @@
+"""HeteroFL (Diao et al., 2021): static width p_i = p_i^max, coordinate-wise aggregation."""
+
+from __future__ import annotations
+
+from typing import List, Sequence
+
+from hasfl_ray.algorithms.base import Algorithm
+
+
+class HeteroFL(Algorithm):
+    """Every client always trains its capacity p_i^max (the base allocation, never changed).
+
+    Aggregation is the paper's coordinate-wise mean weighted by n_i; ``heterofl_weighting="count"``
+    restores HeteroFL's original unweighted mean over the clients covering each coordinate.
+    """
+
+    name = "heterofl"
+
+    def aggregation_weights(self, clients: Sequence[int]) -> List[float]:
+        if self.config.heterofl_weighting == "count":
+            return [1.0] * len(clients)
+        return super().aggregation_weights(clients)
