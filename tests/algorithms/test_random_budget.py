@@ -1,0 +1,104 @@
+"""Random-budget: widths ≤ p_max drawn to a budget, HAS-FL's coverage rule and schedule, avg_p within ±0.03."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from algorithm_runs import LEARNING_RUN, P_MAX_4, SAMPLES_4, recorded_run, small_config
+from hasfl_ray.aggregation import AggregateResult
+from hasfl_ray.algorithms.random_budget import RandomBudget, budget_range, random_allocation
+from hasfl_ray.data import assign_tiers
+from hasfl_ray.engine.config import RunConfig
+from hasfl_ray.engine.engine import STREAM_TIERS, sample_participants
+from hasfl_ray.errors import ConfigError
+from hasfl_ray.training.local import ClientResult
+from hasfl_ray.training.seeding import numpy_rng
+
+EMPTY = AggregateResult({}, torch.zeros(0), torch.zeros(0), 1.0)
+
+
+def test_random_allocation_hand_computed():
+    # equal factors: p = clip(L, 0.25, p_max), top tier at 1; mean 0.6 needs 0.25 + 0.5 + L + 1 = 2.4, L = 0.65
+    p = random_allocation(np.ones(4), P_MAX_4, 0.6, coverage=True)
+    np.testing.assert_allclose(p, [0.25, 0.5, 0.65, 1.0], atol=1e-9)
+    # no coverage, factors [1, 1, 1, 0.5]: 0.25 + min(L, .5) + min(L, .75) + clip(L / 2, .25, 1) = 2 at L = 1
+    p = random_allocation(np.array([1.0, 1.0, 1.0, 0.5]), P_MAX_4, 0.5, coverage=False)
+    np.testing.assert_allclose(p, [0.25, 0.5, 0.75, 0.5], atol=1e-9)
+    assert budget_range(P_MAX_4, coverage=True) == (pytest.approx(0.4375), pytest.approx(0.625))
+    assert budget_range(P_MAX_4, coverage=False) == (pytest.approx(0.25), pytest.approx(0.625))
+
+
+def simulate(seed, budget, rounds=200, warmup=10, t_adapt=5, clients=20, per_round=10, coverage=True):
+    """Allocate/observe without training (random-budget ignores the aggregate); returns realised avg_p."""
+    p_max = assign_tiers(clients, numpy_rng(seed, STREAM_TIERS))
+    config = RunConfig(rounds=rounds, seed=seed, algorithm="random-budget", budget=budget, warmup=warmup,
+                       t_adapt=t_adapt, coverage=coverage, clients=clients, clients_per_round=per_round).resolved()
+    algorithm = RandomBudget(config, p_max, np.full(clients, 50))
+    per_round_means, allocations = [], []
+    for t in range(rounds):
+        widths = algorithm.allocate(t, sample_participants(seed, t, clients, per_round))
+        per_round_means.append(np.mean(list(widths.values())))
+        allocations.append(algorithm.p_current.copy())
+        assert all(0 < w <= p_max[i] + 1e-12 for i, w in widths.items())
+        if coverage:
+            assert all(w == p_max[i] for i, w in widths.items() if p_max[i] == p_max.max())
+        algorithm.observe(t, [ClientResult(i, w, {}, 50, 0.0, 1) for i, w in widths.items()], EMPTY)
+    return float(np.mean(per_round_means)), allocations, p_max
+
+
+@pytest.mark.parametrize("seed, budget", [(42, 0.52), (43, 0.45), (44, 0.40), (7, 0.49)])
+def test_realised_avg_p_meets_the_budget_under_the_paper_protocol(seed, budget):
+    realised, allocations, p_max = simulate(seed, budget)
+    assert abs(realised - budget) <= 0.03
+    # HAS-FL's schedule: p^max up to the first adaptation (end of round 10), a new draw after each one only
+    assert all(np.array_equal(a, p_max) for a in allocations[:11])
+    changes = [t for t in range(1, 200) if not np.array_equal(allocations[t], allocations[t - 1])]
+    assert changes and all(t - 1 >= 10 and (t - 1) % 5 == 0 for t in changes)
+    assert len(changes) > 30  # time-varying
+
+
+def test_short_runs_still_meet_the_budget():
+    realised, _, _ = simulate(3, 0.42, rounds=12, warmup=1, t_adapt=1)
+    assert abs(realised - 0.42) <= 0.03
+
+
+def test_budget_outside_what_the_federation_can_average_is_refused(config4):
+    with pytest.raises(ConfigError, match=r"budget is 0\.7 but random widths .* between 0\.4375 and 0\.6250"):
+        RandomBudget(small_config(algorithm="random-budget", budget=0.7), P_MAX_4, SAMPLES_4)
+
+
+def test_default_budget_is_the_papers_hasfl_average_and_budget_from_reads_a_run(tmp_path):
+    assert RunConfig(algorithm="random-budget").resolved().budget == 0.52
+    assert RunConfig(algorithm="random-budget", dataset="shakespeare").resolved().budget == 0.53
+    assert RunConfig(algorithm="hasfl").resolved().budget is None
+    run = tmp_path / "hasfl-run"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"avg_p": 0.4871, "best_accuracy": 0.5}))
+    config = RunConfig(algorithm="random-budget", budget_from=str(run)).resolved()
+    assert config.budget == 0.4871 and config.budget_from == str(run)
+    assert RunConfig(algorithm="random-budget", budget_from=str(run), budget=0.45).resolved().budget == 0.45
+
+
+@pytest.mark.parametrize("content, needle", [
+    (None, "has no summary.json"),
+    ("{not json", "is not valid JSON"),
+    ('{"rounds": 3}', "has avg_p None"),
+    ('{"avg_p": 1.7}', "has avg_p 1.7"),
+])
+def test_budget_from_a_bad_run_directory_is_one_sentence(tmp_path, content, needle):
+    if content is not None:
+        (tmp_path / "summary.json").write_text(content)
+    with pytest.raises(ConfigError, match=needle) as info:
+        RunConfig(algorithm="random-budget", budget_from=str(tmp_path)).resolved()
+    assert "\n" not in str(info.value) and "expected" in str(info.value)
+
+
+def test_engine_run_lands_on_its_budget():
+    run = recorded_run(algorithm="random-budget", budget=0.42, **LEARNING_RUN)
+    assert abs(np.mean([line["avg_p"] for line in run.history]) - 0.42) <= 0.03
+    p_max = run.engine.p_max
+    for widths in run.widths:
+        assert all(w <= p_max[i] for i, w in widths.items())
+        assert all(w == 1.0 for i, w in widths.items() if p_max[i] == 1.0)
