@@ -14,8 +14,9 @@ def aggregate_reference(global_shapes: Mapping[str, Tuple[int, ...]], updates: S
                         weights: torch.Tensor, gate_blocks: Mapping[str, int]) -> AggregateResult:
     """Gather, weighted mean and masked divergence norms with one region view per (parameter, client).
 
-    Vectorised over coordinates; loops only over parameters and clients. Inputs are assumed
-    validated (see :func:`hasfl_ray.aggregation.validate_inputs`).
+    Vectorised over coordinates; loops only over parameters and clients. Sums are taken in float64 and
+    Δ̄ is rounded to the clients' dtype once at the end (the norms use the unrounded mean), as in the
+    fused kernel. Inputs are assumed validated (see :func:`hasfl_ray.aggregation.validate_inputs`).
     """
     first = next(t for u in updates for t in u.values())
     dtype, device = first.dtype, first.device
@@ -28,25 +29,25 @@ def aggregate_reference(global_shapes: Mapping[str, Tuple[int, ...]], updates: S
     w64 = weights.to(torch.float64)
     for name, shape in global_shapes.items():
         blocks = gate_blocks.get(name, 1)
-        numerator = torch.zeros(shape, dtype=dtype, device=device)
-        denominator = torch.zeros(shape, dtype=dtype, device=device)
+        numerator = torch.zeros(shape, dtype=torch.float64, device=device)
+        denominator = torch.zeros(shape, dtype=torch.float64, device=device)
         for i, update in enumerate(updates):
             packed = update.get(name)
             if packed is None:
                 continue
             view_num = region(numerator, packed.shape, blocks)
-            view_num.add_(packed.reshape(view_num.shape), alpha=float(w64[i]))
+            view_num.add_(packed.reshape(view_num.shape).to(torch.float64), alpha=float(w64[i]))
             region(denominator, packed.shape, blocks).add_(float(w64[i]))
         covered_mask = denominator > 0
         mean = torch.where(covered_mask, numerator / torch.where(covered_mask, denominator, 1), 0)
-        delta[name] = mean
+        delta[name] = mean.to(dtype)
         covered += int(covered_mask.sum())
         total += mean.numel()
         for i, update in enumerate(updates):
             packed = update.get(name)
             if packed is None:
                 continue
-            mean_view = region(mean, packed.shape, blocks).reshape(packed.shape).to(torch.float64)
+            mean_view = region(mean, packed.shape, blocks).reshape(packed.shape)
             div_num[i] += (packed.to(torch.float64) - mean_view).square().sum().cpu()
             div_den[i] += mean_view.square().sum().cpu()
     return AggregateResult(delta, div_num, div_den, covered / total if total else 0.0)
