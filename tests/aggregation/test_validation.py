@@ -1,0 +1,83 @@
+"""Bad aggregation inputs raise ValueError/TypeError with one sentence naming the argument, on every backend."""
+
+import pytest
+import torch
+
+from hasfl_ray.aggregation import aggregate_updates
+from hasfl_ray.ops.aggregate import build_layout
+
+SHAPES = {"w": (4, 3), "b": (4,), "g": (8, 2)}
+BLOCKS = {"g": 4}
+
+
+def good_update():
+    return {"w": torch.zeros(2, 3), "b": torch.zeros(2), "g": torch.zeros(4, 2)}
+
+
+def with_value(name, value):
+    update = good_update()
+    update[name] = value
+    return update
+
+
+BAD_INPUTS = {
+    "packed larger than global": ([with_value("w", torch.zeros(5, 3))], [1.0], ValueError, "updates[0]['w']"),
+    "packed wider than global": ([with_value("w", torch.zeros(2, 4))], [1.0], ValueError, "updates[0]['w']"),
+    "wrong number of dims": ([with_value("w", torch.zeros(2, 3, 1))], [1.0], ValueError, "updates[0]['w']"),
+    "gate blocks misfit": ([with_value("g", torch.zeros(3, 2))], [1.0], ValueError, "updates[0]['g']"),
+    "integer dtype": ([with_value("b", torch.zeros(2, dtype=torch.int64))], [1.0], TypeError, "updates[0]['b']"),
+    "half dtype": ([with_value("b", torch.zeros(2, dtype=torch.float16))], [1.0], TypeError, "updates[0]['b']"),
+    "mixed dtypes": ([good_update(), with_value("b", torch.zeros(2, dtype=torch.float64))], [1.0, 1.0], TypeError,
+                     "updates[1]['b']"),
+    "mixed devices": ([good_update(), with_value("b", torch.zeros(2, device="meta"))], [1.0, 1.0], ValueError,
+                      "updates[1]['b']"),
+    "non-contiguous": ([with_value("w", torch.zeros(3, 2).t())], [1.0], ValueError, "updates[0]['w']"),
+    "not a tensor": ([with_value("w", [[0.0] * 3] * 2)], [1.0], TypeError, "updates[0]['w']"),
+    "unknown parameter": ([with_value("extra", torch.zeros(1))], [1.0], ValueError, "updates[0]['extra']"),
+    "client not a mapping": ([torch.zeros(3)], [1.0], TypeError, "updates[0]"),
+    "NaN weight": ([good_update(), good_update()], [1.0, float("nan")], ValueError, "weights"),
+    "infinite weight": ([good_update()], [float("inf")], ValueError, "weights"),
+    "zero weight": ([good_update()], [0.0], ValueError, "weights"),
+    "negative weight": ([good_update()], [-2.0], ValueError, "weights"),
+    "weights of the wrong length": ([good_update()], [1.0, 2.0], ValueError, "weights"),
+    "empty client list": ([], [], ValueError, "updates"),
+    "clients without tensors": ([{}, {}], [1.0, 1.0], ValueError, "updates"),
+}
+
+
+@pytest.mark.parametrize("backend", ["reference", "fused", "auto"])
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_raises_one_sentence_naming_the_argument(case, backend):
+    updates, weights, error, argument = BAD_INPUTS[case]
+    with pytest.raises(error) as raised:
+        aggregate_updates(SHAPES, updates, weights, BLOCKS, backend=backend)
+    message = str(raised.value)
+    assert argument in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize("shapes,blocks,argument", [
+    ({}, None, "global_shapes"),
+    (SHAPES, {"nope": 2}, "gate_blocks"),
+    (SHAPES, {"g": 3}, "gate_blocks['g']"),
+])
+def test_bad_shapes_and_blocks(shapes, blocks, argument):
+    with pytest.raises(ValueError, match=argument.replace("[", r"\[")):
+        aggregate_updates(shapes, [good_update()], [1.0], blocks)
+
+
+def test_unknown_backend():
+    with pytest.raises(ValueError, match="backend"):
+        aggregate_updates(SHAPES, [good_update()], [1.0], BLOCKS, backend="gpu")
+
+
+@pytest.mark.parametrize("offsets,argument", [
+    ([{}, {}], "offsets has 2 entries"),
+    ([{"w": (0, 3)}], r"offsets\[0\]\['w'\]"),
+    ([{"w": (0,)}], r"offsets\[0\]\['w'\]"),
+    ([{"g": (2, 0)}], r"offsets\[0\]\['g'\]"),
+    ([{"w": (-1, 0)}], r"offsets\[0\]\['w'\]"),
+    ([{"missing": (0,)}], r"offsets\[0\] names"),
+])
+def test_bad_rolling_offsets(offsets, argument):
+    with pytest.raises(ValueError, match=argument):
+        build_layout(SHAPES, [good_update()], BLOCKS, offsets)
