@@ -5,21 +5,55 @@
 //
 // Per item (one row, one tile of <= kCpuTile columns of the last dim):
 //   1. the entries covering the row (cached per row; nested parameters stop at the first miss),
-//   2. pass 1: acc[c] += w_e * x_e[c] over the covering entries' windows, plus a coverage count per column,
+//   2. pass 1: acc[c] = sum of w_e * x_e[c] over the covering entries' windows,
 //   3. mean[c] = acc[c] / (sum of the covering weights), or 0 where no entry covers c; written to out,
-//   4. pass 2 (re-reads the same tile of each entry from L1/L2): sum (x_e[c] - mean[c])^2 per entry and
-//      sum mean[c]^2 over each entry's covered columns.
+//   4. pass 2 (re-reads the same tile of each entry, now in L1/L2): sum (x_e[c] - mean[c])^2 per entry,
+//      and sum mean[c]^2 over each entry's covered columns.
 // Everything is accumulated in double; partials go to this chunk's own slots.
+//
+// Nested parameters (all windows share their offset, widths non-increasing) need no per-column
+// bookkeeping: entry 0's window holds every covered column, and the columns covered by exactly the
+// first k row entries form the window of offset (o + w_k) mod L and width w_{k-1} - w_k. Other
+// parameters accumulate the covering weight per column.
 
 struct Scratch {
-  double* acc;        // kCpuTile
-  double* den;        // kCpuTile: covering weight per column
-  double* mean;       // kCpuTile
-  int64_t* count;     // kCpuTile + 1: difference array, then covering entries per column
-  double* square_by_count;  // max_entries + 1 (nested only)
+  double* acc;   // kCpuTile
+  double* den;   // kCpuTile: covering weight per column (not nested)
+  double* mean;  // kCpuTile
+  double* square_by_count;  // max_entries + 1 (nested): sum of mean^2 over columns covered by exactly k
   int64_t* row_entry;       // max_entries: entries covering the current row
   int64_t* row_start;       // max_entries: element offset of that row inside the entry's packed tensor
 };
+
+// Fetch the next `bytes` after `from` into cache. With dozens of clients the hardware prefetcher loses
+// track of the streams; each entry's data is read in increasing address order, so the bytes right after
+// this tile's are the next tile's (or the next row's).
+HASFL_CPU_TARGET inline void prefetch_after(const void* from, int64_t bytes) {
+  const char* ahead = static_cast<const char*>(from);
+  for (int64_t byte = 0; byte < bytes; byte += 64) __builtin_prefetch(ahead + byte);
+}
+
+// Sum of (x[j] - mean[j])^2 over j < len. One accumulator would make the loop wait on the FMA latency
+// for every vector; 16 partial sums (4 AVX2 vectors) combined in a fixed tree order do not.
+template <typename scalar_t>
+HASFL_CPU_TARGET inline double sum_squared_diff(const scalar_t* x, const double* mean, int64_t len) {
+  constexpr int kLanes = 16;
+  double part[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= len; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const double d = static_cast<double>(x[j + l]) - mean[j + l];
+      part[l] += d * d;
+    }
+  }
+  for (int l = 0; j + l < len; ++l) {
+    const double d = static_cast<double>(x[j + l]) - mean[j + l];
+    part[l] += d * d;
+  }
+  for (int width = kLanes / 2; width > 0; width /= 2)
+    for (int l = 0; l < width; ++l) part[l] += part[l + width];
+  return part[0];
+}
 
 template <typename scalar_t, bool kNested>
 HASFL_CPU_TARGET void run_chunk(const CpuArgs& args, int64_t chunk, const Scratch& s) {
@@ -34,6 +68,7 @@ HASFL_CPU_TARGET void run_chunk(const CpuArgs& args, int64_t chunk, const Scratc
   double* part_num = args.partial_num + chunk_row[kChunkPartialBase];
   double* part_den = args.partial_den + chunk_row[kChunkPartialBase];
   scalar_t* out = static_cast<scalar_t*>(args.out) + param[kParamOutOffset];
+  constexpr int64_t kTileBytes = kCpuTile * static_cast<int64_t>(sizeof(scalar_t));
   int64_t covered = 0;
   int64_t current_row = -1;
   int64_t row_count = 0;
@@ -43,6 +78,7 @@ HASFL_CPU_TARGET void run_chunk(const CpuArgs& args, int64_t chunk, const Scratc
     const int64_t c0 = (item % tiles) * kCpuTile;
     const int64_t c1 = min64(c0 + kCpuTile, length);
     const int64_t n = c1 - c0;
+    scalar_t* out_tile = out + row * length + c0;
     if (row != current_row) {
       current_row = row;
       row_count = 0;
@@ -58,12 +94,16 @@ HASFL_CPU_TARGET void run_chunk(const CpuArgs& args, int64_t chunk, const Scratc
         ++row_count;
       }
     }
+    if (row_count == 0) {
+      for (int64_t j = 0; j < n; ++j) out_tile[j] = scalar_t(0);
+      continue;
+    }
 
-    // Pass 1: weighted sums and coverage counts.
-    for (int64_t j = 0; j < n; ++j) s.acc[j] = 0.0;
-    for (int64_t j = 0; j <= n; ++j) s.count[j] = 0;
-    if (!kNested)
+    // Pass 1: weighted sums (nested: entry 0 covers every covered column, so it assigns).
+    if (!kNested) {
+      for (int64_t j = 0; j < n; ++j) s.acc[j] = 0.0;
       for (int64_t j = 0; j < n; ++j) s.den[j] = 0.0;
+    }
     for (int64_t k = 0; k < row_count; ++k) {
       const int64_t e = s.row_entry[k];
       const int64_t* entry = args.entries + e * kEntryCols;
@@ -72,58 +112,75 @@ HASFL_CPU_TARGET void run_chunk(const CpuArgs& args, int64_t chunk, const Scratc
       Piece pieces[2];
       const int count = window_pieces(entry[kEntryOffset + ndim - 1], entry[kEntryPacked + ndim - 1], length, c0,
                                       c1, pieces);
+      if (count > 0) prefetch_after(x_row + pieces[count - 1].local + (pieces[count - 1].end - pieces[count - 1].begin),
+                                    kTileBytes);
       for (int i = 0; i < count; ++i) {
         const int64_t b = pieces[i].begin - c0, len = pieces[i].end - pieces[i].begin;
         const scalar_t* x = x_row + pieces[i].local;
         double* acc = s.acc + b;
+        if (kNested && k == 0) {
 #pragma omp simd
-        for (int64_t j = 0; j < len; ++j) acc[j] += w * static_cast<double>(x[j]);
+          for (int64_t j = 0; j < len; ++j) acc[j] = w * static_cast<double>(x[j]);
+        } else {
+#pragma omp simd
+          for (int64_t j = 0; j < len; ++j) acc[j] += w * static_cast<double>(x[j]);
+        }
         if (!kNested) {
           double* den = s.den + b;
 #pragma omp simd
           for (int64_t j = 0; j < len; ++j) den[j] += w;
         }
-        ++s.count[b];
-        --s.count[b + len];
       }
     }
 
     // Mean over exactly the covering entries; 0 where none covers.
-    int64_t running = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      running += s.count[j];
-      s.count[j] = running;
-      covered += running > 0;
-      if (kNested) s.den[j] = weight_prefix[running];
-    }
-    scalar_t* out_tile = out + row * length + c0;
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) {
-      const double m = s.count[j] > 0 ? s.acc[j] / s.den[j] : 0.0;
-      s.mean[j] = m;
-      out_tile[j] = static_cast<scalar_t>(m);
-    }
-
-    // ||m_e mean||^2 when nested: entry k covers exactly the columns with count > k, so bucket mean^2 by
-    // count (runs of equal count) and hand each entry the suffix sum.
     if (kNested) {
-      for (int64_t k = 0; k <= row_count; ++k) s.square_by_count[k] = 0.0;
-      int64_t j = 0;
-      while (j < n) {
-        const int64_t count = s.count[j];
-        int64_t end = j + 1;
-        while (end < n && s.count[end] == count) ++end;
+      const int64_t* first = args.entries + s.row_entry[0] * kEntryCols;
+      const int64_t offset = first[kEntryOffset + ndim - 1];
+      Piece pieces[2];
+      int64_t width_above = first[kEntryPacked + ndim - 1];  // w_{k-1}
+      int count = window_pieces((offset + width_above) % length, length - width_above, length, c0, c1, pieces);
+      for (int i = 0; i < count; ++i)
+        for (int64_t j = pieces[i].begin - c0; j < pieces[i].end - c0; ++j) out_tile[j] = scalar_t(0);
+      for (int64_t k = 1; k <= row_count; ++k) {
+        const int64_t width = k < row_count ? args.entries[s.row_entry[k] * kEntryCols + kEntryPacked + ndim - 1] : 0;
+        const double den = weight_prefix[k];
         double sum = 0.0;
+        count = window_pieces((offset + width) % length, width_above - width, length, c0, c1, pieces);
+        for (int i = 0; i < count; ++i) {
+          const int64_t b = pieces[i].begin - c0, len = pieces[i].end - pieces[i].begin;
+          const double* acc = s.acc + b;
+          double* mean = s.mean + b;
+          scalar_t* o = out_tile + b;
 #pragma omp simd reduction(+ : sum)
-        for (int64_t i = j; i < end; ++i) sum += s.mean[i] * s.mean[i];
-        s.square_by_count[count] += sum;
-        j = end;
+          for (int64_t j = 0; j < len; ++j) {
+            const double m = acc[j] / den;
+            mean[j] = m;
+            o[j] = static_cast<scalar_t>(m);
+            sum += m * m;
+          }
+          covered += len;
+        }
+        s.square_by_count[k] = sum;
+        width_above = width;
       }
+      // Entry k covers exactly the columns covered by more than k entries.
       double suffix = 0.0;
       for (int64_t k = row_count - 1; k >= 0; --k) {
         suffix += s.square_by_count[k + 1];
         part_den[s.row_entry[k] - entry_begin] += suffix;
       }
+    } else {
+      int64_t tile_covered = 0;
+#pragma omp simd reduction(+ : tile_covered)
+      for (int64_t j = 0; j < n; ++j) {
+        const bool any = s.den[j] > 0.0;
+        const double m = any ? s.acc[j] / s.den[j] : 0.0;
+        s.mean[j] = m;
+        out_tile[j] = static_cast<scalar_t>(m);
+        tile_covered += any ? 1 : 0;
+      }
+      covered += tile_covered;
     }
 
     // Pass 2: ||m_e (x_e - mean)||^2 (and ||m_e mean||^2 when not nested).
@@ -139,11 +196,7 @@ HASFL_CPU_TARGET void run_chunk(const CpuArgs& args, int64_t chunk, const Scratc
         const int64_t b = pieces[i].begin - c0, len = pieces[i].end - pieces[i].begin;
         const scalar_t* x = x_row + pieces[i].local;
         const double* mean = s.mean + b;
-#pragma omp simd reduction(+ : sum_diff)
-        for (int64_t j = 0; j < len; ++j) {
-          const double d = static_cast<double>(x[j]) - mean[j];
-          sum_diff += d * d;
-        }
+        sum_diff += sum_squared_diff(x, mean, len);
         if (!kNested) {
 #pragma omp simd reduction(+ : sum_mean)
           for (int64_t j = 0; j < len; ++j) sum_mean += mean[j] * mean[j];
