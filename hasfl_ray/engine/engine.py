@@ -11,7 +11,9 @@ import torch
 
 from hasfl_ray.algorithms import algorithm_class
 from hasfl_ray.data import assign_tiers, load_dataset
-from hasfl_ray.engine.backend import Backend, LocalBackend
+from hasfl_ray.engine.backend import Backend, make_backend
+from hasfl_ray.engine.checkpoint import (Checkpoint, check_resume_config, load_checkpoint, save_checkpoint,
+                                         stored_config)
 from hasfl_ray.engine.config import RunConfig
 from hasfl_ray.engine.rundir import RunDirectory
 from hasfl_ray.models import MODEL_CONFIGS, build_model
@@ -43,22 +45,31 @@ class Engine:
     Args:
         config: the run config (resolved here).
         out_dir: run directory to write, or None to write nothing.
-        backend: execution backend (default: in-process).
+        backend: execution backend (default: the one ``config.backend`` names).
         progress: show a live progress bar.
+        resume: continue ``out_dir`` from its checkpoint (from round 0 when it has none), bit-identically.
+        force: with ``resume``, continue even when the stored config's result-affecting fields differ.
     """
 
     def __init__(self, config: RunConfig, out_dir: Optional[str] = None, backend: Optional[Backend] = None,
-                 progress: bool = False):
+                 progress: bool = False, resume: bool = False, force: bool = False):
         self.config = config.resolved()
         self.rundir = RunDirectory(out_dir) if out_dir else None
-        self.backend = backend or LocalBackend()
+        self.backend = backend or make_backend(self.config)
         self.progress = progress
+        self.resume, self.force = resume, force
         self.history: List[Dict[str, Any]] = []
+        self.checkpoint: Optional[Checkpoint] = None
+        self.elapsed_before = 0.0
         self.prepared = False
 
     def prepare(self) -> None:
         """Load data, draw tiers, build the algorithm and w^(0); raises ConfigError before anything is written."""
         c = self.config
+        if self.resume and self.rundir:
+            self.checkpoint = load_checkpoint(self.rundir.path)
+            if not self.force:
+                check_resume_config(self.rundir.path, stored_config(self.rundir.path, self.checkpoint), c)
         self.dataset = load_dataset(c.dataset, c.clients, c.alpha, c.seed, c.data_dir, c.download,
                                     c.synthetic_alpha, c.synthetic_beta)
         self.model_name = self.dataset.model
@@ -68,6 +79,11 @@ class Engine:
         self.num_samples = np.array([self.dataset.client_size(i) for i in range(c.clients)], dtype=np.int64)
         self.algorithm = algorithm_class(c.algorithm)(c, self.p_max, self.num_samples)
         self.initial_params = initial_parameters(self.model_name, c.seed)
+        if self.checkpoint is not None:
+            self.algorithm.load_state_dict(self.checkpoint.algorithm_state)
+            self.history = [dict(line) for line in self.checkpoint.history]
+            self.elapsed_before = self.checkpoint.elapsed_s
+            logger.info("resuming %s after round %d", self.rundir.path, self.checkpoint.round - 1)
         self.prepared = True
 
     def run(self) -> Dict[str, Any]:
@@ -79,9 +95,11 @@ class Engine:
         c = self.config
         self.backend.start(c, self.dataset, self.model_name, self.initial_params)
         try:
+            if self.checkpoint is not None:
+                self.backend.set_params(self.checkpoint.params)
             if self.rundir:
                 self.rundir.create(c.to_dict(), self.backend.describe())
-                self.rundir.reset_metrics()
+                self.rundir.reset_metrics(self.history)  # on resume: the lines up to the checkpoint
             return self._loop()
         finally:
             self.backend.shutdown()
@@ -92,19 +110,29 @@ class Engine:
         bar = None
         if self.progress:
             from tqdm import tqdm
-            bar = tqdm(total=c.rounds, desc=f"{c.algorithm} on {c.dataset}", unit="round", dynamic_ncols=True)
+            bar = tqdm(total=c.rounds, desc=f"{c.algorithm} on {c.dataset}", unit="round", dynamic_ncols=True,
+                       initial=len(self.history))
         for t in range(len(self.history), c.rounds):
             line = self.run_round(t)
             self.history.append(line)
             if self.rundir:
                 self.rundir.append_metrics(line)
+                every = c.checkpoint_every
+                if every and ((t + 1) % every == 0 or t + 1 == c.rounds):
+                    self.save_checkpoint(self.elapsed_before + time.perf_counter() - start)
             if bar:
                 bar.set_postfix(acc=f"{line['test_accuracy']:.3f}", avg_p=f"{line['avg_p']:.2f}",
                                 cov=f"{line['coverage']:.2f}")
                 bar.update(1)
         if bar:
             bar.close()
-        return self.finish(time.perf_counter() - start)
+        return self.finish(self.elapsed_before + time.perf_counter() - start)
+
+    def save_checkpoint(self, elapsed_s: float) -> None:
+        """Checkpoint the rounds run so far into the run directory (atomically)."""
+        save_checkpoint(self.rundir.path, Checkpoint(
+            round=len(self.history), params=self.backend.get_params(), algorithm_state=self.algorithm.state_dict(),
+            history=[dict(line) for line in self.history], config=self.config.to_dict(), elapsed_s=elapsed_s))
 
     def run_round(self, t: int) -> Dict[str, Any]:
         """One round: sample, allocate, train, aggregate, observe, evaluate; returns its metrics line."""

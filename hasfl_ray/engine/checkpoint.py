@@ -1,0 +1,110 @@
+"""Atomic checkpoints of a run (RUN/checkpoints/latest.pt) and the config check that guards --resume."""
+
+from __future__ import annotations
+
+import glob
+import io
+import os
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Dict, List, Mapping, Optional
+
+import torch
+import yaml
+
+from hasfl_ray.engine.config import EXECUTION_FIELDS, RunConfig
+from hasfl_ray.engine.rundir import atomic_write
+from hasfl_ray.errors import ConfigError
+
+CHECKPOINT_DIR = "checkpoints"
+CHECKPOINT_FILE = "latest.pt"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class Checkpoint:
+    """Everything a run needs to continue bit-identically after ``round`` completed rounds.
+
+    Attributes:
+        round: rounds completed (the next round to run).
+        params: the global parameters, name -> float32 CPU tensor.
+        algorithm_state: :meth:`Algorithm.state_dict` after round ``round - 1``.
+        history: the metrics lines of rounds 0..round-1 (best accuracy and averages derive from them).
+        config: :meth:`RunConfig.to_dict` of the run that wrote it.
+        elapsed_s: wall seconds spent in the round loop so far, over every resumption.
+    """
+
+    round: int
+    params: Dict[str, torch.Tensor]
+    algorithm_state: Dict[str, Any]
+    history: List[Dict[str, Any]]
+    config: Dict[str, Any]
+    elapsed_s: float
+    format_version: int = FORMAT_VERSION
+
+
+def checkpoint_path(run_dir: str) -> str:
+    return os.path.join(run_dir, CHECKPOINT_DIR, CHECKPOINT_FILE)
+
+
+def save_checkpoint(run_dir: str, checkpoint: Checkpoint) -> None:
+    """Write ``checkpoint`` through a temporary file and a rename: a crash mid-write leaves the previous one whole."""
+    directory = os.path.join(run_dir, CHECKPOINT_DIR)
+    os.makedirs(directory, exist_ok=True)
+    for stale in glob.glob(os.path.join(directory, ".tmp-*")):  # left by a process killed mid-write
+        os.unlink(stale)
+    buffer = io.BytesIO()
+    torch.save(asdict(checkpoint), buffer)
+    atomic_write(checkpoint_path(run_dir), buffer.getvalue())
+
+
+def load_checkpoint(run_dir: str) -> Optional[Checkpoint]:
+    """The run directory's checkpoint, None when it has none; one sentence when it is unreadable."""
+    path = checkpoint_path(run_dir)
+    if not os.path.exists(path):
+        return None
+    try:
+        # Our own file (numpy arrays in algorithm state need full unpickling).
+        values = torch.load(path, map_location="cpu", weights_only=False)
+        if not isinstance(values, dict) or values.get("format_version") != FORMAT_VERSION:
+            raise ValueError("not a hasfl-ray checkpoint of format 1")
+        return Checkpoint(**{f.name: values[f.name] for f in fields(Checkpoint)})
+    except Exception as error:  # any unpickling or shape problem means the file cannot be trusted
+        raise ConfigError(f"checkpoint {path!r} cannot be read ({error}); expected a checkpoint written by "
+                          "hasfl-ray, or --force without --resume to start the run again") from None
+
+
+def stored_config(run_dir: str, checkpoint: Optional[Checkpoint]) -> Optional[Dict[str, Any]]:
+    """The config a run directory was written with: the checkpoint's, else config.yaml's, else None."""
+    if checkpoint is not None:
+        return dict(checkpoint.config)
+    path = os.path.join(run_dir, "config.yaml")
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            values = yaml.safe_load(handle)
+    except (OSError, yaml.YAMLError) as error:
+        raise ConfigError(f"config file {path!r} cannot be read ({error}); expected the config.yaml of a run") \
+            from None
+    return values if isinstance(values, dict) else None
+
+
+def config_differences(stored: Mapping[str, Any], config: RunConfig) -> List[str]:
+    """``name: stored -> current`` for every result-affecting field that differs (execution fields ignored).
+
+    A field missing from ``stored`` (written before the field existed) counts as its default.
+    """
+    defaults = {f.name: f.default for f in fields(RunConfig)}
+    current = config.result_dict()
+    return [f"{name} {stored.get(name, defaults[name])!r} -> {value!r}" for name, value in current.items()
+            if name not in EXECUTION_FIELDS and stored.get(name, defaults[name]) != value]
+
+
+def check_resume_config(run_dir: str, stored: Optional[Mapping[str, Any]], config: RunConfig) -> None:
+    """Refuse, in one sentence, to resume ``run_dir`` with a config whose result would differ."""
+    if stored is None:
+        return
+    changes = config_differences(stored, config)
+    if changes:
+        raise ConfigError(f"run directory {run_dir!r} holds a run with a different config ({'; '.join(changes)}); "
+                          "expected the same config to resume it, or --force to continue it with the new one")
