@@ -18,19 +18,36 @@ _FIELD_FLAGS = ("dataset", "data_dir", "algorithm", "rounds", "clients", "client
                 "local_epochs", "batch_size", "lr", "momentum", "p_min", "gamma", "beta", "t_adapt", "warmup",
                 "t_norm", "mu", "budget", "budget_from", "heterofl_weighting", "fjord_distill_weight",
                 "scaffold_global_lr", "rolex_step", "backend", "aggregation_backend", "trainer_threads", "device",
-                "eval_batch_size", "control_variates_dir")
+                "eval_batch_size", "control_variates_dir", "synthetic_alpha", "synthetic_beta", "actors",
+                "gpus_per_actor", "address", "checkpoint_every", "fault_inject")
+#: Fields only the Ray backend uses: given without --backend on a machine without Ray, they ask for Ray.
+_RAY_FIELDS = ("actors", "gpus_per_actor", "address", "fault_inject")
 
 
-def build_config(config_file: str | None, flags: Dict[str, Any]):
-    """RunConfig from the YAML file (if any) overridden by the flags that were given."""
+def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str, Any] | None = None):
+    """RunConfig from ``base`` (a resumed run's config.yaml), then the YAML file (if any), then the flags given."""
     from hasfl_ray.engine.config import RunConfig, load_yaml_config
 
     values = load_yaml_config(config_file) if config_file else {}
     source = f"config file {config_file!r}" if config_file else "config"
     if config_file:
         RunConfig.from_dict({k: v for k, v in values.items()}, source)  # unknown keys refused before flags apply
+    values = {**(base or {}), **values}
     values.update({k: v for k, v in flags.items() if v is not None})
+    if values.get("backend") is None:
+        values["backend"] = default_backend(any(values.get(k) is not None for k in _RAY_FIELDS))
     return RunConfig.from_dict(values, source)
+
+
+def default_backend(ray_options_given: bool) -> str:
+    """``ray`` where Ray is installed, else ``local`` (or the install hint when Ray-only options were given)."""
+    from hasfl_ray.simulation import ray_available, require_ray
+
+    if ray_available():
+        return "ray"
+    if ray_options_given:
+        require_ray()
+    return "local"
 
 
 @main.command()
@@ -44,6 +61,8 @@ def build_config(config_file: str | None, flags: Dict[str, Any]):
 @click.option("--clients-per-round", type=int, help="Participants sampled per round (default 10).")
 @click.option("--seed", type=int, help="Seed of partition, tiers, initialisation, sampling and training (default 42).")
 @click.option("--alpha", type=float, help="Dirichlet label-skew concentration (default 0.3).")
+@click.option("--synthetic-alpha", type=float, help="Synthetic(alpha, beta): labeller heterogeneity (default 1).")
+@click.option("--synthetic-beta", type=float, help="Synthetic(alpha, beta): input heterogeneity (default 1).")
 @click.option("--local-epochs", type=int, help="Local epochs K (default: the dataset's protocol).")
 @click.option("--batch-size", type=int, help="Local batch size (default 32).")
 @click.option("--lr", type=float, help="Initial local learning rate, decayed x0.995 per round.")
@@ -68,18 +87,31 @@ def build_config(config_file: str | None, flags: Dict[str, Any]):
 @click.option("--rolex-step", type=int, help="FedRolex: channels the window advances per round (default 1).")
 @click.option("--control-variates-dir", type=click.Path(),
               help="SCAFFOLD: keep per-client control variates on disk there instead of in memory.")
-@click.option("--backend", help="local (in-process) or ray.")
+@click.option("--backend", help="ray (default where Ray is installed) or local (one process, no Ray).")
+@click.option("--actors", type=int, help="Ray trainer actors (default: one per GPU with --device cuda, else one "
+                                         "per --trainer-threads CPU cores of the cluster).")
+@click.option("--gpus-per-actor", type=float, help="GPUs per trainer actor with --device cuda; fractions share a "
+                                                   "GPU (default 0.9, leaving 0.1 for the server actor).")
+@click.option("--address", help="Join a running Ray cluster (HOST:PORT, ray://HOST:PORT or auto) instead of "
+                                "starting one on this machine.")
+@click.option("--checkpoint-every", type=int, help="Checkpoint every N rounds and after the last (default 10; "
+                                                   "0 disables).")
+@click.option("--resume", is_flag=True, help="Continue the run directory from its last checkpoint; the result is "
+                                             "bit-identical to an uninterrupted run.")
+@click.option("--fault-inject", hidden=True, help="Testing: kill-trainer@ROUND kills a Ray trainer actor mid-round.")
 @click.option("--aggregation-backend", help="auto (fused kernel when built), fused or reference.")
 @click.option("--trainer-threads", type=int, help="CPU threads per trainer (fixed for determinism, default 1).")
-@click.option("--device", help="Torch device of trainers and server for the local backend (default cpu).")
+@click.option("--device", help="Torch device of trainers and server: cpu (default) or cuda (Ray trainers each "
+                                "get a GPU or --gpus-per-actor of one).")
 @click.option("--eval-batch-size", type=int, help="Evaluation batch size (default 500).")
 @click.option("--config", "config_file", type=str, help="YAML file of config keys; flags override it.")
 @click.option("--out", type=click.Path(), help="Run directory (default runs/<dataset>-<algorithm>-seed<seed>).")
-@click.option("--force", is_flag=True, help="Overwrite an existing run directory.")
+@click.option("--force", is_flag=True, help="Overwrite an existing run directory (with --resume: continue it "
+                                            "even if its config differs).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
 @user_errors
-def simulate(config_file, out, force, quiet, verbose, no_coverage, download, **flags) -> None:
+def simulate(config_file, out, force, resume, quiet, verbose, no_coverage, download, **flags) -> None:
     """Run a federated experiment and write config.yaml, metrics.jsonl, clients.csv and summary.json."""
     setup_logging(verbose)
     if no_coverage:
@@ -91,15 +123,20 @@ def simulate(config_file, out, force, quiet, verbose, no_coverage, download, **f
         flags["download"] = True
     config = build_config(config_file, flags).resolved()
     out = out or os.path.join("runs", f"{config.dataset}-{config.algorithm}-seed{config.seed}")
-    if os.path.exists(os.path.join(out, "config.yaml")) and not force:
-        raise ConfigError(f"run directory {out!r} already holds a run; expected a new directory, or --force to "
-                          "overwrite it")
+    if resume and os.path.exists(os.path.join(out, "config.yaml")):
+        # Resuming needs only --out: the run's own config is the base; flags given on top must agree with it.
+        from hasfl_ray.engine.config import load_yaml_config
 
-    from hasfl_ray.engine import Engine, LocalBackend
+        config = build_config(config_file, flags, base=load_yaml_config(os.path.join(out, "config.yaml"))).resolved()
+    if os.path.exists(os.path.join(out, "config.yaml")) and not (force or resume):
+        raise ConfigError(f"run directory {out!r} already holds a run; expected a new directory, --resume to "
+                          "continue it, or --force to overwrite it")
 
-    engine = Engine(config, out_dir=out, backend=LocalBackend(), progress=not quiet)
-    engine.prepare()  # bad data or config fails here, before the run directory exists
-    if force and os.path.isdir(out):
+    from hasfl_ray.engine import Engine
+
+    engine = Engine(config, out_dir=out, progress=not quiet, resume=resume, force=force)
+    engine.prepare()  # bad data or config (or a config that differs from the one resumed) fails here
+    if force and not resume and os.path.isdir(out):
         shutil.rmtree(out)
     summary = engine.run()
     click.echo(json.dumps(summary, indent=2))

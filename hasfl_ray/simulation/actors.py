@@ -1,0 +1,127 @@
+"""The two Ray actors: a trainer (wraps :class:`Trainer`) and the server (wraps :class:`Server`)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
+
+import ray
+import torch
+
+from hasfl_ray.aggregation import AggregateResult
+from hasfl_ray.data.base import FederatedDataset
+from hasfl_ray.engine.server import Server
+from hasfl_ray.training.local import ClientResult, ClientTask, OptimizerSettings, Trainer
+
+#: Networks a trainer keeps built (the most recently used widths); others are dropped with their memory.
+CACHED_WIDTHS = 4
+
+
+@dataclass(frozen=True)
+class TaskReport:
+    """What the driver learns of a finished client (the update itself goes to the server by reference)."""
+
+    client: int
+    train_seconds: float
+
+
+def _process_setup(device: str, threads: int) -> torch.device:
+    """Fix this worker's torch settings exactly as the driver's local backend does."""
+    torch_device = torch.device(device)
+    if torch_device.type == "cpu":
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.set_num_threads(threads)
+    return torch_device
+
+
+def _whereabouts(device: torch.device) -> Dict[str, Any]:
+    context = ray.get_runtime_context()
+    return {"node": context.get_node_id(), "pid": os.getpid(), "device": str(device),
+            "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
+
+
+class TrainerActor:
+    """A long-lived trainer: the dataset on its device once, model buffers reused, one round's global params.
+
+    Args:
+        dataset: the federated dataset (Ray resolves the driver's single object-store copy).
+        model_name, settings, device, threads: as :class:`Trainer`; ``device`` is ``cpu`` or ``cuda``
+            (Ray exposes the GPU it assigned as cuda:0).
+    """
+
+    def __init__(self, dataset: FederatedDataset, model_name: str, settings: OptimizerSettings, device: str,
+                 threads: int):
+        self.device = _process_setup(device, threads)
+        self.trainer = Trainer(dataset, model_name, settings, str(self.device), threads)
+        self.params: Dict[str, torch.Tensor] = {}
+        self.recent_widths: "OrderedDict[float, None]" = OrderedDict()
+
+    def ready(self) -> Dict[str, Any]:
+        """Where this actor runs (node id, pid, device, GPU ids)."""
+        return _whereabouts(self.device)
+
+    def begin_round(self, params: Mapping[str, torch.Tensor]) -> None:
+        """Take the round's global parameters (one object-store read per actor per round) onto the device."""
+        self.params = {name: tensor.to(self.device) for name, tensor in params.items()}
+
+    def train(self, task: ClientTask) -> Tuple[TaskReport, ClientResult]:
+        """Train one client (two returns: the small report for the driver, the result for the server)."""
+        start = time.perf_counter()
+        result = self.trainer.train(task, self.params)
+        report = TaskReport(task.client, time.perf_counter() - start)
+        self.recent_widths[task.width] = None
+        self.recent_widths.move_to_end(task.width)
+        while len(self.recent_widths) > CACHED_WIDTHS:
+            self.recent_widths.popitem(last=False)
+        if len(self.trainer.cached_widths) > CACHED_WIDTHS:
+            self.trainer.release(keep=self.recent_widths)
+        return report, result
+
+    def end_round(self) -> None:
+        """Drop the round's global parameters (and, on a GPU, return cached blocks to the driver's other users)."""
+        self.params = {}
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+class ServerActor:
+    """The server on its own actor: global parameters on its device, aggregation, evaluation.
+
+    Args: as :class:`Server`, plus ``threads`` (intra-op threads, the trainers' count, as in the local backend).
+    """
+
+    def __init__(self, model_name: str, initial_params: Mapping[str, torch.Tensor], dataset: FederatedDataset,
+                 eval_batch_size: int, aggregation_backend: str, device: str, threads: int):
+        self.device = _process_setup(device, threads)
+        self.threads = threads
+        self.server = Server(model_name, initial_params, dataset, eval_batch_size, aggregation_backend,
+                             str(self.device))
+
+    def ready(self) -> Dict[str, Any]:
+        return _whereabouts(self.device)
+
+    def params(self) -> Dict[str, torch.Tensor]:
+        """The global parameters on the CPU (the driver stores them in the object store once per round)."""
+        return self.server.get_params()
+
+    def set_params(self, params: Mapping[str, torch.Tensor]) -> None:
+        self.server.set_params(params)
+
+    def apply(self, weights: Sequence[float], server_lr: float,
+              *results: ClientResult) -> Tuple[List[ClientResult], AggregateResult]:
+        """:meth:`Server.apply` on the round's results, given in client order (Ray resolves the references)."""
+        torch.set_num_threads(self.threads)
+        return self.server.apply(list(results), weights, server_lr)
+
+    def evaluate(self) -> Tuple[float, float]:
+        torch.set_num_threads(self.threads)
+        return self.server.evaluate()
+
+    def frozen_fraction(self) -> float:
+        return self.server.frozen_fraction()
+
+    def params_sha256(self) -> str:
+        return self.server.params_sha256()

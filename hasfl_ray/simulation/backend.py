@@ -1,0 +1,265 @@
+"""RayBackend: a round's clients trained on long-lived trainer actors, aggregated on a server actor, any order in,
+client order out."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
+
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+
+from hasfl_ray.engine.backend import Backend, optimizer_settings
+from hasfl_ray.engine.config import RunConfig, fault_inject_round
+from hasfl_ray.errors import ConfigError
+from hasfl_ray.simulation.actors import ServerActor, TaskReport, TrainerActor
+from hasfl_ray.simulation.placement import ActorPlan, plan_actors
+from hasfl_ray.training.local import ClientTask
+
+logger = logging.getLogger(__name__)
+
+#: Tasks queued on one trainer at a time: the next starts as soon as one ends, with no round trip between.
+TASKS_IN_FLIGHT = 2
+#: How often one client may lose its trainer (actor death) in one round before the run gives up.
+MAX_ATTEMPTS = 3
+#: Object store of a Ray instance this backend starts itself (bytes; Ray spills to disk beyond it).
+OBJECT_STORE_BYTES = 2 * 1024 ** 3
+
+
+@dataclass
+class _Slot:
+    """One trainer position: its current actor, which generation it is, and its tasks in flight."""
+
+    index: int
+    actor: Any
+    generation: int = 0
+    in_flight: int = 0
+
+
+@dataclass
+class _Pending:
+    """A submitted client task: where it runs and its two return references."""
+
+    position: int
+    slot: int
+    generation: int
+    result: Any
+
+
+@dataclass
+class RoundTiming:
+    """Where one round's time went on the trainers (for benchmarks and logs)."""
+
+    train_seconds: float = 0.0
+    actor_seconds: float = 0.0
+    replaced_actors: int = 0
+    retrained_clients: List[int] = field(default_factory=list)
+
+
+class RayBackend(Backend):
+    """Trainer actors (each a :class:`Trainer` on a CPU core, a GPU or a GPU fraction) and one server actor.
+
+    Per round: the server's parameters become one object-store object; every trainer reads it once; the
+    driver hands clients out longest-first, ``TASKS_IN_FLIGHT`` per trainer, whichever trainer is free;
+    the results' references go, in client order, straight to the server actor, which aggregates. A trainer
+    that dies is replaced and its unfinished clients trained again, from the same RNG streams, so the
+    result is that of a run without the fault. Results never depend on the number of actors or nodes.
+    """
+
+    name = "ray"
+
+    def __init__(self) -> None:
+        self.owns_ray = False
+        self.slots: List[_Slot] = []
+        self.server = None
+        self.timing = RoundTiming()
+        self.total_train_seconds = 0.0
+        self.replaced_actors = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+
+    def start(self, config: RunConfig, dataset, model_name, initial_params) -> None:
+        self.config = config
+        self._connect(config.address)
+        try:
+            self._start_actors(config, dataset, model_name, initial_params)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _start_actors(self, config: RunConfig, dataset, model_name, initial_params) -> None:
+        resources = ray.cluster_resources()
+        self.plan: ActorPlan = plan_actors(config, resources.get("CPU", 0), resources.get("GPU", 0))
+        self.fault_round = fault_inject_round(config.fault_inject) if config.fault_inject else None
+        self.dataset = dataset
+        self.client_sizes = dataset.client_size
+        dataset_ref = ray.put(dataset)  # one copy in the object store; every actor reads it once
+        self._trainer_class = ray.remote(TrainerActor).options(
+            num_cpus=self.plan.cpus_per_actor, num_gpus=self.plan.gpus_per_actor, max_restarts=0,
+            max_task_retries=0)
+        self._trainer_args = (dataset_ref, model_name, optimizer_settings(config), self.plan.device,
+                              config.trainer_threads)
+        self.server = ray.remote(ServerActor).options(num_cpus=0, num_gpus=self.plan.server_gpus).remote(
+            model_name, initial_params, dataset_ref, config.eval_batch_size, config.aggregation_backend,
+            self.plan.device, config.trainer_threads)
+        self.slots = [_Slot(i, self._trainer_class.remote(*self._trainer_args)) for i in range(self.plan.actors)]
+        try:
+            places = ray.get([slot.actor.ready.remote() for slot in self.slots] + [self.server.ready.remote()])
+        except RayActorError as error:
+            raise RuntimeError(f"a Ray actor failed to start ({error}); see the worker log above") from None
+        self.nodes = len({place["node"] for place in places})
+        logger.info("Ray backend: %d trainer actors on %d node(s), server on %s", len(self.slots), self.nodes,
+                    places[-1]["device"])
+
+    def _connect(self, address: Optional[str]) -> None:
+        if ray.is_initialized():
+            return
+        options: Dict[str, Any] = dict(include_dashboard=False, logging_level=logging.WARNING)
+        try:
+            if address:
+                ray.init(address=address, **options)
+            else:
+                ray.init(num_cpus=os.cpu_count(), object_store_memory=_object_store_bytes(), **options)
+        except ConnectionError as error:
+            raise ConfigError(f"address is {address!r} but no Ray cluster answered there ({error}); expected the "
+                              "address of a running cluster (`ray start --head` prints it), or no --address to "
+                              "start a local one") from None
+        self.owns_ray = True
+
+    def shutdown(self) -> None:
+        """Kill the actors this backend started (freeing their memory, GPU memory included), and Ray if it started it."""
+        if not ray.is_initialized():
+            return
+        for actor in [slot.actor for slot in self.slots] + ([self.server] if self.server is not None else []):
+            ray.kill(actor, no_restart=True)
+        self.slots, self.server = [], None
+        if self.owns_ray:
+            ray.shutdown()
+            self.owns_ray = False
+
+    def describe(self) -> Dict[str, object]:
+        return {"backend": self.name, "actors": self.plan.actors, "trainer_threads": self.config.trainer_threads,
+                "gpus_per_actor": self.plan.gpus_per_actor, "server_gpus": self.plan.server_gpus,
+                "nodes": self.nodes, "address": self.config.address or "local"}
+
+    # -- one round ---------------------------------------------------------------------------------------
+
+    def run_round(self, tasks: Sequence[ClientTask], weights: Sequence[float], server_lr: float):
+        params_ref = self.server.params.remote()  # the global parameters: one object per round
+        self._params_ref = params_ref
+        for slot in self.slots:
+            slot.actor.begin_round.remote(params_ref)
+        results = self._train_all(tasks)
+        for slot in self.slots:
+            slot.actor.end_round.remote()
+        return ray.get(self.server.apply.remote(list(weights), server_lr, *results))
+
+    def _train_all(self, tasks: Sequence[ClientTask]) -> List[Any]:
+        """Train every task on whichever trainer is free; returns the result references in task order."""
+        self.timing = RoundTiming()
+        round_start = time.perf_counter()
+        # Longest first (samples x width^2 ~ cost) so the last client to finish is a short one.
+        order: Deque[int] = deque(sorted(range(len(tasks)), key=lambda k: (
+            -self.client_sizes(tasks[k].client) * tasks[k].width ** 2, tasks[k].client)))
+        attempts = [0] * len(tasks)
+        results: List[Any] = [None] * len(tasks)
+        pending: Dict[Any, _Pending] = {}
+        inject = self.fault_round is not None and tasks and tasks[0].round == self.fault_round
+
+        def submit(slot: _Slot) -> None:
+            while order and slot.in_flight < TASKS_IN_FLIGHT:
+                position = order.popleft()
+                attempts[position] += 1
+                report, result = slot.actor.train.options(num_returns=2).remote(tasks[position])
+                pending[report] = _Pending(position, slot.index, slot.generation, result)
+                slot.in_flight += 1
+
+        for slot in self.slots:
+            submit(slot)
+        while pending:
+            [ready], _ = ray.wait(list(pending), num_returns=1)
+            job = pending.pop(ready)
+            slot = self.slots[job.slot]
+            same_actor = job.generation == slot.generation
+            if same_actor:
+                slot.in_flight -= 1
+            try:
+                report: TaskReport = ray.get(ready)
+            except RayActorError as error:
+                self._lost(tasks, job, attempts, error)
+                order.appendleft(job.position)
+                if same_actor:
+                    self._replace(slot)
+                submit(self.slots[job.slot])
+                continue
+            except RayTaskError as error:
+                raise error.as_instanceof_cause() from None
+            results[job.position] = job.result
+            self.timing.train_seconds += report.train_seconds
+            if inject:
+                inject = not self._inject_fault(tasks[0].round)
+            if same_actor:
+                submit(slot)
+        self.timing.actor_seconds = (time.perf_counter() - round_start) * len(self.slots)
+        self.total_train_seconds += self.timing.train_seconds
+        return results
+
+    def _lost(self, tasks: Sequence[ClientTask], job: _Pending, attempts: List[int], error: Exception) -> None:
+        task = tasks[job.position]
+        if attempts[job.position] >= MAX_ATTEMPTS:
+            raise RuntimeError(f"client {task.client} of round {task.round} lost its trainer actor "
+                               f"{attempts[job.position]} times; giving up (last error: {error})")
+        logger.warning("trainer actor %d died while training client %d of round %d; training it again",
+                       job.slot, task.client, task.round)
+        self.timing.retrained_clients.append(task.client)
+
+    def _replace(self, slot: _Slot) -> None:
+        """Start a new trainer in ``slot`` (same resources), give it the round's parameters."""
+        ray.kill(slot.actor, no_restart=True)
+        slot.actor = self._trainer_class.remote(*self._trainer_args)
+        slot.generation += 1
+        slot.in_flight = 0
+        slot.actor.begin_round.remote(self._params_ref)
+        self.replaced_actors += 1
+        self.timing.replaced_actors += 1
+
+    def _inject_fault(self, round: int) -> bool:
+        """Kill the trainer with the most clients in flight (testing only); True once one was killed."""
+        busy = [slot for slot in self.slots if slot.in_flight > 0]
+        if not busy:
+            return False
+        victim = max(busy, key=lambda slot: (slot.in_flight, -slot.index))
+        logger.warning("fault injection: killing trainer actor %d with %d clients in flight in round %d",
+                       victim.index, victim.in_flight, round)
+        ray.kill(victim.actor, no_restart=True)
+        return True
+
+    # -- the server ---------------------------------------------------------------------------------------
+
+    def evaluate(self) -> Tuple[float, float]:
+        return ray.get(self.server.evaluate.remote())
+
+    def frozen_fraction(self) -> float:
+        return ray.get(self.server.frozen_fraction.remote())
+
+    def get_params(self):
+        return ray.get(self.server.params.remote())
+
+    def set_params(self, params) -> None:
+        ray.get(self.server.set_params.remote(params))
+
+    def params_sha256(self) -> str:
+        return ray.get(self.server.params_sha256.remote())
+
+
+def _object_store_bytes() -> int:
+    """OBJECT_STORE_BYTES, or 30% of this machine's memory when that is less (Ray's own default share)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return OBJECT_STORE_BYTES
+    return int(min(OBJECT_STORE_BYTES, 0.3 * total))

@@ -1,0 +1,53 @@
+"""Actor placement: defaults per CPU core or GPU, fractional GPUs beside the server, one sentence when it cannot fit."""
+
+import pytest
+
+from hasfl_ray.engine.config import RunConfig
+from hasfl_ray.errors import ConfigError
+from hasfl_ray.simulation.placement import (DEFAULT_GPUS_PER_ACTOR, SERVER_GPU_SHARE, plan_actors,
+                                            trainers_that_fit)
+
+
+def ray_config(**kw):
+    return RunConfig(backend="ray", **kw)
+
+
+def test_cpu_default_is_one_actor_per_trainer_threads_cores():
+    plan = plan_actors(ray_config(), cluster_cpus=8, cluster_gpus=2)
+    assert (plan.actors, plan.cpus_per_actor, plan.gpus_per_actor, plan.server_gpus, plan.device) == \
+        (8, 1, 0.0, 0.0, "cpu")
+    assert plan_actors(ray_config(trainer_threads=3), 8, 0).actors == 2
+
+
+def test_cuda_default_is_one_actor_per_gpu_beside_the_server():
+    plan = plan_actors(ray_config(device="cuda"), cluster_cpus=16, cluster_gpus=4)
+    assert (plan.actors, plan.gpus_per_actor, plan.server_gpus, plan.device) == \
+        (4, DEFAULT_GPUS_PER_ACTOR, SERVER_GPU_SHARE, "cuda")
+    assert 4 * DEFAULT_GPUS_PER_ACTOR + SERVER_GPU_SHARE <= 4
+
+
+@pytest.mark.parametrize("gpus, share, expected", [
+    (1, 0.9, 1), (1, 0.45, 2), (1, 0.25, 3), (2, 0.5, 3), (8, 0.9, 8), (4, 2, 1), (1, 1.0, 0), (2, 1.0, 1),
+])
+def test_fractional_and_whole_gpus_pack_per_gpu(gpus, share, expected):
+    assert trainers_that_fit(gpus, share, SERVER_GPU_SHARE) == expected
+
+
+@pytest.mark.parametrize("kw, cpus, gpus, needle", [
+    (dict(actors=3), 2, 0, "actors is 3 with trainer_threads 1, which needs 3 CPUs"),
+    (dict(device="cuda"), 4, 0, "the Ray cluster has no GPU"),
+    (dict(device="cuda", gpus_per_actor=1.0), 4, 1, "do not fit on the cluster's 1 GPUs"),
+    (dict(device="cuda", actors=3, gpus_per_actor=0.5), 4, 1, "expected at most 1 actors"),
+])
+def test_plans_that_cannot_fit_are_refused_in_one_sentence(kw, cpus, gpus, needle):
+    with pytest.raises(ConfigError, match=needle):
+        plan_actors(ray_config(**kw), cpus, gpus)
+
+
+def test_ray_only_options_need_the_ray_backend_and_gpus_need_cuda():
+    with pytest.raises(ConfigError, match="backend ray"):
+        RunConfig(actors=2)
+    with pytest.raises(ConfigError, match="expected device cuda"):
+        RunConfig(backend="ray", gpus_per_actor=0.5)
+    with pytest.raises(ConfigError, match="kill-trainer@ROUND"):
+        RunConfig(backend="ray", fault_inject="kill@3")
