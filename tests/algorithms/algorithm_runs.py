@@ -45,7 +45,7 @@ def recorded_run(**config) -> Recorded:
 
 
 #: The short run every algorithm's learning test shares (adaptation from round 1 so it happens at all).
-LEARNING_RUN = dict(rounds=6, seed=42, warmup=1, t_adapt=1)
+LEARNING_RUN = dict(rounds=5, seed=42, warmup=1, t_adapt=1)
 
 
 def mask_fraction(p: float, model: str = "digits") -> float:
