@@ -18,7 +18,7 @@ DATASET_DEFAULTS: Dict[str, Dict[str, Any]] = {
     "digits": dict(rounds=50, local_epochs=2, lr=0.05, clip_norm=10.0, batch_size=32),
     "emnist": dict(rounds=200, local_epochs=1, lr=0.01, clip_norm=10.0, batch_size=32),
     "cifar10": dict(rounds=200, local_epochs=5, lr=0.01, clip_norm=10.0, batch_size=32),
-    "shakespeare": dict(rounds=200, local_epochs=1, lr=0.1, clip_norm=5.0, batch_size=32),
+    "shakespeare": dict(rounds=200, local_epochs=1, lr=0.1, clip_norm=5.0, batch_size=10),
     "synthetic": dict(rounds=50, local_epochs=1, lr=0.01, clip_norm=10.0, batch_size=32),
 }
 
