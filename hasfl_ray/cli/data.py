@@ -17,7 +17,7 @@ def partition_summary(dataset_name: str, data_dir: str | None, download: bool, c
     """The partition a run with these settings trains on: per client its name, n_i, p_max, TV distance
     and label histogram, plus the class count and the train and test sizes."""
     from hasfl_ray.data import assign_tiers, load_dataset
-    from hasfl_ray.engine.engine import STREAM_TIERS
+    from hasfl_ray.training.seeding import STREAM_TIERS
     from hasfl_ray.training.seeding import numpy_rng
 
     dataset = load_dataset(dataset_name, clients, alpha, seed, data_dir, download)

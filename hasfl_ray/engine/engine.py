@@ -18,11 +18,10 @@ from hasfl_ray.engine.config import RunConfig
 from hasfl_ray.engine.rundir import RunDirectory
 from hasfl_ray.models import MODEL_CONFIGS, build_model
 from hasfl_ray.training.local import ClientTask
-from hasfl_ray.training.seeding import STREAM_INIT, STREAM_SAMPLING, numpy_rng, stream_seed
+from hasfl_ray.training.seeding import STREAM_INIT, STREAM_SAMPLING, STREAM_TIERS, numpy_rng, stream_seed
 
 logger = logging.getLogger(__name__)
 
-STREAM_TIERS = 5
 
 
 def sample_participants(seed: int, round: int, num_clients: int, per_round: int) -> List[int]:

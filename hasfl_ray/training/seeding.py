@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 # Distinct stream kinds so that, e.g., client sampling and local training never share a stream.
-STREAM_SAMPLING, STREAM_CLIENT, STREAM_ALGORITHM, STREAM_INIT = 1, 2, 3, 4
+STREAM_SAMPLING, STREAM_CLIENT, STREAM_ALGORITHM, STREAM_INIT, STREAM_TIERS = 1, 2, 3, 4, 5
 
 
 def stream_seed(*key: int) -> int:

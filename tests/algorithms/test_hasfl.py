@@ -91,7 +91,8 @@ def test_hasfl_with_coverage_never_freezes_once_a_top_tier_client_trained():
 
 def _seed_without_top_tier_in_round_0():
     from hasfl_ray.data import assign_tiers
-    from hasfl_ray.engine.engine import STREAM_TIERS, sample_participants
+    from hasfl_ray.engine.engine import sample_participants
+    from hasfl_ray.training.seeding import STREAM_TIERS
     from hasfl_ray.training.seeding import numpy_rng
 
     for seed in range(100):

@@ -11,7 +11,8 @@ from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.algorithms.random_budget import RandomBudget, budget_range, random_allocation
 from hasfl_ray.data import assign_tiers
 from hasfl_ray.engine.config import RunConfig
-from hasfl_ray.engine.engine import STREAM_TIERS, sample_participants
+from hasfl_ray.engine.engine import sample_participants
+from hasfl_ray.training.seeding import STREAM_TIERS
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.training.local import ClientResult
 from hasfl_ray.training.seeding import numpy_rng

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from dataset_files import make_emnist_root
 from hasfl_ray.cli.main import main
 from hasfl_ray.data import TIERS, assign_tiers
-from hasfl_ray.engine.engine import STREAM_TIERS
+from hasfl_ray.training.seeding import STREAM_TIERS
 from hasfl_ray.training.seeding import numpy_rng
 
 
