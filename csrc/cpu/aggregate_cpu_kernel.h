@@ -7,8 +7,9 @@
 //   1. the entries covering the row (cached per row; nested parameters stop at the first miss),
 //   2. pass 1: acc[c] = sum of w_e * x_e[c] over the covering entries' windows,
 //   3. mean[c] = acc[c] / (sum of the covering weights), or 0 where no entry covers c; written to out,
-//   4. pass 2 (re-reads the same tile of each entry, now in L1/L2): sum (x_e[c] - mean[c])^2 per entry,
-//      and sum mean[c]^2 over each entry's covered columns.
+//   4. pass 2 (re-reads the same tile of each entry, now in L2): sum (x_e[c] - mean[c])^2 per entry,
+//      and sum mean[c]^2 over each entry's covered columns; meanwhile it prefetches what pass 1 of the
+//      next item reads, so memory keeps streaming while the core computes.
 // Everything is accumulated in double; partials go to this chunk's own slots.
 //
 // Nested parameters (all windows share their offset, widths non-increasing) need no per-column
@@ -25,34 +26,83 @@ struct Scratch {
   int64_t* row_start;       // max_entries: element offset of that row inside the entry's packed tensor
 };
 
-// Fetch the next `bytes` after `from` into cache. With dozens of clients the hardware prefetcher loses
-// track of the streams; each entry's data is read in increasing address order, so the bytes right after
-// this tile's are the next tile's (or the next row's).
-HASFL_CPU_TARGET inline void prefetch_after(const void* from, int64_t bytes) {
-  const char* ahead = static_cast<const char*>(from);
-  for (int64_t byte = 0; byte < bytes; byte += 64) __builtin_prefetch(ahead + byte);
+// Four doubles (one AVX2 register; two SSE2 registers in the portable build) via GCC vector extensions.
+typedef double Double4 __attribute__((vector_size(32)));
+typedef float Float4 __attribute__((vector_size(16)));
+
+template <typename scalar_t>
+HASFL_CPU_TARGET inline Double4 load_double4(const scalar_t* x) {
+  if constexpr (sizeof(scalar_t) == sizeof(float)) {
+    Float4 v;
+    __builtin_memcpy(&v, x, sizeof(v));
+    return __builtin_convertvector(v, Double4);
+  } else {
+    Double4 v;
+    __builtin_memcpy(&v, x, sizeof(v));
+    return v;
+  }
 }
 
 // Sum of (x[j] - mean[j])^2 over j < len. One accumulator would make the loop wait on the FMA latency
-// for every vector; 16 partial sums (4 AVX2 vectors) combined in a fixed tree order do not.
+// for every vector; four (16 lanes), combined in a fixed order, do not. While this compute-bound pass
+// runs, the memory system would idle: it prefetches `fetch[0, len)`, what pass 1 of the next item reads.
+// (The hardware prefetchers give up on dozens of interleaved streams that cross a page every 4 KiB.)
 template <typename scalar_t>
-HASFL_CPU_TARGET inline double sum_squared_diff(const scalar_t* x, const double* mean, int64_t len) {
-  constexpr int kLanes = 16;
-  double part[kLanes] = {};
+HASFL_CPU_TARGET inline double sum_squared_diff(const scalar_t* x, const double* mean, int64_t len,
+                                                 const scalar_t* fetch) {
+  Double4 a0 = {0, 0, 0, 0}, a1 = a0, a2 = a0, a3 = a0;
   int64_t j = 0;
-  for (; j + kLanes <= len; j += kLanes) {
-    for (int l = 0; l < kLanes; ++l) {
-      const double d = static_cast<double>(x[j + l]) - mean[j + l];
-      part[l] += d * d;
+  for (; j + 16 <= len; j += 16) {
+    __builtin_prefetch(fetch + j);
+    if (sizeof(scalar_t) == 8) __builtin_prefetch(fetch + j + 8);
+    const Double4 d0 = load_double4(x + j) - load_double4(mean + j);
+    const Double4 d1 = load_double4(x + j + 4) - load_double4(mean + j + 4);
+    const Double4 d2 = load_double4(x + j + 8) - load_double4(mean + j + 8);
+    const Double4 d3 = load_double4(x + j + 12) - load_double4(mean + j + 12);
+    a0 += d0 * d0;
+    a1 += d1 * d1;
+    a2 += d2 * d2;
+    a3 += d3 * d3;
+  }
+  double tail = 0.0;
+  for (; j < len; ++j) {
+    const double d = static_cast<double>(x[j]) - mean[j];
+    tail += d * d;
+  }
+  const Double4 a = (a0 + a1) + (a2 + a3);
+  return ((a[0] + a[1]) + (a[2] + a[3])) + tail;
+}
+
+// mean[j] = acc[j] * inverse, out[j] = mean[j] rounded to scalar_t; returns the sum of mean[j]^2.
+template <typename scalar_t>
+HASFL_CPU_TARGET inline double write_mean(const double* acc, double inverse, int64_t len, double* mean,
+                                          scalar_t* out) {
+  Double4 a0 = {0, 0, 0, 0}, a1 = a0;
+  int64_t j = 0;
+  for (; j + 8 <= len; j += 8) {
+    Double4 m0, m1;
+    __builtin_memcpy(&m0, acc + j, sizeof(m0));
+    __builtin_memcpy(&m1, acc + j + 4, sizeof(m1));
+    m0 *= inverse;
+    m1 *= inverse;
+    __builtin_memcpy(mean + j, &m0, sizeof(m0));
+    __builtin_memcpy(mean + j + 4, &m1, sizeof(m1));
+    for (int l = 0; l < 4; ++l) {
+      out[j + l] = static_cast<scalar_t>(m0[l]);
+      out[j + 4 + l] = static_cast<scalar_t>(m1[l]);
     }
+    a0 += m0 * m0;
+    a1 += m1 * m1;
   }
-  for (int l = 0; j + l < len; ++l) {
-    const double d = static_cast<double>(x[j + l]) - mean[j + l];
-    part[l] += d * d;
+  double tail = 0.0;
+  for (; j < len; ++j) {
+    const double m = acc[j] * inverse;
+    mean[j] = m;
+    out[j] = static_cast<scalar_t>(m);
+    tail += m * m;
   }
-  for (int width = kLanes / 2; width > 0; width /= 2)
-    for (int l = 0; l < width; ++l) part[l] += part[l + width];
-  return part[0];
+  const Double4 a = a0 + a1;
+  return ((a[0] + a[1]) + (a[2] + a[3])) + tail;
 }
 
 template <typename scalar_t, bool kNested>
@@ -68,7 +118,6 @@ HASFL_CPU_TARGET void run_chunk(const CpuArgs& args, int64_t chunk, const Scratc
   double* part_num = args.partial_num + chunk_row[kChunkPartialBase];
   double* part_den = args.partial_den + chunk_row[kChunkPartialBase];
   scalar_t* out = static_cast<scalar_t*>(args.out) + param[kParamOutOffset];
-  constexpr int64_t kTileBytes = kCpuTile * static_cast<int64_t>(sizeof(scalar_t));
   int64_t covered = 0;
   int64_t current_row = -1;
   int64_t row_count = 0;
@@ -112,8 +161,6 @@ HASFL_CPU_TARGET void run_chunk(const CpuArgs& args, int64_t chunk, const Scratc
       Piece pieces[2];
       const int count = window_pieces(entry[kEntryOffset + ndim - 1], entry[kEntryPacked + ndim - 1], length, c0,
                                       c1, pieces);
-      if (count > 0) prefetch_after(x_row + pieces[count - 1].local + (pieces[count - 1].end - pieces[count - 1].begin),
-                                    kTileBytes);
       for (int i = 0; i < count; ++i) {
         const int64_t b = pieces[i].begin - c0, len = pieces[i].end - pieces[i].begin;
         const scalar_t* x = x_row + pieces[i].local;
@@ -144,21 +191,12 @@ HASFL_CPU_TARGET void run_chunk(const CpuArgs& args, int64_t chunk, const Scratc
         for (int64_t j = pieces[i].begin - c0; j < pieces[i].end - c0; ++j) out_tile[j] = scalar_t(0);
       for (int64_t k = 1; k <= row_count; ++k) {
         const int64_t width = k < row_count ? args.entries[s.row_entry[k] * kEntryCols + kEntryPacked + ndim - 1] : 0;
-        const double den = weight_prefix[k];
+        const double inverse = 1.0 / weight_prefix[k];
         double sum = 0.0;
         count = window_pieces((offset + width) % length, width_above - width, length, c0, c1, pieces);
         for (int i = 0; i < count; ++i) {
           const int64_t b = pieces[i].begin - c0, len = pieces[i].end - pieces[i].begin;
-          const double* acc = s.acc + b;
-          double* mean = s.mean + b;
-          scalar_t* o = out_tile + b;
-#pragma omp simd reduction(+ : sum)
-          for (int64_t j = 0; j < len; ++j) {
-            const double m = acc[j] / den;
-            mean[j] = m;
-            o[j] = static_cast<scalar_t>(m);
-            sum += m * m;
-          }
+          sum += write_mean(s.acc + b, inverse, len, s.mean + b, out_tile + b);
           covered += len;
         }
         s.square_by_count[k] = sum;
@@ -191,12 +229,15 @@ HASFL_CPU_TARGET void run_chunk(const CpuArgs& args, int64_t chunk, const Scratc
       Piece pieces[2];
       const int count = window_pieces(entry[kEntryOffset + ndim - 1], entry[kEntryPacked + ndim - 1], length, c0,
                                       c1, pieces);
+      // This entry's next reads (next tile, or next row) follow its current ones in memory.
+      const scalar_t* next = count ? x_row + pieces[count - 1].local + (pieces[count - 1].end - pieces[count - 1].begin)
+                                   : x_row;
       double sum_diff = 0.0, sum_mean = 0.0;
       for (int i = 0; i < count; ++i) {
         const int64_t b = pieces[i].begin - c0, len = pieces[i].end - pieces[i].begin;
         const scalar_t* x = x_row + pieces[i].local;
         const double* mean = s.mean + b;
-        sum_diff += sum_squared_diff(x, mean, len);
+        sum_diff += sum_squared_diff(x, mean, len, next + (pieces[i].begin - pieces[0].begin));
         if (!kNested) {
 #pragma omp simd reduction(+ : sum_mean)
           for (int64_t j = 0; j < len; ++j) sum_mean += mean[j] * mean[j];
