@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import operator
 from typing import Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -40,35 +41,41 @@ def validate_inputs(global_shapes: Mapping[str, Sequence[int]], updates: Sequenc
                          "expected one weight per client")
     if not torch.isfinite(weights_t).all() or (weights_t <= 0).any():
         raise ValueError(f"weights must be finite and positive, got {weights_t.tolist()}")
+    # The loop runs once per (client, parameter), thousands of times per round: each check is the cheap
+    # test first, the sentence only on failure.
     dtype = device = None
     for i, update in enumerate(updates):
         if not isinstance(update, Mapping):
             raise TypeError(f"updates[{i}] is a {type(update).__name__}; expected a mapping of name to tensor")
         for name, packed in update.items():
-            where = f"updates[{i}][{name!r}]"
-            if name not in shapes:
-                raise ValueError(f"{where} names a parameter that is not in global_shapes")
+            full = shapes.get(name)
+            if full is None:
+                raise ValueError(f"updates[{i}][{name!r}] names a parameter that is not in global_shapes")
             if not isinstance(packed, torch.Tensor):
-                raise TypeError(f"{where} is a {type(packed).__name__}; expected a torch.Tensor")
-            if packed.dtype not in _FLOAT_DTYPES:
-                raise TypeError(f"{where} has dtype {packed.dtype}; expected torch.float32 or torch.float64")
-            dtype = dtype or packed.dtype
-            device = device or packed.device
-            if packed.dtype != dtype:
-                raise TypeError(f"{where} has dtype {packed.dtype} but earlier updates are {dtype}; "
-                                "expected one dtype for all clients")
+                raise TypeError(f"updates[{i}][{name!r}] is a {type(packed).__name__}; expected a torch.Tensor")
+            if packed.dtype is not dtype:
+                where = f"updates[{i}][{name!r}]"
+                if packed.dtype not in _FLOAT_DTYPES:
+                    raise TypeError(f"{where} has dtype {packed.dtype}; expected torch.float32 or torch.float64")
+                if dtype is not None:
+                    raise TypeError(f"{where} has dtype {packed.dtype} but earlier updates are {dtype}; "
+                                    "expected one dtype for all clients")
+                dtype = packed.dtype
             if packed.device != device:
-                raise ValueError(f"{where} is on {packed.device} but earlier updates are on {device}; "
-                                 "expected one device for all clients")
+                if device is not None:
+                    raise ValueError(f"updates[{i}][{name!r}] is on {packed.device} but earlier updates are on "
+                                     f"{device}; expected one device for all clients")
+                device = packed.device
             if not packed.is_contiguous():
-                raise ValueError(f"{where} is not contiguous; expected a contiguous packed tensor")
-            full = shapes[name]
-            if packed.dim() != len(full):
-                raise ValueError(f"{where} has {packed.dim()} dims but the global shape {full} has {len(full)}")
+                raise ValueError(f"updates[{i}][{name!r}] is not contiguous; expected a contiguous packed tensor")
+            shape = packed.shape
+            if len(shape) != len(full):
+                raise ValueError(f"updates[{i}][{name!r}] has {len(shape)} dims but the global shape {full} has "
+                                 f"{len(full)}")
             g = blocks.get(name, 1)
-            if any(s > f for s, f in zip(packed.shape, full)) or (full and packed.shape[0] % g):
-                raise ValueError(f"{where} has shape {tuple(packed.shape)}, which does not fit inside the global "
-                                 f"shape {full}" + (f" as {g} equal gate blocks" if g > 1 else ""))
+            if shape != full and (any(map(operator.gt, shape, full)) or (g > 1 and shape[0] % g)):
+                raise ValueError(f"updates[{i}][{name!r}] has shape {tuple(shape)}, which does not fit inside the "
+                                 f"global shape {full}" + (f" as {g} equal gate blocks" if g > 1 else ""))
     if dtype is None:
         raise ValueError("updates holds no tensors at all; expected at least one packed parameter")
     return shapes, weights_t, blocks
