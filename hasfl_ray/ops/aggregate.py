@@ -8,6 +8,7 @@ tensors, no concatenated copy) and computes every index arithmetically from thes
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from dataclasses import dataclass
@@ -169,10 +170,13 @@ def build_layout(global_shapes: Mapping[str, Tuple[int, ...]], updates: Sequence
             if missing:
                 raise ValueError(f"offsets[{client}] names {sorted(missing)}, which updates[{client}] does not hold")
     names = tuple(global_shapes)
-    holders: Dict[str, List[Tuple[int, torch.Tensor]]] = {name: [] for name in names}
+    # Per parameter, the clients holding it and their tensors (one pass; this runs per round).
+    holder_clients: Dict[str, List[int]] = {name: [] for name in names}
+    holder_tensors: Dict[str, List[torch.Tensor]] = {name: [] for name in names}
     for client, update in enumerate(updates):
         for name, tensor in update.items():
-            holders[name].append((client, tensor))
+            holder_clients[name].append(client)
+            holder_tensors[name].append(tensor)
     param_rows = np.zeros((len(names), PARAM_COLS), np.int64)
     entry_blocks: List[np.ndarray] = []
     packed_tensors: List[torch.Tensor] = []
@@ -181,8 +185,10 @@ def build_layout(global_shapes: Mapping[str, Tuple[int, ...]], updates: Sequence
     for index, name in enumerate(names):
         full = tuple(global_shapes[name])
         blocks = gate_blocks.get(name, 1)
-        clients = np.array([client for client, _ in holders[name]], np.int64)
-        raw = np.array([tuple(tensor.shape) for _, tensor in holders[name]], np.int64).reshape(len(clients), len(full))
+        tensors = holder_tensors[name]
+        clients = np.array(holder_clients[name], np.int64)
+        raw = np.fromiter(itertools.chain.from_iterable(tensor.shape for tensor in tensors), np.int64,
+                          count=len(tensors) * len(full)).reshape(len(tensors), len(full))
         dims, packed, starts = _canonical(name, full, blocks, raw,
                                           _offsets_of(name, full, blocks, clients.tolist(), offsets))
         order = np.lexsort((clients, -packed.prod(axis=1)))
@@ -196,7 +202,7 @@ def build_layout(global_shapes: Mapping[str, Tuple[int, ...]], updates: Sequence
         rows[:, _ENTRY_PACKED:_ENTRY_PACKED + len(dims)] = packed
         rows[:, _ENTRY_OFFSET:_ENTRY_OFFSET + len(dims)] = starts
         entry_blocks.append(rows)
-        packed_tensors.extend(holders[name][i][1] for i in order.tolist())
+        packed_tensors.extend(map(tensors.__getitem__, order.tolist()))
         param = param_rows[index]
         param[_PARAM_NDIM] = len(dims)
         param[_PARAM_FULL:_PARAM_FULL + MAX_DIMS] = 1
