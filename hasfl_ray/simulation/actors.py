@@ -64,7 +64,9 @@ class TrainerActor:
         return _whereabouts(self.device)
 
     def begin_round(self, params: Mapping[str, torch.Tensor]) -> None:
-        """Take the round's global parameters (one object-store read per actor per round) onto the device."""
+        """Take the round's global parameters (one object-store read per actor per round) onto the device,
+        replacing the previous round's."""
+        self.params = {}
         self.params = {name: tensor.to(self.device) for name, tensor in params.items()}
 
     def train(self, task: ClientTask) -> Tuple[TaskReport, ClientResult]:
@@ -79,12 +81,6 @@ class TrainerActor:
         if len(self.trainer.cached_widths) > CACHED_WIDTHS:
             self.trainer.release(keep=self.recent_widths)
         return report, result
-
-    def end_round(self) -> None:
-        """Drop the round's global parameters (and, on a GPU, return cached blocks to the driver's other users)."""
-        self.params = {}
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
 
 
 class ServerActor:

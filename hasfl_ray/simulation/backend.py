@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
@@ -52,10 +51,17 @@ class _Pending:
 
 @dataclass
 class RoundTiming:
-    """Where one round's time went on the trainers (for benchmarks and logs)."""
+    """Where one round's time went on the trainers (for benchmarks and logs).
+
+    Attributes:
+        train_seconds: local training summed over clients (inside Trainer.train).
+        slot_train_seconds: the same per trainer slot (its busiest one bounds the round).
+        replaced_actors: trainers that died and were replaced this round.
+        retrained_clients: clients trained again because their trainer died.
+    """
 
     train_seconds: float = 0.0
-    actor_seconds: float = 0.0
+    slot_train_seconds: Dict[int, float] = field(default_factory=dict)
     replaced_actors: int = 0
     retrained_clients: List[int] = field(default_factory=list)
 
@@ -76,6 +82,7 @@ class RayBackend(Backend):
         self.owns_ray = False
         self.slots: List[_Slot] = []
         self.server = None
+        self._params_ref = self._evaluation = self._frozen = None
         self.timing = RoundTiming()
         self.total_train_seconds = 0.0
         self.replaced_actors = 0
@@ -149,19 +156,26 @@ class RayBackend(Backend):
     # -- one round ---------------------------------------------------------------------------------------
 
     def run_round(self, tasks: Sequence[ClientTask], weights: Sequence[float], server_lr: float):
-        params_ref = self.server.params.remote()  # the global parameters: one object per round
-        self._params_ref = params_ref
-        for slot in self.slots:
-            slot.actor.begin_round.remote(params_ref)
+        if self._params_ref is None:
+            self._send_params()
         results = self._train_all(tasks)
+        applied = self.server.apply.remote(list(weights), server_lr, *results)
+        # Queued behind the update on the server: evaluation runs while the driver observes the round, and
+        # the next round's parameters reach the trainers before the engine asks for them.
+        self._evaluation = self.server.evaluate.remote()
+        self._frozen = self.server.frozen_fraction.remote()
+        self._send_params()
+        return ray.get(applied)
+
+    def _send_params(self) -> None:
+        """Put the server's current parameters in the object store once and hand the reference to every trainer."""
+        self._params_ref = self.server.params.remote()
         for slot in self.slots:
-            slot.actor.end_round.remote()
-        return ray.get(self.server.apply.remote(list(weights), server_lr, *results))
+            slot.actor.begin_round.remote(self._params_ref)
 
     def _train_all(self, tasks: Sequence[ClientTask]) -> List[Any]:
         """Train every task on whichever trainer is free; returns the result references in task order."""
         self.timing = RoundTiming()
-        round_start = time.perf_counter()
         # Longest first (samples x width^2 ~ cost) so the last client to finish is a short one.
         order: Deque[int] = deque(sorted(range(len(tasks)), key=lambda k: (
             -self.client_sizes(tasks[k].client) * tasks[k].width ** 2, tasks[k].client)))
@@ -200,11 +214,12 @@ class RayBackend(Backend):
                 raise error.as_instanceof_cause() from None
             results[job.position] = job.result
             self.timing.train_seconds += report.train_seconds
+            self.timing.slot_train_seconds[job.slot] = \
+                self.timing.slot_train_seconds.get(job.slot, 0.0) + report.train_seconds
             if inject:
                 inject = not self._inject_fault(tasks[0].round)
             if same_actor:
                 submit(slot)
-        self.timing.actor_seconds = (time.perf_counter() - round_start) * len(self.slots)
         self.total_train_seconds += self.timing.train_seconds
         return results
 
@@ -241,16 +256,19 @@ class RayBackend(Backend):
     # -- the server ---------------------------------------------------------------------------------------
 
     def evaluate(self) -> Tuple[float, float]:
-        return ray.get(self.server.evaluate.remote())
+        ref, self._evaluation = self._evaluation or self.server.evaluate.remote(), None
+        return ray.get(ref)
 
     def frozen_fraction(self) -> float:
-        return ray.get(self.server.frozen_fraction.remote())
+        ref, self._frozen = self._frozen or self.server.frozen_fraction.remote(), None
+        return ray.get(ref)
 
     def get_params(self):
-        return ray.get(self.server.params.remote())
+        return ray.get(self._params_ref if self._params_ref is not None else self.server.params.remote())
 
     def set_params(self, params) -> None:
         ray.get(self.server.set_params.remote(params))
+        self._params_ref = self._evaluation = self._frozen = None  # computed from the parameters replaced
 
     def params_sha256(self) -> str:
         return ray.get(self.server.params_sha256.remote())
