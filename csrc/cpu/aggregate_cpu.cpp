@@ -38,6 +38,12 @@ struct CpuArgs {
   int64_t* chunk_covered;
 };
 
+// The kernel's 4-double vectors are passed between inline functions only; GCC's note that their ABI
+// differs with and without AVX does not concern them.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define HASFL_HAVE_AVX2_BUILD 1
 namespace avx2 {
