@@ -16,6 +16,7 @@ def main() -> None:
 def _register() -> None:
     # Each module adds its commands to `main`; imported here so `hasfl-ray --help` lists them all.
     from hasfl_ray.cli import cost, data, report, simulate  # noqa: F401
+    from hasfl_ray.cli import bench, info  # noqa: F401
 
 
 _register()

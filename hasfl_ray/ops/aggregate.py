@@ -34,17 +34,18 @@ ENTRY_COLS = _ENTRY_OFFSET + MAX_DIMS
 
 _OP_NAME = "hasfl_ray::aggregate_into"
 _loaded: Optional[bool] = None
+_load_error: Optional[str] = None
 
 
 def _load() -> bool:
     """Import ``hasfl_ray._C`` once (registering its ops) and attach the fake kernel for torch.compile."""
-    global _loaded
+    global _loaded, _load_error
     if _loaded is None:
         try:
             import hasfl_ray._C  # noqa: F401  (registers torch.ops.hasfl_ray.*)
         except (ImportError, OSError) as error:
             logger.debug("hasfl_ray._C is not importable: %s", error)
-            _loaded = False
+            _loaded, _load_error = False, f"{type(error).__name__}: {error}"
         else:
             _loaded = hasattr(torch.ops.hasfl_ray, "aggregate_into")
             if _loaded:
@@ -63,6 +64,21 @@ def _register_fake() -> None:
 def available() -> bool:
     """Whether ``hasfl_ray._C`` is built and registers the fused aggregation op (CPU kernel)."""
     return _load()
+
+
+def load_error() -> Optional[str]:
+    """Why ``hasfl_ray._C`` could not be imported (None when it was, or was not tried)."""
+    _load()
+    return _load_error
+
+
+def extension_path() -> Optional[str]:
+    """File of the loaded ``hasfl_ray._C``, or None."""
+    if not _load():
+        return None
+    import hasfl_ray._C
+
+    return hasfl_ray._C.__file__
 
 
 def cuda_available() -> bool:

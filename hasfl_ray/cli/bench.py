@@ -1,0 +1,93 @@
+"""`hasfl-ray bench aggregate`: the fused aggregation kernel against pure-torch implementations."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import List, Sequence
+
+import click
+import torch
+
+from hasfl_ray.cli.main import main
+from hasfl_ray.ops import aggregate as ops
+from hasfl_ray.ops.benchmark import MODELS, CaseResult, run_case
+
+MODEL_LABELS = {"emnist": "EMNIST CNN", "cifar10": "CIFAR-10 CNN", "shakespeare": "Shakespeare LSTM"}
+
+
+def _int_list(ctx, param, value: str) -> List[int]:
+    try:
+        counts = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of positive client counts, e.g. 10,50,200")
+    return counts
+
+
+def _model_list(ctx, param, value: str) -> List[str]:
+    models = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [m for m in models if m not in MODELS]
+    if not models or unknown:
+        raise click.BadParameter(f"{value!r} names {unknown or 'no model'}; expected a comma-separated subset of "
+                                 f"{','.join(MODELS)}")
+    return models
+
+
+def format_case(case: CaseResult) -> str:
+    """One case as a text table: median ms, effective GB/s, and how many times slower than fused."""
+    fused = case.time_of("fused")
+    lines = [f"{MODEL_LABELS.get(case.model, case.model)}, {case.clients} clients on {case.device}: packed "
+             f"{case.packed_mb:.1f} MB + output {case.output_mb:.1f} MB; large torch copy {case.copy_gbps:.1f} GB/s",
+             f"  {'implementation':<18} {'median ms':>10} {'GB/s':>7} {'runs':>5} {'÷ fused':>8}"]
+    for timing in case.timings:
+        ratio = f"{timing.median_s / fused:.1f}×" if fused else "-"
+        note = f"   {timing.gbps / case.copy_gbps:.0%} of copy" if timing.implementation == "fused kernel" else ""
+        lines.append(f"  {timing.implementation:<18} {timing.median_s * 1e3:>10.1f} {timing.gbps:>7.2f} "
+                     f"{timing.repeats:>5} {ratio:>8}{note}")
+    return "\n".join(lines)
+
+
+@main.group()
+def bench() -> None:
+    """Throughput benchmarks (one subcommand each); figures are recorded in benchmarks/RESULTS.md."""
+
+
+@bench.command("aggregate")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="Where the client updates live and the kernels run.")
+@click.option("--clients", "client_counts", default="10,50,200", show_default=True, callback=_int_list,
+              help="Comma-separated numbers of clients per round.")
+@click.option("--models", default=",".join(MODELS), show_default=True, callback=_model_list,
+              help="Comma-separated models (dataset names).")
+@click.option("--repeats", type=click.IntRange(1, 100), default=5, show_default=True,
+              help="Timed rounds per case, after one warm-up (slow implementations stop after ~4 s).")
+@click.option("--threads", type=click.IntRange(1, 1024), default=None,
+              help="torch/OpenMP threads (default: torch's default, all cores).")
+@click.option("--skip-slow", is_flag=True, help="Leave out the dense and HeteroFL-loop implementations.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of cases instead of tables.")
+def aggregate(device: str, client_counts: Sequence[int], models: Sequence[str], repeats: int, threads,
+              skip_slow: bool, as_json: bool) -> None:
+    """Time the fused kernel, the pure-torch reference, the best pure-torch code, a dense zero-padded
+    implementation and a HeteroFL-style loop at the paper's tier mix; print effective GB/s and ratios."""
+    if device == "cuda" and not torch.cuda.is_available():
+        click.echo("Error: --device cuda needs a visible CUDA GPU; torch.cuda.is_available() is False", err=True)
+        sys.exit(2)
+    if not ops.available():
+        click.echo("warning: hasfl_ray._C is not built; timing the pure-torch implementations only", err=True)
+    elif device == "cuda" and not ops.cuda_available():
+        click.echo("Error: --device cuda needs hasfl_ray._C built with its CUDA kernel "
+                   "(pip install --no-build-isolation -e . with a GPU visible, or HASFL_FORCE_CUDA=1)", err=True)
+        sys.exit(2)
+    if threads:
+        torch.set_num_threads(threads)
+    cases = []
+    for model in models:
+        for clients in client_counts:
+            case = run_case(model, clients, device=device, repeats=repeats, include_slow=not skip_slow)
+            cases.append(case)
+            if not as_json:
+                click.echo(format_case(case) + "\n")
+    if as_json:
+        click.echo(json.dumps([case.as_dict() for case in cases]))

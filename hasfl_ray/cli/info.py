@@ -1,0 +1,77 @@
+"""`hasfl-ray info`: versions, devices, and whether the compiled aggregation kernels are available."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict
+
+import click
+import torch
+
+from hasfl_ray import __version__
+from hasfl_ray.cli.main import main
+from hasfl_ray.ops import aggregate as ops
+
+
+def collect_info() -> Dict[str, object]:
+    """Everything `hasfl-ray info` prints, as one JSON-ready dict."""
+    try:
+        import ray
+
+        ray_version = ray.__version__
+    except ImportError:
+        ray_version = None
+    devices = [{"device": "cpu", "name": "CPU", "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                "capability": torch.backends.cpu.get_cpu_capability()}]
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            properties = torch.cuda.get_device_properties(index)
+            devices.append({"device": f"cuda:{index}", "name": properties.name,
+                            "memory_gib": round(properties.total_memory / 2 ** 30, 1),
+                            "capability": f"{properties.major}.{properties.minor}"})
+    return {
+        "hasfl_ray": __version__,
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "ray": ray_version,
+        "extension": {
+            "built": ops.available(),
+            "path": ops.extension_path(),
+            "cpu_kernel": ops.available(),
+            "cuda_kernel": ops.cuda_available(),
+            "error": ops.load_error(),
+        },
+        "devices": devices,
+    }
+
+
+def _yes_no(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+def info(as_json: bool) -> None:
+    """Print versions, devices, and whether hasfl_ray._C and its CPU/CUDA kernels are available."""
+    data = collect_info()
+    if as_json:
+        click.echo(json.dumps(data))
+        return
+    extension = data["extension"]
+    click.echo(f"hasfl-ray {data['hasfl_ray']}, torch {data['torch']} (CUDA {data['torch_cuda'] or 'none'}), "
+               f"ray {data['ray'] or 'not installed'}")
+    built = f"yes ({extension['path']})" if extension["built"] else f"no ({extension['error'] or 'not found'})"
+    click.echo(f"extension hasfl_ray._C: {built}")
+    click.echo(f"  CPU kernel:  {_yes_no(extension['cpu_kernel'])}")
+    click.echo(f"  CUDA kernel: {_yes_no(extension['cuda_kernel'])}"
+               + ("" if extension["cuda_kernel"] else " (build with a GPU visible or HASFL_FORCE_CUDA=1)"))
+    click.echo(f"CUDA available: {_yes_no(data['cuda_available'])}")
+    for device in data["devices"]:
+        if device["device"] == "cpu":
+            click.echo(f"  cpu: {device['cores']} cores, {device['torch_threads']} torch threads, "
+                       f"{device['capability']}")
+        else:
+            click.echo(f"  {device['device']}: {device['name']}, {device['memory_gib']} GiB, "
+                       f"compute capability {device['capability']}")

@@ -1,0 +1,384 @@
+"""Throughput of the fused aggregation against pure-torch ways of computing the same result.
+
+Used by ``hasfl-ray bench aggregate`` and ``benchmarks/bench_aggregate.py``. Every implementation here
+computes the full result (Δ̄, both per-client norms, covered fraction) from the same packed updates, so
+the timings compare like with like. Effective bandwidth counts the bytes that must move: every packed
+client byte read once plus the global output written once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from hasfl_ray.aggregation import aggregate_updates, validate_inputs
+from hasfl_ray.aggregation.reference import aggregate_reference
+from hasfl_ray.aggregation.result import AggregateResult
+from hasfl_ray.models import build_model, gate_blocks_of
+from hasfl_ray.models.slicing import region
+from hasfl_ray.ops import aggregate as ops
+
+logger = logging.getLogger(__name__)
+
+#: The paper's capacity tiers and how often each occurs (mean width 0.525).
+TIERS = (0.25, 0.5, 0.75, 1.0)
+TIER_PROBABILITIES = (0.40, 0.25, 0.20, 0.15)
+#: Benchmarked models: the dataset names of :func:`hasfl_ray.models.build_model`.
+MODELS = ("emnist", "cifar10", "shakespeare")
+
+Shapes = Dict[str, Tuple[int, ...]]
+Updates = List[Dict[str, torch.Tensor]]
+Aggregator = Callable[[Shapes, Updates, torch.Tensor, Dict[str, int]], object]
+
+
+@dataclass(frozen=True)
+class Federation:
+    """One round's packed updates at the paper's tier mix."""
+
+    model: str
+    shapes: Shapes
+    updates: Updates
+    weights: torch.Tensor  # float64 CPU (num_clients,)
+    gate_blocks: Dict[str, int]
+    widths: Tuple[float, ...]
+
+    @property
+    def packed_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for u in self.updates for t in u.values())
+
+    @property
+    def output_bytes(self) -> int:
+        element = next(iter(self.updates[0].values())).element_size()
+        return sum(math.prod(shape) for shape in self.shapes.values()) * element
+
+
+def make_federation(model: str, num_clients: int, device: str = "cpu", seed: int = 0,
+                    dtype: torch.dtype = torch.float32) -> Federation:
+    """Random packed updates of ``num_clients`` clients of ``model`` with widths drawn at the tier mix."""
+    specs = build_model(model).param_specs()
+    rng = np.random.default_rng(seed)
+    widths = tuple(float(p) for p in rng.choice(TIERS, size=num_clients, p=TIER_PROBABILITIES))
+    generator = torch.Generator().manual_seed(seed)
+    updates = [{name: torch.randn(spec.sliced_shape(p), generator=generator, dtype=dtype).to(device)
+                for name, spec in specs.items()} for p in widths]
+    weights = torch.as_tensor(rng.integers(20, 500, num_clients), dtype=torch.float64)
+    return Federation(model, {name: spec.shape for name, spec in specs.items()}, updates, weights,
+                      gate_blocks_of(specs), widths)
+
+
+def _first(updates: Updates) -> torch.Tensor:
+    return next(t for u in updates for t in u.values())
+
+
+def aggregate_torch_per_client(shapes: Shapes, updates: Updates, weights: torch.Tensor,
+                               gate_blocks: Dict[str, int]) -> AggregateResult:
+    """Pure torch, in place: per (parameter, client) one ``add_`` into the region and one ``dist``.
+
+    Accumulates in the clients' dtype (faster than the reference's float64, less accurate).
+    """
+    first = _first(updates)
+    num_clients = len(updates)
+    div_num = torch.zeros(num_clients, dtype=torch.float64, device=first.device)
+    div_den = torch.zeros(num_clients, dtype=torch.float64, device=first.device)
+    w = weights.tolist()
+    delta, covered, total = {}, 0, 0
+    for name, shape in shapes.items():
+        blocks = gate_blocks.get(name, 1)
+        numerator = torch.zeros(shape, dtype=first.dtype, device=first.device)
+        denominator = torch.zeros(shape, dtype=first.dtype, device=first.device)
+        holders = [(i, u[name]) for i, u in enumerate(updates) if name in u]
+        for i, packed in holders:
+            view = region(numerator, packed.shape, blocks)
+            view.add_(packed.view(view.shape), alpha=w[i])
+            region(denominator, packed.shape, blocks).add_(w[i])
+        mask = denominator > 0
+        mean = numerator.div_(denominator.masked_fill_(~mask, 1.0))
+        for i, packed in holders:
+            view = region(mean, packed.shape, blocks)
+            div_num[i] += torch.dist(packed.view(view.shape), view).double().square()
+            div_den[i] += torch.linalg.vector_norm(view).double().square()
+        delta[name] = mean
+        covered += int(mask.sum())
+        total += mean.numel()
+    return AggregateResult(delta, div_num.cpu(), div_den.cpu(), covered / total)
+
+
+def aggregate_torch_stacked(shapes: Shapes, updates: Updates, weights: torch.Tensor,
+                            gate_blocks: Dict[str, int]) -> AggregateResult:
+    """Pure torch, batched: clients with equal packed shapes (one tier) are stacked and reduced by a matmul.
+
+    A handful of large ops per (parameter, tier) instead of a few small ones per (parameter, client).
+    """
+    first = _first(updates)
+    num_clients = len(updates)
+    div_num = torch.zeros(num_clients, dtype=torch.float64, device=first.device)
+    div_den = torch.zeros(num_clients, dtype=torch.float64, device=first.device)
+    w = weights.to(device=first.device, dtype=first.dtype)
+    delta, covered, total = {}, 0, 0
+    for name, shape in shapes.items():
+        blocks = gate_blocks.get(name, 1)
+        groups: Dict[Tuple[int, ...], List[int]] = {}
+        for i, u in enumerate(updates):
+            if name in u:
+                groups.setdefault(tuple(u[name].shape), []).append(i)
+        numerator = torch.zeros(shape, dtype=first.dtype, device=first.device)
+        denominator = torch.zeros(shape, dtype=first.dtype, device=first.device)
+        stacks = []
+        for packed_shape, members in groups.items():
+            stacked = torch.stack([updates[i][name] for i in members]).view(len(members), -1)
+            index = torch.as_tensor(members, device=first.device)
+            group_weights = w[index]
+            view = region(numerator, packed_shape, blocks)
+            view.add_((group_weights @ stacked).view(view.shape))
+            region(denominator, packed_shape, blocks).add_(float(group_weights.sum()))
+            stacks.append((packed_shape, index, stacked))
+        mask = denominator > 0
+        mean = numerator.div_(denominator.masked_fill_(~mask, 1.0))
+        for packed_shape, index, stacked in stacks:
+            view = region(mean, packed_shape, blocks).reshape(1, -1)
+            div_num[index] += (stacked - view).square_().sum(dim=1, dtype=torch.float64)
+            div_den[index] += view.square().sum(dtype=torch.float64)
+        delta[name] = mean
+        covered += int(mask.sum())
+        total += mean.numel()
+    return AggregateResult(delta, div_num.cpu(), div_den.cpu(), covered / total)
+
+
+def aggregate_dense(shapes: Shapes, updates: Updates, weights: torch.Tensor,
+                    gate_blocks: Dict[str, int]) -> AggregateResult:
+    """Dense: every update zero-padded to the full shape with a 0/1 mask, then full-shape arithmetic."""
+    first = _first(updates)
+    num_clients = len(updates)
+    div_num = torch.zeros(num_clients, dtype=torch.float64)
+    div_den = torch.zeros(num_clients, dtype=torch.float64)
+    w = weights.tolist()
+    delta, covered, total = {}, 0, 0
+
+    def padded(name, packed):
+        full = torch.zeros(shapes[name], dtype=first.dtype, device=first.device)
+        mask = torch.zeros(shapes[name], dtype=first.dtype, device=first.device)
+        view = region(full, packed.shape, gate_blocks.get(name, 1))
+        view.copy_(packed.view(view.shape))
+        region(mask, packed.shape, gate_blocks.get(name, 1)).fill_(1.0)
+        return full, mask
+
+    for name, shape in shapes.items():
+        numerator = torch.zeros(shape, dtype=first.dtype, device=first.device)
+        denominator = torch.zeros(shape, dtype=first.dtype, device=first.device)
+        for i, u in enumerate(updates):
+            if name in u:
+                full, mask = padded(name, u[name])
+                numerator += w[i] * full
+                denominator += w[i] * mask
+        covered_mask = denominator > 0
+        mean = torch.where(covered_mask, numerator / torch.where(covered_mask, denominator, 1.0), 0.0)
+        for i, u in enumerate(updates):
+            if name in u:
+                full, mask = padded(name, u[name])
+                div_num[i] += float(((full - mean) * mask).square().sum())
+                div_den[i] += float((mean * mask).square().sum())
+        delta[name] = mean
+        covered += int(covered_mask.sum())
+        total += mean.numel()
+    return AggregateResult(delta, div_num, div_den, covered / total)
+
+
+def _heterofl_index(shape: Sequence[int], packed_shape: Sequence[int], blocks: int,
+                    device: torch.device) -> Tuple[torch.Tensor, ...]:
+    """HeteroFL's way: an index tensor per dim (per gate block for dim 0), expanded by ``torch.meshgrid``."""
+    per_dim = []
+    for d, (full, count) in enumerate(zip(shape, packed_shape)):
+        if d == 0 and blocks > 1:
+            rows, kept = full // blocks, count // blocks
+            per_dim.append(torch.cat([torch.arange(b * rows, b * rows + kept, device=device) for b in range(blocks)]))
+        else:
+            per_dim.append(torch.arange(count, device=device))
+    return tuple(torch.meshgrid(*per_dim, indexing="ij"))
+
+
+def aggregate_heterofl_loop(shapes: Shapes, updates: Updates, weights: torch.Tensor,
+                            gate_blocks: Dict[str, int]) -> AggregateResult:
+    """HeteroFL's combine(): per parameter, per client, index tensors and advanced-index read-modify-write."""
+    first = _first(updates)
+    num_clients = len(updates)
+    div_num = torch.zeros(num_clients, dtype=torch.float64)
+    div_den = torch.zeros(num_clients, dtype=torch.float64)
+    w = weights.tolist()
+    delta, covered, total = {}, 0, 0
+    for name, shape in shapes.items():
+        numerator = torch.zeros(shape, dtype=first.dtype, device=first.device)
+        count = torch.zeros(shape, dtype=first.dtype, device=first.device)
+        indices = {}
+        for i, u in enumerate(updates):
+            if name not in u:
+                continue
+            packed = u[name]
+            indices[i] = _heterofl_index(shape, packed.shape, gate_blocks.get(name, 1), first.device) if shape else ()
+            numerator[indices[i]] += w[i] * packed
+            count[indices[i]] += w[i]
+        covered_mask = count > 0
+        mean = torch.where(covered_mask, numerator / torch.where(covered_mask, count, 1.0), 0.0)
+        for i, index in indices.items():
+            local_mean = mean[index]
+            div_num[i] += float((updates[i][name] - local_mean).square().sum())
+            div_den[i] += float(local_mean.square().sum())
+        delta[name] = mean
+        covered += int(covered_mask.sum())
+        total += mean.numel()
+    return AggregateResult(delta, div_num, div_den, covered / total)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Median time of one implementation on one federation."""
+
+    model: str
+    clients: int
+    implementation: str
+    median_s: float
+    repeats: int
+    gbps: float  # effective: (packed client bytes + output bytes) / median_s
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """All timings of one (model, clients) case, the copy bandwidth measured beside them, and ratios."""
+
+    model: str
+    clients: int
+    device: str
+    packed_mb: float
+    output_mb: float
+    copy_gbps: float
+    timings: List[Timing]
+
+    def time_of(self, implementation: str) -> Optional[float]:
+        return next((t.median_s for t in self.timings if t.implementation == implementation), None)
+
+    def gbps_of(self, implementation: str) -> Optional[float]:
+        return next((t.gbps for t in self.timings if t.implementation == implementation), None)
+
+    def ratios(self) -> Dict[str, Optional[float]]:
+        """The headline ratios: the kernel's fraction of copy bandwidth; how many times slower the others are."""
+        fused = self.time_of("fused")
+        kernel_gbps = self.gbps_of("fused kernel")
+        torch_times = [t for t in (self.time_of("torch per client"), self.time_of("torch stacked")) if t]
+
+        def slower(seconds: Optional[float]) -> Optional[float]:
+            return seconds / fused if fused and seconds else None
+
+        return {
+            "kernel_fraction_of_copy": kernel_gbps / self.copy_gbps if kernel_gbps else None,
+            "best_torch_over_fused": slower(min(torch_times)) if torch_times else None,
+            "best_torch_over_kernel": (min(torch_times) / self.time_of("fused kernel")
+                                       if torch_times and self.time_of("fused kernel") else None),
+            "reference_over_fused": slower(self.time_of("reference")),
+            "dense_over_fused": slower(self.time_of("dense")),
+            "heterofl_loop_over_fused": slower(self.time_of("heterofl loop")),
+        }
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        data["ratios"] = self.ratios()
+        return data
+
+
+def _synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def copy_bandwidth(device: str, megabytes: int = 256) -> Callable[[], float]:
+    """A timed large copy ``y.copy_(x)``; returns a function timing one copy (seconds)."""
+    x = torch.randn(megabytes * 2 ** 20 // 4, device=device)
+    y = torch.empty_like(x)
+
+    def run() -> float:
+        _synchronize(device)
+        start = time.perf_counter()
+        y.copy_(x)
+        _synchronize(device)
+        return time.perf_counter() - start
+
+    run.bytes_moved = 2 * x.numel() * x.element_size()  # type: ignore[attr-defined]
+    return run
+
+
+def implementations(federation: Federation, include_slow: bool = True) -> Dict[str, Callable[[], object]]:
+    """The timed callables for one federation (fused ones only where the extension is built)."""
+    shapes, updates, weights, blocks = federation.shapes, federation.updates, federation.weights, federation.gate_blocks
+    runs: Dict[str, Callable[[], object]] = {}
+    if ops.available():
+        validated = validate_inputs(shapes, updates, weights, blocks)
+        layout = ops.build_layout(shapes, updates, blocks)
+        first = layout.packed[0]
+        out = torch.empty(layout.total_numel, dtype=first.dtype, device=first.device)
+        runs["fused kernel"] = lambda: torch.ops.hasfl_ray.aggregate_into(out, layout.packed, layout.params,
+                                                                          layout.entries, validated[1])
+        runs["fused"] = lambda: aggregate_updates(shapes, updates, weights, blocks, backend="fused")
+    runs["torch stacked"] = lambda: aggregate_torch_stacked(shapes, updates, weights, blocks)
+    runs["torch per client"] = lambda: aggregate_torch_per_client(shapes, updates, weights, blocks)
+    runs["reference"] = lambda: aggregate_reference(shapes, updates, weights, blocks)
+    if include_slow:
+        runs["dense"] = lambda: aggregate_dense(shapes, updates, weights, blocks)
+        runs["heterofl loop"] = lambda: aggregate_heterofl_loop(shapes, updates, weights, blocks)
+    return runs
+
+
+def run_case(model: str, num_clients: int, device: str = "cpu", repeats: int = 5, budget_s: float = 4.0,
+             include_slow: bool = True, seed: int = 0) -> CaseResult:
+    """Time every implementation on one federation, interleaved round-robin with the copy.
+
+    Each round times the copy and then every implementation once, so all of them see the same machine
+    state (this matters on a shared machine); after one untimed warm-up each, ``repeats`` rounds, except
+    that an implementation stops repeating once its timed runs exceed ``budget_s``. Medians are reported.
+    """
+    federation = make_federation(model, num_clients, device=device, seed=seed)
+    runs = implementations(federation, include_slow)
+    copy = copy_bandwidth(device)
+    copy()
+    for run in runs.values():
+        run()
+        _synchronize(device)
+    samples: Dict[str, List[float]] = {name: [] for name in runs}
+    copy_samples: List[float] = []
+    for _ in range(repeats):
+        copy_samples.append(copy())
+        for name, run in runs.items():
+            if samples[name] and sum(samples[name]) > budget_s:
+                continue
+            _synchronize(device)
+            start = time.perf_counter()
+            run()
+            _synchronize(device)
+            samples[name].append(time.perf_counter() - start)
+    moved = federation.packed_bytes + federation.output_bytes
+    timings = [Timing(model, num_clients, name, statistics.median(times), len(times),
+                      moved / statistics.median(times) / 1e9) for name, times in samples.items()]
+    copy_gbps = copy.bytes_moved / statistics.median(copy_samples) / 1e9  # type: ignore[attr-defined]
+    return CaseResult(model, num_clients, device, federation.packed_bytes / 1e6, federation.output_bytes / 1e6,
+                      copy_gbps, timings)
+
+
+def check_agreement(model: str = "digits", num_clients: int = 6, device: str = "cpu") -> float:
+    """Largest relative difference of Δ̄ and the norms between every implementation and the reference."""
+    federation = make_federation(model, num_clients, device=device, dtype=torch.float64)
+    runs = implementations(federation)
+    runs.pop("fused kernel", None)
+    reference = runs.pop("reference")()
+    worst = 0.0
+    for run in runs.values():
+        result = run()
+        for name, expected in reference.delta.items():
+            scale = float(expected.abs().max()) or 1.0
+            worst = max(worst, float((result.delta[name] - expected).abs().max()) / scale)
+        for got, expected in ((result.div_num, reference.div_num), (result.div_den, reference.div_den)):
+            worst = max(worst, float(((got.cpu() - expected).abs() / expected.abs().clamp_min(1e-30)).max()))
+    return worst
