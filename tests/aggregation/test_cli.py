@@ -1,0 +1,59 @@
+"""`hasfl-ray info` and `hasfl-ray bench aggregate`: output contracts and user errors (exit status 2)."""
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from hasfl_ray.cli.main import main
+from hasfl_ray.ops import aggregate as ops
+from hasfl_ray.ops.benchmark import check_agreement
+
+
+def test_info_json_reports_extension_versions_and_devices():
+    result = CliRunner().invoke(main, ["info", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["torch"] == torch.__version__
+    assert data["extension"]["built"] == ops.available()
+    assert data["extension"]["cuda_kernel"] == ops.cuda_available()
+    assert data["devices"][0]["device"] == "cpu"
+    assert len(data["devices"]) == 1 + (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+
+
+def test_info_text_names_the_kernels():
+    result = CliRunner().invoke(main, ["info"])
+    assert result.exit_code == 0 and "CPU kernel" in result.output and "CUDA kernel" in result.output
+
+
+def test_bench_aggregate_json_has_every_implementation():
+    result = CliRunner().invoke(main, ["bench", "aggregate", "--models", "shakespeare", "--clients", "2",
+                                       "--repeats", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    (case,) = json.loads(result.output.splitlines()[-1])
+    names = {t["implementation"] for t in case["timings"]}
+    assert {"torch stacked", "torch per client", "reference", "dense", "heterofl loop"} <= names
+    if ops.available():
+        assert {"fused", "fused kernel"} <= names and case["ratios"]["kernel_fraction_of_copy"] > 0
+    assert case["clients"] == 2 and case["copy_gbps"] > 0 and case["packed_mb"] > 0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--clients", "ten"], "client counts"),
+    (["--clients", "0"], "client counts"),
+    (["--models", "mnist"], "mnist"),
+])
+def test_bench_aggregate_bad_options_exit_2(args, message):
+    result = CliRunner().invoke(main, ["bench", "aggregate", *args])
+    assert result.exit_code == 2 and message in result.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
+def test_bench_aggregate_cuda_without_gpu_exits_2():
+    result = CliRunner().invoke(main, ["bench", "aggregate", "--device", "cuda"])
+    assert result.exit_code == 2 and "CUDA" in result.output
+
+
+def test_benchmarked_implementations_compute_the_same_result():
+    assert check_agreement("digits", num_clients=5) < 1e-10
