@@ -130,6 +130,8 @@ def run_floor(config: RunConfig) -> Dict[str, object]:
                     F.cross_entropy(model(x), y).backward()
                     torch.nn.utils.clip_grad_norm_(model.parameters(), c.clip_norm)
                     optimizer.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
             train_seconds += time.perf_counter() - train_start
             with torch.no_grad():
                 for k, v in params.items():
