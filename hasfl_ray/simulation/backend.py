@@ -125,20 +125,25 @@ class RayBackend(Backend):
     def _connect(self, address: Optional[str]) -> None:
         if ray.is_initialized():
             return
-        options: Dict[str, Any] = dict(include_dashboard=False, logging_level=logging.WARNING)
-        try:
-            if address:
-                ray.init(address=address, **options)
-            else:
-                ray.init(num_cpus=os.cpu_count(), object_store_memory=_object_store_bytes(), **options)
-        except ConnectionError as error:
-            raise ConfigError(f"address is {address!r} but no Ray cluster answered there ({error}); expected the "
-                              "address of a running cluster (`ray start --head` prints it), or no --address to "
-                              "start a local one") from None
+        if address:
+            try:
+                ray.init(address=address, logging_level=logging.WARNING)
+            except ConnectionError:
+                raise ConfigError(f"address is {address!r} but no Ray cluster answered there; expected the address "
+                                  "of a running cluster (`ray start --head` prints it), or no --address to start "
+                                  "a local one") from None
+        else:
+            try:
+                ray.init(num_cpus=os.cpu_count(), object_store_memory=_object_store_bytes(), include_dashboard=False,
+                         logging_level=logging.WARNING)
+            except Exception as error:  # Ray's own start-up failures (ports, /dev/shm, permissions)
+                message = str(error).split("\n")[0].rstrip(".")
+                raise ConfigError(f"Ray could not start on this machine ({message}); expected a machine where "
+                                  "`ray start --head` works, or --backend local") from None
         self.owns_ray = True
 
     def shutdown(self) -> None:
-        """Kill the actors this backend started (freeing their memory, GPU memory included), and Ray if it started it."""
+        """Kill this backend's actors (freeing their memory, GPU memory included), and Ray if it started it."""
         if not ray.is_initialized():
             return
         for actor in [slot.actor for slot in self.slots] + ([self.server] if self.server is not None else []):

@@ -1,4 +1,4 @@
-"""RayBackend: bit-identical to the local backend with 1 or 2 actors, through a killed trainer, and at 10,000 clients."""
+"""RayBackend: bit-identical to the local backend with 1 or 2 actors, through a killed trainer; 10,000 clients."""
 
 import json
 import os
