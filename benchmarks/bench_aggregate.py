@@ -13,7 +13,8 @@ median of repeats after a warm-up:
     heterofl loop     HeteroFL's combine(): meshgrid index tensors per (parameter, client)
 
 and prints effective GB/s ((packed client bytes + output bytes) / time), how many times slower than fused
-each one is, and a large torch copy's bandwidth measured in the same run with the kernel's fraction of it.
+each one is, and the bandwidth of a large torch copy (read + write) and of a large torch sum (read only, the
+ceiling of a read-dominated kernel) measured in the same run, with the kernel's fraction of each.
 Same options as `hasfl-ray bench aggregate`:
 
     python benchmarks/bench_aggregate.py                                  # all models, 10/50/200 clients, CPU

@@ -39,11 +39,13 @@ def format_case(case: CaseResult) -> str:
     """One case as a text table: median ms, effective GB/s, and how many times slower than fused."""
     fused = case.time_of("fused")
     lines = [f"{MODEL_LABELS.get(case.model, case.model)}, {case.clients} clients on {case.device}: packed "
-             f"{case.packed_mb:.1f} MB + output {case.output_mb:.1f} MB; large torch copy {case.copy_gbps:.1f} GB/s",
+             f"{case.packed_mb:.1f} MB + output {case.output_mb:.1f} MB; large torch copy {case.copy_gbps:.1f} GB/s "
+             f"(read + write), sum {case.sum_gbps:.1f} GB/s (read)",
              f"  {'implementation':<18} {'median ms':>10} {'GB/s':>7} {'runs':>5} {'÷ fused':>8}"]
     for timing in case.timings:
         ratio = f"{timing.median_s / fused:.1f}×" if fused else "-"
-        note = f"   {timing.gbps / case.copy_gbps:.0%} of copy" if timing.implementation == "fused kernel" else ""
+        note = (f"   {timing.gbps / case.copy_gbps:.0%} of copy, {timing.gbps / case.sum_gbps:.0%} of sum"
+                if timing.implementation == "fused kernel" else "")
         lines.append(f"  {timing.implementation:<18} {timing.median_s * 1e3:>10.1f} {timing.gbps:>7.2f} "
                      f"{timing.repeats:>5} {ratio:>8}{note}")
     return "\n".join(lines)

@@ -256,7 +256,8 @@ class CaseResult:
     device: str
     packed_mb: float
     output_mb: float
-    copy_gbps: float
+    copy_gbps: float  # a large torch copy: (read + written bytes) / time
+    sum_gbps: float  # a large torch sum: read bytes / time
     timings: List[Timing]
 
     def time_of(self, implementation: str) -> Optional[float]:
@@ -276,6 +277,7 @@ class CaseResult:
 
         return {
             "kernel_fraction_of_copy": kernel_gbps / self.copy_gbps if kernel_gbps else None,
+            "kernel_fraction_of_sum": kernel_gbps / self.sum_gbps if kernel_gbps else None,
             "best_torch_over_fused": slower(min(torch_times)) if torch_times else None,
             "best_torch_over_kernel": (min(torch_times) / self.time_of("fused kernel")
                                        if torch_times and self.time_of("fused kernel") else None),
@@ -295,20 +297,26 @@ def _synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def copy_bandwidth(device: str, megabytes: int = 256) -> Callable[[], float]:
-    """A timed large copy ``y.copy_(x)``; returns a function timing one copy (seconds)."""
+def bandwidth_probes(device: str, megabytes: int = 256) -> Tuple[Callable[[], float], Callable[[], float], int]:
+    """Timers of a large copy ``y.copy_(x)`` (read + write) and a large ``x.sum()`` (read only).
+
+    Returns ``(time_copy, time_sum, nbytes)``: each timer runs once and returns seconds; the copy moves
+    2 * nbytes, the sum reads nbytes. The sum is the ceiling of a read-dominated kernel like this one.
+    """
     x = torch.randn(megabytes * 2 ** 20 // 4, device=device)
     y = torch.empty_like(x)
 
-    def run() -> float:
-        _synchronize(device)
-        start = time.perf_counter()
-        y.copy_(x)
-        _synchronize(device)
-        return time.perf_counter() - start
+    def timed(action: Callable[[], object]) -> Callable[[], float]:
+        def run() -> float:
+            _synchronize(device)
+            start = time.perf_counter()
+            action()
+            _synchronize(device)
+            return time.perf_counter() - start
 
-    run.bytes_moved = 2 * x.numel() * x.element_size()  # type: ignore[attr-defined]
-    return run
+        return run
+
+    return timed(lambda: y.copy_(x)), timed(x.sum), x.numel() * x.element_size()
 
 
 def implementations(federation: Federation, include_slow: bool = True) -> Dict[str, Callable[[], object]]:
@@ -334,23 +342,25 @@ def implementations(federation: Federation, include_slow: bool = True) -> Dict[s
 
 def run_case(model: str, num_clients: int, device: str = "cpu", repeats: int = 5, budget_s: float = 4.0,
              include_slow: bool = True, seed: int = 0) -> CaseResult:
-    """Time every implementation on one federation, interleaved round-robin with the copy.
+    """Time every implementation on one federation, interleaved round-robin with the bandwidth probes.
 
-    Each round times the copy and then every implementation once, so all of them see the same machine
+    Each round times the copy, the sum and then every implementation once, so all of them see the same machine
     state (this matters on a shared machine); after one untimed warm-up each, ``repeats`` rounds, except
     that an implementation stops repeating once its timed runs exceed ``budget_s``. Medians are reported.
     """
     federation = make_federation(model, num_clients, device=device, seed=seed)
     runs = implementations(federation, include_slow)
-    copy = copy_bandwidth(device)
-    copy()
+    time_copy, time_sum, probe_bytes = bandwidth_probes(device)
+    time_copy(), time_sum()
     for run in runs.values():
         run()
         _synchronize(device)
     samples: Dict[str, List[float]] = {name: [] for name in runs}
     copy_samples: List[float] = []
+    sum_samples: List[float] = []
     for _ in range(repeats):
-        copy_samples.append(copy())
+        copy_samples.append(time_copy())
+        sum_samples.append(time_sum())
         for name, run in runs.items():
             if samples[name] and sum(samples[name]) > budget_s:
                 continue
@@ -362,9 +372,9 @@ def run_case(model: str, num_clients: int, device: str = "cpu", repeats: int = 5
     moved = federation.packed_bytes + federation.output_bytes
     timings = [Timing(model, num_clients, name, statistics.median(times), len(times),
                       moved / statistics.median(times) / 1e9) for name, times in samples.items()]
-    copy_gbps = copy.bytes_moved / statistics.median(copy_samples) / 1e9  # type: ignore[attr-defined]
     return CaseResult(model, num_clients, device, federation.packed_bytes / 1e6, federation.output_bytes / 1e6,
-                      copy_gbps, timings)
+                      2 * probe_bytes / statistics.median(copy_samples) / 1e9,
+                      probe_bytes / statistics.median(sum_samples) / 1e9, timings)
 
 
 def check_agreement(model: str = "digits", num_clients: int = 6, device: str = "cpu") -> float:
