@@ -51,8 +51,8 @@ def test_cli_flags_reach_the_config(tmp_path):
     hasfl_run.mkdir()
     (hasfl_run / "summary.json").write_text(json.dumps({"avg_p": 0.47}))
     out = tmp_path / "run"
-    result = CliRunner().invoke(main, ["simulate", "--algorithm", "random-budget", "--budget-from", str(hasfl_run),
-                                       "--rounds", "1", "--clients-per-round", "3", "--out", str(out), "--quiet"])
+    result = CliRunner().invoke(main, ["simulate", "--backend", "local", "--algorithm", "random-budget",
+                                       "--budget-from", str(hasfl_run), "--rounds", "1", "--clients-per-round", "3", "--out", str(out), "--quiet"])
     assert result.exit_code == 0, result.output
     config = (out / "config.yaml").read_text()
     assert "budget: 0.47" in config and "algorithm: random-budget" in config
