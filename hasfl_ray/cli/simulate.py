@@ -101,8 +101,8 @@ def default_backend(ray_options_given: bool) -> str:
 @click.option("--fault-inject", hidden=True, help="Testing: kill-trainer@ROUND kills a Ray trainer actor mid-round.")
 @click.option("--aggregation-backend", help="auto (fused kernel when built), fused or reference.")
 @click.option("--trainer-threads", type=int, help="CPU threads per trainer (fixed for determinism, default 1).")
-@click.option("--device", help="Torch device of trainers and server: cpu (default) or cuda (Ray trainers each "
-                                "get a GPU or --gpus-per-actor of one).")
+@click.option("--device", help="Torch device of trainers and server: auto (default: cuda where a GPU is visible, "
+                                "else cpu), cpu or cuda (Ray trainers each get a GPU or --gpus-per-actor of one).")
 @click.option("--eval-batch-size", type=int, help="Evaluation batch size (default 500).")
 @click.option("--config", "config_file", type=str, help="YAML file of config keys; flags override it.")
 @click.option("--out", type=click.Path(), help="Run directory (default runs/<dataset>-<algorithm>-seed<seed>).")

@@ -86,7 +86,7 @@ class RunConfig:
     backend: str = "local"
     aggregation_backend: str = "auto"
     trainer_threads: int = 1
-    device: str = "cpu"
+    device: str = "auto"
     # Ray backend, checkpoints and fault injection (never change results; not compared by --resume)
     actors: Optional[int] = None
     gpus_per_actor: Optional[float] = None
@@ -161,8 +161,8 @@ class RunConfig:
         for name in ("synthetic_alpha", "synthetic_beta"):
             if not _number(getattr(self, name)) or getattr(self, name) < 0:
                 raise bad(name, getattr(self, name), "a number >= 0")
-        if not isinstance(self.device, str) or not re.fullmatch(r"cpu|mps|cuda(:\d+)?", self.device):
-            raise bad("device", self.device, "cpu, cuda, cuda:N or mps")
+        if not isinstance(self.device, str) or not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
+            raise bad("device", self.device, "auto, cpu, cuda, cuda:N or mps")
         if self.actors is not None and (not isinstance(self.actors, int) or isinstance(self.actors, bool)
                                         or self.actors <= 0):
             raise bad("actors", self.actors, "a positive integer")
@@ -170,7 +170,7 @@ class RunConfig:
         if gpus is not None:
             if not _number(gpus) or gpus <= 0 or (gpus > 1 and gpus != int(gpus)):
                 raise bad("gpus_per_actor", gpus, "a fraction in (0, 1] or a whole number of GPUs")
-            if not self.device.startswith("cuda"):
+            if not self.device.startswith(("cuda", "auto")):
                 raise ConfigError(f"gpus_per_actor is {gpus!r} but device is {self.device!r}; expected device cuda "
                                   "for trainers that use GPUs")
         if self.address is not None and (not isinstance(self.address, str) or not self.address):
@@ -190,9 +190,17 @@ class RunConfig:
                                   "backend ray, whose trainer actors it kills")
 
     def resolved(self) -> "RunConfig":
-        """This config with every ``None`` protocol field replaced by the dataset's default."""
+        """This config with every ``None`` protocol field replaced by the dataset's default, and device ``auto``
+        replaced by ``cuda`` where this process sees a GPU (``cpu`` otherwise)."""
         defaults = DATASET_DEFAULTS[self.dataset]
         updates = {k: v for k, v in defaults.items() if getattr(self, k) is None}
+        if self.device == "auto":
+            import torch
+
+            updates["device"] = "cuda" if torch.cuda.is_available() else "cpu"
+            if updates["device"] == "cpu" and self.gpus_per_actor is not None:
+                raise ConfigError(f"gpus_per_actor is {self.gpus_per_actor!r} but device auto found no GPU; expected "
+                                  "a machine with a GPU, or no --gpus-per-actor")
         if self.momentum is None:
             updates["momentum"] = SCAFFOLD_MOMENTUM if self.algorithm == "scaffold" else DEFAULT_MOMENTUM
         if self.algorithm == "random-budget" and self.budget is None:

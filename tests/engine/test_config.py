@@ -51,3 +51,14 @@ def test_yaml_errors(tmp_path):
     listy.write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="holds a list"):
         load_yaml_config(str(listy))
+
+
+def test_device_auto_resolves_to_what_this_process_sees():
+    import torch
+
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert RunConfig().device == "auto"
+    assert RunConfig().resolved().device == expected
+    assert RunConfig(device="cpu").resolved().device == "cpu"
+    with pytest.raises(ConfigError, match="device is 'tpu'"):
+        RunConfig(device="tpu")

@@ -1,6 +1,7 @@
 """Actor placement: defaults per CPU core or GPU, fractional GPUs beside the server, one sentence when it cannot fit."""
 
 import pytest
+import torch
 
 from hasfl_ray.engine.config import RunConfig
 from hasfl_ray.errors import ConfigError
@@ -48,6 +49,9 @@ def test_ray_only_options_need_the_ray_backend_and_gpus_need_cuda():
     with pytest.raises(ConfigError, match="backend ray"):
         RunConfig(actors=2)
     with pytest.raises(ConfigError, match="expected device cuda"):
-        RunConfig(backend="ray", gpus_per_actor=0.5)
+        RunConfig(backend="ray", device="cpu", gpus_per_actor=0.5)
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="device auto found no GPU"):
+            RunConfig(backend="ray", gpus_per_actor=0.5).resolved()
     with pytest.raises(ConfigError, match="kill-trainer@ROUND"):
         RunConfig(backend="ray", fault_inject="kill@3")
