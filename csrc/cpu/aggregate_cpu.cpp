@@ -6,6 +6,10 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define HASFL_HAVE_AVX2_BUILD 1
+#include <immintrin.h>
+#endif
 
 #include <cstdint>
 #include <tuple>
@@ -44,18 +48,21 @@ struct CpuArgs {
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#define HASFL_HAVE_AVX2_BUILD 1
+#ifdef HASFL_HAVE_AVX2_BUILD
 namespace avx2 {
 #define HASFL_CPU_TARGET __attribute__((target("avx2,fma")))
+#define HASFL_CPU_AVX2 1
 #include "cpu/aggregate_cpu_kernel.h"
+#undef HASFL_CPU_AVX2
 #undef HASFL_CPU_TARGET
 }  // namespace avx2
 #endif
 
 namespace generic {
 #define HASFL_CPU_TARGET
+#define HASFL_CPU_AVX2 0
 #include "cpu/aggregate_cpu_kernel.h"
+#undef HASFL_CPU_AVX2
 #undef HASFL_CPU_TARGET
 }  // namespace generic
 
@@ -74,15 +81,17 @@ void run_all_chunks(const CpuArgs& args, int64_t num_chunks, int64_t max_entries
 #pragma omp parallel
   {
     std::vector<double> doubles(3 * kCpuTile + max_entries + 1);
-    std::vector<int64_t> ints(2 * max_entries + 1);
+    std::vector<int64_t> ints(3 * max_entries + 1);
+    std::vector<const void*> starts(max_entries + 1);
     double* d = doubles.data();
     int64_t* i = ints.data();
+    const void** x = starts.data();
 #pragma omp for schedule(dynamic, 1)
     for (int64_t chunk = 0; chunk < num_chunks; ++chunk) {
       const bool nested = args.params[args.chunks[chunk * kChunkCols + kChunkParam] * kParamCols + kParamNested];
 #ifdef HASFL_HAVE_AVX2_BUILD
       if (avx2) {
-        const avx2::Scratch s{d, d + kCpuTile, d + 2 * kCpuTile, d + 3 * kCpuTile, i, i + max_entries};
+        const avx2::Scratch s{d, d + kCpuTile, d + 2 * kCpuTile, d + 3 * kCpuTile, i, i + max_entries, x, i + 2 * max_entries};
         if (nested)
           avx2::run_chunk<scalar_t, true>(args, chunk, s);
         else
@@ -90,7 +99,7 @@ void run_all_chunks(const CpuArgs& args, int64_t num_chunks, int64_t max_entries
         continue;
       }
 #endif
-      const generic::Scratch s{d, d + kCpuTile, d + 2 * kCpuTile, d + 3 * kCpuTile, i, i + max_entries};
+      const generic::Scratch s{d, d + kCpuTile, d + 2 * kCpuTile, d + 3 * kCpuTile, i, i + max_entries, x, i + 2 * max_entries};
       if (nested)
         generic::run_chunk<scalar_t, true>(args, chunk, s);
       else

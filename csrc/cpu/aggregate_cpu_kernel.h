@@ -24,23 +24,81 @@ struct Scratch {
   double* square_by_count;  // max_entries + 1 (nested): sum of mean^2 over columns covered by exactly k
   int64_t* row_entry;       // max_entries: entries covering the current row
   int64_t* row_start;       // max_entries: element offset of that row inside the entry's packed tensor
+  const void** x_start;     // max_entries (nested): where the current tile's run of row entry k starts
+  int64_t* x_len;           // max_entries (nested): its length (non-increasing in k)
 };
 
 // Four doubles (one AVX2 register; two SSE2 registers in the portable build) via GCC vector extensions.
 typedef double Double4 __attribute__((vector_size(32)));
 typedef float Float4 __attribute__((vector_size(16)));
 
-template <typename scalar_t>
-HASFL_CPU_TARGET inline Double4 load_double4(const scalar_t* x) {
-  if constexpr (sizeof(scalar_t) == sizeof(float)) {
-    Float4 v;
-    __builtin_memcpy(&v, x, sizeof(v));
-    return __builtin_convertvector(v, Double4);
-  } else {
-    Double4 v;
-    __builtin_memcpy(&v, x, sizeof(v));
-    return v;
+#if HASFL_CPU_AVX2
+// One vcvtps2pd from memory (GCC lowers __builtin_convertvector to two 128-bit halves plus an insert).
+HASFL_CPU_TARGET inline Double4 load_double4(const float* x) { return (Double4)_mm256_cvtps_pd(_mm_loadu_ps(x)); }
+#else
+HASFL_CPU_TARGET inline Double4 load_double4(const float* x) {
+  Float4 v;
+  __builtin_memcpy(&v, x, sizeof(v));
+  return __builtin_convertvector(v, Double4);
+}
+#endif
+
+HASFL_CPU_TARGET inline Double4 load_double4(const double* x) {
+  Double4 v;
+  __builtin_memcpy(&v, x, sizeof(v));
+  return v;
+}
+
+HASFL_CPU_TARGET inline void store_double4(double* to, Double4 v) { __builtin_memcpy(to, &v, sizeof(v)); }
+
+// acc[j] = (acc[j] +) w[0] x[0][j] + ... + w[N-1] x[N-1][j] for j in [begin, end): N entries per pass over
+// acc (a quarter of the accumulator traffic of one entry at a time), added in entry order.
+template <typename scalar_t, int N, bool kAssign>
+HASFL_CPU_TARGET inline void accumulate_group(double* acc, const scalar_t* const* x, const double* w, int64_t begin,
+                                              int64_t end) {
+  int64_t j = begin;
+  for (; j + 4 <= end; j += 4) {
+    Double4 sum = kAssign ? w[0] * load_double4(x[0] + j) : load_double4(acc + j) + w[0] * load_double4(x[0] + j);
+    for (int n = 1; n < N; ++n) sum += w[n] * load_double4(x[n] + j);
+    store_double4(acc + j, sum);
   }
+  for (; j < end; ++j) {
+    double sum = kAssign ? w[0] * static_cast<double>(x[0][j]) : acc[j] + w[0] * static_cast<double>(x[0][j]);
+    for (int n = 1; n < N; ++n) sum += w[n] * static_cast<double>(x[n][j]);
+    acc[j] = sum;
+  }
+}
+
+// For N entries at once (one load of the mean for all): sums[n] += sum of (x[n][j] - mean[j])^2 over
+// j in [begin, end), a vector accumulator per entry (N independent FMA chains). Meanwhile it prefetches
+// next[n][begin, end), what pass 1 of the next item reads: this pass computes, so memory would idle.
+// (The hardware prefetchers give up on dozens of interleaved streams that cross a page every 4 KiB.)
+template <typename scalar_t, int N>
+HASFL_CPU_TARGET inline void squares_group(const scalar_t* const* x, const scalar_t* const* next, const double* mean,
+                                           int64_t begin, int64_t end, double* sums) {
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(scalar_t));
+  Double4 a[N];
+  double tail[N];
+  for (int n = 0; n < N; ++n) {
+    a[n] = Double4{0, 0, 0, 0};
+    tail[n] = 0.0;
+  }
+  int64_t j = begin;
+  for (; j + 4 <= end; j += 4) {
+    if (j % kLine < 4)
+      for (int n = 0; n < N; ++n) __builtin_prefetch(next[n] + j);
+    const Double4 m = load_double4(mean + j);
+    for (int n = 0; n < N; ++n) {
+      const Double4 d = load_double4(x[n] + j) - m;
+      a[n] += d * d;
+    }
+  }
+  for (; j < end; ++j)
+    for (int n = 0; n < N; ++n) {
+      const double d = static_cast<double>(x[n][j]) - mean[j];
+      tail[n] += d * d;
+    }
+  for (int n = 0; n < N; ++n) sums[n] += ((a[n][0] + a[n][1]) + (a[n][2] + a[n][3])) + tail[n];
 }
 
 // Sum of (x[j] - mean[j])^2 over j < len. One accumulator would make the loop wait on the FMA latency
@@ -105,6 +163,32 @@ HASFL_CPU_TARGET inline double write_mean(const double* acc, double inverse, int
   return ((a[0] + a[1]) + (a[2] + a[3])) + tail;
 }
 
+template <typename scalar_t>
+HASFL_CPU_TARGET inline void accumulate_some(bool assign, int count, double* acc, const scalar_t* const* x,
+                                             const double* w, int64_t begin, int64_t end) {
+  switch (count * 2 + (assign ? 1 : 0)) {
+    case 2: return accumulate_group<scalar_t, 1, false>(acc, x, w, begin, end);
+    case 3: return accumulate_group<scalar_t, 1, true>(acc, x, w, begin, end);
+    case 4: return accumulate_group<scalar_t, 2, false>(acc, x, w, begin, end);
+    case 5: return accumulate_group<scalar_t, 2, true>(acc, x, w, begin, end);
+    case 6: return accumulate_group<scalar_t, 3, false>(acc, x, w, begin, end);
+    case 7: return accumulate_group<scalar_t, 3, true>(acc, x, w, begin, end);
+    case 8: return accumulate_group<scalar_t, 4, false>(acc, x, w, begin, end);
+    default: return accumulate_group<scalar_t, 4, true>(acc, x, w, begin, end);
+  }
+}
+
+template <typename scalar_t>
+HASFL_CPU_TARGET inline void squares_some(int count, const scalar_t* const* x, const scalar_t* const* next,
+                                          const double* mean, int64_t begin, int64_t end, double* sums) {
+  switch (count) {
+    case 1: return squares_group<scalar_t, 1>(x, next, mean, begin, end, sums);
+    case 2: return squares_group<scalar_t, 2>(x, next, mean, begin, end, sums);
+    case 3: return squares_group<scalar_t, 3>(x, next, mean, begin, end, sums);
+    default: return squares_group<scalar_t, 4>(x, next, mean, begin, end, sums);
+  }
+}
+
 template <typename scalar_t, bool kNested>
 HASFL_CPU_TARGET void run_chunk(const CpuArgs& args, int64_t chunk, const Scratch& s) {
   const int64_t* chunk_row = args.chunks + chunk * kChunkCols;
@@ -148,12 +232,50 @@ HASFL_CPU_TARGET void run_chunk(const CpuArgs& args, int64_t chunk, const Scratc
       continue;
     }
 
+    // Nested windows that meet the tile in one run from its first column (no wrap-around inside the tile:
+    // every leading slice) are handled 4 entries at a time. Row entry k's run is [0, x_len[k]), and
+    // entries k..k+m-1 (not k+m) cover [x_len[k+m], x_len[k+m-1]).
+    int64_t active = 0;
+    bool runs = kNested;
+    if (kNested) {
+      for (int64_t k = 0; k < row_count; ++k) {
+        const int64_t* entry = args.entries + s.row_entry[k] * kEntryCols;
+        Piece pieces[2];
+        const int count = window_pieces(entry[kEntryOffset + ndim - 1], entry[kEntryPacked + ndim - 1], length, c0,
+                                        c1, pieces);
+        if (count == 0) break;  // later windows lie inside this one
+        if (count > 1 || pieces[0].begin != c0) {
+          runs = false;
+          break;
+        }
+        s.x_start[k] = static_cast<const scalar_t*>(args.data[s.row_entry[k]]) + s.row_start[k] + pieces[0].local;
+        s.x_len[k] = pieces[0].end - c0;
+        active = k + 1;
+      }
+    }
+    const scalar_t* group_x[4];
+    const scalar_t* group_next[4];
+    double group_w[4];
+
     // Pass 1: weighted sums (nested: entry 0 covers every covered column, so it assigns).
+    if (runs) {
+      for (int64_t k = 0; k < active; k += 4) {
+        const int count = static_cast<int>(min64(4, active - k));
+        for (int i = 0; i < count; ++i) {
+          group_x[i] = static_cast<const scalar_t*>(s.x_start[k + i]);
+          group_w[i] = args.entry_weight[s.row_entry[k + i]];
+        }
+        for (int m = count; m >= 1; --m) {
+          const int64_t begin = m == count ? 0 : s.x_len[k + m], end = s.x_len[k + m - 1];
+          if (begin < end) accumulate_some(k == 0, m, s.acc, group_x, group_w, begin, end);
+        }
+      }
+    }
     if (!kNested) {
       for (int64_t j = 0; j < n; ++j) s.acc[j] = 0.0;
       for (int64_t j = 0; j < n; ++j) s.den[j] = 0.0;
     }
-    for (int64_t k = 0; k < row_count; ++k) {
+    for (int64_t k = 0; k < row_count && !runs; ++k) {
       const int64_t e = s.row_entry[k];
       const int64_t* entry = args.entries + e * kEntryCols;
       const double w = args.entry_weight[e];
@@ -222,7 +344,22 @@ HASFL_CPU_TARGET void run_chunk(const CpuArgs& args, int64_t chunk, const Scratc
     }
 
     // Pass 2: ||m_e (x_e - mean)||^2 (and ||m_e mean||^2 when not nested).
-    for (int64_t k = 0; k < row_count; ++k) {
+    if (runs) {
+      for (int64_t k = 0; k < active; k += 4) {
+        const int count = static_cast<int>(min64(4, active - k));
+        double sums[4] = {0.0, 0.0, 0.0, 0.0};
+        for (int i = 0; i < count; ++i) {
+          group_x[i] = static_cast<const scalar_t*>(s.x_start[k + i]);
+          group_next[i] = group_x[i] + s.x_len[k + i];  // the entry's next tile, or next row, follows
+        }
+        for (int m = count; m >= 1; --m) {
+          const int64_t begin = m == count ? 0 : s.x_len[k + m], end = s.x_len[k + m - 1];
+          if (begin < end) squares_some(m, group_x, group_next, s.mean, begin, end, sums);
+        }
+        for (int i = 0; i < count; ++i) part_num[s.row_entry[k + i] - entry_begin] += sums[i];
+      }
+    }
+    for (int64_t k = 0; k < row_count && !runs; ++k) {
       const int64_t e = s.row_entry[k];
       const int64_t* entry = args.entries + e * kEntryCols;
       const scalar_t* x_row = static_cast<const scalar_t*>(args.data[e]) + s.row_start[k];
