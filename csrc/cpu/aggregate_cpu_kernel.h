@@ -14,8 +14,10 @@
 //
 // Nested parameters (all windows share their offset, widths non-increasing) need no per-column
 // bookkeeping: entry 0's window holds every covered column, and the columns covered by exactly the
-// first k row entries form the window of offset (o + w_k) mod L and width w_{k-1} - w_k. Other
-// parameters accumulate the covering weight per column.
+// first k row entries form the window of offset (o + w_k) mod L and width w_{k-1} - w_k. When their
+// windows meet the tile in one run from its first column (leading slices), passes 1 and 2 take the
+// entries 4 at a time over the sub-ranges that 1, 2, 3 or 4 of them cover. Other parameters accumulate
+// the covering weight per column and take the entries one at a time.
 
 struct Scratch {
   double* acc;   // kCpuTile

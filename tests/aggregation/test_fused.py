@@ -1,6 +1,9 @@
 """The fused aggregation kernel (hasfl_ray._C) against the float64 oracle, on every available device."""
 
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -207,3 +210,21 @@ def test_op_rechecks_its_arguments_instead_of_crashing():
         op(out, layout.packed, layout.params, layout.entries, weights[:1])
     with pytest.raises(RuntimeError, match="dtype"):
         op(out.double(), layout.packed, layout.params, layout.entries, weights)
+
+
+def test_portable_cpu_build_matches_oracle():
+    """The kernel's portable (non-AVX2) build, which this AVX2 machine would otherwise never run."""
+    script = (
+        "import sys, torch; sys.path.insert(0, sys.argv[1])\n"
+        "from aggregation_cases import random_federation\n"
+        "from test_fused import run_fused\n"
+        "from test_reference import assert_matches_oracle\n"
+        "for dtype in (torch.float32, torch.float64):\n"
+        "    for nested, rolling in ((True, False), (False, False), (True, True), (False, True)):\n"
+        "        f = random_federation(7, 9, dtype=dtype, nested=nested, rolling=rolling)\n"
+        "        assert_matches_oracle(run_fused(f), f, dtype)\n"
+        "print('ok')\n")
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, HASFL_PORTABLE_CPU_KERNEL="1")
+    done = subprocess.run([sys.executable, "-c", script, here], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
