@@ -84,13 +84,20 @@ def validate_inputs(global_shapes: Mapping[str, Sequence[int]], updates: Sequenc
 _warned_fallback = False
 
 
-def fused_available() -> bool:
-    """Whether the compiled extension ``hasfl_ray._C`` with the fused aggregation op is importable."""
+def fused_available(device: Optional[Union[str, torch.device]] = None) -> bool:
+    """Whether the compiled fused aggregation op is importable (and has a kernel for ``device``, if given).
+
+    The CPU kernel is always built with the extension; the CUDA kernel only where the build saw CUDA (or
+    ``HASFL_FORCE_CUDA=1``). Other device types have no fused kernel.
+    """
     try:
         from hasfl_ray.ops import aggregate as ops_aggregate
     except ImportError:
         return False
-    return ops_aggregate.available()
+    if not ops_aggregate.available():
+        return False
+    kind = torch.device(device).type if device is not None else "cpu"
+    return kind == "cpu" or (kind == "cuda" and ops_aggregate.cuda_available())
 
 
 def aggregate_updates(global_shapes: Mapping[str, Sequence[int]], updates: Sequence[Mapping[str, torch.Tensor]],
@@ -105,7 +112,7 @@ def aggregate_updates(global_shapes: Mapping[str, Sequence[int]], updates: Seque
         weights: per client weight n_i (> 0), length ``len(updates)``.
         gate_blocks: name -> G when dim 0 is G equal blocks sliced separately (LSTM gates).
         backend: ``"fused"`` (the compiled kernel), ``"reference"`` (pure torch) or ``"auto"`` (fused when
-            built, else reference with a one-time warning).
+            built with a kernel for the updates' device, else reference with a one-time warning).
 
     Returns:
         :class:`AggregateResult` with ``delta`` (full-shape, 0 where no client covers), ``div_num`` and
@@ -115,15 +122,21 @@ def aggregate_updates(global_shapes: Mapping[str, Sequence[int]], updates: Seque
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is unknown; expected one of {', '.join(BACKENDS)}")
     shapes, weights_t, blocks = validate_inputs(global_shapes, updates, weights, gate_blocks)
+    device = next(t for update in updates for t in update.values()).device
     if backend == "auto":
-        backend = "fused" if fused_available() else "reference"
+        backend = "fused" if fused_available(device) else "reference"
         if backend == "reference" and not _warned_fallback:
             _warned_fallback = True
-            logger.warning("hasfl_ray._C is not built; aggregating with the pure-torch reference")
+            logger.warning("hasfl_ray._C %s; aggregating with the pure-torch reference",
+                           "has no kernel for " + device.type if fused_available() else "is not built")
     if backend == "fused":
         if not fused_available():
             raise RuntimeError("backend 'fused' needs the compiled extension hasfl_ray._C; "
                                "build it with `pip install --no-build-isolation -e .`")
+        if not fused_available(device):
+            raise RuntimeError(f"backend 'fused' has no kernel for updates on {device}; hasfl_ray._C was built "
+                               "without CUDA (rebuild with a GPU visible or HASFL_FORCE_CUDA=1), or use "
+                               "backend 'reference'")
         from hasfl_ray.ops.aggregate import aggregate_fused
         return aggregate_fused(shapes, updates, weights_t, blocks)
     return aggregate_reference(shapes, updates, weights_t, blocks)

@@ -228,3 +228,25 @@ def test_portable_cpu_build_matches_oracle():
     env = dict(os.environ, HASFL_PORTABLE_CPU_KERNEL="1")
     done = subprocess.run([sys.executable, "-c", script, here], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_fused_availability_is_per_device():
+    from hasfl_ray.aggregation import fused_available
+
+    assert fused_available() and fused_available("cpu")
+    assert fused_available("cuda") == ops.cuda_available()
+    assert not fused_available("meta")
+
+
+def test_auto_falls_back_where_no_kernel_exists(monkeypatch):
+    import hasfl_ray.aggregation as aggregation
+
+    monkeypatch.setattr(ops, "cuda_available", lambda: False)
+    assert not aggregation.fused_available("cuda") and aggregation.fused_available("cpu")
+    monkeypatch.setattr(aggregation, "fused_available", lambda device=None: device is None)
+    federation = random_federation(seed=8, num_clients=3, dtype=torch.float64)
+    args = (federation.shapes, federation.updates, federation.weights, federation.gate_blocks)
+    result = aggregate_updates(*args, backend="auto")  # falls back to the reference
+    assert_matches_oracle(result, federation, torch.float64)
+    with pytest.raises(RuntimeError, match="no kernel for updates on cpu"):
+        aggregate_updates(*args, backend="fused")
