@@ -51,7 +51,7 @@ HASFL_CPU_TARGET inline Double4 load_double4(const double* x) {
   return v;
 }
 
-HASFL_CPU_TARGET inline void store_double4(double* to, Double4 v) { __builtin_memcpy(to, &v, sizeof(v)); }
+HASFL_CPU_TARGET inline void store_double4(double* to, const Double4& v) { __builtin_memcpy(to, &v, sizeof(v)); }
 
 // acc[j] = (acc[j] +) w[0] x[0][j] + ... + w[N-1] x[N-1][j] for j in [begin, end): N entries per pass over
 // acc (a quarter of the accumulator traffic of one entry at a time), added in entry order.
