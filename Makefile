@@ -14,7 +14,7 @@ $(VENV)/.deps: requirements.txt requirements-dev.txt
 	$(PY) -m pip install -q -r requirements.txt -r requirements-dev.txt
 	touch $@
 
-$(VENV)/.built: $(VENV)/.deps setup.py $(wildcard csrc/*.cpp csrc/*/*.cpp csrc/*/*.cu csrc/*.h)
+$(VENV)/.built: $(VENV)/.deps setup.py $(wildcard csrc/*.cpp csrc/*/*.cpp csrc/*/*.cu csrc/*.h csrc/*/*.h)
 	$(PY) -m pip install -q --no-build-isolation --no-deps -e .
 	touch $@
 
