@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from typing import Iterator, List, Sequence, Tuple
 
@@ -69,6 +70,11 @@ class FederatedDataset(ABC):
         """Move held tensors to ``device`` (trainers keep the dataset on their device once). Default: no-op."""
         return self
 
+    def test_view(self) -> "FederatedDataset":
+        """A shallow copy for evaluation that keeps only what :meth:`test_batches` needs, so the server does not
+        hold (or move to its device) the training set. Default: a shallow copy of everything."""
+        return copy.copy(self)
+
 
 class TensorFederatedDataset(FederatedDataset):
     """All samples held as tensors once; clients are index tensors into the training set.
@@ -130,6 +136,12 @@ class TensorFederatedDataset(FederatedDataset):
         labels = self.train_y.cpu().numpy()
         return np.stack([np.bincount(labels[ix.numpy()], minlength=self.num_classes)
                          for ix in self.client_indices]).astype(np.int64)
+
+    def test_view(self) -> "TensorFederatedDataset":
+        view = copy.copy(self)
+        view.train_x, view.train_y = self.train_x[:0], self.train_y[:0]
+        view.client_indices, view._device_indices, view.client_names = [], [], []
+        return view
 
     def to(self, device: torch.device | str) -> "TensorFederatedDataset":
         for attr in ("train_x", "train_y", "test_x", "test_y"):

@@ -36,7 +36,7 @@ class Server:
     Args:
         model_name: key of the model in :data:`hasfl_ray.models.MODEL_CONFIGS`.
         initial_params: name -> full-shape float32 tensor w^(0).
-        dataset: used for its test set only.
+        dataset: used for its test set only (the server keeps :meth:`FederatedDataset.test_view`).
         eval_batch_size: evaluation batch size (part of the BN policy).
         aggregation_backend: ``auto``, ``fused`` or ``reference``.
         device: where the global parameters live and aggregation/evaluation run.
@@ -52,7 +52,7 @@ class Server:
         self.params = {name: initial_params[name].detach().to(self.device, torch.float32).clone()
                        for name in self.specs}
         self.initial = {name: t.clone() for name, t in self.params.items()}
-        self.dataset = dataset.to(self.device)
+        self.dataset = dataset.test_view().to(self.device)
         self.eval_batch_size, self.aggregation_backend = eval_batch_size, aggregation_backend
 
     def get_params(self) -> Dict[str, torch.Tensor]:

@@ -111,8 +111,8 @@ class RayBackend(Backend):
         self._trainer_args = (dataset_ref, model_name, optimizer_settings(config), self.plan.device,
                               config.trainer_threads)
         self.server = ray.remote(ServerActor).options(num_cpus=0, num_gpus=self.plan.server_gpus).remote(
-            model_name, initial_params, dataset_ref, config.eval_batch_size, config.aggregation_backend,
-            self.plan.device, config.trainer_threads)
+            model_name, initial_params, ray.put(dataset.test_view()), config.eval_batch_size,
+            config.aggregation_backend, self.plan.device, config.trainer_threads)
         self.slots = [_Slot(i, self._trainer_class.remote(*self._trainer_args)) for i in range(self.plan.actors)]
         try:
             places = ray.get([slot.actor.ready.remote() for slot in self.slots] + [self.server.ready.remote()])

@@ -113,3 +113,17 @@ def test_non_finite_update_is_rejected(tmp_path):
     engine.algorithm = PoisonClientZero(engine.config, engine.p_max, engine.num_samples)
     engine.run()
     assert all(torch.isfinite(t).all() for t in engine.backend.get_params().values())
+
+
+def test_server_keeps_only_the_test_split():
+    from hasfl_ray.data import load_dataset
+    from hasfl_ray.engine.server import Server
+
+    dataset = load_dataset("digits", 20, 0.3, 42)
+    server = Server("digits", initial_parameters("digits", 42), dataset)
+    assert server.dataset.train_x.numel() == 0 and server.dataset.num_clients == 0
+    assert dataset.train_x.numel() > 0 and dataset.num_clients == 20  # the trainers' dataset is untouched
+    assert server.evaluate() == Server("digits", initial_parameters("digits", 42), dataset).evaluate()
+    full_x = torch.cat([x for x, _ in dataset.test_batches(100)])
+    view_x = torch.cat([x for x, _ in server.dataset.test_batches(100)])
+    assert torch.equal(full_x, view_x)
