@@ -21,5 +21,5 @@ def _single_thread():
 def shared_data():
     """Path of ../shared/data; tests using it skip, with the reason, where the folder is absent."""
     if not os.path.isdir(SHARED_DATA):
-        pytest.skip("needs ../shared/data (real dataset samples beside the repository)")
+        pytest.skip(reason="needs ../shared/data (real dataset samples beside the repository)")
     return SHARED_DATA
