@@ -8,6 +8,7 @@ import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, List, Mapping, Optional
 
+import numpy as np
 import torch
 import yaml
 
@@ -17,7 +18,10 @@ from hasfl_ray.errors import ConfigError
 
 CHECKPOINT_DIR = "checkpoints"
 CHECKPOINT_FILE = "latest.pt"
-FORMAT_VERSION = 1
+#: 2: read with ``torch.load(weights_only=True)``; numpy arrays are stored as tagged tensors (format 1 pickled them).
+FORMAT_VERSION = 2
+#: The key that marks a numpy array stored as a tensor inside a checkpoint.
+NDARRAY_TAG = "__ndarray__"
 
 
 @dataclass
@@ -53,7 +57,7 @@ def save_checkpoint(run_dir: str, checkpoint: Checkpoint) -> None:
     for stale in glob.glob(os.path.join(directory, ".tmp-*")):  # left by a process killed mid-write
         os.unlink(stale)
     buffer = io.BytesIO()
-    torch.save(asdict(checkpoint), buffer)
+    torch.save(to_plain(asdict(checkpoint)), buffer)
     atomic_write(checkpoint_path(run_dir), buffer.getvalue())
 
 
@@ -63,14 +67,48 @@ def load_checkpoint(run_dir: str) -> Optional[Checkpoint]:
     if not os.path.exists(path):
         return None
     try:
-        # Our own file (numpy arrays in algorithm state need full unpickling).
-        values = torch.load(path, map_location="cpu", weights_only=False)
+        # Run directories travel between people and machines: the restricted unpickler builds tensors and plain
+        # containers only, so a crafted file is refused before any of its code can run.
+        values = torch.load(path, map_location="cpu", weights_only=True)
         if not isinstance(values, dict) or values.get("format_version") != FORMAT_VERSION:
-            raise ValueError("not a hasfl-ray checkpoint of format 1")
-        return Checkpoint(**{f.name: values[f.name] for f in fields(Checkpoint)})
+            raise ValueError(f"not a hasfl-ray checkpoint of format {FORMAT_VERSION}")
+        return Checkpoint(**{f.name: from_plain(values[f.name]) for f in fields(Checkpoint)})
     except Exception as error:  # any unpickling or shape problem means the file cannot be trusted
-        raise ConfigError(f"checkpoint {path!r} cannot be read ({error}); expected a checkpoint written by "
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if "weights_only" in str(error) or "Unsupported global" in str(error):
+            reason = "it holds objects other than tensors and plain values, which are never unpickled"
+        raise ConfigError(f"checkpoint {path!r} cannot be read ({reason[:160]}); expected a checkpoint written by "
                           "hasfl-ray, or --force without --resume to start the run again") from None
+
+
+def to_plain(value: Any) -> Any:
+    """``value`` with numpy arrays as tagged tensors and numpy scalars as Python numbers, so that
+    ``torch.load(weights_only=True)`` can read it back (containers: dict, list, tuple)."""
+    if isinstance(value, np.ndarray):
+        if value.dtype == object:
+            raise TypeError("checkpoint state holds a numpy object array; expected numeric arrays")
+        return {NDARRAY_TAG: torch.from_numpy(np.ascontiguousarray(value).copy())}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {key: to_plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_plain(item) for item in value)
+    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
+        return value
+    raise TypeError(f"checkpoint state holds a {type(value).__name__}; expected tensors, numpy arrays and plain "
+                    "values")
+
+
+def from_plain(value: Any) -> Any:
+    """The inverse of :func:`to_plain` (tagged tensors back to numpy arrays, bit for bit)."""
+    if isinstance(value, dict):
+        if set(value) == {NDARRAY_TAG} and isinstance(value[NDARRAY_TAG], torch.Tensor):
+            return value[NDARRAY_TAG].numpy()
+        return {key: from_plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(from_plain(item) for item in value)
+    return value
 
 
 def stored_config(run_dir: str, checkpoint: Optional[Checkpoint]) -> Optional[Dict[str, Any]]:

@@ -141,3 +141,44 @@ def test_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(tmp_path):
     assert reference.exit_code == 0, reference.output
     assert summary(killed)["params_sha256"] == summary(tmp_path / "reference")["params_sha256"]
     assert metrics_without_timings(killed) == metrics_without_timings(tmp_path / "reference")
+
+
+class _RunsCodeWhenUnpickled:
+    """A pickle payload that would create ``marker`` (a stand-in for os.system) if it were ever unpickled."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_crafted_checkpoint_is_refused_on_resume_without_running_its_code(tmp_path):
+    out = str(tmp_path / "run")
+    args = ["simulate", "--backend", "local", "--rounds", "2", "--clients", "8", "--clients-per-round", "4",
+            "--checkpoint-every", "1", "--quiet", "--out", out]
+    runner = CliRunner()
+    assert runner.invoke(main, args).exit_code == 0
+    marker = tmp_path / "code-ran"
+    planted = {"format_version": 2, "round": 1, "params": {}, "algorithm_state": _RunsCodeWhenUnpickled(str(marker)),
+               "history": [], "config": {}, "elapsed_s": 0.0}
+    torch.save(planted, checkpoint_path(out))
+    result = runner.invoke(main, args + ["--resume"])
+    assert result.exit_code == 2, result.output
+    assert not marker.exists()  # refused before any of its code ran
+    message = result.output.strip()
+    assert "cannot be read" in message and "Traceback" not in message and len(message.splitlines()) == 1
+
+
+def test_numpy_algorithm_state_round_trips_bit_for_bit_through_the_safe_loader(tmp_path):
+    import numpy as np
+
+    state = {"p_current": np.array([0.25, 1 / 3, 0.7]), "h": np.arange(4, dtype=np.float64) / 7,
+             "mask": np.array([True, False]), "count": np.int64(3), "nested": [(1, np.float32(0.5))], "none": None}
+    checkpoint = Checkpoint(round=1, params={"w": torch.zeros(2)}, algorithm_state=state, history=[],
+                            config=RunConfig().to_dict(), elapsed_s=0.0)
+    save_checkpoint(str(tmp_path), checkpoint)
+    loaded = load_checkpoint(str(tmp_path)).algorithm_state
+    assert loaded["p_current"].dtype == np.float64 and np.array_equal(loaded["p_current"], state["p_current"])
+    assert loaded["h"].tobytes() == state["h"].tobytes() and loaded["mask"].tolist() == [True, False]
+    assert loaded["count"] == 3 and loaded["nested"] == [(1, 0.5)] and loaded["none"] is None
