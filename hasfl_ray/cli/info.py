@@ -12,10 +12,16 @@ import torch
 from hasfl_ray import __version__
 from hasfl_ray.cli.main import main
 from hasfl_ray.ops import aggregate as ops
+from hasfl_ray.training.determinism import apply_determinism
 
 
 def collect_info() -> Dict[str, object]:
-    """Everything `hasfl-ray info` prints, as one JSON-ready dict."""
+    """Everything `hasfl-ray info` prints, as one JSON-ready dict.
+
+    ``determinism`` holds the settings every run applies in the driver, each trainer and the server (applied
+    here the same way, before this process touches CUDA), and the flag that opts out of them.
+    """
+    determinism = {**apply_determinism(True), "opt_out": "--fast-nondeterministic (config key deterministic: false)"}
     try:
         import ray
 
@@ -44,6 +50,7 @@ def collect_info() -> Dict[str, object]:
             "error": ops.load_error(),
         },
         "devices": devices,
+        "determinism": determinism,
     }
 
 
@@ -68,6 +75,10 @@ def info(as_json: bool) -> None:
     click.echo(f"  CUDA kernel: {_yes_no(extension['cuda_kernel'])}"
                + ("" if extension["cuda_kernel"] else " (build with a GPU visible or HASFL_FORCE_CUDA=1)"))
     click.echo(f"CUDA available: {_yes_no(data['cuda_available'])}")
+    settings = data["determinism"]
+    click.echo(f"determinism: {'on' if settings['deterministic'] else 'off'} (CUBLAS_WORKSPACE_CONFIG="
+               f"{settings['cublas_workspace_config']}, deterministic algorithms, cuDNN deterministic, no cuDNN "
+               f"benchmark; opt out with {settings['opt_out']})")
     for device in data["devices"]:
         if device["device"] == "cpu":
             click.echo(f"  cpu: {device['cores']} cores, {device['torch_threads']} torch threads, "

@@ -103,6 +103,9 @@ def default_backend(ray_options_given: bool) -> str:
 @click.option("--trainer-threads", type=int, help="CPU threads per trainer (fixed for determinism, default 1).")
 @click.option("--device", help="Torch device of trainers and server: auto (default: cuda where a GPU is visible, "
                                 "else cpu), cpu or cuda (Ray trainers each get a GPU or --gpus-per-actor of one).")
+@click.option("--fast-nondeterministic", is_flag=True, default=False,
+              help="On CUDA: let cuDNN autotune and torch use nondeterministic kernels (faster, but two runs of "
+                   "one config no longer match bit for bit). No effect on CPU results.")
 @click.option("--eval-batch-size", type=int, help="Evaluation batch size (default 500).")
 @click.option("--config", "config_file", type=str, help="YAML file of config keys; flags override it.")
 @click.option("--out", type=click.Path(), help="Run directory (default runs/<dataset>-<algorithm>-seed<seed>).")
@@ -111,11 +114,14 @@ def default_backend(ray_options_given: bool) -> str:
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
 @user_errors
-def simulate(config_file, out, force, resume, quiet, verbose, no_coverage, download, **flags) -> None:
+def simulate(config_file, out, force, resume, quiet, verbose, no_coverage, download, fast_nondeterministic,
+             **flags) -> None:
     """Run a federated experiment and write config.yaml, metrics.jsonl, clients.csv and summary.json."""
     setup_logging(verbose)
     if no_coverage:
         flags["coverage"] = False
+    if fast_nondeterministic:
+        flags["deterministic"] = False
     if flags.get("budget") is not None and flags.get("budget_from") is not None:
         raise ConfigError(f"--budget {flags['budget']} and --budget-from {flags['budget_from']!r} are both given; "
                           "expected one source for random-budget's target")

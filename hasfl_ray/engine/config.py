@@ -87,6 +87,8 @@ class RunConfig:
     aggregation_backend: str = "auto"
     trainer_threads: int = 1
     device: str = "auto"
+    # bit-identical CUDA runs (deterministic cuBLAS/cuDNN, no autotuning); False = --fast-nondeterministic
+    deterministic: bool = True
     # Ray backend, checkpoints and fault injection (never change results; not compared by --resume)
     actors: Optional[int] = None
     gpus_per_actor: Optional[float] = None
@@ -161,6 +163,8 @@ class RunConfig:
         for name in ("synthetic_alpha", "synthetic_beta"):
             if not _number(getattr(self, name)) or getattr(self, name) < 0:
                 raise bad(name, getattr(self, name), "a number >= 0")
+        if not isinstance(self.deterministic, bool):
+            raise bad("deterministic", self.deterministic, "true or false")
         if not isinstance(self.device, str) or not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
             raise bad("device", self.device, "auto, cpu, cuda, cuda:N or mps")
         if self.actors is not None and (not isinstance(self.actors, int) or isinstance(self.actors, bool)

@@ -17,6 +17,7 @@ from hasfl_ray.engine.checkpoint import (Checkpoint, check_resume_config, load_c
 from hasfl_ray.engine.config import RunConfig
 from hasfl_ray.engine.rundir import RunDirectory
 from hasfl_ray.models import MODEL_CONFIGS, build_model
+from hasfl_ray.training.determinism import apply_determinism
 from hasfl_ray.training.local import ClientTask
 from hasfl_ray.training.seeding import STREAM_INIT, STREAM_SAMPLING, STREAM_TIERS, numpy_rng, stream_seed
 
@@ -52,6 +53,7 @@ class Engine:
 
     def __init__(self, config: RunConfig, out_dir: Optional[str] = None, backend: Optional[Backend] = None,
                  progress: bool = False, resume: bool = False, force: bool = False):
+        apply_determinism(config.deterministic)  # before anything in this process starts CUDA
         self.config = config.resolved()
         self.rundir = RunDirectory(out_dir) if out_dir else None
         self.backend = backend or make_backend(self.config)
@@ -87,8 +89,7 @@ class Engine:
 
     def run(self) -> Dict[str, Any]:
         """Run every round, write the run directory, return the summary."""
-        if torch.device(self.config.device).type == "cpu":
-            torch.use_deterministic_algorithms(True, warn_only=True)
+        apply_determinism(self.config.deterministic)  # again: another engine in this process may have changed it
         if not self.prepared:
             self.prepare()
         c = self.config

@@ -14,6 +14,7 @@ import torch
 from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.engine.server import Server
+from hasfl_ray.training.determinism import apply_determinism, determinism_state
 from hasfl_ray.training.local import ClientResult, ClientTask, OptimizerSettings, Trainer
 
 #: Networks a trainer keeps built (the most recently used widths); others are dropped with their memory.
@@ -28,19 +29,17 @@ class TaskReport:
     train_seconds: float
 
 
-def _process_setup(device: str, threads: int) -> torch.device:
-    """Fix this worker's torch settings exactly as the driver's local backend does."""
-    torch_device = torch.device(device)
-    if torch_device.type == "cpu":
-        torch.use_deterministic_algorithms(True, warn_only=True)
+def _process_setup(device: str, threads: int, deterministic: bool = True) -> torch.device:
+    """Fix this worker's torch settings exactly as the driver's local backend does, before it touches CUDA."""
+    apply_determinism(deterministic)
     torch.set_num_threads(threads)
-    return torch_device
+    return torch.device(device)
 
 
 def _whereabouts(device: torch.device) -> Dict[str, Any]:
     context = ray.get_runtime_context()
     return {"node": context.get_node_id(), "pid": os.getpid(), "device": str(device),
-            "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
+            "gpu_ids": [str(g) for g in ray.get_gpu_ids()], "determinism": determinism_state()}
 
 
 class TrainerActor:
@@ -50,11 +49,12 @@ class TrainerActor:
         dataset: the federated dataset (Ray resolves the driver's single object-store copy).
         model_name, settings, device, threads: as :class:`Trainer`; ``device`` is ``cpu`` or ``cuda``
             (Ray exposes the GPU it assigned as cuda:0).
+        deterministic: the run's ``deterministic`` setting (see :mod:`hasfl_ray.training.determinism`).
     """
 
     def __init__(self, dataset: FederatedDataset, model_name: str, settings: OptimizerSettings, device: str,
-                 threads: int):
-        self.device = _process_setup(device, threads)
+                 threads: int, deterministic: bool = True):
+        self.device = _process_setup(device, threads, deterministic)
         self.trainer = Trainer(dataset, model_name, settings, str(self.device), threads)
         self.params: Dict[str, torch.Tensor] = {}
         self.recent_widths: "OrderedDict[float, None]" = OrderedDict()
@@ -86,12 +86,14 @@ class TrainerActor:
 class ServerActor:
     """The server on its own actor: global parameters on its device, aggregation, evaluation.
 
-    Args: as :class:`Server`, plus ``threads`` (intra-op threads, the trainers' count, as in the local backend).
+    Args: as :class:`Server`, plus ``threads`` (intra-op threads, the trainers' count, as in the local backend)
+        and ``deterministic`` (as :class:`TrainerActor`).
     """
 
     def __init__(self, model_name: str, initial_params: Mapping[str, torch.Tensor], dataset: FederatedDataset,
-                 eval_batch_size: int, aggregation_backend: str, device: str, threads: int):
-        self.device = _process_setup(device, threads)
+                 eval_batch_size: int, aggregation_backend: str, device: str, threads: int,
+                 deterministic: bool = True):
+        self.device = _process_setup(device, threads, deterministic)
         self.threads = threads
         self.server = Server(model_name, initial_params, dataset, eval_batch_size, aggregation_backend,
                              str(self.device))

@@ -109,15 +109,16 @@ class RayBackend(Backend):
             num_cpus=self.plan.cpus_per_actor, num_gpus=self.plan.gpus_per_actor, max_restarts=0,
             max_task_retries=0)
         self._trainer_args = (dataset_ref, model_name, optimizer_settings(config), self.plan.device,
-                              config.trainer_threads)
+                              config.trainer_threads, config.deterministic)
         self.server = ray.remote(ServerActor).options(num_cpus=0, num_gpus=self.plan.server_gpus).remote(
             model_name, initial_params, ray.put(dataset.test_view()), config.eval_batch_size,
-            config.aggregation_backend, self.plan.device, config.trainer_threads)
+            config.aggregation_backend, self.plan.device, config.trainer_threads, config.deterministic)
         self.slots = [_Slot(i, self._trainer_class.remote(*self._trainer_args)) for i in range(self.plan.actors)]
         try:
             places = ray.get([slot.actor.ready.remote() for slot in self.slots] + [self.server.ready.remote()])
         except RayActorError as error:
             raise RuntimeError(f"a Ray actor failed to start ({error}); see the worker log above") from None
+        self.places = places  # where each trainer (then the server) runs, and its determinism settings
         self.nodes = len({place["node"] for place in places})
         logger.info("Ray backend: %d trainer actors on %d node(s), server on %s", len(self.slots), self.nodes,
                     places[-1]["device"])

@@ -59,6 +59,12 @@ def test_two_actors_and_a_trainer_killed_mid_round_equal_the_local_backend(ray_l
     summary, lines, engine = run(tmp_path, "ray2", backend="ray", actors=2, fault_inject="kill-trainer@1")
     assert engine.backend.replaced_actors == 1
     assert (summary["params_sha256"], lines) == local_reference
+    # every trainer and the server set the deterministic torch configuration in their own process
+    places = engine.backend.places
+    assert len(places) == 3 and len({place["pid"] for place in places}) == 3
+    for place in places:
+        assert place["determinism"]["deterministic"] is True
+        assert place["determinism"]["cublas_workspace_config"] == ":4096:8"
 
 
 def test_ten_thousand_virtual_clients(ray_local):

@@ -1,0 +1,72 @@
+"""Deterministic torch settings for every process that trains or aggregates (driver, trainers, server).
+
+On CUDA, bit-identical runs need four things set before CUDA does its first cuBLAS/cuDNN work:
+``CUBLAS_WORKSPACE_CONFIG`` (cuBLAS picks reduction orders per stream otherwise), deterministic algorithms,
+cuDNN's deterministic kernels, and no cuDNN autotuning (``benchmark`` picks kernels by timing, so two runs may
+pick two). On CPU only the deterministic-algorithms switch matters. ``deterministic=False`` (the CLI's
+``--fast-nondeterministic``) lets cuDNN autotune and torch use its fastest (atomic-add) kernels instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Dict
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+#: The cuBLAS workspace setting that makes its results reproducible (documented by NVIDIA and PyTorch).
+CUBLAS_WORKSPACE = ":4096:8"
+#: Workspace settings cuBLAS accepts as deterministic (a user's own choice of either is kept).
+DETERMINISTIC_WORKSPACES = (":4096:8", ":16:8")
+
+
+def apply_determinism(deterministic: bool = True) -> Dict[str, Any]:
+    """Put this process's torch into deterministic (or fast) mode; returns :func:`determinism_state`.
+
+    Call it before the process first uses CUDA: the cuBLAS workspace is read when cuBLAS starts. Calling it
+    again is harmless. A process whose cuBLAS already started without the setting gets a warning.
+
+    Args:
+        deterministic: True for bit-identical results (the default), False for cuDNN autotuning and
+            nondeterministic kernels.
+    """
+    if deterministic:
+        if os.environ.get("CUBLAS_WORKSPACE_CONFIG") not in DETERMINISTIC_WORKSPACES:
+            if _cuda_started():
+                logger.warning("CUDA started before CUBLAS_WORKSPACE_CONFIG was set: cuBLAS results of this process "
+                               "may differ run to run; set CUBLAS_WORKSPACE_CONFIG=%s before starting it",
+                               CUBLAS_WORKSPACE)
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
+        # warn_only: an op without a deterministic kernel warns instead of ending a long run.
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+    else:
+        torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.deterministic = False
+        torch.backends.cudnn.benchmark = True
+    return determinism_state()
+
+
+def determinism_state() -> Dict[str, Any]:
+    """This process's settings that decide whether CUDA results repeat bit for bit (JSON-ready)."""
+    workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    algorithms = torch.are_deterministic_algorithms_enabled()
+    cudnn_deterministic = bool(torch.backends.cudnn.deterministic)
+    cudnn_benchmark = bool(torch.backends.cudnn.benchmark)
+    return {
+        "deterministic": bool(algorithms and cudnn_deterministic and not cudnn_benchmark
+                              and workspace in DETERMINISTIC_WORKSPACES),
+        "deterministic_algorithms": algorithms,
+        "cudnn_deterministic": cudnn_deterministic,
+        "cudnn_benchmark": cudnn_benchmark,
+        "cublas_workspace_config": workspace,
+        "cuda_initialized": _cuda_started(),
+    }
+
+
+def _cuda_started() -> bool:
+    return bool(torch.cuda.is_initialized())
