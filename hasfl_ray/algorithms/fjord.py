@@ -44,7 +44,12 @@ class OrderedDropoutObjective(LocalObjective):
         widths: the widths to sample from (ascending; the largest is the client's model width).
         distill_weight: λ.
         seed: seed of the width draws (a stream of its own, so batch order matches other algorithms).
+
+    Not batchable: each client draws its own width every step, so stacked clients would run different
+    sub-networks; batched training trains FjORD's clients one at a time.
     """
+
+    batchable = False
 
     def __init__(self, widths: Sequence[float], distill_weight: float, seed: int):
         self.widths = [float(w) for w in widths]

@@ -34,8 +34,11 @@ class FedAvg(Algorithm):
 class ProximalObjective(LocalObjective):
     """FedProx's local objective F_i(w) + μ/2 ||w − w^t||², applied as its gradient μ (w − w^t).
 
-    The reported loss is the data loss only; the proximal term enters through :meth:`adjust_gradients`.
+    The reported loss is the data loss only; the proximal term enters through :meth:`adjust_gradients`
+    (batched training: :meth:`gradient_terms`, μ (w − w^t) on the stacked parameters).
     """
+
+    batchable = True
 
     def __init__(self, mu: float):
         self.mu = mu
@@ -54,6 +57,9 @@ class ProximalObjective(LocalObjective):
         self._pairs = []
         return {}
 
+    def gradient_terms(self, initial):
+        return self.mu, None
+
 
 class FedProx(FedAvg):
     """FedProx (Li et al., 2020): FedAvg with the proximal term μ/2 ||w − w^t||² (``mu``, default 1.0)."""
@@ -69,7 +75,12 @@ class ControlVariateObjective(LocalObjective):
 
     Args:
         correction: name -> c − c_i (full shape, float32), or None while both are zero.
+
+    Batched training adds the stacked corrections (:meth:`gradient_terms`) and computes the same extra from
+    the trained parameters (:meth:`finish_params`).
     """
+
+    batchable = True
 
     def __init__(self, correction: Optional[Dict[str, torch.Tensor]]):
         self.correction = correction
@@ -87,10 +98,15 @@ class ControlVariateObjective(LocalObjective):
 
     def finish(self, model, initial, steps, lr) -> Dict[str, Any]:
         self._pairs = []
+        return self.finish_params({name: p.detach() for name, p in model.named_parameters()}, initial, steps, lr)
+
+    def gradient_terms(self, initial):
+        return 0.0, self.correction
+
+    def finish_params(self, params, initial, steps, lr) -> Dict[str, Any]:
         scale = 1.0 / (max(steps, 1) * lr)
         with torch.no_grad():
-            drift = {name: ((initial[name] - p.detach()) * scale).to("cpu", torch.float32)
-                     for name, p in model.named_parameters()}
+            drift = {name: ((initial[name] - p) * scale).to("cpu", torch.float32) for name, p in params.items()}
         return {SCAFFOLD_DRIFT: drift}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -33,7 +33,22 @@ class LocalObjective:
     The default is plain cross-entropy. Algorithms subclass it (FedProx's proximal term, SCAFFOLD's
     control-variate correction, FjORD's ordered dropout with distillation). Instances travel to the
     trainers, so they must be picklable and hold only what the client needs.
+
+    Batched training (:mod:`hasfl_ray.training.batched`) trains the clients of one width together and calls
+    none of ``setup``, ``loss``, ``adjust_gradients`` and ``finish``: it uses the cross-entropy loss, the
+    stacked form of the gradient adjustment (:meth:`gradient_terms`) and :meth:`finish_params`. An objective
+    says it fits that form with ``batchable = True``; a subclass that overrides ``loss``, ``adjust_gradients``
+    ``finish`` or ``setup`` without setting ``batchable`` itself is not batchable and is trained one at a time.
     """
+
+    #: Whether batched training may train this client stacked with others (see the class docstring).
+    batchable = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "batchable" not in cls.__dict__ and any(name in cls.__dict__ for name in
+                                                   ("setup", "loss", "adjust_gradients", "finish")):
+            cls.batchable = False
 
     def setup(self, model: nn.Module, initial: Mapping[str, torch.Tensor], width: float,
               generator: torch.Generator, model_at: Optional[Callable[[float], nn.Module]] = None) -> None:
@@ -51,6 +66,18 @@ class LocalObjective:
 
     def finish(self, model: nn.Module, initial: Mapping[str, torch.Tensor], steps: int, lr: float) -> Dict[str, Any]:
         """Extra results for the server (e.g. SCAFFOLD's control-variate delta). Default: none."""
+        return {}
+
+    def gradient_terms(self, initial: Mapping[str, torch.Tensor]
+                       ) -> Tuple[float, Optional[Mapping[str, torch.Tensor]]]:
+        """Batched training's form of :meth:`adjust_gradients`: ``(coef, shift)`` such that every step adds
+        ``coef · (w − initial) + shift`` (shift: name -> tensor of the client's parameter shapes, or None) to the
+        gradient before clipping. Default: ``(0, None)``, no adjustment."""
+        return 0.0, None
+
+    def finish_params(self, params: Mapping[str, torch.Tensor], initial: Mapping[str, torch.Tensor], steps: int,
+                      lr: float) -> Dict[str, Any]:
+        """Batched training's form of :meth:`finish`, given the trained parameters (name -> tensor, no grad)."""
         return {}
 
 
@@ -169,3 +196,19 @@ class Trainer:
         extras = objective.finish(model, initial, steps, task.lr)
         return ClientResult(task.client, task.width, update, n, loss_sum / max(steps, 1), steps, extras,
                             offset=task.offset)
+
+    def train_group(self, tasks: Sequence[ClientTask], global_params: Mapping[str, torch.Tensor]) -> List[ClientResult]:
+        """Train several clients, results in task order: the batchable clients of one width as one batched
+        computation per local step (:func:`hasfl_ray.training.batched.train_batched`), every other client (and a
+        width with one client) one at a time with :meth:`train`. Agrees with ``[train(t) for t in tasks]`` to
+        float rounding."""
+        from hasfl_ray.training.batched import group_tasks, train_batched
+
+        results: List[Optional[ClientResult]] = [None] * len(tasks)
+        for unit in group_tasks(tasks, batching=True):
+            if len(unit) == 1:
+                results[unit[0]] = self.train(tasks[unit[0]], global_params)
+            else:
+                for position, result in zip(unit, train_batched(self, [tasks[k] for k in unit], global_params)):
+                    results[position] = result
+        return results

@@ -1,0 +1,263 @@
+"""Batched local training: the clients of one width trained together, one stacked computation per local step.
+
+:func:`train_batched` reproduces :meth:`Trainer.train <hasfl_ray.training.local.Trainer.train>` for several
+clients at once, up to float rounding. Every client keeps its own state and trajectory:
+
+- parameters, SGD momentum buffers and the initial point are stacked on a leading client dim;
+- the per-client loss and gradient come from ``torch.func``: ``vmap(grad_and_value(loss))`` over a functional
+  forward of the width-p network (``functional_call``; the LSTM runs a hand-written cell loop, since
+  ``aten::lstm`` has no vmap batching rule), so BatchNorm normalises each client's batch with that batch's own
+  statistics;
+- each client draws its data order from its own generator (``torch_generator(seed, STREAM_CLIENT, round,
+  client)``, one ``randperm`` per epoch), cuts it into batches of ``batch_size`` and skips a batch of one
+  sample after its first step, exactly as one-at-a-time training does;
+- local step k trains the clients that have a k-th batch; clients whose k-th batches differ in size (a last,
+  short batch) are trained as separate sub-stacks of one batch size each, and clients without a k-th batch
+  (fewer samples) stop while the others go on (ragged clients);
+- the objective's gradient terms (FedProx's μ (w − w⁰), SCAFFOLD's c − c_i), the per-client gradient-norm clip
+  and the SGD update (weight decay added to the gradient, momentum buffer started at the first gradient,
+  no dampening, no Nesterov) are written as stacked tensor ops with torch's exact update rule.
+
+Objectives that cannot be stacked (``LocalObjective.batchable`` is False: FjORD's ordered dropout with per-step
+sampled widths, or a user objective that overrides ``loss``/``adjust_gradients``/``finish`` without the stacked
+hooks) are trained one at a time; :func:`group_tasks` decides which clients go together.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+from torch.func import functional_call, grad_and_value, vmap
+from torch.nn import functional as F
+
+from hasfl_ray.models.lstm import CharLSTM
+from hasfl_ray.models.slicing import extract, extract_window
+from hasfl_ray.training.seeding import STREAM_CLIENT, torch_generator
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hasfl_ray.training.local import ClientResult, ClientTask, Trainer
+
+#: Most clients trained in one stacked computation (bounds a trainer's memory; a larger group is split in task
+#: order, so the grouping depends only on the round's tasks, never on the number of trainers).
+MAX_GROUP = 64
+
+#: The client-batching modes of ``--client-batching`` (``auto`` resolves to ``on`` on CUDA, ``off`` elsewhere).
+BATCHING_MODES = ("auto", "on", "off")
+
+Params = Dict[str, torch.Tensor]
+
+
+def group_tasks(tasks: Sequence["ClientTask"], batching: bool, max_group: int = MAX_GROUP) -> List[List[int]]:
+    """Positions of ``tasks`` in training units: with ``batching``, the batchable clients of one width together
+    (in task order, at most ``max_group`` per unit); every other client alone. Units are ordered by their first
+    position, so results can be put back in task order."""
+    if not batching:
+        return [[k] for k in range(len(tasks))]
+    units: List[List[int]] = []
+    by_width: "OrderedDict[float, List[int]]" = OrderedDict()
+    for k, task in enumerate(tasks):
+        if getattr(task.objective, "batchable", False):
+            by_width.setdefault(float(task.width), []).append(k)
+        else:
+            units.append([k])
+    for members in by_width.values():
+        units += [members[i:i + max_group] for i in range(0, len(members), max_group)]
+    return sorted(units, key=lambda unit: unit[0])
+
+
+def functional_forward(model: nn.Module) -> Callable[[Params, torch.Tensor], torch.Tensor]:
+    """``f(params, x) -> logits`` of ``model`` with the given parameters, usable under ``vmap``."""
+    if isinstance(model, CharLSTM):
+        return lambda params, x: _lstm_forward(model, params, x)
+    return lambda params, x: functional_call(model, params, (x,))
+
+
+def _lstm_forward(model: CharLSTM, params: Params, x: torch.Tensor) -> torch.Tensor:
+    """:meth:`CharLSTM.forward` written with per-step cell ops (gate order i, f, g, o as ``nn.LSTM``)."""
+    inputs = F.embedding(x, params["embedding.weight"])
+    batch, steps = x.shape[0], x.shape[1]
+    for layer in range(model.layers):
+        w_ih, w_hh = params[f"lstm.weight_ih_l{layer}"], params[f"lstm.weight_hh_l{layer}"]
+        b_hh = params[f"lstm.bias_hh_l{layer}"]
+        projected = F.linear(inputs, w_ih, params[f"lstm.bias_ih_l{layer}"])  # all steps at once
+        hidden = w_hh.shape[1]
+        h = projected.new_zeros(batch, hidden)
+        c = projected.new_zeros(batch, hidden)
+        outputs = []
+        for t in range(steps):
+            gates = projected[:, t] + F.linear(h, w_hh, b_hh)
+            i, f, g, o = gates.chunk(4, dim=1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            if layer + 1 < model.layers:
+                outputs.append(h)
+        if layer + 1 < model.layers:
+            inputs = torch.stack(outputs, dim=1)
+    return F.linear(h, params["fc.weight"], params["fc.bias"])
+
+
+def client_schedule(task: "ClientTask", size: int, batch_size: int, epochs: int) -> List[torch.Tensor]:
+    """The positions of every batch the client trains on, in order: its own generator's ``randperm`` per epoch,
+    batches of ``batch_size``, a batch of fewer than two samples skipped after the first step."""
+    generator = torch_generator(task.seed, STREAM_CLIENT, task.round, task.client)
+    batches: List[torch.Tensor] = []
+    for _ in range(epochs):
+        order = torch.randperm(size, generator=generator)
+        for start in range(0, size, batch_size):
+            positions = order[start:start + batch_size]
+            if positions.numel() < 2 and batches:
+                continue  # a batch of one sample gives BatchNorm no batch statistics
+            batches.append(positions)
+    return batches
+
+
+def _per_client(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A [C] tensor shaped to broadcast over a stacked [C, ...] tensor."""
+    return values.reshape((-1,) + (1,) * (like.dim() - 1))
+
+
+def _scalar_or_vector(values: Sequence[float], device: torch.device) -> Tuple[Optional[float], torch.Tensor]:
+    """(the common value, or None where they differ; the [C] float32 tensor of them)."""
+    first = values[0]
+    common = first if all(v == first for v in values) else None
+    return common, torch.tensor(list(values), dtype=torch.float32, device=device)
+
+
+def train_batched(trainer: "Trainer", tasks: Sequence["ClientTask"],
+                  global_params: Mapping[str, torch.Tensor]) -> List["ClientResult"]:
+    """Train ``tasks`` (one width, batchable objectives) together on ``trainer``'s device; results in task order.
+
+    Each result agrees with ``trainer.train(task, global_params)`` to float rounding (the per-client arithmetic
+    is the same; only kernels differ), and two calls give bit-identical results.
+    """
+    from hasfl_ray.training.local import ClientResult
+
+    if not tasks:
+        return []
+    width = float(tasks[0].width)
+    if any(float(t.width) != width for t in tasks):
+        raise ValueError("train_batched trains clients of one width; group them with group_tasks")
+    for task in tasks:
+        if not getattr(task.objective, "batchable", False):
+            raise ValueError(f"client {task.client}'s objective {type(task.objective).__name__} is not batchable; "
+                             "train it with Trainer.train")
+    device, s, specs = trainer.device, trainer.settings, trainer.specs
+    if device.type == "cpu":
+        torch.set_num_threads(trainer.threads)
+    names = list(specs)
+    count = len(tasks)
+    with torch.no_grad():
+        starts = []
+        for task in tasks:
+            if task.offset:
+                starts.append({n: extract_window(global_params[n], specs[n], task.width, task.offset).to(device)
+                               for n in names})
+            else:
+                starts.append({n: extract(global_params[n], specs[n], task.width).to(device) for n in names})
+        initial = {n: torch.stack([start[n] for start in starts]) for n in names}
+    del starts
+    params = {n: t.clone() for n, t in initial.items()}
+    momentum_buffers: Optional[Params] = {n: torch.zeros_like(t) for n, t in initial.items()} \
+        if trainer.settings.momentum != 0 else None
+
+    # The objectives' gradient terms: grad += coef_i (w − w⁰_i) + shift_i.
+    terms = [task.objective.gradient_terms({n: initial[n][c] for n in names}) for c, task in enumerate(tasks)]
+    coefs = [float(coef) for coef, _ in terms]
+    coef_common, coef_vector = _scalar_or_vector(coefs, device)
+    has_coef = any(coef != 0 for coef in coefs)
+    shift: Optional[Params] = None
+    if any(shift_c is not None for _, shift_c in terms):
+        shift = {n: torch.stack([shift_c[n].to(device, initial[n].dtype) if shift_c is not None
+                                 else torch.zeros_like(initial[n][c]) for c, (_, shift_c) in enumerate(terms)])
+                 for n in names}
+    lr_common, lr_vector = _scalar_or_vector([float(t.lr) for t in tasks], device)
+
+    sizes = [trainer.dataset.client_size(task.client) for task in tasks]
+    schedules = [client_schedule(task, sizes[c], s.batch_size, s.local_epochs) for c, task in enumerate(tasks)]
+    forward = functional_forward(trainer.model_at(width))
+
+    def client_loss(client_params: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(forward(client_params, x), y)
+
+    step = vmap(grad_and_value(client_loss))
+    losses: List[Tuple[List[int], torch.Tensor]] = []
+    longest = max((len(schedule) for schedule in schedules), default=0)
+    for k in range(longest):
+        by_size: "OrderedDict[int, List[int]]" = OrderedDict()
+        for c, schedule in enumerate(schedules):
+            if k < len(schedule):
+                by_size.setdefault(int(schedule[k].numel()), []).append(c)
+        for members in by_size.values():
+            whole = len(members) == count
+            index = None if whole else torch.tensor(members, dtype=torch.int64, device=device)
+
+            def pick(tensor: torch.Tensor) -> torch.Tensor:
+                return tensor if index is None else tensor.index_select(0, index)
+
+            batches = [trainer.dataset.client_batch(tasks[c].client, schedules[c][k]) for c in members]
+            x = torch.stack([xb for xb, _ in batches])
+            y = torch.stack([yb for _, yb in batches])
+            sub = {n: pick(params[n]) for n in names}
+            grads, loss = step(sub, x, y)
+            losses.append((members, loss.detach()))
+            with torch.no_grad():
+                if has_coef:  # FedProx: μ (w − w⁰)
+                    for n in names:
+                        diff = sub[n] - pick(initial[n])
+                        if coef_common is not None:
+                            grads[n].add_(diff, alpha=coef_common)
+                        else:
+                            grads[n].add_(diff * _per_client(pick(coef_vector), diff))
+                if shift is not None:  # SCAFFOLD: c − c_i
+                    for n in names:
+                        grads[n].add_(pick(shift[n]))
+                if s.clip_norm > 0:  # torch.nn.utils.clip_grad_norm_, per client
+                    norms = torch.stack([torch.linalg.vector_norm(grads[n].flatten(1), 2, dim=1) for n in names],
+                                        dim=1)
+                    total = torch.linalg.vector_norm(norms, 2, dim=1)
+                    scale = torch.clamp(s.clip_norm / (total + 1e-6), max=1.0)
+                    for n in names:
+                        grads[n].mul_(_per_client(scale, grads[n]))
+                # torch.optim.SGD: d = g + wd w; b = d (first step) or m b + d; w -= lr b
+                directions = {n: grads[n].add(sub[n], alpha=s.weight_decay) if s.weight_decay != 0 else grads[n]
+                              for n in names}
+                if momentum_buffers is not None:
+                    if k == 0:  # every client takes its first step at step 0: its buffer starts as d
+                        buffers = directions
+                    else:
+                        buffers = {n: pick(momentum_buffers[n]) for n in names}
+                        for n in names:
+                            buffers[n].mul_(s.momentum).add_(directions[n])
+                    for n in names:
+                        if index is None:
+                            momentum_buffers[n] = buffers[n]
+                        else:
+                            momentum_buffers[n].index_copy_(0, index, buffers[n])
+                    directions = buffers
+                for n in names:
+                    if lr_common is not None:
+                        sub[n].add_(directions[n], alpha=-lr_common)
+                    else:
+                        sub[n].sub_(directions[n] * _per_client(pick(lr_vector), directions[n]))
+                if index is not None:
+                    for n in names:
+                        params[n].index_copy_(0, index, sub[n])
+
+    loss_sums = [0.0] * count
+    for members, values in losses:
+        for c, value in zip(members, values.to("cpu").tolist()):
+            loss_sums[c] += value
+    results = []
+    with torch.no_grad():
+        for c, task in enumerate(tasks):
+            steps = len(schedules[c])
+            trained = {n: params[n][c] for n in names}
+            start = {n: initial[n][c] for n in names}
+            update = {n: (trained[n] - start[n]).to("cpu", torch.float32).contiguous() for n in names}
+            extras = task.objective.finish_params(trained, start, steps, task.lr)
+            results.append(ClientResult(task.client, task.width, update, sizes[c], loss_sums[c] / max(steps, 1),
+                                        steps, extras, offset=task.offset))
+    return results
