@@ -87,6 +87,9 @@ class RunConfig:
     aggregation_backend: str = "auto"
     trainer_threads: int = 1
     device: str = "auto"
+    # local training of the clients of one width as one batched computation (auto = on for CUDA, off on CPU);
+    # agrees with one-at-a-time training to float tolerance, so it is compared by --resume
+    client_batching: str = "auto"
     # bit-identical CUDA runs (deterministic cuBLAS/cuDNN, no autotuning); False = --fast-nondeterministic
     deterministic: bool = True
     # Ray backend, checkpoints and fault injection (never change results; not compared by --resume)
@@ -156,6 +159,8 @@ class RunConfig:
             raise bad("backend", self.backend, "local or ray")
         if self.aggregation_backend not in ("auto", "fused", "reference"):
             raise bad("aggregation_backend", self.aggregation_backend, "auto, fused or reference")
+        if self.client_batching not in ("auto", "on", "off"):
+            raise bad("client_batching", self.client_batching, "auto, on or off")
         self._check_execution(bad)
 
     def _check_execution(self, bad) -> None:
@@ -195,7 +200,8 @@ class RunConfig:
 
     def resolved(self) -> "RunConfig":
         """This config with every ``None`` protocol field replaced by the dataset's default, and device ``auto``
-        replaced by ``cuda`` where this process sees a GPU (``cpu`` otherwise)."""
+        replaced by ``cuda`` where this process sees a GPU (``cpu`` otherwise), and client_batching ``auto`` by
+        ``on`` for a CUDA device (``off`` otherwise)."""
         defaults = DATASET_DEFAULTS[self.dataset]
         updates = {k: v for k, v in defaults.items() if getattr(self, k) is None}
         if self.device == "auto":
@@ -205,6 +211,9 @@ class RunConfig:
             if updates["device"] == "cpu" and self.gpus_per_actor is not None:
                 raise ConfigError(f"gpus_per_actor is {self.gpus_per_actor!r} but device auto found no GPU; expected "
                                   "a machine with a GPU, or no --gpus-per-actor")
+        if self.client_batching == "auto":  # batched training pays off where kernel launches dominate: CUDA
+            device = updates.get("device", self.device)
+            updates["client_batching"] = "on" if device.startswith("cuda") else "off"
         if self.momentum is None:
             updates["momentum"] = SCAFFOLD_MOMENTUM if self.algorithm == "scaffold" else DEFAULT_MOMENTUM
         if self.algorithm == "random-budget" and self.budget is None:
