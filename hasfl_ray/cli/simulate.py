@@ -19,7 +19,7 @@ _FIELD_FLAGS = ("dataset", "data_dir", "algorithm", "rounds", "clients", "client
                 "t_norm", "mu", "budget", "budget_from", "heterofl_weighting", "fjord_distill_weight",
                 "scaffold_global_lr", "rolex_step", "backend", "aggregation_backend", "trainer_threads", "device",
                 "eval_batch_size", "control_variates_dir", "synthetic_alpha", "synthetic_beta", "actors",
-                "gpus_per_actor", "address", "checkpoint_every", "fault_inject")
+                "gpus_per_actor", "address", "checkpoint_every", "fault_inject", "client_batching")
 #: Fields only the Ray backend uses: given without --backend on a machine without Ray, they ask for Ray.
 _RAY_FIELDS = ("actors", "gpus_per_actor", "address", "fault_inject")
 
@@ -103,6 +103,10 @@ def default_backend(ray_options_given: bool) -> str:
 @click.option("--trainer-threads", type=int, help="CPU threads per trainer (fixed for determinism, default 1).")
 @click.option("--device", help="Torch device of trainers and server: auto (default: cuda where a GPU is visible, "
                                 "else cpu), cpu or cuda (Ray trainers each get a GPU or --gpus-per-actor of one).")
+@click.option("--client-batching", metavar="[auto|on|off]",
+              help="Train the clients of one width as one batched computation per local step: auto (default: on "
+                   "for --device cuda, off on CPU), on or off. Agrees with one-at-a-time training to float "
+                   "tolerance; recorded in config.yaml.")
 @click.option("--fast-nondeterministic", is_flag=True, default=False,
               help="On CUDA: let cuDNN autotune and torch use nondeterministic kernels (faster, but two runs of "
                    "one config no longer match bit for bit). No effect on CPU results.")

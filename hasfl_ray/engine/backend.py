@@ -70,19 +70,28 @@ def make_backend(config: RunConfig) -> Backend:
 
 
 class LocalBackend(Backend):
-    """Everything in this process: one :class:`Trainer` trains the clients in order, one :class:`Server`."""
+    """Everything in this process: one :class:`Trainer` trains the clients in order, one :class:`Server`.
+
+    With ``client_batching`` on, the trainer trains each group of :func:`~hasfl_ray.training.batched.group_tasks`
+    (the batchable clients of one width) as one batched computation (:meth:`Trainer.train_group`); results stay
+    in client order.
+    """
 
     name = "local"
 
     def start(self, config, dataset, model_name, initial_params) -> None:
         self.threads = config.trainer_threads
+        self.batching = config.client_batching == "on"
         self.trainer = Trainer(dataset, model_name, optimizer_settings(config), config.device, config.trainer_threads)
         self.server = Server(model_name, initial_params, dataset, config.eval_batch_size,
                              config.aggregation_backend, config.device)
 
     def run_round(self, tasks, weights, server_lr):
         params = self.server.params
-        results = [self.trainer.train(task, params) for task in tasks]
+        if self.batching:
+            results = self.trainer.train_group(tasks, params)
+        else:
+            results = [self.trainer.train(task, params) for task in tasks]
         return self.server.apply(results, weights, server_lr)
 
     def evaluate(self):
