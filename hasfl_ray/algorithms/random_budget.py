@@ -2,19 +2,44 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Sequence, Tuple
+import logging
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
 from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.algorithms.base import Algorithm
-from hasfl_ray.algorithms.hasfl import coverage_guarantee
+from hasfl_ray.algorithms.hasfl import allocation_rule, coverage_guarantee
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.training.local import ClientResult
 from hasfl_ray.training.seeding import STREAM_ALGORITHM, numpy_rng
 
+logger = logging.getLogger(__name__)
+
 #: Random factors X_i ~ Uniform(low, high), mean 1: the random stand-in for HAS-FL's H̃_i / mean H̃.
 FACTOR_RANGE = (0.5, 1.5)
+
+
+def first_adapted_round(warmup: int, t_adapt: int) -> int:
+    """The first round trained with adapted widths: one after HAS-FL's first adaptation (the smallest t ≥ warmup
+    with t % t_adapt == 0; its block runs at the end of round t). Rounds before it train at p^max."""
+    first_adaptation = -(-warmup // t_adapt) * t_adapt
+    return first_adaptation + 1
+
+
+def post_warmup_avg_p(avg_p_per_round: Sequence[float], warmup: int, t_adapt: int) -> Optional[float]:
+    """Mean of the per-round avg_p over the rounds from :func:`first_adapted_round` on (None when there are none):
+    the figure HAS-FL and random-budget are matched on, since both train at p^max before it."""
+    adapted = list(avg_p_per_round)[first_adapted_round(warmup, t_adapt):]
+    return float(np.mean(adapted)) if adapted else None
+
+
+def default_budget(p_max: np.ndarray, p_min: float, gamma: float, coverage: bool) -> float:
+    """HAS-FL's mean allocation over the federation when every estimate is equal: min(p_i^max, p_min + γ) with the
+    coverage rule. A feasible budget for any federation (each width lies between the floor and p_i^max); with the
+    paper's 20 clients and defaults it is 0.505, beside which HAS-FL's own post-warm-up average sits."""
+    p = allocation_rule(np.ones_like(p_max), p_max, p_min, gamma, 0.0)
+    return float((coverage_guarantee(p, p_max) if coverage else p).mean())
 
 
 def random_allocation(factors: np.ndarray, p_max: np.ndarray, target: float, coverage: bool,
@@ -57,9 +82,13 @@ class RandomBudget(Algorithm):
     t % t_adapt == 0, at the end of the round): p_i = clip(L · X_i, min p^max, p_i^max) with fresh
     X_i ~ Uniform(0.5, 1.5) from rng(seed, round), clients of the largest p^max at p^max when ``coverage``
     is on, and L solved so that the allocation's mean over all clients equals the width the rest of the
-    run needs to average for the realised avg_p to meet ``budget``: (budget · T − Σ realised) / rounds
-    left. Participants are a uniform sample, so each round's avg_p has that mean in expectation, and the
-    feedback cancels the warm-up rounds at p^max and sampling noise.
+    adapted rounds need to average for the realised post-warm-up avg_p (rounds from
+    :func:`first_adapted_round` on, where HAS-FL adapts too) to meet ``budget``:
+    (budget · A − Σ realised) / adapted rounds left, A the run's adapted rounds. Participants are a uniform
+    sample, so each round's avg_p has that mean in expectation, and the feedback cancels sampling noise.
+
+    A budget outside what this federation can average is refused, unless it came from a run
+    (``budget_from``), where it is clamped to the nearest feasible end with one warning.
     """
 
     name = "random-budget"
@@ -71,8 +100,14 @@ class RandomBudget(Algorithm):
         self.budget = float(config.budget)
         low, high = budget_range(self.p_max, config.coverage)
         if not low - 1e-9 <= self.budget <= high + 1e-9:
-            raise ConfigError(f"budget is {self.budget!r} but random widths in this federation average between "
-                              f"{low:.4f} and {high:.4f} (mean p_max); expected a budget in that range")
+            if config.budget_from is None:
+                raise ConfigError(f"budget is {self.budget!r} but random widths in this federation average between "
+                                  f"{low:.4f} and {high:.4f} (mean p_max); expected a budget in that range")
+            clamped = float(np.clip(self.budget, low, high))
+            logger.warning("budget %.4f from %s is outside what random widths in this federation can average "
+                           "(%.4f to %.4f); using %.4f", self.budget, config.budget_from, low, high, clamped)
+            self.budget = clamped
+        self.first_adapted = first_adapted_round(config.warmup, config.t_adapt)
         self.realised_sum = 0.0
         self.rounds_seen = 0
         self._allocated_mean = float(self.p_current.mean())
@@ -86,16 +121,19 @@ class RandomBudget(Algorithm):
         return widths
 
     def target(self) -> float:
-        """The average width the remaining rounds need for the run to meet the budget, clipped to what is feasible."""
-        remaining = self.config.rounds - self.rounds_seen
+        """The average width the remaining adapted rounds need for the post-warm-up average to meet the budget,
+        clipped to what is feasible."""
+        adapted_rounds = max(self.config.rounds - self.first_adapted, 0)
+        remaining = self.config.rounds - max(self.rounds_seen, self.first_adapted)
         low, high = budget_range(self.p_max, self.config.coverage)
         if remaining <= 0:
             return self.budget
-        return float(np.clip((self.budget * self.config.rounds - self.realised_sum) / remaining, low, high))
+        return float(np.clip((self.budget * adapted_rounds - self.realised_sum) / remaining, low, high))
 
     def observe(self, round: int, results: Sequence[ClientResult], aggregate: AggregateResult) -> None:
         used = np.mean([r.width for r in results]) if results else self._allocated_mean
-        self.realised_sum += float(used)
+        if round >= self.first_adapted:
+            self.realised_sum += float(used)  # only the rounds the budget is matched over
         self.rounds_seen = round + 1
         if self.is_adaptation_round(round):
             factors = numpy_rng(self.config.seed, STREAM_ALGORITHM, round).uniform(*FACTOR_RANGE, self.num_clients)

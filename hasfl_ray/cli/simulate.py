@@ -76,10 +76,10 @@ def default_backend(ray_options_given: bool) -> str:
 @click.option("--no-coverage", is_flag=True, default=False,
               help="Disable the coverage guarantee of hasfl and random-budget (ablation).")
 @click.option("--mu", type=float, help="FedProx proximal weight mu (default 1.0).")
-@click.option("--budget", type=float, help="random-budget's target average width (default: the paper's HAS-FL "
-                                          "average, 0.52; 0.53 on shakespeare).")
+@click.option("--budget", type=float, help="random-budget's target average width after warm-up (default: HAS-FL's "
+                                          "allocation under equal estimates, 0.505 for 20 clients).")
 @click.option("--budget-from", type=click.Path(), help="random-budget: take the target from RUN/summary.json's "
-                                                       "avg_p (e.g. a HAS-FL run directory).")
+                                                       "avg_p_post_warmup (e.g. a HAS-FL run directory, same seed).")
 @click.option("--heterofl-weighting", type=click.Choice(["samples", "count"]),
               help="heterofl aggregation weights: samples n_i (default, the paper's) or count (HeteroFL's original).")
 @click.option("--fjord-distill-weight", type=float, help="FjORD self-distillation weight (default 1.0).")

@@ -22,9 +22,6 @@ DATASET_DEFAULTS: Dict[str, Dict[str, Any]] = {
     "synthetic": dict(rounds=50, local_epochs=1, lr=0.01, clip_norm=10.0, batch_size=32),
 }
 
-#: The paper's HAS-FL average width per dataset (Tables 3 and 6): random-budget's default target budget.
-PAPER_HASFL_BUDGET: Dict[str, float] = {"cifar10": 0.52, "emnist": 0.52, "shakespeare": 0.53}
-DEFAULT_BUDGET = 0.52
 
 #: Local SGD momentum when ``momentum`` is left unset: the paper's 0.9, but vanilla SGD for SCAFFOLD
 #: (its control variates diverge under momentum; README, "Algorithms").
@@ -218,8 +215,19 @@ class RunConfig:
             updates["momentum"] = SCAFFOLD_MOMENTUM if self.algorithm == "scaffold" else DEFAULT_MOMENTUM
         if self.algorithm == "random-budget" and self.budget is None:
             updates["budget"] = budget_from_run(self.budget_from) if self.budget_from else \
-                PAPER_HASFL_BUDGET.get(self.dataset, DEFAULT_BUDGET)
+                self._default_budget()
         return dataclasses.replace(self, **updates)
+
+    def _default_budget(self) -> float:
+        """random-budget's default target: HAS-FL's allocation under equal estimates for this many clients (tier
+        counts depend only on the number of clients, so their mean does too)."""
+        import numpy as np
+
+        from hasfl_ray.algorithms.random_budget import default_budget
+        from hasfl_ray.data import assign_tiers
+
+        p_max = assign_tiers(self.clients, np.random.default_rng(0))
+        return round(default_budget(p_max, self.p_min, self.gamma, self.coverage), 4)
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
@@ -257,7 +265,9 @@ def load_yaml_config(path: str) -> Dict[str, Any]:
 
 
 def budget_from_run(run_dir: str) -> float:
-    """The realised average width (``avg_p`` of summary.json) of a finished run directory."""
+    """The realised post-warm-up average width of a finished run directory: ``avg_p_post_warmup`` of its
+    summary.json, the rounds where HAS-FL and random-budget both adapt (``avg_p`` for a run too short to have
+    any, or a summary written before the key existed)."""
     path = os.path.join(run_dir, "summary.json")
     try:
         with open(path, encoding="utf-8") as handle:
@@ -271,6 +281,8 @@ def budget_from_run(run_dir: str) -> float:
     except ValueError:
         raise ConfigError(f"budget_from file {path!r} is not valid JSON; expected a run summary with avg_p") from None
     avg_p = summary.get("avg_p") if isinstance(summary, dict) else None
+    if isinstance(summary, dict) and summary.get("avg_p_post_warmup") is not None:
+        avg_p = summary["avg_p_post_warmup"]
     if not _number(avg_p) or not 0 < avg_p <= 1:
         raise ConfigError(f"budget_from file {path!r} has avg_p {avg_p!r}; expected an average width in (0, 1]")
     return float(avg_p)

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from hasfl_ray.algorithms import algorithm_class
+from hasfl_ray.algorithms.random_budget import post_warmup_avg_p
 from hasfl_ray.data import assign_tiers, load_dataset
 from hasfl_ray.engine.backend import Backend, make_backend
 from hasfl_ray.engine.checkpoint import (Checkpoint, check_resume_config, load_checkpoint, save_checkpoint,
@@ -156,8 +157,11 @@ class Engine:
 
     def finish(self, wall_s: float) -> Dict[str, Any]:
         accuracies = [line["test_accuracy"] for line in self.history]
+        avg_p = [line["avg_p"] for line in self.history]
         summary = {"best_accuracy": max(accuracies), "final_accuracy": accuracies[-1],
-                   "avg_p": float(np.mean([line["avg_p"] for line in self.history])), "rounds": len(self.history),
+                   "avg_p": float(np.mean(avg_p)),
+                   "avg_p_post_warmup": post_warmup_avg_p(avg_p, self.config.warmup, self.config.t_adapt),
+                   "rounds": len(self.history),
                    "params_sha256": self.backend.params_sha256(), "wall_s": wall_s}
         if self.rundir:
             h = self.algorithm.h_tilde()

@@ -8,7 +8,8 @@ import torch
 
 from algorithm_runs import LEARNING_RUN, P_MAX_4, SAMPLES_4, recorded_run, small_config
 from hasfl_ray.aggregation import AggregateResult
-from hasfl_ray.algorithms.random_budget import RandomBudget, budget_range, random_allocation
+from hasfl_ray.algorithms.random_budget import (RandomBudget, budget_range, default_budget, first_adapted_round,
+                                               post_warmup_avg_p, random_allocation)
 from hasfl_ray.data import assign_tiers
 from hasfl_ray.engine.config import RunConfig
 from hasfl_ray.engine.engine import sample_participants
@@ -46,7 +47,7 @@ def simulate(seed, budget, rounds=200, warmup=10, t_adapt=5, clients=20, per_rou
         if coverage:
             assert all(w == p_max[i] for i, w in widths.items() if p_max[i] == p_max.max())
         algorithm.observe(t, [ClientResult(i, w, {}, 50, 0.0, 1) for i, w in widths.items()], EMPTY)
-    return float(np.mean(per_round_means)), allocations, p_max
+    return post_warmup_avg_p(per_round_means, warmup, t_adapt), allocations, p_max
 
 
 @pytest.mark.parametrize("seed, budget", [(42, 0.52), (43, 0.45), (44, 0.40), (7, 0.49)])
@@ -70,16 +71,66 @@ def test_budget_outside_what_the_federation_can_average_is_refused(config4):
         RandomBudget(small_config(algorithm="random-budget", budget=0.7), P_MAX_4, SAMPLES_4)
 
 
-def test_default_budget_is_the_papers_hasfl_average_and_budget_from_reads_a_run(tmp_path):
-    assert RunConfig(algorithm="random-budget").resolved().budget == 0.52
-    assert RunConfig(algorithm="random-budget", dataset="shakespeare").resolved().budget == 0.53
+def test_first_adapted_round_follows_hasfls_schedule():
+    assert first_adapted_round(10, 5) == 11  # the block runs at the end of round 10
+    assert first_adapted_round(11, 5) == 16 and first_adapted_round(0, 3) == 1 and first_adapted_round(1, 1) == 2
+    assert post_warmup_avg_p([1.0] * 11 + [0.5, 0.3], 10, 5) == pytest.approx(0.4)
+    assert post_warmup_avg_p([1.0] * 11, 10, 5) is None
+
+
+@pytest.mark.parametrize("dataset", ["digits", "emnist", "cifar10", "shakespeare", "synthetic"])
+@pytest.mark.parametrize("clients", [4, 20, 100])
+def test_the_default_budget_is_feasible_on_every_dataset(dataset, clients):
+    config = RunConfig(algorithm="random-budget", dataset=dataset, clients=clients,
+                       clients_per_round=min(clients, 10)).resolved()
+    low, high = budget_range(assign_tiers(clients, numpy_rng(42, STREAM_TIERS)), coverage=True)
+    assert low <= config.budget <= high
+    # 20 clients (8/5/4/3 at 0.25/0.5/0.75/1): 0.25·8 + 0.5·5 + 0.65·4 + 1·3 = 10.1 over 20
+    assert clients != 20 or config.budget == 0.505
+    assert default_budget(P_MAX_4, 0.4, 0.25, coverage=True) == pytest.approx((0.25 + 0.5 + 0.65 + 1) / 4)
+
+
+def test_budget_from_reads_the_runs_post_warmup_avg_p(tmp_path):
     assert RunConfig(algorithm="hasfl").resolved().budget is None
     run = tmp_path / "hasfl-run"
     run.mkdir()
-    (run / "summary.json").write_text(json.dumps({"avg_p": 0.4871, "best_accuracy": 0.5}))
+    (run / "summary.json").write_text(json.dumps({"avg_p": 0.4871, "best_accuracy": 0.5}))  # an older summary
+    assert RunConfig(algorithm="random-budget", budget_from=str(run)).resolved().budget == 0.4871
+    (run / "summary.json").write_text(json.dumps({"avg_p": 0.4871, "avg_p_post_warmup": 0.4712}))
     config = RunConfig(algorithm="random-budget", budget_from=str(run)).resolved()
-    assert config.budget == 0.4871 and config.budget_from == str(run)
+    assert config.budget == 0.4712 and config.budget_from == str(run)
     assert RunConfig(algorithm="random-budget", budget_from=str(run), budget=0.45).resolved().budget == 0.45
+
+
+def test_an_infeasible_budget_from_a_run_is_clamped_with_one_warning(tmp_path, caplog):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"avg_p": 0.9, "avg_p_post_warmup": 0.7}))
+    config = small_config(algorithm="random-budget", budget_from=str(run))
+    assert config.budget == 0.7
+    with caplog.at_level("WARNING"):
+        algorithm = RandomBudget(config, P_MAX_4, SAMPLES_4)
+    assert algorithm.budget == pytest.approx(0.625)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "0.7000" in warnings[0] and "0.6250" in warnings[0]
+
+
+def test_hasfl_then_random_budget_from_its_run_match_after_warmup(tmp_path):
+    """The paper's control as a user runs it: same seed, budget read from the HAS-FL run directory."""
+    from click.testing import CliRunner
+
+    from hasfl_ray.cli.main import main
+
+    common = ["simulate", "--backend", "local", "--rounds", "26", "--seed", "43", "--quiet"]
+    runner = CliRunner()
+    hasfl = runner.invoke(main, common + ["--out", str(tmp_path / "hasfl")])
+    assert hasfl.exit_code == 0, hasfl.output
+    control = runner.invoke(main, common + ["--algorithm", "random-budget", "--budget-from", str(tmp_path / "hasfl"),
+                                            "--out", str(tmp_path / "control")])
+    assert control.exit_code == 0, control.output
+    summaries = [json.loads((tmp_path / name / "summary.json").read_text()) for name in ("hasfl", "control")]
+    assert all(s["avg_p_post_warmup"] is not None for s in summaries)
+    assert abs(summaries[0]["avg_p_post_warmup"] - summaries[1]["avg_p_post_warmup"]) <= 0.02
 
 
 @pytest.mark.parametrize("content, needle", [
@@ -98,7 +149,9 @@ def test_budget_from_a_bad_run_directory_is_one_sentence(tmp_path, content, need
 
 def test_engine_run_lands_on_its_budget():
     run = recorded_run(algorithm="random-budget", budget=0.42, **LEARNING_RUN)
-    assert abs(np.mean([line["avg_p"] for line in run.history]) - 0.42) <= 0.03
+    realised = post_warmup_avg_p([line["avg_p"] for line in run.history], LEARNING_RUN["warmup"],
+                                 LEARNING_RUN["t_adapt"])
+    assert abs(realised - 0.42) <= 0.03
     p_max = run.engine.p_max
     for widths in run.widths:
         assert all(w <= p_max[i] for i, w in widths.items())
