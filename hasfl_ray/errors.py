@@ -8,3 +8,8 @@ class ConfigError(ValueError):
 
 class DataError(ConfigError):
     """A dataset file is missing, unreadable, corrupt or truncated, or a download failed."""
+
+
+class OutputError(RuntimeError):
+    """An output of a run could not be written (disk full, permissions); the message is one sentence saying what
+    was kept. The CLI prints it and exits with status 1."""

@@ -8,11 +8,12 @@ import sys
 
 import click
 
-from hasfl_ray.errors import ConfigError
+from hasfl_ray.errors import ConfigError, OutputError
 
 
 def user_errors(function):
-    """Turn :class:`ConfigError` into ``Error: <sentence>`` and exit status 2 (no traceback)."""
+    """Turn :class:`ConfigError` into ``Error: <sentence>`` and exit status 2, and :class:`OutputError` (a write
+    that failed) into its sentence and exit status 1 (no traceback for either)."""
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
@@ -21,6 +22,9 @@ def user_errors(function):
         except ConfigError as error:
             click.echo(f"Error: {error}", err=True)
             sys.exit(2)
+        except OutputError as error:
+            click.echo(f"Error: {error}", err=True)
+            sys.exit(1)
 
     return wrapper
 

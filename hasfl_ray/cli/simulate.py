@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from typing import Any, Dict
 
 import click
@@ -146,8 +145,6 @@ def simulate(config_file, out, force, resume, quiet, verbose, no_coverage, downl
 
     engine = Engine(config, out_dir=out, progress=not quiet, resume=resume, force=force)
     engine.prepare()  # bad data or config (or a config that differs from the one resumed) fails here
-    if force and not resume and os.path.isdir(out):
-        shutil.rmtree(out)
     summary = engine.run()
     click.echo(json.dumps(summary, indent=2))
     click.echo(f"run directory: {out}")

@@ -81,6 +81,15 @@ def load_checkpoint(run_dir: str) -> Optional[Checkpoint]:
                           "hasfl-ray, or --force without --resume to start the run again") from None
 
 
+def load_checkpoint_round(run_dir: str) -> int:
+    """Rounds completed by the run directory's readable checkpoint; 0 when it has none or it cannot be read."""
+    try:
+        checkpoint = load_checkpoint(run_dir)
+    except ConfigError:
+        return 0
+    return checkpoint.round if checkpoint is not None else 0
+
+
 def to_plain(value: Any) -> Any:
     """``value`` with numpy arrays as tagged tensors and numpy scalars as Python numbers, so that
     ``torch.load(weights_only=True)`` can read it back (containers: dict, list, tuple)."""

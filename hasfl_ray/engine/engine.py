@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any, Dict, List, Optional
@@ -13,10 +14,11 @@ from hasfl_ray.algorithms import algorithm_class
 from hasfl_ray.algorithms.random_budget import post_warmup_avg_p
 from hasfl_ray.data import assign_tiers, load_dataset
 from hasfl_ray.engine.backend import Backend, make_backend
-from hasfl_ray.engine.checkpoint import (Checkpoint, check_resume_config, load_checkpoint, save_checkpoint,
-                                         stored_config)
+from hasfl_ray.engine.checkpoint import (Checkpoint, check_resume_config, load_checkpoint, load_checkpoint_round,
+                                         save_checkpoint, stored_config)
 from hasfl_ray.engine.config import RunConfig
-from hasfl_ray.engine.rundir import RunDirectory
+from hasfl_ray.engine.rundir import RunDirectory, RunLock
+from hasfl_ray.errors import OutputError
 from hasfl_ray.models import MODEL_CONFIGS, build_model
 from hasfl_ray.training.determinism import apply_determinism
 from hasfl_ray.training.local import ClientTask
@@ -94,16 +96,37 @@ class Engine:
         if not self.prepared:
             self.prepare()
         c = self.config
-        self.backend.start(c, self.dataset, self.model_name, self.initial_params)
+        lock = RunLock(self.rundir.path).acquire() if self.rundir else None  # before anything is written
         try:
-            if self.checkpoint is not None:
-                self.backend.set_params(self.checkpoint.params)
-            if self.rundir:
-                self.rundir.create(c.to_dict(), self.backend.describe())
-                self.rundir.reset_metrics(self.history)  # on resume: the lines up to the checkpoint
-            return self._loop()
+            if self.rundir and self.force and not self.resume:
+                self.rundir.clear()
+            self.backend.start(c, self.dataset, self.model_name, self.initial_params)
+            try:
+                if self.checkpoint is not None:
+                    self.backend.set_params(self.checkpoint.params)
+                if self.rundir:
+                    with self._writing("config.yaml"):
+                        self.rundir.create(c.to_dict(), self.backend.describe())
+                    with self._writing("metrics.jsonl"):
+                        self.rundir.reset_metrics(self.history)  # on resume: the lines up to the checkpoint
+                return self._loop()
+            finally:
+                self.backend.shutdown()
         finally:
-            self.backend.shutdown()
+            if lock is not None:
+                lock.release()
+
+    @contextlib.contextmanager
+    def _writing(self, what: str):
+        """Turn a failed write of ``what`` (disk full, permissions) into one sentence saying what survives."""
+        try:
+            yield
+        except OSError as error:
+            saved = load_checkpoint_round(self.rundir.path)
+            kept = (f"the checkpoint after round {saved - 1} is intact, so --resume continues from it" if saved
+                    else "no checkpoint was written yet")
+            raise OutputError(f"could not write {what} in {self.rundir.path!r} ({error.strerror or error}); {kept} "
+                              "once the problem is fixed") from None
 
     def _loop(self) -> Dict[str, Any]:
         c = self.config
@@ -117,10 +140,12 @@ class Engine:
             line = self.run_round(t)
             self.history.append(line)
             if self.rundir:
-                self.rundir.append_metrics(line)
+                with self._writing("metrics.jsonl"):
+                    self.rundir.append_metrics(line)
                 every = c.checkpoint_every
                 if every and ((t + 1) % every == 0 or t + 1 == c.rounds):
-                    self.save_checkpoint(self.elapsed_before + time.perf_counter() - start)
+                    with self._writing("checkpoints/latest.pt"):
+                        self.save_checkpoint(self.elapsed_before + time.perf_counter() - start)
             if bar:
                 bar.set_postfix(acc=f"{line['test_accuracy']:.3f}", avg_p=f"{line['avg_p']:.2f}",
                                 cov=f"{line['coverage']:.2f}")
@@ -147,13 +172,20 @@ class Engine:
                  for i in participants]
         weights = self.algorithm.aggregation_weights(participants)
         results, aggregate = self.backend.run_round(tasks, weights, self.algorithm.server_lr)
+        accepted = {r.client for r in results}
+        rejected = [task.client for task in tasks if task.client not in accepted]
+        if rejected:
+            logger.warning("round %d: rejected the non-finite update or diverged loss of client(s) %s%s", t,
+                           ", ".join(map(str, rejected)),
+                           "; every update was rejected, so the global model is unchanged" if not results else "")
         self.algorithm.observe(t, results, aggregate)
         accuracy, loss = self.backend.evaluate()
         used = [r.extras.get("avg_width", r.width) for r in results] or [widths[i] for i in participants]
         h = self.algorithm.h_tilde()
         return {"round": t, "test_accuracy": accuracy, "test_loss": loss, "avg_p": float(np.mean(used)),
                 "coverage": aggregate.covered_fraction, "frozen_fraction": self.backend.frozen_fraction(),
-                "mean_h": float(h.mean()) if h is not None else None, "wall_s": time.perf_counter() - round_start}
+                "mean_h": float(h.mean()) if h is not None else None, "rejected_updates": len(rejected),
+                "wall_s": time.perf_counter() - round_start}
 
     def finish(self, wall_s: float) -> Dict[str, Any]:
         accuracies = [line["test_accuracy"] for line in self.history]
@@ -170,8 +202,10 @@ class Engine:
                      "tv_distance": float(tv[i]), "h_tilde": float(h[i]) if h is not None else "",
                      "p_final": float(self.algorithm.p_current[i]), "name": self.dataset.client_names[i]}
                     for i in range(self.config.clients)]
-            self.rundir.write_clients(rows)
-            self.rundir.write_summary(summary)
+            with self._writing("clients.csv"):
+                self.rundir.write_clients(rows)
+            with self._writing("summary.json"):
+                self.rundir.write_summary(summary)
         return summary
 
 

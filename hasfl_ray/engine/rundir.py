@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import csv
+import errno
+import fcntl
 import io
 import json
 import os
 import tempfile
-from typing import Any, Dict, Iterable, List, Mapping
+from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 import yaml
 
+from hasfl_ray.errors import ConfigError
+
 CLIENT_COLUMNS = ("client", "num_samples", "p_max", "tv_distance", "h_tilde", "p_final", "name")
-METRIC_KEYS = ("round", "test_accuracy", "test_loss", "avg_p", "coverage", "frozen_fraction", "mean_h", "wall_s")
+METRIC_KEYS = ("round", "test_accuracy", "test_loss", "avg_p", "coverage", "frozen_fraction", "mean_h",
+               "rejected_updates", "wall_s")
 
 
 def atomic_write(path: str, data: bytes) -> None:
@@ -29,6 +34,56 @@ def atomic_write(path: str, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory: str) -> None:
+    """Make a rename in ``directory`` durable (a crash right after it keeps the new file)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems do not fsync directories; the rename itself is still atomic
+    finally:
+        os.close(fd)
+
+
+class RunLock:
+    """An exclusive lock on a run directory for as long as a run writes it (``flock`` on the directory itself, so
+    it is released when the process ends, however it ends). A second run pointed at the same directory is
+    refused in one sentence instead of interleaving its outputs."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._fd: Optional[int] = None
+
+    def acquire(self) -> "RunLock":
+        os.makedirs(self.path, exist_ok=True)
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            os.close(fd)
+            if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise ConfigError(f"run directory {self.path!r} is being written by another hasfl-ray run; expected "
+                                  "one run per directory at a time (wait for it, or choose another --out)") from None
+            raise
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 class RunDirectory:
@@ -36,9 +91,20 @@ class RunDirectory:
 
     def __init__(self, path: str):
         self.path = path
+        self._metrics_text = ""
 
     def file(self, name: str) -> str:
         return os.path.join(self.path, name)
+
+    def clear(self) -> None:
+        """Remove everything in the directory (``--force``), keeping the directory itself and so its lock."""
+        import shutil
+
+        for entry in os.scandir(self.path):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
 
     def create(self, config: Mapping[str, Any], execution: Mapping[str, Any]) -> None:
         os.makedirs(self.path, exist_ok=True)
@@ -47,12 +113,15 @@ class RunDirectory:
         atomic_write(self.file("config.yaml"), text.encode())
 
     def reset_metrics(self, lines: Iterable[Dict[str, Any]] = ()) -> None:
-        atomic_write(self.file("metrics.jsonl"), "".join(json.dumps(line) + "\n" for line in lines).encode())
+        self._metrics_text = "".join(json.dumps(line) + "\n" for line in lines)
+        atomic_write(self.file("metrics.jsonl"), self._metrics_text.encode())
 
     def append_metrics(self, line: Dict[str, Any]) -> None:
-        with open(self.file("metrics.jsonl"), "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(line) + "\n")
-            handle.flush()
+        """Add one round's line; the file is rewritten whole through :func:`atomic_write`, so a crash or a full
+        disk leaves the previous version (never a half line)."""
+        text = self._metrics_text + json.dumps(line) + "\n"
+        atomic_write(self.file("metrics.jsonl"), text.encode())
+        self._metrics_text = text
 
     def read_metrics(self) -> List[Dict[str, Any]]:
         if not os.path.exists(self.file("metrics.jsonl")):

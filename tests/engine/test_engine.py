@@ -65,7 +65,8 @@ def test_run_directory_contract(tmp_path):
     assert [line["round"] for line in lines] == [0, 1, 2]
     for line in lines:
         assert set(line) >= {"round", "test_accuracy", "test_loss", "avg_p", "coverage", "frozen_fraction",
-                             "mean_h", "wall_s"}
+                             "mean_h", "rejected_updates", "wall_s"}
+        assert line["rejected_updates"] == 0
         assert 0 <= line["coverage"] <= 1 and 0 <= line["frozen_fraction"] <= 1
     with open(out / "clients.csv") as handle:
         rows = list(csv.DictReader(handle))

@@ -1,0 +1,66 @@
+"""The run directory: one run at a time (a lock), every file replaced whole, a failed write ending in one sentence
+that leaves the previous checkpoint usable."""
+
+import errno
+import json
+import os
+
+from click.testing import CliRunner
+
+from hasfl_ray.cli.main import main
+from hasfl_ray.engine import rundir as rundir_module
+from hasfl_ray.engine.checkpoint import load_checkpoint
+from hasfl_ray.engine.rundir import RunDirectory, RunLock
+
+ARGS = ["simulate", "--backend", "local", "--rounds", "4", "--clients", "6", "--clients-per-round", "3",
+        "--checkpoint-every", "2", "--quiet"]
+
+
+def test_a_second_run_on_a_locked_directory_is_refused_and_writes_nothing(tmp_path):
+    out = tmp_path / "run"
+    with RunLock(str(out)):  # a run in progress (the lock is per open file, so this process counts as another)
+        result = CliRunner().invoke(main, ARGS + ["--out", str(out), "--force"])
+    assert result.exit_code == 2, result.output
+    assert "is being written by another hasfl-ray run" in result.output and "Traceback" not in result.output
+    assert os.listdir(out) == []
+    assert CliRunner().invoke(main, ARGS + ["--out", str(out)]).exit_code == 0  # released: the next run goes
+
+
+def test_metrics_lines_are_replaced_whole(tmp_path):
+    directory = RunDirectory(str(tmp_path))
+    directory.reset_metrics([{"round": 0}])
+    directory.append_metrics({"round": 1})
+    assert directory.read_metrics() == [{"round": 0}, {"round": 1}]
+    assert sorted(os.listdir(tmp_path)) == ["metrics.jsonl"]  # no temporary file left behind
+
+
+def test_a_full_disk_ends_in_one_sentence_and_the_checkpoint_survives(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    real_write = rundir_module.atomic_write
+    writes = {"metrics": 0}
+
+    def fill_the_disk(path, data):
+        if path.endswith("metrics.jsonl"):
+            writes["metrics"] += 1
+            if writes["metrics"] == 5:  # reset + rounds 0, 1, 2: the 4th line (round 3) meets a full disk
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_write(path, data)
+
+    monkeypatch.setattr(rundir_module, "atomic_write", fill_the_disk)
+    result = CliRunner().invoke(main, ARGS + ["--out", str(out)])
+    assert result.exit_code == 1, result.output
+    message = result.output.strip()
+    assert len(message.splitlines()) == 1 and "Traceback" not in message
+    assert "could not write metrics.jsonl" in message and "No space left on device" in message
+    assert "checkpoint after round 1 is intact" in message
+    assert load_checkpoint(str(out)).round == 2
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 3  # the last whole version
+    assert not (out / "summary.json").exists()
+
+    monkeypatch.setattr(rundir_module, "atomic_write", real_write)  # space freed: --resume finishes the run
+    resumed = CliRunner().invoke(main, ["simulate", "--out", str(out), "--resume", "--quiet"])
+    assert resumed.exit_code == 0, resumed.output
+    reference = CliRunner().invoke(main, ARGS + ["--out", str(tmp_path / "reference")])
+    assert reference.exit_code == 0
+    assert json.loads((out / "summary.json").read_text())["params_sha256"] == \
+        json.loads((tmp_path / "reference" / "summary.json").read_text())["params_sha256"]
