@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import os
-import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -13,6 +13,7 @@ from torch import nn
 
 from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.algorithms.base import Algorithm
+from hasfl_ray.files import atomic_write
 from hasfl_ray.training.local import ClientResult, LocalObjective
 
 logger = logging.getLogger(__name__)
@@ -146,10 +147,9 @@ class ControlVariateStore:
         value = value.detach().to("cpu", torch.float32).contiguous()
         self._clients.add(client)
         if self.directory:
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
-            with os.fdopen(fd, "wb") as handle:  # written whole, then renamed: never a half-written c_i
-                torch.save(value, handle)
-            os.replace(tmp, self._path(client))
+            buffer = io.BytesIO()
+            torch.save(value, buffer)
+            atomic_write(self._path(client), buffer.getvalue())  # never a half-written c_i
         else:
             self._memory[client] = value
 

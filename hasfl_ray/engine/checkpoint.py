@@ -13,8 +13,8 @@ import torch
 import yaml
 
 from hasfl_ray.engine.config import EXECUTION_FIELDS, RunConfig
-from hasfl_ray.engine.rundir import atomic_write
 from hasfl_ray.errors import ConfigError
+from hasfl_ray.files import atomic_write
 
 CHECKPOINT_DIR = "checkpoints"
 CHECKPOINT_FILE = "latest.pt"

@@ -8,47 +8,16 @@ import fcntl
 import io
 import json
 import os
-import tempfile
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 import yaml
 
 from hasfl_ray.errors import ConfigError
+from hasfl_ray.files import atomic_write
 
 CLIENT_COLUMNS = ("client", "num_samples", "p_max", "tv_distance", "h_tilde", "p_final", "name")
 METRIC_KEYS = ("round", "test_accuracy", "test_loss", "avg_p", "coverage", "frozen_fraction", "mean_h",
                "rejected_updates", "wall_s")
-
-
-def atomic_write(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename: readers see old or new, never half."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    _fsync_directory(directory)
-
-
-def _fsync_directory(directory: str) -> None:
-    """Make a rename in ``directory`` durable (a crash right after it keeps the new file)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems do not fsync directories; the rename itself is still atomic
-    finally:
-        os.close(fd)
 
 
 class RunLock:
