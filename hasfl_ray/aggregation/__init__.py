@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import operator
 from typing import Mapping, Optional, Sequence, Tuple, Union
 
@@ -100,6 +101,49 @@ def fused_available(device: Optional[Union[str, torch.device]] = None) -> bool:
     return kind == "cpu" or (kind == "cuda" and ops_aggregate.cuda_available())
 
 
+def _checked_weights(weights, num_clients: int) -> Optional[torch.Tensor]:
+    """``weights`` as a float64 CPU tensor when it has ``num_clients`` finite positive entries, else None."""
+    try:
+        weights_t = torch.as_tensor(weights, dtype=torch.float64).flatten().cpu()
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    values = weights_t.tolist()
+    if len(values) != num_clients or not all(0.0 < value < math.inf for value in values):
+        return None
+    return weights_t
+
+
+def _aggregate_cached(global_shapes, updates, weights, gate_blocks) -> Optional[AggregateResult]:
+    """The fused path of a round whose layout is cached, or None (then the full path runs).
+
+    A cache hit means an earlier call with the same global shapes, gate blocks, per-client names and packed
+    shapes passed the full validation, so what is left to check is per call: one float dtype and one device
+    (:func:`hasfl_ray.ops.aggregate.signature`), the weights, and what the op re-checks itself (contiguity,
+    sizes). If the op rejects the input, the full validation runs to name the culprit in one sentence.
+    """
+    if not fused_available():
+        return None
+    from hasfl_ray.ops import aggregate as ops_aggregate
+
+    try:
+        found = ops_aggregate.signature(global_shapes, updates, gate_blocks)
+    except Exception:  # noqa: BLE001 (anything odd: the full validation will say what)
+        return None
+    if found is None:
+        return None
+    layout = ops_aggregate.layout_cache.get(found.key)
+    if layout is None or not fused_available(found.device):
+        return None
+    weights_t = _checked_weights(weights, len(updates))
+    if weights_t is None:
+        return None
+    try:
+        return ops_aggregate.run_layout(layout, layout.packed_from(found.flat), weights_t)
+    except (RuntimeError, TypeError, ValueError):
+        validate_inputs(global_shapes, updates, weights, gate_blocks)  # raises the one-sentence error if it is the input
+        raise
+
+
 def aggregate_updates(global_shapes: Mapping[str, Sequence[int]], updates: Sequence[Mapping[str, torch.Tensor]],
                       weights: Union[Sequence[float], torch.Tensor], gate_blocks: Optional[Mapping[str, int]] = None,
                       backend: str = "auto") -> AggregateResult:
@@ -121,6 +165,10 @@ def aggregate_updates(global_shapes: Mapping[str, Sequence[int]], updates: Seque
     global _warned_fallback
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is unknown; expected one of {', '.join(BACKENDS)}")
+    if backend != "reference":
+        result = _aggregate_cached(global_shapes, updates, weights, gate_blocks)
+        if result is not None:
+            return result
     shapes, weights_t, blocks = validate_inputs(global_shapes, updates, weights, gate_blocks)
     device = next(t for update in updates for t in update.values()).device
     if backend == "auto":

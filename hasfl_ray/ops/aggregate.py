@@ -11,8 +11,9 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from typing import Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -102,6 +103,9 @@ class AggregateLayout:
         entries: int64 CPU (num_entries, ENTRY_COLS): client, parameter, packed sizes (padded with 1) and
             rolling offsets (padded with 0) per canonical dim; per parameter sorted by packed size
             descending, ties by client id.
+        flat_index: per row of ``entries``, the position of its tensor in the clients' tensors listed
+            client by client in each mapping's order (``[t for u in updates for t in u.values()]``), so a
+            cached layout picks the next round's tensors without rebuilding.
     """
 
     names: Tuple[str, ...]
@@ -112,6 +116,11 @@ class AggregateLayout:
     packed: List[torch.Tensor]
     params: torch.Tensor
     entries: torch.Tensor
+    flat_index: Tuple[int, ...] = ()
+
+    def packed_from(self, flat: Sequence[torch.Tensor]) -> List[torch.Tensor]:
+        """The tensors of ``flat`` (the clients' tensors in order, see ``flat_index``) in entry order."""
+        return [flat[i] for i in self.flat_index]
 
 
 def _canonical(name: str, full: Tuple[int, ...], blocks: int, packed: np.ndarray,
@@ -189,10 +198,15 @@ def build_layout(global_shapes: Mapping[str, Tuple[int, ...]], updates: Sequence
     # Per parameter, the clients holding it and their tensors (one pass; this runs per round).
     holder_clients: Dict[str, List[int]] = {name: [] for name in names}
     holder_tensors: Dict[str, List[torch.Tensor]] = {name: [] for name in names}
+    holder_flat: Dict[str, List[int]] = {name: [] for name in names}
+    flat = 0
     for client, update in enumerate(updates):
         for name, tensor in update.items():
             holder_clients[name].append(client)
             holder_tensors[name].append(tensor)
+            holder_flat[name].append(flat)
+            flat += 1
+    flat_index: List[int] = []
     param_rows = np.zeros((len(names), PARAM_COLS), np.int64)
     entry_blocks: List[np.ndarray] = []
     packed_tensors: List[torch.Tensor] = []
@@ -218,7 +232,9 @@ def build_layout(global_shapes: Mapping[str, Tuple[int, ...]], updates: Sequence
         rows[:, _ENTRY_PACKED:_ENTRY_PACKED + len(dims)] = packed
         rows[:, _ENTRY_OFFSET:_ENTRY_OFFSET + len(dims)] = starts
         entry_blocks.append(rows)
-        packed_tensors.extend(map(tensors.__getitem__, order.tolist()))
+        order_list = order.tolist()
+        packed_tensors.extend(map(tensors.__getitem__, order_list))
+        flat_index.extend(map(holder_flat[name].__getitem__, order_list))
         param = param_rows[index]
         param[_PARAM_NDIM] = len(dims)
         param[_PARAM_FULL:_PARAM_FULL + MAX_DIMS] = 1
@@ -233,13 +249,114 @@ def build_layout(global_shapes: Mapping[str, Tuple[int, ...]], updates: Sequence
     return AggregateLayout(names=names, shapes=tuple(tuple(global_shapes[n]) for n in names),
                            out_offsets=tuple(out_offsets), total_numel=out_offset, num_clients=len(updates),
                            packed=packed_tensors, params=torch.from_numpy(param_rows),
-                           entries=torch.from_numpy(np.ascontiguousarray(entries)))
+                           entries=torch.from_numpy(np.ascontiguousarray(entries)), flat_index=tuple(flat_index))
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What the layout of one call depends on (``key``), and the call's tensors in client order.
+
+    ``key`` holds the global shapes, the gate blocks, every client's parameter names (in its mapping's
+    order), every packed tensor's shape and the rolling offsets; two calls with equal keys have the same
+    layout. ``flat`` is ``[t for u in updates for t in u.values()]``.
+    """
+
+    key: Hashable
+    flat: List[torch.Tensor]
+    dtype: torch.dtype
+    device: torch.device
+
+
+def signature(global_shapes: Mapping[str, Sequence[int]], updates: Sequence[Mapping[str, torch.Tensor]],
+              gate_blocks: Optional[Mapping[str, int]],
+              offsets: Optional[Sequence[Mapping[str, Sequence[int]]]] = None) -> Optional[Signature]:
+    """The :class:`Signature` of a call, or None unless its tensors plainly have one float dtype and one device.
+
+    Touches every tensor once (shape, dtype, device) and nothing else: cheap enough to run every round.
+    None means "not plainly well-formed": the caller then runs the full validation, which says what is wrong.
+    """
+    try:
+        flat = [tensor for update in updates for tensor in update.values()]
+        dtypes = {tensor.dtype for tensor in flat}
+        devices = {tensor.device for tensor in flat}
+        key = (tuple((name, tuple(shape)) for name, shape in global_shapes.items()),
+               tuple(gate_blocks.items()) if gate_blocks else (),
+               tuple(map(tuple, updates)),
+               tuple([tensor.shape for tensor in flat]),
+               None if offsets is None else tuple(tuple((name, tuple(start)) for name, start in client.items())
+                                                  for client in offsets))
+        hash(key)
+    except (AttributeError, TypeError):
+        return None
+    if len(dtypes) != 1 or len(devices) != 1:
+        return None
+    (dtype,), (device,) = dtypes, devices
+    if dtype not in (torch.float32, torch.float64):
+        return None
+    return Signature(key, flat, dtype, device)
+
+
+class LayoutCache:
+    """The layouts (tables only, no tensors) of the last ``size`` distinct signatures, least recently used out.
+
+    A round whose clients have the same names and packed shapes as a recent one (widths come from a few
+    tiers) reuses that layout: no validation of shapes, no :func:`build_layout`. Only layouts of inputs that
+    passed the full validation are stored.
+    """
+
+    def __init__(self, size: int = 16):
+        self.size = size
+        self._layouts: "OrderedDict[Hashable, AggregateLayout]" = OrderedDict()
+        self.hits = self.misses = 0
+
+    def get(self, key: Hashable) -> Optional[AggregateLayout]:
+        layout = self._layouts.get(key)
+        if layout is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+            self._layouts.move_to_end(key)
+        return layout
+
+    def put(self, key: Hashable, layout: AggregateLayout) -> None:
+        self._layouts[key] = replace(layout, packed=[])  # never keep a round's tensors alive
+        self._layouts.move_to_end(key)
+        while len(self._layouts) > self.size:
+            self._layouts.popitem(last=False)
+
+    def clear(self) -> None:
+        self._layouts.clear()
+        self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._layouts)
+
+
+#: The process-wide cache of :func:`aggregate_fused` and ``aggregate_updates(backend="fused")``.
+layout_cache = LayoutCache()
+
+
+def run_layout(layout: AggregateLayout, packed: Sequence[torch.Tensor], weights: torch.Tensor,
+               out: Optional[torch.Tensor] = None) -> AggregateResult:
+    """Run the op on ``packed`` (in entry order) and wrap its outputs; ``weights`` float64 CPU contiguous."""
+    first = packed[0]
+    if out is None:
+        out = torch.empty(layout.total_numel, dtype=first.dtype, device=first.device)
+    elif out.shape != (layout.total_numel,) or out.dtype != first.dtype or out.device != first.device:
+        raise ValueError(f"out has shape {tuple(out.shape)}, {out.dtype} on {out.device}; expected "
+                         f"({layout.total_numel},), {first.dtype} on {first.device}")
+    div_num, div_den, covered = torch.ops.hasfl_ray.aggregate_into(out, packed, layout.params, layout.entries,
+                                                                   weights)
+    sizes = [math.prod(shape) for shape in layout.shapes]
+    delta = {name: view.view(shape) for name, shape, view in zip(layout.names, layout.shapes, out.split(sizes))}
+    total = layout.total_numel
+    return AggregateResult(delta, div_num.cpu(), div_den.cpu(), int(covered) / total if total else 0.0)
 
 
 def aggregate_fused(global_shapes: Mapping[str, Tuple[int, ...]], updates: Sequence[Mapping[str, torch.Tensor]],
                     weights: torch.Tensor, gate_blocks: Mapping[str, int],
                     offsets: Optional[Sequence[Mapping[str, Sequence[int]]]] = None,
-                    out: Optional[torch.Tensor] = None) -> AggregateResult:
+                    out: Optional[torch.Tensor] = None, use_cache: bool = True) -> AggregateResult:
     """Aggregate validated inputs with the fused kernel of the updates' device.
 
     Args:
@@ -248,6 +365,7 @@ def aggregate_fused(global_shapes: Mapping[str, Tuple[int, ...]], updates: Seque
         offsets: optional rolling window starts, see :func:`build_layout`.
         out: optional flat output buffer (total numel,) of the updates' dtype and device; every element is
             overwritten. ``delta`` holds views into it.
+        use_cache: reuse the layout of an earlier call with the same :func:`signature` (``layout_cache``).
 
     Returns:
         :class:`~hasfl_ray.aggregation.result.AggregateResult`; ``div_num``/``div_den`` on the CPU.
@@ -255,17 +373,13 @@ def aggregate_fused(global_shapes: Mapping[str, Tuple[int, ...]], updates: Seque
     if not _load():
         raise RuntimeError("the fused aggregation needs the compiled extension hasfl_ray._C; "
                            "build it with `pip install --no-build-isolation -e .`")
-    layout = build_layout(global_shapes, updates, gate_blocks, offsets)
-    first = layout.packed[0]
-    if out is None:
-        out = torch.empty(layout.total_numel, dtype=first.dtype, device=first.device)
-    elif out.shape != (layout.total_numel,) or out.dtype != first.dtype or out.device != first.device:
-        raise ValueError(f"out has shape {tuple(out.shape)}, {out.dtype} on {out.device}; expected "
-                         f"({layout.total_numel},), {first.dtype} on {first.device}")
     weights = torch.as_tensor(weights, dtype=torch.float64).cpu().contiguous()
-    div_num, div_den, covered = torch.ops.hasfl_ray.aggregate_into(out, layout.packed, layout.params, layout.entries,
-                                                                   weights)
-    delta = {name: out[offset:offset + math.prod(shape)].view(shape)
-             for name, shape, offset in zip(layout.names, layout.shapes, layout.out_offsets)}
-    total = layout.total_numel
-    return AggregateResult(delta, div_num.cpu(), div_den.cpu(), int(covered) / total if total else 0.0)
+    found = signature(global_shapes, updates, gate_blocks, offsets) if use_cache else None
+    layout = layout_cache.get(found.key) if found is not None else None
+    if layout is not None:
+        return run_layout(layout, layout.packed_from(found.flat), weights, out)
+    layout = build_layout(global_shapes, updates, gate_blocks, offsets)
+    result = run_layout(layout, layout.packed, weights, out)
+    if found is not None:
+        layout_cache.put(found.key, layout)  # only once the op has accepted it
+    return result
