@@ -42,12 +42,22 @@ def format_case(case: CaseResult) -> str:
              f"{case.packed_mb:.1f} MB + output {case.output_mb:.1f} MB; large torch copy {case.copy_gbps:.1f} GB/s "
              f"(read + write), sum {case.sum_gbps:.1f} GB/s (read)",
              f"  {'implementation':<18} {'median ms':>10} {'GB/s':>7} {'runs':>5} {'÷ fused':>8}"]
+    ratios = case.ratios()
+    best = ratios["best_torch"]
     for timing in case.timings:
         ratio = f"{timing.median_s / fused:.1f}×" if fused else "-"
-        note = (f"   {timing.gbps / case.copy_gbps:.0%} of copy, {timing.gbps / case.sum_gbps:.0%} of sum"
-                if timing.implementation == "fused kernel" else "")
+        note = ""
+        if timing.implementation == "fused kernel":
+            note = f"   {timing.gbps / case.copy_gbps:.0%} of copy, {timing.gbps / case.sum_gbps:.0%} of sum"
+        elif timing.implementation == best:
+            note = "   best torch"
         lines.append(f"  {timing.implementation:<18} {timing.median_s * 1e3:>10.1f} {timing.gbps:>7.2f} "
                      f"{timing.repeats:>5} {ratio:>8}{note}")
+    if ratios["fused_over_kernel"] is not None:
+        lines.append(f"  fused end-to-end / kernel alone: {ratios['fused_over_kernel']:.2f}×")
+    if ratios["best_torch_over_fused"] is not None:
+        lines.append(f"  best torch ({best}) / fused: {ratios['best_torch_over_fused']:.1f}× end to end, "
+                     f"{ratios['best_torch_over_kernel']:.1f}× the kernel alone")
     return "\n".join(lines)
 
 

@@ -33,7 +33,7 @@ def test_bench_aggregate_json_has_every_implementation():
     assert result.exit_code == 0, result.output
     (case,) = json.loads(result.output.splitlines()[-1])
     names = {t["implementation"] for t in case["timings"]}
-    assert {"torch stacked", "torch per client", "reference", "dense", "heterofl loop"} <= names
+    assert {"torch sliced", "torch stacked", "torch per client", "reference", "dense", "heterofl loop"} <= names
     if ops.available():
         assert {"fused", "fused kernel"} <= names and case["ratios"]["kernel_fraction_of_copy"] > 0
     assert case["clients"] == 2 and case["copy_gbps"] > 0 and case["packed_mb"] > 0
