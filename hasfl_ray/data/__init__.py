@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 from hasfl_ray.data.base import FederatedDataset, TensorFederatedDataset, TextFederatedDataset
 from hasfl_ray.data.partition import TIER_PROBABILITIES, TIERS, assign_tiers, dirichlet_partition
-from hasfl_ray.errors import ConfigError
+from hasfl_ray.errors import ConfigError, DataError
 
 #: Dataset keys of ``--dataset``; every one has a model of the same name in MODEL_CONFIGS.
 DATASETS = ("digits", "emnist", "cifar10", "shakespeare", "synthetic")
@@ -25,6 +27,9 @@ def load_dataset(name: str, num_clients: int, alpha: float, seed: int, data_dir:
     if name == "digits":
         from hasfl_ray.data.digits import load_digits_federated
         return load_digits_federated(num_clients, alpha, seed)
+    if name in ("emnist", "cifar10") and data_dir is not None and os.path.isfile(data_dir):
+        raise DataError(f"data_dir {data_dir!r} is a file; expected a directory (the torchvision root that holds "
+                        f"{name}'s files)")
     if name == "emnist":
         from hasfl_ray.data.emnist import load_emnist
         return load_emnist(num_clients, alpha, seed, data_dir, download)

@@ -124,9 +124,9 @@ def load_cifar10(num_clients: int, alpha: float, seed: int, data_dir: str | None
         download_cifar10(root)
     missing = _missing(folder)
     if missing:
-        raise DataError(f"CIFAR-10 batches not found under {folder} ({', '.join(missing)}); pass --data-dir pointing "
-                        f"at a torchvision root that holds {BATCH_FOLDER}, or --download to fetch them with "
-                        "torchvision")
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise DataError(f"CIFAR-10 batches not found under {folder} ({missing[0]}{more}); expected --data-dir at a "
+                        f"torchvision root holding {BATCH_FOLDER}, or --download")
     train = [read_batch(folder / name) for name in TRAIN_BATCHES]
     test_images, test_labels = read_batch(folder / TEST_BATCH)
     train_images = np.concatenate([images for images, _ in train])

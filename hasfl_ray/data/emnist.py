@@ -83,8 +83,9 @@ def load_emnist(num_clients: int, alpha: float, seed: int, data_dir: str | None 
         download_emnist(root)
     missing = _missing(raw)
     if missing:
-        raise DataError(f"EMNIST files not found under {raw} ({', '.join(missing)}); pass --data-dir pointing at a "
-                        "torchvision root that holds EMNIST/raw, or --download to fetch them with torchvision")
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise DataError(f"EMNIST files not found under {raw} ({missing[0]}{more}); expected --data-dir at a "
+                        "torchvision root holding EMNIST/raw, or --download")
     arrays = {key: read_idx(raw / name) for key, name in EMNIST_FILES.items()}
     for split in ("train", "test"):
         images, labels = arrays[f"{split}_images"], arrays[f"{split}_labels"]

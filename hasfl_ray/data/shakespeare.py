@@ -239,9 +239,8 @@ def load_roles(data_dir: str | None = None, download: bool = False) -> Tuple[Lis
     if found is None and download:
         found = "text", [download_shakespeare(root)]
     if found is None:
-        raise DataError(f"no Shakespeare data found at {root} (looked for LEAF all_data JSON, per-play *_gut.txt "
-                        f"files, plays/, {SHAKESPEARE_FILENAME} or input.txt); pass --data-dir pointing at one, or "
-                        f"--download to fetch {SHAKESPEARE_FILENAME} from {SHAKESPEARE_URL}")
+        raise DataError(f"no Shakespeare data found at {root}; expected --data-dir at LEAF JSON, play texts "
+                        f"(*_gut.txt, plays/) or {SHAKESPEARE_FILENAME}, or --download (README, Datasets)")
     kind, paths = found
     if kind == "leaf":
         roles = roles_from_leaf(paths)

@@ -11,7 +11,7 @@ from typing import Any, Dict, Mapping, Optional
 
 import yaml
 
-from hasfl_ray.errors import ConfigError
+from hasfl_ray.errors import ConfigError, expected_one_of
 
 #: Per-dataset protocol defaults (PAPER.md, "Protocol"); a None field of RunConfig takes these.
 DATASET_DEFAULTS: Dict[str, Dict[str, Any]] = {
@@ -105,9 +105,9 @@ class RunConfig:
             return ConfigError(f"{name} is {value!r}; expected {expected}")
 
         if self.dataset not in DATASETS:
-            raise bad("dataset", self.dataset, "one of " + ", ".join(DATASETS))
+            raise ConfigError(f"dataset is {self.dataset!r}; {expected_one_of(self.dataset, DATASETS)}")
         if self.algorithm not in ALGORITHMS:
-            raise bad("algorithm", self.algorithm, "one of " + ", ".join(ALGORITHMS))
+            raise ConfigError(f"algorithm is {self.algorithm!r}; {expected_one_of(self.algorithm, ALGORITHMS)}")
         for name in ("clients", "clients_per_round", "eval_batch_size", "t_adapt", "t_norm", "trainer_threads"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -242,7 +242,8 @@ class RunConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError(f"{source} has unknown key {unknown[0]!r}; expected one of {', '.join(sorted(known))}")
+            raise ConfigError(f"{source} has unknown key {unknown[0]!r}; "
+                              f"{expected_one_of(unknown[0], sorted(known), 'a config key: one of')}")
         return cls(**dict(values))
 
 
@@ -256,7 +257,12 @@ def load_yaml_config(path: str) -> Dict[str, Any]:
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"config file {path!r} is not valid YAML{where}; expected a mapping of config keys")
+        tag = re.search(r"for the tag '([^']+)'", str(getattr(error, "problem", "")))
+        if tag:  # the safe loader builds plain values only: an object tag is refused, never constructed
+            raise ConfigError(f"config file {path!r} uses the tag {tag.group(1)!r}{where}, which is never loaded; "
+                              "expected plain YAML values") from None
+        raise ConfigError(f"config file {path!r} is not valid YAML{where}; expected a mapping of config keys") \
+            from None
     if values is None:
         return {}
     if not isinstance(values, dict):

@@ -1,0 +1,123 @@
+"""The bad-input battery: every command, each mistake a user makes ends in exit status 2 and one sentence under
+200 characters naming the thing, the value and what is expected, with no traceback and nothing left on disk."""
+
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from hasfl_ray.cli.main import main
+
+LOCAL = ["--backend", "local", "--quiet", "--out", "run"]
+
+# (arguments, words the sentence must contain); run in an empty working directory holding the files made below
+CASES = [
+    # simulate: flags
+    (["simulate", "--rounds", "0", *LOCAL], ["rounds is 0", "positive integer"]),
+    (["simulate", "--rounds", "many", *LOCAL], ["--rounds", "many"]),
+    (["simulate", "--roudns", "3", *LOCAL], ["--roudns", "--rounds"]),
+    (["simulate", "--algorithm", "hasfll", *LOCAL], ["hasfll", "did you mean 'hasfl'"]),
+    (["simulate", "--algorithm", "nonsense", *LOCAL], ["nonsense", "expected one of"]),
+    (["simulate", "--dataset", "emnst", *LOCAL], ["emnst", "did you mean 'emnist'"]),
+    (["simulate", "--clients", "-3", *LOCAL], ["clients is -3", "positive integer"]),
+    (["simulate", "--clients", "4", "--clients-per-round", "9", *LOCAL], ["clients_per_round is 9", "at most"]),
+    (["simulate", "--lr", "-0.1", *LOCAL], ["lr is -0.1", "> 0"]),
+    (["simulate", "--momentum", "1.5", *LOCAL], ["momentum is 1.5", "[0, 1]"]),
+    (["simulate", "--p-min", "0", *LOCAL], ["p_min is 0.0", "(0, 1]"]),
+    (["simulate", "--beta", "2", *LOCAL], ["beta is 2.0", "[0, 1]"]),
+    (["simulate", "--warmup", "-1", *LOCAL], ["warmup is -1", "non-negative"]),
+    (["simulate", "--alpha", "0", *LOCAL], ["alpha is 0.0", "> 0"]),
+    (["simulate", "--seed", "-5", *LOCAL], ["seed is -5", "non-negative"]),
+    (["simulate", "--budget", "1.5", "--algorithm", "random-budget", *LOCAL], ["budget is 1.5", "(0, 1]"]),
+    (["simulate", "--budget", "0.9", "--algorithm", "random-budget", *LOCAL], ["budget is 0.9", "average between"]),
+    (["simulate", "--budget", "0.5", "--budget-from", "x", "--algorithm", "random-budget", *LOCAL],
+     ["--budget 0.5", "--budget-from"]),
+    (["simulate", "--algorithm", "random-budget", "--budget-from", "nowhere", *LOCAL], ["nowhere", "summary.json"]),
+    (["simulate", "--device", "tpu", *LOCAL], ["device is 'tpu'", "cuda"]),
+    (["simulate", "--client-batching", "sometimes", *LOCAL], ["sometimes", "auto"]),
+    (["simulate", "--aggregation-backend", "magic", *LOCAL], ["magic", "fused"]),
+    (["simulate", "--heterofl-weighting", "equal", *LOCAL], ["equal", "samples"]),
+    (["simulate", "--trainer-threads", "0", *LOCAL], ["trainer_threads is 0", "positive integer"]),
+    (["simulate", "--checkpoint-every", "-2", *LOCAL], ["checkpoint_every is -2", "non-negative"]),
+    (["simulate", "--actors", "2", *LOCAL], ["actors is 2", "backend ray"]),
+    (["simulate", "--fault-inject", "explode@3", "--backend", "ray", "--quiet", "--out", "run"],
+     ["fault_inject is 'explode@3'", "ROUND"]),
+    (["simulate", "--dataset", "emnist", "--data-dir", "afile.txt", *LOCAL], ["afile.txt", "is a file", "directory"]),
+    (["simulate", "--dataset", "emnist", "--data-dir", "empty", *LOCAL], ["emnist", "empty"]),
+    (["simulate", "--dataset", "cifar10", "--data-dir", "empty", *LOCAL], ["cifar", "empty"]),
+    (["simulate", "--dataset", "shakespeare", "--data-dir", "empty", *LOCAL], ["empty"]),
+    (["simulate", "--out", "existing", "--backend", "local", "--quiet"], ["existing", "already holds a run"]),
+    # simulate: config files
+    (["simulate", "--config", "missing.yaml", *LOCAL], ["missing.yaml", "cannot be read"]),
+    (["simulate", "--config", "typo.yaml", *LOCAL], ["roudns", "did you mean 'rounds'"]),
+    (["simulate", "--config", "list.yaml", *LOCAL], ["list.yaml", "mapping"]),
+    (["simulate", "--config", "broken.yaml", *LOCAL], ["broken.yaml", "not valid YAML"]),
+    (["simulate", "--config", "python-tag.yaml", *LOCAL], ["python-tag.yaml", "never loaded"]),
+    (["simulate", "--config", "wrong-type.yaml", *LOCAL], ["rounds is 'ten'", "positive integer"]),
+    # report, plot, analyze
+    (["report"], ["Missing argument"]),
+    (["report", "empty"], ["no finished runs", "empty"]),
+    (["report", "half-run"], ["half-run", "clients.csv"]),
+    (["plot", "empty"], ["no finished runs", "empty"]),
+    # cost
+    (["cost", "--model", "resnet"], ["resnet", "emnist"]),
+    (["cost", "--widths", "0.5"], ["--widths"]),
+    # bench
+    (["bench", "aggregate", "--clients", "ten"], ["clients", "ten"]),
+    (["bench", "aggregate", "--models", "resnet"], ["resnet"]),
+    (["bench", "aggregate", "--repeats", "0"], ["--repeats", "0"]),
+    (["bench", "aggregate", "--device", "tpu"], ["--device", "tpu"]),
+    (["bench", "nothing"], ["nothing"]),
+    # data inspect
+    (["data", "inspect", "--dataset", "mnist"], ["mnist", "emnist"]),
+    (["data", "inspect", "--dataset", "emnist", "--data-dir", "empty"], ["emnist", "empty"]),
+    (["data", "inspect", "--clients", "0"], ["--clients", "0"]),
+    (["data", "inspect", "--alpha", "-1"], ["--alpha", "-1"]),
+    # info and the group itself
+    (["info", "--verbose"], ["--verbose"]),
+    (["simulat"], ["simulat", "simulate"]),
+]
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """An empty working directory with the files the cases name; returns the listing to compare against."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile.txt").write_text("not a directory\n")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "typo.yaml").write_text("roudns: 3\n")
+    (tmp_path / "list.yaml").write_text("- rounds\n- 3\n")
+    (tmp_path / "broken.yaml").write_text("rounds: [1,\n")
+    (tmp_path / "python-tag.yaml").write_text('rounds: !!python/object/apply:os.system ["touch pwned"]\n')
+    (tmp_path / "wrong-type.yaml").write_text("rounds: ten\n")
+    (tmp_path / "half-run").mkdir()
+    (tmp_path / "half-run" / "summary.json").write_text("{}")
+    (tmp_path / "half-run" / "config.yaml").write_text("dataset: digits\n")
+    (tmp_path / "existing").mkdir()
+    (tmp_path / "existing" / "config.yaml").write_text("dataset: digits\n")
+    return tmp_path
+
+
+def listing(root):
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, dirs, files in os.walk(root) for f in files + dirs)
+
+
+def test_the_battery_has_at_least_forty_cases_over_every_command():
+    assert len(CASES) >= 40
+    commands = {tuple(a[:2]) if a[0] in ("bench", "data") else a[0] for a, _ in CASES}
+    assert {"simulate", "report", "plot", "cost", ("bench", "aggregate"), ("data", "inspect"), "info"} <= commands
+
+
+@pytest.mark.parametrize("args, words", CASES, ids=[" ".join(a)[:60] for a, _ in CASES])
+def test_bad_input_is_one_sentence_with_exit_status_2(workdir, args, words):
+    before = listing(workdir)
+    result = CliRunner().invoke(main, args)
+    message = result.output.strip()
+    assert result.exit_code == 2, message
+    assert "Traceback" not in message and not isinstance(result.exception, Exception) or \
+        isinstance(result.exception, SystemExit), message
+    assert len(message.splitlines()) == 1 and message.startswith("Error: "), message
+    assert len(message) < 200 + len("Error: "), message
+    for word in words:
+        assert word in message, (word, message)
+    assert listing(workdir) == before  # nothing written, not even an empty run directory
