@@ -27,6 +27,8 @@ class TaskReport:
 
     client: int
     train_seconds: float
+    #: Every client trained by the call (a batched group); empty for one client.
+    clients: Tuple[int, ...] = ()
 
 
 def _process_setup(device: str, threads: int, deterministic: bool = True) -> torch.device:
@@ -74,13 +76,27 @@ class TrainerActor:
         start = time.perf_counter()
         result = self.trainer.train(task, self.params)
         report = TaskReport(task.client, time.perf_counter() - start)
-        self.recent_widths[task.width] = None
-        self.recent_widths.move_to_end(task.width)
+        self._used(task.width)
+        return report, result
+
+    def train_group(self, tasks: Sequence[ClientTask]) -> Tuple[Any, ...]:
+        """Train the clients of one width together (:meth:`Trainer.train_group`): 1 + len(tasks) returns, the
+        report for the driver, then each client's result for the server, in task order."""
+        start = time.perf_counter()
+        results = self.trainer.train_group(tasks, self.params)
+        report = TaskReport(tasks[0].client, time.perf_counter() - start, tuple(task.client for task in tasks))
+        for width in dict.fromkeys(task.width for task in tasks):
+            self._used(width)
+        return (report, *results)
+
+    def _used(self, width: float) -> None:
+        """Mark ``width`` recently used; drop the networks of widths not used lately."""
+        self.recent_widths[width] = None
+        self.recent_widths.move_to_end(width)
         while len(self.recent_widths) > CACHED_WIDTHS:
             self.recent_widths.popitem(last=False)
         if len(self.trainer.cached_widths) > CACHED_WIDTHS:
             self.trainer.release(keep=self.recent_widths)
-        return report, result
 
 
 class ServerActor:

@@ -17,6 +17,7 @@ from hasfl_ray.engine.config import RunConfig, fault_inject_round
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.simulation.actors import ServerActor, TaskReport, TrainerActor
 from hasfl_ray.simulation.placement import ActorPlan, plan_actors
+from hasfl_ray.training.batched import group_tasks
 from hasfl_ray.training.local import ClientTask
 
 logger = logging.getLogger(__name__)
@@ -41,12 +42,13 @@ class _Slot:
 
 @dataclass
 class _Pending:
-    """A submitted client task: where it runs and its two return references."""
+    """A submitted unit of client tasks (one client, or a batched group): where it runs and its result
+    references (one per task, in unit order)."""
 
-    position: int
+    unit: List[int]
     slot: int
     generation: int
-    result: Any
+    results: List[Any]
 
 
 @dataclass
@@ -70,7 +72,8 @@ class RayBackend(Backend):
     """Trainer actors (each a :class:`Trainer` on a CPU core, a GPU or a GPU fraction) and one server actor.
 
     Per round: the server's parameters become one object-store object; every trainer reads it once; the
-    driver hands clients out longest-first, ``TASKS_IN_FLIGHT`` per trainer, whichever trainer is free;
+    driver hands clients out longest-first, ``TASKS_IN_FLIGHT`` per trainer, whichever trainer is free (with
+    ``client_batching`` on, the batchable clients of one width go to one trainer together, as one unit);
     the results' references go, in client order, straight to the server actor, which aggregates. A trainer
     that dies is replaced and its unfinished clients trained again, from the same RNG streams, so the
     result is that of a run without the fault. Results never depend on the number of actors or nodes.
@@ -182,9 +185,15 @@ class RayBackend(Backend):
     def _train_all(self, tasks: Sequence[ClientTask]) -> List[Any]:
         """Train every task on whichever trainer is free; returns the result references in task order."""
         self.timing = RoundTiming()
-        # Longest first (samples x width^2 ~ cost) so the last client to finish is a short one.
-        order: Deque[int] = deque(sorted(range(len(tasks)), key=lambda k: (
-            -self.client_sizes(tasks[k].client) * tasks[k].width ** 2, tasks[k].client)))
+        # Units: one client each, or (client_batching on) the batchable clients of one width together; the
+        # grouping depends only on the tasks, never on the trainers, so results do not depend on the actors.
+        units = group_tasks(tasks, batching=self.config.client_batching == "on")
+
+        def cost(unit: List[int]) -> float:  # samples x width^2
+            return sum(self.client_sizes(tasks[k].client) * tasks[k].width ** 2 for k in unit)
+
+        # Longest first so the last unit to finish is a short one.
+        order: Deque[List[int]] = deque(sorted(units, key=lambda unit: (-cost(unit), tasks[unit[0]].client)))
         attempts = [0] * len(tasks)
         results: List[Any] = [None] * len(tasks)
         pending: Dict[Any, _Pending] = {}
@@ -192,10 +201,16 @@ class RayBackend(Backend):
 
         def submit(slot: _Slot) -> None:
             while order and slot.in_flight < TASKS_IN_FLIGHT:
-                position = order.popleft()
-                attempts[position] += 1
-                report, result = slot.actor.train.options(num_returns=2).remote(tasks[position])
-                pending[report] = _Pending(position, slot.index, slot.generation, result)
+                unit = order.popleft()
+                for position in unit:
+                    attempts[position] += 1
+                if len(unit) == 1:
+                    report, result = slot.actor.train.options(num_returns=2).remote(tasks[unit[0]])
+                    refs = [result]
+                else:
+                    report, *refs = slot.actor.train_group.options(num_returns=1 + len(unit)).remote(
+                        [tasks[k] for k in unit])
+                pending[report] = _Pending(unit, slot.index, slot.generation, refs)
                 slot.in_flight += 1
 
         for slot in self.slots:
@@ -211,14 +226,15 @@ class RayBackend(Backend):
                 report: TaskReport = ray.get(ready)
             except RayActorError as error:
                 self._lost(tasks, job, attempts, error)
-                order.appendleft(job.position)
+                order.appendleft(job.unit)
                 if same_actor:
                     self._replace(slot)
                 submit(self.slots[job.slot])
                 continue
             except RayTaskError as error:
                 raise error.as_instanceof_cause() from None
-            results[job.position] = job.result
+            for position, result in zip(job.unit, job.results):
+                results[position] = result
             self.timing.train_seconds += report.train_seconds
             self.timing.slot_train_seconds[job.slot] = \
                 self.timing.slot_train_seconds.get(job.slot, 0.0) + report.train_seconds
@@ -230,13 +246,16 @@ class RayBackend(Backend):
         return results
 
     def _lost(self, tasks: Sequence[ClientTask], job: _Pending, attempts: List[int], error: Exception) -> None:
-        task = tasks[job.position]
-        if attempts[job.position] >= MAX_ATTEMPTS:
-            raise RuntimeError(f"client {task.client} of round {task.round} lost its trainer actor "
-                               f"{attempts[job.position]} times; giving up (last error: {error})")
-        logger.warning("trainer actor %d died while training client %d of round %d; training it again",
-                       job.slot, task.client, task.round)
-        self.timing.retrained_clients.append(task.client)
+        for position in job.unit:
+            task = tasks[position]
+            if attempts[position] >= MAX_ATTEMPTS:
+                raise RuntimeError(f"client {task.client} of round {task.round} lost its trainer actor "
+                                   f"{attempts[position]} times; giving up (last error: {error})")
+        for position in job.unit:
+            task = tasks[position]
+            logger.warning("trainer actor %d died while training client %d of round %d; training it again",
+                           job.slot, task.client, task.round)
+            self.timing.retrained_clients.append(task.client)
 
     def _replace(self, slot: _Slot) -> None:
         """Start a new trainer in ``slot`` (same resources), give it the round's parameters."""

@@ -81,6 +81,18 @@ def test_ten_thousand_virtual_clients(ray_local):
     assert [line["round"] for line in engine.history] == [0, 1]
 
 
+def test_batched_training_on_two_actors_through_a_killed_trainer_equals_the_local_backend(ray_local, tmp_path):
+    """--client-batching on: each trainer gets the clients of one width together (train_group); the grouping
+    depends only on the round's tasks, so the result is the local backend's, bit for bit, even when a trainer
+    dies with a group in flight and the group is trained again."""
+    local, local_lines, _ = run(tmp_path, "local-batched", backend="local", client_batching="on")
+    summary, lines, engine = run(tmp_path, "ray-batched", backend="ray", actors=2, client_batching="on",
+                                 fault_inject="kill-trainer@1")
+    assert engine.backend.replaced_actors == 1
+    assert (summary["params_sha256"], lines) == (local["params_sha256"], local_lines)
+    assert "client_batching: 'on'" in (tmp_path / "ray-batched" / "config.yaml").read_text()
+
+
 def test_ray_stays_in_simulation():
     """Models, algorithms, training, aggregation, ops and data never mention Ray; elsewhere outside simulation/
     only a guarded import inside a function may (e.g. a version probe), so nothing needs Ray to import."""
