@@ -1,15 +1,16 @@
-"""The paper's figures from run directories: convergence, mean H̃ and p per round, per-client p, the frontier."""
+"""The paper's figures from run directories: convergence (accuracy and loss per round, a band over seeds), mean H̃
+and mean p per round, final p against p^max per client, and the accuracy-capacity frontier."""
 
 from __future__ import annotations
 
 import json
 import os
 from collections import defaultdict
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from hasfl_ray.analysis.report import _label, summarise_runs
+from hasfl_ray.analysis.report import _label, display_name, protocol_line, summarise_runs
 
 
 def _metrics(run: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -17,14 +18,34 @@ def _metrics(run: Dict[str, Any]) -> List[Dict[str, Any]]:
         return [json.loads(line) for line in handle if line.strip()]
 
 
-def _mean_curve(runs: Sequence[Dict[str, Any]], key: str) -> np.ndarray:
-    curves = [[line[key] if line[key] is not None else np.nan for line in _metrics(r)] for r in runs]
+def _curves(runs: Sequence[Dict[str, Any]], key: str, scale: float = 1.0) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rounds, mean over seeds, std over seeds) of a metric; NaN where a run has no value."""
+    curves = [[line.get(key) if line.get(key) is not None else np.nan for line in _metrics(r)] for r in runs]
     length = min(len(c) for c in curves)
-    return np.nanmean(np.array([c[:length] for c in curves], dtype=np.float64), axis=0)
+    values = scale * np.array([c[:length] for c in curves], dtype=np.float64)
+    with np.errstate(all="ignore"):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean = np.nanmean(values, axis=0) if length else np.zeros(0)
+            std = np.nanstd(values, axis=0) if length else np.zeros(0)
+    return np.arange(1, length + 1), mean, std
 
 
-def plot_runs(runs: Sequence[Dict[str, Any]], out_dir: str) -> List[str]:
-    """Write convergence.png, heterogeneity.png, allocations.png and frontier.png per dataset; return the paths."""
+def _band(ax, runs, key, label, scale=1.0, **style):
+    x, mean, std = _curves(runs, key, scale)
+    if len(x) == 0 or np.all(np.isnan(mean)):
+        return False
+    line, = ax.plot(x, mean, label=f"{label} ({len(runs)} seed{'s' if len(runs) > 1 else ''})", **style)
+    if len(runs) > 1:
+        ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
+    return True
+
+
+def plot_runs(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str] = ()) -> List[str]:
+    """Write <dataset>-convergence.png, -heterogeneity.png, -allocations.png and -frontier.png per dataset; return
+    the paths. Curves are the mean over seeds with a ± std band; titles name the dataset and the protocol."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -36,41 +57,64 @@ def plot_runs(runs: Sequence[Dict[str, Any]], out_dir: str) -> List[str]:
     for run in runs:
         by_dataset[run["config"]["dataset"]][_label(run["config"])].append(run)
     for dataset, groups in sorted(by_dataset.items()):
-        fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(11, 4))
-        for label, members in sorted(groups.items()):
-            acc_ax.plot(100 * _mean_curve(members, "test_accuracy"), label=label)
-            loss_ax.plot(_mean_curve(members, "test_loss"), label=label)
-        acc_ax.set(xlabel="round", ylabel="test accuracy (%)", title=f"{dataset}: accuracy")
-        loss_ax.set(xlabel="round", ylabel="test loss", title=f"{dataset}: loss")
-        acc_ax.legend(fontsize=7)
+        rows = summarise_runs([r for members in groups.values() for r in members], order)
+        labels = [row["algorithm"] for row in rows]  # the table's order
+        first = next(iter(groups.values()))[0]["config"]
+        seeds = sorted({r["config"]["seed"] for members in groups.values() for r in members})
+        heading = f"{display_name(dataset)} ({protocol_line(first)}, seeds {', '.join(map(str, seeds))})"
+
+        fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
+        for label in labels:
+            _band(acc_ax, groups[label], "test_accuracy", display_name(label), scale=100)
+            _band(loss_ax, groups[label], "test_loss", display_name(label))
+        acc_ax.set(xlabel="communication round", ylabel="test accuracy of the full-width model (%)",
+                   title="accuracy per round (mean ± std over seeds)")
+        loss_ax.set(xlabel="communication round", ylabel="test loss", title="test loss per round")
+        acc_ax.legend(fontsize=8)
+        loss_ax.legend(fontsize=8)
+        fig.suptitle(f"Convergence: {heading}")
         written.append(_save(fig, out_dir, f"{dataset}-convergence.png"))
 
-        fig, (h_ax, p_ax) = plt.subplots(1, 2, figsize=(11, 4))
-        for label, members in sorted(groups.items()):
-            h = _mean_curve(members, "mean_h")
-            if not np.all(np.isnan(h)):
-                h_ax.plot(h, label=label)
-            p_ax.plot(_mean_curve(members, "avg_p"), label=label)
-        h_ax.set(xlabel="round", ylabel="mean H̃", title=f"{dataset}: heterogeneity estimate")
-        p_ax.set(xlabel="round", ylabel="mean p", title=f"{dataset}: allocated width")
-        p_ax.legend(fontsize=7)
+        fig, (h_ax, p_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
+        any_h = False
+        for label in labels:
+            any_h |= _band(h_ax, groups[label], "mean_h", display_name(label))
+            _band(p_ax, groups[label], "avg_p", display_name(label))
+        mean_cap = float(np.mean([float(c["p_max"]) for c in next(iter(groups.values()))[0]["clients"]]))
+        p_ax.axhline(mean_cap, color="grey", linestyle=":", label=f"mean cap p̄max = {mean_cap:.3f}")
+        if not any_h:
+            h_ax.text(0.5, 0.5, "no run with H̃ estimates", ha="center", va="center", transform=h_ax.transAxes)
+        h_ax.set(xlabel="communication round", ylabel="mean H̃ over clients", title="heterogeneity estimate")
+        p_ax.set(xlabel="communication round", ylabel="mean allocated width p (participants)",
+                 title="allocated width")
+        if any_h:
+            h_ax.legend(fontsize=8)
+        p_ax.legend(fontsize=8)
+        fig.suptitle(f"Estimates and allocations: {heading}")
         written.append(_save(fig, out_dir, f"{dataset}-heterogeneity.png"))
 
-        fig, ax = plt.subplots(figsize=(5, 4))
-        for label, members in sorted(groups.items()):
-            p_max = [float(c["p_max"]) for r in members for c in r["clients"]]
-            p_final = [float(c["p_final"]) for r in members for c in r["clients"]]
-            ax.scatter(p_max, p_final, s=12, alpha=0.6, label=label)
-        ax.plot([0, 1], [0, 1], color="grey", linewidth=0.5)
-        ax.set(xlabel="p max", ylabel="final p", title=f"{dataset}: per-client allocation")
-        ax.legend(fontsize=7)
+        fig, ax = plt.subplots(figsize=(6.5, 5))
+        rng = np.random.default_rng(0)
+        for label in labels:
+            p_max = np.array([float(c["p_max"]) for r in groups[label] for c in r["clients"]])
+            p_final = np.array([float(c["p_final"]) for r in groups[label] for c in r["clients"]])
+            ax.scatter(p_max + rng.uniform(-0.02, 0.02, len(p_max)), p_final, s=14, alpha=0.6,
+                       label=display_name(label))
+        ax.plot([0, 1], [0, 1], color="grey", linewidth=0.7, label="p = p max")
+        ax.set(xlabel="capacity p max of the client (jittered)", ylabel="final allocated width p",
+               title=f"Final per-client allocation\n{heading}", xlim=(0, 1.05), ylim=(0, 1.05))
+        ax.title.set_fontsize(9)
+        ax.legend(fontsize=8)
         written.append(_save(fig, out_dir, f"{dataset}-allocations.png"))
 
-        fig, ax = plt.subplots(figsize=(5, 4))
-        for row in summarise_runs([r for members in groups.values() for r in members]):
-            ax.errorbar(row["avg_p"], row["final_mean"], yerr=row["final_std"], fmt="o", label=row["algorithm"])
-        ax.set(xlabel="average p", ylabel="final accuracy (%)", title=f"{dataset}: accuracy-capacity frontier")
-        ax.legend(fontsize=7)
+        fig, ax = plt.subplots(figsize=(6.5, 5))
+        for row in rows:
+            ax.errorbar(row["avg_p"], row["final_mean"], yerr=row["final_std"], fmt="o", capsize=3,
+                        label=display_name(row["algorithm"]))
+        ax.set(xlabel="average allocated width p per round", ylabel="final accuracy (%, mean ± std over seeds)",
+               title=f"Accuracy-capacity frontier\n{heading}")
+        ax.title.set_fontsize(9)
+        ax.legend(fontsize=8)
         written.append(_save(fig, out_dir, f"{dataset}-frontier.png"))
     return written
 

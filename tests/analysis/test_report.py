@@ -67,3 +67,35 @@ def test_plot_writes_the_four_figures(tmp_path):
     assert names == ["digits-allocations.png", "digits-convergence.png", "digits-frontier.png",
                      "digits-heterogeneity.png"]
     assert all((tmp_path / "fig" / n).read_bytes()[:4] == b"\x89PNG" for n in names)
+
+
+def test_report_over_a_sweep_writes_tables_and_figures(tmp_path):
+    import csv as csv_module
+
+    from hasfl_ray.engine import Engine, RunConfig
+
+    sweep = tmp_path / "sweep"
+    for algorithm, seed in (("hasfl", 42), ("hasfl", 43), ("uniform", 42)):
+        Engine(RunConfig(rounds=3, clients=8, clients_per_round=4, warmup=1, t_adapt=1, seed=seed,
+                         algorithm=algorithm), out_dir=str(sweep / f"digits-{algorithm}-seed{seed}")).run()
+    (sweep / "sweep.json").write_text(json.dumps({"algorithms": ["uniform", "hasfl"], "reproduces": "Table 3"}))
+    result = CliRunner().invoke(main, ["report", str(sweep)])
+    assert result.exit_code == 0, result.output
+    out = sweep / "report"
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["analysis.json", "confound.csv", "confound.md", "confound.tex", "digits-allocations.png",
+                     "digits-convergence.png", "digits-frontier.png", "digits-heterogeneity.png", "table.csv",
+                     "table.md", "table.tex"]
+    assert all((out / n).read_bytes()[:4] == b"\x89PNG" for n in names if n.endswith(".png"))
+    markdown = (out / "table.md").read_text()
+    for column in ("Best acc. (%)", "Final acc. (%)", "Peak→final Δ", "Avg. p"):
+        assert column in markdown
+    assert markdown.index("Uniform") < markdown.index("HAS-FL")  # the sweep's algorithm order
+    rows = list(csv_module.DictReader(open(out / "table.csv")))
+    assert {"best_mean", "best_std", "final_mean", "final_std", "peak_to_final", "avg_p"} <= set(rows[0])
+    hasfl = next(r for r in rows if r["algorithm"] == "hasfl")
+    assert hasfl["seeds"] == "42 43"
+    assert float(hasfl["peak_to_final"]) == pytest.approx(float(hasfl["final_mean"]) - float(hasfl["best_mean"]))
+    tex = (out / "table.tex").read_text()
+    assert r"Peak$\to$final $\Delta$" in tex and r"$\pm$" in tex and tex.count(r"\\") >= 3
+    assert "r(H̃, TV | p^max)" in (out / "confound.md").read_text().replace("\\|", "|")
