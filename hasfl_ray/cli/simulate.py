@@ -27,8 +27,13 @@ def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str,
     """RunConfig from ``base`` (a resumed run's config.yaml), then the YAML file (if any), then the flags given."""
     from hasfl_ray.engine.config import RunConfig, load_yaml_config
 
-    values = load_yaml_config(config_file) if config_file else {}
+    from hasfl_ray.sweep import single_run_values
+
     source = f"config file {config_file!r}" if config_file else "config"
+    flags = dict(flags)
+    # a sweep config (README, "Reproducing the paper") gives one run: its shared keys, its first dataset, algorithm
+    # and seed unless flags name others, that dataset's per_dataset keys and the variant --algorithm names
+    values = single_run_values(load_yaml_config(config_file), flags, source) if config_file else {}
     if config_file:
         RunConfig.from_dict({k: v for k, v in values.items()}, source)  # unknown keys refused before flags apply
     values = {**(base or {}), **values}

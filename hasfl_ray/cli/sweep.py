@@ -1,0 +1,137 @@
+"""`hasfl-ray sweep`: every (dataset, algorithm, seed) cell of an experiment config, resumable."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from hasfl_ray.cli.common import setup_logging, user_errors
+from hasfl_ray.cli.main import main
+from hasfl_ray.cli.simulate import simulate
+from hasfl_ray.errors import ConfigError
+
+#: simulate's options that a sweep defines itself (or has no use for).
+_OWN = ("config_file", "out", "force", "resume", "quiet", "verbose", "fault_inject")
+
+
+@main.command()
+@click.argument("config", type=str)
+@click.option("--seeds", help="Seeds to run, e.g. 42,43 (default: the config's seeds).")
+@click.option("--algorithms", help="Algorithms (or the config's variants) to run, e.g. hasfl,random-budget "
+                                   "(default: the config's).")
+@click.option("--datasets", help="Datasets to run, e.g. emnist (default: the config's).")
+@click.option("--out", type=click.Path(), help="Sweep folder (default: the config's sweep.out, else "
+                                               "runs/<config name>): one run directory per cell and sweep.json.")
+@click.option("--force", is_flag=True, help="Run again the cells whose run directory holds another config "
+                                            "(without it such a cell stops the sweep before anything runs).")
+@click.option("--quiet", is_flag=True, help="No progress bar (status lines still print).")
+@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
+@user_errors
+def sweep(config, seeds, algorithms, datasets, out, force, quiet, verbose, no_coverage, download,
+          fast_nondeterministic, **flags) -> None:
+    """Run every (dataset, algorithm, seed) cell of the experiment CONFIG (e.g. configs/table3-allocation.yaml).
+
+    Every `simulate` flag overrides the config for all cells (e.g. --rounds 5 --seeds 42 to try it small first).
+    Cells run several at once as Ray tasks (each a local-backend run with --trainer-threads CPUs, and a GPU with
+    --device cuda), or one after another with --backend local or without Ray. Finished cells are skipped and an
+    interrupted cell resumes from its checkpoint, so running the same command again resumes a sweep. random-budget
+    cells wait for the HAS-FL cell of their dataset and seed and take its post-warm-up average width as budget."""
+    from hasfl_ray.sweep import check_conflicts, parse_list, plan_sweep
+
+    setup_logging(verbose)
+    seed_list = parse_list(seeds, "seeds", integer=True)
+    algorithm_list = parse_list(algorithms, "algorithms")
+    dataset_list = parse_list(datasets, "datasets")
+    for single, many, name in ((flags.pop("seed"), seed_list, "seed"), (flags.pop("algorithm"), algorithm_list,
+                               "algorithm"), (flags.pop("dataset"), dataset_list, "dataset")):
+        if single is not None and many is not None:
+            raise ConfigError(f"--{name} {single} and --{name}s are both given; expected one of them")
+        if single is not None:
+            if name == "seed":
+                seed_list = [single]
+            elif name == "algorithm":
+                algorithm_list = [single]
+            else:
+                dataset_list = [single]
+    if no_coverage:
+        flags["coverage"] = False
+    if fast_nondeterministic:
+        flags["deterministic"] = False
+    if download:
+        flags["download"] = True
+    if flags.get("budget") is not None and flags.get("budget_from") is not None:
+        raise ConfigError(f"--budget {flags['budget']} and --budget-from {flags['budget_from']!r} are both given; "
+                          "expected one source for random-budget's target")
+    backend = flags.pop("backend")
+    address, gpus_per_actor = flags.get("address"), flags.get("gpus_per_actor")
+    overrides = {k: v for k, v in flags.items() if v is not None}
+    plan = plan_sweep(config, overrides, dataset_list, algorithm_list, seed_list, out)
+    check_conflicts(plan, force)
+    if backend not in (None, "local", "ray"):
+        raise ConfigError(f"backend is {backend!r}; expected local or ray")
+    executor = _executor(backend, address, gpus_per_actor, force, quiet)
+    statuses = _run(plan, executor, force, quiet)
+    failed = [name for name, status in statuses.items() if status in ("failed", "blocked")]
+    click.echo(f"sweep folder: {plan.out} (sweep.json); report it with `hasfl-ray report {plan.out}`")
+    if failed:
+        click.echo(f"Error: {len(failed)} of {len(statuses)} cells did not finish ({', '.join(failed)}); run the same "
+                   "command again to retry them (finished cells are skipped)", err=True)
+        sys.exit(1)
+
+
+def _executor(backend, address, gpus_per_actor, force, quiet):
+    from hasfl_ray.cli.simulate import default_backend
+    from hasfl_ray.sweep import LocalExecutor
+
+    backend = backend or default_backend(address is not None or gpus_per_actor is not None)
+    if backend == "local":
+        if address is not None or gpus_per_actor is not None:
+            raise ConfigError("--address and --gpus-per-actor place Ray tasks, but backend is 'local'; expected "
+                              "--backend ray or neither option")
+        return LocalExecutor(force=force, progress=False)
+    from hasfl_ray.simulation import require_ray
+
+    require_ray()
+    from hasfl_ray.simulation.sweep import RayExecutor
+
+    return RayExecutor(address=address, gpus_per_task=gpus_per_actor, force=force)
+
+
+def _run(plan, executor, force, quiet):
+    from tqdm import tqdm
+
+    from hasfl_ray.sweep import describe_result, run_sweep, sweep_summary_line
+
+    what = f" ({plan.reproduces})" if plan.reproduces else ""
+    grid = len(plan.datasets) * len(plan.algorithms) * len(plan.seeds)
+    extra = f", plus {len(plan.cells) - grid} HAS-FL cell(s) random-budget waits for" if len(plan.cells) > grid else ""
+    mode = "one Ray task per cell" if type(executor).__name__ == "RayExecutor" else "one cell after another"
+    click.echo(f"sweep {plan.config_file}{what}: {len(plan.cells)} cells ({len(plan.datasets)} dataset(s) x "
+               f"{len(plan.algorithms)} algorithm(s) x {len(plan.seeds)} seed(s){extra}) into {plan.out}, {mode}")
+    bar = tqdm(total=len(plan.cells), unit="cell", desc="sweep", dynamic_ncols=True, disable=quiet)
+
+    ended = [0]
+
+    def on_result(cell, result):
+        ended[0] += 1
+        bar.update(1)
+        line = f"[{ended[0]}/{len(plan.cells)}] {describe_result(cell, result)}"
+        tqdm.write(line) if not quiet else click.echo(line)
+        show_running()
+
+    def show_running(cell=None):
+        running = [c.name for c in plan.cells if c.status == "running"]
+        bar.set_postfix_str(f"running: {', '.join(running)}" if running else "")
+
+    try:
+        statuses = run_sweep(plan, executor, on_result, force, show_running)
+    finally:
+        bar.close()
+    click.echo(f"sweep done: {sweep_summary_line(statuses)}")
+    return statuses
+
+
+# Every simulate flag is an override of the sweep (--config, --out, --force, --resume, --quiet and -v are the
+# sweep's own; --seed/--algorithm/--dataset name a single seed, algorithm or dataset).
+sweep.params.extend(p for p in simulate.params if p.name not in _OWN)

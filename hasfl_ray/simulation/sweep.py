@@ -1,0 +1,67 @@
+"""Sweep cells as Ray tasks: each cell a local-backend run inside one task that asks for the resources the run
+needs (``trainer_threads`` CPUs, a GPU or ``--gpus-per-actor`` of one for a CUDA run). Ray queues the tasks that do
+not fit, so as many cells run at once as the cluster has room for. The orchestration (cells, dependencies, skip and
+resume) is :mod:`hasfl_ray.sweep`; this is only its executor."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional, Tuple
+
+import ray
+
+
+def _run_cell(cell: Dict[str, Any], force: bool, cwd: str) -> Dict[str, Any]:
+    """The body of a cell's task: the cell's run, in the driver's working directory (relative paths agree)."""
+    from hasfl_ray.sweep import execute_cell, failure_message
+
+    os.chdir(cwd)
+    try:
+        return execute_cell(cell, force, progress=False)
+    except Exception as error:  # reported as the cell's failure; the sweep goes on
+        return {"name": cell["name"], "status": "failed", "error": failure_message(error)}
+
+
+class RayExecutor:
+    """Submits cells as Ray tasks to the running Ray instance (``ray.init`` here when none runs: ``address`` joins a
+    cluster, None starts one on this machine) and hands back results as they finish."""
+
+    def __init__(self, address: Optional[str] = None, gpus_per_task: Optional[float] = None, force: bool = False):
+        self.started = False
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, logging_level="warning")
+            self.started = True
+        self.gpus_per_task, self.force = gpus_per_task, force
+        self.remote = ray.remote(_run_cell)
+        self.refs: Dict[Any, str] = {}
+
+    def resources(self, cell) -> Tuple[int, float]:
+        """(num_cpus, num_gpus) of a cell's task: its trainer threads, and a GPU (or the given fraction) when it
+        runs on CUDA (device cuda, or auto on a cluster that has GPUs)."""
+        values = cell.values
+        cpus = int(values.get("trainer_threads") or 1)
+        device = str(values.get("device") or "auto")
+        cuda = device.startswith("cuda") or (device == "auto" and ray.cluster_resources().get("GPU", 0) > 0)
+        gpus = (self.gpus_per_task if self.gpus_per_task is not None else 1.0) if cuda else 0.0
+        return cpus, gpus
+
+    def submit(self, cell) -> None:
+        cpus, gpus = self.resources(cell)
+        ref = self.remote.options(num_cpus=cpus, num_gpus=gpus, name=f"sweep:{cell.name}", max_retries=0) \
+            .remote(cell.to_dict(), self.force, os.getcwd())
+        self.refs[ref] = cell.name
+
+    def wait(self) -> Tuple[str, Dict[str, Any]]:
+        done, _ = ray.wait(list(self.refs), num_returns=1)
+        name = self.refs.pop(done[0])
+        try:
+            return name, ray.get(done[0])
+        except Exception as error:  # the worker died (out of memory, a lost node): the cell failed
+            return name, {"name": name, "status": "failed", "error": f"its Ray task failed ({type(error).__name__})"}
+
+    def shutdown(self) -> None:
+        for ref in list(self.refs):
+            ray.cancel(ref, force=True)
+        self.refs.clear()
+        if self.started:
+            ray.shutdown()
