@@ -4,10 +4,10 @@
 clients at once, up to float rounding. Every client keeps its own state and trajectory:
 
 - parameters, SGD momentum buffers and the initial point are stacked on a leading client dim;
-- the per-client loss and gradient come from ``torch.func``: ``vmap(grad_and_value(loss))`` over a functional
-  forward of the width-p network (``functional_call``; the LSTM runs a hand-written cell loop, since
-  ``aten::lstm`` has no vmap batching rule), so BatchNorm normalises each client's batch with that batch's own
-  statistics;
+- the per-client loss and gradient come from ``torch.func``: ``vmap(grad_and_value(loss))`` over
+  ``functional_call`` of the width-p network, so BatchNorm normalises each client's batch with that batch's own
+  statistics (the LSTM, whose ``aten::lstm`` has no vmap batching rule, runs its cell loop on the stacked tensors
+  with batched matmuls instead: :func:`batched_step`);
 - each client draws its data order from its own generator (``torch_generator(seed, STREAM_CLIENT, round,
   client)``, one ``randperm`` per epoch), cuts it into batches of ``batch_size`` and skips a batch of one
   sample after its first step, exactly as one-at-a-time training does;
@@ -68,35 +68,69 @@ def group_tasks(tasks: Sequence["ClientTask"], batching: bool, max_group: int = 
     return sorted(units, key=lambda unit: unit[0])
 
 
-def functional_forward(model: nn.Module) -> Callable[[Params, torch.Tensor], torch.Tensor]:
-    """``f(params, x) -> logits`` of ``model`` with the given parameters, usable under ``vmap``."""
+StepFunction = Callable[[Params, torch.Tensor, torch.Tensor], Tuple[Params, torch.Tensor]]
+
+
+def batched_step(model: nn.Module) -> StepFunction:
+    """``step(params, x, y) -> (grads, losses)`` for stacked clients: ``params`` name -> [C, ...], ``x`` [C, B, ...],
+    ``y`` [C, B]; client c's gradient of its own mean cross-entropy, and the [C] losses.
+
+    CNN and MLP: ``vmap(grad_and_value(...))`` over ``functional_call`` (convolutions become one grouped
+    convolution, BatchNorm takes each client's batch statistics). LSTM: ``aten::lstm`` has no vmap batching rule
+    (vmap would loop over clients), so the cell loop is written on the stacked tensors with batched matmuls, and
+    autograd of the summed losses gives each client's gradient (the clients share no parameter).
+    """
     if isinstance(model, CharLSTM):
-        return lambda params, x: _lstm_forward(model, params, x)
-    return lambda params, x: functional_call(model, params, (x,))
+        return lambda params, x, y: _stacked_lstm_step(model, params, x, y)
+
+    def client_loss(client_params: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(functional_call(model, client_params, (x,)), y)
+
+    return vmap(grad_and_value(client_loss))
 
 
-def _lstm_forward(model: CharLSTM, params: Params, x: torch.Tensor) -> torch.Tensor:
-    """:meth:`CharLSTM.forward` written with per-step cell ops (gate order i, f, g, o as ``nn.LSTM``)."""
-    inputs = F.embedding(x, params["embedding.weight"])
-    batch, steps = x.shape[0], x.shape[1]
+def _stacked_lstm_step(model: CharLSTM, params: Params, x: torch.Tensor,
+                       y: torch.Tensor) -> Tuple[Params, torch.Tensor]:
+    names = list(params)
+    leaves = {n: params[n].detach().requires_grad_(True) for n in names}
+    with torch.enable_grad():
+        logits = stacked_lstm_forward(model, leaves, x)
+        count, batch = y.shape
+        losses = F.cross_entropy(logits.reshape(count * batch, -1), y.reshape(-1), reduction="none")
+        losses = losses.reshape(count, batch).mean(dim=1)
+        grads = torch.autograd.grad(losses.sum(), [leaves[n] for n in names])
+    return dict(zip(names, grads)), losses.detach()
+
+
+def stacked_lstm_forward(model: CharLSTM, params: Params, x: torch.Tensor) -> torch.Tensor:
+    """:meth:`CharLSTM.forward` of C clients at once: stacked ``params`` (name -> [C, ...]), ``x`` [C, B, T] ->
+    logits [C, B, V]; the cell ops of ``nn.LSTM`` (gate order i, f, g, o) with batched matmuls."""
+    count, batch, steps = x.shape
+    embedding = params["embedding.weight"]
+    clients = torch.arange(count, device=x.device).reshape(count, 1, 1)
+    inputs = embedding[clients, x]  # [C, B, T, E]
+    h = None
     for layer in range(model.layers):
         w_ih, w_hh = params[f"lstm.weight_ih_l{layer}"], params[f"lstm.weight_hh_l{layer}"]
-        b_hh = params[f"lstm.bias_hh_l{layer}"]
-        projected = F.linear(inputs, w_ih, params[f"lstm.bias_ih_l{layer}"])  # all steps at once
-        hidden = w_hh.shape[1]
-        h = projected.new_zeros(batch, hidden)
-        c = projected.new_zeros(batch, hidden)
+        b_ih, b_hh = params[f"lstm.bias_ih_l{layer}"], params[f"lstm.bias_hh_l{layer}"]
+        hidden = w_hh.shape[2]
+        # every step's input projection at once: [C, B*T, In] x [C, In, 4H]
+        projected = torch.baddbmm(b_ih.unsqueeze(1), inputs.reshape(count, batch * steps, -1),
+                                  w_ih.transpose(1, 2)).reshape(count, batch, steps, 4 * hidden)
+        w_hh_t, b_hh = w_hh.transpose(1, 2), b_hh.unsqueeze(1)
+        h = projected.new_zeros(count, batch, hidden)
+        c = projected.new_zeros(count, batch, hidden)
         outputs = []
         for t in range(steps):
-            gates = projected[:, t] + F.linear(h, w_hh, b_hh)
-            i, f, g, o = gates.chunk(4, dim=1)
+            gates = projected[:, :, t] + torch.baddbmm(b_hh, h, w_hh_t)
+            i, f, g, o = gates.chunk(4, dim=2)
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             h = torch.sigmoid(o) * torch.tanh(c)
             if layer + 1 < model.layers:
                 outputs.append(h)
         if layer + 1 < model.layers:
-            inputs = torch.stack(outputs, dim=1)
-    return F.linear(h, params["fc.weight"], params["fc.bias"])
+            inputs = torch.stack(outputs, dim=2)
+    return torch.baddbmm(params["fc.bias"].unsqueeze(1), h, params["fc.weight"].transpose(1, 2))
 
 
 def client_schedule(task: "ClientTask", size: int, batch_size: int, epochs: int) -> List[torch.Tensor]:
@@ -177,12 +211,7 @@ def train_batched(trainer: "Trainer", tasks: Sequence["ClientTask"],
 
     sizes = [trainer.dataset.client_size(task.client) for task in tasks]
     schedules = [client_schedule(task, sizes[c], s.batch_size, s.local_epochs) for c, task in enumerate(tasks)]
-    forward = functional_forward(trainer.model_at(width))
-
-    def client_loss(client_params: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(forward(client_params, x), y)
-
-    step = vmap(grad_and_value(client_loss))
+    step = batched_step(trainer.model_at(width))
     losses: List[Tuple[List[int], torch.Tensor]] = []
     longest = max((len(schedule) for schedule in schedules), default=0)
     for k in range(longest):

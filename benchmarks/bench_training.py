@@ -1,0 +1,113 @@
+"""Local training throughput: N clients of one width trained one at a time (Trainer.train) vs batched
+(hasfl_ray.training.batched.train_batched: one stacked torch.func computation per local step).
+
+Both modes train the same clients (same data, data order, SGD with momentum 0.9, weight decay 1e-4 and
+gradient-norm clipping, one local epoch) in one process, alternately, so the ratio is measured on one machine
+under one load. Data is random (uint8 images of the dataset's shape, or a random character stream): throughput
+does not depend on the values. A warm-up pass of each mode is dropped; the median of ``--repeats`` passes is
+reported, as training samples per second (client samples x epochs / wall seconds).
+
+    python benchmarks/bench_training.py --device cpu --model emnist --clients 4 --width 0.25 --samples 64
+    python benchmarks/bench_training.py --device cuda --model emnist --clients 16 --width 0.5
+    python benchmarks/bench_training.py --device cuda --model lstm --clients 16 --width 0.5 --batch-size 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Callable, List
+
+import torch
+
+from hasfl_ray.data.base import TensorFederatedDataset, TextFederatedDataset
+from hasfl_ray.engine.engine import initial_parameters
+from hasfl_ray.models import MODEL_CONFIGS
+from hasfl_ray.training.batched import train_batched
+from hasfl_ray.training.local import ClientTask, OptimizerSettings, Trainer
+
+#: --model aliases: the paper's EMNIST CNN and Shakespeare LSTM.
+ALIASES = {"cnn": "emnist", "lstm": "shakespeare"}
+
+
+def make_dataset(model: str, clients: int, samples: int, seed: int = 0):
+    """``clients`` clients of ``samples`` random samples each, shaped for ``model``."""
+    generator = torch.Generator().manual_seed(seed)
+    config = MODEL_CONFIGS[model]
+    total = clients * samples
+    indices = list(torch.arange(total).split(samples))
+    if config["kind"] == "lstm":
+        seq_len = config["seq_len"]
+        stream = torch.randint(0, config["vocab_size"], (total + seq_len + 1,), generator=generator,
+                               dtype=torch.uint8)
+        return TextFederatedDataset(model, model, config["vocab_size"], stream, indices, torch.arange(10),
+                                    [f"client_{i}" for i in range(clients)], seq_len)
+    if config["kind"] != "cnn":
+        x = torch.randn(total, config["in_features"], generator=generator)
+        y = torch.randint(0, config["num_classes"], (total,), generator=generator)
+        return TensorFederatedDataset(model, model, config["num_classes"], x, y, x[:10], y[:10], indices)
+    shape = (config["in_channels"], config["image_size"], config["image_size"])
+    x = torch.randint(0, 256, (total, *shape), generator=generator, dtype=torch.uint8)
+    y = torch.randint(0, config["num_classes"], (total,), generator=generator)
+    channels = config["in_channels"]
+    return TensorFederatedDataset(model, model, config["num_classes"], x, y, x[:10], y[:10], indices,
+                                  mean=[0.5] * channels, std=[0.25] * channels)
+
+
+def timed(device: torch.device, function: Callable[[], object]) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    function()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def main(argv: List[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    parser.add_argument("--model", default="emnist",
+                        help="emnist (the paper's EMNIST CNN; alias cnn), shakespeare (the LSTM; alias lstm), "
+                             "cifar10, digits or synthetic (default emnist)")
+    parser.add_argument("--clients", type=int, default=8, help="clients of one width (default 8)")
+    parser.add_argument("--width", type=float, default=0.5, help="their sub-model width p (default 0.5)")
+    parser.add_argument("--samples", type=int, default=128, help="training samples per client (default 128)")
+    parser.add_argument("--batch-size", type=int, default=32, help="local batch size (default 32)")
+    parser.add_argument("--repeats", type=int, default=3, help="measured passes per mode (default 3)")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's default)")
+    args = parser.parse_args(argv)
+    model = ALIASES.get(args.model, args.model)
+    device = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
+    dataset = make_dataset(model, args.clients, args.samples)
+    settings = OptimizerSettings(momentum=0.9, weight_decay=1e-4, clip_norm=10.0, local_epochs=1,
+                                 batch_size=args.batch_size)
+    trainer = Trainer(dataset, model, settings, str(device), threads)
+    params = {name: tensor.to(device) for name, tensor in initial_parameters(model, 0).items()}
+    tasks = [ClientTask(client, 0, args.width, 0.01, 0) for client in range(args.clients)]
+    modes = {"one at a time": lambda: [trainer.train(task, params) for task in tasks],
+             "batched": lambda: train_batched(trainer, tasks, params)}
+    seconds = {mode: [] for mode in modes}
+    for repeat in range(args.repeats + 1):
+        for mode, function in modes.items():
+            elapsed = timed(device, function)
+            if repeat:  # the first pass of each mode is a warm-up
+                seconds[mode].append(elapsed)
+    samples = args.clients * args.samples * settings.local_epochs
+    print(f"model {model} width {args.width} | {args.clients} clients x {args.samples} samples, batch "
+          f"{args.batch_size}, 1 epoch | device {device}, {threads} threads | median of {args.repeats}")
+    print(f"{'mode':<16}{'seconds':>10}{'samples/s':>12}")
+    rates = {}
+    for mode, values in seconds.items():
+        median = statistics.median(values)
+        rates[mode] = samples / median
+        print(f"{mode:<16}{median:>10.3f}{rates[mode]:>12.1f}")
+    print(f"batched / one at a time: {rates['batched'] / rates['one at a time']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
