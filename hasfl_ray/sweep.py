@@ -57,6 +57,7 @@ class Cell:
         values: the RunConfig keys of the run (unresolved).
         depends_on: the name of the cell that must finish first (random-budget's HAS-FL cell), or None.
         status: pending, running, done, resumed, skipped, failed or blocked.
+        message: why a failed or blocked cell did not finish.
     """
 
     name: str
@@ -369,7 +370,7 @@ class LocalExecutor:
     def submit(self, cell: Cell) -> None:
         self.queue.append(cell)
 
-    def wait(self) -> Tuple[str, Dict[str, Any]]:
+    def wait(self, on_idle: Optional[Callable[[], None]] = None) -> Tuple[str, Dict[str, Any]]:
         cell = self.queue.pop(0)
         try:
             return cell.name, execute_cell(cell.to_dict(), self.force, self.progress)
@@ -394,6 +395,18 @@ def describe_result(cell: Cell, result: Mapping[str, Any]) -> str:
         return f"{cell.name}: skipped (finished earlier: {numbers})"
     resumed = f" (resumed after round {result['from_round']})" if status == "resumed" else ""
     return f"{cell.name}: {status} in {result.get('wall_s', 0.0):.1f} s{resumed}: {numbers}"
+
+
+def rounds_done(cell: Cell) -> Tuple[int, Optional[int]]:
+    """(metric lines written so far, the cell's rounds) of a running cell, for the progress view."""
+    try:
+        with open(os.path.join(cell.dir, "metrics.jsonl"), "rb") as handle:
+            done = sum(1 for line in handle if line.strip())
+    except OSError:
+        done = 0
+    from hasfl_ray.engine.config import DATASET_DEFAULTS
+
+    return done, cell.values.get("rounds") or DATASET_DEFAULTS.get(cell.dataset, {}).get("rounds")
 
 
 def write_sweep_json(sweep: Sweep) -> str:
@@ -454,7 +467,7 @@ def run_sweep(sweep: Sweep, executor, on_result: Callable[[Cell, Dict[str, Any]]
                 running.add(cell.name)
                 on_start(cell)
             if running:
-                name, result = executor.wait()
+                name, result = executor.wait(on_idle=lambda: on_start(None))
                 running.discard(name)
                 finish(sweep.cell(name), result)
             elif pending:  # every pending cell waits for one that can no longer run

@@ -89,7 +89,7 @@ def _executor(backend, address, gpus_per_actor, force, quiet):
         if address is not None or gpus_per_actor is not None:
             raise ConfigError("--address and --gpus-per-actor place Ray tasks, but backend is 'local'; expected "
                               "--backend ray or neither option")
-        return LocalExecutor(force=force, progress=False)
+        return LocalExecutor(force=force, progress=not quiet)  # the running cell's own round bar below the sweep's
     from hasfl_ray.simulation import require_ray
 
     require_ray()
@@ -101,7 +101,7 @@ def _executor(backend, address, gpus_per_actor, force, quiet):
 def _run(plan, executor, force, quiet):
     from tqdm import tqdm
 
-    from hasfl_ray.sweep import describe_result, run_sweep, sweep_summary_line
+    from hasfl_ray.sweep import describe_result, rounds_done, run_sweep, sweep_summary_line
 
     what = f" ({plan.reproduces})" if plan.reproduces else ""
     grid = len(plan.datasets) * len(plan.algorithms) * len(plan.seeds)
@@ -121,7 +121,7 @@ def _run(plan, executor, force, quiet):
         show_running()
 
     def show_running(cell=None):
-        running = [c.name for c in plan.cells if c.status == "running"]
+        running = ["{} {}/{}".format(c.name, *rounds_done(c)) for c in plan.cells if c.status == "running"]
         bar.set_postfix_str(f"running: {', '.join(running)}" if running else "")
 
     try:

@@ -6,7 +6,7 @@ resume) is :mod:`hasfl_ray.sweep`; this is only its executor."""
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import ray
 
@@ -51,8 +51,13 @@ class RayExecutor:
             .remote(cell.to_dict(), self.force, os.getcwd())
         self.refs[ref] = cell.name
 
-    def wait(self) -> Tuple[str, Dict[str, Any]]:
-        done, _ = ray.wait(list(self.refs), num_returns=1)
+    def wait(self, on_idle: Optional[Callable[[], None]] = None, poll_s: float = 2.0) -> Tuple[str, Dict[str, Any]]:
+        """The next cell to end and its result; ``on_idle`` runs every ``poll_s`` seconds until then."""
+        done: list = []
+        while not done:
+            done, _ = ray.wait(list(self.refs), num_returns=1, timeout=poll_s)
+            if not done and on_idle is not None:
+                on_idle()
         name = self.refs.pop(done[0])
         try:
             return name, ray.get(done[0])

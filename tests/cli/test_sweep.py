@@ -142,6 +142,20 @@ def test_simulate_takes_one_cell_of_a_sweep_config(sweep_yaml, tmp_path):
     assert config["algorithm"] == "hasfl" and config["coverage"] is False and config["seed"] == 42
 
 
+def test_without_ray_cells_run_in_process_and_ray_asks_for_the_install(sweep_yaml, tmp_path, monkeypatch):
+    import sys
+
+    from hasfl_ray.simulation import RAY_INSTALL
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
+    refused = sweep(sweep_yaml, "--backend", "ray", "--out", str(tmp_path / "r"))
+    assert refused.exit_code == 2 and RAY_INSTALL in refused.output and not os.path.exists(tmp_path / "r")
+    out = str(tmp_path / "out")
+    result = sweep(sweep_yaml, *TINY, "--algorithms", "hasfl", "--seeds", "42", "--out", out, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "one cell after another" in result.output and statuses(out) == {"digits-hasfl-seed42": "done"}
+
+
 CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml")))
 
 
