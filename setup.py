@@ -59,8 +59,10 @@ setup(
         "scikit-learn>=1.3",
         "tqdm>=4.66",
         "matplotlib>=3.8",
+        # The simulator is built on Ray (the default backend): a plain `pip install hasfl-ray` brings it.
+        "ray>=2.9",
     ],
-    extras_require={"ray": ["ray>=2.9"], "test": ["pytest>=8", "hypothesis>=6.100"]},
+    extras_require={"ray": [], "test": ["pytest>=8", "hypothesis>=6.100"]},
     entry_points={"console_scripts": ["hasfl-ray=hasfl_ray.cli.main:main"]},
     ext_modules=ext_modules,
     cmdclass=cmdclass,
