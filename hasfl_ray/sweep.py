@@ -33,7 +33,7 @@ import shutil
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from hasfl_ray.errors import ConfigError
 
@@ -198,10 +198,10 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
     for name in ("dataset", "algorithm", "seed"):
         if name in overrides:
             raise ValueError(f"override {name!r} belongs in datasets/algorithms/seeds")
-    bad_ray = sorted(k for k in RAY_RUN_ONLY if overrides.get(k) is not None and k not in ("address", "gpus_per_actor"))
-    if bad_ray:
-        raise ConfigError(f"--{bad_ray[0].replace('_', '-')} is {overrides[bad_ray[0]]!r} but sweep cells run the "
-                          "local backend, one Ray task per cell; expected no Ray actor options")
+    for key in ("actors", "fault_inject"):  # --address and --gpus-per-actor place the cells' tasks instead
+        if overrides.get(key) is not None:
+            raise ConfigError(f"--{key.replace('_', '-')} is {overrides[key]!r} but sweep cells run the local "
+                              "backend, one Ray task per cell; expected no Ray actor options")
     variants = block["variants"]
     for name, keys in variants.items():
         RunConfig.from_dict({**shared, **keys}, f"{source} sweep variant {name!r}")

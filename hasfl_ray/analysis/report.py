@@ -186,7 +186,8 @@ def analyze_runs(runs: Sequence[Dict[str, Any]]) -> Dict[str, List[Dict[str, Any
     pooled = []
     for (dataset, algorithm), members in sorted(groups.items()):
         clients = [c for r in members for c in r["clients"]]
-        pooled.append({"dataset": dataset, "algorithm": algorithm, "seeds": sorted(r["config"]["seed"] for r in members),
+        pooled.append({"dataset": dataset, "algorithm": algorithm,
+                       "seeds": sorted(r["config"]["seed"] for r in members),
                        "runs": [r["path"] for r in members], **confound_statistics(clients)})
     return {"runs": per_run, "pooled": pooled}
 
