@@ -211,7 +211,9 @@ def train_batched(trainer: "Trainer", tasks: Sequence["ClientTask"],
 
     sizes = [trainer.dataset.client_size(task.client) for task in tasks]
     schedules = [client_schedule(task, sizes[c], s.batch_size, s.local_epochs) for c, task in enumerate(tasks)]
-    step = batched_step(trainer.model_at(width))
+    model = trainer.model_at(width)
+    model.train()
+    step = batched_step(model)
     losses: List[Tuple[List[int], torch.Tensor]] = []
     longest = max((len(schedule) for schedule in schedules), default=0)
     for k in range(longest):
