@@ -7,7 +7,7 @@ import re
 import json
 import os
 from dataclasses import dataclass, fields
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import yaml
 
@@ -189,9 +189,10 @@ class RunConfig:
                 self.checkpoint_every < 0:
             raise bad("checkpoint_every", self.checkpoint_every, "a non-negative integer (0 disables checkpoints)")
         if self.fault_inject is not None:
-            if fault_inject_round(self.fault_inject) is None:
-                raise bad("fault_inject", self.fault_inject, "kill-trainer@ROUND")
-            if self.backend != "ray":
+            fault = parse_fault(self.fault_inject)
+            if fault is None:
+                raise bad("fault_inject", self.fault_inject, "kill-trainer@ROUND, nan-update@ROUND or inf-update@ROUND")
+            if fault[0] == "kill-trainer" and self.backend != "ray":
                 raise ConfigError(f"fault_inject is {self.fault_inject!r} but backend is {self.backend!r}; expected "
                                   "backend ray, whose trainer actors it kills")
 
@@ -294,10 +295,21 @@ def budget_from_run(run_dir: str) -> float:
     return float(avg_p)
 
 
+#: Faults ``--fault-inject KIND@ROUND`` can inject: a killed Ray trainer, or a client update poisoned with NaN/Inf
+#: (the round's first participant; every backend), which the server must reject.
+FAULT_KINDS = ("kill-trainer", "nan-update", "inf-update")
+
+
+def parse_fault(spec: str) -> Optional[Tuple[str, int]]:
+    """(kind, round) of a ``KIND@ROUND`` fault-injection spec, or None when it is malformed."""
+    match = re.fullmatch(rf"({'|'.join(FAULT_KINDS)})@(\d+)", spec) if isinstance(spec, str) else None
+    return (match.group(1), int(match.group(2))) if match else None
+
+
 def fault_inject_round(spec: str) -> Optional[int]:
-    """The round of a ``kill-trainer@ROUND`` fault-injection spec, or None when it is malformed."""
-    match = re.fullmatch(r"kill-trainer@(\d+)", spec) if isinstance(spec, str) else None
-    return int(match.group(1)) if match else None
+    """The round of a ``kill-trainer@ROUND`` fault-injection spec, or None for any other spec."""
+    fault = parse_fault(spec)
+    return fault[1] if fault is not None and fault[0] == "kill-trainer" else None
 
 
 def _number(value: Any) -> bool:

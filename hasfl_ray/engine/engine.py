@@ -16,7 +16,7 @@ from hasfl_ray.data import assign_tiers, load_dataset
 from hasfl_ray.engine.backend import Backend, make_backend
 from hasfl_ray.engine.checkpoint import (Checkpoint, check_resume_config, load_checkpoint, load_checkpoint_round,
                                          save_checkpoint, stored_config)
-from hasfl_ray.engine.config import RunConfig
+from hasfl_ray.engine.config import RunConfig, parse_fault
 from hasfl_ray.engine.rundir import RunDirectory, RunLock
 from hasfl_ray.errors import OutputError
 from hasfl_ray.models import MODEL_CONFIGS, build_model
@@ -170,6 +170,9 @@ class Engine:
         tasks = [ClientTask(i, t, widths[i], lr, c.seed, self.algorithm.objective(t, i, widths[i]),
                             offset=self.algorithm.window_offset(t, i))
                  for i in participants]
+        fault = parse_fault(c.fault_inject) if c.fault_inject else None
+        if fault is not None and fault[0] in ("nan-update", "inf-update") and fault[1] == t:
+            tasks[0].fault = fault[0].split("-")[0]  # the round's first participant returns a poisoned update
         weights = self.algorithm.aggregation_weights(participants)
         results, aggregate = self.backend.run_round(tasks, weights, self.algorithm.server_lr)
         accepted = {r.client for r in results}

@@ -93,6 +93,18 @@ class ClientTask:
     objective: LocalObjective = field(default_factory=LocalObjective)
     #: First channel of the kept window in every scaled dim (wrapping); 0 = the leading slice (FedRolex rolls it).
     offset: int = 0
+    #: Testing (``--fault-inject nan-update@ROUND``): ``"nan"`` or ``"inf"`` poisons the returned update.
+    fault: Optional[str] = None
+
+
+def inject_fault(result: "ClientResult", fault: Optional[str]) -> "ClientResult":
+    """``result`` with the first element of its update set to NaN or +Inf (``fault``), as a diverged client's."""
+    if fault and result.update:
+        first = next(iter(result.update))
+        poisoned = result.update[first].clone()
+        poisoned.view(-1)[0] = float("nan") if fault == "nan" else float("inf")
+        result.update = {**result.update, first: poisoned}
+    return result
 
 
 @dataclass
@@ -110,7 +122,15 @@ class ClientResult:
     offset: int = 0
 
     def is_finite(self) -> bool:
-        return math.isfinite(self.loss) and all(bool(torch.isfinite(t).all()) for t in self.update.values())
+        """False for a diverged client: a non-finite loss, update or extra tensor (e.g. SCAFFOLD's drift)."""
+        def finite(value: Any) -> bool:
+            if isinstance(value, torch.Tensor):
+                return bool(torch.isfinite(value).all()) if value.is_floating_point() else True
+            if isinstance(value, dict):
+                return all(finite(v) for v in value.values())
+            return not isinstance(value, float) or math.isfinite(value)
+
+        return math.isfinite(self.loss) and finite(self.update) and finite(self.extras)
 
 
 class Trainer:
@@ -194,8 +214,8 @@ class Trainer:
             update = {name: (params[name].detach() - initial[name]).to("cpu", torch.float32).contiguous()
                       for name in self.specs}
         extras = objective.finish(model, initial, steps, task.lr)
-        return ClientResult(task.client, task.width, update, n, loss_sum / max(steps, 1), steps, extras,
-                            offset=task.offset)
+        return inject_fault(ClientResult(task.client, task.width, update, n, loss_sum / max(steps, 1), steps, extras,
+                                         offset=task.offset), task.fault)
 
     def train_group(self, tasks: Sequence[ClientTask], global_params: Mapping[str, torch.Tensor]) -> List[ClientResult]:
         """Train several clients, results in task order: the batchable clients of one width as one batched
@@ -210,5 +230,5 @@ class Trainer:
                 results[unit[0]] = self.train(tasks[unit[0]], global_params)
             else:
                 for position, result in zip(unit, train_batched(self, [tasks[k] for k in unit], global_params)):
-                    results[position] = result
+                    results[position] = inject_fault(result, tasks[position].fault)
         return results

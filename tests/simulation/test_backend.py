@@ -67,6 +67,13 @@ def test_two_actors_and_a_trainer_killed_mid_round_equal_the_local_backend(ray_l
         assert place["determinism"]["cublas_workspace_config"] == ":4096:8"
 
 
+def test_a_poisoned_update_is_rejected_on_ray_as_on_the_local_backend(ray_local, tmp_path):
+    local, local_lines, _ = run(tmp_path, "local-nan", backend="local", fault_inject="nan-update@1")
+    summary, lines, _ = run(tmp_path, "ray-nan", backend="ray", actors=2, fault_inject="nan-update@1")
+    assert [line["rejected_updates"] for line in lines] == [0, 1, 0]
+    assert (summary["params_sha256"], lines) == (local["params_sha256"], local_lines)
+
+
 def test_ten_thousand_virtual_clients(ray_local):
     config = RunConfig(dataset="synthetic", clients=10_000, clients_per_round=100, rounds=2, backend="ray",
                        actors=1)
