@@ -59,6 +59,16 @@ CASES = [
     (["report", "empty"], ["no finished runs", "empty"]),
     (["report", "half-run"], ["half-run", "clients.csv"]),
     (["plot", "empty"], ["no finished runs", "empty"]),
+    (["analyze"], ["Missing argument"]),
+    (["analyze", "empty"], ["no finished runs", "empty"]),
+    (["analyze", "half-run"], ["half-run", "clients.csv"]),
+    # sweep
+    (["sweep", "missing.yaml"], ["missing.yaml", "sweep YAML"]),
+    (["sweep", "typo.yaml", "--out", "sweep"], ["roudns", "did you mean 'rounds'"]),
+    (["sweep", "python-tag.yaml", "--out", "sweep"], ["never loaded"]),
+    (["sweep", "plain.yaml", "--seeds", "x", "--out", "sweep"], ["--seeds is 'x'", "comma-separated"]),
+    (["sweep", "plain.yaml", "--algorithms", "hasfll", "--out", "sweep"], ["hasfll", "expected one of"]),
+    (["sweep", "plain.yaml", "--rounds", "0", "--out", "sweep"], ["rounds is 0", "positive integer"]),
     # cost
     (["cost", "--model", "resnet"], ["resnet", "emnist"]),
     (["cost", "--widths", "0.5"], ["--widths"]),
@@ -90,6 +100,7 @@ def workdir(tmp_path, monkeypatch):
     (tmp_path / "broken.yaml").write_text("rounds: [1,\n")
     (tmp_path / "python-tag.yaml").write_text('rounds: !!python/object/apply:os.system ["touch pwned"]\n')
     (tmp_path / "wrong-type.yaml").write_text("rounds: ten\n")
+    (tmp_path / "plain.yaml").write_text("dataset: digits\nrounds: 2\n")
     (tmp_path / "half-run").mkdir()
     (tmp_path / "half-run" / "summary.json").write_text("{}")
     (tmp_path / "half-run" / "config.yaml").write_text("dataset: digits\n")
@@ -105,7 +116,8 @@ def listing(root):
 def test_the_battery_has_at_least_forty_cases_over_every_command():
     assert len(CASES) >= 40
     commands = {tuple(a[:2]) if a[0] in ("bench", "data") else a[0] for a, _ in CASES}
-    assert {"simulate", "report", "plot", "cost", ("bench", "aggregate"), ("data", "inspect"), "info"} <= commands
+    assert {"simulate", "sweep", "report", "analyze", "plot", "cost", ("bench", "aggregate"), ("data", "inspect"),
+            "info"} <= commands
 
 
 @pytest.mark.parametrize("args, words", CASES, ids=[" ".join(a)[:60] for a, _ in CASES])
