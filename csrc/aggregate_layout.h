@@ -20,7 +20,9 @@
 // rows (all dims but the last) times tiles of its last dim form its items; a chunk is a run of items of
 // one parameter. Each chunk writes its own per-entry norm partials; partials are then summed in a fixed
 // order (chunks in order per entry, then a client's entries in parameter order), so results are
-// bit-identical from run to run.
+// bit-identical from run to run. A parameter's partials fill [base of its first chunk, + chunks x entries):
+// the CPU kernel stores them chunk-major (kChunkPartialBase + local entry, summed by reduce_entry), the
+// CUDA kernel entry-major (local entry x chunks + local chunk, so one block reads an entry's run at once).
 #pragma once
 
 #include <cstdint>
@@ -132,6 +134,14 @@ HASFL_HD int window_pieces(int64_t offset, int64_t width, int64_t length, int64_
   const int64_t lo = max64(offset, c0), hi = min64(min64(offset + width, length), c1);
   if (lo < hi) pieces[count++] = Piece{lo, hi, lo - offset};
   return count;
+}
+
+// Whether the window {offset, ..., offset + width - 1} mod length meets [c0, c1): window_pieces(...) > 0
+// without the pieces (the CUDA kernel's per-entry test of a tile).
+HASFL_HD bool window_meets(int64_t offset, int64_t width, int64_t length, int64_t c0, int64_t c1) {
+  const int64_t wrapped_end = offset + width - length;
+  if (wrapped_end > 0 && max64(0, c0) < min64(wrapped_end, c1)) return true;
+  return max64(offset, c0) < min64(min64(offset + width, length), c1);
 }
 
 // Sum of the chunk partials of entry `entry` (chunks of its parameter, in order).

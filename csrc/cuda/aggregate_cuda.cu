@@ -1,17 +1,28 @@
-// CUDA implementation of hasfl_ray::aggregate_into: the CPU kernel's algorithm with a warp per item.
+// CUDA implementation of hasfl_ray::aggregate_into: persistent blocks, a block per item, entries split
+// over its warps, 16-byte loads.
 //
-// Same descriptor, same index arithmetic (csrc/aggregate_layout.h, shared line for line with the CPU
-// kernel), same definition of the result. Mapping: one block per chunk, one warp per item (a row and a
-// tile of kGpuTile = 32 lanes x kColsPerLane columns), lane l owning columns c0 + l + 32 q, so every
-// load of a client's row is coalesced. Per item:
-//   pass 1: every lane adds w_e * x_e[c] and w_e over the entries covering the row (nested parameters
-//           stop at the first entry that misses it, as on the CPU),
-//   mean:   acc / den where den > 0, else 0; written to out,
-//   pass 2: the same entries again (their bytes were just read, so mostly from L2): per entry a warp
-//           sum of (x_e[c] - mean[c])^2 and mean[c]^2 by xor-shuffles, added by lane 0 to the warp's
-//           own slot. No atomics: slots are per warp, summed over warps in a fixed order at the end of
-//           the chunk, then over chunks (entry kernel) and entries (client kernel) in a fixed order.
-// Deterministic from run to run on a given GPU; not bit-identical to the CPU kernel (other sum order).
+// Same descriptor, same index arithmetic (csrc/aggregate_layout.h), same work split into chunks
+// (make_plan with kGpuTile = 128 columns, kGpuChunkElems = 1024 coordinates), same definition of the
+// result. Mapping:
+//   grid:   as many blocks of 256 threads as fit on the card at once (occupancy x SM count); each block
+//           takes the next chunk from an integer work counter until none is left (the counter only hands
+//           out work: every chunk's result is the same whichever block computes it).
+//   item:   one row and a tile of <= 128 columns of its last dim, done by the whole block. Lane l of every
+//           warp owns columns c0 + 4l .. c0 + 4l + 3; warp w takes the item's entries w, w + 8, w + 16, ...
+//           (kUnroll of them in flight at once), each a 16-byte load (float4, or two double2) where the
+//           entry's rows are 16-byte aligned and the 4 columns lie inside its window, else 4 scalar loads.
+//   pass 1: per warp and column, the weighted sum and the covering weight of its entries, in entry order;
+//           the 8 warps' sums are added in warp order through shared memory; mean = acc / den (0 where no
+//           entry covers), written to out (consecutive threads, consecutive columns) and to shared memory.
+//   pass 2: each warp re-reads the same entries (the bytes it has just read, from L1/L2), per entry a warp
+//           sum (fixed xor-shuffle tree) of (x - mean)^2 and mean^2 over its columns, added by lane 0 to
+//           the entry's norm slot. An entry always belongs to the same warp, so a slot has one writer.
+//   chunk:  slots (shared memory, or for parameters with > kMaxSharedSlots entries the partials in global
+//           memory) start at 0 and are written as this chunk's partials, entry-major per parameter.
+//   then:   a block per entry sums its chunks' partials (fixed strided split + fixed tree), a thread per
+//           client its entries in parameter order.
+// No float atomics: deterministic from run to run on a given GPU; not bit-identical to the CPU kernel
+// (other summation order). All tables go to the device in one copy from pinned memory.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <c10/cuda/CUDAException.h>
@@ -20,6 +31,7 @@
 #include <torch/library.h>
 
 #include <cstdint>
+#include <cstring>
 #include <tuple>
 
 #include "aggregate_host.h"
@@ -32,22 +44,49 @@ using namespace layout;
 
 constexpr int kWarpSize = 32;
 constexpr int kWarps = 8;  // warps per block
+constexpr int kThreads = kWarps * kWarpSize;
+// Tuning per element type, overridable at build time (-D...) to compare variants on a GPU. Unroll: the
+// entries a warp has in flight at once (16 bytes per thread each); min blocks: the register budget
+// (65536 / (min blocks x 256) per thread). ptxas for sm_90 (CUDA 13.0): float 2/4 -> 64 registers (52 bytes
+// spilled), float 4/2 -> 110 registers (no spill), double 2/2 -> 112 registers (no spill).
+#ifndef HASFL_CUDA_UNROLL_FLOAT
+#define HASFL_CUDA_UNROLL_FLOAT 2
+#endif
+#ifndef HASFL_CUDA_MIN_BLOCKS_FLOAT
+#define HASFL_CUDA_MIN_BLOCKS_FLOAT 4
+#endif
+#ifndef HASFL_CUDA_UNROLL_DOUBLE
+#define HASFL_CUDA_UNROLL_DOUBLE 2
+#endif
+#ifndef HASFL_CUDA_MIN_BLOCKS_DOUBLE
+#define HASFL_CUDA_MIN_BLOCKS_DOUBLE 2
+#endif
+template <typename scalar_t>
+struct Tuning {
+  static constexpr int kUnroll = sizeof(scalar_t) == 4 ? HASFL_CUDA_UNROLL_FLOAT : HASFL_CUDA_UNROLL_DOUBLE;
+  static constexpr int kMinBlocks = sizeof(scalar_t) == 4 ? HASFL_CUDA_MIN_BLOCKS_FLOAT : HASFL_CUDA_MIN_BLOCKS_DOUBLE;
+};
 constexpr int kColsPerLane = 4;
-constexpr int64_t kGpuTile = kWarpSize * kColsPerLane;
-constexpr int64_t kGpuChunkElems = 4096;
+constexpr int64_t kGpuTile = kWarpSize * kColsPerLane;  // 128 columns per item
+constexpr int64_t kGpuChunkElems = 1024;  // 8 full items per chunk: many chunks, so blocks end together
+constexpr int64_t kMaxSharedSlots = 1536;  // entries per parameter whose norm slots live in shared memory
+constexpr int kReduceThreads = 128;
 
 struct CudaArgs {
   const int64_t* params;
   const int64_t* entries;
   const int64_t* chunks;
-  const int64_t* data;  // per entry: address of its packed tensor
-  const double* entry_weight;
+  const int64_t* param_chunk_begin;
+  const int64_t* data;        // per entry: address of its packed tensor
+  const int64_t* vector_ok;   // per entry: 1 when its rows are 16-byte aligned and its last dim is not rolled
+  const double* entry_weight; // per entry: its client's weight
   void* out;
-  double* partial_num;
+  double* partial_num;  // per parameter p: [partial base of its first chunk + local entry * chunks of p + local chunk]
   double* partial_den;
   int64_t* chunk_covered;
-  double* warp_scratch;  // nullptr: dynamic shared memory; else global, max_entries * kWarps * 2 per chunk
-  int64_t max_entries;
+  unsigned long long* next_chunk;  // work counter, 0 at launch
+  int64_t num_chunks;
+  int64_t shared_slots;  // capacity of the dynamic shared memory, in entries (num and den each)
 };
 
 __device__ __forceinline__ double warp_sum(double value) {
@@ -62,133 +101,334 @@ __device__ __forceinline__ int64_t warp_sum(int64_t value) {
   return value;
 }
 
-template <typename scalar_t>
-__global__ void __launch_bounds__(kWarps * kWarpSize) aggregate_chunks_kernel(CudaArgs args) {
-  extern __shared__ double shared_scratch[];
-  const int64_t chunk = blockIdx.x;
-  const int warp = threadIdx.x / kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t* chunk_row = args.chunks + chunk * kChunkCols;
-  const int64_t p = chunk_row[kChunkParam];
-  const int64_t* param = args.params + p * kParamCols;
-  const int64_t ndim = param[kParamNdim];
-  const int64_t length = row_length(param);
-  const int64_t tiles = tiles_per_row(param, kGpuTile);
-  const int64_t entry_begin = param[kParamEntryBegin], entry_end = param[kParamEntryEnd];
-  const int64_t num_entries = entry_end - entry_begin;
-  const bool nested = param[kParamNested] != 0;
-  scalar_t* out = static_cast<scalar_t*>(args.out) + param[kParamOutOffset];
+// 4 consecutive values from a 16-byte aligned address.
+__device__ __forceinline__ void load4(const float* x, float v[kColsPerLane]) {
+  const float4 q = __ldg(reinterpret_cast<const float4*>(x));
+  v[0] = q.x;
+  v[1] = q.y;
+  v[2] = q.z;
+  v[3] = q.w;
+}
 
-  // Per (entry, warp) norm slots: [entry][warp][num, den].
-  double* slots = args.warp_scratch ? args.warp_scratch + chunk * args.max_entries * kWarps * 2 : shared_scratch;
-  for (int64_t i = threadIdx.x; i < num_entries * kWarps * 2; i += blockDim.x) slots[i] = 0.0;
-  __syncthreads();
+__device__ __forceinline__ void load4(const double* x, double v[kColsPerLane]) {
+  const double2 a = __ldg(reinterpret_cast<const double2*>(x));
+  const double2 b = __ldg(reinterpret_cast<const double2*>(x) + 1);
+  v[0] = a.x;
+  v[1] = a.y;
+  v[2] = b.x;
+  v[3] = b.y;
+}
 
-  int64_t covered = 0;
-  for (int64_t item = chunk_row[kChunkItemBegin] + warp; item < chunk_row[kChunkItemEnd]; item += kWarps) {
-    const int64_t row = item / tiles;
-    const int64_t c0 = (item % tiles) * kGpuTile;
-    const int64_t c1 = min64(c0 + kGpuTile, length);
-
-    // Pass 1: weighted sums and covering weights per column.
-    double acc[kColsPerLane], den[kColsPerLane];
-#pragma unroll
-    for (int q = 0; q < kColsPerLane; ++q) acc[q] = den[q] = 0.0;
-    for (int64_t e = entry_begin; e < entry_end; ++e) {
-      const int64_t* entry = args.entries + e * kEntryCols;
-      const int64_t local = local_row(param, entry, row);
-      if (local < 0) {
-        if (nested) break;
-        continue;
-      }
-      const int64_t offset = entry[kEntryOffset + ndim - 1], width = entry[kEntryPacked + ndim - 1];
-      const scalar_t* x_row = reinterpret_cast<const scalar_t*>(args.data[e]) + local * width;
-      const double w = args.entry_weight[e];
-#pragma unroll
-      for (int q = 0; q < kColsPerLane; ++q) {
-        const int64_t column = c0 + lane + q * kWarpSize;
-        const int64_t l = column < c1 ? local_column(column, offset, width, length) : -1;
-        if (l >= 0) {
-          acc[q] += w * static_cast<double>(x_row[l]);
-          den[q] += w;
-        }
-      }
-    }
-
-    // Mean over exactly the covering entries; 0 where none covers.
-    double mean[kColsPerLane];
-#pragma unroll
-    for (int q = 0; q < kColsPerLane; ++q) {
-      const int64_t column = c0 + lane + q * kWarpSize;
-      mean[q] = den[q] > 0.0 ? acc[q] / den[q] : 0.0;
-      if (column < c1) {
-        out[row * length + column] = static_cast<scalar_t>(mean[q]);
-        covered += den[q] > 0.0 ? 1 : 0;
-      }
-    }
-
-    // Pass 2: per entry, ||m_e (x_e - mean)||^2 and ||m_e mean||^2 over this item.
-    for (int64_t e = entry_begin; e < entry_end; ++e) {
-      const int64_t* entry = args.entries + e * kEntryCols;
-      const int64_t local = local_row(param, entry, row);
-      if (local < 0) {
-        if (nested) break;
-        continue;
-      }
-      const int64_t offset = entry[kEntryOffset + ndim - 1], width = entry[kEntryPacked + ndim - 1];
-      const scalar_t* x_row = reinterpret_cast<const scalar_t*>(args.data[e]) + local * width;
-      double sum_diff = 0.0, sum_mean = 0.0;
-#pragma unroll
-      for (int q = 0; q < kColsPerLane; ++q) {
-        const int64_t column = c0 + lane + q * kWarpSize;
-        const int64_t l = column < c1 ? local_column(column, offset, width, length) : -1;
-        if (l >= 0) {
-          const double d = static_cast<double>(x_row[l]) - mean[q];
-          sum_diff += d * d;
-          sum_mean += mean[q] * mean[q];
-        }
-      }
-      sum_diff = warp_sum(sum_diff);
-      sum_mean = warp_sum(sum_mean);
-      if (lane == 0) {
-        double* slot = slots + ((e - entry_begin) * kWarps + warp) * 2;
-        slot[0] += sum_diff;
-        slot[1] += sum_mean;
-      }
-    }
-  }
-
-  // Covered count: integers, so the order does not matter.
-  __shared__ int64_t warp_covered[kWarps];
-  covered = warp_sum(covered);
-  if (lane == 0) warp_covered[warp] = covered;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int64_t total = 0;
-    for (int w = 0; w < kWarps; ++w) total += warp_covered[w];
-    args.chunk_covered[chunk] = total;
-  }
-  // This chunk's partial per entry: its warps' slots in warp order.
-  for (int64_t k = threadIdx.x; k < num_entries; k += blockDim.x) {
-    double sum_diff = 0.0, sum_mean = 0.0;
-    for (int w = 0; w < kWarps; ++w) {
-      sum_diff += slots[(k * kWarps + w) * 2];
-      sum_mean += slots[(k * kWarps + w) * 2 + 1];
-    }
-    args.partial_num[chunk_row[kChunkPartialBase] + k] = sum_diff;
-    args.partial_den[chunk_row[kChunkPartialBase] + k] = sum_mean;
+// Global coordinates g[0 .. ndim - 2] of row `row` (row-major over all dims but the last): local_row's
+// decomposition, done once per item instead of once per entry.
+__device__ __forceinline__ void row_coordinates(const int64_t* param, int64_t ndim, int64_t row, int64_t* g) {
+  for (int64_t d = ndim - 2; d >= 0; --d) {
+    const int64_t full = param[kParamFull + d];  // >= 1: a parameter with items has no empty dim
+    g[d] = row % full;
+    row /= full;
   }
 }
 
-// Per entry, its chunks' partials in chunk order (the same function as on the CPU).
-__global__ void reduce_entries_kernel(const int64_t* params, const int64_t* entries, const int64_t* chunks,
-                                      const int64_t* param_chunk_begin, const double* partial_num,
-                                      const double* partial_den, int64_t num_entries, double* entry_num,
-                                      double* entry_den) {
-  const int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (e >= num_entries) return;
-  entry_num[e] = reduce_entry(params, entries, chunks, param_chunk_begin, partial_num, e);
-  entry_den[e] = reduce_entry(params, entries, chunks, param_chunk_begin, partial_den, e);
+// The row of entry `e` that holds the item (global row coordinates g[0..ndim-2], columns [c0, c1)), or
+// nullptr when the entry does not cover the row or its last-dim window misses the tile. Same arithmetic
+// as local_row (Horner form of its sum) and window_pieces; the same for every thread of the block.
+template <typename scalar_t>
+__device__ __forceinline__ const scalar_t* entry_row(const CudaArgs& a, const int64_t* param, int64_t ndim,
+                                                     const int64_t* g, int64_t e, int64_t length, int64_t c0,
+                                                     int64_t c1) {
+  const int64_t* entry = a.entries + e * kEntryCols;
+  int64_t local = 0;
+#pragma unroll
+  for (int d = 0; d < kMaxDims - 1; ++d) {
+    if (d + 1 < ndim) {
+      const int64_t full = param[kParamFull + d];
+      int64_t index = g[d] - entry[kEntryOffset + d];
+      if (index < 0) index += full;
+      const int64_t packed = entry[kEntryPacked + d];
+      if (index >= packed) return nullptr;
+      local = local * packed + index;
+    }
+  }
+  const int64_t offset = entry[kEntryOffset + ndim - 1], width = entry[kEntryPacked + ndim - 1];
+  if (!window_meets(offset, width, length, c0, c1)) return nullptr;
+  return reinterpret_cast<const scalar_t*>(a.data[e]) + local * width;
+}
+
+// The entry's values at the thread's columns c .. c + 3 (0 where it holds none) and a bit per column it
+// holds. Vector path: 16-byte aligned rows, window [0, width) (offset 0), and all 4 columns inside it
+// (then c + 4 <= width <= length and c + 4 <= c0 + kGpuTile, so also c + 4 <= c1).
+template <typename scalar_t>
+__device__ __forceinline__ unsigned load_columns(const CudaArgs& a, const scalar_t* row, int64_t e, int64_t ndim,
+                                                 int64_t length, int64_t c, int64_t c1,
+                                                 scalar_t v[kColsPerLane]) {
+  const int64_t* entry = a.entries + e * kEntryCols;
+  const int64_t offset = entry[kEntryOffset + ndim - 1], width = entry[kEntryPacked + ndim - 1];
+  if (a.vector_ok[e] && c + kColsPerLane <= width) {
+    load4(row + c, v);
+    return (1u << kColsPerLane) - 1;
+  }
+  unsigned mask = 0;
+#pragma unroll
+  for (int q = 0; q < kColsPerLane; ++q) {
+    const int64_t l = c + q < c1 ? local_column(c + q, offset, width, length) : -1;
+    v[q] = l >= 0 ? __ldg(row + l) : scalar_t(0);
+    mask |= l >= 0 ? 1u << q : 0u;
+  }
+  return mask;
+}
+
+// What a block needs to know of its current chunk; written by thread 0 when it takes the chunk and read
+// from shared memory where used (keeps registers for the loads in flight).
+struct ChunkContext {
+  const int64_t* param;
+  int64_t chunk;
+  int64_t ndim, length, tiles;
+  int64_t entry_begin, entry_end, nested;
+  int64_t item_begin, item_end;
+  int64_t out_offset;
+  int64_t in_shared;    // norm slots in shared memory; else entry k's slot is the global partial below
+  int64_t slot_first;   // partial index of (local entry 0, this chunk): base of the parameter + local chunk
+  int64_t slot_stride;  // the parameter's chunk count (entry-major partials)
+};
+
+template <typename scalar_t>
+__global__ void __launch_bounds__(kThreads, Tuning<scalar_t>::kMinBlocks) aggregate_chunks_kernel(CudaArgs a) {
+  // Entries in flight per warp, 16 loaded bytes per thread each (4 floats, or 4 doubles in two loads).
+  constexpr int kUnroll = Tuning<scalar_t>::kUnroll;
+  extern __shared__ double s_slots[];  // [shared_slots num | shared_slots den]
+  __shared__ double s_acc[kWarps * kGpuTile];  // [warp][q][lane]: column c0 + 4 lane + q
+  __shared__ double s_den[kWarps * kGpuTile];
+  __shared__ double s_mean[kGpuTile];  // [q][lane]
+  __shared__ int64_t s_row[2][kMaxDims - 1];  // global row coordinates of items with even / odd index
+  __shared__ int64_t s_covered[kWarps];
+  __shared__ ChunkContext ctx;
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+
+  for (;;) {
+    if (threadIdx.x == 0) {
+      const int64_t chunk = static_cast<int64_t>(atomicAdd(a.next_chunk, 1ull));
+      ctx.chunk = chunk;
+      if (chunk < a.num_chunks) {
+        const int64_t* chunk_row = a.chunks + chunk * kChunkCols;
+        const int64_t p = chunk_row[kChunkParam];
+        const int64_t* param = a.params + p * kParamCols;
+        const int64_t first_chunk = a.param_chunk_begin[p];
+        ctx.param = param;
+        ctx.ndim = param[kParamNdim];
+        ctx.length = row_length(param);
+        ctx.tiles = tiles_per_row(param, kGpuTile);
+        ctx.entry_begin = param[kParamEntryBegin];
+        ctx.entry_end = param[kParamEntryEnd];
+        ctx.nested = param[kParamNested] != 0;
+        ctx.item_begin = chunk_row[kChunkItemBegin];
+        ctx.item_end = chunk_row[kChunkItemEnd];
+        ctx.out_offset = param[kParamOutOffset];
+        ctx.in_shared = ctx.entry_end - ctx.entry_begin <= a.shared_slots;
+        ctx.slot_first = a.chunks[first_chunk * kChunkCols + kChunkPartialBase] + (chunk - first_chunk);
+        ctx.slot_stride = a.param_chunk_begin[p + 1] - first_chunk;
+      }
+    }
+    __syncthreads();
+    if (ctx.chunk >= a.num_chunks) return;  // the same value for every thread: the whole block leaves
+
+    // Norm slots of this chunk's entries start at 0.
+    const int64_t num_entries = ctx.entry_end - ctx.entry_begin;
+    for (int64_t k = threadIdx.x; k < num_entries; k += kThreads) {
+      if (ctx.in_shared) {
+        s_slots[k] = 0.0;
+        s_slots[a.shared_slots + k] = 0.0;
+      } else {
+        a.partial_num[ctx.slot_first + k * ctx.slot_stride] = 0.0;
+        a.partial_den[ctx.slot_first + k * ctx.slot_stride] = 0.0;
+      }
+    }
+    // Thread kGpuTile (idle while the mean is formed) writes the row coordinates of the next item.
+    if (threadIdx.x == kGpuTile)
+      row_coordinates(ctx.param, ctx.ndim, ctx.item_begin / ctx.tiles, s_row[ctx.item_begin & 1]);
+    __syncthreads();
+
+    int covered = 0;
+    for (int64_t item = ctx.item_begin; item < ctx.item_end; ++item) {
+      const int64_t length = ctx.length;
+      const int64_t c0 = (item % ctx.tiles) * kGpuTile;
+      const int64_t c1 = min64(c0 + kGpuTile, length);
+      const int64_t c = c0 + kColsPerLane * lane;
+      // Written before the last barrier: at the chunk's start, or while the previous item's mean was formed.
+      // The other buffer was last read in the previous item's pass 2, which every warp has left.
+      const int64_t* g = s_row[item & 1];
+
+      // Pass 1: this warp's entries, in order; kUnroll rows located and loaded before any is added.
+      double acc[kColsPerLane], den[kColsPerLane];
+#pragma unroll
+      for (int q = 0; q < kColsPerLane; ++q) acc[q] = den[q] = 0.0;
+      bool stop = false;  // nested: an entry missed the item, so every later one does too
+      for (int64_t e0 = ctx.entry_begin + warp; e0 < ctx.entry_end && !stop; e0 += kWarps * kUnroll) {
+        scalar_t v[kUnroll][kColsPerLane];
+        unsigned mask[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t e = e0 + u * kWarps;
+          mask[u] = 0;
+          if (!stop && e < ctx.entry_end) {
+            const scalar_t* x = entry_row<scalar_t>(a, ctx.param, ctx.ndim, g, e, length, c0, c1);
+            if (x != nullptr)
+              mask[u] = load_columns<scalar_t>(a, x, e, ctx.ndim, length, c, c1, v[u]);
+            else if (ctx.nested)
+              stop = true;
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          if (mask[u] == 0) continue;
+          const double w = a.entry_weight[e0 + u * kWarps];
+#pragma unroll
+          for (int q = 0; q < kColsPerLane; ++q) {
+            if (mask[u] & (1u << q)) {
+              acc[q] += w * static_cast<double>(v[u][q]);
+              den[q] += w;
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < kColsPerLane; ++q) {
+        s_acc[(warp * kColsPerLane + q) * kWarpSize + lane] = acc[q];
+        s_den[(warp * kColsPerLane + q) * kWarpSize + lane] = den[q];
+      }
+      __syncthreads();
+
+      // Mean over exactly the covering entries (warps added in order); 0 where none covers.
+      if (threadIdx.x < kGpuTile) {
+        const int j = threadIdx.x;  // column c0 + j, owned by lane j / 4 as its column j % 4
+        const int slot = (j % kColsPerLane) * kWarpSize + j / kColsPerLane;
+        double sum = 0.0, weight = 0.0;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+          sum += s_acc[w * kGpuTile + slot];
+          weight += s_den[w * kGpuTile + slot];
+        }
+        const double mean = weight > 0.0 ? sum / weight : 0.0;
+        s_mean[slot] = mean;
+        if (c0 + j < c1) {
+          const int64_t row = item / ctx.tiles;
+          static_cast<scalar_t*>(a.out)[ctx.out_offset + row * ctx.length + c0 + j] = static_cast<scalar_t>(mean);
+          covered += weight > 0.0 ? 1 : 0;
+        }
+      } else if (threadIdx.x == kGpuTile && item + 1 < ctx.item_end) {
+        row_coordinates(ctx.param, ctx.ndim, (item + 1) / ctx.tiles, s_row[(item + 1) & 1]);
+      }
+      __syncthreads();
+
+      // Pass 2: per entry, ||m_e (x_e - mean)||^2 and ||m_e mean||^2 over this item, into its slot.
+      double mean[kColsPerLane];
+#pragma unroll
+      for (int q = 0; q < kColsPerLane; ++q) mean[q] = s_mean[q * kWarpSize + lane];
+      stop = false;
+      for (int64_t e0 = ctx.entry_begin + warp; e0 < ctx.entry_end && !stop; e0 += kWarps * kUnroll) {
+        scalar_t v[kUnroll][kColsPerLane];
+        unsigned mask[kUnroll];
+        bool holds[kUnroll];  // the entry covers the item: the same for the whole warp
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t e = e0 + u * kWarps;
+          mask[u] = 0;
+          holds[u] = false;
+          if (!stop && e < ctx.entry_end) {
+            const scalar_t* x = entry_row<scalar_t>(a, ctx.param, ctx.ndim, g, e, length, c0, c1);
+            if (x != nullptr) {
+              holds[u] = true;
+              mask[u] = load_columns<scalar_t>(a, x, e, ctx.ndim, length, c, c1, v[u]);
+            } else if (ctx.nested) {
+              stop = true;
+            }
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          if (!holds[u]) continue;  // warp-uniform, so all 32 lanes reach the shuffles
+          double sum_diff = 0.0, sum_mean = 0.0;
+#pragma unroll
+          for (int q = 0; q < kColsPerLane; ++q) {
+            if (mask[u] & (1u << q)) {
+              const double d = static_cast<double>(v[u][q]) - mean[q];
+              sum_diff += d * d;
+              sum_mean += mean[q] * mean[q];
+            }
+          }
+          sum_diff = warp_sum(sum_diff);
+          sum_mean = warp_sum(sum_mean);
+          if (lane == 0) {
+            const int64_t k = e0 + u * kWarps - ctx.entry_begin;  // k % kWarps == warp: this warp's slot alone
+            if (ctx.in_shared) {
+              s_slots[k] += sum_diff;
+              s_slots[a.shared_slots + k] += sum_mean;
+            } else {
+              a.partial_num[ctx.slot_first + k * ctx.slot_stride] += sum_diff;
+              a.partial_den[ctx.slot_first + k * ctx.slot_stride] += sum_mean;
+            }
+          }
+        }
+      }
+    }
+
+    // Covered count: integers, so the order does not matter.
+    const int64_t warp_covered = warp_sum(static_cast<int64_t>(covered));
+    if (lane == 0) s_covered[warp] = warp_covered;
+    __syncthreads();  // also orders the last slot updates before the copy below
+    if (threadIdx.x == 0) {
+      int64_t total = 0;
+      for (int w = 0; w < kWarps; ++w) total += s_covered[w];
+      a.chunk_covered[ctx.chunk] = total;
+    }
+    if (ctx.in_shared) {
+      for (int64_t k = threadIdx.x; k < num_entries; k += kThreads) {
+        a.partial_num[ctx.slot_first + k * ctx.slot_stride] = s_slots[k];
+        a.partial_den[ctx.slot_first + k * ctx.slot_stride] = s_slots[a.shared_slots + k];
+      }
+    }
+    __syncthreads();  // ctx, s_slots and s_covered are reused by the next chunk
+  }
+}
+
+// Per entry (a block each), its chunks' partials: thread t adds chunks t, t + 128, ... in order, then a
+// fixed tree (xor shuffles, then the warps in order). The same order on every run.
+__global__ void __launch_bounds__(kReduceThreads) reduce_entries_kernel(const int64_t* params, const int64_t* entries,
+                                                                        const int64_t* chunks,
+                                                                        const int64_t* param_chunk_begin,
+                                                                        const double* partial_num,
+                                                                        const double* partial_den, double* entry_num,
+                                                                        double* entry_den) {
+  __shared__ double s_sums[2][kReduceThreads / kWarpSize];
+  const int64_t e = blockIdx.x;
+  const int64_t p = entries[e * kEntryCols + kEntryParam];
+  const int64_t k = e - params[p * kParamCols + kParamEntryBegin];
+  const int64_t first = param_chunk_begin[p], count = param_chunk_begin[p + 1] - first;
+  double num = 0.0, den = 0.0;
+  if (count > 0) {
+    const int64_t base = chunks[first * kChunkCols + kChunkPartialBase] + k * count;
+    for (int64_t j = threadIdx.x; j < count; j += kReduceThreads) {
+      num += partial_num[base + j];
+      den += partial_den[base + j];
+    }
+  }
+  num = warp_sum(num);
+  den = warp_sum(den);
+  const int warp = threadIdx.x / kWarpSize;
+  if (threadIdx.x % kWarpSize == 0) {
+    s_sums[0][warp] = num;
+    s_sums[1][warp] = den;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total_num = 0.0, total_den = 0.0;
+    for (int w = 0; w < kReduceThreads / kWarpSize; ++w) {
+      total_num += s_sums[0][w];
+      total_den += s_sums[1][w];
+    }
+    entry_num[e] = total_num;
+    entry_den[e] = total_den;
+  }
 }
 
 // Per client, its entries in parameter order.
@@ -208,6 +448,14 @@ __global__ void reduce_clients_kernel(const int64_t* client_entry_begin, const i
 
 int64_t blocks_for(int64_t count, int64_t threads) { return max64(1, ceil_div(count, threads)); }
 
+// Appends `count` int64 words to the host table and returns where they start.
+int64_t append(std::vector<int64_t>& sizes, int64_t count) {
+  int64_t start = 0;
+  for (int64_t s : sizes) start += s;
+  sizes.push_back(count);
+  return start;
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> aggregate_into_cuda(const at::Tensor& out, at::TensorList packed,
                                                                    const at::Tensor& params,
                                                                    const at::Tensor& entries,
@@ -216,70 +464,103 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> aggregate_into_cuda(const at::Ten
   TORCH_CHECK(out.is_cuda(), "out must be a CUDA tensor for the CUDA kernel, got ", out.device());
   const c10::cuda::CUDAGuard guard(out.device());
   const AggregatePlan plan = make_plan(params, entries, weights, kGpuTile, kGpuChunkElems);
-  const int64_t num_entries = entries.size(0), num_clients = weights.size(0);
+  const int64_t num_params = params.size(0), num_entries = entries.size(0), num_clients = weights.size(0);
   const int64_t num_chunks = plan.chunks.size(0);
   const auto device = out.device();
-  const auto long_options = at::TensorOptions().dtype(at::kLong).device(device);
-  const auto double_options = at::TensorOptions().dtype(at::kDouble).device(device);
-
-  at::Tensor addresses = at::empty({num_entries}, at::kLong);
-  int64_t* address = addresses.data_ptr<int64_t>();
-  for (int64_t e = 0; e < num_entries; ++e) address[e] = reinterpret_cast<int64_t>(packed[e].data_ptr());
-  const at::Tensor params_d = params.to(device), entries_d = entries.to(device), chunks_d = plan.chunks.to(device);
-  const at::Tensor chunk_begin_d = plan.param_chunk_begin.to(device), weight_d = plan.entry_weight.to(device);
-  const at::Tensor client_begin_d = plan.client_entry_begin.to(device);
-  const at::Tensor client_entries_d = plan.client_entries.to(device), addresses_d = addresses.to(device);
-  at::Tensor partial_num = at::zeros({plan.num_partials}, double_options);
-  at::Tensor partial_den = at::zeros({plan.num_partials}, double_options);
-  at::Tensor chunk_covered = at::zeros({num_chunks}, long_options);
-  at::Tensor div_num = at::zeros({num_clients}, double_options);
-  at::Tensor div_den = at::zeros({num_clients}, double_options);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index());
 
+  // Every table the kernels read, in one pinned int64 buffer, copied to the device at once.
+  std::vector<int64_t> sizes;
+  const int64_t at_params = append(sizes, num_params * kParamCols);
+  const int64_t at_entries = append(sizes, num_entries * kEntryCols);
+  const int64_t at_chunks = append(sizes, num_chunks * kChunkCols);
+  const int64_t at_chunk_begin = append(sizes, num_params + 1);
+  const int64_t at_client_begin = append(sizes, num_clients + 1);
+  const int64_t at_client_entries = append(sizes, num_entries);
+  const int64_t at_data = append(sizes, num_entries);
+  const int64_t at_vector_ok = append(sizes, num_entries);
+  const int64_t at_weight = append(sizes, num_entries);  // float64 bit patterns
+  const int64_t at_counter = append(sizes, 1);
+  const int64_t table_words = append(sizes, 0);
+  at::Tensor host = at::empty({table_words}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+  int64_t* h = host.data_ptr<int64_t>();
+  const auto put = [&](int64_t at, const at::Tensor& t) {
+    if (t.numel() > 0) std::memcpy(h + at, t.data_ptr(), t.numel() * sizeof(int64_t));
+  };
+  put(at_params, params);
+  put(at_entries, entries);
+  put(at_chunks, plan.chunks);
+  put(at_chunk_begin, plan.param_chunk_begin);
+  put(at_client_begin, plan.client_entry_begin);
+  put(at_client_entries, plan.client_entries);
+  put(at_weight, plan.entry_weight);  // same size as int64
+  h[at_counter] = 0;
+  const int64_t* P = params.data_ptr<int64_t>();
+  const int64_t* E = entries.data_ptr<int64_t>();
+  const int64_t vector_elems = 16 / static_cast<int64_t>(out.element_size());
+  for (int64_t e = 0; e < num_entries; ++e) {
+    const int64_t* entry = E + e * kEntryCols;
+    const int64_t last = P[entry[kEntryParam] * kParamCols + kParamNdim] - 1;
+    const int64_t address = reinterpret_cast<int64_t>(packed[e].data_ptr());
+    h[at_data + e] = address;
+    // Rows start at local_row * width: 16-byte aligned for every row when the base is and width is a
+    // multiple of the vector; and a window that does not wrap (offset 0) maps column c to local c.
+    h[at_vector_ok + e] = address % 16 == 0 && entry[kEntryPacked + last] % vector_elems == 0 &&
+                          entry[kEntryOffset + last] == 0;
+  }
+  at::Tensor tables = at::empty({table_words}, at::TensorOptions().dtype(at::kLong).device(device));
+  tables.copy_(host, /*non_blocking=*/true);
+  const int64_t* d = tables.data_ptr<int64_t>();
+
+  // Partials, then per-entry sums; each written in full before it is read.
+  at::Tensor sums = at::empty({2 * plan.num_partials + 2 * num_entries}, at::TensorOptions().dtype(at::kDouble).device(device));
+  double* partial_num = sums.data_ptr<double>();
+  double* partial_den = partial_num + plan.num_partials;
+  double* entry_num = partial_den + plan.num_partials;
+  double* entry_den = entry_num + num_entries;
+  at::Tensor chunk_covered = at::empty({num_chunks}, at::TensorOptions().dtype(at::kLong).device(device));
+  at::Tensor div_num = at::empty({num_clients}, at::TensorOptions().dtype(at::kDouble).device(device));
+  at::Tensor div_den = at::empty({num_clients}, at::TensorOptions().dtype(at::kDouble).device(device));
+
   if (num_chunks > 0) {
-    // Norm slots in shared memory when they fit (opting in above 48 KiB), else in global scratch.
-    const int64_t slot_bytes = plan.max_entries * kWarps * 2 * static_cast<int64_t>(sizeof(double));
-    int max_optin = 0;
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device.index()));
-    const bool in_shared = slot_bytes + 1024 <= max_optin;  // 1 KiB headroom for the static shared memory
-    at::Tensor scratch;
-    if (!in_shared) scratch = at::empty({num_chunks * plan.max_entries * kWarps * 2}, double_options);
+    const int64_t shared_slots = min64(plan.max_entries, kMaxSharedSlots);
+    const size_t shared_bytes = static_cast<size_t>(2 * shared_slots) * sizeof(double);  // <= 24 KiB: no opt-in
+    int sm_count = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device.index()));
     AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "hasfl_ray::aggregate_into_cuda", [&] {
-      CudaArgs args{params_d.data_ptr<int64_t>(),
-                    entries_d.data_ptr<int64_t>(),
-                    chunks_d.data_ptr<int64_t>(),
-                    addresses_d.data_ptr<int64_t>(),
-                    weight_d.data_ptr<double>(),
+      int per_sm = 0;
+      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, aggregate_chunks_kernel<scalar_t>,
+                                                                   kThreads, shared_bytes));
+      const int64_t grid = min64(num_chunks, max64(1, static_cast<int64_t>(per_sm) * sm_count));
+      CudaArgs args{d + at_params,
+                    d + at_entries,
+                    d + at_chunks,
+                    d + at_chunk_begin,
+                    d + at_data,
+                    d + at_vector_ok,
+                    reinterpret_cast<const double*>(d + at_weight),
                     out.data_ptr(),
-                    partial_num.data_ptr<double>(),
-                    partial_den.data_ptr<double>(),
+                    partial_num,
+                    partial_den,
                     chunk_covered.data_ptr<int64_t>(),
-                    in_shared ? nullptr : scratch.data_ptr<double>(),
-                    plan.max_entries};
-      const size_t shared_bytes = in_shared ? static_cast<size_t>(slot_bytes) : 0;
-      if (shared_bytes > 48 * 1024)
-        C10_CUDA_CHECK(cudaFuncSetAttribute(aggregate_chunks_kernel<scalar_t>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(shared_bytes)));
-      aggregate_chunks_kernel<scalar_t>
-          <<<static_cast<unsigned>(num_chunks), kWarps * kWarpSize, shared_bytes, stream>>>(args);
+                    reinterpret_cast<unsigned long long*>(tables.data_ptr<int64_t>() + at_counter),
+                    num_chunks,
+                    shared_slots};
+      aggregate_chunks_kernel<scalar_t><<<static_cast<unsigned>(grid), kThreads, shared_bytes, stream>>>(args);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
-    at::Tensor entry_num = at::empty({num_entries}, double_options);
-    at::Tensor entry_den = at::empty({num_entries}, double_options);
-    if (num_entries > 0) {
-      reduce_entries_kernel<<<blocks_for(num_entries, 256), 256, 0, stream>>>(
-          params_d.data_ptr<int64_t>(), entries_d.data_ptr<int64_t>(), chunks_d.data_ptr<int64_t>(),
-          chunk_begin_d.data_ptr<int64_t>(), partial_num.data_ptr<double>(), partial_den.data_ptr<double>(),
-          num_entries, entry_num.data_ptr<double>(), entry_den.data_ptr<double>());
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    }
-    if (num_clients > 0) {
-      reduce_clients_kernel<<<blocks_for(num_clients, 256), 256, 0, stream>>>(
-          client_begin_d.data_ptr<int64_t>(), client_entries_d.data_ptr<int64_t>(), entry_num.data_ptr<double>(),
-          entry_den.data_ptr<double>(), num_clients, div_num.data_ptr<double>(), div_den.data_ptr<double>());
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    }
+  }
+  if (num_entries > 0) {
+    reduce_entries_kernel<<<static_cast<unsigned>(num_entries), kReduceThreads, 0, stream>>>(
+        d + at_params, d + at_entries, d + at_chunks, d + at_chunk_begin, partial_num, partial_den, entry_num,
+        entry_den);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  if (num_clients > 0) {
+    reduce_clients_kernel<<<static_cast<unsigned>(blocks_for(num_clients, 256)), 256, 0, stream>>>(
+        d + at_client_begin, d + at_client_entries, entry_num, entry_den, num_clients, div_num.data_ptr<double>(),
+        div_den.data_ptr<double>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   return {div_num, div_den, chunk_covered.sum()};
 }
