@@ -13,9 +13,38 @@ class DataError(ConfigError):
     """A dataset file is missing, unreadable, corrupt or truncated, or a download failed."""
 
 
-class OutputError(RuntimeError):
-    """An output of a run could not be written (disk full, permissions); the message is one sentence saying what
-    was kept. The CLI prints it and exits with status 1."""
+class RunError(RuntimeError):
+    """A run could not go on (not bad input): the message is one sentence; the CLI prints it and exits with 1."""
+
+
+class OutputError(RunError):
+    """An output of a run could not be written (disk full, permissions); the message says what was kept."""
+
+
+class TrainerError(RunError):
+    """Training a client raised inside a trainer (in process or in a Ray actor).
+
+    Attributes:
+        remote_traceback: the trainer's traceback, for RUN/log.txt rather than the terminal.
+    """
+
+    def __init__(self, message: str, remote_traceback: str = ""):
+        super().__init__(message)
+        self.remote_traceback = remote_traceback
+
+
+class RunInterrupted(Exception):
+    """SIGINT or SIGTERM stopped a run after a checkpoint was written; the CLI exits with 128 + the signal number.
+
+    Attributes:
+        signal_number: the signal that stopped it.
+        rounds_done: rounds completed (and checkpointed).
+        run_dir: the run directory (None when the run wrote none).
+    """
+
+    def __init__(self, signal_number: int, rounds_done: int, run_dir=None):
+        super().__init__(f"interrupted by signal {signal_number} after {rounds_done} rounds")
+        self.signal_number, self.rounds_done, self.run_dir = signal_number, rounds_done, run_dir
 
 
 def expected_one_of(value: object, choices: Iterable[str], what: str = "one of") -> str:

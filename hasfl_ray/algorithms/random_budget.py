@@ -111,13 +111,15 @@ class RandomBudget(Algorithm):
         self.realised_sum = 0.0
         self.rounds_seen = 0
         self._allocated_mean = float(self.p_current.mean())
+        self._pending_mean = self._allocated_mean
 
     def is_adaptation_round(self, round: int) -> bool:
         return round >= self.config.warmup and round % self.config.t_adapt == 0
 
     def allocate(self, round: int, participants: Sequence[int]) -> Dict[int, float]:
         widths = super().allocate(round, participants)
-        self._allocated_mean = float(np.mean(list(widths.values()))) if widths else self._allocated_mean
+        # Held until observe: a round interrupted after allocating leaves the checkpointed state untouched.
+        self._pending_mean = float(np.mean(list(widths.values()))) if widths else self._allocated_mean
         return widths
 
     def target(self) -> float:
@@ -131,6 +133,7 @@ class RandomBudget(Algorithm):
         return float(np.clip((self.budget * adapted_rounds - self.realised_sum) / remaining, low, high))
 
     def observe(self, round: int, results: Sequence[ClientResult], aggregate: AggregateResult) -> None:
+        self._allocated_mean = self._pending_mean
         used = np.mean([r.width for r in results]) if results else self._allocated_mean
         if round >= self.first_adapted:
             self.realised_sum += float(used)  # only the rounds the budget is matched over
@@ -147,4 +150,4 @@ class RandomBudget(Algorithm):
         super().load_state_dict(state)
         self.realised_sum = float(state["realised_sum"])
         self.rounds_seen = int(state["rounds_seen"])
-        self._allocated_mean = float(state["allocated_mean"])
+        self._allocated_mean = self._pending_mean = float(state["allocated_mean"])

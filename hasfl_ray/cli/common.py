@@ -8,12 +8,12 @@ import sys
 
 import click
 
-from hasfl_ray.errors import ConfigError, OutputError
+from hasfl_ray.errors import ConfigError, RunError
 
 
 def user_errors(function):
-    """Turn :class:`ConfigError` into ``Error: <sentence>`` and exit status 2, and :class:`OutputError` (a write
-    that failed) into its sentence and exit status 1 (no traceback for either)."""
+    """Turn :class:`ConfigError` into ``Error: <sentence>`` and exit status 2, and :class:`RunError` (a write that
+    failed, a trainer that raised) into its sentence and exit status 1 (no traceback for either)."""
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
@@ -22,7 +22,7 @@ def user_errors(function):
         except ConfigError as error:
             click.echo(f"Error: {error}", err=True)
             sys.exit(2)
-        except OutputError as error:
+        except RunError as error:
             click.echo(f"Error: {error}", err=True)
             sys.exit(1)
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import signal
+import sys
 from typing import Any, Dict
 
 import click
 
 from hasfl_ray.cli.common import setup_logging, user_errors
 from hasfl_ray.cli.main import main
-from hasfl_ray.errors import ConfigError
+from hasfl_ray.errors import ConfigError, RunInterrupted
 
 # Flags that map one-to-one onto RunConfig fields (None = not given, so the YAML/default stands).
 _FIELD_FLAGS = ("dataset", "data_dir", "algorithm", "rounds", "clients", "clients_per_round", "seed", "alpha",
@@ -150,6 +153,12 @@ def simulate(config_file, out, force, resume, quiet, verbose, no_coverage, downl
 
     engine = Engine(config, out_dir=out, progress=not quiet, resume=resume, force=force)
     engine.prepare()  # bad data or config (or a config that differs from the one resumed) fails here
-    summary = engine.run()
+    try:
+        summary = engine.run()
+    except RunInterrupted as stop:
+        name = signal.Signals(stop.signal_number).name
+        click.echo(f"Stopped by {name} after {stop.rounds_done} completed rounds (checkpoint written); resume with: "
+                   f"hasfl-ray simulate --out {shlex.quote(out)} --resume", err=True)
+        sys.exit(128 + stop.signal_number)
     click.echo(json.dumps(summary, indent=2))
     click.echo(f"run directory: {out}")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import traceback
 from abc import ABC, abstractmethod
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Sequence, Tuple
 
 import torch
 
@@ -11,6 +12,8 @@ from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.engine.config import RunConfig
 from hasfl_ray.engine.server import Server
+from hasfl_ray.errors import ConfigError, TrainerError
+from hasfl_ray.training.batched import group_tasks
 from hasfl_ray.training.local import ClientResult, ClientTask, OptimizerSettings, Trainer
 
 
@@ -19,10 +22,25 @@ def optimizer_settings(config: RunConfig) -> OptimizerSettings:
                              local_epochs=config.local_epochs, batch_size=config.batch_size)
 
 
+class RoundInterrupted(Exception):
+    """A stop was requested (Ctrl-C, SIGTERM) while a round trained: raised at the end of a client, before the
+    round reaches the server, so the global model is still that of the last completed round."""
+
+
+def trainer_error(tasks: Sequence[ClientTask], error: BaseException, remote_traceback: str) -> "TrainerError":
+    """One sentence naming the client(s) and round of a trainer that raised; the traceback travels with it."""
+    clients = ", ".join(str(task.client) for task in tasks)
+    detail = " ".join(str(error).split())[:120] or type(error).__name__
+    return TrainerError(f"training client {clients} of round {tasks[0].round} failed ({type(error).__name__}: "
+                        f"{detail}); the trainer's traceback is in RUN/log.txt", remote_traceback)
+
+
 class Backend(ABC):
     """Runs rounds for the :class:`~hasfl_ray.engine.engine.Engine`; results never depend on the backend."""
 
     name: str = "base"
+    #: Asked at the end of every client: True stops the round with :class:`RoundInterrupted` (set by the Engine).
+    should_stop: Callable[[], bool] = staticmethod(lambda: False)
 
     @abstractmethod
     def start(self, config: RunConfig, dataset: FederatedDataset, model_name: str,
@@ -88,10 +106,20 @@ class LocalBackend(Backend):
 
     def run_round(self, tasks, weights, server_lr):
         params = self.server.params
-        if self.batching:
-            results = self.trainer.train_group(tasks, params)
-        else:
-            results = [self.trainer.train(task, params) for task in tasks]
+        results: List[ClientResult] = []
+        for unit in group_tasks(tasks, batching=self.batching):  # single clients, or one width's batchable ones
+            group = [tasks[k] for k in unit]
+            try:
+                results += self.trainer.train_group(group, params) if len(group) > 1 else \
+                    [self.trainer.train(group[0], params)]
+            except ConfigError:
+                raise  # bad input found while training (a data file): its own sentence
+            except Exception as error:
+                raise trainer_error(group, error, traceback.format_exc()) from None
+            if self.should_stop():
+                raise RoundInterrupted
+        order = {task.client: position for position, task in enumerate(tasks)}
+        results.sort(key=lambda result: order[result.client])
         return self.server.apply(results, weights, server_lr)
 
     def evaluate(self):

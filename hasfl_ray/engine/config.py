@@ -191,7 +191,7 @@ class RunConfig:
         if self.fault_inject is not None:
             fault = parse_fault(self.fault_inject)
             if fault is None:
-                raise bad("fault_inject", self.fault_inject, "kill-trainer@ROUND, nan-update@ROUND or inf-update@ROUND")
+                raise bad("fault_inject", self.fault_inject, "KIND@ROUND with KIND one of " + ", ".join(FAULT_KINDS))
             if fault[0] == "kill-trainer" and self.backend != "ray":
                 raise ConfigError(f"fault_inject is {self.fault_inject!r} but backend is {self.backend!r}; expected "
                                   "backend ray, whose trainer actors it kills")
@@ -295,9 +295,10 @@ def budget_from_run(run_dir: str) -> float:
     return float(avg_p)
 
 
-#: Faults ``--fault-inject KIND@ROUND`` can inject: a killed Ray trainer, or a client update poisoned with NaN/Inf
-#: (the round's first participant; every backend), which the server must reject.
-FAULT_KINDS = ("kill-trainer", "nan-update", "inf-update")
+#: Faults ``--fault-inject KIND@ROUND`` can inject: a killed Ray trainer; a client update poisoned with NaN/Inf
+#: (the round's first participant; every backend), which the server must reject; an exception raised inside the
+#: trainer of the round's first participant (every backend), which must end the run in one sentence.
+FAULT_KINDS = ("kill-trainer", "nan-update", "inf-update", "trainer-error")
 
 
 def parse_fault(spec: str) -> Optional[Tuple[str, int]]:

@@ -13,12 +13,13 @@ import torch
 from hasfl_ray.algorithms import algorithm_class
 from hasfl_ray.algorithms.random_budget import post_warmup_avg_p
 from hasfl_ray.data import assign_tiers, load_dataset
-from hasfl_ray.engine.backend import Backend, make_backend
+from hasfl_ray.engine.backend import Backend, RoundInterrupted, make_backend
 from hasfl_ray.engine.checkpoint import (Checkpoint, check_resume_config, load_checkpoint, load_checkpoint_round,
                                          save_checkpoint, stored_config)
 from hasfl_ray.engine.config import RunConfig, parse_fault
 from hasfl_ray.engine.rundir import RunDirectory, RunLock
-from hasfl_ray.errors import OutputError
+from hasfl_ray.engine.signals import StopSignals
+from hasfl_ray.errors import OutputError, RunInterrupted, TrainerError
 from hasfl_ray.models import MODEL_CONFIGS, build_model
 from hasfl_ray.training.determinism import apply_determinism
 from hasfl_ray.training.local import ClientTask
@@ -66,6 +67,7 @@ class Engine:
         self.checkpoint: Optional[Checkpoint] = None
         self.elapsed_before = 0.0
         self.prepared = False
+        self.stop_signals = StopSignals()  # replaced by the active one while run() runs
 
     def prepare(self) -> None:
         """Load data, draw tiers, build the algorithm and w^(0); raises ConfigError before anything is written."""
@@ -97,24 +99,55 @@ class Engine:
             self.prepare()
         c = self.config
         lock = RunLock(self.rundir.path).acquire() if self.rundir else None  # before anything is written
+        log = None
         try:
             if self.rundir and self.force and not self.resume:
                 self.rundir.clear()
-            self.backend.start(c, self.dataset, self.model_name, self.initial_params)
-            try:
-                if self.checkpoint is not None:
-                    self.backend.set_params(self.checkpoint.params)
-                if self.rundir:
-                    with self._writing("config.yaml"):
-                        self.rundir.create(c.to_dict(), self.backend.describe())
-                    with self._writing("metrics.jsonl"):
-                        self.rundir.reset_metrics(self.history)  # on resume: the lines up to the checkpoint
-                return self._loop()
-            finally:
-                self.backend.shutdown()
+            log = self._open_log()
+            with StopSignals() as self.stop_signals:
+                self.backend.should_stop = self.stop_signals.requested
+                self.backend.start(c, self.dataset, self.model_name, self.initial_params)
+                try:
+                    if self.checkpoint is not None:
+                        self.backend.set_params(self.checkpoint.params)
+                    if self.rundir:
+                        with self._writing("config.yaml"):
+                            self.rundir.create(c.to_dict(), self.backend.describe())
+                        with self._writing("metrics.jsonl"):
+                            self.rundir.reset_metrics(self.history)  # on resume: the lines up to the checkpoint
+                    return self._loop()
+                except TrainerError as error:
+                    if log is not None:  # the sentence goes to the terminal (CLI); the traceback only here
+                        log.stream.write(f"{error}\n{error.remote_traceback.rstrip()}\n")
+                        log.flush()
+                    raise
+                finally:
+                    self.backend.shutdown()  # every actor and Ray process the run started, however it ends
         finally:
+            if log is not None:
+                logging.getLogger("hasfl_ray").removeHandler(log)
+                log.close()
             if lock is not None:
                 lock.release()
+
+    def _open_log(self) -> Optional[logging.FileHandler]:
+        """RUN/log.txt: what the package logs during the run, and the traceback of a trainer that raised."""
+        if not self.rundir:
+            return None
+        handler = logging.FileHandler(self.rundir.file("log.txt"), encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.getLogger("hasfl_ray").addHandler(handler)
+        return handler
+
+    def _interrupted(self, start: float) -> None:
+        """Checkpoint the completed rounds and raise :class:`RunInterrupted` (the backend is shut down after)."""
+        if self.rundir and self.history:
+            with self._writing("checkpoints/latest.pt"):
+                self.save_checkpoint(self.elapsed_before + time.perf_counter() - start)
+        logger.warning("stopped by signal %d after %d completed rounds", self.stop_signals.signal_number,
+                       len(self.history))
+        raise RunInterrupted(self.stop_signals.signal_number, len(self.history),
+                             self.rundir.path if self.rundir else None)
 
     @contextlib.contextmanager
     def _writing(self, what: str):
@@ -137,7 +170,12 @@ class Engine:
             bar = tqdm(total=c.rounds, desc=f"{c.algorithm} on {c.dataset}", unit="round", dynamic_ncols=True,
                        initial=len(self.history))
         for t in range(len(self.history), c.rounds):
-            line = self.run_round(t)
+            try:
+                line = self.run_round(t)
+            except RoundInterrupted:
+                if bar:
+                    bar.close()
+                self._interrupted(start)
             self.history.append(line)
             if self.rundir:
                 with self._writing("metrics.jsonl"):
@@ -150,6 +188,10 @@ class Engine:
                 bar.set_postfix(acc=f"{line['test_accuracy']:.3f}", avg_p=f"{line['avg_p']:.2f}",
                                 cov=f"{line['coverage']:.2f}")
                 bar.update(1)
+            if self.stop_signals.requested() and t + 1 < c.rounds:
+                if bar:
+                    bar.close()
+                self._interrupted(start)
         if bar:
             bar.close()
         return self.finish(self.elapsed_before + time.perf_counter() - start)
@@ -171,8 +213,8 @@ class Engine:
                             offset=self.algorithm.window_offset(t, i))
                  for i in participants]
         fault = parse_fault(c.fault_inject) if c.fault_inject else None
-        if fault is not None and fault[0] in ("nan-update", "inf-update") and fault[1] == t:
-            tasks[0].fault = fault[0].split("-")[0]  # the round's first participant returns a poisoned update
+        if fault is not None and fault[0] != "kill-trainer" and fault[1] == t:
+            tasks[0].fault = fault[0].split("-")[0]  # the round's first participant: nan, inf or error
         weights = self.algorithm.aggregation_weights(participants)
         results, aggregate = self.backend.run_round(tasks, weights, self.algorithm.server_lr)
         accepted = {r.client for r in results}

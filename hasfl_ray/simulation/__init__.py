@@ -7,10 +7,27 @@ is missing, so the local backend keeps working without it.
 from __future__ import annotations
 
 import importlib.util
+import logging
 
 from hasfl_ray.errors import ConfigError
 
 RAY_INSTALL = 'pip install "ray>=2.9"'
+
+#: Ray's notice that token authentication is on (it stays on; the user has nothing to act on). The notice that it
+#: is off, and every other warning, still shows.
+_TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
+
+
+class _DropTokenNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(_TOKEN_NOTICE)
+
+
+def quiet_token_notice() -> None:
+    """Silence Ray's 'token authentication is enabled' notice before ``ray.init`` (never the check itself)."""
+    logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    if not any(isinstance(f, _DropTokenNotice) for f in logger.filters):
+        logger.addFilter(_DropTokenNotice())
 
 
 def ray_available() -> bool:

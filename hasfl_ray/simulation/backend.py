@@ -12,9 +12,10 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from hasfl_ray.engine.backend import Backend, optimizer_settings
+from hasfl_ray.engine.backend import Backend, RoundInterrupted, optimizer_settings, trainer_error
 from hasfl_ray.engine.config import RunConfig, fault_inject_round
 from hasfl_ray.errors import ConfigError
+from hasfl_ray.simulation import quiet_token_notice
 from hasfl_ray.simulation.actors import ServerActor, TaskReport, TrainerActor
 from hasfl_ray.simulation.placement import ActorPlan, plan_actors
 from hasfl_ray.training.batched import group_tasks
@@ -129,6 +130,7 @@ class RayBackend(Backend):
     def _connect(self, address: Optional[str]) -> None:
         if ray.is_initialized():
             return
+        quiet_token_notice()
         if address:
             try:
                 ray.init(address=address, logging_level=logging.WARNING)
@@ -232,9 +234,15 @@ class RayBackend(Backend):
                 submit(self.slots[job.slot])
                 continue
             except RayTaskError as error:
-                raise error.as_instanceof_cause() from None
+                cause = error.as_instanceof_cause()
+                if isinstance(cause, ConfigError):
+                    raise cause from None  # bad input met while training: its own sentence
+                raise trainer_error([tasks[k] for k in job.unit], getattr(error, "cause", None) or error,
+                                    str(error)) from None
             for position, result in zip(job.unit, job.results):
                 results[position] = result
+            if self.should_stop():
+                raise RoundInterrupted  # before anything reaches the server: the model is the last round's
             self.timing.train_seconds += report.train_seconds
             self.timing.slot_train_seconds[job.slot] = \
                 self.timing.slot_train_seconds.get(job.slot, 0.0) + report.train_seconds

@@ -10,6 +10,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import ray
 
+from hasfl_ray.simulation import quiet_token_notice
+
 
 def _run_cell(cell: Dict[str, Any], force: bool, cwd: str) -> Dict[str, Any]:
     """The body of a cell's task: the cell's run, in the driver's working directory (relative paths agree)."""
@@ -29,6 +31,7 @@ class RayExecutor:
     def __init__(self, address: Optional[str] = None, gpus_per_task: Optional[float] = None, force: bool = False):
         self.started = False
         if not ray.is_initialized():
+            quiet_token_notice()
             ray.init(address=address, include_dashboard=False, logging_level="warning")
             self.started = True
         self.gpus_per_task, self.force = gpus_per_task, force

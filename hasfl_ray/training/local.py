@@ -93,7 +93,7 @@ class ClientTask:
     objective: LocalObjective = field(default_factory=LocalObjective)
     #: First channel of the kept window in every scaled dim (wrapping); 0 = the leading slice (FedRolex rolls it).
     offset: int = 0
-    #: Testing (``--fault-inject nan-update@ROUND``): ``"nan"`` or ``"inf"`` poisons the returned update.
+    #: Testing (``--fault-inject``): ``"nan"`` or ``"inf"`` poisons the returned update, ``"trainer"`` raises.
     fault: Optional[str] = None
 
 
@@ -173,6 +173,8 @@ class Trainer:
 
     def train(self, task: ClientTask, global_params: Mapping[str, torch.Tensor]) -> ClientResult:
         """Extract the width-p sub-model from ``global_params``, run K local epochs, return Δ_i (packed)."""
+        if task.fault == "trainer":
+            raise RuntimeError(f"injected trainer failure (--fault-inject trainer-error@{task.round})")
         if self.device.type == "cpu":
             torch.set_num_threads(self.threads)
         model = self.model_at(task.width)
@@ -223,6 +225,9 @@ class Trainer:
         width with one client) one at a time with :meth:`train`. Agrees with ``[train(t) for t in tasks]`` to
         float rounding."""
         from hasfl_ray.training.batched import group_tasks, train_batched
+        for task in tasks:
+            if task.fault == "trainer":
+                raise RuntimeError(f"injected trainer failure (--fault-inject trainer-error@{task.round})")
 
         results: List[Optional[ClientResult]] = [None] * len(tasks)
         for unit in group_tasks(tasks, batching=True):

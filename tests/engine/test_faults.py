@@ -61,7 +61,7 @@ def test_a_round_whose_every_update_is_rejected_leaves_the_model_unchanged(tmp_p
 
 
 def test_fault_specs_are_validated():
-    with pytest.raises(ConfigError, match="kill-trainer@ROUND, nan-update@ROUND or inf-update@ROUND"):
+    with pytest.raises(ConfigError, match="KIND@ROUND with KIND one of kill-trainer, nan-update, inf-update, trainer-error"):
         RunConfig(fault_inject="nan@2", backend="local")
     with pytest.raises(ConfigError, match="expected backend ray"):
         RunConfig(fault_inject="kill-trainer@2", backend="local")
@@ -76,3 +76,20 @@ def test_the_cli_flag_injects_on_the_local_backend(tmp_path):
     assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [line["rejected_updates"] for line in lines] == [1, 0]
+
+
+@pytest.mark.parametrize("backend", ["local", "ray"])
+def test_an_exception_in_a_trainer_is_one_sentence_with_the_traceback_in_the_log(tmp_path, backend):
+    if backend == "ray":
+        pytest.importorskip("ray", reason="needs Ray")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["simulate", "--backend", backend, "--rounds", "3", "--clients", "6",
+                                       "--clients-per-round", "3", "--seed", "5", "--fault-inject",
+                                       "trainer-error@1", "--quiet", "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    message = result.output.strip()
+    client = sample_participants(5, 1, 6, 3)[0]
+    assert message == (f"Error: training client {client} of round 1 failed (RuntimeError: injected trainer failure "
+                       "(--fault-inject trainer-error@1)); the trainer's traceback is in RUN/log.txt")
+    log = (out / "log.txt").read_text()
+    assert "injected trainer failure" in log and "training/local.py\", line" in log  # the trainer's frames

@@ -53,5 +53,5 @@ def test_ray_only_options_need_the_ray_backend_and_gpus_need_cuda():
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="device auto found no GPU"):
             RunConfig(backend="ray", gpus_per_actor=0.5).resolved()
-    with pytest.raises(ConfigError, match="kill-trainer@ROUND"):
+    with pytest.raises(ConfigError, match="KIND@ROUND with KIND one of kill-trainer"):
         RunConfig(backend="ray", fault_inject="kill@3")

@@ -1,0 +1,45 @@
+"""Graceful stops: the first SIGINT or SIGTERM asks the run to stop at the end of the current client; a second one
+stops it at once."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Optional
+
+logger = logging.getLogger(__name__)
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopSignals:
+    """While active (a ``with`` block in the main thread), SIGINT and SIGTERM set :meth:`requested` instead of
+    killing the process; the second signal raises KeyboardInterrupt at once (``finally`` blocks still run, so the
+    Ray processes of the run are shut down). Outside the main thread it does nothing (signals go to the main
+    thread only), and the previous handlers come back on exit."""
+
+    def __init__(self) -> None:
+        self.signal_number: Optional[int] = None
+        self._previous = {}
+
+    def requested(self) -> bool:
+        return self.signal_number is not None
+
+    def _handle(self, number: int, frame) -> None:
+        if self.signal_number is not None:
+            raise KeyboardInterrupt  # the second signal: stop now
+        self.signal_number = number
+        logger.warning("%s received: stopping after the current client and writing a checkpoint (send it again to "
+                       "stop at once)", signal.Signals(number).name)
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for number in STOP_SIGNALS:
+                self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+        self._previous = {}
