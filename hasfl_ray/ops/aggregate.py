@@ -276,6 +276,8 @@ def signature(global_shapes: Mapping[str, Sequence[int]], updates: Sequence[Mapp
     None means "not plainly well-formed": the caller then runs the full validation, which says what is wrong.
     """
     try:
+        if not all(isinstance(update, Mapping) for update in updates):
+            return None
         flat = [tensor for update in updates for tensor in update.values()]
         dtypes = {tensor.dtype for tensor in flat}
         devices = {tensor.device for tensor in flat}
@@ -286,7 +288,7 @@ def signature(global_shapes: Mapping[str, Sequence[int]], updates: Sequence[Mapp
                None if offsets is None else tuple(tuple((name, tuple(start)) for name, start in client.items())
                                                   for client in offsets))
         hash(key)
-    except (AttributeError, TypeError):
+    except (AttributeError, TypeError, RuntimeError):
         return None
     if len(dtypes) != 1 or len(devices) != 1:
         return None
@@ -350,7 +352,11 @@ def run_layout(layout: AggregateLayout, packed: Sequence[torch.Tensor], weights:
     sizes = [math.prod(shape) for shape in layout.shapes]
     delta = {name: view.view(shape) for name, shape, view in zip(layout.names, layout.shapes, out.split(sizes))}
     total = layout.total_numel
-    return AggregateResult(delta, div_num.cpu(), div_den.cpu(), int(covered) / total if total else 0.0)
+    if div_num.device.type != "cpu":  # one device-to-host copy (and wait) instead of three
+        n = div_num.shape[0]
+        host = torch.cat([div_num, div_den, covered.reshape(1).to(torch.float64)]).cpu()  # a count < 2**53: exact
+        div_num, div_den, covered = host[:n], host[n:2 * n], int(host[2 * n])
+    return AggregateResult(delta, div_num, div_den, int(covered) / total if total else 0.0)
 
 
 def aggregate_fused(global_shapes: Mapping[str, Tuple[int, ...]], updates: Sequence[Mapping[str, torch.Tensor]],

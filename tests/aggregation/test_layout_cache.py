@@ -106,3 +106,17 @@ def test_bad_weights_after_a_cached_round_are_named(weights):
     aggregate_updates(shapes, updates, [1.0, 2.0], backend="fused")
     with pytest.raises(ValueError, match="weights"):
         aggregate_updates(shapes, updates, weights, backend="fused")
+
+
+def test_signature_is_none_unless_plainly_well_formed():
+    shapes, updates = good_round()
+    assert ops.signature(shapes, updates, None) is not None
+    for spoil in (lambda u: u[1].__setitem__("b", torch.zeros(4, dtype=torch.float64)),  # two dtypes
+                  lambda u: u[1].__setitem__("b", torch.zeros(4, device="meta")),  # two devices
+                  lambda u: u[0].__setitem__("b", torch.zeros(2, dtype=torch.int32)),  # not float
+                  lambda u: u[0].__setitem__("w", [[0.0] * 3] * 2),  # not a tensor
+                  lambda u: u.__setitem__(0, torch.zeros(3))):  # not a mapping
+        spoiled = [dict(u) for u in updates]
+        spoil(spoiled)
+        assert ops.signature(shapes, spoiled, None) is None
+    assert ops.signature(shapes, [{}, {}], None) is None
