@@ -33,7 +33,7 @@ def _extension():
         nvcc_flags = ["-O3", "--use_fast_math", "-gencode=arch=compute_90,code=sm_90",
                       "-gencode=arch=compute_90,code=compute_90"]
         ext = CUDAExtension("hasfl_ray._C", sources, extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
-                            define_macros=[("HASFL_WITH_CUDA", "1")], **kwargs)
+                            **kwargs)
     else:
         ext = CppExtension("hasfl_ray._C", sources, extra_compile_args={"cxx": cxx_flags}, **kwargs)
     return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}

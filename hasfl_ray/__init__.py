@@ -1,7 +1,35 @@
-"""hasfl-ray: HAS-FL and its baselines, simulated on Ray actors with a fused aggregation kernel."""
+"""hasfl-ray: HAS-FL and its baselines, simulated on Ray actors with a fused aggregation kernel.
+
+The plug-in API (README, "Bring your own policy"): subclass :class:`Algorithm` (or :class:`Dataset`), register it
+with :func:`register_algorithm` (:func:`register_dataset`) or name it as ``FILE.py:Class`` / ``MODULE:Class``, and run
+it with ``hasfl-ray simulate --algorithm ...`` or :func:`simulate`.
+"""
 
 from hasfl_ray.aggregation import AggregateResult, aggregate_updates
 
 __version__ = "0.1.0"
 
-__all__ = ["AggregateResult", "aggregate_updates", "__version__"]
+#: Public names loaded on first use, so that importing hasfl_ray stays light and layered.
+_LAZY = {
+    "Algorithm": "hasfl_ray.algorithms.base",
+    "ClientResult": "hasfl_ray.training.local",
+    "LocalObjective": "hasfl_ray.training.local",
+    "Dataset": "hasfl_ray.data.base",
+    "FederatedDataset": "hasfl_ray.data.base",
+    "TensorFederatedDataset": "hasfl_ray.data.base",
+    "RunConfig": "hasfl_ray.engine.config",
+    "register_algorithm": "hasfl_ray.registry",
+    "register_dataset": "hasfl_ray.registry",
+    "simulate": "hasfl_ray.api",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'hasfl_ray' has no attribute {name!r}")
+
+
+__all__ = ["AggregateResult", "aggregate_updates", "__version__", *_LAZY]

@@ -184,9 +184,10 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
 
     Raises ConfigError (one sentence) for a missing or malformed file, an unknown algorithm, dataset or key, or a
     cell whose config is invalid."""
-    from hasfl_ray.algorithms import ALGORITHMS
-    from hasfl_ray.data import DATASETS
     from hasfl_ray.engine.config import RunConfig, load_yaml_config
+    from hasfl_ray.registry import is_spec, lookup, registered, spec_label
+
+    DATASETS = registered("dataset")
 
     if not os.path.isfile(config_file):
         raise ConfigError(f"config file {config_file!r} does not exist; expected a sweep YAML such as "
@@ -217,12 +218,18 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
                       [shared.get("algorithm", "hasfl")])
     seeds = list(seeds or _as_list(block.get("seeds"), "seeds", source) or [shared.get("seed", 42)])
     for dataset in datasets:
-        if dataset not in DATASETS:
-            raise ConfigError(f"dataset {dataset!r} is not known; expected one of {', '.join(DATASETS)}")
+        if is_spec(dataset):
+            lookup("dataset", dataset)  # a plug-in: one sentence for a missing file or class
+        elif dataset not in DATASETS:
+            raise ConfigError(f"dataset {dataset!r} is not known; expected one of {', '.join(DATASETS)}, or a "
+                              "plug-in FILE.py:Class / MODULE:Class")
     for algorithm in algorithms:
-        if algorithm not in ALGORITHMS and algorithm not in variants:
+        if is_spec(algorithm) and algorithm not in variants:
+            lookup("algorithm", algorithm)  # a plug-in: one sentence for a missing file or class
+        elif algorithm not in registered("algorithm") and algorithm not in variants:
             raise ConfigError(f"algorithm {algorithm!r} is not known; expected one of "
-                              + ", ".join(list(ALGORITHMS) + list(variants)))
+                              + ", ".join(list(registered("algorithm")) + list(variants))
+                              + ", or a plug-in FILE.py:Class / MODULE:Class")
     for seed in seeds:
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
             raise ConfigError(f"{source} has seed {seed!r}; expected non-negative integers such as 42, 43, 44")
@@ -236,9 +243,11 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
         values = {**shared, **block["per_dataset"].get(dataset, {}),
                   **variants.get(algorithm, {"algorithm": algorithm}), **overrides,
                   "dataset": dataset, "seed": seed, "backend": "local"}
+        if "algorithm_options" in overrides and isinstance(shared.get("algorithm_options"), dict):
+            values["algorithm_options"] = {**shared["algorithm_options"], **overrides["algorithm_options"]}
         for key in RAY_RUN_ONLY:
             values.pop(key, None)
-        name = f"{dataset}-{algorithm}-seed{seed}"
+        name = f"{spec_label(dataset)}-{spec_label(algorithm)}-seed{seed}"  # a plug-in: its class name
         RunConfig.from_dict(values, f"sweep cell {name}")
         return Cell(name=name, dataset=dataset, algorithm=algorithm, seed=seed, dir=os.path.join(out, name),
                     values=values)
@@ -404,9 +413,13 @@ def rounds_done(cell: Cell) -> Tuple[int, Optional[int]]:
             done = sum(1 for line in handle if line.strip())
     except OSError:
         done = 0
-    from hasfl_ray.engine.config import DATASET_DEFAULTS
+    from hasfl_ray.registry import lookup
 
-    return done, cell.values.get("rounds") or DATASET_DEFAULTS.get(cell.dataset, {}).get("rounds")
+    try:
+        defaults = lookup("dataset", cell.dataset).defaults
+    except ConfigError:
+        defaults = {}
+    return done, cell.values.get("rounds") or defaults.get("rounds")
 
 
 def write_sweep_json(sweep: Sweep) -> str:

@@ -1,28 +1,33 @@
-"""Federated algorithms under one protocol: HAS-FL and the paper's baselines and controls, plus FedRolex."""
+"""Federated algorithms under one protocol: HAS-FL and the paper's baselines and controls, plus FedRolex.
+
+Each built-in is one file whose class registers itself with ``@register_algorithm("name")``; importing this package
+imports them (one line each below). A user's algorithm is a plug-in: ``--algorithm FILE.py:Class`` or
+``MODULE:Class`` (README, "Bring your own policy").
+"""
 
 from __future__ import annotations
 
-from typing import Dict, Type
+from typing import Type
 
 from hasfl_ray.algorithms.base import Algorithm
+from hasfl_ray.registry import lookup, register_algorithm, registered
 
-#: Every ``--algorithm`` name (README, "Algorithms").
-ALGORITHMS = ("hasfl", "heterofl", "fjord", "uniform", "random-budget", "fedavg", "fedprox", "scaffold", "fedrolex")
+# The built-ins, in the order of the README's table: one import each registers one --algorithm name.
+from hasfl_ray.algorithms import hasfl  # noqa: F401,E402
+from hasfl_ray.algorithms import heterofl  # noqa: F401,E402
+from hasfl_ray.algorithms import fjord  # noqa: F401,E402
+from hasfl_ray.algorithms import uniform  # noqa: F401,E402
+from hasfl_ray.algorithms import random_budget  # noqa: F401,E402
+from hasfl_ray.algorithms import fullmodel  # noqa: F401,E402  (fedavg, fedprox, scaffold)
+from hasfl_ray.algorithms import fedrolex  # noqa: F401,E402
+
+#: Every built-in ``--algorithm`` name (README, "Algorithms"), in registration order.
+ALGORITHMS = registered("algorithm")
 
 
 def algorithm_class(name: str) -> Type[Algorithm]:
-    """The Algorithm class registered under ``name``."""
-    from hasfl_ray.algorithms.fedrolex import FedRolex
-    from hasfl_ray.algorithms.fjord import FjORD
-    from hasfl_ray.algorithms.fullmodel import SCAFFOLD, FedAvg, FedProx
-    from hasfl_ray.algorithms.hasfl import HASFL
-    from hasfl_ray.algorithms.heterofl import HeteroFL
-    from hasfl_ray.algorithms.random_budget import RandomBudget
-    from hasfl_ray.algorithms.uniform import Uniform
-
-    registry: Dict[str, Type[Algorithm]] = {cls.name: cls for cls in (
-        HASFL, HeteroFL, FjORD, Uniform, RandomBudget, FedAvg, FedProx, SCAFFOLD, FedRolex)}
-    return registry[name]
+    """The Algorithm class registered under ``name``, or of a plug-in spec (``FILE.py:Class``, ``MODULE:Class``)."""
+    return lookup("algorithm", name)
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "algorithm_class"]
+__all__ = ["ALGORITHMS", "Algorithm", "algorithm_class", "register_algorithm"]

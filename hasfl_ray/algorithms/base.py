@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from abc import ABC
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.training.local import ClientResult, LocalObjective
 
-if TYPE_CHECKING:  # the engine imports the algorithms, so only type checkers import it back
+if TYPE_CHECKING:  # the run configuration sits below the algorithms; only type checkers need its class here
     from hasfl_ray.engine.config import RunConfig
+
+
+def is_adaptation_round(round: int, warmup: int, t_adapt: int) -> bool:
+    """HAS-FL's schedule, shared by random-budget: adapt at the end of round t when t >= warmup and t % t_adapt == 0."""
+    return round >= warmup and round % t_adapt == 0
 
 
 class Algorithm(ABC):
@@ -26,6 +31,10 @@ class Algorithm(ABC):
     so that results do not depend on the backend, and all state must round-trip through
     :meth:`state_dict` / :meth:`load_state_dict` for bit-identical resume.
 
+    A plug-in's options are a dataclass named by :attr:`options_class`: ``--algo-opt KEY=VALUE`` and a YAML
+    ``algorithm_options:`` mapping fill it (checked against its fields' types, unknown keys refused), and the
+    algorithm reads them as ``self.options``. A built-in registers with ``@register_algorithm("name")``.
+
     Args:
         config: the resolved run config.
         p_max: capacity p_i^max per client, float64 (num_clients,).
@@ -35,12 +44,22 @@ class Algorithm(ABC):
     name: str = "base"
     #: η_g in w ← w + η_g Δ̄ (1 for every method of the paper).
     server_lr: float = 1.0
+    #: The dataclass of this algorithm's own options (None: it takes none); ``self.options`` is an instance.
+    options_class: ClassVar[Optional[type]] = None
 
     def __init__(self, config: "RunConfig", p_max: np.ndarray, num_samples: np.ndarray):
         self.config = config
+        given = getattr(config, "algorithm_options", None) or {}
+        self.options = self.options_class(**given) if self.options_class is not None else None
         self.p_max = np.asarray(p_max, dtype=np.float64)
         self.num_samples = np.asarray(num_samples, dtype=np.int64)
         self.p_current = self.p_max.copy()
+
+    @classmethod
+    def resolve_config(cls, config: "RunConfig") -> Dict[str, Any]:
+        """Config fields this algorithm fills in before the run (``RunConfig.resolved``), as a mapping of updates;
+        e.g. SCAFFOLD's momentum default. Default: none."""
+        return {}
 
     @property
     def num_clients(self) -> int:

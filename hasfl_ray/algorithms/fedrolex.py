@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from hasfl_ray.algorithms.base import Algorithm
+from hasfl_ray.registry import register_algorithm
 
 
+@register_algorithm("fedrolex")
 class FedRolex(Algorithm):
     """Rolling sub-model extraction.
 
@@ -18,8 +20,6 @@ class FedRolex(Algorithm):
     server aggregates with :func:`hasfl_ray.aggregation.windows.aggregate_windows`, which rolls the
     round's shared window onto the leading slice so the fused kernel does the work.
     """
-
-    name = "fedrolex"
 
     def window_offset(self, round: int, client: int) -> int:
         return round * self.config.rolex_step

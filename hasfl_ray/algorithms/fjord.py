@@ -13,6 +13,7 @@ from torch.nn import functional as F
 from hasfl_ray.algorithms.base import Algorithm
 from hasfl_ray.data.partition import TIERS
 from hasfl_ray.models.slicing import region
+from hasfl_ray.registry import register_algorithm
 from hasfl_ray.training.local import LocalObjective
 from hasfl_ray.training.seeding import STREAM_ALGORITHM, stream_seed
 
@@ -86,10 +87,14 @@ class OrderedDropoutObjective(LocalObjective):
 
     def finish(self, model, initial, steps, lr) -> Dict[str, Any]:
         self._model_at = None
-        return {"avg_width": float(np.mean(self.sampled)) if self.sampled else self._width,
-                "sampled_widths": list(self.sampled)}
+        return {"sampled_widths": list(self.sampled)}
+
+    def trained_width(self) -> float:
+        """The mean sampled width (``ClientResult.trained_width``, what FjORD's avg_p reports)."""
+        return float(np.mean(self.sampled)) if self.sampled else self._width
 
 
+@register_algorithm("fjord")
 class FjORD(Algorithm):
     """Client i trains its p_i^max model; each local step adds a uniformly drawn nested width ≤ p_i^max
     distilled from the max-width output. avg_p reports the mean sampled width.
@@ -100,8 +105,6 @@ class FjORD(Algorithm):
     shares the affine parameters of its leading channels (FjORD keeps per-width statistics and shared
     affine parameters: the same separation, without stored statistics).
     """
-
-    name = "fjord"
 
     def __init__(self, config, p_max, num_samples):
         super().__init__(config, p_max, num_samples)

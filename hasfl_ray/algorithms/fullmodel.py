@@ -14,18 +14,21 @@ from torch import nn
 from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.algorithms.base import Algorithm
 from hasfl_ray.files import atomic_write
+from hasfl_ray.registry import register_algorithm
 from hasfl_ray.training.local import ClientResult, LocalObjective
 
 logger = logging.getLogger(__name__)
+
+#: Local SGD momentum of SCAFFOLD when ``momentum`` is left unset: its control variates diverge under momentum.
+SCAFFOLD_MOMENTUM = 0.0
 
 #: The extras key under which a SCAFFOLD client returns (x − y_i) / (K η).
 SCAFFOLD_DRIFT = "scaffold_drift"
 
 
+@register_algorithm("fedavg")
 class FedAvg(Algorithm):
     """FedAvg (McMahan et al., 2017): every client trains the full model, whatever its capacity."""
-
-    name = "fedavg"
 
     def __init__(self, config, p_max, num_samples):
         super().__init__(config, p_max, num_samples)
@@ -62,10 +65,9 @@ class ProximalObjective(LocalObjective):
         return self.mu, None
 
 
+@register_algorithm("fedprox")
 class FedProx(FedAvg):
     """FedProx (Li et al., 2020): FedAvg with the proximal term μ/2 ||w − w^t||² (``mu``, default 1.0)."""
-
-    name = "fedprox"
 
     def objective(self, round: int, client: int, width: float) -> LocalObjective:
         return ProximalObjective(self.config.mu)
@@ -163,6 +165,7 @@ class ControlVariateStore:
             self.put(int(client), value)
 
 
+@register_algorithm("scaffold")
 class SCAFFOLD(FedAvg):
     """SCAFFOLD (Karimireddy et al., 2020) with option II control variates.
 
@@ -173,7 +176,10 @@ class SCAFFOLD(FedAvg):
     ``momentum`` is set: with the paper's momentum 0.9 the corrected steps diverge.
     """
 
-    name = "scaffold"
+    @classmethod
+    def resolve_config(cls, config) -> Dict[str, Any]:
+        """Momentum left unset means vanilla SGD (:data:`SCAFFOLD_MOMENTUM`), not the paper's 0.9."""
+        return {"momentum": SCAFFOLD_MOMENTUM} if config.momentum is None else {}
 
     def __init__(self, config, p_max, num_samples):
         super().__init__(config, p_max, num_samples)

@@ -7,7 +7,8 @@ from typing import Any, Dict, Optional, Sequence
 import numpy as np
 
 from hasfl_ray.aggregation import AggregateResult
-from hasfl_ray.algorithms.base import Algorithm
+from hasfl_ray.algorithms.base import Algorithm, is_adaptation_round
+from hasfl_ray.registry import register_algorithm
 from hasfl_ray.training.local import ClientResult
 
 
@@ -24,6 +25,7 @@ def coverage_guarantee(p: np.ndarray, p_max: np.ndarray) -> np.ndarray:
     return out
 
 
+@register_algorithm("hasfl")
 class HASFL(Algorithm):
     """Heterogeneity-aware adaptive sub-model allocation.
 
@@ -34,14 +36,12 @@ class HASFL(Algorithm):
     (t + 1) % t_norm == 0) all H̃ are rescaled to mean 1, which preserves their order.
     """
 
-    name = "hasfl"
-
     def __init__(self, config, p_max, num_samples):
         super().__init__(config, p_max, num_samples)
         self.h = np.ones(self.num_clients, dtype=np.float64)
 
     def is_adaptation_round(self, round: int) -> bool:
-        return round >= self.config.warmup and round % self.config.t_adapt == 0
+        return is_adaptation_round(round, self.config.warmup, self.config.t_adapt)
 
     def observe(self, round: int, results: Sequence[ClientResult], aggregate: AggregateResult) -> None:
         c = self.config

@@ -5,16 +5,16 @@ from __future__ import annotations
 from typing import List, Sequence
 
 from hasfl_ray.algorithms.base import Algorithm
+from hasfl_ray.registry import register_algorithm
 
 
+@register_algorithm("heterofl")
 class HeteroFL(Algorithm):
     """Every client always trains its capacity p_i^max (the base allocation, never changed).
 
     Aggregation is the paper's coordinate-wise mean weighted by n_i; ``heterofl_weighting="count"``
     restores HeteroFL's original unweighted mean over the clients covering each coordinate.
     """
-
-    name = "heterofl"
 
     def aggregation_weights(self, clients: Sequence[int]) -> List[float]:
         if self.config.heterofl_weighting == "count":

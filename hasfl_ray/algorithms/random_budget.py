@@ -8,9 +8,10 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from hasfl_ray.aggregation import AggregateResult
-from hasfl_ray.algorithms.base import Algorithm
+from hasfl_ray.algorithms.base import Algorithm, is_adaptation_round
 from hasfl_ray.algorithms.hasfl import allocation_rule, coverage_guarantee
 from hasfl_ray.errors import ConfigError
+from hasfl_ray.registry import register_algorithm
 from hasfl_ray.training.local import ClientResult
 from hasfl_ray.training.seeding import STREAM_ALGORITHM, numpy_rng
 
@@ -75,6 +76,7 @@ def budget_range(p_max: np.ndarray, coverage: bool) -> Tuple[float, float]:
     return float(lowest.mean()), float(p_max.mean())
 
 
+@register_algorithm("random-budget")
 class RandomBudget(Algorithm):
     """HAS-FL's schedule and coverage guarantee with the allocation criterion replaced by chance.
 
@@ -91,7 +93,20 @@ class RandomBudget(Algorithm):
     (``budget_from``), where it is clamped to the nearest feasible end with one warning.
     """
 
-    name = "random-budget"
+    @classmethod
+    def resolve_config(cls, config) -> Dict[str, Any]:
+        """The budget when none is given: ``budget_from``'s realised post-warm-up average width, else
+        :func:`default_budget` for this many clients (tier counts depend only on the number of clients)."""
+        if config.budget is not None:
+            return {}
+        if config.budget_from:
+            from hasfl_ray.engine.config import budget_from_run
+
+            return {"budget": budget_from_run(config.budget_from)}
+        from hasfl_ray.data.partition import assign_tiers
+
+        p_max = assign_tiers(config.clients, np.random.default_rng(0))
+        return {"budget": round(default_budget(p_max, config.p_min, config.gamma, config.coverage), 4)}
 
     def __init__(self, config, p_max, num_samples):
         super().__init__(config, p_max, num_samples)
@@ -114,7 +129,7 @@ class RandomBudget(Algorithm):
         self._pending_mean = self._allocated_mean
 
     def is_adaptation_round(self, round: int) -> bool:
-        return round >= self.config.warmup and round % self.config.t_adapt == 0
+        return is_adaptation_round(round, self.config.warmup, self.config.t_adapt)
 
     def allocate(self, round: int, participants: Sequence[int]) -> Dict[int, float]:
         widths = super().allocate(round, participants)

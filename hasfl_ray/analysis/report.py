@@ -116,7 +116,8 @@ ALPHA = 0.05
 
 
 def _client_arrays(clients: Sequence[Dict[str, Any]]):
-    rows = [r for r in clients if r.get("h_tilde") not in ("", None)]
+    # an empty tv_distance: a client the run never sampled, among very many generated on demand (no estimate either)
+    rows = [r for r in clients if r.get("h_tilde") not in ("", None) and r.get("tv_distance") not in ("", None)]
     columns = ("h_tilde", "p_max", "tv_distance", "p_final")
     return [np.array([float(r[c]) for r in rows]) for c in columns]
 
@@ -320,32 +321,3 @@ def confound_latex(analysis: Mapping[str, List[Dict[str, Any]]]) -> str:
 def _tex(text: str) -> str:
     return text.replace("\\", r"\textbackslash{}").replace("&", r"\&").replace("%", r"\%").replace("_", r"\_") \
         .replace("#", r"\#")
-
-
-def write_report(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str] = (),
-                 title: str = "") -> List[str]:
-    """table.{md,csv,tex} (the paper's table layout), confound.{md,csv,tex} and analysis.json (Table 5, when some
-    run has H̃ estimates) and the figures (PNG) under ``out_dir``; returns the paths written."""
-    from hasfl_ray.analysis.plots import plot_runs
-    from hasfl_ray.engine.rundir import atomic_write
-
-    os.makedirs(out_dir, exist_ok=True)
-    rows = summarise_runs(runs, order)
-    datasets = ", ".join(display_name(d) for d in dict.fromkeys(r["dataset"] for r in rows))
-    caption = f"{title}, {datasets}" if title else datasets
-    files = {"table.md": (f"# {title}\n\n" if title else "") + table_markdown(rows), "table.csv": table_csv(rows),
-             "table.tex": table_latex(rows, caption)}
-    analysis = analyze_runs(runs)
-    if analysis["runs"]:
-        files["confound.md"] = confound_markdown(analysis)
-        files["confound.csv"] = table_csv(analysis["runs"] + [
-            {**r, "seed": "pooled " + " ".join(str(s) for s in r["seeds"])} for r in analysis["pooled"]],
-            CONFOUND_COLUMNS)
-        files["confound.tex"] = confound_latex(analysis)
-        files["analysis.json"] = json.dumps(analysis, indent=2) + "\n"
-    written = []
-    for name, text in files.items():
-        path = os.path.join(out_dir, name)
-        atomic_write(path, text.encode())
-        written.append(path)
-    return written + plot_runs(runs, out_dir, order)

@@ -16,13 +16,11 @@ def partition_summary(dataset_name: str, data_dir: str | None, download: bool, c
                       seed: int) -> Dict[str, Any]:
     """The partition a run with these settings trains on: per client its name, n_i, p_max, TV distance
     and label histogram, plus the class count and the train and test sizes."""
-    from hasfl_ray.data import assign_tiers, load_dataset
-    from hasfl_ray.training.seeding import STREAM_TIERS
-    from hasfl_ray.training.seeding import numpy_rng
+    from hasfl_ray.data import load_dataset
+    from hasfl_ray.engine.engine import capacity_tiers
 
     dataset = load_dataset(dataset_name, clients, alpha, seed, data_dir, download)
-    # The same draw as Engine.prepare, so p_max here is the p_max of the run.
-    p_max = assign_tiers(dataset.num_clients, numpy_rng(seed, STREAM_TIERS))
+    p_max = capacity_tiers(seed, dataset.num_clients)  # Engine.prepare's draw: the p_max of the run
     histograms = dataset.label_histograms()
     tv = dataset.tv_distances()
     rows = [{"client": i, "name": dataset.client_names[i], "num_samples": dataset.client_size(i),

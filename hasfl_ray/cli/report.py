@@ -53,7 +53,7 @@ def report(paths, as_json, out_dir) -> None:
     the confound correlations of Table 5 per run. PATHS are run directories, folders holding them, or a sweep's
     folder (then the files and figures are written too)."""
     from hasfl_ray.analysis import analyze_runs, summarise_runs
-    from hasfl_ray.analysis.report import write_report
+    from hasfl_ray.analysis.write import write_report
 
     runs = find_runs(paths)
     sweep = sweep_description(paths)

@@ -15,13 +15,6 @@ from hasfl_ray.cli.common import setup_logging, user_errors
 from hasfl_ray.cli.main import main
 from hasfl_ray.errors import ConfigError, RunInterrupted
 
-# Flags that map one-to-one onto RunConfig fields (None = not given, so the YAML/default stands).
-_FIELD_FLAGS = ("dataset", "data_dir", "algorithm", "rounds", "clients", "clients_per_round", "seed", "alpha",
-                "local_epochs", "batch_size", "lr", "momentum", "p_min", "gamma", "beta", "t_adapt", "warmup",
-                "t_norm", "mu", "budget", "budget_from", "heterofl_weighting", "fjord_distill_weight",
-                "scaffold_global_lr", "rolex_step", "backend", "aggregation_backend", "trainer_threads", "device",
-                "eval_batch_size", "control_variates_dir", "synthetic_alpha", "synthetic_beta", "actors",
-                "gpus_per_actor", "address", "checkpoint_every", "fault_inject", "client_batching")
 #: Fields only the Ray backend uses: given without --backend on a machine without Ray, they ask for Ray.
 _RAY_FIELDS = ("actors", "gpus_per_actor", "address", "fault_inject")
 
@@ -32,8 +25,11 @@ def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str,
 
     from hasfl_ray.sweep import single_run_values
 
+    from hasfl_ray.registry import parse_option_assignments
+
     source = f"config file {config_file!r}" if config_file else "config"
     flags = dict(flags)
+    options = parse_option_assignments(flags.pop("algo_opt", None))  # --algo-opt KEY=VALUE, over the YAML's
     # a sweep config (README, "Reproducing the paper") gives one run: its shared keys, its first dataset, algorithm
     # and seed unless flags name others, that dataset's per_dataset keys and the variant --algorithm names
     values = single_run_values(load_yaml_config(config_file), flags, source) if config_file else {}
@@ -41,6 +37,12 @@ def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str,
         RunConfig.from_dict({k: v for k, v in values.items()}, source)  # unknown keys refused before flags apply
     values = {**(base or {}), **values}
     values.update({k: v for k, v in flags.items() if v is not None})
+    if options:
+        given = values.get("algorithm_options") or {}
+        if not isinstance(given, dict):
+            raise ConfigError(f"{source} has algorithm_options {given!r}; expected a mapping of option names to "
+                              "values")
+        values["algorithm_options"] = {**given, **options}
     if values.get("backend") is None:
         values["backend"] = default_backend(any(values.get(k) is not None for k in _RAY_FIELDS))
     return RunConfig.from_dict(values, source)
@@ -58,11 +60,16 @@ def default_backend(ray_options_given: bool) -> str:
 
 
 @main.command()
-@click.option("--dataset", help="digits (embedded, default), emnist, cifar10, shakespeare, synthetic.")
+@click.option("--dataset", help="digits (embedded, default), emnist, cifar10, shakespeare, synthetic, or a plug-in: "
+                                "FILE.py:Class or MODULE:Class (README, \"Bring your own policy\").")
 @click.option("--data-dir", type=click.Path(), help="Where the dataset lives (a torchvision root for images).")
 @click.option("--download", is_flag=True, default=None, help="Download the dataset if it is missing.")
 @click.option("--algorithm", help="hasfl (default), heterofl, fjord, uniform, random-budget, fedavg, fedprox, "
-                                  "scaffold or fedrolex; see the README's algorithm table.")
+                                  "scaffold or fedrolex (the README's algorithm table), or a plug-in: FILE.py:Class "
+                                  "or MODULE:Class subclassing hasfl_ray.Algorithm.")
+@click.option("--algo-opt", multiple=True, metavar="KEY=VALUE",
+              help="An option of a plug-in algorithm (its options dataclass); repeat for several. Overrides the YAML's "
+                   "algorithm_options mapping.")
 @click.option("--rounds", type=int, help="Communication rounds T (default: the dataset's protocol).")
 @click.option("--clients", type=int, help="Number of clients N (default 20).")
 @click.option("--clients-per-round", type=int, help="Participants sampled per round (default 10).")
@@ -139,7 +146,10 @@ def simulate(config_file, out, force, resume, quiet, verbose, no_coverage, downl
     if download:
         flags["download"] = True
     config = build_config(config_file, flags).resolved()
-    out = out or os.path.join("runs", f"{config.dataset}-{config.algorithm}-seed{config.seed}")
+    from hasfl_ray.registry import spec_label
+
+    label = f"{spec_label(config.dataset)}-{spec_label(config.algorithm)}-seed{config.seed}"  # a plug-in: its class
+    out = out or os.path.join("runs", label)
     if resume and os.path.exists(os.path.join(out, "config.yaml")):
         # Resuming needs only --out: the run's own config is the base; flags given on top must agree with it.
         from hasfl_ray.engine.config import load_yaml_config
@@ -157,7 +167,8 @@ def simulate(config_file, out, force, resume, quiet, verbose, no_coverage, downl
         summary = engine.run()
     except RunInterrupted as stop:
         name = signal.Signals(stop.signal_number).name
-        click.echo(f"Stopped by {name} after {stop.rounds_done} completed rounds (checkpoint written); resume with: "
+        saved = "checkpoint written" if stop.rounds_done else "nothing to checkpoint yet"
+        click.echo(f"Stopped by {name} after {stop.rounds_done} completed rounds ({saved}); resume with: "
                    f"hasfl-ray simulate --out {shlex.quote(out)} --resume", err=True)
         sys.exit(128 + stop.signal_number)
     click.echo(json.dumps(summary, indent=2))

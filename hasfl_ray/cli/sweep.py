@@ -63,6 +63,11 @@ def sweep(config, seeds, algorithms, datasets, out, force, quiet, verbose, no_co
     if flags.get("budget") is not None and flags.get("budget_from") is not None:
         raise ConfigError(f"--budget {flags['budget']} and --budget-from {flags['budget_from']!r} are both given; "
                           "expected one source for random-budget's target")
+    from hasfl_ray.registry import parse_option_assignments
+
+    options = parse_option_assignments(flags.pop("algo_opt", None))  # merged over the config's algorithm_options
+    if options:
+        flags["algorithm_options"] = options
     backend = flags.pop("backend")
     address, gpus_per_actor = flags.get("address"), flags.get("gpus_per_actor")
     overrides = {k: v for k, v in flags.items() if v is not None}

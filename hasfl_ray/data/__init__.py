@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
-import os
+from types import SimpleNamespace
 
-from hasfl_ray.data.base import FederatedDataset, TensorFederatedDataset, TextFederatedDataset
+from hasfl_ray.data.base import Dataset, FederatedDataset, TensorFederatedDataset, TextFederatedDataset
 from hasfl_ray.data.partition import TIER_PROBABILITIES, TIERS, assign_tiers, dirichlet_partition
-from hasfl_ray.errors import ConfigError, DataError
+from hasfl_ray.registry import lookup, register_dataset, registered
 
-#: Dataset keys of ``--dataset``; every one has a model of the same name in MODEL_CONFIGS.
-DATASETS = ("digits", "emnist", "cifar10", "shakespeare", "synthetic")
+# The built-ins: one import each registers one --dataset name (its loader module, imported lazily, does the work).
+from hasfl_ray.data import digits  # noqa: F401,E402
+from hasfl_ray.data import emnist  # noqa: F401,E402
+from hasfl_ray.data import cifar10  # noqa: F401,E402
+from hasfl_ray.data import shakespeare  # noqa: F401,E402
+from hasfl_ray.data import synthetic  # noqa: F401,E402
+
+#: Built-in ``--dataset`` names; each trains the built-in model of the same name.
+DATASETS = registered("dataset")
 
 
 def load_dataset(name: str, num_clients: int, alpha: float, seed: int, data_dir: str | None = None,
                  download: bool = False, synthetic_alpha: float = 1.0,
                  synthetic_beta: float = 1.0) -> FederatedDataset:
-    """The federated dataset ``name`` partitioned over ``num_clients`` for run seed ``seed``.
+    """The federated dataset ``name`` (a registered name or a ``FILE.py:Class`` / ``MODULE:Class`` plug-in)
+    partitioned over ``num_clients`` for run seed ``seed``.
 
     Image sets (emnist, cifar10) read a torchvision root at ``data_dir`` and are split by
     Dirichlet(``alpha``) label skew drawn from ``seed``; shakespeare reads LEAF JSON or play text at
@@ -24,26 +32,19 @@ def load_dataset(name: str, num_clients: int, alpha: float, seed: int, data_dir:
     per client from ``seed`` where it is trained (``alpha`` unused). Nothing is downloaded unless
     ``download`` is set. Missing, corrupt or truncated files raise :class:`hasfl_ray.errors.DataError` (one sentence naming the file and flag).
     """
-    if name == "digits":
-        from hasfl_ray.data.digits import load_digits_federated
-        return load_digits_federated(num_clients, alpha, seed)
-    if name in ("emnist", "cifar10") and data_dir is not None and os.path.isfile(data_dir):
-        raise DataError(f"data_dir {data_dir!r} is a file; expected a directory (the torchvision root that holds "
-                        f"{name}'s files)")
-    if name == "emnist":
-        from hasfl_ray.data.emnist import load_emnist
-        return load_emnist(num_clients, alpha, seed, data_dir, download)
-    if name == "cifar10":
-        from hasfl_ray.data.cifar10 import load_cifar10
-        return load_cifar10(num_clients, alpha, seed, data_dir, download)
-    if name == "shakespeare":
-        from hasfl_ray.data.shakespeare import load_shakespeare
-        return load_shakespeare(num_clients, data_dir, download)
-    if name == "synthetic":
-        from hasfl_ray.data.synthetic import load_synthetic
-        return load_synthetic(num_clients, seed, synthetic_alpha, synthetic_beta)
-    raise ConfigError(f"dataset {name!r} is unknown; expected one of {', '.join(DATASETS)}")
+    settings = SimpleNamespace(dataset=name, clients=num_clients, alpha=alpha, seed=seed, data_dir=data_dir,
+                               download=download, synthetic_alpha=synthetic_alpha, synthetic_beta=synthetic_beta)
+    return load_plugin_dataset(lookup("dataset", name), settings)
 
 
-__all__ = ["DATASETS", "FederatedDataset", "TIERS", "TIER_PROBABILITIES", "TensorFederatedDataset",
-           "TextFederatedDataset", "assign_tiers", "dirichlet_partition", "load_dataset"]
+def load_plugin_dataset(plugin: type, config) -> FederatedDataset:
+    """Load the dataset of plug-in class ``plugin`` for ``config``; it carries the plug-in's model_config."""
+    dataset = plugin().load(config)
+    if plugin.model_config is not None and getattr(dataset, "model_config", None) is None:
+        dataset.model_config = dict(plugin.model_config)
+    return dataset
+
+
+__all__ = ["DATASETS", "Dataset", "FederatedDataset", "TIERS", "TIER_PROBABILITIES", "TensorFederatedDataset",
+           "TextFederatedDataset", "assign_tiers", "dirichlet_partition", "load_dataset", "load_plugin_dataset",
+           "register_dataset"]

@@ -11,10 +11,11 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from hasfl_ray.data.base import TensorFederatedDataset
+from hasfl_ray.data.base import Dataset, FederatedDataset, TensorFederatedDataset
 from hasfl_ray.data.download import download_cifar10, resolve_data_dir, short_reason
-from hasfl_ray.data.images import partitioned_image_dataset
+from hasfl_ray.data.images import check_image_root, partitioned_image_dataset
 from hasfl_ray.errors import DataError
+from hasfl_ray.registry import register_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -134,3 +135,15 @@ def load_cifar10(num_clients: int, alpha: float, seed: int, data_dir: str | None
     logger.info("CIFAR-10: %d train, %d test images from %s", len(train_images), len(test_images), folder)
     return partitioned_image_dataset("cifar10", NUM_CLASSES, train_images, train_labels, test_images, test_labels,
                                      num_clients, alpha, seed)
+
+
+@register_dataset("cifar10")
+class CIFAR10Dataset(Dataset):
+    """CIFAR-10 under Dirichlet label skew."""
+
+    model = "cifar10"
+    defaults = dict(rounds=200, local_epochs=5, lr=0.01, clip_norm=10.0, batch_size=32)
+
+    def load(self, config) -> FederatedDataset:
+        check_image_root("cifar10", config.data_dir)
+        return load_cifar10(config.clients, config.alpha, config.seed, config.data_dir, config.download)

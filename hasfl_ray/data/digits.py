@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hasfl_ray.data.base import TensorFederatedDataset
+from hasfl_ray.data.base import Dataset, FederatedDataset, TensorFederatedDataset
 from hasfl_ray.data.partition import dirichlet_partition
 
 TEST_FRACTION = 0.2
@@ -32,3 +32,15 @@ def load_digits_federated(num_clients: int, alpha: float, seed: int) -> TensorFe
     parts = dirichlet_partition(train_y.numpy(), num_clients, alpha, np.random.default_rng(seed), min_size=10)
     return TensorFederatedDataset("digits", "digits", 10, train_x, train_y, x[test_idx].contiguous(),
                                   y[test_idx].contiguous(), [torch.from_numpy(p) for p in parts])
+from hasfl_ray.registry import register_dataset
+
+
+@register_dataset("digits")
+class DigitsDataset(Dataset):
+    """The embedded default: scikit-learn's handwritten digits (PAPER.md, "Protocol" defaults)."""
+
+    model = "digits"
+    defaults = dict(rounds=50, local_epochs=2, lr=0.05, clip_norm=10.0, batch_size=32)
+
+    def load(self, config) -> FederatedDataset:
+        return load_digits_federated(config.clients, config.alpha, config.seed)

@@ -10,10 +10,11 @@ from typing import Dict, List
 
 import numpy as np
 
-from hasfl_ray.data.base import TensorFederatedDataset
+from hasfl_ray.data.base import Dataset, FederatedDataset, TensorFederatedDataset
 from hasfl_ray.data.download import download_emnist, resolve_data_dir, short_reason
-from hasfl_ray.data.images import partitioned_image_dataset
+from hasfl_ray.data.images import check_image_root, partitioned_image_dataset
 from hasfl_ray.errors import DataError
+from hasfl_ray.registry import register_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -103,3 +104,15 @@ def load_emnist(num_clients: int, alpha: float, seed: int, data_dir: str | None 
                                         arrays["train_labels"], np.ascontiguousarray(test_images),
                                         arrays["test_labels"], num_clients, alpha, seed)
     return dataset
+
+
+@register_dataset("emnist")
+class EMNISTDataset(Dataset):
+    """EMNIST byclass under Dirichlet label skew."""
+
+    model = "emnist"
+    defaults = dict(rounds=200, local_epochs=1, lr=0.01, clip_norm=10.0, batch_size=32)
+
+    def load(self, config) -> FederatedDataset:
+        check_image_root("emnist", config.data_dir)
+        return load_emnist(config.clients, config.alpha, config.seed, config.data_dir, config.download)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Tuple
 
 import numpy as np
@@ -9,12 +10,20 @@ import torch
 
 from hasfl_ray.data.base import TensorFederatedDataset
 from hasfl_ray.data.partition import dirichlet_partition
+from hasfl_ray.errors import DataError
 
 #: Fewest training samples a client of an image set may hold (README, "Datasets").
 MIN_CLIENT_SIZE = 10
 
 #: Images per chunk when counting pixel values: bounds the temporary memory to ~100 MB on full EMNIST.
 _STATISTICS_CHUNK = 16384
+
+
+def check_image_root(name: str, data_dir: str | None) -> None:
+    """Refuse, in one sentence, a ``data_dir`` that is a file where a torchvision root is expected."""
+    if data_dir is not None and os.path.isfile(data_dir):
+        raise DataError(f"data_dir {data_dir!r} is a file; expected a directory (the torchvision root that holds "
+                        f"{name}'s files)")
 
 
 def channel_statistics(images: np.ndarray) -> Tuple[Tuple[float, ...], Tuple[float, ...]]:

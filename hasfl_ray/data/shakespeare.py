@@ -12,10 +12,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from hasfl_ray.data.base import TextFederatedDataset
+from hasfl_ray.data.base import Dataset, FederatedDataset, TextFederatedDataset
 from hasfl_ray.data.download import (SHAKESPEARE_FILENAME, SHAKESPEARE_URL, download_shakespeare, resolve_data_dir,
                                      short_reason)
 from hasfl_ray.errors import DataError
+from hasfl_ray.registry import register_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -298,3 +299,14 @@ def load_shakespeare(num_clients: int, data_dir: str | None = None, download: bo
     return TextFederatedDataset("shakespeare", "shakespeare", len(VOCAB), torch.from_numpy(np.concatenate(pieces)),
                                 client_starts, torch.cat(test_starts), [role.name for _, role, _, _ in kept],
                                 SEQ_LEN, recommended_batch_size=RECOMMENDED_BATCH_SIZE)
+
+
+@register_dataset("shakespeare")
+class ShakespeareDataset(Dataset):
+    """Shakespeare, one client per speaking role."""
+
+    model = "shakespeare"
+    defaults = dict(rounds=200, local_epochs=1, lr=0.1, clip_norm=5.0, batch_size=10)
+
+    def load(self, config) -> FederatedDataset:
+        return load_shakespeare(config.clients, config.data_dir, config.download)

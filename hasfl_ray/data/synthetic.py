@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Dict, Iterator, Tuple
+from typing import Dict, Iterator, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
-from hasfl_ray.data.base import FederatedDataset
+from hasfl_ray.data.base import Dataset, FederatedDataset
+from hasfl_ray.registry import register_dataset
 from hasfl_ray.training.seeding import numpy_rng
 
 NUM_FEATURES = 60
@@ -23,9 +24,37 @@ TEST_CLIENTS = 200
 #: How many clients' generated training sets a trainer keeps (a round trains a client once, start to end).
 CACHED_CLIENTS = 2
 
+#: Up to this many clients, clients.csv's tv_distance is exact for every client (each client's labels are
+#: regenerated once at the end of the run: seconds per 10,000 clients). Beyond it, only the clients the run
+#: sampled get one (their data is generated when they are sampled; the rest never are), measured against the
+#: pooled labels of REFERENCE_CLIENTS seeded clients instead of all of them.
+EXACT_TV_CLIENTS = 10_000
+REFERENCE_CLIENTS = 1_000
+
 # Stream kinds of hasfl_ray.training.seeding, disjoint from the engine's (1-5).
 STREAM_SYNTHETIC_MODEL, STREAM_SYNTHETIC_TRAIN, STREAM_SYNTHETIC_TEST = 101, 102, 103
 STREAM_SYNTHETIC_SIZES, STREAM_SYNTHETIC_TEST_CLIENTS = 104, 105
+STREAM_SYNTHETIC_REFERENCE = 106
+
+
+class ClientNames(Sequence):
+    """``client_0``, ``client_1``, ... made when asked for: a million names cost nothing until written."""
+
+    def __init__(self, count: int):
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: Union[int, slice]):
+        if isinstance(index, slice):
+            return [f"client_{i}" for i in range(*index.indices(self.count))]
+        if not -self.count <= index < self.count:
+            raise IndexError(f"client {index} out of range for {self.count} clients")
+        return f"client_{index % self.count}"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and len(other) == self.count and list(self) == list(other)
 
 
 def client_sizes(num_clients: int, seed: int) -> np.ndarray:
@@ -63,7 +92,7 @@ class SyntheticFederatedDataset(FederatedDataset):
     def __init__(self, num_clients: int, seed: int, alpha: float = 1.0, beta: float = 1.0):
         self.seed, self.alpha, self.beta = seed, float(alpha), float(beta)
         self.sizes = client_sizes(num_clients, seed)
-        self.client_names = [f"client_{i}" for i in range(num_clients)]
+        self.client_names = ClientNames(num_clients)  # not a list: nothing per client is a Python object
         self._scale = np.power(np.arange(1, NUM_FEATURES + 1, dtype=np.float64), -0.6)  # sqrt of j^-1.2
         self.device = torch.device("cpu")
         self._cache: "OrderedDict[int, Tuple[torch.Tensor, torch.Tensor]]" = OrderedDict()
@@ -99,6 +128,9 @@ class SyntheticFederatedDataset(FederatedDataset):
 
     def client_size(self, client: int) -> int:
         return int(self.sizes[client])
+
+    def client_sizes(self) -> np.ndarray:
+        return self.sizes.copy()
 
     @property
     def train_size(self) -> int:
@@ -141,6 +173,29 @@ class SyntheticFederatedDataset(FederatedDataset):
                 hist[client] = np.bincount(y, minlength=NUM_CLASSES)
         return hist
 
+    def _label_histogram(self, client: int) -> np.ndarray:
+        _, y = self._samples(client, STREAM_SYNTHETIC_TRAIN, self.client_size(client))
+        return np.bincount(y, minlength=NUM_CLASSES)
+
+    def run_tv_distances(self, sampled: np.ndarray) -> np.ndarray:
+        """Exact for every client up to EXACT_TV_CLIENTS clients; beyond, the sampled clients' only (NaN for the
+        rest), against the pooled labels of REFERENCE_CLIENTS clients drawn from the seed (the same for every run
+        of this seed and size, whatever it sampled)."""
+        if self.num_clients <= EXACT_TV_CLIENTS:
+            return self.tv_distances()
+        from threadpoolctl import threadpool_limits
+
+        reference = numpy_rng(self.seed, STREAM_SYNTHETIC_REFERENCE).choice(self.num_clients, REFERENCE_CLIENTS,
+                                                                             replace=False)
+        tv = np.full(self.num_clients, np.nan)
+        with threadpool_limits(1, user_api="blas"):
+            overall = sum(self._label_histogram(int(c)) for c in np.sort(reference)).astype(np.float64)
+            overall /= overall.sum()
+            for client in np.flatnonzero(sampled):
+                hist = self._label_histogram(int(client)).astype(np.float64)
+                tv[client] = 0.5 * np.abs(hist / max(hist.sum(), 1) - overall).sum()
+        return tv
+
     def to(self, device: torch.device | str) -> "SyntheticFederatedDataset":
         self.device = torch.device(device)
         self._cache.clear()
@@ -157,3 +212,14 @@ class SyntheticFederatedDataset(FederatedDataset):
 def load_synthetic(num_clients: int, seed: int, alpha: float = 1.0, beta: float = 1.0) -> SyntheticFederatedDataset:
     """Synthetic(``alpha``, ``beta``) over ``num_clients`` clients for run seed ``seed``."""
     return SyntheticFederatedDataset(num_clients, seed, alpha, beta)
+
+
+@register_dataset("synthetic")
+class SyntheticDataset(Dataset):
+    """FedProx's Synthetic(alpha, beta)."""
+
+    model = "synthetic"
+    defaults = dict(rounds=50, local_epochs=1, lr=0.01, clip_norm=10.0, batch_size=32)
+
+    def load(self, config) -> FederatedDataset:
+        return load_synthetic(config.clients, config.seed, config.synthetic_alpha, config.synthetic_beta)

@@ -79,14 +79,6 @@ class Backend(ABC):
         """Release everything the backend started."""
 
 
-def make_backend(config: RunConfig) -> Backend:
-    """The backend ``config.backend`` names; Ray is imported only for ``ray`` (one sentence when it is missing)."""
-    if config.backend == "ray":
-        from hasfl_ray.simulation import ray_backend
-        return ray_backend()
-    return LocalBackend()
-
-
 class LocalBackend(Backend):
     """Everything in this process: one :class:`Trainer` trains the clients in order, one :class:`Server`.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import glob
 import io
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
@@ -141,7 +141,7 @@ def config_differences(stored: Mapping[str, Any], config: RunConfig) -> List[str
 
     A field missing from ``stored`` (written before the field existed) counts as its default.
     """
-    defaults = {f.name: f.default for f in fields(RunConfig)}
+    defaults = {f.name: f.default_factory() if f.default is MISSING else f.default for f in fields(RunConfig)}
     current = config.result_dict()
     return [f"{name} {stored.get(name, defaults[name])!r} -> {value!r}" for name, value in current.items()
             if name not in EXECUTION_FIELDS and stored.get(name, defaults[name]) != value]

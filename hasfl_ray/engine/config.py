@@ -1,4 +1,8 @@
-"""The run configuration: one frozen dataclass, validated on construction, resolved per dataset."""
+"""The run configuration: one frozen dataclass, validated on construction, resolved per dataset and algorithm.
+
+It sits at the bottom of the package and knows no algorithm or dataset: names are plain strings here, checked and
+resolved through :mod:`hasfl_ray.registry` (built-ins and plug-ins alike) by :meth:`RunConfig.resolved`, which the
+command line and the Engine call."""
 
 from __future__ import annotations
 
@@ -6,26 +10,17 @@ import dataclasses
 import re
 import json
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 import yaml
 
+from hasfl_ray import registry
 from hasfl_ray.errors import ConfigError, expected_one_of
 
-#: Per-dataset protocol defaults (PAPER.md, "Protocol"); a None field of RunConfig takes these.
-DATASET_DEFAULTS: Dict[str, Dict[str, Any]] = {
-    "digits": dict(rounds=50, local_epochs=2, lr=0.05, clip_norm=10.0, batch_size=32),
-    "emnist": dict(rounds=200, local_epochs=1, lr=0.01, clip_norm=10.0, batch_size=32),
-    "cifar10": dict(rounds=200, local_epochs=5, lr=0.01, clip_norm=10.0, batch_size=32),
-    "shakespeare": dict(rounds=200, local_epochs=1, lr=0.1, clip_norm=5.0, batch_size=10),
-    "synthetic": dict(rounds=50, local_epochs=1, lr=0.01, clip_norm=10.0, batch_size=32),
-}
-
-
-#: Local SGD momentum when ``momentum`` is left unset: the paper's 0.9, but vanilla SGD for SCAFFOLD
-#: (its control variates diverge under momentum; README, "Algorithms").
-DEFAULT_MOMENTUM, SCAFFOLD_MOMENTUM = 0.9, 0.0
+#: Local SGD momentum when ``momentum`` is left unset and the algorithm sets none (``Algorithm.resolve_config``:
+#: SCAFFOLD's is 0; README, "Algorithms").
+DEFAULT_MOMENTUM = 0.9
 
 #: Fields that never change a run's result: recorded in config.yaml, ignored when --resume compares configs.
 #: (device, trainer_threads and aggregation_backend can change the last bits of floats, so they are compared.)
@@ -41,10 +36,12 @@ class RunConfig:
     and ``hasfl-ray simulate`` flags use these field names (flags with dashes).
     """
 
-    dataset: str = "digits"
+    dataset: str = "digits"  # a registered name or a plug-in, FILE.py:Class or MODULE:Class
     data_dir: Optional[str] = None
     download: bool = False
-    algorithm: str = "hasfl"
+    algorithm: str = "hasfl"  # a registered name or a plug-in, FILE.py:Class or MODULE:Class
+    # a plug-in algorithm's own options (its options_class), by name; built-ins take theirs as fields below
+    algorithm_options: Dict[str, Any] = field(default_factory=dict)
     rounds: Optional[int] = None
     clients: int = 20
     clients_per_round: int = 10
@@ -98,16 +95,15 @@ class RunConfig:
     control_variates_dir: Optional[str] = None
 
     def __post_init__(self) -> None:
-        from hasfl_ray.algorithms import ALGORITHMS
-        from hasfl_ray.data import DATASETS
-
         def bad(name: str, value: Any, expected: str) -> ConfigError:
             return ConfigError(f"{name} is {value!r}; expected {expected}")
 
-        if self.dataset not in DATASETS:
-            raise ConfigError(f"dataset is {self.dataset!r}; {expected_one_of(self.dataset, DATASETS)}")
-        if self.algorithm not in ALGORITHMS:
-            raise ConfigError(f"algorithm is {self.algorithm!r}; {expected_one_of(self.algorithm, ALGORITHMS)}")
+        for name in ("dataset", "algorithm"):  # which names exist is the registry's business (resolved())
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise bad(name, getattr(self, name), "a registered name or FILE.py:Class / MODULE:Class")
+        if not isinstance(self.algorithm_options, Mapping) or \
+                not all(isinstance(k, str) for k in self.algorithm_options):
+            raise bad("algorithm_options", self.algorithm_options, "a mapping of option names to values")
         for name in ("clients", "clients_per_round", "eval_batch_size", "t_adapt", "t_norm", "trainer_threads"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -197,11 +193,23 @@ class RunConfig:
                                   "backend ray, whose trainer actors it kills")
 
     def resolved(self) -> "RunConfig":
-        """This config with every ``None`` protocol field replaced by the dataset's default, and device ``auto``
-        replaced by ``cuda`` where this process sees a GPU (``cpu`` otherwise), and client_batching ``auto`` by
-        ``on`` for a CUDA device (``off`` otherwise)."""
-        defaults = DATASET_DEFAULTS[self.dataset]
-        updates = {k: v for k, v in defaults.items() if getattr(self, k) is None}
+        """This config with the dataset and algorithm looked up in the registry (one sentence when there is no
+        such name or plug-in), every ``None`` protocol field replaced by the dataset's default (its plug-in's
+        ``defaults``), the algorithm's own updates (``Algorithm.resolve_config``: SCAFFOLD's momentum,
+        random-budget's budget), its ``algorithm_options`` checked and completed, device ``auto`` replaced by
+        ``cuda`` where this process sees a GPU (``cpu`` otherwise), and client_batching ``auto`` by ``on`` for a
+        CUDA device (``off`` otherwise)."""
+        dataset = registry.lookup("dataset", self.dataset)
+        algorithm = registry.lookup("algorithm", self.algorithm)
+        known = {f.name for f in fields(self)}
+        for key in dataset.defaults:
+            if key not in known:
+                raise ConfigError(f"dataset {self.dataset!r} has default {key!r}; "
+                                  f"{expected_one_of(key, sorted(known), 'a config key: one of')}")
+        updates = {k: v for k, v in dataset.defaults.items() if getattr(self, k) is None}
+        options = registry.check_options("algorithm", self.algorithm, algorithm.options_class, self.algorithm_options)
+        if options != self.algorithm_options:
+            updates["algorithm_options"] = options
         if self.device == "auto":
             import torch
 
@@ -212,26 +220,15 @@ class RunConfig:
         if self.client_batching == "auto":  # batched training pays off where kernel launches dominate: CUDA
             device = updates.get("device", self.device)
             updates["client_batching"] = "on" if device.startswith("cuda") else "off"
-        if self.momentum is None:
-            updates["momentum"] = SCAFFOLD_MOMENTUM if self.algorithm == "scaffold" else DEFAULT_MOMENTUM
-        if self.algorithm == "random-budget" and self.budget is None:
-            updates["budget"] = budget_from_run(self.budget_from) if self.budget_from else \
-                self._default_budget()
+        updates.update(algorithm.resolve_config(dataclasses.replace(self, **updates)))
+        if self.momentum is None and updates.get("momentum") is None:
+            updates["momentum"] = DEFAULT_MOMENTUM
         return dataclasses.replace(self, **updates)
 
-    def _default_budget(self) -> float:
-        """random-budget's default target: HAS-FL's allocation under equal estimates for this many clients (tier
-        counts depend only on the number of clients, so their mean does too)."""
-        import numpy as np
-
-        from hasfl_ray.algorithms.random_budget import default_budget
-        from hasfl_ray.data import assign_tiers
-
-        p_max = assign_tiers(self.clients, np.random.default_rng(0))
-        return round(default_budget(p_max, self.p_min, self.gamma, self.coverage), 4)
-
     def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
+        values = dataclasses.asdict(self)
+        values["algorithm_options"] = dict(self.algorithm_options)
+        return values
 
     def result_dict(self) -> Dict[str, Any]:
         """:meth:`to_dict` without :data:`EXECUTION_FIELDS`: what a run's result depends on (--resume compares it)."""

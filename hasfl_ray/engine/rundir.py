@@ -5,15 +5,14 @@ from __future__ import annotations
 import csv
 import errno
 import fcntl
-import io
 import json
 import os
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import yaml
 
 from hasfl_ray.errors import ConfigError
-from hasfl_ray.files import atomic_write
+from hasfl_ray.files import atomic_text_writer, atomic_write
 
 CLIENT_COLUMNS = ("client", "num_samples", "p_max", "tv_distance", "h_tilde", "p_final", "name")
 METRIC_KEYS = ("round", "test_accuracy", "test_loss", "avg_p", "coverage", "frozen_fraction", "mean_h",
@@ -98,12 +97,14 @@ class RunDirectory:
         with open(self.file("metrics.jsonl"), encoding="utf-8") as handle:
             return [json.loads(line) for line in handle if line.strip()]
 
-    def write_clients(self, rows: List[Dict[str, Any]]) -> None:
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=CLIENT_COLUMNS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-        atomic_write(self.file("clients.csv"), buffer.getvalue().encode())
+    def write_clients(self, rows: Iterable[Sequence[Any]]) -> None:
+        """clients.csv from rows of :data:`CLIENT_COLUMNS` values (sequences, or mappings by column), streamed to
+        the file as they come (a million clients never sit in memory as rows), which replaces the old one only
+        once complete."""
+        with atomic_text_writer(self.file("clients.csv")) as handle:
+            writer = csv.writer(handle, lineterminator="\n")
+            writer.writerow(CLIENT_COLUMNS)
+            writer.writerows([row[c] for c in CLIENT_COLUMNS] if isinstance(row, Mapping) else row for row in rows)
 
     def write_summary(self, summary: Dict[str, Any]) -> None:
         atomic_write(self.file("summary.json"), (json.dumps(summary, indent=2) + "\n").encode())

@@ -12,7 +12,7 @@ import torch
 from hasfl_ray.aggregation import AggregateResult, aggregate_updates
 from hasfl_ray.aggregation.windows import aggregate_windows
 from hasfl_ray.data.base import FederatedDataset
-from hasfl_ray.models import build_model, gate_blocks_of
+from hasfl_ray.models import build_model, gate_blocks_of, register_model
 from hasfl_ray.training.evaluate import evaluate
 from hasfl_ray.training.local import ClientResult
 
@@ -45,6 +45,7 @@ class Server:
     def __init__(self, model_name: str, initial_params: Mapping[str, torch.Tensor], dataset: FederatedDataset,
                  eval_batch_size: int = 500, aggregation_backend: str = "auto", device: str = "cpu"):
         self.device = torch.device(device)
+        register_model(model_name, getattr(dataset, "model_config", None))  # a dataset plug-in's own model
         self.model = build_model(model_name).to(self.device)
         self.specs = self.model.param_specs()
         self.shapes = {name: spec.shape for name, spec in self.specs.items()}

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Any, Dict, List, Mapping, Optional
 
 from torch import nn
 
 from hasfl_ray.models.cnn import ImageCNN
 from hasfl_ray.models.lstm import CharLSTM
 from hasfl_ray.models.mlp import MLP
-from hasfl_ray.models.slicing import (DimSlice, ParamSpec, extract, extract_state, gate_blocks_of, insert_, mask,
-                                      region, width_channels)
+from hasfl_ray.models.slicing import DimSlice, ParamSpec, extract, gate_blocks_of, insert_, mask, region, width_channels
 
 PAPER_STAGES = ((64, 64), (128, 128), (256, 256))
 
@@ -23,17 +22,43 @@ MODEL_CONFIGS: Dict[str, dict] = {
     "synthetic": dict(kind="mlp", in_features=60, num_classes=10, hidden=(128, 128)),
 }
 
-MODEL_NAMES = tuple(MODEL_CONFIGS)
+MODEL_NAMES = tuple(MODEL_CONFIGS)  # the built-in models
+MODEL_KINDS = {"cnn": ImageCNN, "lstm": CharLSTM, "mlp": MLP}
+
+
+def register_model(name: str, config: Optional[Mapping[str, Any]]) -> None:
+    """Make ``name`` buildable from ``config`` (a dataset plug-in's ``model_config``: ``kind`` one of cnn, lstm,
+    mlp, and that class's arguments). Registering the same config again is a no-op; None leaves ``name`` as is."""
+    from hasfl_ray.errors import ConfigError
+
+    if config is None:
+        return
+    config = dict(config)
+    if MODEL_CONFIGS.get(name) == config:
+        return
+    if name in MODEL_NAMES:
+        raise ConfigError(f"model is {name!r} with a model_config, but {name!r} is a built-in model; expected a new "
+                          "model name for a new architecture")
+    if config.get("kind") not in MODEL_KINDS:
+        raise ConfigError(f"model_config kind is {config.get('kind')!r}; expected one of {', '.join(MODEL_KINDS)}")
+    try:
+        build_model_from(config)
+    except TypeError as error:
+        raise ConfigError(f"model_config of {name!r} is {config!r} ({error}); expected the arguments of the "
+                          f"{config['kind']} model") from None
+    MODEL_CONFIGS[name] = config
+
+
+def build_model_from(config: Mapping[str, Any], width: float = 1.0) -> nn.Module:
+    config = dict(config)
+    return MODEL_KINDS[config.pop("kind")](width=width, **config)
 
 
 def build_model(name: str, width: float = 1.0) -> nn.Module:
     """The model of dataset ``name`` as a physically width-``width`` network."""
     if name not in MODEL_CONFIGS:
-        raise ValueError(f"model {name!r} is unknown; expected one of {', '.join(MODEL_NAMES)}")
-    config = dict(MODEL_CONFIGS[name])
-    kind = config.pop("kind")
-    cls = {"cnn": ImageCNN, "lstm": CharLSTM, "mlp": MLP}[kind]
-    return cls(width=width, **config)
+        raise ValueError(f"model {name!r} is unknown; expected one of {', '.join(MODEL_CONFIGS)}")
+    return build_model_from(MODEL_CONFIGS[name], width)
 
 
 def cost_table(name: str, widths=(0.25, 0.5, 0.75, 1.0)) -> List[dict]:
@@ -47,6 +72,6 @@ def cost_table(name: str, widths=(0.25, 0.5, 0.75, 1.0)) -> List[dict]:
     return rows
 
 
-__all__ = ["CharLSTM", "DimSlice", "ImageCNN", "MLP", "MODEL_CONFIGS", "MODEL_NAMES", "ParamSpec", "build_model",
-           "cost_table", "extract", "extract_state", "gate_blocks_of", "insert_", "mask", "region",
-           "width_channels"]
+__all__ = ["CharLSTM", "DimSlice", "ImageCNN", "MLP", "MODEL_CONFIGS", "MODEL_KINDS", "MODEL_NAMES", "ParamSpec",
+           "build_model", "build_model_from", "cost_table", "extract", "gate_blocks_of", "insert_", "mask", "region",
+           "register_model", "width_channels"]

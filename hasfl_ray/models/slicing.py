@@ -105,11 +105,6 @@ def mask(spec: ParamSpec, p: float, dtype: torch.dtype = torch.bool) -> torch.Te
     return m
 
 
-def extract_state(full: Mapping[str, torch.Tensor], specs: Mapping[str, ParamSpec], p: float) -> Dict[str, torch.Tensor]:
-    """Packed width-``p`` copies of every parameter in ``specs``."""
-    return {name: extract(full[name], spec, p) for name, spec in specs.items()}
-
-
 def gate_blocks_of(specs: Mapping[str, ParamSpec]) -> Dict[str, int]:
     """The ``gate_blocks`` argument of :func:`hasfl_ray.aggregate_updates` for these specs."""
     return {name: spec.gate_blocks for name, spec in specs.items() if spec.gate_blocks > 1}

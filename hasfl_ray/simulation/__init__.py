@@ -1,7 +1,8 @@
 """The Ray backend: trainer actors pinned to GPUs (or CPU cores) and a server actor; the only package importing Ray.
 
-Importing this package does not import Ray: :func:`ray_backend` does, and says how to install Ray when it
-is missing, so the local backend keeps working without it.
+Importing this package does not import Ray: :func:`hasfl_ray.engine.factory.make_backend` imports it for
+``backend: ray`` (after :func:`require_ray`, which says how to install Ray when it is missing), so the local backend
+keeps working without it.
 """
 
 from __future__ import annotations
@@ -47,11 +48,4 @@ def require_ray() -> None:
                           "or run with --backend local") from None
 
 
-def ray_backend():
-    """A new :class:`hasfl_ray.simulation.backend.RayBackend` (imports Ray)."""
-    require_ray()
-    from hasfl_ray.simulation.backend import RayBackend
-    return RayBackend()
-
-
-__all__ = ["RAY_INSTALL", "ray_available", "ray_backend", "require_ray"]
+__all__ = ["RAY_INSTALL", "ray_available", "require_ray"]

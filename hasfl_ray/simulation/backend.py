@@ -15,6 +15,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from hasfl_ray.engine.backend import Backend, RoundInterrupted, optimizer_settings, trainer_error
 from hasfl_ray.engine.config import RunConfig, fault_inject_round
 from hasfl_ray.errors import ConfigError
+from hasfl_ray.registry import FILE_MODULES
 from hasfl_ray.simulation import quiet_token_notice
 from hasfl_ray.simulation.actors import ServerActor, TaskReport, TrainerActor
 from hasfl_ray.simulation.placement import ActorPlan, plan_actors
@@ -108,6 +109,8 @@ class RayBackend(Backend):
         self.fault_round = fault_inject_round(config.fault_inject) if config.fault_inject else None
         self.dataset = dataset
         self.client_sizes = dataset.client_size
+        for module in FILE_MODULES:  # plug-ins loaded from FILE.py: actors cannot import them, so ship them by value
+            ray.cloudpickle.register_pickle_by_value(module)
         dataset_ref = ray.put(dataset)  # one copy in the object store; every actor reads it once
         self._trainer_class = ray.remote(TrainerActor).options(
             num_cpus=self.plan.cpus_per_actor, num_gpus=self.plan.gpus_per_actor, max_restarts=0,

@@ -35,10 +35,11 @@ from torch.nn import functional as F
 
 from hasfl_ray.models.lstm import CharLSTM
 from hasfl_ray.models.slicing import extract, extract_window
+from hasfl_ray.training.result import ClientResult
 from hasfl_ray.training.seeding import STREAM_CLIENT, torch_generator
 
 if TYPE_CHECKING:  # pragma: no cover
-    from hasfl_ray.training.local import ClientResult, ClientTask, Trainer
+    from hasfl_ray.training.local import ClientTask, Trainer
 
 #: Most clients trained in one stacked computation (bounds a trainer's memory; a larger group is split in task
 #: order, so the grouping depends only on the round's tasks, never on the number of trainers).
@@ -167,8 +168,6 @@ def train_batched(trainer: "Trainer", tasks: Sequence["ClientTask"],
     Each result agrees with ``trainer.train(task, global_params)`` to float rounding (the per-client arithmetic
     is the same; only kernels differ), and two calls give bit-identical results.
     """
-    from hasfl_ray.training.local import ClientResult
-
     if not tasks:
         return []
     width = float(tasks[0].width)
@@ -290,5 +289,6 @@ def train_batched(trainer: "Trainer", tasks: Sequence["ClientTask"],
             update = {n: (trained[n] - start[n]).to("cpu", torch.float32).contiguous() for n in names}
             extras = task.objective.finish_params(trained, start, steps, task.lr)
             results.append(ClientResult(task.client, task.width, update, sizes[c], loss_sums[c] / max(steps, 1),
-                                        steps, extras, offset=task.offset))
+                                        steps, extras, offset=task.offset,
+                                        trained_width=task.objective.trained_width()))
     return results

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -11,8 +10,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from hasfl_ray.data.base import FederatedDataset
-from hasfl_ray.models import build_model, extract
+from hasfl_ray.models import build_model, extract, register_model
 from hasfl_ray.models.slicing import ParamSpec, extract_window
+from hasfl_ray.training.result import ClientResult
 from hasfl_ray.training.seeding import STREAM_CLIENT, torch_generator
 
 
@@ -68,6 +68,11 @@ class LocalObjective:
         """Extra results for the server (e.g. SCAFFOLD's control-variate delta). Default: none."""
         return {}
 
+    def trained_width(self) -> Optional[float]:
+        """The width the client effectively trained, when it differs from the task's (FjORD's mean sampled width);
+        asked after :meth:`finish` and reported as ``ClientResult.trained_width``. Default: None (the task's)."""
+        return None
+
     def gradient_terms(self, initial: Mapping[str, torch.Tensor]
                        ) -> Tuple[float, Optional[Mapping[str, torch.Tensor]]]:
         """Batched training's form of :meth:`adjust_gradients`: ``(coef, shift)`` such that every step adds
@@ -107,32 +112,6 @@ def inject_fault(result: "ClientResult", fault: Optional[str]) -> "ClientResult"
     return result
 
 
-@dataclass
-class ClientResult:
-    """What a client returns: its packed update Δ_i (name -> sliced tensor), n_i, mean loss and extras."""
-
-    client: int
-    width: float
-    update: Dict[str, torch.Tensor]
-    num_samples: int
-    loss: float
-    steps: int
-    extras: Dict[str, Any] = field(default_factory=dict)
-    #: The task's window offset: where ``update`` lies in the global coordinates.
-    offset: int = 0
-
-    def is_finite(self) -> bool:
-        """False for a diverged client: a non-finite loss, update or extra tensor (e.g. SCAFFOLD's drift)."""
-        def finite(value: Any) -> bool:
-            if isinstance(value, torch.Tensor):
-                return bool(torch.isfinite(value).all()) if value.is_floating_point() else True
-            if isinstance(value, dict):
-                return all(finite(v) for v in value.values())
-            return not isinstance(value, float) or math.isfinite(value)
-
-        return math.isfinite(self.loss) and finite(self.update) and finite(self.extras)
-
-
 class Trainer:
     """Trains clients' sub-models on one device; holds the dataset there once and reuses model buffers.
 
@@ -149,6 +128,7 @@ class Trainer:
         self.device = torch.device(device)
         self.dataset = dataset.to(self.device)
         self.model_name, self.settings, self.threads = model_name, settings, threads
+        register_model(model_name, getattr(dataset, "model_config", None))  # a dataset plug-in's own model
         self.specs: Dict[str, ParamSpec] = build_model(model_name).param_specs()
         self._models: Dict[float, nn.Module] = {}
 
@@ -217,7 +197,7 @@ class Trainer:
                       for name in self.specs}
         extras = objective.finish(model, initial, steps, task.lr)
         return inject_fault(ClientResult(task.client, task.width, update, n, loss_sum / max(steps, 1), steps, extras,
-                                         offset=task.offset), task.fault)
+                                         offset=task.offset, trained_width=objective.trained_width()), task.fault)
 
     def train_group(self, tasks: Sequence[ClientTask], global_params: Mapping[str, torch.Tensor]) -> List[ClientResult]:
         """Train several clients, results in task order: the batchable clients of one width as one batched

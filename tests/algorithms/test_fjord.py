@@ -65,7 +65,7 @@ def test_trainer_reports_the_mean_sampled_width():
     result = trainer.train(ClientTask(5, 0, 0.75, 0.05, 42, objective), global_params)
     sampled = result.extras["sampled_widths"]
     assert len(sampled) == result.steps and set(sampled) <= {0.25, 0.5, 0.75}
-    assert result.extras["avg_width"] == pytest.approx(np.mean(sampled))
+    assert result.trained_width == pytest.approx(np.mean(sampled))
     spec = build_model("digits").param_specs()["fc1.weight"]
     assert tuple(result.update["fc1.weight"].shape) == spec.sliced_shape(0.75)  # uploads its p_max model
 

@@ -7,8 +7,6 @@ from hasfl_ray.errors import ConfigError
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"dataset": "mnist"}, "dataset is 'mnist'"),
-    ({"algorithm": "fedfoo"}, "algorithm is 'fedfoo'"),
     ({"rounds": 0}, "rounds is 0"),
     ({"rounds": -3}, "rounds is -3"),
     ({"clients": 5, "clients_per_round": 6}, "clients_per_round is 6 but clients is 5"),
@@ -27,6 +25,17 @@ def test_bad_values_are_refused_in_one_sentence(values, message):
         RunConfig(**values)
     text = str(info.value)
     assert message in text and "expected" in text and "\n" not in text
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"dataset": "mnist"}, "dataset is 'mnist'; did you mean 'emnist'?"),
+    ({"algorithm": "fedfoo"}, "algorithm is 'fedfoo'; did you mean 'fedprox'?"),
+])
+def test_unknown_names_are_refused_where_the_registry_resolves_them(values, message):
+    RunConfig(**values)  # the config knows no algorithm or dataset; resolving it looks them up
+    with pytest.raises(ConfigError) as info:
+        RunConfig(**values).resolved()
+    assert message in str(info.value) and "\n" not in str(info.value)
 
 
 def test_unknown_key_is_refused():

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# One-shot GPU check (issue 12): on a fresh GPU machine whose Python already has torch, build the extension, run
+# the CUDA tests, the kernel and local-training benchmarks and one EMNIST and one Shakespeare protocol round, and
+# write one summary (OUT/summary.md, OUT/summary.json). Budget: under 6 minutes on an H100/H200.
+#
+#   benchmarks/gpu_check.sh [DATA_DIR] [OUT_DIR]
+#
+# DATA_DIR holds torchvision/EMNIST and shakespeare/ as ../shared/data does (default ../shared/data, else data/).
+# Environment: PYTHON (default python3), DEVICE (default cuda; cpu rehearses the script anywhere), QUICK=1 for a
+# short rehearsal. Ray is not needed (the local backend runs everything; Ray tests skip with their reason).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+DEVICE=${DEVICE:-cuda}
+DATA=${1:-../shared/data}
+[ -d "$DATA" ] || DATA=data
+OUT=${2:-gpu-check}
+QUICK=${QUICK:-0}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+: > "$OUT/steps.tsv"
+
+step() {  # step NAME TIMEOUT_S COMMAND...: run, log to OUT/NAME.log, record status and seconds
+  local name=$1 limit=$2; shift 2
+  local start; start=$(date +%s%N)
+  timeout -k 15 "$limit" "$@" > "$OUT/$name.log" 2>&1  # SIGTERM (the run checkpoints), then SIGKILL
+  local rc=$?
+  local ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  printf '%s\t%s\t%d.%d\n' "$name" "$rc" $((ms / 1000)) $((ms % 1000 / 100)) >> "$OUT/steps.tsv"
+  echo "[gpu-check] $name: exit $rc ($(tail -n 1 "$OUT/$name.log" | cut -c1-120))"
+}
+
+# 1. The extension: reuse one built for this Python (carried), else build it with the CUDA kernels.
+SUFFIX=$($PY -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+if [ -f "hasfl_ray/_C$SUFFIX" ]; then
+  echo "reusing hasfl_ray/_C$SUFFIX" > "$OUT/build.log"; printf 'build\t0\t0\n' >> "$OUT/steps.tsv"
+else
+  step build 300 env HASFL_FORCE_CUDA=1 MAX_JOBS=${MAX_JOBS:-16} "$PY" setup.py build_ext --inplace
+fi
+step info 60 "$PY" cli info --json
+
+# 2. Tests that touch the device: the fused kernel against the float64 oracle (CUDA cases run only on a GPU),
+#    batched vs one-at-a-time training, determinism and resume bit-identity (device auto = cuda on a GPU).
+TESTS="tests/aggregation tests/training tests/engine/test_checkpoint.py tests/engine/test_engine.py"
+[ "$QUICK" = 1 ] && TESTS="tests/aggregation/test_fused.py tests/training/test_determinism.py"
+step tests 240 "$PY" -m pytest -q -x -p no:cacheprovider $TESTS
+
+# 3. The kernel: fused vs the best pure torch vs a device-to-device copy, 50 and 200 EMNIST clients and the LSTM.
+CLIENTS=50,200; [ "$QUICK" = 1 ] && CLIENTS=6
+step bench_aggregate 120 "$PY" cli bench aggregate --device "$DEVICE" --models emnist,shakespeare --clients "$CLIENTS" \
+  --repeats 5 --skip-slow --json
+
+# 4. Local training: one client at a time vs batched, 10 and 50 clients of the EMNIST CNN, 10 of the LSTM.
+N1=10; N2=50; SAMPLES=256; [ "$QUICK" = 1 ] && { N1=2; N2=3; SAMPLES=64; }
+step train_cnn_10 90 "$PY" benchmarks/bench_training.py --device "$DEVICE" --model emnist --clients $N1 --width 0.5 \
+  --samples $SAMPLES --repeats 2
+step train_cnn_50 90 "$PY" benchmarks/bench_training.py --device "$DEVICE" --model emnist --clients $N2 --width 0.25 \
+  --samples $SAMPLES --repeats 2
+step train_lstm_10 90 "$PY" benchmarks/bench_training.py --device "$DEVICE" --model shakespeare --clients $N1 \
+  --width 0.5 --samples $SAMPLES --repeats 2
+
+# 5. Protocol rounds on the data samples: one at a time vs batched (same seed, so same clients and widths).
+ROUNDS=2; [ "$QUICK" = 1 ] && ROUNDS=1
+for mode in off on; do
+  step "emnist_batching_$mode" 120 "$PY" cli simulate --backend local --dataset emnist \
+    --data-dir "$DATA/torchvision" --device "$DEVICE" --rounds $ROUNDS --client-batching $mode --quiet --force \
+    --out "$OUT/runs/emnist-$mode"
+done
+SHAKESPEARE_CLIENTS=""; [ "$QUICK" = 1 ] && SHAKESPEARE_CLIENTS="--clients 4 --clients-per-round 2"
+step shakespeare_round 150 "$PY" cli simulate --backend local --dataset shakespeare --data-dir "$DATA/shakespeare" \
+  --device "$DEVICE" --rounds 1 $SHAKESPEARE_CLIENTS --quiet --force --out "$OUT/runs/shakespeare"
+
+# 6. One summary.
+"$PY" - "$OUT" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+steps = [dict(zip(("step", "exit", "seconds"), line.split("\t"))) for line in open(os.path.join(out, "steps.tsv"))]
+summary = {"steps": steps}
+def last_json(name):
+    try:
+        text = open(os.path.join(out, name + ".log")).read()
+        start = min(i for i in (text.find("["), text.find("{")) if i >= 0)
+        return json.loads(text[start:text.rfind("]" if text[start] == "[" else "}") + 1])
+    except Exception:
+        return None
+summary["info"] = last_json("info")
+summary["bench_aggregate"] = last_json("bench_aggregate")
+runs = {}
+for run in ("emnist-off", "emnist-on", "shakespeare"):
+    path = os.path.join(out, "runs", run, "metrics.jsonl")
+    if os.path.exists(path):
+        lines = [json.loads(l) for l in open(path)]
+        runs[run] = {"round_s": [round(l["wall_s"], 3) for l in lines], "accuracy": [l["test_accuracy"] for l in lines]}
+summary["protocol_rounds"] = runs
+summary["training"] = {n: open(os.path.join(out, n + ".log")).read().strip().splitlines()[-6:]
+                       for n in ("train_cnn_10", "train_cnn_50", "train_lstm_10")
+                       if os.path.exists(os.path.join(out, n + ".log"))}
+json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=2)
+with open(os.path.join(out, "summary.md"), "w") as md:
+    device = (summary["info"] or {}).get("devices", [{}])[-1].get("name", "?")
+    md.write(f"# GPU check on {device}\n\n| step | exit | seconds |\n|---|---|---|\n")
+    md.writelines(f"| {s['step']} | {s['exit']} | {s['seconds'].strip()} |\n" for s in steps)
+    md.write("\n## Protocol rounds (seconds per round)\n\n")
+    md.writelines(f"- {k}: {v['round_s']}\n" for k, v in runs.items())
+    md.write("\n## Local training\n\n")
+    for name, lines in summary["training"].items():
+        md.write(f"### {name}\n\n```\n" + "\n".join(lines) + "\n```\n\n")
+print(open(os.path.join(out, "summary.md")).read())
+PY
+awk -F'\t' '$2 != 0 {bad = 1} END {exit bad}' "$OUT/steps.tsv"  # exit 1 when any step failed

@@ -1,0 +1,54 @@
+"""The Python entry point: run one experiment with a built-in or a plug-in algorithm and dataset."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Mapping, Optional, Union
+
+from hasfl_ray.engine.config import RunConfig, load_yaml_config
+from hasfl_ray.errors import ConfigError
+from hasfl_ray.registry import spec_of
+
+
+def _name(kind: str, value: Any) -> str:
+    """A registered name or spec as is; a plug-in class as the name its runs record."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, type):
+        return spec_of(kind, value)
+    raise ConfigError(f"{kind} is a {type(value).__name__} object; expected a name, FILE.py:Class / MODULE:Class, "
+                      f"or the plug-in class itself")
+
+
+def simulate(config: Union[RunConfig, Mapping[str, Any], str, None] = None, *, algorithm: Any = None,
+             dataset: Any = None, algorithm_options: Optional[Mapping[str, Any]] = None,
+             out_dir: Optional[str] = None, progress: bool = False, resume: bool = False, force: bool = False,
+             **fields: Any) -> Dict[str, Any]:
+    """Run one experiment and return its summary (best_accuracy, final_accuracy, avg_p, avg_p_post_warmup,
+    rounds, params_sha256, wall_s), writing the run directory ``out_dir`` when given.
+
+    Args:
+        config: a RunConfig, a mapping of config keys, or the path of a YAML config (default: all defaults).
+        algorithm: a registered name, ``FILE.py:Class`` / ``MODULE:Class``, or an Algorithm subclass.
+        dataset: a registered name, ``FILE.py:Class`` / ``MODULE:Class``, or a Dataset subclass.
+        algorithm_options: the plug-in algorithm's options (its ``options_class`` fields), or an instance of it.
+        fields: further config keys (``rounds=5``, ``clients=10``, ...), over ``config``'s.
+    """
+    from hasfl_ray.engine import Engine
+
+    if isinstance(config, str):
+        values = load_yaml_config(config)
+    elif isinstance(config, RunConfig):
+        values = config.to_dict()
+    else:
+        values = dict(config or {})
+    values.update(fields)
+    if algorithm is not None:
+        values["algorithm"] = _name("algorithm", algorithm)
+    if dataset is not None:
+        values["dataset"] = _name("dataset", dataset)
+    if algorithm_options is not None:
+        values["algorithm_options"] = dataclasses.asdict(algorithm_options) \
+            if dataclasses.is_dataclass(algorithm_options) else dict(algorithm_options)
+    engine = Engine(RunConfig.from_dict(values), out_dir=out_dir, progress=progress, resume=resume, force=force)
+    return engine.run()

@@ -1,0 +1,236 @@
+"""Plug-in registries: algorithm and dataset names, and ``path.py:Class`` / ``module:Class`` specs, to classes.
+
+This module sits at the bottom of the package beside the run configuration: it imports nothing of hasfl_ray but its
+errors. Built-ins register themselves with :func:`register_algorithm` / :func:`register_dataset` in their own file;
+their packages (:data:`BUILTIN_PACKAGES`, like an entry-point group) are imported on the first look-up, so nothing
+here depends on an algorithm or a dataset. A user's plug-in is a class named on the command line or in a YAML config
+(``examples/loss_policy.py:LossPolicy``, ``my_package.module:LossPolicy``) or passed to :func:`hasfl_ray.simulate`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import os
+import sys
+import typing
+from types import ModuleType
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from hasfl_ray.errors import ConfigError, expected_one_of
+
+#: What a plug-in of each kind subclasses ("module:Class") and the package whose import registers the built-ins.
+BASE_CLASSES = {"algorithm": "hasfl_ray.algorithms.base:Algorithm", "dataset": "hasfl_ray.data.base:Dataset"}
+BUILTIN_PACKAGES = {"algorithm": "hasfl_ray.algorithms", "dataset": "hasfl_ray.data"}
+
+_REGISTERED: Dict[str, Dict[str, type]] = {"algorithm": {}, "dataset": {}}
+_SPECS: Dict[str, Dict[str, type]] = {"algorithm": {}, "dataset": {}}  # spec -> class, for specs loaded or given
+#: Modules loaded from a file by path (Ray ships their classes by value: workers cannot import them by name).
+FILE_MODULES: List[ModuleType] = []
+
+
+def _register(kind: str, name: str) -> Callable[[type], type]:
+    def decorate(cls: type) -> type:
+        taken = _REGISTERED[kind].get(name)
+        if taken is not None and taken is not cls and (taken.__module__, taken.__qualname__) != \
+                (cls.__module__, cls.__qualname__):
+            raise ValueError(f"{kind} {name!r} is already registered by {taken.__module__}.{taken.__qualname__}")
+        cls.name = name
+        _REGISTERED[kind][name] = cls
+        return cls
+    return decorate
+
+
+def register_algorithm(name: str) -> Callable[[type], type]:
+    """Class decorator: make an :class:`~hasfl_ray.algorithms.base.Algorithm` subclass ``--algorithm NAME``."""
+    return _register("algorithm", name)
+
+
+def register_dataset(name: str) -> Callable[[type], type]:
+    """Class decorator: make a :class:`~hasfl_ray.data.base.Dataset` subclass ``--dataset NAME``."""
+    return _register("dataset", name)
+
+
+def _import_attribute(path: str) -> Any:
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def registered(kind: str) -> Tuple[str, ...]:
+    """The names registered for ``kind`` (``algorithm`` or ``dataset``), built-ins first, in registration order."""
+    importlib.import_module(BUILTIN_PACKAGES[kind])
+    return tuple(_REGISTERED[kind])
+
+
+def is_spec(name: Any) -> bool:
+    """Whether ``name`` names a plug-in class (``path.py:Class`` or ``module:Class``) rather than a registered name."""
+    return isinstance(name, str) and ":" in name
+
+
+def spec_label(name: str) -> str:
+    """A short name for run directories and progress bars: the class of a spec, else the name itself."""
+    return name.rpartition(":")[2] if is_spec(name) else name
+
+
+def _load_module(kind: str, spec: str, location: str) -> ModuleType:
+    if location.endswith(".py") or os.sep in location or "/" in location:
+        path = os.path.abspath(location)
+        if not os.path.isfile(path):
+            raise ConfigError(f"{kind} is {spec!r} but the file {location!r} does not exist; expected FILE.py:Class "
+                              "naming a Python file")
+        module_name = "hasfl_ray_plugin_" + "".join(c if c.isalnum() else "_" for c in path)
+        if module_name in sys.modules:
+            return sys.modules[module_name]
+        loader_spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(loader_spec)
+        sys.modules[module_name] = module  # dataclasses and pickling look classes up by their module
+        try:
+            loader_spec.loader.exec_module(module)
+        except Exception as error:
+            del sys.modules[module_name]
+            raise ConfigError(f"{kind} is {spec!r} but {location!r} fails to import ({type(error).__name__}: "
+                              f"{' '.join(str(error).split())[:160]}); expected a Python file that imports") from None
+        FILE_MODULES.append(module)
+        return module
+    try:
+        return importlib.import_module(location)
+    except ModuleNotFoundError as error:
+        if error.name and location.startswith(error.name):
+            raise ConfigError(f"{kind} is {spec!r} but no module {location!r} can be imported; expected "
+                              "MODULE:Class with MODULE on the Python path, or FILE.py:Class") from None
+        raise ConfigError(f"{kind} is {spec!r} but module {location!r} fails to import (ModuleNotFoundError: "
+                          f"{error}); expected a module that imports") from None
+    except Exception as error:
+        raise ConfigError(f"{kind} is {spec!r} but module {location!r} fails to import ({type(error).__name__}: "
+                          f"{' '.join(str(error).split())[:160]}); expected a module that imports") from None
+
+
+def _load_spec(kind: str, spec: str) -> type:
+    location, _, class_name = spec.rpartition(":")
+    if not location or not class_name.isidentifier():
+        raise ConfigError(f"{kind} is {spec!r}; expected FILE.py:Class or MODULE:Class naming a plug-in class")
+    module = _load_module(kind, spec, location)
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        classes = sorted(n for n, v in vars(module).items() if isinstance(v, type) and v.__module__ == module.__name__)
+        raise ConfigError(f"{kind} is {spec!r} but {location!r} has no class {class_name!r}; "
+                          + expected_one_of(class_name, classes, "a class defined there: one of"))
+    check_subclass(kind, spec, cls)
+    return cls
+
+
+def check_subclass(kind: str, spec: str, cls: Any) -> None:
+    """Refuse, in one sentence, a plug-in that is not a subclass of its kind's base class."""
+    base = _import_attribute(BASE_CLASSES[kind])
+    if not (isinstance(cls, type) and issubclass(cls, base)) or cls is base:
+        what = cls.__name__ if isinstance(cls, type) else type(cls).__name__ + " object"
+        raise ConfigError(f"{kind} is {spec!r} but {what} is not a subclass of hasfl_ray.{base.__name__}; expected "
+                          f"a class that subclasses hasfl_ray.{base.__name__}")
+
+
+def lookup(kind: str, name: Any) -> type:
+    """The class of a registered ``name`` or a plug-in spec; one sentence (ConfigError) when there is none."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{kind} is {name!r}; expected a registered name or FILE.py:Class / MODULE:Class")
+    if is_spec(name):
+        if name not in _SPECS[kind]:
+            _SPECS[kind][name] = _load_spec(kind, name)
+        return _SPECS[kind][name]
+    names = registered(kind)
+    if name not in _REGISTERED[kind]:
+        raise ConfigError(f"{kind} is {name!r}; "
+                          + expected_one_of(name, names, "a plug-in FILE.py:Class or MODULE:Class, or one of"))
+    return _REGISTERED[kind][name]
+
+
+def spec_of(kind: str, cls: type) -> str:
+    """The name to record for a plug-in class passed as an object: its registered name, else ``module:Class``
+    (the class is remembered, so the name resolves in this process even where the module cannot be imported)."""
+    check_subclass(kind, f"{getattr(cls, '__module__', '?')}:{getattr(cls, '__qualname__', cls)}", cls)
+    name = getattr(cls, "name", None)
+    if isinstance(name, str) and _REGISTERED[kind].get(name) is cls:
+        return name
+    for spec, known in _SPECS[kind].items():
+        if known is cls:
+            return spec
+    spec = f"{cls.__module__}:{cls.__qualname__}"
+    _SPECS[kind][spec] = cls
+    return spec
+
+
+# ---- options of a plug-in (its own dataclass) ----------------------------------------------------------------
+
+def _expected(kind: Any) -> Optional[str]:
+    if kind is bool:
+        return "true or false"
+    if kind is int:
+        return "an integer"
+    if kind is float:
+        return "a number"
+    if kind is str:
+        return "a string"
+    return None
+
+
+def _field_type(options_class: type, field: dataclasses.Field) -> Any:
+    hints = typing.get_type_hints(options_class)
+    kind = hints.get(field.name, field.type)
+    if typing.get_origin(kind) is typing.Union:  # Optional[X]
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        kind = args[0] if len(args) == 1 else kind
+    return kind
+
+
+def check_options(kind: str, name: str, options_class: Optional[type], values: Any) -> Dict[str, Any]:
+    """``values`` (from ``algorithm_options:`` or ``--algo-opt``) checked against the plug-in's options dataclass:
+    unknown keys get a did-you-mean, each value its field's type; returns the complete options, defaults filled."""
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{kind}_options is {values!r}; expected a mapping of option names to values")
+    if options_class is None:
+        if values:
+            first = sorted(values)[0]
+            raise ConfigError(f"{kind}_options has {first!r} but {kind} {name!r} takes no options; expected none")
+        return {}
+    known = [f.name for f in dataclasses.fields(options_class)]
+    for key in values:
+        if key not in known:
+            raise ConfigError(f"{kind} option {key!r} is unknown to {name!r}; "
+                              f"{expected_one_of(str(key), known, 'an option: one of')}")
+    out: Dict[str, Any] = {}
+    for field in dataclasses.fields(options_class):
+        if field.name not in values:
+            continue
+        value, kind_ = values[field.name], _field_type(options_class, field)
+        if kind_ is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        expected = _expected(kind_)
+        if expected is not None and value is not None and \
+                (not isinstance(value, kind_) or (kind_ is not bool and isinstance(value, bool))):
+            raise ConfigError(f"{field.name} is {value!r}; expected {expected}")
+        out[field.name] = value
+    instance = options_class(**out)  # the dataclass's own __post_init__ checks ranges (ConfigError)
+    return dataclasses.asdict(instance)
+
+
+def parse_option_assignments(assignments: Any) -> Dict[str, Any]:
+    """``["key=value", ...]`` (``--algo-opt``) to a mapping; values are read as YAML scalars (0.5, 3, true, text)."""
+    import yaml
+
+    out: Dict[str, Any] = {}
+    for item in assignments or ():
+        key, sep, raw = str(item).partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise ConfigError(f"--algo-opt is {item!r}; expected KEY=VALUE, such as --algo-opt min_width=0.3")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        out[key] = value if isinstance(value, (int, float, str, bool)) or value is None else raw
+    return out
+
+
+__all__ = ["BASE_CLASSES", "BUILTIN_PACKAGES", "FILE_MODULES", "check_options", "check_subclass", "is_spec",
+           "lookup", "parse_option_assignments", "register_algorithm", "register_dataset", "registered", "spec_label",
+           "spec_of"]
