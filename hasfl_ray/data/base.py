@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
-from typing import Iterator, List, Sequence, Tuple
+from typing import Any, ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -29,6 +29,9 @@ class FederatedDataset(ABC):
     client_names: List[str]
     #: Local minibatch size this dataset is meant to train with (README, "Datasets"); the engine may override it.
     recommended_batch_size: int = 32
+    #: Architecture of ``model`` where it is not a built-in model (set from the plug-in's
+    #: :attr:`Dataset.model_config`); travels with the dataset to every trainer, which registers it.
+    model_config: Optional[Dict[str, Any]] = None
 
     @property
     def num_clients(self) -> int:
@@ -230,3 +233,33 @@ class TextFederatedDataset(FederatedDataset):
         self._offsets = self._offsets.to(device)
         self._device_starts = [k.to(device) for k in self.client_starts]
         return self
+
+
+class Dataset(ABC):
+    """A dataset plug-in (``--dataset NAME`` or ``--dataset FILE.py:Class``): how to load the federated data, the
+    model it trains and its protocol defaults. Built-ins register with ``@register_dataset("name")``.
+
+    Attributes:
+        model: the model to train: a built-in model (``digits``, ``emnist``, ``cifar10``, ``shakespeare``,
+            ``synthetic``) or a new name described by :attr:`model_config`.
+        model_config: the architecture of a new model: ``dict(kind="mlp", in_features=.., num_classes=..,
+            hidden=(..,))`` or ``kind="cnn"`` / ``"lstm"`` with the arguments of
+            :class:`~hasfl_ray.models.ImageCNN` / :class:`~hasfl_ray.models.CharLSTM`. Every hidden width slices.
+        defaults: protocol defaults for the config fields left unset: ``rounds``, ``local_epochs``, ``lr``,
+            ``clip_norm``, ``batch_size``.
+
+    The ground truth of heterogeneity (``tv_distance`` in clients.csv, ``hasfl-ray data inspect``) is the TV
+    distance of each client's label histogram to the global one: :meth:`FederatedDataset.label_histograms` of what
+    :meth:`load` returns (a :class:`TensorFederatedDataset` computes it from its labels).
+    """
+
+    name: ClassVar[str] = "base"
+    model: ClassVar[str] = ""
+    model_config: ClassVar[Optional[Dict[str, Any]]] = None
+    defaults: ClassVar[Dict[str, Any]] = {}
+
+    @abstractmethod
+    def load(self, config: Any) -> FederatedDataset:
+        """The federated dataset for ``config`` (a resolved RunConfig: ``clients``, ``alpha``, ``seed``,
+        ``data_dir``, ``download`` and the rest): ``config.clients`` clients, split reproducibly from
+        ``config.seed``. Bad or missing files raise :class:`hasfl_ray.errors.DataError` (one sentence)."""

@@ -8,7 +8,8 @@ from typing import Dict, Iterator, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from hasfl_ray.data.base import FederatedDataset
+from hasfl_ray.data.base import Dataset, FederatedDataset
+from hasfl_ray.registry import register_dataset
 from hasfl_ray.training.seeding import numpy_rng
 
 NUM_FEATURES = 60
@@ -211,3 +212,14 @@ class SyntheticFederatedDataset(FederatedDataset):
 def load_synthetic(num_clients: int, seed: int, alpha: float = 1.0, beta: float = 1.0) -> SyntheticFederatedDataset:
     """Synthetic(``alpha``, ``beta``) over ``num_clients`` clients for run seed ``seed``."""
     return SyntheticFederatedDataset(num_clients, seed, alpha, beta)
+
+
+@register_dataset("synthetic")
+class SyntheticDataset(Dataset):
+    """FedProx's Synthetic(alpha, beta)."""
+
+    model = "synthetic"
+    defaults = dict(rounds=50, local_epochs=1, lr=0.01, clip_norm=10.0, batch_size=32)
+
+    def load(self, config) -> FederatedDataset:
+        return load_synthetic(config.clients, config.seed, config.synthetic_alpha, config.synthetic_beta)

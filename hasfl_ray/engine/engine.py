@@ -12,15 +12,17 @@ import torch
 
 from hasfl_ray.algorithms import algorithm_class
 from hasfl_ray.algorithms.random_budget import post_warmup_avg_p
-from hasfl_ray.data import assign_tiers, load_dataset
-from hasfl_ray.engine.backend import Backend, RoundInterrupted, make_backend
+from hasfl_ray.data import assign_tiers, load_plugin_dataset
+from hasfl_ray.engine.backend import Backend, RoundInterrupted
 from hasfl_ray.engine.checkpoint import (Checkpoint, check_resume_config, load_checkpoint, load_checkpoint_round,
                                          save_checkpoint, stored_config)
 from hasfl_ray.engine.config import RunConfig, parse_fault
+from hasfl_ray.engine.factory import make_backend
 from hasfl_ray.engine.rundir import RunDirectory, RunLock
 from hasfl_ray.engine.signals import StopSignals
-from hasfl_ray.errors import OutputError, RunInterrupted, TrainerError
-from hasfl_ray.models import MODEL_CONFIGS, build_model
+from hasfl_ray.errors import ConfigError, OutputError, RunInterrupted, TrainerError
+from hasfl_ray.models import MODEL_CONFIGS, build_model, register_model
+from hasfl_ray.registry import lookup, spec_label
 from hasfl_ray.training.determinism import apply_determinism
 from hasfl_ray.training.local import ClientTask
 from hasfl_ray.training.seeding import STREAM_INIT, STREAM_SAMPLING, STREAM_TIERS, numpy_rng, stream_seed
@@ -36,6 +38,11 @@ def sample_participants(seed: int, round: int, num_clients: int, per_round: int)
     """The round's participants, drawn uniformly without replacement from rng(seed, round), sorted."""
     rng = numpy_rng(seed, STREAM_SAMPLING, round)
     return sorted(int(i) for i in rng.choice(num_clients, size=per_round, replace=False))
+
+
+def capacity_tiers(seed: int, num_clients: int) -> np.ndarray:
+    """p_i^max of every client: the run's tier draw from rng(seed, tiers) (``hasfl-ray data inspect`` shares it)."""
+    return assign_tiers(num_clients, numpy_rng(seed, STREAM_TIERS))
 
 
 def initial_parameters(model_name: str, seed: int) -> Dict[str, torch.Tensor]:
@@ -79,12 +86,16 @@ class Engine:
             self.checkpoint = load_checkpoint(self.rundir.path)
             if not self.force:
                 check_resume_config(self.rundir.path, stored_config(self.rundir.path, self.checkpoint), c)
-        self.dataset = load_dataset(c.dataset, c.clients, c.alpha, c.seed, c.data_dir, c.download,
-                                    c.synthetic_alpha, c.synthetic_beta)
+        self.dataset = load_plugin_dataset(lookup("dataset", c.dataset), c)
         self.model_name = self.dataset.model
+        register_model(self.model_name, self.dataset.model_config)  # a dataset plug-in's own model, if any
         if self.model_name not in MODEL_CONFIGS:
-            raise ValueError(f"dataset {c.dataset!r} names model {self.model_name!r}, which is not registered")
-        self.p_max = assign_tiers(c.clients, numpy_rng(c.seed, STREAM_TIERS))
+            raise ConfigError(f"dataset {c.dataset!r} names model {self.model_name!r}; expected a built-in model "
+                              f"({', '.join(MODEL_CONFIGS)}) or a model_config describing it")
+        if self.dataset.num_clients != c.clients:
+            raise ConfigError(f"dataset {c.dataset!r} loaded {self.dataset.num_clients} clients but clients is "
+                              f"{c.clients}; expected a loader that splits the data over config.clients clients")
+        self.p_max = capacity_tiers(c.seed, c.clients)
         self.num_samples = np.asarray(self.dataset.client_sizes(), dtype=np.int64)
         self.algorithm = algorithm_class(c.algorithm)(c, self.p_max, self.num_samples)
         self.initial_params = initial_parameters(self.model_name, c.seed)
@@ -170,7 +181,8 @@ class Engine:
         bar = None
         if self.progress:
             from tqdm import tqdm
-            bar = tqdm(total=c.rounds, desc=f"{c.algorithm} on {c.dataset}", unit="round", dynamic_ncols=True,
+            bar = tqdm(total=c.rounds, desc=f"{spec_label(c.algorithm)} on {spec_label(c.dataset)}", unit="round",
+                       dynamic_ncols=True,
                        initial=len(self.history))
         for t in range(len(self.history), c.rounds):
             try:
@@ -228,7 +240,8 @@ class Engine:
                            "; every update was rejected, so the global model is unchanged" if not results else "")
         self.algorithm.observe(t, results, aggregate)
         accuracy, loss = self.backend.evaluate()
-        used = [r.extras.get("avg_width", r.width) for r in results] or [widths[i] for i in participants]
+        used = [r.width if r.trained_width is None else r.trained_width for r in results] or \
+            [widths[i] for i in participants]
         h = self.algorithm.h_tilde()
         return {"round": t, "test_accuracy": accuracy, "test_loss": loss, "avg_p": float(np.mean(used)),
                 "coverage": aggregate.covered_fraction, "frozen_fraction": self.backend.frozen_fraction(),
