@@ -128,9 +128,6 @@ class RandomBudget(Algorithm):
         self._allocated_mean = float(self.p_current.mean())
         self._pending_mean = self._allocated_mean
 
-    def is_adaptation_round(self, round: int) -> bool:
-        return is_adaptation_round(round, self.config.warmup, self.config.t_adapt)
-
     def allocate(self, round: int, participants: Sequence[int]) -> Dict[int, float]:
         widths = super().allocate(round, participants)
         # Held until observe: a round interrupted after allocating leaves the checkpointed state untouched.
@@ -153,7 +150,7 @@ class RandomBudget(Algorithm):
         if round >= self.first_adapted:
             self.realised_sum += float(used)  # only the rounds the budget is matched over
         self.rounds_seen = round + 1
-        if self.is_adaptation_round(round):
+        if is_adaptation_round(round, self.config.warmup, self.config.t_adapt):
             factors = numpy_rng(self.config.seed, STREAM_ALGORITHM, round).uniform(*FACTOR_RANGE, self.num_clients)
             self.p_current = random_allocation(factors, self.p_max, self.target(), self.config.coverage)
 
