@@ -94,7 +94,14 @@ def _load_module(kind: str, spec: str, location: str) -> ModuleType:
         FILE_MODULES.append(module)
         return module
     try:
-        return importlib.import_module(location)
+        try:
+            return importlib.import_module(location)
+        except ModuleNotFoundError as error:
+            # like `python -m`, look in the current directory too (the console script's path holds only its own)
+            if not (error.name and location.startswith(error.name)) or os.getcwd() in sys.path or "" in sys.path:
+                raise
+            sys.path.append(os.getcwd())
+            return importlib.import_module(location)
     except ModuleNotFoundError as error:
         if error.name and location.startswith(error.name):
             raise ConfigError(f"{kind} is {spec!r} but no module {location!r} can be imported; expected "

@@ -68,6 +68,16 @@ def test_loss_policy_runs_three_ways_with_the_same_result(tmp_path, package):
     assert issubclass(policy, hasfl_ray.Algorithm)
 
 
+def test_a_module_in_the_current_directory_is_found(tmp_path, monkeypatch):
+    (tmp_path / "policies_here").mkdir()
+    (tmp_path / "policies_here" / "__init__.py").write_text("")
+    shutil.copy(POLICY, tmp_path / "policies_here" / "loss.py")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
+    result = simulate("--algorithm", "policies_here.loss:LossPolicy", "--rounds", "1", "--out", str(tmp_path / "r"))
+    assert result.exit_code == 0, result.output
+
+
 def test_options_come_from_the_command_line_and_yaml(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({"algorithm": f"{POLICY}:LossPolicy",
