@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 export CUDA_HOME ?= /usr/local/cuda
 export TORCH_CUDA_ARCH_LIST ?= 9.0
 
-.PHONY: venv install demo test bench clean
+.PHONY: venv install demo test bench soak gpu-check clean
 
 $(VENV)/.deps: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,12 @@ test: install
 
 bench: install
 	$(PY) benchmarks/bench_aggregate.py
+
+soak: install  # 500 rounds on Ray with 2 actors: memory flat within 5 %, no process left (not in CI: ~10+ min)
+	$(PY) benchmarks/soak.py --rounds 500
+
+gpu-check:  # on a GPU machine whose python3 already has torch (no venv, no Ray needed)
+	benchmarks/gpu_check.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info hasfl_ray/*.so

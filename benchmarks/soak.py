@@ -1,0 +1,111 @@
+"""Soak test (issue 10): many rounds of the embedded digits on Ray with 2 trainer actors; the resident memory of
+the driver, the server actor and each trainer actor must stay flat (within 5 % after warm-up) and no process of
+the run may outlive it.
+
+    python benchmarks/soak.py [--rounds 500] [--warmup 50] [--every 10]      (make soak)
+
+Prints RSS per process at intervals and a verdict; exits 1 when memory grows or a process is left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+
+def rss_mib(pid: int) -> float:
+    """Resident set size of ``pid`` in MiB (from /proc), 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def descendants(pid: int) -> set:
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry))
+    found, stack = set(), [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=500)
+    parser.add_argument("--warmup", type=int, default=50, help="rounds before memory must stay flat")
+    parser.add_argument("--every", type=int, default=10, help="sample memory every N rounds")
+    parser.add_argument("--tolerance", type=float, default=0.05, help="allowed growth after warm-up (fraction)")
+    args = parser.parse_args()
+
+    import ray
+
+    from hasfl_ray.engine import Engine, RunConfig
+    from hasfl_ray.simulation import quiet_token_notice
+
+    quiet_token_notice()
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="warning")
+    out = tempfile.mkdtemp(prefix="hasfl-soak-")
+    engine = Engine(RunConfig(dataset="digits", rounds=args.rounds, backend="ray", actors=2, checkpoint_every=50),
+                    out_dir=out)
+    samples = []  # (round, {process: MiB})
+    run_round = engine.run_round
+    start = time.perf_counter()
+
+    def sampled_round(t):
+        line = run_round(t)
+        if t % args.every == 0 or t == args.rounds - 1:
+            places = engine.backend.places  # trainers, then the server
+            names = [f"trainer{i}" for i in range(len(places) - 1)] + ["server"]
+            memory = {"driver": rss_mib(os.getpid())}
+            memory.update({name: rss_mib(place["pid"]) for name, place in zip(names, places)})
+            samples.append((t, memory))
+            print(f"round {t:4d}  " + "  ".join(f"{k} {v:7.1f} MiB" for k, v in memory.items())
+                  + f"  ({time.perf_counter() - start:6.0f} s)", flush=True)
+        return line
+
+    engine.run_round = sampled_round
+    summary = engine.run()
+    wall = time.perf_counter() - start
+    ray.shutdown()
+    time.sleep(3)
+    left = sorted(descendants(os.getpid()))
+
+    print(f"\n{args.rounds} rounds in {wall:.0f} s ({args.rounds / wall:.2f} rounds/s), final accuracy "
+          f"{summary['final_accuracy']:.3f}")
+    after = [memory for t, memory in samples if t >= args.warmup]
+    ok = True
+    print(f"{'process':<10} {'at warm-up':>11} {'min after':>10} {'max after':>10} {'growth':>8}")
+    for name in after[0]:
+        values = [memory[name] for memory in after]
+        growth = (max(values) - values[0]) / values[0]
+        flat = growth <= args.tolerance
+        ok &= flat
+        print(f"{name:<10} {values[0]:>9.1f} M {min(values):>8.1f} M {max(values):>8.1f} M {growth:>7.1%}"
+              f"{'' if flat else '  GREW'}")
+    print(f"processes left after shutdown: {len(left)}" + (f" {left}" if left else ""))
+    ok &= not left
+    print("verdict: " + ("flat memory, nothing left behind" if ok else "FAILED"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
