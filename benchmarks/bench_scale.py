@@ -19,6 +19,8 @@ updated every round: the cost that may grow with N is exactly what these rounds 
 
     python benchmarks/bench_scale.py                                   # 10^3 .. 10^6, local; ray at 10^6
     python benchmarks/bench_scale.py --sizes 1000,100000 --backends local,ray --rounds 4
+    python benchmarks/bench_scale.py --dataset shakespeare --data-dir ../shared/data/shakespeare/plays \
+        --sizes 635 --backends ray --ray-sizes "" --per-round 10 --rounds 2     # every role of every play
 """
 
 from __future__ import annotations
@@ -75,11 +77,16 @@ def child(args: argparse.Namespace) -> None:
         local.Trainer.train = timed_train
     from hasfl_ray.cli.main import main
 
-    argv = ["simulate", "--dataset", "synthetic", "--clients", str(args.clients), "--clients-per-round",
-            str(args.per_round), "--rounds", str(args.rounds), "--backend", args.backend, "--warmup", "0",
+    argv = ["simulate", "--dataset", args.dataset, "--clients", str(args.clients), "--clients-per-round",
+            str(args.per_round), "--rounds", str(args.rounds), "--backend", args.backend, "--algorithm",
+            args.algorithm, "--warmup", "0",
             "--t-adapt", "1", "--t-norm", "1", "--checkpoint-every", "0", "--quiet", "--force", "--out", args.out]
     if args.backend == "ray" and args.actors:
         argv += ["--actors", str(args.actors)]
+    if args.data_dir:
+        argv += ["--data-dir", args.data_dir]
+    if args.address:
+        argv += ["--address", args.address]
     try:
         main(argv, prog_name="hasfl-ray")
     except SystemExit as error:
@@ -98,7 +105,9 @@ def measure(clients: int, backend: str, args: argparse.Namespace) -> dict:
         begin = time.time()
         command = [sys.executable, os.path.abspath(__file__), "--child", "--clients", str(clients), "--per-round",
                    str(args.per_round), "--rounds", str(args.rounds), "--backend", backend, "--out",
-                   os.path.join(out, "run"), "--t0", repr(begin), "--actors", str(args.actors)]
+                   os.path.join(out, "run"), "--t0", repr(begin), "--actors", str(args.actors), "--dataset",
+                   args.dataset, "--algorithm", args.algorithm] + (["--data-dir", args.data_dir] if args.data_dir else []) + \
+            (["--address", args.address] if args.address else [])
         done = subprocess.run(command, capture_output=True, text=True)
         whole = time.time() - begin
     lines = [line for line in done.stdout.splitlines() if line.startswith(MARK)]
@@ -114,6 +123,10 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,10000,100000,1000000", help="comma-separated client counts")
     parser.add_argument("--backends", default="local", help="comma-separated backends run at every size")
     parser.add_argument("--ray-sizes", default="1000000", help="sizes also run on the ray backend ('' for none)")
+    parser.add_argument("--dataset", default="synthetic", help="dataset (default synthetic)")
+    parser.add_argument("--algorithm", default="hasfl", help="algorithm (default hasfl, adapting every round)")
+    parser.add_argument("--data-dir", help="--data-dir of the dataset (shakespeare: ../shared/data/shakespeare/plays)")
+    parser.add_argument("--address", help="join this running Ray cluster (ray backend)")
     parser.add_argument("--per-round", type=int, default=100, help="clients per round (default 100)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per run (default 3; the first is dropped)")
     parser.add_argument("--actors", type=int, default=2, help="Ray trainer actors (default 2)")
@@ -131,7 +144,7 @@ def main() -> None:
     backends = [b for b in args.backends.split(",") if b]
     points = [(n, b) for n in sizes for b in backends] + \
         [(n, "ray") for n in sizes if n in ray_sizes and "ray" not in backends]
-    print(f"synthetic, {args.per_round} clients per round, {args.rounds} rounds (first dropped), "
+    print(f"{args.dataset}, {args.algorithm}, {args.per_round} clients per round, {args.rounds} rounds (first dropped), "
           f"{os.cpu_count()} CPUs; ray: {args.actors} trainer actors", flush=True)
     header = ("clients", "backend", "start-up s", "s/round", "outside training s/round", "finish s", "whole s", "peak RSS MB", "clients.csv MB")
     print("| " + " | ".join(header) + " |")

@@ -35,3 +35,18 @@ def test_two_nodes_equal_the_local_backend(two_nodes):
              for engine in (local, clustered)]
     assert strip[0] == strip[1]
     assert not ray.is_initialized()  # joined with --address: the backend disconnects, the cluster stays up
+
+
+def test_many_virtual_clients_on_two_nodes_equal_one_node(two_nodes, tmp_path):
+    # 20,000 synthetic clients generated where they are trained: the dataset travels through the object store (the
+    # driver ray.put()s it once), so the second node needs no data of its own.
+    many = dict(dataset="synthetic", rounds=2, clients=20_000, clients_per_round=6, seed=3, warmup=0, t_adapt=1,
+                checkpoint_every=0)
+    one = Engine(RunConfig(**many, backend="local"), out_dir=str(tmp_path / "one")).run()
+    clustered = Engine(RunConfig(**many, backend="ray", actors=2, address=two_nodes.address),
+                       out_dir=str(tmp_path / "two"))
+    two = clustered.run()
+    assert clustered.backend.nodes == 2
+    assert two["params_sha256"] == one["params_sha256"]
+    for name in ("clients.csv",):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
