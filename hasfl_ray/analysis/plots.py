@@ -3,6 +3,7 @@ and mean p per round, final p against p^max per client, and the accuracy-capacit
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections import defaultdict
@@ -11,6 +12,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import numpy as np
 
 from hasfl_ray.analysis.report import _label, display_name, protocol_line, summarise_runs
+from hasfl_ray.files import atomic_write
 
 
 def _metrics(run: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -122,7 +124,9 @@ def plot_runs(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str]
 def _save(fig, out_dir: str, name: str) -> str:
     path = os.path.join(out_dir, name)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=120, format="png")
+    atomic_write(path, buffer.getvalue())  # a figure is replaced whole or not at all
     import matplotlib.pyplot as plt
 
     plt.close(fig)
