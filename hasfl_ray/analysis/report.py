@@ -221,8 +221,18 @@ DISPLAY_NAMES = {"hasfl": "HAS-FL", "hasfl (coverage off)": "HAS-FL, coverage of
                  "fedprox": "FedProx", "scaffold": "SCAFFOLD", "fedrolex": "FedRolex"}
 DATASET_NAMES = {"cifar10": "CIFAR-10", "emnist": "EMNIST", "shakespeare": "Shakespeare", "digits": "Digits",
                  "synthetic": "Synthetic"}
-TABLE_COLUMNS = ("dataset", "algorithm", "seeds", "best_mean", "best_std", "final_mean", "final_std",
+#: Table 6's Type column: what each method trains (a plug-in is a sub-model method of its own).
+ALGORITHM_TYPES = {"fedavg": "Full-model", "scaffold": "Full-model + CV", "fedprox": "Full-model + prox",
+                   "hasfl": "Sub-model (adaptive)", "hasfl (coverage off)": "Sub-model (adaptive)",
+                   "random-budget": "Sub-model (random)", "heterofl": "Sub-model (static)",
+                   "fjord": "Sub-model (ordered dropout)", "uniform": "Sub-model (uniform)",
+                   "fedrolex": "Sub-model (rolling)"}
+TABLE_COLUMNS = ("dataset", "algorithm", "type", "seeds", "best_mean", "best_std", "final_mean", "final_std",
                  "peak_to_final", "avg_p")
+
+
+def algorithm_type(label: str) -> str:
+    return ALGORITHM_TYPES.get(label, "Sub-model (plug-in)" if ":" in label else "Sub-model")
 CONFOUND_COLUMNS = ("dataset", "algorithm", "seed", "n_clients") + tuple(
     k for key in CONFOUND_KEYS for k in (key, "pvalue_" + key[2:])) + ("verdict",)
 
@@ -242,10 +252,11 @@ def protocol_line(config: Mapping[str, Any]) -> str:
 
 def table_markdown(rows: Sequence[Dict[str, Any]]) -> str:
     """The paper's table layout: Best, Final, Peak→final, Avg p (mean ± std over seeds, accuracies in %)."""
-    lines = ["| Dataset | Algorithm | Seeds | Best acc. (%) | Final acc. (%) | Peak→final Δ | Avg. p |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| Dataset | Algorithm | Type | Seeds | Best acc. (%) | Final acc. (%) | Peak→final Δ | Avg. p |",
+             "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         lines.append(f"| {display_name(row['dataset'])} | {display_name(row['algorithm'])} | "
+                     f"{algorithm_type(row['algorithm'])} | "
                      f"{', '.join(str(s) for s in row['seeds'])} | {row['best_mean']:.1f} ± {row['best_std']:.1f} | "
                      f"{row['final_mean']:.1f} ± {row['final_std']:.1f} | {row['peak_to_final']:+.1f} | "
                      f"{row['avg_p']:.2f} |")
@@ -257,6 +268,7 @@ def table_csv(rows: Sequence[Dict[str, Any]], columns: Sequence[str] = TABLE_COL
     writer = csv.DictWriter(buffer, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in rows:
+        row = {**row, "type": algorithm_type(row["algorithm"])} if "algorithm" in row else row
         writer.writerow({k: (" ".join(str(s) for s in v) if isinstance(v, list) else ("" if v is None else v))
                          for k, v in row.items()})
     return buffer.getvalue()
@@ -266,15 +278,16 @@ def table_latex(rows: Sequence[Dict[str, Any]], caption: str) -> str:
     """A booktabs table in the paper's layout (the dataset named on its first row, a rule between datasets)."""
     lines = [r"\begin{table}[!htbp]", r"\centering", rf"\caption{{{_tex(caption)} (mean $\pm$ std over seeds)}}",
              r"\footnotesize",
-             r"\begin{tabular}{llcccc}", r"\toprule",
-             r"Dataset & Algorithm & Best Acc. & Final Acc. & Peak$\to$final $\Delta$ & Avg.\ $p$ \\", r"\midrule"]
+             r"\begin{tabular}{lllcccc}", r"\toprule",
+             r"Dataset & Algorithm & Type & Best Acc. & Final Acc. & Peak$\to$final $\Delta$ & Avg.\ $p$ \\",
+             r"\midrule"]
     previous = None
     for row in rows:
         if previous is not None and row["dataset"] != previous:
             lines.append(r"\midrule")
         dataset = _tex(display_name(row["dataset"])) if row["dataset"] != previous else ""
         previous = row["dataset"]
-        lines.append(f"{dataset} & {_tex(display_name(row['algorithm']))} & "
+        lines.append(f"{dataset} & {_tex(display_name(row['algorithm']))} & {_tex(algorithm_type(row['algorithm']))} & "
                      rf"{row['best_mean']:.1f} $\pm$ {row['best_std']:.1f}\% & "
                      rf"{row['final_mean']:.1f} $\pm$ {row['final_std']:.1f}\% & ${row['peak_to_final']:+.1f}$ & "
                      rf"{row['avg_p']:.2f} \\")

@@ -88,14 +88,15 @@ def test_report_over_a_sweep_writes_tables_and_figures(tmp_path):
                      "table.md", "table.tex"]
     assert all((out / n).read_bytes()[:4] == b"\x89PNG" for n in names if n.endswith(".png"))
     markdown = (out / "table.md").read_text()
-    for column in ("Best acc. (%)", "Final acc. (%)", "Peak→final Δ", "Avg. p"):
+    for column in ("Type", "Best acc. (%)", "Final acc. (%)", "Peak→final Δ", "Avg. p"):
         assert column in markdown
+    assert "| HAS-FL | Sub-model (adaptive) |" in markdown and "| Uniform | Sub-model (uniform) |" in markdown
     assert markdown.index("Uniform") < markdown.index("HAS-FL")  # the sweep's algorithm order
     rows = list(csv_module.DictReader(open(out / "table.csv")))
     assert {"best_mean", "best_std", "final_mean", "final_std", "peak_to_final", "avg_p"} <= set(rows[0])
     hasfl = next(r for r in rows if r["algorithm"] == "hasfl")
-    assert hasfl["seeds"] == "42 43"
+    assert hasfl["seeds"] == "42 43" and hasfl["type"] == "Sub-model (adaptive)"
     assert float(hasfl["peak_to_final"]) == pytest.approx(float(hasfl["final_mean"]) - float(hasfl["best_mean"]))
     tex = (out / "table.tex").read_text()
-    assert r"Peak$\to$final $\Delta$" in tex and r"$\pm$" in tex and tex.count(r"\\") >= 3
+    assert r"Peak$\to$final $\Delta$" in tex and "Sub-model (adaptive)" in tex and r"$\pm$" in tex and tex.count(r"\\") >= 3
     assert "r(H̃, TV | p^max)" in (out / "confound.md").read_text().replace("\\|", "|")
