@@ -1,0 +1,243 @@
+"""hasfl-ray against Flower's simulation engine on the same FedAvg workload, interleaved.
+
+Both sides run the same thing, so that only the orchestration differs:
+
+- the same clients: the digits set split by hasfl_ray's seeded Dirichlet partition (both import
+  ``hasfl_ray.data.digits``);
+- the same participants each round: ``hasfl_ray.engine.engine.sample_participants(seed, round)``;
+- the same local work: hasfl_ray's ``Trainer.train`` (CNN at full width, SGD momentum 0.9, weight decay 1e-4,
+  clipping 10, the protocol's epochs and batch size, per-client RNG streams), one torch thread per trainer;
+- the same aggregation rule (FedAvg: the sample-weighted mean of the updates) and a central evaluation of the
+  global model on the same test set after every round;
+- the same parallelism: 2 Ray actors training clients (hasfl-ray: ``--actors 2``; Flower: ``client_resources
+  num_cpus=1`` on a Ray instance of 2 CPUs) on a 2-CPU machine.
+
+What differs is each engine's own machinery: hasfl-ray's trainer actors, object-store parameters and server
+actor; Flower's ServerApp, Grid messages, SuperNodes and its Ray backend (Flower pins its own Ray, so it runs
+in its own virtual environment, created by ``--setup`` from benchmarks/requirements-flower.txt). On the
+Flower side virtual client i is the i-th SuperNode, and the message tells it which client it is (its
+partition), as Flower's simulations do with ``partition-id``.
+
+Two workloads:
+
+- ``training``: the paper's digits protocol (20 clients, 10 per round, 2 local epochs, batch 32, lr 0.05);
+- ``orchestration``: 1,000 clients (near-IID split, about 1.4 training samples each), 100 per round, 1 local
+  epoch: short local work, so the round is the engine's own overhead.
+
+Printed per workload: start-up (process start to the first round), rounds/s over the rounds after the first,
+whole-process time, the hasfl-ray/Flower ratio, and test accuracy per round side by side.
+
+    python benchmarks/bench_vs_flower.py --setup            # create Flower's venv (once; ~5 GB with torch)
+    python benchmarks/bench_vs_flower.py --repeats 2        # both workloads, interleaved
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MARK = "BENCH_FLOWER_RESULT "
+DEFAULT_VENV = os.path.join(os.path.expanduser("~"), ".cache", "hasfl-ray", "flower-venv")
+ACTORS = 2
+
+WORKLOADS = {
+    "training": dict(clients=20, clients_per_round=10, local_epochs=2, alpha=0.3, rounds=5),
+    "orchestration": dict(clients=1000, clients_per_round=100, local_epochs=1, alpha=1000.0, rounds=8),
+}
+COMMON = dict(dataset="digits", seed=0, batch_size=32, lr=0.05, momentum=0.9, weight_decay=1e-4, clip_norm=10.0)
+
+
+# -- hasfl-ray ---------------------------------------------------------------------------------------------------
+
+def run_hasfl(workload: str, t0: float) -> dict:
+    from hasfl_ray.engine import Engine, RunConfig
+
+    config = RunConfig(**COMMON, **WORKLOADS[workload], algorithm="fedavg", backend="ray", actors=ACTORS,
+                       checkpoint_every=0, aggregation_backend="reference")
+    engine = Engine(config)
+    stamps = {"begin": [], "end": []}
+    run_round = engine.run_round
+
+    def timed(t):
+        stamps["begin"].append(time.time())
+        line = run_round(t)
+        stamps["end"].append(time.time())
+        return line
+
+    engine.run_round = timed
+    summary = engine.run()
+    return {"startup": stamps["begin"][0] - t0, "begin": stamps["begin"], "end": stamps["end"],
+            "accuracy": [line["test_accuracy"] for line in engine.history], "sha": summary["params_sha256"]}
+
+
+# -- Flower ------------------------------------------------------------------------------------------------------
+
+def run_flower(workload: str, t0: float) -> dict:
+    sys.path.insert(0, ROOT)  # hasfl_ray from this checkout (its data, model and trainer; no Ray import)
+    import numpy as np
+    import torch
+    from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.simulation import run_simulation
+
+    from hasfl_ray.data.digits import load_digits_federated
+    from hasfl_ray.engine.engine import initial_parameters, sample_participants
+    from hasfl_ray.engine.server import Server
+    from hasfl_ray.training.determinism import apply_determinism
+    from hasfl_ray.training.local import ClientTask, OptimizerSettings, Trainer
+
+    w = {**COMMON, **WORKLOADS[workload]}
+    names = list(initial_parameters("digits", w["seed"]))
+    settings = OptimizerSettings(momentum=w["momentum"], weight_decay=w["weight_decay"], clip_norm=w["clip_norm"],
+                                 local_epochs=w["local_epochs"], batch_size=w["batch_size"])
+    cache = {}
+
+    def trainer() -> Trainer:  # one per ClientApp process (Ray actor), built on first use like hasfl-ray's
+        if "trainer" not in cache:
+            apply_determinism(True)
+            cache["trainer"] = Trainer(load_digits_federated(w["clients"], w["alpha"], w["seed"]), "digits",
+                                       settings, "cpu", 1)
+        return cache["trainer"]
+
+    client_app = ClientApp()
+
+    @client_app.train()
+    def train(msg: Message, context: Context) -> Message:
+        config = msg.content["config"]
+        arrays = msg.content["arrays"].to_numpy_ndarrays()
+        params = {name: torch.from_numpy(a) for name, a in zip(names, arrays)}
+        task = ClientTask(int(config["client"]), int(config["round"]), 1.0, float(config["lr"]), w["seed"])
+        result = trainer().train(task, params)
+        update = ArrayRecord([result.update[name].numpy() for name in names])
+        metrics = MetricRecord({"num-examples": result.num_samples, "client": result.client})
+        return Message(content=RecordDict({"arrays": update, "metrics": metrics}), reply_to=msg)
+
+    stamps = {"begin": [], "end": [], "accuracy": []}
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid: Grid, context: Context) -> None:
+        apply_determinism(True)
+        torch.set_num_threads(1)
+        dataset = load_digits_federated(w["clients"], w["alpha"], w["seed"])
+        server = Server("digits", initial_parameters("digits", w["seed"]), dataset, 500, "reference", "cpu")
+        nodes = sorted(grid.get_node_ids())
+        while len(nodes) < w["clients"]:
+            time.sleep(0.1)
+            nodes = sorted(grid.get_node_ids())
+        for t in range(w["rounds"]):
+            stamps["begin"].append(time.time())
+            participants = sample_participants(w["seed"], t, w["clients"], w["clients_per_round"])
+            arrays = ArrayRecord([server.params[name].numpy() for name in names])
+            lr = w["lr"] * 0.995 ** t
+            messages = [Message(content=RecordDict({"arrays": arrays, "config": ConfigRecord(
+                {"client": client, "round": t, "lr": lr})}), message_type="train", dst_node_id=nodes[client])
+                for client in participants]
+            replies = sorted((r for r in grid.send_and_receive(messages) if not r.has_error()),
+                             key=lambda r: int(r.content["metrics"]["client"]))
+            if len(replies) != len(participants):
+                raise RuntimeError(f"round {t}: {len(participants) - len(replies)} Flower clients failed")
+            # FedAvg: the sample-weighted mean of the updates, added to the global model
+            total = float(sum(r.content["metrics"]["num-examples"] for r in replies))
+            for k, name in enumerate(names):
+                mean = sum(r.content["metrics"]["num-examples"] / total * r.content["arrays"].to_numpy_ndarrays()[k]
+                           for r in replies)
+                server.params[name] += torch.from_numpy(np.asarray(mean, dtype=np.float32))
+            stamps["accuracy"].append(server.evaluate()[0])
+            stamps["end"].append(time.time())
+
+    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=w["clients"],
+                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                   "init_args": {"address": "local", "num_cpus": ACTORS,
+                                                 "include_dashboard": False}})
+    return {"startup": stamps["begin"][0] - t0, "begin": stamps["begin"], "end": stamps["end"],
+            "accuracy": stamps["accuracy"]}
+
+
+# -- the parent --------------------------------------------------------------------------------------------------
+
+def setup(venv: str) -> None:
+    """Create Flower's virtual environment (no system site packages) and install requirements-flower.txt."""
+    begin = time.time()
+    if not os.path.exists(os.path.join(venv, "bin", "python")):
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    subprocess.run([os.path.join(venv, "bin", "pip"), "install", "-r",
+                    os.path.join(ROOT, "benchmarks", "requirements-flower.txt")], check=True)
+    print(f"Flower's venv ready at {venv} in {time.time() - begin:.0f} s")
+
+
+def measure(engine: str, workload: str, venv: str) -> dict:
+    python = sys.executable if engine == "hasfl" else os.path.join(venv, "bin", "python")
+    # each engine starts a Ray instance of its own, never joining one that another job started on this machine
+    env = dict(os.environ, RAY_ADDRESS="local")
+    begin = time.time()
+    done = subprocess.run([python, os.path.abspath(__file__), "--child", engine, "--workload", workload, "--t0",
+                           repr(begin)], capture_output=True, text=True, cwd=ROOT, env=env)
+    whole = time.time() - begin
+    lines = [line for line in done.stdout.splitlines() if line.startswith(MARK)]
+    if done.returncode or not lines:
+        raise RuntimeError(f"{engine} on {workload} failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
+    result = json.loads(lines[-1][len(MARK):])
+    result["whole"] = whole
+    later = [e - b for b, e in zip(result["begin"][1:], result["end"][1:])]
+    result["rounds_per_s"] = len(later) / (result["end"][-1] - result["begin"][1])
+    result["round_s"] = later
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--venv", default=DEFAULT_VENV, help=f"Flower's virtual environment (default {DEFAULT_VENV})")
+    parser.add_argument("--setup", action="store_true", help="create Flower's virtual environment and exit")
+    parser.add_argument("--workloads", default="training,orchestration")
+    parser.add_argument("--repeats", type=int, default=2, help="interleaved repeats per workload (default 2)")
+    parser.add_argument("--child", choices=("hasfl", "flower"), help=argparse.SUPPRESS)
+    parser.add_argument("--workload", help=argparse.SUPPRESS)
+    parser.add_argument("--t0", type=float, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        result = (run_hasfl if args.child == "hasfl" else run_flower)(args.workload, args.t0)
+        print(MARK + json.dumps(result), flush=True)
+        os._exit(0)  # do not wait for Ray's atexit handlers
+    if args.setup:
+        setup(args.venv)
+        return
+    if not os.path.exists(os.path.join(args.venv, "bin", "python")):
+        sys.exit(f"Flower's venv {args.venv} does not exist; run with --setup first")
+    for workload in [w for w in args.workloads.split(",") if w]:
+        w = {**COMMON, **WORKLOADS[workload]}
+        print(f"\n## {workload}: {w['clients']} clients, {w['clients_per_round']} per round, {w['local_epochs']} "
+              f"local epoch(s), {w['rounds']} rounds (first dropped), {ACTORS} Ray actors, {os.cpu_count()} CPUs",
+              flush=True)
+        runs = {"hasfl": [], "flower": []}
+        for repeat in range(args.repeats):
+            for engine in ("hasfl", "flower") if repeat % 2 == 0 else ("flower", "hasfl"):
+                r = measure(engine, workload, args.venv)
+                runs[engine].append(r)
+                print(f"  repeat {repeat} {engine:6}: {r['rounds_per_s']:.3f} rounds/s, start-up {r['startup']:.1f} s, "
+                      f"whole {r['whole']:.1f} s", flush=True)
+        med = {e: {k: statistics.median(r[k] for r in runs[e]) for k in ("rounds_per_s", "startup", "whole")}
+               for e in runs}
+        print("\n| engine | rounds/s | start-up s | whole process s |\n|---|---|---|---|")
+        for e, label in (("hasfl", "hasfl-ray"), ("flower", "Flower")):
+            lo = min(r["rounds_per_s"] for r in runs[e])
+            hi = max(r["rounds_per_s"] for r in runs[e])
+            print(f"| {label} | {med[e]['rounds_per_s']:.3f} ({lo:.3f}-{hi:.3f}) | {med[e]['startup']:.1f} | "
+                  f"{med[e]['whole']:.1f} |")
+        print(f"| hasfl-ray / Flower | {med['hasfl']['rounds_per_s'] / med['flower']['rounds_per_s']:.2f}x | "
+              f"{med['hasfl']['startup'] / med['flower']['startup']:.2f}x | "
+              f"{med['hasfl']['whole'] / med['flower']['whole']:.2f}x |")
+        print("\n| round | hasfl-ray accuracy | Flower accuracy |\n|---|---|---|")
+        for t, (a, b) in enumerate(zip(runs["hasfl"][0]["accuracy"], runs["flower"][0]["accuracy"])):
+            print(f"| {t} | {a:.4f} | {b:.4f} |")
+
+
+if __name__ == "__main__":
+    main()
