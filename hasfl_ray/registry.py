@@ -146,8 +146,9 @@ def lookup(kind: str, name: Any) -> type:
         return _SPECS[kind][name]
     names = registered(kind)
     if name not in _REGISTERED[kind]:
-        raise ConfigError(f"{kind} is {name!r}; "
-                          + expected_one_of(name, names, "a plug-in FILE.py:Class or MODULE:Class, or one of"))
+        hint, plugin = expected_one_of(name, names), ", or a plug-in FILE.py:Class or MODULE:Class"
+        hint = hint[:-1] + plugin + ")" if hint.endswith(")") else hint + plugin
+        raise ConfigError(f"{kind} is {name!r}; {hint}")
     return _REGISTERED[kind][name]
 
 

@@ -77,5 +77,5 @@ def test_tier_counts_are_within_one_of_their_exact_share(num_clients, seed):
 
 
 def test_unknown_dataset_is_a_config_error():
-    with pytest.raises(ConfigError, match="dataset 'imagenet' is unknown"):
+    with pytest.raises(ConfigError, match="dataset is 'imagenet'; expected one of digits"):
         load_dataset("imagenet", 20, 0.3, 42)
