@@ -73,19 +73,23 @@ def run_hasfl(workload: str, t0: float) -> dict:
     config = RunConfig(**COMMON, **WORKLOADS[workload], algorithm="fedavg", backend="ray", actors=ACTORS,
                        checkpoint_every=0)
     engine = Engine(config)
-    stamps = {"begin": [], "end": []}
+    stamps = {"begin": [], "end": [], "busiest_train": [], "train": []}
     run_round = engine.run_round
 
     def timed(t):
         stamps["begin"].append(time.time())
         line = run_round(t)
         stamps["end"].append(time.time())
+        timing = engine.backend.timing  # seconds inside Trainer.train this round, summed and per trainer
+        stamps["train"].append(timing.train_seconds)
+        stamps["busiest_train"].append(max(timing.slot_train_seconds.values(), default=0.0))
         return line
 
     engine.run_round = timed
     summary = engine.run()
     return {"startup": stamps["begin"][0] - t0, "begin": stamps["begin"], "end": stamps["end"],
-            "accuracy": [line["test_accuracy"] for line in engine.history], "sha": summary["params_sha256"]}
+            "accuracy": [line["test_accuracy"] for line in engine.history], "sha": summary["params_sha256"],
+            "train": stamps["train"], "busiest_train": stamps["busiest_train"]}
 
 
 # -- Flower ------------------------------------------------------------------------------------------------------
@@ -243,6 +247,10 @@ def main() -> None:
                 r = measure(engine, workload, args.venv)
                 runs[engine].append(r)
                 built = f", trainers built {r['trainers_built']}" if "trainers_built" in r else ""
+                if r.get("busiest_train"):  # hasfl-ray: the busiest trainer's share of the rounds after round 0
+                    rounds = [e - b for b, e in zip(r["begin"][1:], r["end"][1:])]
+                    built += (f", busiest trainer trained {100 * sum(r['busiest_train'][1:]) / sum(rounds):.0f} % of "
+                              f"the round, all trainers {sum(r['train'][1:]) / len(rounds):.2f} s/round")
                 print(f"  repeat {repeat} {engine:6}: {r['rounds_per_s']:.3f} rounds/s, start-up {r['startup']:.1f} s, "
                       f"round 0 done {r['first_done']:.1f} s, whole {r['whole']:.1f} s{built}", flush=True)
         med = {e: {k: statistics.median(r[k] for r in runs[e])
