@@ -9,14 +9,13 @@ from typing import IO, Iterator
 
 
 @contextlib.contextmanager
-def atomic_text_writer(path: str) -> Iterator[IO[str]]:
-    """A text handle whose content replaces ``path`` only when the block ends without an error (temporary file,
-    fsync, rename): for outputs written piece by piece (clients.csv of a million clients) instead of built in
-    memory first."""
+def _atomic_replace(path: str, mode: str, **open_kwargs) -> Iterator[IO]:
+    """A handle on a temporary file beside ``path`` that replaces ``path`` (fsync, rename, fsync of the directory)
+    only when the block ends without an error; on an error the temporary file goes and ``path`` is untouched."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+        with os.fdopen(fd, mode, **open_kwargs) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
@@ -28,21 +27,16 @@ def atomic_text_writer(path: str) -> Iterator[IO[str]]:
     _fsync_directory(directory)
 
 
+def atomic_text_writer(path: str):
+    """A text handle whose content replaces ``path`` only when the block ends without an error: for outputs written
+    piece by piece (clients.csv of a million clients) instead of built in memory first."""
+    return _atomic_replace(path, "w", encoding="utf-8", newline="")
+
+
 def atomic_write(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename: readers see old or new, never half."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    _fsync_directory(directory)
+    with _atomic_replace(path, "wb") as handle:
+        handle.write(data)
 
 
 def _fsync_directory(directory: str) -> None:

@@ -19,13 +19,25 @@ from hasfl_ray.errors import ConfigError, RunInterrupted
 _RAY_FIELDS = ("actors", "gpus_per_actor", "address", "fault_inject")
 
 
+def apply_switches(flags: Dict[str, Any], no_coverage: bool, download: bool, fast_nondeterministic: bool) -> None:
+    """Turn the on/off flags shared by `simulate` and `sweep` into config keys in ``flags``, and refuse --budget
+    with --budget-from (one sentence)."""
+    if no_coverage:
+        flags["coverage"] = False
+    if fast_nondeterministic:
+        flags["deterministic"] = False
+    if download:
+        flags["download"] = True
+    if flags.get("budget") is not None and flags.get("budget_from") is not None:
+        raise ConfigError(f"--budget {flags['budget']} and --budget-from {flags['budget_from']!r} are both given; "
+                          "expected one source for random-budget's target")
+
+
 def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str, Any] | None = None):
     """RunConfig from ``base`` (a resumed run's config.yaml), then the YAML file (if any), then the flags given."""
     from hasfl_ray.engine.config import RunConfig, load_yaml_config
-
-    from hasfl_ray.sweep import single_run_values
-
     from hasfl_ray.registry import parse_option_assignments
+    from hasfl_ray.sweep import single_run_values
 
     source = f"config file {config_file!r}" if config_file else "config"
     flags = dict(flags)
@@ -136,15 +148,7 @@ def simulate(config_file, out, force, resume, quiet, verbose, no_coverage, downl
              **flags) -> None:
     """Run a federated experiment and write config.yaml, metrics.jsonl, clients.csv and summary.json."""
     setup_logging(verbose)
-    if no_coverage:
-        flags["coverage"] = False
-    if fast_nondeterministic:
-        flags["deterministic"] = False
-    if flags.get("budget") is not None and flags.get("budget_from") is not None:
-        raise ConfigError(f"--budget {flags['budget']} and --budget-from {flags['budget_from']!r} are both given; "
-                          "expected one source for random-budget's target")
-    if download:
-        flags["download"] = True
+    apply_switches(flags, no_coverage, download, fast_nondeterministic)
     config = build_config(config_file, flags).resolved()
     from hasfl_ray.registry import spec_label
 

@@ -8,7 +8,7 @@ import click
 
 from hasfl_ray.cli.common import setup_logging, user_errors
 from hasfl_ray.cli.main import main
-from hasfl_ray.cli.simulate import simulate
+from hasfl_ray.cli.simulate import apply_switches, simulate
 from hasfl_ray.errors import ConfigError
 
 #: simulate's options that a sweep defines itself (or has no use for).
@@ -54,15 +54,7 @@ def sweep(config, seeds, algorithms, datasets, out, force, quiet, verbose, no_co
                 algorithm_list = [single]
             else:
                 dataset_list = [single]
-    if no_coverage:
-        flags["coverage"] = False
-    if fast_nondeterministic:
-        flags["deterministic"] = False
-    if download:
-        flags["download"] = True
-    if flags.get("budget") is not None and flags.get("budget_from") is not None:
-        raise ConfigError(f"--budget {flags['budget']} and --budget-from {flags['budget_from']!r} are both given; "
-                          "expected one source for random-budget's target")
+    apply_switches(flags, no_coverage, download, fast_nondeterministic)
     from hasfl_ray.registry import parse_option_assignments
 
     options = parse_option_assignments(flags.pop("algo_opt", None))  # merged over the config's algorithm_options
