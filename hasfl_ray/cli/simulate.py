@@ -137,6 +137,10 @@ def default_backend(ray_options_given: bool) -> str:
               help="On CUDA: let cuDNN autotune and torch use nondeterministic kernels (faster, but two runs of "
                    "one config no longer match bit for bit). No effect on CPU results.")
 @click.option("--eval-batch-size", type=int, help="Evaluation batch size (default 500).")
+@click.option("--eval-samples", type=int,
+              help="Evaluate on a seeded random subset of this many test samples, the same every round and on every "
+                   "backend (default: the whole test set; 0 = the whole test set; more than the test set holds = "
+                   "the whole test set).")
 @click.option("--config", "config_file", type=str, help="YAML file of config keys; flags override it.")
 @click.option("--out", type=click.Path(), help="Run directory (default runs/<dataset>-<algorithm>-seed<seed>).")
 @click.option("--force", is_flag=True, help="Overwrite an existing run directory (with --resume: continue it "

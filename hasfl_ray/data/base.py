@@ -54,6 +54,34 @@ class FederatedDataset(ABC):
     def test_size(self) -> int:
         """Number of test samples."""
 
+    def test_subset_batches(self, indices: torch.Tensor,
+                            batch_size: int) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        """The test samples at ``indices`` (sorted, distinct int64 positions in the test set), in that order,
+        ``batch_size`` at a time (``eval_samples``). Default: one pass over :meth:`test_batches` keeping the chosen
+        rows; a dataset holding its test set as tensors gathers them directly."""
+        indices = torch.as_tensor(indices, dtype=torch.int64).cpu()
+        xs: List[torch.Tensor] = []
+        ys: List[torch.Tensor] = []
+        held = offset = taken = 0
+        for x, y in self.test_batches(batch_size):
+            if taken == indices.numel():
+                break
+            n = int(y.shape[0])
+            end = int(torch.searchsorted(indices, offset + n))
+            if end > taken:
+                local = indices[taken:end] - offset
+                xs.append(x[local.to(x.device)])
+                ys.append(y[local.to(y.device)])
+                held += end - taken
+                taken = end
+            offset += n
+            while held >= batch_size:
+                x_all, y_all = torch.cat(xs), torch.cat(ys)
+                yield x_all[:batch_size], y_all[:batch_size]
+                xs, ys, held = [x_all[batch_size:]], [y_all[batch_size:]], held - batch_size
+        if held:
+            yield torch.cat(xs), torch.cat(ys)
+
     @property
     def train_size(self) -> int:
         return sum(self.client_size(i) for i in range(self.num_clients))
@@ -148,6 +176,13 @@ class TensorFederatedDataset(FederatedDataset):
         for start in range(0, self.test_size, batch_size):
             yield self._inputs(self.test_x[start:start + batch_size]), self.test_y[start:start + batch_size]
 
+    def test_subset_batches(self, indices: torch.Tensor,
+                            batch_size: int) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        indices = torch.as_tensor(indices, dtype=torch.int64).to(self.test_y.device)
+        for start in range(0, indices.numel(), batch_size):
+            ix = indices[start:start + batch_size]
+            yield self._inputs(self.test_x[ix]), self.test_y[ix]
+
     def label_histograms(self) -> np.ndarray:
         labels = self.train_y.cpu().numpy()
         return np.stack([np.bincount(labels[ix.numpy()], minlength=self.num_classes)
@@ -221,6 +256,12 @@ class TextFederatedDataset(FederatedDataset):
     def test_batches(self, batch_size: int) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
         for start in range(0, self.test_size, batch_size):
             yield self._windows(self.test_starts[start:start + batch_size])
+
+    def test_subset_batches(self, indices: torch.Tensor,
+                            batch_size: int) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        starts = self.test_starts[torch.as_tensor(indices, dtype=torch.int64).to(self.test_starts.device)]
+        for start in range(0, starts.numel(), batch_size):
+            yield self._windows(starts[start:start + batch_size])
 
     def label_histograms(self) -> np.ndarray:
         stream = self.stream.cpu().numpy()

@@ -14,6 +14,7 @@ from hasfl_ray.engine.config import RunConfig
 from hasfl_ray.engine.server import Server
 from hasfl_ray.errors import ConfigError, TrainerError
 from hasfl_ray.training.batched import group_tasks
+from hasfl_ray.training.evaluate import evaluation_subset
 from hasfl_ray.training.local import ClientResult, ClientTask, OptimizerSettings, Trainer
 
 
@@ -94,7 +95,8 @@ class LocalBackend(Backend):
         self.batching = config.client_batching == "on"
         self.trainer = Trainer(dataset, model_name, optimizer_settings(config), config.device, config.trainer_threads)
         self.server = Server(model_name, initial_params, dataset, config.eval_batch_size,
-                             config.aggregation_backend, config.device)
+                             config.aggregation_backend, config.device,
+                             evaluation_subset(config.seed, dataset.test_size, config.eval_samples))
 
     def run_round(self, tasks, weights, server_lr):
         params = self.server.params

@@ -59,6 +59,8 @@ class RunConfig:
     weight_decay: float = 1e-4
     clip_norm: Optional[float] = None
     eval_batch_size: int = 500
+    # evaluate on a seeded subset of this many test samples, the same every round (None or 0: the whole test set)
+    eval_samples: Optional[int] = None
     # HAS-FL (Section 3; the paper's defaults)
     coverage: bool = True
     p_min: float = 0.4
@@ -108,6 +110,13 @@ class RunConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise bad(name, value, "a positive integer")
+        if self.eval_samples is not None:
+            value = self.eval_samples
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise bad("eval_samples", value, "a positive integer (test samples to evaluate on), or 0 for the "
+                                                 "whole test set")
+            if value == 0:  # one spelling of "the whole test set" in config.yaml and --resume's comparison
+                object.__setattr__(self, "eval_samples", None)
         for name in ("rounds", "local_epochs", "batch_size"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):

@@ -279,6 +279,8 @@ class Engine:
                    "avg_p_post_warmup": post_warmup_avg_p(avg_p, self.config.warmup, self.config.t_adapt),
                    "rounds": len(self.history),
                    "params_sha256": self.backend.params_sha256(), "wall_s": wall_s}
+        if self.config.eval_samples is not None:  # the test samples each round evaluated (a seeded subset)
+            summary["eval_samples"] = min(self.config.eval_samples, self.dataset.test_size)
         if self.rundir:
             with self._writing("clients.csv"):
                 self.rundir.write_clients(self.client_rows())

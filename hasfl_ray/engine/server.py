@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -40,10 +40,13 @@ class Server:
         eval_batch_size: evaluation batch size (part of the BN policy).
         aggregation_backend: ``auto``, ``fused`` or ``reference``.
         device: where the global parameters live and aggregation/evaluation run.
+        eval_indices: sorted test-set positions to evaluate on (``eval_samples``,
+            :func:`~hasfl_ray.training.evaluate.evaluation_subset`); None for the whole test set.
     """
 
     def __init__(self, model_name: str, initial_params: Mapping[str, torch.Tensor], dataset: FederatedDataset,
-                 eval_batch_size: int = 500, aggregation_backend: str = "auto", device: str = "cpu"):
+                 eval_batch_size: int = 500, aggregation_backend: str = "auto", device: str = "cpu",
+                 eval_indices: Optional[torch.Tensor] = None):
         self.device = torch.device(device)
         register_model(model_name, getattr(dataset, "model_config", None))  # a dataset plug-in's own model
         self.model = build_model(model_name).to(self.device)
@@ -55,6 +58,7 @@ class Server:
         self.initial = {name: t.clone() for name, t in self.params.items()}
         self.dataset = dataset.test_view().to(self.device)
         self.eval_batch_size, self.aggregation_backend = eval_batch_size, aggregation_backend
+        self.eval_indices = None if eval_indices is None else torch.as_tensor(eval_indices, dtype=torch.int64)
 
     def get_params(self) -> Dict[str, torch.Tensor]:
         return {name: t.detach().cpu().clone() for name, t in self.params.items()}
@@ -99,11 +103,11 @@ class Server:
         return stripped, stats
 
     def evaluate(self) -> Tuple[float, float]:
-        """(accuracy, loss) of the full-width global model on the test set."""
+        """(accuracy, loss) of the full-width global model on the test set (or its ``eval_indices``)."""
         with torch.no_grad():
             for name, param in self.model.named_parameters():
                 param.copy_(self.params[name])
-        return evaluate(self.model, self.dataset, self.eval_batch_size)
+        return evaluate(self.model, self.dataset, self.eval_batch_size, self.eval_indices)
 
     def frozen_fraction(self) -> float:
         """Fraction of trainable parameters still bit-identical to their initial value."""

@@ -6,7 +6,7 @@ import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import ray
 import torch
@@ -102,17 +102,17 @@ class TrainerActor:
 class ServerActor:
     """The server on its own actor: global parameters on its device, aggregation, evaluation.
 
-    Args: as :class:`Server`, plus ``threads`` (intra-op threads, the trainers' count, as in the local backend)
+    Args: as :class:`Server` (``eval_indices`` last), plus ``threads`` (intra-op threads, the trainers' count, as in the local backend)
         and ``deterministic`` (as :class:`TrainerActor`).
     """
 
     def __init__(self, model_name: str, initial_params: Mapping[str, torch.Tensor], dataset: FederatedDataset,
                  eval_batch_size: int, aggregation_backend: str, device: str, threads: int,
-                 deterministic: bool = True):
+                 deterministic: bool = True, eval_indices: Optional[torch.Tensor] = None):
         self.device = _process_setup(device, threads, deterministic)
         self.threads = threads
         self.server = Server(model_name, initial_params, dataset, eval_batch_size, aggregation_backend,
-                             str(self.device))
+                             str(self.device), eval_indices)
 
     def ready(self) -> Dict[str, Any]:
         return _whereabouts(self.device)

@@ -20,6 +20,7 @@ from hasfl_ray.simulation import quiet_token_notice
 from hasfl_ray.simulation.actors import ServerActor, TaskReport, TrainerActor
 from hasfl_ray.simulation.placement import ActorPlan, plan_actors
 from hasfl_ray.training.batched import group_tasks
+from hasfl_ray.training.evaluate import evaluation_subset
 from hasfl_ray.training.local import ClientTask
 
 logger = logging.getLogger(__name__)
@@ -119,7 +120,8 @@ class RayBackend(Backend):
                               config.trainer_threads, config.deterministic)
         self.server = ray.remote(ServerActor).options(num_cpus=0, num_gpus=self.plan.server_gpus).remote(
             model_name, initial_params, ray.put(dataset.test_view()), config.eval_batch_size,
-            config.aggregation_backend, self.plan.device, config.trainer_threads, config.deterministic)
+            config.aggregation_backend, self.plan.device, config.trainer_threads, config.deterministic,
+            evaluation_subset(config.seed, dataset.test_size, config.eval_samples))
         self.slots = [_Slot(i, self._trainer_class.remote(*self._trainer_args)) for i in range(self.plan.actors)]
         try:
             places = ray.get([slot.actor.ready.remote() for slot in self.slots] + [self.server.ready.remote()])

@@ -7,6 +7,7 @@ import torch
 
 # Distinct stream kinds so that, e.g., client sampling and local training never share a stream.
 STREAM_SAMPLING, STREAM_CLIENT, STREAM_ALGORITHM, STREAM_INIT, STREAM_TIERS = 1, 2, 3, 4, 5
+STREAM_EVAL = 6  # the test subset of eval_samples (drawn once per run)
 
 
 def stream_seed(*key: int) -> int:

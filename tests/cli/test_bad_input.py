@@ -39,6 +39,8 @@ CASES = [
     (["simulate", "--heterofl-weighting", "equal", *LOCAL], ["equal", "samples"]),
     (["simulate", "--trainer-threads", "0", *LOCAL], ["trainer_threads is 0", "positive integer"]),
     (["simulate", "--checkpoint-every", "-2", *LOCAL], ["checkpoint_every is -2", "non-negative"]),
+    (["simulate", "--eval-samples", "-5", *LOCAL], ["eval_samples is -5", "positive integer"]),
+    (["simulate", "--eval-samples", "1e4", *LOCAL], ["--eval-samples", "1e4"]),
     (["simulate", "--actors", "2", *LOCAL], ["actors is 2", "backend ray"]),
     (["simulate", "--fault-inject", "explode@3", "--backend", "ray", "--quiet", "--out", "run"],
      ["fault_inject is 'explode@3'", "ROUND"]),

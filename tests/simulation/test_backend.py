@@ -74,6 +74,15 @@ def test_a_poisoned_update_is_rejected_on_ray_as_on_the_local_backend(ray_local,
     assert (summary["params_sha256"], lines) == (local["params_sha256"], local_lines)
 
 
+def test_an_evaluation_subset_is_the_same_on_ray_as_on_the_local_backend(ray_local, local_reference, tmp_path):
+    local, local_lines, _ = run(tmp_path, "local-subset", backend="local", eval_samples=120)
+    summary, lines, _ = run(tmp_path, "ray-subset", backend="ray", actors=2, eval_samples=120)
+    assert lines == local_lines  # bit-identical metrics lines (accuracy and loss on the same 120 test images)
+    assert {k: v for k, v in summary.items() if k != "wall_s"} == {k: v for k, v in local.items() if k != "wall_s"}
+    assert summary["eval_samples"] == 120 and summary["params_sha256"] == local_reference[0]  # training untouched
+    assert [line["test_accuracy"] for line in lines] != [line["test_accuracy"] for line in local_reference[1]]
+
+
 def test_ten_thousand_virtual_clients(ray_local):
     config = RunConfig(dataset="synthetic", clients=10_000, clients_per_round=100, rounds=2, backend="ray",
                        actors=1)
