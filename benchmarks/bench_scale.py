@@ -20,7 +20,12 @@ updated every round: the cost that may grow with N is exactly what these rounds 
     python benchmarks/bench_scale.py                                   # 10^3 .. 10^6, local; ray at 10^6
     python benchmarks/bench_scale.py --sizes 1000,100000 --backends local,ray --rounds 4
     python benchmarks/bench_scale.py --dataset shakespeare --data-dir ../shared/data/shakespeare/plays \
-        --sizes 635 --backends ray --ray-sizes "" --per-round 10 --rounds 2     # every role of every play
+        --sizes 635 --backends ray --ray-sizes "" --per-round 10 --rounds 3 \
+        --eval-samples 10000                                             # every role of every play
+
+--eval-samples N passes `--eval-samples N` (a seeded test subset, the same every round) to every run; --keep DIR
+keeps each run directory under DIR (metrics.jsonl grows round by round, so a long run can be watched) instead of
+a temporary folder. Each point also prints its raw per-round seconds as one `rounds:` line.
 """
 
 from __future__ import annotations
@@ -87,6 +92,8 @@ def child(args: argparse.Namespace) -> None:
         argv += ["--data-dir", args.data_dir]
     if args.address:
         argv += ["--address", args.address]
+    if args.eval_samples is not None:
+        argv += ["--eval-samples", str(args.eval_samples)]
     try:
         main(argv, prog_name="hasfl-ray")
     except SystemExit as error:
@@ -101,13 +108,18 @@ def child(args: argparse.Namespace) -> None:
 
 
 def measure(clients: int, backend: str, args: argparse.Namespace) -> dict:
-    with tempfile.TemporaryDirectory(prefix="bench_scale_") as out:
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="bench_scale_", dir=args.keep) as temporary:
+        out = os.path.join(args.keep, f"{args.dataset}-{clients}-{backend}-{args.per_round}") if args.keep \
+            else temporary
         begin = time.time()
         command = [sys.executable, os.path.abspath(__file__), "--child", "--clients", str(clients), "--per-round",
                    str(args.per_round), "--rounds", str(args.rounds), "--backend", backend, "--out",
                    os.path.join(out, "run"), "--t0", repr(begin), "--actors", str(args.actors), "--dataset",
                    args.dataset, "--algorithm", args.algorithm] + (["--data-dir", args.data_dir] if args.data_dir else []) + \
-            (["--address", args.address] if args.address else [])
+            (["--address", args.address] if args.address else []) + \
+            (["--eval-samples", str(args.eval_samples)] if args.eval_samples is not None else [])
         done = subprocess.run(command, capture_output=True, text=True)
         whole = time.time() - begin
     lines = [line for line in done.stdout.splitlines() if line.startswith(MARK)]
@@ -130,6 +142,8 @@ def main() -> None:
     parser.add_argument("--per-round", type=int, default=100, help="clients per round (default 100)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per run (default 3; the first is dropped)")
     parser.add_argument("--actors", type=int, default=2, help="Ray trainer actors (default 2)")
+    parser.add_argument("--eval-samples", type=int, help="evaluate on a seeded subset of this many test samples")
+    parser.add_argument("--keep", help="keep each run directory under this folder (default: a temporary one)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--clients", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--backend", help=argparse.SUPPRESS)
@@ -144,13 +158,16 @@ def main() -> None:
     backends = [b for b in args.backends.split(",") if b]
     points = [(n, b) for n in sizes for b in backends] + \
         [(n, "ray") for n in sizes if n in ray_sizes and "ray" not in backends]
+    evaluation = f"eval on {args.eval_samples} test samples" if args.eval_samples else "eval on the whole test set"
     print(f"{args.dataset}, {args.algorithm}, {args.per_round} clients per round, {args.rounds} rounds (first dropped), "
-          f"{os.cpu_count()} CPUs; ray: {args.actors} trainer actors", flush=True)
+          f"{os.cpu_count()} CPUs; ray: {args.actors} trainer actors; {evaluation}", flush=True)
     header = ("clients", "backend", "start-up s", "s/round", "outside training s/round", "finish s", "whole s", "peak RSS MB", "clients.csv MB")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header), flush=True)
+    raw = []
     for clients, backend in points:
         r = measure(clients, backend, args)
+        raw.append(f"rounds: {clients:,} clients on {backend}: " + ", ".join(f"{s:.1f}" for s in r["rounds"]) + " s")
         later = r["rounds"][1:] or r["rounds"]
         per_round = sum(later) / len(later)
         outside = "-"
@@ -159,6 +176,7 @@ def main() -> None:
             outside = f"{(sum(later) - sum(train)) / len(later):.3f}"
         print(f"| {clients:,} | {backend} | {r['startup']:.1f} | {per_round:.3f} | {outside} | {r['finish']:.2f} | "
               f"{r['whole']:.1f} | {r['rss_mb']:,.0f} | {r['clients_csv_mb']:.1f} |", flush=True)
+    print("\n".join(raw), flush=True)
 
 
 if __name__ == "__main__":
