@@ -14,6 +14,7 @@ from hasfl_ray.models import build_model, extract, register_model
 from hasfl_ray.models.slicing import ParamSpec, extract_window
 from hasfl_ray.training.result import ClientResult
 from hasfl_ray.training.seeding import STREAM_CLIENT, torch_generator
+from hasfl_ray.training.step import LocalSGD
 
 
 @dataclass(frozen=True)
@@ -172,10 +173,13 @@ class Trainer:
         objective = task.objective
         objective.setup(model, initial, task.width, generator, model_at=self.model_at)
         s = self.settings
-        optimizer = torch.optim.SGD(model.parameters(), lr=task.lr, momentum=s.momentum, weight_decay=s.weight_decay)
+        # clip_grad_norm_ + torch.optim.SGD, bit for bit, without their per-step Python (hasfl_ray.training.step).
+        optimizer = LocalSGD(list(model.parameters()), task.lr, s.momentum, s.weight_decay, s.clip_norm)
         n = self.dataset.client_size(task.client)
         model.train()
-        steps, loss_sum = 0, 0.0
+        steps = 0
+        # The losses are summed on the device in float64 (what a Python float sum of them gives), read once.
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         for _ in range(s.local_epochs):
             order = torch.randperm(n, generator=generator)
             for start in range(0, n, s.batch_size):
@@ -183,20 +187,18 @@ class Trainer:
                 if positions.numel() < 2 and steps > 0:
                     continue  # a batch of one sample gives BatchNorm no batch statistics
                 x, y = self.dataset.client_batch(task.client, positions)
-                optimizer.zero_grad(set_to_none=True)
+                optimizer.zero_grad()
                 loss = objective.loss(model, x, y)
                 loss.backward()
                 objective.adjust_gradients(model)
-                if s.clip_norm > 0:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), s.clip_norm)
-                optimizer.step()
+                optimizer.step()  # clips first when s.clip_norm > 0
                 steps += 1
-                loss_sum += float(loss.detach())
+                loss_sum += loss.detach()
         with torch.no_grad():
             update = {name: (params[name].detach() - initial[name]).to("cpu", torch.float32).contiguous()
                       for name in self.specs}
         extras = objective.finish(model, initial, steps, task.lr)
-        return inject_fault(ClientResult(task.client, task.width, update, n, loss_sum / max(steps, 1), steps, extras,
+        return inject_fault(ClientResult(task.client, task.width, update, n, float(loss_sum) / max(steps, 1), steps, extras,
                                          offset=task.offset, trained_width=objective.trained_width()), task.fault)
 
     def train_group(self, tasks: Sequence[ClientTask], global_params: Mapping[str, torch.Tensor]) -> List[ClientResult]:

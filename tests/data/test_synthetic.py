@@ -8,6 +8,8 @@ import torch
 from hasfl_ray.data import load_dataset
 from hasfl_ray.data.synthetic import (MAX_CLIENT_SAMPLES, MIN_CLIENT_SAMPLES, NUM_FEATURES, TEST_SAMPLES,
                                       SyntheticFederatedDataset, client_sizes)
+from hasfl_ray.data import synthetic
+from hasfl_ray.data.synthetic import load_synthetic
 from hasfl_ray.models import build_model
 
 
@@ -68,3 +70,21 @@ def test_histograms_match_the_generated_labels_and_the_mlp_fits_the_inputs():
     assert (np.bincount(y.numpy(), minlength=10) == hist[3]).all()
     x, _ = next(dataset.test_batches(8))
     assert build_model(dataset.model, 0.5)(x).shape == (8, 10)
+
+
+def test_batched_training_generates_each_clients_data_once(monkeypatch):
+    """Batched training takes a batch from every client of a group at each step: the generated-data cache holds a
+    whole group, so a client's samples are generated once per round, not once per step."""
+    from hasfl_ray.training.batched import MAX_GROUP
+    from hasfl_ray.training.local import ClientTask, OptimizerSettings, Trainer
+
+    dataset = load_synthetic(40, seed=3)
+    generated = []
+    original = dataset._samples
+    monkeypatch.setattr(dataset, "_samples", lambda client, stream, count: generated.append(client)
+                        or original(client, stream, count))
+    trainer = Trainer(dataset, "synthetic", OptimizerSettings(batch_size=16))
+    tasks = [ClientTask(client, 0, 1.0, 0.01, 3) for client in range(12)]
+    trainer.train_group(tasks, build_model("synthetic").state_dict())
+    assert sorted(generated) == list(range(12))
+    assert synthetic.CACHED_CLIENTS >= MAX_GROUP
