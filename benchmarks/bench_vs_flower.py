@@ -25,7 +25,10 @@ Two workloads:
   the engine's own overhead. (The digits set has too few samples to give 1,000 clients one each.)
 
 Printed per workload: start-up (process start to the first round), rounds/s over the rounds after the first,
-whole-process time, the hasfl-ray/Flower ratio, and test accuracy per round side by side.
+whole-process time, the hasfl-ray/Flower ratio, where each engine's round goes (the busiest trainer's time inside
+``Trainer.train``, timed by each side around the same call; the rest of the exchange of parameters and updates
+including aggregation; the central evaluation; and the engine's own remainder), and test accuracy per round side
+by side.
 
     python benchmarks/bench_vs_flower.py --setup            # create Flower's venv (once; ~5 GB with torch)
     python benchmarks/bench_vs_flower.py --repeats 2        # both workloads, interleaved
@@ -86,10 +89,27 @@ def run_hasfl(workload: str, t0: float) -> dict:
         return line
 
     engine.run_round = timed
+    stamps["exchange"], stamps["evaluate"] = [], []
+    backend_round, backend_evaluate = engine.backend.run_round, engine.backend.evaluate
+
+    def exchange(*args, **kwargs):  # dispatch, training, results back, aggregation on the server actor
+        begin = time.time()
+        out = backend_round(*args, **kwargs)
+        stamps["exchange"].append(time.time() - begin)
+        return out
+
+    def evaluate():
+        begin = time.time()
+        out = backend_evaluate()
+        stamps["evaluate"].append(time.time() - begin)
+        return out
+
+    engine.backend.run_round, engine.backend.evaluate = exchange, evaluate
     summary = engine.run()
     return {"startup": stamps["begin"][0] - t0, "begin": stamps["begin"], "end": stamps["end"],
             "accuracy": [line["test_accuracy"] for line in engine.history], "sha": summary["params_sha256"],
-            "train": stamps["train"], "busiest_train": stamps["busiest_train"]}
+            "train": stamps["train"], "busiest_train": stamps["busiest_train"], "exchange": stamps["exchange"],
+            "evaluate": stamps["evaluate"]}
 
 
 # -- Flower ------------------------------------------------------------------------------------------------------
@@ -135,12 +155,16 @@ def run_flower(workload: str, t0: float) -> dict:
         params = {name: torch.from_numpy(a) for name, a in zip(names, arrays)}
         task = ClientTask(int(config["client"]), int(config["round"]), 1.0, float(config["lr"]), w["seed"])
         local, built = trainer()
+        begin = time.perf_counter()
         result = local.train(task, params)
+        seconds = time.perf_counter() - begin
         update = ArrayRecord([result.update[name].numpy() for name in names])
-        metrics = MetricRecord({"num-examples": result.num_samples, "client": result.client, "built": built})
+        metrics = MetricRecord({"num-examples": result.num_samples, "client": result.client, "built": built,
+                                "train-s": seconds, "pid": os.getpid()})
         return Message(content=RecordDict({"arrays": update, "metrics": metrics}), reply_to=msg)
 
-    stamps = {"begin": [], "end": [], "accuracy": [], "trainers_built": 0}
+    stamps = {"begin": [], "end": [], "accuracy": [], "trainers_built": 0, "train": [], "busiest_train": [],
+              "exchange": [], "evaluate": []}
     server_app = ServerApp()
 
     @server_app.main()
@@ -160,8 +184,15 @@ def run_flower(workload: str, t0: float) -> dict:
             messages = [Message(content=RecordDict({"arrays": arrays, "config": ConfigRecord(
                 {"client": client, "round": t, "lr": lr})}), message_type="train", dst_node_id=nodes[client])
                 for client in participants]
+            begin = time.time()
             replies = sorted((r for r in grid.send_and_receive(messages) if not r.has_error()),
                              key=lambda r: int(r.content["metrics"]["client"]))
+            per_process: dict = {}
+            for r in replies:
+                pid = int(r.content["metrics"]["pid"])
+                per_process[pid] = per_process.get(pid, 0.0) + float(r.content["metrics"]["train-s"])
+            stamps["train"].append(sum(per_process.values()))
+            stamps["busiest_train"].append(max(per_process.values(), default=0.0))
             stamps["trainers_built"] += sum(int(r.content["metrics"]["built"]) for r in replies)
             if len(replies) != len(participants):
                 raise RuntimeError(f"round {t}: {len(participants) - len(replies)} Flower clients failed")
@@ -172,7 +203,10 @@ def run_flower(workload: str, t0: float) -> dict:
             for k, name in enumerate(names):
                 mean = sum(weight * arrays[k] for weight, arrays in updates)
                 server.params[name] += torch.from_numpy(np.asarray(mean, dtype=np.float32))
+            stamps["exchange"].append(time.time() - begin)  # messages out, training, replies, aggregation
+            begin = time.time()
             stamps["accuracy"].append(server.evaluate()[0])
+            stamps["evaluate"].append(time.time() - begin)
             stamps["end"].append(time.time())
 
     run_simulation(server_app=server_app, client_app=client_app, num_supernodes=w["clients"],
@@ -180,7 +214,8 @@ def run_flower(workload: str, t0: float) -> dict:
                                    "init_args": {"address": "local", "num_cpus": ACTORS,
                                                  "include_dashboard": False}})
     return {"startup": stamps["begin"][0] - t0, "begin": stamps["begin"], "end": stamps["end"],
-            "accuracy": stamps["accuracy"], "trainers_built": stamps["trainers_built"]}
+            "accuracy": stamps["accuracy"], "trainers_built": stamps["trainers_built"], "train": stamps["train"],
+            "busiest_train": stamps["busiest_train"], "exchange": stamps["exchange"], "evaluate": stamps["evaluate"]}
 
 
 # -- the parent --------------------------------------------------------------------------------------------------
@@ -265,6 +300,19 @@ def main() -> None:
         print(f"| hasfl-ray / Flower | {med['hasfl']['rounds_per_s'] / med['flower']['rounds_per_s']:.2f}x | | "
               f"{med['flower']['first_done'] / med['hasfl']['first_done']:.2f}x faster | "
               f"{med['flower']['whole'] / med['hasfl']['whole']:.2f}x faster |")
+        print("\nWhere a round goes (median over repeats of the mean over the rounds after round 0, seconds):\n\n"
+              "| engine | round | training, busiest trainer | training, all trainers | train + aggregate exchange, "
+              "rest of it | evaluation | engine's own (round - busiest training - evaluation) |\n"
+              "|---|---|---|---|---|---|---|")
+        for e, label in (("hasfl", "hasfl-ray"), ("flower", "Flower")):
+            def mean_after_first(r, key):
+                return sum(r[key][1:]) / max(len(r[key]) - 1, 1)
+            parts = {k: statistics.median(mean_after_first(r, k) for r in runs[e])
+                     for k in ("busiest_train", "train", "exchange", "evaluate")}
+            whole = statistics.median(statistics.mean(r["round_s"]) for r in runs[e])
+            print(f"| {label} | {whole:.3f} | {parts['busiest_train']:.3f} | {parts['train']:.3f} | "
+                  f"{parts['exchange'] - parts['busiest_train']:.3f} | {parts['evaluate']:.3f} | "
+                  f"{whole - parts['busiest_train'] - parts['evaluate']:.3f} |")
         print("\n| round | hasfl-ray accuracy | Flower accuracy |\n|---|---|---|")
         for t, (a, b) in enumerate(zip(runs["hasfl"][0]["accuracy"], runs["flower"][0]["accuracy"])):
             print(f"| {t} | {a:.4f} | {b:.4f} |")
