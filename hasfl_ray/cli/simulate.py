@@ -133,6 +133,11 @@ def default_backend(ray_options_given: bool) -> str:
               help="Train the clients of one width as one batched computation per local step: auto (default: on "
                    "for --device cuda, off on CPU), on or off. Agrees with one-at-a-time training to float "
                    "tolerance; recorded in config.yaml.")
+@click.option("--cuda-graphs", metavar="[auto|on|off]",
+              help="Capture a whole local step (forward, backward, clip, SGD) once as a CUDA graph and replay it, "
+                   "for the clients trained one at a time with plain cross-entropy: auto (default: on for --device "
+                   "cuda, off on CPU), on or off. On a CPU, on runs the same static-buffer step eagerly (identical "
+                   "results); recorded in config.yaml.")
 @click.option("--fast-nondeterministic", is_flag=True, default=False,
               help="On CUDA: let cuDNN autotune and torch use nondeterministic kernels (faster, but two runs of "
                    "one config no longer match bit for bit). No effect on CPU results.")

@@ -85,7 +85,8 @@ class LocalBackend(Backend):
 
     With ``client_batching`` on, the trainer trains each group of :func:`~hasfl_ray.training.batched.group_tasks`
     (the batchable clients of one width) as one batched computation (:meth:`Trainer.train_group`); results stay
-    in client order.
+    in client order. With ``cuda_graphs`` on, the clients trained one at a time replay a captured local step
+    where their objective allows it (:mod:`hasfl_ray.training.graphed`).
     """
 
     name = "local"
@@ -93,7 +94,8 @@ class LocalBackend(Backend):
     def start(self, config, dataset, model_name, initial_params) -> None:
         self.threads = config.trainer_threads
         self.batching = config.client_batching == "on"
-        self.trainer = Trainer(dataset, model_name, optimizer_settings(config), config.device, config.trainer_threads)
+        self.trainer = Trainer(dataset, model_name, optimizer_settings(config), config.device, config.trainer_threads,
+                               cuda_graphs=config.cuda_graphs == "on")
         self.server = Server(model_name, initial_params, dataset, config.eval_batch_size,
                              config.aggregation_backend, config.device,
                              evaluation_subset(config.seed, dataset.test_size, config.eval_samples))

@@ -136,12 +136,18 @@ def stored_config(run_dir: str, checkpoint: Optional[Checkpoint]) -> Optional[Di
     return values if isinstance(values, dict) else None
 
 
+#: What a run written before a field existed did, where the field's default (``auto``) would resolve otherwise.
+BEFORE_FIELD: Dict[str, Any] = {"cuda_graphs": "off"}  # before --cuda-graphs, every step ran eagerly
+
+
 def config_differences(stored: Mapping[str, Any], config: RunConfig) -> List[str]:
     """``name: stored -> current`` for every result-affecting field that differs (execution fields ignored).
 
-    A field missing from ``stored`` (written before the field existed) counts as its default.
+    A field missing from ``stored`` (written before the field existed) counts as its default, or as what such a
+    run did where that is not the default (:data:`BEFORE_FIELD`).
     """
     defaults = {f.name: f.default_factory() if f.default is MISSING else f.default for f in fields(RunConfig)}
+    defaults.update(BEFORE_FIELD)
     current = config.result_dict()
     return [f"{name} {stored.get(name, defaults[name])!r} -> {value!r}" for name, value in current.items()
             if name not in EXECUTION_FIELDS and stored.get(name, defaults[name]) != value]

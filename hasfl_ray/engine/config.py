@@ -86,6 +86,10 @@ class RunConfig:
     # local training of the clients of one width as one batched computation (auto = on for CUDA, off on CPU);
     # agrees with one-at-a-time training to float tolerance, so it is compared by --resume
     client_batching: str = "auto"
+    # a whole local step captured once as a CUDA graph and replayed, for the clients trained one at a time whose
+    # objective allows it (auto = on for CUDA, off on CPU; on with a CPU device runs the same static-buffer step
+    # eagerly, with identical results); compared by --resume (a run written before it existed trained eagerly: off)
+    cuda_graphs: str = "auto"
     # bit-identical CUDA runs (deterministic cuBLAS/cuDNN, no autotuning); False = --fast-nondeterministic
     deterministic: bool = True
     # Ray backend, checkpoints and fault injection (never change results; not compared by --resume)
@@ -163,6 +167,8 @@ class RunConfig:
             raise bad("aggregation_backend", self.aggregation_backend, "auto, fused or reference")
         if self.client_batching not in ("auto", "on", "off"):
             raise bad("client_batching", self.client_batching, "auto, on or off")
+        if self.cuda_graphs not in ("auto", "on", "off"):
+            raise bad("cuda_graphs", self.cuda_graphs, "auto, on or off")
         self._check_execution(bad)
 
     def _check_execution(self, bad) -> None:
@@ -207,7 +213,7 @@ class RunConfig:
         ``defaults``), the algorithm's own updates (``Algorithm.resolve_config``: SCAFFOLD's momentum,
         random-budget's budget), its ``algorithm_options`` checked and completed, device ``auto`` replaced by
         ``cuda`` where this process sees a GPU (``cpu`` otherwise), and client_batching ``auto`` by ``on`` for a
-        CUDA device (``off`` otherwise)."""
+        CUDA device (``off`` otherwise), and cuda_graphs ``auto`` likewise."""
         dataset = registry.lookup("dataset", self.dataset)
         algorithm = registry.lookup("algorithm", self.algorithm)
         known = {f.name for f in fields(self)}
@@ -229,6 +235,9 @@ class RunConfig:
         if self.client_batching == "auto":  # batched training pays off where kernel launches dominate: CUDA
             device = updates.get("device", self.device)
             updates["client_batching"] = "on" if device.startswith("cuda") else "off"
+        if self.cuda_graphs == "auto":  # graphs replace a launch-bound step's launches: CUDA only
+            device = updates.get("device", self.device)
+            updates["cuda_graphs"] = "on" if device.startswith("cuda") else "off"
         updates.update(algorithm.resolve_config(dataclasses.replace(self, **updates)))
         if self.momentum is None and updates.get("momentum") is None:
             updates["momentum"] = DEFAULT_MOMENTUM

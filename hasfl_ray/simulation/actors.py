@@ -52,12 +52,13 @@ class TrainerActor:
         model_name, settings, device, threads: as :class:`Trainer`; ``device`` is ``cpu`` or ``cuda``
             (Ray exposes the GPU it assigned as cuda:0).
         deterministic: the run's ``deterministic`` setting (see :mod:`hasfl_ray.training.determinism`).
+        cuda_graphs: the run's ``cuda_graphs`` is on (see :mod:`hasfl_ray.training.graphed`).
     """
 
     def __init__(self, dataset: FederatedDataset, model_name: str, settings: OptimizerSettings, device: str,
-                 threads: int, deterministic: bool = True):
+                 threads: int, deterministic: bool = True, cuda_graphs: bool = False):
         self.device = _process_setup(device, threads, deterministic)
-        self.trainer = Trainer(dataset, model_name, settings, str(self.device), threads)
+        self.trainer = Trainer(dataset, model_name, settings, str(self.device), threads, cuda_graphs=cuda_graphs)
         self.params: Dict[str, torch.Tensor] = {}
         self.recent_widths: "OrderedDict[float, None]" = OrderedDict()
 

@@ -117,7 +117,7 @@ class RayBackend(Backend):
             num_cpus=self.plan.cpus_per_actor, num_gpus=self.plan.gpus_per_actor, max_restarts=0,
             max_task_retries=0)
         self._trainer_args = (dataset_ref, model_name, optimizer_settings(config), self.plan.device,
-                              config.trainer_threads, config.deterministic)
+                              config.trainer_threads, config.deterministic, config.cuda_graphs == "on")
         self.server = ray.remote(ServerActor).options(num_cpus=0, num_gpus=self.plan.server_gpus).remote(
             model_name, initial_params, ray.put(dataset.test_view()), config.eval_batch_size,
             config.aggregation_backend, self.plan.device, config.trainer_threads, config.deterministic,

@@ -12,6 +12,7 @@ from torch.nn import functional as F
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.models import build_model, extract, register_model
 from hasfl_ray.models.slicing import ParamSpec, extract_window
+from hasfl_ray.training.graphed import StaticStep, StepCache, graphable
 from hasfl_ray.training.result import ClientResult
 from hasfl_ray.training.seeding import STREAM_CLIENT, torch_generator
 from hasfl_ray.training.step import LocalSGD
@@ -122,16 +123,25 @@ class Trainer:
         settings: local optimiser settings.
         device: where training runs.
         threads: intra-op CPU threads while training (fixed so results do not depend on the machine).
+        cuda_graphs: train the clients whose objective allows it (:func:`~hasfl_ray.training.graphed.graphable`)
+            with a whole local step on static tensors (:mod:`hasfl_ray.training.graphed`), captured as a CUDA graph
+            and replayed on a CUDA device; on a CPU the same static-buffer sequence runs eagerly (same results).
     """
 
     def __init__(self, dataset: FederatedDataset, model_name: str, settings: OptimizerSettings,
-                 device: str = "cpu", threads: int = 1):
+                 device: str = "cpu", threads: int = 1, cuda_graphs: bool = False):
         self.device = torch.device(device)
         self.dataset = dataset.to(self.device)
         self.model_name, self.settings, self.threads = model_name, settings, threads
         register_model(model_name, getattr(dataset, "model_config", None))  # a dataset plug-in's own model
         self.specs: Dict[str, ParamSpec] = build_model(model_name).param_specs()
         self._models: Dict[float, nn.Module] = {}
+        self.steps: Optional[StepCache] = StepCache(capture=self.device.type == "cuda") if cuda_graphs else None
+        # The built-in datasets gather a batch on their device from positions held there, so each epoch's order
+        # goes to the device once (no host-to-device copy, which synchronises, per batch); a plug-in dataset gets
+        # host positions, as FederatedDataset.client_batch has always been given them.
+        self._device_positions = self.device.type != "cpu" and \
+            type(self.dataset).__module__.startswith("hasfl_ray.data.")
 
     def model_at(self, width: float) -> nn.Module:
         """A cached width-``width`` network on this trainer's device (buffers reused across rounds)."""
@@ -144,6 +154,8 @@ class Trainer:
         keep = set(keep)
         for width in [w for w in self._models if w not in keep]:
             del self._models[width]
+        if self.steps is not None:
+            self.steps.release(keep)
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -180,20 +192,34 @@ class Trainer:
         steps = 0
         # The losses are summed on the device in float64 (what a Python float sum of them gives), read once.
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        # A whole step on static tensors (a CUDA graph on CUDA) for a client with at least one full batch (its
+        # first batch then has the static shape) whose objective is the default one (hasfl_ray.training.graphed).
+        graphed = self.steps is not None and n >= s.batch_size and graphable(objective)
+        static: Optional[StaticStep] = None
         for _ in range(s.local_epochs):
             order = torch.randperm(n, generator=generator)
+            if self._device_positions:
+                order = order.to(self.device)
             for start in range(0, n, s.batch_size):
                 positions = order[start:start + s.batch_size]
                 if positions.numel() < 2 and steps > 0:
                     continue  # a batch of one sample gives BatchNorm no batch statistics
                 x, y = self.dataset.client_batch(task.client, positions)
-                optimizer.zero_grad()
-                loss = objective.loss(model, x, y)
-                loss.backward()
-                objective.adjust_gradients(model)
-                optimizer.step()  # clips first when s.clip_norm > 0
+                if graphed:
+                    if static is None:
+                        static = self.steps.get(model, task.width, x, y, task.lr, s)
+                        static.begin_client()
+                    static.run(x, y)  # a short last batch runs eagerly on the same parameters and buffers
+                else:
+                    optimizer.zero_grad()
+                    loss = objective.loss(model, x, y)
+                    loss.backward()
+                    objective.adjust_gradients(model)
+                    optimizer.step()  # clips first when s.clip_norm > 0
+                    loss_sum += loss.detach()
                 steps += 1
-                loss_sum += loss.detach()
+        if static is not None:
+            loss_sum = static.loss_sum
         with torch.no_grad():
             update = {name: (params[name].detach() - initial[name]).to("cpu", torch.float32).contiguous()
                       for name in self.specs}
