@@ -1,5 +1,7 @@
 """Local training throughput: N clients of one width trained one at a time (Trainer.train) vs batched
-(hasfl_ray.training.batched.train_batched: one stacked torch.func computation per local step).
+(hasfl_ray.training.batched.train_batched: one stacked torch.func computation per local step), or, with
+``--compare graphs``, one at a time eagerly vs one at a time with the whole local step replayed as a captured CUDA
+graph (hasfl_ray.training.graphed, ``--cuda-graphs on``; CUDA only).
 
 Both modes train the same clients (same data, data order, SGD with momentum 0.9, weight decay 1e-4 and
 gradient-norm clipping, one local epoch) in one process, alternately, so the ratio is measured on one machine
@@ -10,6 +12,11 @@ reported, as training samples per second (client samples x epochs / wall seconds
     python benchmarks/bench_training.py --device cpu --model emnist --clients 4 --width 0.25 --samples 64
     python benchmarks/bench_training.py --device cuda --model emnist --clients 16 --width 0.5
     python benchmarks/bench_training.py --device cuda --model lstm --clients 16 --width 0.5 --batch-size 10
+    python benchmarks/bench_training.py --device cuda --model lstm --clients 4 --width 1.0 --batch-size 10 \
+        --samples 1000 --compare graphs
+
+It also prints client local steps per second (the LSTM at batch 10 is launch-bound on a GPU) and, with
+``--compare graphs``, whether the graphed results equal the eager ones bit for bit.
 """
 
 from __future__ import annotations
@@ -77,9 +84,20 @@ def main(argv: List[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="local batch size (default 32)")
     parser.add_argument("--repeats", type=int, default=3, help="measured passes per mode (default 3)")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's default)")
+    parser.add_argument("--compare", choices=("batched", "graphs"), default="batched",
+                        help="batched: one at a time vs batched (default); graphs: one at a time eagerly vs with "
+                             "CUDA graphs (CUDA only)")
     args = parser.parse_args(argv)
     model = ALIASES.get(args.model, args.model)
     device = torch.device(args.device)
+    if args.compare == "graphs" and device.type != "cuda":
+        print(f"--compare graphs: CUDA graphs need a CUDA device (--device cuda); on {device.type} there is nothing "
+              "to compare (--cuda-graphs on runs the same step eagerly there)")
+        return
+    if device.type == "cuda":
+        from hasfl_ray.training.determinism import apply_determinism
+
+        apply_determinism(True)  # the settings of a run (before CUDA starts), so eager and graphed are comparable
     if args.threads:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
@@ -89,24 +107,40 @@ def main(argv: List[str] | None = None) -> None:
     trainer = Trainer(dataset, model, settings, str(device), threads)
     params = {name: tensor.to(device) for name, tensor in initial_parameters(model, 0).items()}
     tasks = [ClientTask(client, 0, args.width, 0.01, 0) for client in range(args.clients)]
-    modes = {"one at a time": lambda: [trainer.train(task, params) for task in tasks],
-             "batched": lambda: train_batched(trainer, tasks, params)}
+    if args.compare == "graphs":
+        graphed = Trainer(make_dataset(model, args.clients, args.samples), model, settings, str(device), threads,
+                          cuda_graphs=True)
+        modes = {"one at a time": lambda: [trainer.train(task, params) for task in tasks],
+                 "graphed": lambda: [graphed.train(task, params) for task in tasks]}
+    else:
+        modes = {"one at a time": lambda: [trainer.train(task, params) for task in tasks],
+                 "batched": lambda: train_batched(trainer, tasks, params)}
     seconds = {mode: [] for mode in modes}
+    outputs = {}
     for repeat in range(args.repeats + 1):
         for mode, function in modes.items():
-            elapsed = timed(device, function)
-            if repeat:  # the first pass of each mode is a warm-up
+            elapsed = timed(device, lambda: outputs.__setitem__(mode, function()))
+            if repeat:  # the first pass of each mode is a warm-up (and, graphed, captures the step)
                 seconds[mode].append(elapsed)
     samples = args.clients * args.samples * settings.local_epochs
+    steps = sum(result.steps for result in outputs["one at a time"])
     print(f"model {model} width {args.width} | {args.clients} clients x {args.samples} samples, batch "
           f"{args.batch_size}, 1 epoch | device {device}, {threads} threads | median of {args.repeats}")
-    print(f"{'mode':<16}{'seconds':>10}{'samples/s':>12}")
+    print(f"{'mode':<16}{'seconds':>10}{'samples/s':>12}{'steps/s':>10}")
     rates = {}
     for mode, values in seconds.items():
         median = statistics.median(values)
         rates[mode] = samples / median
-        print(f"{mode:<16}{median:>10.3f}{rates[mode]:>12.1f}")
-    print(f"batched / one at a time: {rates['batched'] / rates['one at a time']:.2f}x")
+        print(f"{mode:<16}{median:>10.3f}{rates[mode]:>12.1f}{steps / median:>10.1f}")
+    if args.compare == "graphs":
+        captured = sum(step.captured for step in graphed.steps._steps.values())
+        same = all(a.loss == b.loss and all(torch.equal(a.update[n], b.update[n]) for n in a.update)
+                   for a, b in zip(outputs["one at a time"], outputs["graphed"]))
+        print(f"graphed steps captured: {captured} of {len(graphed.steps)}; graphed == eager bit for bit: "
+              f"{'yes' if same else 'NO'}")
+        print(f"graphed / one at a time: {rates['graphed'] / rates['one at a time']:.2f}x")
+    else:
+        print(f"batched / one at a time: {rates['batched'] / rates['one at a time']:.2f}x")
 
 
 if __name__ == "__main__":
