@@ -80,11 +80,16 @@ class TrainerActor:
         self._used(task.width)
         return report, result
 
-    def train_group(self, tasks: Sequence[ClientTask]) -> Tuple[Any, ...]:
-        """Train the clients of one width together (:meth:`Trainer.train_group`): 1 + len(tasks) returns, the
-        report for the driver, then each client's result for the server, in task order."""
+    def train_group(self, tasks: Sequence[ClientTask], batched: bool = True) -> Tuple[Any, ...]:
+        """Train several clients in one call: with ``batched``, the clients of one width together
+        (:meth:`Trainer.train_group`), otherwise one after the other (:meth:`Trainer.train`, each exactly as alone).
+        1 + len(tasks) returns: the report for the driver, then each client's result for the server, in task
+        order."""
         start = time.perf_counter()
-        results = self.trainer.train_group(tasks, self.params)
+        if batched:
+            results = self.trainer.train_group(tasks, self.params)
+        else:
+            results = [self.trainer.train(task, self.params) for task in tasks]
         report = TaskReport(tasks[0].client, time.perf_counter() - start, tuple(task.client for task in tasks))
         for width in dict.fromkeys(task.width for task in tasks):
             self._used(width)

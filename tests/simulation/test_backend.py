@@ -128,3 +128,33 @@ def test_ray_stays_in_simulation():
                     if pattern.search(handle.read()):
                         offenders.append(os.path.join(relative, name))
     assert offenders == []
+
+
+def test_single_clients_go_several_to_a_call_only_when_a_round_has_many():
+    from hasfl_ray.simulation.backend import CALLS_PER_TRAINER, MAX_CLIENTS_PER_CALL, calls
+
+    few = [[k] for k in range(10)]
+    assert calls(few, trainers=2) == [([k], False) for k in range(10)]  # 10 // 16 = 0: one client per call
+    many = [[k] for k in range(100)]
+    chunked = calls(many, trainers=2)
+    assert all(len(unit) == 100 // (2 * CALLS_PER_TRAINER) for unit, _ in chunked[:-1])
+    assert [k for unit, _ in chunked for k in unit] == list(range(100))  # same order, nothing lost
+    assert len(calls([[k] for k in range(10_000)], trainers=1)[0][0]) == MAX_CLIENTS_PER_CALL
+    mixed = calls([[0, 5, 7], [1], [2], [3, 4]], trainers=1)  # batched groups stay whole and marked
+    assert mixed == [([0, 5, 7], True), ([1], False), ([2], False), ([3, 4], True)]
+    assert calls([[9, 8]] + [[k] for k in range(32)], trainers=2)[:2] == [([9, 8], True), ([0, 1], False)]
+
+
+def test_many_clients_a_round_several_to_a_call_through_a_killed_trainer_equal_the_local_backend(ray_local, tmp_path):
+    """48 synthetic clients a round on 2 trainers: 3 clients per call; a trainer killed with calls in flight has
+    them trained again; the result is the local backend's bit for bit."""
+    many = dict(dataset="synthetic", clients=300, clients_per_round=48, rounds=2, seed=5)
+    out_local, out_ray = tmp_path / "local-many", tmp_path / "ray-many"
+    local = Engine(RunConfig(**many, backend="local"), out_dir=str(out_local)).run()
+    engine = Engine(RunConfig(**many, backend="ray", actors=2, fault_inject="kill-trainer@1"), out_dir=str(out_ray))
+    summary = engine.run()
+    assert engine.backend.replaced_actors == 1
+    assert summary["params_sha256"] == local["params_sha256"]
+    strip = lambda path: [{k: v for k, v in json.loads(line).items() if k != "wall_s"}  # noqa: E731
+                          for line in open(path / "metrics.jsonl", encoding="utf-8")]
+    assert strip(out_ray) == strip(out_local)
