@@ -33,8 +33,8 @@ and the clip take them as kernel arguments), and the batch shape. :class:`StepCa
 by the network; the learning rate changes every round (``lr_decay``), so a new round recaptures each width once
 and the entry of the previous learning rate is dropped. At most :data:`MAX_STEPS` entries are kept.
 
-Which clients are graphed (:func:`graphable`): those whose objective trains with the default loss and no gradient
-adjustment — ``LocalObjective.loss``, ``adjust_gradients`` and ``setup`` not overridden — i.e. hasfl, heterofl,
+Which clients are graphed (:func:`hasfl_ray.training.local.graphable`): those whose objective trains with the
+default loss and no gradient adjustment — ``LocalObjective.loss``, ``adjust_gradients`` and ``setup`` not overridden — i.e. hasfl, heterofl,
 uniform, random-budget, fedavg and fedrolex. FedProx and SCAFFOLD (a gradient adjustment that reads per-client
 tensors) and FjORD (a per-step sampled width) train eagerly, as does a plug-in objective that overrides those
 methods. ``--client-batching on`` takes precedence: the clients it batches train as one stacked computation,
@@ -64,14 +64,6 @@ GRAPH_MODES = ("auto", "on", "off")
 MAX_STEPS = 8
 #: Eager steps on the capture stream before capturing (PyTorch's recipe uses 3; the parameters are restored).
 WARMUP_STEPS = 3
-
-
-def graphable(objective: "LocalObjective") -> bool:
-    """Whether ``objective`` trains with the default loss and no gradient adjustment (its steps can be graphed)."""
-    from hasfl_ray.training.local import LocalObjective
-
-    cls = type(objective)
-    return all(getattr(cls, name) is getattr(LocalObjective, name) for name in ("loss", "adjust_gradients", "setup"))
 
 
 class StaticStep:

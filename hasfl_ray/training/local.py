@@ -12,7 +12,7 @@ from torch.nn import functional as F
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.models import build_model, extract, register_model
 from hasfl_ray.models.slicing import ParamSpec, extract_window
-from hasfl_ray.training.graphed import StaticStep, StepCache, graphable
+from hasfl_ray.training.graphed import StaticStep, StepCache
 from hasfl_ray.training.result import ClientResult
 from hasfl_ray.training.seeding import STREAM_CLIENT, torch_generator
 from hasfl_ray.training.step import LocalSGD
@@ -86,6 +86,13 @@ class LocalObjective:
                       lr: float) -> Dict[str, Any]:
         """Batched training's form of :meth:`finish`, given the trained parameters (name -> tensor, no grad)."""
         return {}
+
+
+def graphable(objective: LocalObjective) -> bool:
+    """Whether ``objective`` trains with the default loss and no gradient adjustment, so that its whole local step
+    can run on static tensors (:mod:`hasfl_ray.training.graphed`)."""
+    cls = type(objective)
+    return all(getattr(cls, name) is getattr(LocalObjective, name) for name in ("loss", "adjust_gradients", "setup"))
 
 
 @dataclass

@@ -20,8 +20,8 @@ from hasfl_ray.engine import Engine, RunConfig
 from hasfl_ray.engine.checkpoint import config_differences
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.models import build_model
-from hasfl_ray.training.graphed import MAX_STEPS, StepCache, graphable
-from hasfl_ray.training.local import ClientTask, LocalObjective, OptimizerSettings, Trainer
+from hasfl_ray.training.graphed import MAX_STEPS, StepCache
+from hasfl_ray.training.local import ClientTask, LocalObjective, OptimizerSettings, Trainer, graphable
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
