@@ -29,6 +29,10 @@ class FederatedDataset(ABC):
     client_names: List[str]
     #: Local minibatch size this dataset is meant to train with (README, "Datasets"); the engine may override it.
     recommended_batch_size: int = 32
+    #: Whether :meth:`client_batch` accepts positions on the dataset's device (after ``to(device)``). A trainer on
+    #: a GPU then moves each epoch's order there once instead of copying positions per batch; False (the default,
+    #: for a plug-in that indexes host tensors) keeps the positions on the host.
+    device_positions: bool = False
     #: Architecture of ``model`` where it is not a built-in model (set from the plug-in's
     #: :attr:`Dataset.model_config`); travels with the dataset to every trainer, which registers it.
     model_config: Optional[Dict[str, Any]] = None
@@ -135,6 +139,8 @@ class TensorFederatedDataset(FederatedDataset):
         mean, std: per-channel statistics of the [0, 1]-scaled uint8 inputs; both or neither.
     """
 
+    device_positions = True  # client_batch moves positions to its own device (a no-op there)
+
     def __init__(self, name: str, model: str, num_classes: int, train_x: torch.Tensor, train_y: torch.Tensor,
                  test_x: torch.Tensor, test_y: torch.Tensor, client_indices: Sequence[torch.Tensor],
                  client_names: Sequence[str] | None = None, mean: Sequence[float] | None = None,
@@ -219,6 +225,8 @@ class TextFederatedDataset(FederatedDataset):
         num_classes: vocabulary size.
         seq_len: window length.
     """
+
+    device_positions = True  # client_batch moves positions to its own device (a no-op there)
 
     def __init__(self, name: str, model: str, num_classes: int, stream: torch.Tensor,
                  client_starts: Sequence[torch.Tensor], test_starts: torch.Tensor, client_names: Sequence[str],

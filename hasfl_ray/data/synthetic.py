@@ -90,6 +90,7 @@ class SyntheticFederatedDataset(FederatedDataset):
 
     name = "synthetic"
     model = "synthetic"
+    device_positions = True  # client_batch moves positions to its own device (a no-op there)
     num_classes = NUM_CLASSES
 
     def __init__(self, num_clients: int, seed: int, alpha: float = 1.0, beta: float = 1.0):

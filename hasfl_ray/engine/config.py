@@ -165,10 +165,9 @@ class RunConfig:
             raise bad("backend", self.backend, "local or ray")
         if self.aggregation_backend not in ("auto", "fused", "reference"):
             raise bad("aggregation_backend", self.aggregation_backend, "auto, fused or reference")
-        if self.client_batching not in ("auto", "on", "off"):
-            raise bad("client_batching", self.client_batching, "auto, on or off")
-        if self.cuda_graphs not in ("auto", "on", "off"):
-            raise bad("cuda_graphs", self.cuda_graphs, "auto, on or off")
+        for name in ("client_batching", "cuda_graphs"):
+            if getattr(self, name) not in ("auto", "on", "off"):
+                raise bad(name, getattr(self, name), "auto, on or off")
         self._check_execution(bad)
 
     def _check_execution(self, bad) -> None:
@@ -232,12 +231,11 @@ class RunConfig:
             if updates["device"] == "cpu" and self.gpus_per_actor is not None:
                 raise ConfigError(f"gpus_per_actor is {self.gpus_per_actor!r} but device auto found no GPU; expected "
                                   "a machine with a GPU, or no --gpus-per-actor")
-        if self.client_batching == "auto":  # batched training pays off where kernel launches dominate: CUDA
-            device = updates.get("device", self.device)
-            updates["client_batching"] = "on" if device.startswith("cuda") else "off"
-        if self.cuda_graphs == "auto":  # graphs replace a launch-bound step's launches: CUDA only
-            device = updates.get("device", self.device)
-            updates["cuda_graphs"] = "on" if device.startswith("cuda") else "off"
+        # Batched training and graphs both take kernel launches out of a launch-bound step: on for CUDA only.
+        on_cuda = updates.get("device", self.device).startswith("cuda")
+        for name in ("client_batching", "cuda_graphs"):
+            if getattr(self, name) == "auto":
+                updates[name] = "on" if on_cuda else "off"
         updates.update(algorithm.resolve_config(dataclasses.replace(self, **updates)))
         if self.momentum is None and updates.get("momentum") is None:
             updates["momentum"] = DEFAULT_MOMENTUM

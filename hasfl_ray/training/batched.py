@@ -45,8 +45,6 @@ if TYPE_CHECKING:  # pragma: no cover
 #: order, so the grouping depends only on the round's tasks, never on the number of trainers).
 MAX_GROUP = 64
 
-#: The client-batching modes of ``--client-batching`` (``auto`` resolves to ``on`` on CUDA, ``off`` elsewhere).
-BATCHING_MODES = ("auto", "on", "off")
 
 Params = Dict[str, torch.Tensor]
 

@@ -58,8 +58,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
-#: The modes of ``--cuda-graphs`` (``auto`` resolves to ``on`` for a CUDA device, ``off`` elsewhere).
-GRAPH_MODES = ("auto", "on", "off")
 #: Captured steps a trainer keeps (widths x batch shapes of the current learning rate); the oldest go first.
 MAX_STEPS = 8
 #: Eager steps on the capture stream before capturing (PyTorch's recipe uses 3; the parameters are restored).
@@ -96,9 +94,9 @@ class StaticStep:
     def captured(self) -> bool:
         return self.graph is not None
 
-    def _body(self) -> None:
-        """The step's op sequence on the static tensors (captured, or run eagerly)."""
-        loss = F.cross_entropy(self.model(self.x), self.y)
+    def _body(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """The step's op sequence after zero_grad (on the static tensors: captured, or run eagerly)."""
+        loss = F.cross_entropy(self.model(x), y)
         loss.backward()
         self.optimizer.step()  # clips first when clip_norm > 0
         self.loss_sum += loss.detach()
@@ -113,12 +111,12 @@ class StaticStep:
             with torch.cuda.stream(stream):
                 for _ in range(WARMUP_STEPS):
                     self.optimizer.zero_grad()
-                    self._body()
+                    self._body(self.x, self.y)
             torch.cuda.current_stream(device).wait_stream(stream)
             self.optimizer.zero_grad()  # backward allocates the gradients inside the capture, in the graph's pool
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, stream=stream):
-                self._body()
+                self._body(self.x, self.y)
             self.graph, self.grads = graph, [p.grad for p in self.params]
         except RuntimeError as error:
             logger.warning("CUDA graph capture of a %s step (batch %d) failed, training it eagerly instead: %s",
@@ -148,16 +146,13 @@ class StaticStep:
             self.graph.replay()
         else:
             self.optimizer.zero_grad()
-            self._body()
+            self._body(self.x, self.y)
 
     def eager_step(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """One step on a batch of another size (an epoch's short last batch), eagerly, on the same parameters,
         momentum buffers and loss sum."""
         self.optimizer.zero_grad()
-        loss = F.cross_entropy(self.model(x), y)
-        loss.backward()
-        self.optimizer.step()
-        self.loss_sum += loss.detach()
+        self._body(x, y)
 
     def run(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """:meth:`step` for a batch of the static shape, :meth:`eager_step` for any other."""

@@ -144,11 +144,9 @@ class Trainer:
         self.specs: Dict[str, ParamSpec] = build_model(model_name).param_specs()
         self._models: Dict[float, nn.Module] = {}
         self.steps: Optional[StepCache] = StepCache(capture=self.device.type == "cuda") if cuda_graphs else None
-        # The built-in datasets gather a batch on their device from positions held there, so each epoch's order
-        # goes to the device once (no host-to-device copy, which synchronises, per batch); a plug-in dataset gets
-        # host positions, as FederatedDataset.client_batch has always been given them.
-        self._device_positions = self.device.type != "cpu" and \
-            type(self.dataset).__module__.startswith("hasfl_ray.data.")
+        # A dataset that gathers a batch on its device from positions held there gets each epoch's order on the
+        # device once (no host-to-device copy, which synchronises, per batch); others get host positions.
+        self._device_positions = self.device.type != "cpu" and self.dataset.device_positions
 
     def model_at(self, width: float) -> nn.Module:
         """A cached width-``width`` network on this trainer's device (buffers reused across rounds)."""
