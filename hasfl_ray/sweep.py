@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from hasfl_ray.engine.rundir import check_clearable, clear_run_directory
 from hasfl_ray.errors import ConfigError
 
 SWEEP_KEY = "sweep"
@@ -316,14 +316,14 @@ def cell_state(cell: Mapping[str, Any], force: bool = False) -> str:
 
 
 def check_conflicts(sweep: Sweep, force: bool = False) -> None:
-    """Refuse (one sentence) a sweep whose cell folders hold runs of another config, before anything runs (cells
-    whose budget comes from a HAS-FL cell not finished yet are checked when they start)."""
-    if force:
-        return
+    """Refuse (one sentence) a sweep whose cell folders hold runs of another config, or (with ``force``) a cell
+    folder to run again that holds anything a run does not write, before anything runs (cells whose budget comes
+    from a HAS-FL cell not finished yet are checked when they start)."""
     for cell in sweep.cells:
         if cell.depends_on and not os.path.exists(os.path.join(sweep.cell(cell.depends_on).dir, "summary.json")):
             continue
-        cell_state(cell.to_dict(), force)
+        if cell_state(cell.to_dict(), force) == "redo":
+            check_clearable(cell.dir)
 
 
 def execute_cell(cell: Mapping[str, Any], force: bool = False, progress: bool = False) -> Dict[str, Any]:
@@ -340,7 +340,7 @@ def execute_cell(cell: Mapping[str, Any], force: bool = False, progress: bool = 
             return {"name": cell["name"], "status": "skipped", "summary": json.load(handle), "from_round": None,
                     "wall_s": 0.0}
     if state == "redo":
-        shutil.rmtree(run_dir)
+        clear_run_directory(run_dir)  # only what a run wrote; a folder with anything else is refused
     config = RunConfig.from_dict(cell["values"], f"sweep cell {cell['name']}").resolved()
     resume = state == "interrupted"
     engine = Engine(config, out_dir=run_dir, progress=progress, resume=resume)

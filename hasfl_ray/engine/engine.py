@@ -82,6 +82,8 @@ class Engine:
     def prepare(self) -> None:
         """Load data, draw tiers, build the algorithm and w^(0); raises ConfigError before anything is written."""
         c = self.config
+        if self.rundir and self.force and not self.resume:
+            self.rundir.check_clearable()  # --force clears only a run directory: refused before anything runs
         if self.resume and self.rundir:
             self.checkpoint = load_checkpoint(self.rundir.path)
             if not self.force:

@@ -14,6 +14,11 @@ import yaml
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.files import atomic_text_writer, atomic_write
 
+#: What a run writes into its directory: ``--force`` clears a folder only when it holds nothing else.
+RUN_FILES = frozenset({"config.yaml", "metrics.jsonl", "clients.csv", "summary.json", "log.txt"})
+RUN_FOLDERS = frozenset({"checkpoints", "events"})
+#: Temporary files of an atomic write (``hasfl_ray.files``), left by a process killed mid-write.
+TEMP_PREFIX = ".tmp-"
 CLIENT_COLUMNS = ("client", "num_samples", "p_max", "tv_distance", "h_tilde", "p_final", "name")
 METRIC_KEYS = ("round", "test_accuracy", "test_loss", "avg_p", "coverage", "frozen_fraction", "mean_h",
                "rejected_updates", "wall_s")
@@ -64,15 +69,14 @@ class RunDirectory:
     def file(self, name: str) -> str:
         return os.path.join(self.path, name)
 
-    def clear(self) -> None:
-        """Remove everything in the directory (``--force``), keeping the directory itself and so its lock."""
-        import shutil
+    def check_clearable(self) -> None:
+        """Raise ConfigError unless ``--force`` may clear this directory: see :func:`check_clearable`."""
+        check_clearable(self.path)
 
-        for entry in os.scandir(self.path):
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path)
-            else:
-                os.unlink(entry.path)
+    def clear(self) -> None:
+        """Remove what a run wrote (``--force``), keeping the directory itself and so its lock; refuses (one
+        sentence, nothing deleted) a folder that holds anything a run does not write."""
+        clear_run_directory(self.path)
 
     def create(self, config: Mapping[str, Any], execution: Mapping[str, Any]) -> None:
         os.makedirs(self.path, exist_ok=True)
@@ -108,3 +112,71 @@ class RunDirectory:
 
     def write_summary(self, summary: Dict[str, Any]) -> None:
         atomic_write(self.file("summary.json"), (json.dumps(summary, indent=2) + "\n").encode())
+
+
+def _protected(path: str) -> Optional[str]:
+    """Why ``path`` may never be cleared (the root, the home folder, the current folder or one above it)."""
+    real = os.path.realpath(path)
+    if real == os.path.realpath(os.sep):
+        return "it is the root folder"
+    if real == os.path.realpath(os.path.expanduser("~")):
+        return "it is the home folder"
+    cwd = os.path.realpath(os.getcwd())
+    if cwd == real or cwd.startswith(real.rstrip(os.sep) + os.sep):
+        return "it is the current folder" if cwd == real else "it holds the current folder"
+    return None
+
+
+def foreign_entries(path: str) -> List[str]:
+    """The entries of ``path`` that no run writes (sorted): anything besides :data:`RUN_FILES`, :data:`RUN_FOLDERS`
+    (real folders whose own entries are plain files) and temporary files of an interrupted write."""
+    foreign = []
+    for entry in os.scandir(path):
+        name = entry.name
+        if name.startswith(TEMP_PREFIX) and entry.is_file(follow_symlinks=False):
+            continue
+        if name in RUN_FILES and entry.is_file(follow_symlinks=False):
+            continue
+        if name in RUN_FOLDERS and entry.is_dir(follow_symlinks=False) and all(
+                inner.is_file(follow_symlinks=False) for inner in os.scandir(entry.path)):
+            continue
+        foreign.append(name + ("/" if entry.is_dir(follow_symlinks=False) else ""))
+    return sorted(foreign)
+
+
+def check_clearable(path: str) -> None:
+    """Raise ConfigError (one sentence, before anything is deleted) unless ``path`` is absent, empty, or a run
+    directory (config.yaml, and nothing a run does not write); never the root, home or current folder."""
+    if not os.path.lexists(path):
+        return
+    if not os.path.isdir(path) or os.path.islink(path):
+        raise ConfigError(f"--force cannot clear {path!r}: it is not a folder; expected a run directory")
+    entries = os.listdir(path)
+    if not entries:
+        return
+    reason = _protected(path)
+    if reason:
+        raise ConfigError(f"--force refuses to clear {path!r}: {reason}; expected a run directory of its own "
+                          "(choose another --out)")
+    if "config.yaml" not in entries:
+        raise ConfigError(f"--force refuses to clear {path!r}: it holds no config.yaml, so it is not a run "
+                          "directory; expected an empty folder or one a run wrote (choose another --out)")
+    foreign = foreign_entries(path)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise ConfigError(f"--force refuses to clear {path!r}: it holds {shown}, which no run writes; expected a "
+                          "folder with only a run's files (move them, or choose another --out)")
+
+
+def clear_run_directory(path: str) -> None:
+    """Delete what a run wrote in ``path`` (after :func:`check_clearable`), keeping the folder itself."""
+    import shutil
+
+    check_clearable(path)
+    if not os.path.isdir(path):
+        return
+    for entry in os.scandir(path):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)
+        else:
+            os.unlink(entry.path)
