@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -36,13 +37,14 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from hasfl_ray.engine.rundir import check_clearable, clear_run_directory
 from hasfl_ray.errors import ConfigError
+from hasfl_ray.files import atomic_write
 
 SWEEP_KEY = "sweep"
 SWEEP_FIELDS = ("reproduces", "datasets", "algorithms", "seeds", "per_dataset", "variants", "out")
 #: Options of a single Ray run that a sweep cell (the local backend inside one Ray task) does not take.
 RAY_RUN_ONLY = ("actors", "address", "fault_inject", "gpus_per_actor")
 #: Statuses of a finished cell (its dependants may start).
-FINISHED = ("done", "resumed", "skipped")
+FINISHED = ("done", "resumed", "skipped", "reused")
 
 
 @dataclass
@@ -56,7 +58,7 @@ class Cell:
         dir: the run directory.
         values: the RunConfig keys of the run (unresolved).
         depends_on: the name of the cell that must finish first (random-budget's HAS-FL cell), or None.
-        status: pending, running, done, resumed, skipped, failed or blocked.
+        status: pending, running, done, resumed, skipped, reused (copied from a finished run of another sweep with the same config), failed or blocked.
         message: why a failed or blocked cell did not finish.
     """
 
@@ -352,6 +354,54 @@ def execute_cell(cell: Mapping[str, Any], force: bool = False, progress: bool = 
             "from_round": from_round, "wall_s": time.perf_counter() - start}
 
 
+def result_key(values: Mapping[str, Any]) -> str:
+    """What a finished run's result depends on, as one string: its resolved config without the execution fields and
+    without ``budget_from`` (the folder a budget came from; the budget itself is compared)."""
+    from hasfl_ray.engine.config import RunConfig
+
+    result = RunConfig.from_dict(values, "run config").resolved().result_dict()
+    result.pop("budget_from", None)
+    return json.dumps(result, sort_keys=True, default=str)
+
+
+def reuse_finished_run(cell: Mapping[str, Any], sweep_out: str) -> Optional[Dict[str, Any]]:
+    """A new cell whose resolved config equals that of a finished run in another sweep beside this one (another
+    folder under the same parent, e.g. runs/table3-allocation for runs/figure6-frontier) is copied from it instead of
+    run again: its files (not its checkpoints) land in the cell's folder, and summary.json says where from.
+    Returns the cell's result (status ``reused``) or None."""
+    import glob
+
+    from hasfl_ray.engine.checkpoint import CHECKPOINT_DIR
+
+    try:
+        wanted = result_key(cell["values"])
+    except ConfigError:
+        return None  # the run itself will say what is wrong
+    root = os.path.dirname(os.path.abspath(sweep_out))
+    own = os.path.abspath(sweep_out)
+    for summary_path in sorted(glob.glob(os.path.join(root, "*", "*", "summary.json"))):
+        source = os.path.dirname(summary_path)
+        if os.path.dirname(source) == own:
+            continue
+        stored = _stored(source)
+        try:
+            if stored is None or result_key(stored) != wanted:
+                continue
+        except (ConfigError, TypeError):
+            continue  # a run of another version or a plug-in not importable here: not comparable
+        start = time.perf_counter()
+        shutil.copytree(source, cell["dir"], ignore=shutil.ignore_patterns(CHECKPOINT_DIR, ".tmp-*"),
+                        dirs_exist_ok=True)
+        target = os.path.join(cell["dir"], "summary.json")
+        with open(target, encoding="utf-8") as handle:
+            summary = json.load(handle)
+        summary["reused_from"] = os.path.relpath(source, cell["dir"])
+        atomic_write(target, (json.dumps(summary, indent=2) + "\n").encode())
+        return {"name": cell["name"], "status": "reused", "summary": summary, "from_round": None,
+                "wall_s": time.perf_counter() - start, "source": source}
+    return None
+
+
 def write_cell_analysis(run_dir: str) -> None:
     """The Table 5 analysis block in the finished run's summary.json (runs with H̃ estimates only)."""
     from hasfl_ray.analysis.report import read_run, write_analysis
@@ -402,6 +452,8 @@ def describe_result(cell: Cell, result: Mapping[str, Any]) -> str:
                f"{summary.get('final_accuracy', float('nan')):.4f}, avg p {summary.get('avg_p', float('nan')):.3f}")
     if status == "skipped":
         return f"{cell.name}: skipped (finished earlier: {numbers})"
+    if status == "reused":
+        return f"{cell.name}: reused the finished run {result.get('source', '')} (same config: {numbers})"
     resumed = f" (resumed after round {result['from_round']})" if status == "resumed" else ""
     return f"{cell.name}: {status} in {result.get('wall_s', 0.0):.1f} s{resumed}: {numbers}"
 
@@ -474,6 +526,10 @@ def run_sweep(sweep: Sweep, executor, on_result: Callable[[Cell, Dict[str, Any]]
                     continue
                 if state == "finished":
                     finish(cell, execute_cell(cell.to_dict(), force))
+                    continue
+                reused = reuse_finished_run(cell.to_dict(), sweep.out) if state == "new" else None
+                if reused is not None:
+                    finish(cell, reused)
                     continue
                 cell.status = "running"
                 executor.submit(cell)

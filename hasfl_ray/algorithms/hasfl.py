@@ -32,8 +32,9 @@ class HASFL(Algorithm):
     Schedule (paper, Section 4.1): allocations start at p^max; the adaptation block — estimate
     Ĥ_i for the participants, EMA H̃_i ← βH̃_i + (1−β)Ĥ_i, new allocation for every client, coverage
     guarantee — runs at the end of every round t with t ≥ warmup and t % t_adapt == 0 (t counts from
-    0), so with the defaults at t = 10, 15, 20, … . Every t_norm rounds (after round t with
-    (t + 1) % t_norm == 0) all H̃ are rescaled to mean 1, which preserves their order.
+    0), so with the defaults at t = 10, 15, 20, … . Every t_norm rounds, right after the adaptation of round t
+    with t > 0 and t % t_norm == 0 (t = 20, 40, …), all H̃ are rescaled to mean 1, which preserves their order: the
+    paper's Figure 4 has mean H̃ = 1.000 exactly at t = 20, 40, … .
     """
 
     def __init__(self, config, p_max, num_samples):
@@ -51,7 +52,7 @@ class HASFL(Algorithm):
                 self.h[result.client] = c.beta * self.h[result.client] + (1 - c.beta) * estimate
             p = allocation_rule(self.h, self.p_max, c.p_min, c.gamma, c.epsilon)
             self.p_current = coverage_guarantee(p, self.p_max) if c.coverage else p
-        if (round + 1) % c.t_norm == 0:
+        if round > 0 and round % c.t_norm == 0:
             self.h = self.h / self.h.mean()
 
     def h_tilde(self) -> Optional[np.ndarray]:

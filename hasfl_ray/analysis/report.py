@@ -65,8 +65,17 @@ def summarise_runs(runs: Sequence[Dict[str, Any]], order: Sequence[str] = ()) ->
                      "best_mean": float(best.mean()), "best_std": float(best.std(ddof=ddof)),
                      "final_mean": float(final.mean()), "final_std": float(final.std(ddof=ddof)),
                      "peak_to_final": float(final.mean() - best.mean()),
-                     "avg_p": float(np.mean([r["summary"]["avg_p"] for r in members]))})
+                     "avg_p": float(np.mean([r["summary"]["avg_p"] for r in members])),
+                     **_coverage_columns(members)})
     return rows
+
+
+def _coverage_columns(members: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """How many of the seeds ended with part of the model never trained (summary.json's ``coverage_warning``, the
+    coverage monitor), and their mean frozen fraction (None when none did)."""
+    warned = [r["summary"]["coverage_warning"] for r in members if r["summary"].get("coverage_warning")]
+    return {"coverage_warnings": len(warned),
+            "frozen_fraction": float(np.mean([w["frozen_fraction"] for w in warned])) if warned else None}
 
 
 def _sweep_name(run: Dict[str, Any]) -> str:
@@ -228,7 +237,7 @@ ALGORITHM_TYPES = {"fedavg": "Full-model", "scaffold": "Full-model + CV", "fedpr
                    "fjord": "Sub-model (ordered dropout)", "uniform": "Sub-model (uniform)",
                    "fedrolex": "Sub-model (rolling)"}
 TABLE_COLUMNS = ("dataset", "algorithm", "type", "seeds", "best_mean", "best_std", "final_mean", "final_std",
-                 "peak_to_final", "avg_p")
+                 "peak_to_final", "avg_p", "coverage_warnings", "frozen_fraction")
 
 
 def algorithm_type(label: str) -> str:
@@ -251,15 +260,22 @@ def protocol_line(config: Mapping[str, Any]) -> str:
 
 
 def table_markdown(rows: Sequence[Dict[str, Any]]) -> str:
-    """The paper's table layout: Best, Final, Peak→final, Avg p (mean ± std over seeds, accuracies in %)."""
+    """The paper's table layout: Best, Final, Peak→final, Avg p (mean ± std over seeds, accuracies in %); a row
+    whose runs kept part of the model untrained after warm-up (the coverage monitor) is marked ‡ and explained."""
     lines = ["| Dataset | Algorithm | Type | Seeds | Best acc. (%) | Final acc. (%) | Peak→final Δ | Avg. p |",
              "|---|---|---|---|---|---|---|---|"]
+    marked = False
     for row in rows:
-        lines.append(f"| {display_name(row['dataset'])} | {display_name(row['algorithm'])} | "
+        mark = " ‡" if row.get("coverage_warnings") else ""
+        marked = marked or bool(mark)
+        lines.append(f"| {display_name(row['dataset'])} | {display_name(row['algorithm'])}{mark} | "
                      f"{algorithm_type(row['algorithm'])} | "
                      f"{', '.join(str(s) for s in row['seeds'])} | {row['best_mean']:.1f} ± {row['best_std']:.1f} | "
                      f"{row['final_mean']:.1f} ± {row['final_std']:.1f} | {row['peak_to_final']:+.1f} | "
                      f"{row['avg_p']:.2f} |")
+    if marked:
+        lines += ["", "‡ coverage warning: in these runs part of the global model stayed at its initial value after "
+                      "warm-up (no participant covered those coordinates); the frozen fraction is in table.csv."]
     return "\n".join(lines) + "\n"
 
 

@@ -28,6 +28,13 @@ def apply_switches(flags: Dict[str, Any], no_coverage: bool, download: bool, fas
         flags["deterministic"] = False
     if download:
         flags["download"] = True
+    counts = flags.get("tier_counts")
+    if isinstance(counts, str):
+        try:
+            flags["tier_counts"] = [int(n) for n in counts.split(",")]
+        except ValueError:
+            raise ConfigError(f"--tier-counts is {counts!r}; expected 4 comma-separated client counts, e.g. "
+                              "4,10,3,3") from None
     if flags.get("budget") is not None and flags.get("budget_from") is not None:
         raise ConfigError(f"--budget {flags['budget']} and --budget-from {flags['budget_from']!r} are both given; "
                           "expected one source for random-budget's target")
@@ -99,6 +106,12 @@ def default_backend(ray_options_given: bool) -> str:
 @click.option("--t-adapt", type=int, help="HAS-FL adaptation interval (default 5).")
 @click.option("--warmup", type=int, help="HAS-FL warm-up rounds (default 10).")
 @click.option("--t-norm", type=int, help="HAS-FL normalisation interval (default 20).")
+@click.option("--estimator", type=click.Choice(["masked", "common-core"]),
+              help="HAS-FL divergence estimator: masked (default; each client's own coordinates) or common-core "
+                   "(only the coordinates every participant of the round covers).")
+@click.option("--tier-counts", metavar="N1,N2,N3,N4",
+              help="Clients per capacity tier p^max 0.25,0.5,0.75,1.0 (default: the text's 8,5,4,3 of 20; "
+                   "4,10,3,3 is the mix of the paper's own runs).")
 @click.option("--no-coverage", is_flag=True, default=False,
               help="Disable the coverage guarantee of hasfl and random-budget (ablation).")
 @click.option("--mu", type=float, help="FedProx proximal weight mu (default 1.0).")

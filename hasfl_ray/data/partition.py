@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 
@@ -13,18 +13,33 @@ TIERS = (0.25, 0.5, 0.75, 1.0)
 TIER_PROBABILITIES = (0.40, 0.25, 0.20, 0.15)
 
 
-def assign_tiers(num_clients: int, rng: np.random.Generator, tiers: Sequence[float] = TIERS,
-                 probabilities: Sequence[float] = TIER_PROBABILITIES) -> np.ndarray:
-    """p_max per client: tier counts by largest remainder of ``probabilities * num_clients``, shuffled.
+#: The tier mix of the paper's own runs (its Figure 5's p^max vector): 4/10/3/3 clients, mean 0.5625.
+PAPER_RUNS_TIER_COUNTS = (4, 10, 3, 3)
 
-    With 20 clients this gives exactly 8/5/4/3 clients at 0.25/0.5/0.75/1.0 (mean 0.525), and every
-    seed redraws which client gets which tier.
-    """
+
+def tier_counts(num_clients: int, probabilities: Sequence[float] = TIER_PROBABILITIES) -> np.ndarray:
+    """Clients per tier by largest remainder of ``probabilities * num_clients`` (20 clients: 8/5/4/3)."""
     probs = np.asarray(probabilities, dtype=np.float64)
     exact = probs * num_clients
     counts = np.floor(exact).astype(int)
     remainder_order = np.argsort(-(exact - counts), kind="stable")
     counts[remainder_order[:num_clients - counts.sum()]] += 1
+    return counts
+
+
+def assign_tiers(num_clients: int, rng: np.random.Generator, tiers: Sequence[float] = TIERS,
+                 probabilities: Sequence[float] = TIER_PROBABILITIES,
+                 counts: Optional[Sequence[int]] = None) -> np.ndarray:
+    """p_max per client: ``counts`` clients per tier (default :func:`tier_counts` of ``probabilities``), shuffled.
+
+    With 20 clients the default gives exactly 8/5/4/3 clients at 0.25/0.5/0.75/1.0 (mean 0.525, the paper's
+    text); ``counts=(4, 10, 3, 3)`` gives the mix of the paper's own runs (mean 0.5625). Every seed redraws which
+    client gets which tier (one permutation of ``rng`` either way).
+    """
+    counts = tier_counts(num_clients, probabilities) if counts is None else np.asarray(counts, dtype=int)
+    if counts.sum() != num_clients or len(counts) != len(tiers):
+        raise ConfigError(f"tier_counts is {list(map(int, counts))}; expected {len(tiers)} counts (tiers "
+                          f"{', '.join(map(str, tiers))}) that add up to the {num_clients} clients")
     p_max = np.repeat(np.asarray(tiers, dtype=np.float64), counts)
     return p_max[rng.permutation(num_clients)]
 

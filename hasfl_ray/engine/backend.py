@@ -98,7 +98,8 @@ class LocalBackend(Backend):
                                cuda_graphs=config.cuda_graphs == "on")
         self.server = Server(model_name, initial_params, dataset, config.eval_batch_size,
                              config.aggregation_backend, config.device,
-                             evaluation_subset(config.seed, dataset.test_size, config.eval_samples))
+                             evaluation_subset(config.seed, dataset.test_size, config.eval_samples),
+                             config.estimator)
 
     def run_round(self, tasks, weights, server_lr):
         params = self.server.params

@@ -11,7 +11,7 @@ import re
 import json
 import os
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
@@ -47,6 +47,9 @@ class RunConfig:
     clients_per_round: int = 10
     seed: int = 42
     alpha: float = 0.3
+    # clients per capacity tier p^max 0.25/0.5/0.75/1.0 (None: the text's 8/5/4/3 of 20 by largest remainder;
+    # [4, 10, 3, 3] is the mix of the paper's own runs, its Figure 5)
+    tier_counts: Optional[List[int]] = None
     # FedProx's Synthetic(alpha, beta) data (--dataset synthetic): labeller and input heterogeneity
     synthetic_alpha: float = 1.0
     synthetic_beta: float = 1.0
@@ -70,6 +73,9 @@ class RunConfig:
     warmup: int = 10
     t_norm: int = 20
     epsilon: float = 1e-8
+    # divergence estimator Ĥ_i: masked (client i's own coordinates, the paper's Eq. 5) or common-core (only the
+    # coordinates every participant of the round covers; Section 4's second variant)
+    estimator: str = "masked"
     # baselines (README, "Algorithms")
     mu: float = 1.0
     budget: Optional[float] = None
@@ -128,6 +134,16 @@ class RunConfig:
         if self.clients_per_round > self.clients:
             raise ConfigError(f"clients_per_round is {self.clients_per_round} but clients is {self.clients}; "
                               "expected at most as many participants per round as clients")
+        if self.tier_counts is not None:
+            counts = self.tier_counts
+            if not isinstance(counts, (list, tuple)) or len(counts) != 4 or not all(
+                    isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts) or \
+                    sum(counts) != self.clients:
+                raise bad("tier_counts", counts, f"4 non-negative client counts for p^max 0.25/0.5/0.75/1.0 adding "
+                                                 f"up to clients ({self.clients}), e.g. [4, 10, 3, 3] for 20")
+            object.__setattr__(self, "tier_counts", [int(n) for n in counts])
+        if self.estimator not in ("masked", "common-core"):
+            raise bad("estimator", self.estimator, "masked or common-core")
         if not isinstance(self.warmup, int) or self.warmup < 0:
             raise bad("warmup", self.warmup, "a non-negative integer")
         if not _positive_number(self.alpha):

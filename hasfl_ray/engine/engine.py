@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -17,6 +17,8 @@ from hasfl_ray.engine.backend import Backend, RoundInterrupted
 from hasfl_ray.engine.checkpoint import (Checkpoint, check_resume_config, load_checkpoint, load_checkpoint_round,
                                          save_checkpoint, stored_config)
 from hasfl_ray.engine.config import RunConfig, parse_fault
+from hasfl_ray.engine.coverage import CAUSE as COVERAGE_CAUSE
+from hasfl_ray.engine.coverage import coverage_warning, frozen_streak_start, should_warn
 from hasfl_ray.engine.factory import make_backend
 from hasfl_ray.engine.rundir import RunDirectory, RunLock
 from hasfl_ray.engine.signals import StopSignals
@@ -40,9 +42,10 @@ def sample_participants(seed: int, round: int, num_clients: int, per_round: int)
     return sorted(int(i) for i in rng.choice(num_clients, size=per_round, replace=False))
 
 
-def capacity_tiers(seed: int, num_clients: int) -> np.ndarray:
-    """p_i^max of every client: the run's tier draw from rng(seed, tiers) (``hasfl-ray data inspect`` shares it)."""
-    return assign_tiers(num_clients, numpy_rng(seed, STREAM_TIERS))
+def capacity_tiers(seed: int, num_clients: int, counts: Optional[Sequence[int]] = None) -> np.ndarray:
+    """p_i^max of every client: the run's tier draw from rng(seed, tiers) (``hasfl-ray data inspect`` shares it);
+    ``counts`` clients per tier (config ``tier_counts``), default the text's mix (8/5/4/3 of 20)."""
+    return assign_tiers(num_clients, numpy_rng(seed, STREAM_TIERS), counts=counts)
 
 
 def initial_parameters(model_name: str, seed: int) -> Dict[str, torch.Tensor]:
@@ -97,7 +100,7 @@ class Engine:
         if self.dataset.num_clients != c.clients:
             raise ConfigError(f"dataset {c.dataset!r} loaded {self.dataset.num_clients} clients but clients is "
                               f"{c.clients}; expected a loader that splits the data over config.clients clients")
-        self.p_max = capacity_tiers(c.seed, c.clients)
+        self.p_max = capacity_tiers(c.seed, c.clients, c.tier_counts)
         self.num_samples = np.asarray(self.dataset.client_sizes(), dtype=np.int64)
         self.algorithm = algorithm_class(c.algorithm)(c, self.p_max, self.num_samples)
         self.initial_params = initial_parameters(self.model_name, c.seed)
@@ -194,6 +197,9 @@ class Engine:
                     bar.close()
                 self._interrupted(start)
             self.history.append(line)
+            if should_warn(self.history, c.warmup):
+                logger.warning("round %d: %.1f %% of the global model has stayed at w^(0) since round %d; %s", t,
+                               100 * line["frozen_fraction"], frozen_streak_start(self.history), COVERAGE_CAUSE)
             if self.rundir:
                 with self._writing("metrics.jsonl"):
                     self.rundir.append_metrics(line)
@@ -281,6 +287,9 @@ class Engine:
                    "avg_p_post_warmup": post_warmup_avg_p(avg_p, self.config.warmup, self.config.t_adapt),
                    "rounds": len(self.history),
                    "params_sha256": self.backend.params_sha256(), "wall_s": wall_s}
+        warning = coverage_warning(self.history, self.config.warmup)
+        if warning is not None:
+            summary["coverage_warning"] = warning
         if self.config.eval_samples is not None:  # the test samples each round evaluated (a seeded subset)
             summary["eval_samples"] = min(self.config.eval_samples, self.dataset.test_size)
         if self.rundir:

@@ -10,6 +10,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from hasfl_ray.aggregation import AggregateResult, aggregate_updates
+from hasfl_ray.aggregation.common_core import common_core_divergence
 from hasfl_ray.aggregation.windows import aggregate_windows
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.models import build_model, gate_blocks_of, register_model
@@ -42,11 +43,14 @@ class Server:
         device: where the global parameters live and aggregation/evaluation run.
         eval_indices: sorted test-set positions to evaluate on (``eval_samples``,
             :func:`~hasfl_ray.training.evaluate.evaluation_subset`); None for the whole test set.
+        estimator: ``masked`` (the divergence norms over each client's own coordinates, from the kernel) or
+            ``common-core`` (over the coordinates every accepted participant covers,
+            :func:`~hasfl_ray.aggregation.common_core.common_core_divergence`).
     """
 
     def __init__(self, model_name: str, initial_params: Mapping[str, torch.Tensor], dataset: FederatedDataset,
                  eval_batch_size: int = 500, aggregation_backend: str = "auto", device: str = "cpu",
-                 eval_indices: Optional[torch.Tensor] = None):
+                 eval_indices: Optional[torch.Tensor] = None, estimator: str = "masked"):
         self.device = torch.device(device)
         register_model(model_name, getattr(dataset, "model_config", None))  # a dataset plug-in's own model
         self.model = build_model(model_name).to(self.device)
@@ -59,6 +63,7 @@ class Server:
         self.dataset = dataset.test_view().to(self.device)
         self.eval_batch_size, self.aggregation_backend = eval_batch_size, aggregation_backend
         self.eval_indices = None if eval_indices is None else torch.as_tensor(eval_indices, dtype=torch.int64)
+        self.estimator = estimator
 
     def get_params(self) -> Dict[str, torch.Tensor]:
         return {name: t.detach().cpu().clone() for name, t in self.params.items()}
@@ -98,8 +103,11 @@ class Server:
         with torch.no_grad():
             for name, delta in aggregate.delta.items():
                 self.params[name].add_(delta, alpha=server_lr)
+        div_num, div_den = aggregate.div_num, aggregate.div_den
+        if self.estimator == "common-core":
+            div_num, div_den = common_core_divergence(self.specs, updates, offsets, aggregate.delta)
         stripped = [dataclasses.replace(r, update={}) for r in accepted]
-        stats = AggregateResult({}, aggregate.div_num.cpu(), aggregate.div_den.cpu(), aggregate.covered_fraction)
+        stats = AggregateResult({}, div_num.cpu(), div_den.cpu(), aggregate.covered_fraction)
         return stripped, stats
 
     def evaluate(self) -> Tuple[float, float]:

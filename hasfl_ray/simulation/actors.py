@@ -114,11 +114,12 @@ class ServerActor:
 
     def __init__(self, model_name: str, initial_params: Mapping[str, torch.Tensor], dataset: FederatedDataset,
                  eval_batch_size: int, aggregation_backend: str, device: str, threads: int,
-                 deterministic: bool = True, eval_indices: Optional[torch.Tensor] = None):
+                 deterministic: bool = True, eval_indices: Optional[torch.Tensor] = None,
+                 estimator: str = "masked"):
         self.device = _process_setup(device, threads, deterministic)
         self.threads = threads
         self.server = Server(model_name, initial_params, dataset, eval_batch_size, aggregation_backend,
-                             str(self.device), eval_indices)
+                             str(self.device), eval_indices, estimator)
 
     def ready(self) -> Dict[str, Any]:
         return _whereabouts(self.device)

@@ -131,7 +131,7 @@ class RayBackend(Backend):
         self.server = ray.remote(ServerActor).options(num_cpus=0, num_gpus=self.plan.server_gpus).remote(
             model_name, initial_params, ray.put(dataset.test_view()), config.eval_batch_size,
             config.aggregation_backend, self.plan.device, config.trainer_threads, config.deterministic,
-            evaluation_subset(config.seed, dataset.test_size, config.eval_samples))
+            evaluation_subset(config.seed, dataset.test_size, config.eval_samples), config.estimator)
         self.slots = [_Slot(i, self._trainer_class.remote(*self._trainer_args)) for i in range(self.plan.actors)]
         try:
             places = ray.get([slot.actor.ready.remote() for slot in self.slots] + [self.server.ready.remote()])

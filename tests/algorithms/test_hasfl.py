@@ -57,15 +57,21 @@ def test_warmup_ema_and_adaptation_schedule(config4):
 def test_normalisation_every_t_norm_rounds_keeps_order(config4):
     algorithm = HASFL(config4, P_MAX_4, SAMPLES_4)
     results, aggregate = fake_round([0, 1, 2], [4.0, 9.0, 0.5])
-    for t in range(19):
+    for t in range(20):
         algorithm.observe(t, results, aggregate)
-    before = algorithm.h_tilde()
-    assert before.mean() > 1.05  # adaptation at t = 10 and 15 raised the mean
-    algorithm.observe(19, results, aggregate)  # (19 + 1) % 20 == 0: rescale to mean 1
+    assert algorithm.h_tilde().mean() > 1.05  # adaptation at t = 10 and 15 raised the mean; not rescaled at 19
+    twin = HASFL(config4, P_MAX_4, SAMPLES_4)
+    twin.load_state_dict(algorithm.state_dict())
+    algorithm.observe(20, results, aggregate)  # t = 20: adapt, then rescale to mean 1 (the paper's Figure 4)
     after = algorithm.h_tilde()
     assert after.mean() == pytest.approx(1.0)
-    np.testing.assert_allclose(after, before / before.mean())
-    assert list(np.argsort(after)) == list(np.argsort(before))
+    h = twin.h_tilde()
+    for client, estimate in zip([0, 1, 2], [4.0, 9.0, 0.5]):  # the round's EMA, before the rescale
+        h[client] = 0.9 * h[client] + 0.1 * estimate
+    np.testing.assert_allclose(after, h / h.mean())
+    assert list(np.argsort(after)) == list(np.argsort(h))
+    algorithm.observe(21, results, aggregate)
+    assert algorithm.h_tilde().mean() == pytest.approx(1.0)  # no adaptation at 21: still 1
 
 
 def test_state_round_trips(config4):
@@ -113,3 +119,21 @@ def test_no_coverage_ablation_freezes_what_no_allocation_reaches():
         assert widest < 1.0
         assert line["frozen_fraction"] == pytest.approx(1 - mask_fraction(widest), abs=1e-9)
     assert run.history[-1]["frozen_fraction"] > 0
+
+
+def test_mean_h_is_one_right_after_rounds_20_and_40_in_metrics(tmp_path):
+    """The run directory's mean_h: exactly 1 after rounds 20 and 40 (the paper's T_norm), above 1 between."""
+    import json
+
+    from click.testing import CliRunner
+
+    from hasfl_ray.cli.main import main
+
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["simulate", "--backend", "local", "--rounds", "41", "--clients", "6",
+                                       "--clients-per-round", "3", "--quiet", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    mean_h = {line["round"]: line["mean_h"] for line in map(json.loads, (out / "metrics.jsonl").open())}
+    assert mean_h[20] == pytest.approx(1.0, abs=1e-12) and mean_h[40] == pytest.approx(1.0, abs=1e-12)
+    assert mean_h[19] != pytest.approx(1.0) and mean_h[39] != pytest.approx(1.0)
+    assert all(mean_h[t] == 1.0 for t in range(10))  # warm-up: H̃ untouched

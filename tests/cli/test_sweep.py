@@ -203,3 +203,29 @@ def test_cells_run_as_ray_tasks(tmp_path):
         assert sha[0] == sha[1]
     finally:
         ray.shutdown()
+
+
+def test_a_cell_with_the_config_of_another_sweeps_finished_cell_is_reused_not_rerun(sweep_yaml, tmp_path):
+    first = str(tmp_path / "runs" / "table")
+    assert sweep(sweep_yaml, "--backend", "local", "--quiet", *TINY, "--out", first).exit_code == 0
+    other = tmp_path / "figure.yaml"
+    other.write_text(yaml.safe_dump({
+        "sweep": {"reproduces": "a figure drawn from the table's runs", "datasets": ["digits"],
+                  "algorithms": ["hasfl", "random-budget", "fedavg"], "seeds": [42]},
+        "alpha": 0.3, "checkpoint_every": 1}))
+    second = str(tmp_path / "runs" / "figure")
+    result = sweep(str(other), "--backend", "local", "--quiet", *TINY, "--out", second)
+    assert result.exit_code == 0, result.output
+    assert statuses(second) == {"digits-hasfl-seed42": "reused", "digits-random-budget-seed42": "reused",
+                                "digits-fedavg-seed42": "done"}
+    for cell in ("digits-hasfl-seed42", "digits-random-budget-seed42"):
+        mine = json.load(open(os.path.join(second, cell, "summary.json")))
+        theirs = json.load(open(os.path.join(first, cell, "summary.json")))
+        assert mine["params_sha256"] == theirs["params_sha256"] and mine["reused_from"].endswith(cell)
+        assert not os.path.exists(os.path.join(second, cell, "checkpoints"))
+    assert "reused the finished run" in result.output
+    again = sweep(str(other), "--backend", "local", "--quiet", *TINY, "--out", second)  # now its own: skipped
+    assert set(statuses(second).values()) == {"skipped"}, again.output
+    changed = sweep(str(other), "--backend", "local", "--quiet", *TINY, "--lr", "0.02", "--out",
+                    str(tmp_path / "runs" / "other-lr"))
+    assert set(statuses(str(tmp_path / "runs" / "other-lr")).values()) == {"done"}, changed.output

@@ -79,3 +79,24 @@ def test_tier_counts_are_within_one_of_their_exact_share(num_clients, seed):
 def test_unknown_dataset_is_a_config_error():
     with pytest.raises(ConfigError, match="dataset is 'imagenet'; expected one of digits"):
         load_dataset("imagenet", 20, 0.3, 42)
+
+
+def test_tier_counts_option_gives_the_papers_realised_mix_with_the_same_draw():
+    from hasfl_ray.data.partition import PAPER_RUNS_TIER_COUNTS, tier_counts
+    from hasfl_ray.engine.engine import capacity_tiers
+
+    default = capacity_tiers(42, 20)
+    assert tier_counts(20).tolist() == [8, 5, 4, 3] and default.mean() == pytest.approx(0.525)
+    np.testing.assert_array_equal(capacity_tiers(42, 20, [8, 5, 4, 3]), default)  # explicit default: same draw
+    paper = capacity_tiers(42, 20, PAPER_RUNS_TIER_COUNTS)
+    assert [int((paper == t).sum()) for t in (0.25, 0.5, 0.75, 1.0)] == [4, 10, 3, 3]
+    assert paper.mean() == pytest.approx(0.5625)
+
+
+@pytest.mark.parametrize("counts", [[4, 10, 3], [4, 10, 3, 4], [-1, 15, 3, 3], [4.0, 10, 3, 3], "4,10,3,3"])
+def test_bad_tier_counts_are_one_sentence(counts):
+    from hasfl_ray.engine.config import RunConfig
+    from hasfl_ray.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="tier_counts is .*expected 4 non-negative client counts"):
+        RunConfig(tier_counts=counts)

@@ -1,0 +1,46 @@
+"""The coverage monitor: a run whose global model keeps coordinates at w^(0) after warm-up is flagged.
+
+Proposition 1 of the paper: when every allocation stays below some p̄ < 1, the coordinates outside the leading p̄
+slice are never trained and keep their initial value. The round loop records that as ``frozen_fraction``; this
+module reads it off the metrics lines (so a resumed run and ``report`` on an old run see the same verdict).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional, Sequence
+
+#: Rounds after warm-up that frozen_fraction must stay above 0 before the run's log warns (once).
+WARN_AFTER_ROUNDS = 5
+
+CAUSE = ("no participant covered those coordinates: every allocation stayed below full width, so they keep their "
+         "initial value w^(0) (Proposition 1)")
+
+
+def frozen_streak_start(history: Sequence[Mapping[str, Any]]) -> Optional[int]:
+    """The round from which frozen_fraction has been above 0 in every line up to the last, or None."""
+    start = None
+    for line in history:
+        if (line.get("frozen_fraction") or 0.0) > 0:
+            start = line["round"] if start is None else start
+        else:
+            start = None
+    return start
+
+
+def should_warn(history: Sequence[Mapping[str, Any]], warmup: int) -> bool:
+    """True at the round where the log warns: frozen_fraction above 0 for :data:`WARN_AFTER_ROUNDS` rounds in a
+    row after warm-up (the one round of the run where this holds first)."""
+    start = frozen_streak_start(history)
+    if start is None or not history:
+        return False
+    return history[-1]["round"] - max(start, warmup) + 1 == WARN_AFTER_ROUNDS
+
+
+def coverage_warning(history: Sequence[Mapping[str, Any]], warmup: int) -> Optional[Dict[str, Any]]:
+    """summary.json's ``coverage_warning`` block when frozen_fraction stayed above 0 from some round to the end and
+    the run went past warm-up: the last fraction, the first round of the streak, the cause; else None."""
+    start = frozen_streak_start(history)
+    if start is None or history[-1]["round"] < warmup:
+        return None
+    return {"frozen_fraction": history[-1]["frozen_fraction"], "first_round": start,
+            "post_warmup_rounds": history[-1]["round"] - max(start, warmup) + 1, "cause": CAUSE}
