@@ -58,7 +58,8 @@ class Cell:
         dir: the run directory.
         values: the RunConfig keys of the run (unresolved).
         depends_on: the name of the cell that must finish first (random-budget's HAS-FL cell), or None.
-        status: pending, running, done, resumed, skipped, reused (copied from a finished run of another sweep with the same config), failed or blocked.
+        status: pending, running, done, resumed, skipped, reused (copied from a finished run of another sweep
+            with the same config), failed or blocked.
         message: why a failed or blocked cell did not finish.
     """
 
@@ -425,6 +426,10 @@ class LocalExecutor:
 
     def __init__(self, force: bool = False, progress: bool = False):
         self.force, self.progress, self.queue = force, progress, []
+
+    def describe(self) -> str:
+        """How cells run, for the sweep's first line."""
+        return "one cell after another"
 
     def submit(self, cell: Cell) -> None:
         self.queue.append(cell)

@@ -78,7 +78,7 @@ def info(as_json: bool) -> None:
     settings = data["determinism"]
     click.echo(f"determinism: {'on' if settings['deterministic'] else 'off'} (CUBLAS_WORKSPACE_CONFIG="
                f"{settings['cublas_workspace_config']}, deterministic algorithms, cuDNN deterministic, no cuDNN "
-               f"benchmark; opt out with {settings['opt_out']})")
+               f"benchmark, exact float32 with TF32 off; opt out with {settings['opt_out']})")
     for device in data["devices"]:
         if device["device"] == "cpu":
             click.echo(f"  cpu: {device['cores']} cores, {device['torch_threads']} torch threads, "

@@ -25,10 +25,13 @@ _OWN = ("config_file", "out", "force", "resume", "quiet", "verbose", "fault_inje
                                                "runs/<config name>): one run directory per cell and sweep.json.")
 @click.option("--force", is_flag=True, help="Run again the cells whose run directory holds another config "
                                             "(without it such a cell stops the sweep before anything runs).")
+@click.option("--cells-per-gpu", type=int,
+              help="Ray: run K CUDA cells at once on each GPU (each cell's task asks for 1/K of a GPU; default 1, "
+                   "see the README's GPU section for the measured cells per hour).")
 @click.option("--quiet", is_flag=True, help="No progress bar (status lines still print).")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
 @user_errors
-def sweep(config, seeds, algorithms, datasets, out, force, quiet, verbose, no_coverage, download,
+def sweep(config, seeds, algorithms, datasets, out, force, cells_per_gpu, quiet, verbose, no_coverage, download,
           fast_nondeterministic, **flags) -> None:
     """Run every (dataset, algorithm, seed) cell of the experiment CONFIG (e.g. configs/table3-allocation.yaml).
 
@@ -67,7 +70,12 @@ def sweep(config, seeds, algorithms, datasets, out, force, quiet, verbose, no_co
     check_conflicts(plan, force)
     if backend not in (None, "local", "ray"):
         raise ConfigError(f"backend is {backend!r}; expected local or ray")
-    executor = _executor(backend, address, gpus_per_actor, force, quiet)
+    if cells_per_gpu is not None and (isinstance(cells_per_gpu, bool) or cells_per_gpu < 1):
+        raise ConfigError(f"--cells-per-gpu is {cells_per_gpu}; expected a positive number of cells sharing a GPU")
+    if cells_per_gpu is not None and gpus_per_actor is not None:
+        raise ConfigError(f"--cells-per-gpu {cells_per_gpu} and --gpus-per-actor {gpus_per_actor} both size a cell's "
+                          "GPU share; expected one of them")
+    executor = _executor(backend, address, gpus_per_actor, force, quiet, cells_per_gpu)
     statuses = _run(plan, executor, force, quiet)
     failed = [name for name, status in statuses.items() if status in ("failed", "blocked")]
     click.echo(f"sweep folder: {plan.out} (sweep.json); report it with `hasfl-ray report {plan.out}`")
@@ -77,22 +85,23 @@ def sweep(config, seeds, algorithms, datasets, out, force, quiet, verbose, no_co
         sys.exit(1)
 
 
-def _executor(backend, address, gpus_per_actor, force, quiet):
+def _executor(backend, address, gpus_per_actor, force, quiet, cells_per_gpu=None):
     from hasfl_ray.cli.simulate import default_backend
     from hasfl_ray.sweep import LocalExecutor
 
-    backend = backend or default_backend(address is not None or gpus_per_actor is not None)
+    ray_options = address is not None or gpus_per_actor is not None or cells_per_gpu is not None
+    backend = backend or default_backend(ray_options)
     if backend == "local":
-        if address is not None or gpus_per_actor is not None:
-            raise ConfigError("--address and --gpus-per-actor place Ray tasks, but backend is 'local'; expected "
-                              "--backend ray or neither option")
+        if ray_options:
+            raise ConfigError("--address, --gpus-per-actor and --cells-per-gpu place Ray tasks, but backend is "
+                              "'local'; expected --backend ray or none of them")
         return LocalExecutor(force=force, progress=not quiet)  # the running cell's own round bar below the sweep's
     from hasfl_ray.simulation import require_ray
 
     require_ray()
     from hasfl_ray.simulation.sweep import RayExecutor
 
-    return RayExecutor(address=address, gpus_per_task=gpus_per_actor, force=force)
+    return RayExecutor(address=address, gpus_per_task=gpus_per_actor, force=force, cells_per_gpu=cells_per_gpu)
 
 
 def _run(plan, executor, force, quiet):
@@ -103,7 +112,7 @@ def _run(plan, executor, force, quiet):
     what = f" ({plan.reproduces})" if plan.reproduces else ""
     grid = len(plan.datasets) * len(plan.algorithms) * len(plan.seeds)
     extra = f", plus {len(plan.cells) - grid} HAS-FL cell(s) random-budget waits for" if len(plan.cells) > grid else ""
-    mode = "one Ray task per cell" if type(executor).__name__ == "RayExecutor" else "one cell after another"
+    mode = executor.describe()
     click.echo(f"sweep {plan.config_file}{what}: {len(plan.cells)} cells ({len(plan.datasets)} dataset(s) x "
                f"{len(plan.algorithms)} algorithm(s) x {len(plan.seeds)} seed(s){extra}) into {plan.out}, {mode}")
     bar = tqdm(total=len(plan.cells), unit="cell", desc="sweep", dynamic_ncols=True, disable=quiet)

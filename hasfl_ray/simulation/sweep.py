@@ -28,12 +28,15 @@ class RayExecutor:
     """Submits cells as Ray tasks to the running Ray instance (``ray.init`` here when none runs: ``address`` joins a
     cluster, None starts one on this machine) and hands back results as they finish."""
 
-    def __init__(self, address: Optional[str] = None, gpus_per_task: Optional[float] = None, force: bool = False):
+    def __init__(self, address: Optional[str] = None, gpus_per_task: Optional[float] = None, force: bool = False,
+                 cells_per_gpu: Optional[int] = None):
         self.started = False
         if not ray.is_initialized():
             quiet_token_notice()
             ray.init(address=address, include_dashboard=False, logging_level="warning")
             self.started = True
+        if cells_per_gpu is not None:  # K cells share each GPU: each asks for 1/K of one
+            gpus_per_task = 1.0 / cells_per_gpu
         self.gpus_per_task, self.force = gpus_per_task, force
         self.remote = ray.remote(_run_cell)
         self.refs: Dict[Any, str] = {}
@@ -47,6 +50,12 @@ class RayExecutor:
         cuda = device.startswith("cuda") or (device == "auto" and ray.cluster_resources().get("GPU", 0) > 0)
         gpus = (self.gpus_per_task if self.gpus_per_task is not None else 1.0) if cuda else 0.0
         return cpus, gpus
+
+    def describe(self) -> str:
+        """How cells run, for the sweep's first line."""
+        gpus = self.gpus_per_task if self.gpus_per_task is not None else 1.0
+        share = f"; a CUDA cell takes {gpus:g} GPU ({round(1 / gpus)} per GPU)" if gpus < 1 else ""
+        return f"one Ray task per cell{share}"
 
     def submit(self, cell) -> None:
         cpus, gpus = self.resources(cell)

@@ -5,6 +5,12 @@ On CUDA, bit-identical runs need four things set before CUDA does its first cuBL
 cuDNN's deterministic kernels, and no cuDNN autotuning (``benchmark`` picks kernels by timing, so two runs may
 pick two). On CPU only the deterministic-algorithms switch matters. ``deterministic=False`` (the CLI's
 ``--fast-nondeterministic``) lets cuDNN autotune and torch use its fastest (atomic-add) kernels instead.
+
+Exact float32, too: the deterministic mode turns TensorFloat-32 off for cuDNN (convolutions, RNNs) and cuBLAS
+matmuls. cuDNN's default on Ampere and Hopper is TF32 convolutions, which round inputs to 10 mantissa bits; then a
+batched and a one-at-a-time computation of one client differ by ~5e-3 relative (measured on an H200, issue 17),
+and only the order of float32 operations should separate them. ``--fast-nondeterministic`` restores torch's own
+defaults (TF32 cuDNN convolutions and RNNs, full-precision matmuls). The CPU is unaffected either way.
 """
 
 from __future__ import annotations
@@ -48,7 +54,37 @@ def apply_determinism(deterministic: bool = True) -> Dict[str, Any]:
         torch.use_deterministic_algorithms(False)
         torch.backends.cudnn.deterministic = False
         torch.backends.cudnn.benchmark = True
+    set_tf32(not deterministic)
     return determinism_state()
+
+
+#: (matmul, cuDNN) float32 precision: exact IEEE float32, or torch's defaults (TF32 cuDNN, full matmul).
+_EXACT, _TORCH_DEFAULTS = ("ieee", "ieee"), ("none", "tf32")
+
+
+def set_tf32(allowed: bool) -> None:
+    """TF32 off (``allowed=False``: exact float32 in cuBLAS matmuls and cuDNN convolutions and RNNs) or torch's
+    defaults. Uses torch's ``fp32_precision`` switches where they exist (torch >= 2.9: mixing them with the legacy
+    ``allow_tf32`` flags makes torch raise on later reads), else the legacy flags."""
+    matmul, cudnn = _TORCH_DEFAULTS if allowed else _EXACT
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        torch.backends.cuda.matmul.fp32_precision = matmul
+        torch.backends.cudnn.conv.fp32_precision = cudnn
+        torch.backends.cudnn.rnn.fp32_precision = cudnn
+    else:  # older torch
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = allowed
+
+
+def tf32_state() -> Dict[str, bool]:
+    """Whether this process lets cuBLAS matmuls and cuDNN convolutions / RNNs use TF32."""
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        matmul = torch.backends.cuda.matmul.fp32_precision == "tf32"
+        return {"matmul_tf32": matmul, "cudnn_conv_tf32": torch.backends.cudnn.conv.fp32_precision == "tf32",
+                "cudnn_rnn_tf32": torch.backends.cudnn.rnn.fp32_precision == "tf32"}
+    cudnn = bool(torch.backends.cudnn.allow_tf32)
+    return {"matmul_tf32": bool(torch.backends.cuda.matmul.allow_tf32), "cudnn_conv_tf32": cudnn,
+            "cudnn_rnn_tf32": cudnn}
 
 
 def determinism_state() -> Dict[str, Any]:
@@ -57,9 +93,12 @@ def determinism_state() -> Dict[str, Any]:
     algorithms = torch.are_deterministic_algorithms_enabled()
     cudnn_deterministic = bool(torch.backends.cudnn.deterministic)
     cudnn_benchmark = bool(torch.backends.cudnn.benchmark)
+    tf32 = tf32_state()
     return {
         "deterministic": bool(algorithms and cudnn_deterministic and not cudnn_benchmark
-                              and workspace in DETERMINISTIC_WORKSPACES),
+                              and workspace in DETERMINISTIC_WORKSPACES and not any(tf32.values())),
+        "exact_float32": not any(tf32.values()),
+        **tf32,
         "deterministic_algorithms": algorithms,
         "cudnn_deterministic": cudnn_deterministic,
         "cudnn_benchmark": cudnn_benchmark,

@@ -63,7 +63,7 @@ def test_two_actors_and_a_trainer_killed_mid_round_equal_the_local_backend(ray_l
     places = engine.backend.places
     assert len(places) == 3 and len({place["pid"] for place in places}) == 3
     for place in places:
-        assert place["determinism"]["deterministic"] is True
+        assert place["determinism"]["deterministic"] is True and place["determinism"]["exact_float32"] is True
         assert place["determinism"]["cublas_workspace_config"] == ":4096:8"
 
 

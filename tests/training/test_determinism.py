@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from hasfl_ray.cli.main import main
 from hasfl_ray.engine import Engine, RunConfig
 from hasfl_ray.errors import ConfigError
-from hasfl_ray.training.determinism import CUBLAS_WORKSPACE, apply_determinism, determinism_state
+from hasfl_ray.training.determinism import (CUBLAS_WORKSPACE, apply_determinism, determinism_state, set_tf32,
+                                            tf32_state)
 
 
 @pytest.fixture(autouse=True)
@@ -20,7 +21,9 @@ def restore_settings(monkeypatch):
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
              torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    tf32 = tf32_state()
     yield
+    set_tf32(tf32["cudnn_conv_tf32"])
     torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[2], saved[3]
 
@@ -31,10 +34,17 @@ def test_apply_sets_every_switch_and_the_opt_out_clears_them():
     assert torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.deterministic
     assert not torch.backends.cudnn.benchmark
     assert state == determinism_state() and state["deterministic"] is True
+    # exact float32: no TF32 in cuDNN convolutions and RNNs or in cuBLAS matmuls
+    assert state["exact_float32"] is True
+    assert not state["cudnn_conv_tf32"] and not state["cudnn_rnn_tf32"] and not state["matmul_tf32"]
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        assert torch.backends.cudnn.conv.fp32_precision == "ieee" and torch.backends.cuda.matmul.fp32_precision == "ieee"
 
     state = apply_determinism(False)
     assert not torch.are_deterministic_algorithms_enabled() and not torch.backends.cudnn.deterministic
     assert torch.backends.cudnn.benchmark and state["deterministic"] is False
+    assert state["cudnn_conv_tf32"] is True and state["exact_float32"] is False  # torch's default: TF32 cuDNN
+    assert torch.get_float32_matmul_precision() == "highest"  # no mix of torch's old and new switches
 
 
 def test_a_users_own_deterministic_workspace_is_kept(monkeypatch):
@@ -64,6 +74,7 @@ def test_info_json_reports_the_settings_runs_apply():
     settings = json.loads(result.output)["determinism"]
     assert settings["deterministic"] is True and settings["cublas_workspace_config"] == CUBLAS_WORKSPACE
     assert settings["cudnn_deterministic"] and not settings["cudnn_benchmark"]
+    assert settings["exact_float32"] is True and not settings["cudnn_conv_tf32"] and not settings["matmul_tf32"]
     assert "--fast-nondeterministic" in settings["opt_out"]
 
 
@@ -86,8 +97,9 @@ def test_actor_classes_apply_the_setting_in_their_process():
     config = RunConfig(clients=4, clients_per_round=2).resolved()
     dataset = load_dataset("digits", 4, 0.3, 0)
     torch.use_deterministic_algorithms(False)
+    set_tf32(True)
     TrainerActor(dataset, "digits", optimizer_settings(config), "cpu", 1)
-    assert determinism_state()["deterministic"] is True
+    assert determinism_state()["deterministic"] is True and determinism_state()["exact_float32"] is True
     ServerActor("digits", initial_parameters("digits", 0), dataset.test_view(), 100, "auto", "cpu", 1,
                 deterministic=False)
     assert determinism_state()["deterministic"] is False
