@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
-import tempfile
-import urllib.request
 from pathlib import Path
 from typing import Callable
 
@@ -18,9 +15,9 @@ logger = logging.getLogger(__name__)
 #: Root used when no ``--data-dir`` is given (relative to the working directory).
 DEFAULT_DATA_DIR = "data"
 
-#: Public source of Shakespeare text for ``--download``: char-rnn's tinyshakespeare, pinned by its SHA-256.
-SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
-SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+#: Where Shakespeare as LEAF builds it comes from (``--download`` names it instead of fetching anything).
+LEAF_SHAKESPEARE = "LEAF (github.com/TalwalkarLab/leaf)"
+#: A raw text of plays without play boundaries that ``--data-dir`` also reads (users are roles, merged across plays).
 SHAKESPEARE_FILENAME = "tinyshakespeare.txt"
 
 
@@ -88,22 +85,11 @@ def download_cifar10(root: Path) -> None:
 
 
 def download_shakespeare(root: Path) -> Path:
-    """Fetch tinyshakespeare into root/shakespeare/, checked against its SHA-256; returns the file's path."""
-    folder = root / "shakespeare"
-    target = folder / SHAKESPEARE_FILENAME
-
-    def action() -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        request = urllib.request.Request(SHAKESPEARE_URL, headers={"User-Agent": "hasfl-ray"})
-        with urllib.request.urlopen(request, timeout=60) as response:
-            payload = response.read()
-        digest = hashlib.sha256(payload).hexdigest()
-        if digest != SHAKESPEARE_SHA256:
-            raise ValueError(f"SHA-256 {digest} differs from the expected {SHAKESPEARE_SHA256}")
-        # Written under a temporary name and renamed, so an interrupted download never leaves a partial file.
-        with tempfile.NamedTemporaryFile(dir=folder, delete=False) as handle:
-            handle.write(payload)
-        os.replace(handle.name, target)
-
-    fetch("Shakespeare (tinyshakespeare)", SHAKESPEARE_URL, folder, action)
-    return target
+    """Refuse (one sentence) to download Shakespeare: the only public single-file sources either mark no plays
+    (char-rnn's tinyshakespeare: roles of one name merge across plays, GLOUCESTER 30,026 windows from several) or
+    need LEAF's own preprocessing of Gutenberg's complete works to split them by (play, role), which this package
+    does not reproduce. The sentence names where to get the data as LEAF builds it."""
+    raise DataError(f"Shakespeare is not downloaded: LEAF builds its (play, role) users from Gutenberg's complete "
+                    f"works with its own script, so get {LEAF_SHAKESPEARE} (data/shakespeare/preprocess.sh writes "
+                    f"all_data.json) or per-play Gutenberg texts (*_gut.txt), and pass --data-dir at them (nothing "
+                    f"was written to {root})")

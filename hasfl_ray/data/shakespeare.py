@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from hasfl_ray.data.base import Dataset, FederatedDataset, TextFederatedDataset
-from hasfl_ray.data.download import (SHAKESPEARE_FILENAME, SHAKESPEARE_URL, download_shakespeare, resolve_data_dir,
+from hasfl_ray.data.download import (SHAKESPEARE_FILENAME, download_shakespeare, resolve_data_dir,
                                      short_reason)
 from hasfl_ray.errors import DataError
 from hasfl_ray.registry import register_dataset
@@ -24,7 +24,8 @@ logger = logging.getLogger(__name__)
 SEQ_LEN = 80
 #: The fixed vocabulary: printable ASCII 32..126, so symbol index = ord(char) - 32.
 VOCAB = "".join(chr(code) for code in range(32, 127))
-#: Every character outside VOCAB (line breaks, tabs, accented letters) becomes this symbol, as in LEAF.
+#: Every character outside VOCAB (line breaks, tabs, accented letters) becomes this symbol (ours: LEAF's 80-symbol
+#: vocabulary gives an unknown character the index -1).
 UNKNOWN_SYMBOL = " "
 UNKNOWN_INDEX = VOCAB.index(UNKNOWN_SYMBOL)
 #: A role needs this many characters of dialogue (1,000 characters = 920 stride-1 windows) to be a client.
@@ -264,7 +265,8 @@ def load_shakespeare(num_clients: int, data_dir: str | None = None, download: bo
         num_clients: how many roles to keep (the largest; ties broken by name).
         data_dir: LEAF all_data JSON (file or folder), a folder of per-play ``*_gut.txt`` texts, or one
             raw text with speaker lines (plays unknown); see :func:`find_source`.
-        download: fetch tinyshakespeare.txt into ``<data_dir>/shakespeare/`` if nothing is found.
+        download: where nothing is found, say in one sentence where LEAF's data comes from (nothing is fetched:
+            :func:`~hasfl_ray.data.download.download_shakespeare`).
         stride: keep every ``stride``-th window (train and test); 1 is LEAF's sliding window.
         min_role_chars: fewest characters of dialogue (stride-1 windows + SEQ_LEN) a role needs.
     """

@@ -173,12 +173,12 @@ def test_missing_data_and_offline_download(tmp_path, offline):
     message = str(caught.value)
     assert "no Shakespeare data found at" in message and "--data-dir" in message and "--download" in message
     assert offline == [] and "\n" not in message
-    with pytest.raises(DataError) as caught:
+    with pytest.raises(DataError) as caught:  # --download names LEAF's source; it fetches nothing
         load_shakespeare(20, str(tmp_path), download=True)
     message = str(caught.value)
-    assert message.startswith("downloading Shakespeare (tinyshakespeare) from https://raw.githubusercontent.com/")
-    assert "\n" not in message and "--data-dir" in message
-    assert not (tmp_path / "shakespeare" / "tinyshakespeare.txt").exists()
+    assert message.startswith("Shakespeare is not downloaded") and "github.com/TalwalkarLab/leaf" in message
+    assert "\n" not in message and "--data-dir" in message and "all_data.json" in message
+    assert offline == [] and list(tmp_path.iterdir()) == []
 
 
 def test_shared_plays_and_tinyshakespeare(shared_data):
