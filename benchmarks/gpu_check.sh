@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# One-shot GPU check (issue 12): on a fresh GPU machine whose Python already has torch, build the extension, run
-# the CUDA tests, the kernel and local-training benchmarks (batched, and CUDA graphs vs eager), EMNIST and
-# Shakespeare protocol rounds, and write one summary (OUT/summary.md, OUT/summary.json). Budget: under 6 minutes on
-# an H100/H200 (SHAKESPEARE_EAGER=1 adds the eager one-at-a-time Shakespeare round, minutes more).
+# One-shot GPU check (issues 12 and 17): on a fresh GPU machine whose Python already has torch, build the extension,
+# run the CUDA tests (all of them: no -x), the kernel and local-training benchmarks (batched, and CUDA graphs vs
+# eager), EMNIST and Shakespeare protocol rounds with the defaults (auto: graphed one at a time) and batched, the Ray
+# backend on the GPU against the local one when Ray imports, one full-size protocol round (bench_protocol.py), and
+# write one summary (OUT/summary.md, OUT/summary.json). Budget: under 6 minutes on an H100/H200
+# (SHAKESPEARE_EAGER=1 adds the eager one-at-a-time Shakespeare round, minutes more).
 #
 #   benchmarks/gpu_check.sh [DATA_DIR] [OUT_DIR]
 #
 # DATA_DIR holds torchvision/EMNIST and shakespeare/ as ../shared/data does (default ../shared/data, else data/).
 # Environment: PYTHON (default python3), DEVICE (default cuda; cpu rehearses the script anywhere), QUICK=1 for a
-# short rehearsal, SHAKESPEARE_EAGER=1 (step 5). Ray is not needed (the local backend runs everything; Ray tests
-# skip with their reason).
+# short rehearsal, SHAKESPEARE_EAGER=1 (step 5). Ray is optional: without it the Ray step and Ray tests are skipped
+# with their reason; with it (gpu-prep.sh carries Ray 2.60) step 6 runs the default backend on the GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -46,7 +48,7 @@ step info 60 "$PY" cli info --json
 #    batched vs one-at-a-time training, determinism and resume bit-identity (device auto = cuda on a GPU).
 TESTS="tests/aggregation tests/training tests/engine/test_checkpoint.py tests/engine/test_engine.py"
 [ "$QUICK" = 1 ] && TESTS="tests/aggregation/test_fused.py tests/training/test_determinism.py"
-step tests 240 "$PY" -m pytest -q -x -p no:cacheprovider $TESTS
+step tests 240 "$PY" -m pytest -q -p no:cacheprovider $TESTS
 
 # 3. The kernel: fused vs the best pure torch vs a device-to-device copy, 50 and 200 EMNIST clients and the LSTM.
 CLIENTS=50,200; [ "$QUICK" = 1 ] && CLIENTS=6
@@ -67,9 +69,10 @@ GRAPH_SAMPLES=1000; [ "$QUICK" = 1 ] && GRAPH_SAMPLES=40
 step train_lstm_graphs 90 "$PY" benchmarks/bench_training.py --device "$DEVICE" --model shakespeare --clients 4 \
   --width 1.0 --batch-size 10 --samples $GRAPH_SAMPLES --repeats 2 --compare graphs
 
-# 5. Protocol rounds on the data samples: one at a time vs batched (same seed, so same clients and widths).
+# 5. Protocol rounds on the data samples: the defaults (auto: one at a time, graphed on CUDA) vs batched (same seed,
+#    so same clients and widths).
 ROUNDS=2; [ "$QUICK" = 1 ] && ROUNDS=1
-for mode in off on; do
+for mode in auto on; do
   step "emnist_batching_$mode" 120 "$PY" cli simulate --backend local --dataset emnist \
     --data-dir "$DATA/torchvision" --device "$DEVICE" --rounds $ROUNDS --client-batching $mode --quiet --force \
     --out "$OUT/runs/emnist-$mode"
@@ -95,16 +98,34 @@ with open(sys.argv[1], "w") as text:
 PY
   SHAKESPEARE_RUN="--data-dir $OUT/tiny-play --clients 4 --clients-per-round 2"
 fi
-step shakespeare_round_graphed 150 "$PY" cli simulate --backend local --dataset shakespeare $SHAKESPEARE_RUN \
-  --device "$DEVICE" --rounds 1 --client-batching off --cuda-graphs on --quiet --force \
-  --out "$OUT/runs/shakespeare-graphed"
+if [ "$QUICK" = 1 ]; then  # on the sample, step "shakespeare_round" (the defaults) is already graphed on CUDA
+  step shakespeare_round_graphed 150 "$PY" cli simulate --backend local --dataset shakespeare $SHAKESPEARE_RUN \
+    --device "$DEVICE" --rounds 1 --client-batching off --cuda-graphs on --quiet --force \
+    --out "$OUT/runs/shakespeare-graphed"
+fi
 if [ "${SHAKESPEARE_EAGER:-0}" = 1 ]; then
   step shakespeare_round_eager 480 "$PY" cli simulate --backend local --dataset shakespeare $SHAKESPEARE_RUN \
     --device "$DEVICE" --rounds 1 --client-batching off --cuda-graphs off --quiet --force \
     --out "$OUT/runs/shakespeare-eager"
 fi
 
-# 6. One summary.
+# 6. The default backend on the GPU (issue 17 item 4): Ray trainer actors on GPU fractions and the server actor on the
+#    GPU, the EMNIST rounds of step 5 again; the summary compares params_sha256 and seconds per round with the local
+#    run. Skipped (and said so) where Ray does not import.
+if "$PY" -c "import ray" 2>/dev/null; then
+  step emnist_ray 150 "$PY" cli simulate --backend ray --actors 2 --gpus-per-actor 0.45 --dataset emnist \
+    --data-dir "$DATA/torchvision" --device "$DEVICE" --rounds $ROUNDS --quiet --force --out "$OUT/runs/emnist-ray"
+else
+  echo "Ray does not import here: the Ray step is skipped" > "$OUT/emnist_ray.log"
+fi
+
+# 7. One full-size protocol round per dataset shape (HAS-FL; bench_protocol.py has every algorithm and the
+#    projection of Table 3 in GPU-hours).
+SCALE=1; [ "$QUICK" = 1 ] && SCALE=0.002
+step bench_protocol 150 "$PY" benchmarks/bench_protocol.py --device "$DEVICE" --datasets emnist,shakespeare \
+  --algorithms hasfl --rounds 2 --scale $SCALE --json
+
+# 8. One summary.
 "$PY" - "$OUT" <<'PY'
 import json, os, sys
 out = sys.argv[1]
@@ -113,6 +134,15 @@ summary = {"steps": steps}
 def last_json(name):
     try:
         text = open(os.path.join(out, name + ".log")).read()
+    except OSError:
+        return None
+    for line in reversed(text.splitlines()):  # a one-line JSON document printed last (bench_protocol --json)
+        if line.startswith(("{", "[")):
+            try:
+                return json.loads(line)
+            except ValueError:
+                break
+    try:  # a document over several lines (info --json, bench aggregate --json)
         start = min(i for i in (text.find("["), text.find("{")) if i >= 0)
         return json.loads(text[start:text.rfind("]" if text[start] == "[" else "}") + 1])
     except Exception:
@@ -120,12 +150,19 @@ def last_json(name):
 summary["info"] = last_json("info")
 summary["bench_aggregate"] = last_json("bench_aggregate")
 runs = {}
-for run in ("emnist-off", "emnist-on", "shakespeare", "shakespeare-graphed", "shakespeare-eager"):
+for run in ("emnist-auto", "emnist-on", "emnist-ray", "shakespeare", "shakespeare-graphed", "shakespeare-eager"):
     path = os.path.join(out, "runs", run, "metrics.jsonl")
     if os.path.exists(path):
         lines = [json.loads(l) for l in open(path)]
         runs[run] = {"round_s": [round(l["wall_s"], 3) for l in lines], "accuracy": [l["test_accuracy"] for l in lines]}
+        done = os.path.join(out, "runs", run, "summary.json")
+        if os.path.exists(done):
+            runs[run]["params_sha256"] = json.load(open(done))["params_sha256"]
 summary["protocol_rounds"] = runs
+if "emnist-ray" in runs and "emnist-auto" in runs:
+    summary["ray_vs_local"] = {"bit_identical": runs["emnist-ray"].get("params_sha256") == runs["emnist-auto"].get("params_sha256"),
+                               "ray_round_s": runs["emnist-ray"]["round_s"], "local_round_s": runs["emnist-auto"]["round_s"]}
+summary["bench_protocol"] = last_json("bench_protocol")
 summary["training"] = {n: open(os.path.join(out, n + ".log")).read().strip().splitlines()[-6:]
                        for n in ("train_cnn_10", "train_cnn_50", "train_lstm_10", "train_lstm_graphs")
                        if os.path.exists(os.path.join(out, n + ".log"))}
@@ -135,7 +172,9 @@ with open(os.path.join(out, "summary.md"), "w") as md:
     md.write(f"# GPU check on {device}\n\n| step | exit | seconds |\n|---|---|---|\n")
     md.writelines(f"| {s['step']} | {s['exit']} | {s['seconds'].strip()} |\n" for s in steps)
     md.write("\n## Protocol rounds (seconds per round)\n\n")
-    md.writelines(f"- {k}: {v['round_s']}\n" for k, v in runs.items())
+    md.writelines(f"- {k}: {v['round_s']} ({v.get('params_sha256', '?')[:12]})\n" for k, v in runs.items())
+    if "ray_vs_local" in summary:
+        md.write(f"\nRay vs local on the GPU: {summary['ray_vs_local']}\n")
     md.write("\n## Local training\n\n")
     for name, lines in summary["training"].items():
         md.write(f"### {name}\n\n```\n" + "\n".join(lines) + "\n```\n\n")
