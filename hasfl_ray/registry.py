@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import math
 import os
 import sys
 import typing
@@ -23,6 +24,8 @@ from hasfl_ray.errors import ConfigError, expected_one_of
 #: What a plug-in of each kind subclasses ("module:Class") and the package whose import registers the built-ins.
 BASE_CLASSES = {"algorithm": "hasfl_ray.algorithms.base:Algorithm", "dataset": "hasfl_ray.data.base:Dataset"}
 BUILTIN_PACKAGES = {"algorithm": "hasfl_ray.algorithms", "dataset": "hasfl_ray.data"}
+#: The largest magnitude of a float option (training runs in float32; hasfl_ray.engine.config.FLOAT32_MAX).
+FLOAT32_MAX = 3.4028234663852886e38
 
 _REGISTERED: Dict[str, Dict[str, type]] = {"algorithm": {}, "dataset": {}}
 _SPECS: Dict[str, Dict[str, type]] = {"algorithm": {}, "dataset": {}}  # spec -> class, for specs loaded or given
@@ -210,12 +213,17 @@ def check_options(kind: str, name: str, options_class: Optional[type], values: A
         if field.name not in values:
             continue
         value, kind_ = values[field.name], _field_type(options_class, field)
+        given = value
         if kind_ is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
+            value = float(value) if abs(value) <= FLOAT32_MAX else math.inf  # too large for float32 anyway
         expected = _expected(kind_)
         if expected is not None and value is not None and \
                 (not isinstance(value, kind_) or (kind_ is not bool and isinstance(value, bool))):
             raise ConfigError(f"{field.name} is {value!r}; expected {expected}")
+        if kind_ is float and value is not None and not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):
+            shown = repr(given) if len(repr(given)) <= 40 else f"{repr(given)[:20]}... ({len(repr(given))} digits)"
+            raise ConfigError(f"{kind} option {field.name!r} is {shown}; expected a finite number (not NaN or "
+                              "infinity; at most 3.4e+38 in size, float32's largest)")
         out[field.name] = value
     instance = options_class(**out)  # the dataclass's own __post_init__ checks ranges (ConfigError)
     return dataclasses.asdict(instance)

@@ -8,7 +8,7 @@ from typing import Dict, Iterator, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from hasfl_ray.data.base import Dataset, FederatedDataset
+from hasfl_ray.data.base import Dataset, FederatedDataset, check_client_memory
 from hasfl_ray.registry import register_dataset
 from hasfl_ray.training.seeding import numpy_rng
 
@@ -95,6 +95,7 @@ class SyntheticFederatedDataset(FederatedDataset):
 
     def __init__(self, num_clients: int, seed: int, alpha: float = 1.0, beta: float = 1.0):
         self.seed, self.alpha, self.beta = seed, float(alpha), float(beta)
+        check_client_memory(num_clients)  # one sentence, not a MemoryError from the arrays below
         self.sizes = client_sizes(num_clients, seed)
         self.client_names = ClientNames(num_clients)  # not a list: nothing per client is a Python object
         self._scale = np.power(np.arange(1, NUM_FEATURES + 1, dtype=np.float64), -0.6)  # sqrt of j^-1.2

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import yaml
 
-from hasfl_ray.engine.config import EXECUTION_FIELDS, RunConfig
+from hasfl_ray.engine.config import EXECUTION_FIELDS, DuplicateKeyError, RunConfig, strict_yaml_load
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.files import atomic_write
 
@@ -129,9 +129,12 @@ def stored_config(run_dir: str, checkpoint: Optional[Checkpoint]) -> Optional[Di
         return None
     try:
         with open(path, encoding="utf-8") as handle:
-            values = yaml.safe_load(handle)
-    except (OSError, yaml.YAMLError) as error:
-        raise ConfigError(f"config file {path!r} cannot be read ({error}); expected the config.yaml of a run") \
+            values = strict_yaml_load(handle)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        reason = error.strerror if isinstance(error, OSError) else "it is not UTF-8 text" \
+            if isinstance(error, UnicodeDecodeError) else f"it gives the key {error.key!r} twice" \
+            if isinstance(error, DuplicateKeyError) else "it is not valid YAML"
+        raise ConfigError(f"config file {path!r} cannot be read ({reason}); expected the config.yaml of a run") \
             from None
     return values if isinstance(values, dict) else None
 

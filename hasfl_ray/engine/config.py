@@ -7,9 +7,10 @@ command line and the Engine call."""
 from __future__ import annotations
 
 import dataclasses
-import re
 import json
+import math
 import os
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -26,6 +27,12 @@ DEFAULT_MOMENTUM = 0.9
 #: (device, trainer_threads and aggregation_backend can change the last bits of floats, so they are compared.)
 EXECUTION_FIELDS = frozenset({"backend", "actors", "gpus_per_actor", "address", "checkpoint_every", "fault_inject",
                               "data_dir", "download", "control_variates_dir"})
+
+#: The largest magnitude a real-valued key may take: training runs in float32, where anything larger is infinity.
+FLOAT32_MAX = 3.4028234663852886e38
+#: The largest learning rate (``lr``, ``scaffold_global_lr``): a step lr * gradient beyond it overflows float32 weights
+#: for any but tiny gradients, and no protocol comes near it (the paper's largest is 0.1).
+MAX_LR = 1e3
 
 
 @dataclass(frozen=True)
@@ -108,7 +115,10 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         def bad(name: str, value: Any, expected: str) -> ConfigError:
-            return ConfigError(f"{name} is {value!r}; expected {expected}")
+            if _real(value) and not _number(value) and "at most" not in expected:  # NaN, infinity, 1e39
+                expected += ", and finite (not NaN or infinity; at most 3.4e+38 in size, float32's largest)"
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:20] + f"... ({len(repr(value))} characters)"
+            return ConfigError(f"{name} is {shown}; expected {expected}")
 
         for name in ("dataset", "algorithm"):  # which names exist is the registry's business (resolved())
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
@@ -148,8 +158,8 @@ class RunConfig:
             raise bad("warmup", self.warmup, "a non-negative integer")
         if not _positive_number(self.alpha):
             raise bad("alpha", self.alpha, "a number > 0")
-        if self.lr is not None and not _positive_number(self.lr):
-            raise bad("lr", self.lr, "a number > 0")
+        if self.lr is not None and (not _positive_number(self.lr) or self.lr > MAX_LR):
+            raise bad("lr", self.lr, f"a number > 0 and at most {MAX_LR:g} (a larger step overflows float32 weights)")
         for name in ("p_min",):
             value = getattr(self, name)
             if not _number(value) or not 0 < value <= 1:
@@ -173,8 +183,8 @@ class RunConfig:
                 raise bad(name, value, "a directory path")
         if self.heterofl_weighting not in ("samples", "count"):
             raise bad("heterofl_weighting", self.heterofl_weighting, "samples or count")
-        if not _positive_number(self.scaffold_global_lr):
-            raise bad("scaffold_global_lr", self.scaffold_global_lr, "a number > 0")
+        if not _positive_number(self.scaffold_global_lr) or self.scaffold_global_lr > MAX_LR:
+            raise bad("scaffold_global_lr", self.scaffold_global_lr, f"a number > 0 and at most {MAX_LR:g}")
         if not isinstance(self.rolex_step, int) or isinstance(self.rolex_step, bool) or self.rolex_step < 0:
             raise bad("rolex_step", self.rolex_step, "a non-negative integer (channels the window advances per round)")
         if self.backend not in ("local", "ray"):
@@ -277,16 +287,60 @@ class RunConfig:
         return cls(**dict(values))
 
 
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A YAML mapping names one key twice (plain YAML would keep the last value without a word)."""
+
+    def __init__(self, key: Any, mark: Any):
+        super().__init__(problem=f"found the key {key!r} twice", problem_mark=mark)
+        self.key = key
+
+
+class StrictLoader(yaml.SafeLoader):
+    """The safe loader (plain values only), refusing a mapping that repeats a key: ``lr: 0.05`` then ``lr: 5.0``
+    is a mistake to name, not a value to pick. Keys brought in by a ``<<`` merge may still be overridden."""
+
+
+def _construct_unique_mapping(loader: StrictLoader, node: yaml.MappingNode):
+    seen = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            repeated = key in seen
+        except TypeError:  # an unhashable key: the safe loader's own error says so
+            break
+        if repeated:
+            raise DuplicateKeyError(key, key_node.start_mark)
+        seen.add(key)
+    yield from loader.construct_yaml_map(node)
+
+
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def strict_yaml_load(stream: Any) -> Any:
+    """``yaml.safe_load`` that refuses a repeated key (:class:`DuplicateKeyError`)."""
+    return yaml.load(stream, Loader=StrictLoader)
+
+
 def load_yaml_config(path: str) -> Dict[str, Any]:
-    """Read a YAML mapping of config keys; one sentence on an unreadable or malformed file."""
+    """Read a YAML mapping of config keys (the run and sweep configs alike); one sentence on an unreadable, non-UTF-8
+    or malformed file, an object tag, or a key given twice."""
     try:
         with open(path, encoding="utf-8") as handle:
-            values = yaml.safe_load(handle)
+            values = strict_yaml_load(handle)
     except OSError as error:
         raise ConfigError(f"config file {path!r} cannot be read ({error.strerror}); expected a readable YAML file")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"config file {path!r} is not UTF-8 text (byte 0x{error.object[error.start]:02x} at offset "
+                          f"{error.start}); expected a YAML file of config keys") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
+        if isinstance(error, DuplicateKeyError):
+            raise ConfigError(f"config file {path!r} gives the key {error.key!r} twice{where}; expected each key "
+                              "once") from None
         tag = re.search(r"for the tag '([^']+)'", str(getattr(error, "problem", "")))
         if tag:  # the safe loader builds plain values only: an object tag is refused, never constructed
             raise ConfigError(f"config file {path!r} uses the tag {tag.group(1)!r}{where}, which is never loaded; "
@@ -297,7 +351,15 @@ def load_yaml_config(path: str) -> Dict[str, Any]:
         return {}
     if not isinstance(values, dict):
         raise ConfigError(f"config file {path!r} holds a {type(values).__name__}; expected a mapping of config keys")
-    return {str(k).replace("-", "_"): v for k, v in values.items()}
+    out: Dict[str, Any] = {}
+    spelled: Dict[str, Any] = {}
+    for key, value in values.items():
+        name = str(key).replace("-", "_")
+        if name in out:  # local-epochs and local_epochs: one key spelled twice
+            raise ConfigError(f"config file {path!r} gives the key {name!r} twice (as {spelled[name]!r} and "
+                              f"{key!r}); expected each key once")
+        out[name], spelled[name] = value, key
+    return out
 
 
 def budget_from_run(run_dir: str) -> float:
@@ -342,8 +404,18 @@ def fault_inject_round(spec: str) -> Optional[int]:
     return fault[1] if fault is not None and fault[0] == "kill-trainer" else None
 
 
-def _number(value: Any) -> bool:
+def _real(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    """A real number that is finite and within float32's range (NaN, infinity and 1e39 are not)."""
+    if not _real(value):
+        return False
+    try:
+        return math.isfinite(value) and abs(value) <= FLOAT32_MAX
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 def _positive_number(value: Any) -> bool:

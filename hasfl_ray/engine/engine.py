@@ -13,6 +13,7 @@ import torch
 from hasfl_ray.algorithms import algorithm_class
 from hasfl_ray.algorithms.random_budget import post_warmup_avg_p
 from hasfl_ray.data import assign_tiers, load_plugin_dataset
+from hasfl_ray.data.base import BYTES_PER_CLIENT, check_client_memory, physical_memory
 from hasfl_ray.engine.backend import Backend, RoundInterrupted
 from hasfl_ray.engine.checkpoint import (Checkpoint, check_resume_config, load_checkpoint, load_checkpoint_round,
                                          save_checkpoint, stored_config)
@@ -83,14 +84,34 @@ class Engine:
         self.stop_signals = StopSignals()  # replaced by the active one while run() runs
 
     def prepare(self) -> None:
-        """Load data, draw tiers, build the algorithm and w^(0); raises ConfigError before anything is written."""
+        """Load data, draw tiers, build the algorithm and w^(0); raises ConfigError before anything is written (more
+        clients than memory holds included)."""
         c = self.config
+        check_client_memory(c.clients)
         if self.rundir and self.force and not self.resume:
             self.rundir.check_clearable()  # --force clears only a run directory: refused before anything runs
         if self.resume and self.rundir:
             self.checkpoint = load_checkpoint(self.rundir.path)
             if not self.force:
                 check_resume_config(self.rundir.path, stored_config(self.rundir.path, self.checkpoint), c)
+        try:
+            self._build()
+        except MemoryError:
+            total = physical_memory()
+            raise ConfigError(f"clients is {c.clients} and memory ran out building the per-client state (about "
+                              f"{c.clients * BYTES_PER_CLIENT / 1e9:.3g} GB at {BYTES_PER_CLIENT} bytes a client"
+                              + (f", of {total / 1e9:.3g} GB here" if total else "") + "); expected fewer clients, or "
+                              "more free memory") from None
+        if self.checkpoint is not None:
+            self.algorithm.load_state_dict(self.checkpoint.algorithm_state)
+            self.history = [dict(line) for line in self.checkpoint.history]
+            self.elapsed_before = self.checkpoint.elapsed_s
+            logger.info("resuming %s after round %d", self.rundir.path, self.checkpoint.round - 1)
+        self.prepared = True
+
+    def _build(self) -> None:
+        """The dataset, the tiers, the algorithm and w^(0) of the config (the per-client arrays are made here)."""
+        c = self.config
         self.dataset = load_plugin_dataset(lookup("dataset", c.dataset), c)
         self.model_name = self.dataset.model
         register_model(self.model_name, self.dataset.model_config)  # a dataset plug-in's own model, if any
@@ -104,12 +125,6 @@ class Engine:
         self.num_samples = np.asarray(self.dataset.client_sizes(), dtype=np.int64)
         self.algorithm = algorithm_class(c.algorithm)(c, self.p_max, self.num_samples)
         self.initial_params = initial_parameters(self.model_name, c.seed)
-        if self.checkpoint is not None:
-            self.algorithm.load_state_dict(self.checkpoint.algorithm_state)
-            self.history = [dict(line) for line in self.checkpoint.history]
-            self.elapsed_before = self.checkpoint.elapsed_s
-            logger.info("resuming %s after round %d", self.rundir.path, self.checkpoint.round - 1)
-        self.prepared = True
 
     def run(self) -> Dict[str, Any]:
         """Run every round, write the run directory, return the summary."""

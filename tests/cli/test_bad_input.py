@@ -8,7 +8,11 @@ from click.testing import CliRunner
 
 from hasfl_ray.cli.main import main
 
-LOCAL = ["--backend", "local", "--quiet", "--out", "run"]
+BASE = ["--backend", "local", "--quiet"]
+LOCAL = [*BASE, "--out", "run"]
+POLICY = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "loss_policy.py") + ":LossPolicy"
+#: More clients than any machine's memory holds (64 bytes a client: 640 TB).
+TOO_MANY = "10000000000000"
 
 # (arguments, words the sentence must contain); run in an empty working directory holding the files made below
 CASES = [
@@ -50,6 +54,18 @@ CASES = [
     (["simulate", "--dataset", "cifar10", "--data-dir", "empty", *LOCAL], ["cifar", "empty"]),
     (["simulate", "--dataset", "shakespeare", "--data-dir", "empty", *LOCAL], ["empty"]),
     (["simulate", "--out", "existing", "--backend", "local", "--quiet"], ["existing", "already holds a run"]),
+    # simulate: numbers that are not finite or overflow float32 (refused by RunConfig before any folder exists)
+    (["simulate", "--lr", "1e308", *LOCAL], ["lr is 1e+308", "at most 1000"]),
+    (["simulate", "--lr", "inf", *LOCAL], ["lr is inf", "at most 1000"]),
+    (["simulate", "--gamma", "nan", *LOCAL], ["gamma is nan", "finite"]),
+    (["simulate", "--algorithm", "fedprox", "--mu", "1e39", *LOCAL], ["mu is 1e+39", "3.4e+38"]),
+    (["simulate", "--algorithm", "scaffold", "--scaffold-global-lr", "1e9", *LOCAL],
+     ["scaffold_global_lr is 1000000000.0", "at most 1000"]),
+    (["simulate", "--algorithm", POLICY, "--algo-opt", "gain=.nan", *LOCAL], ["option 'gain' is nan", "finite"]),
+    (["simulate", "--algorithm", POLICY, "--algo-opt", "min_width=.inf", *LOCAL],
+     ["option 'min_width' is inf", "finite"]),
+    (["simulate", "--dataset", "synthetic", "--clients", TOO_MANY, "--clients-per-round", "2", *LOCAL],
+     [f"clients is {TOO_MANY}", "640 TB of memory", "64 bytes a client"]),
     # simulate: config files
     (["simulate", "--config", "missing.yaml", *LOCAL], ["missing.yaml", "cannot be read"]),
     (["simulate", "--config", "typo.yaml", *LOCAL], ["roudns", "did you mean 'rounds'"]),
@@ -57,6 +73,19 @@ CASES = [
     (["simulate", "--config", "broken.yaml", *LOCAL], ["broken.yaml", "not valid YAML"]),
     (["simulate", "--config", "python-tag.yaml", *LOCAL], ["python-tag.yaml", "never loaded"]),
     (["simulate", "--config", "wrong-type.yaml", *LOCAL], ["rounds is 'ten'", "positive integer"]),
+    (["simulate", "--config", "lr-inf.yaml", *LOCAL], ["lr is inf", "at most 1000"]),
+    (["simulate", "--config", "gamma-nan.yaml", *LOCAL], ["gamma is nan", "finite"]),
+    (["simulate", "--config", "weight-decay-nan.yaml", *LOCAL], ["weight_decay is nan", "finite"]),
+    (["simulate", "--config", "clip-nan.yaml", *LOCAL], ["clip_norm is nan", "finite"]),
+    (["simulate", "--config", "alpha-inf.yaml", *LOCAL], ["alpha is inf", "finite"]),
+    (["simulate", "--config", "mu-inf.yaml", *LOCAL], ["mu is inf", "finite"]),
+    (["simulate", "--config", "p-min-nan.yaml", *LOCAL], ["p_min is nan", "(0, 1]"]),
+    (["simulate", "--config", "huge-int.yaml", *LOCAL], ["weight_decay is 1000000", "characters", "finite"]),
+    (["simulate", "--config", "option-nan.yaml", *LOCAL], ["option 'gain' is nan", "finite"]),
+    (["simulate", "--config", "duplicate.yaml", *LOCAL], ["duplicate.yaml", "key 'lr' twice", "line 3"]),
+    (["simulate", "--config", "duplicate-spelling.yaml", *LOCAL],
+     ["key 'local_epochs' twice", "'local-epochs' and 'local_epochs'"]),
+    (["simulate", "--config", "random-bytes.yaml", *LOCAL], ["random-bytes.yaml", "not UTF-8 text"]),
     # report, plot, analyze
     (["report"], ["Missing argument"]),
     (["report", "empty"], ["no finished runs", "empty"]),
@@ -69,6 +98,9 @@ CASES = [
     (["sweep", "missing.yaml"], ["missing.yaml", "sweep YAML"]),
     (["sweep", "typo.yaml", "--out", "sweep"], ["roudns", "did you mean 'rounds'"]),
     (["sweep", "python-tag.yaml", "--out", "sweep"], ["never loaded"]),
+    (["sweep", "duplicate.yaml", "--out", "sweep"], ["duplicate.yaml", "key 'lr' twice"]),
+    (["sweep", "random-bytes.yaml", "--out", "sweep"], ["random-bytes.yaml", "not UTF-8 text"]),
+    (["sweep", "gamma-nan.yaml", "--backend", "local", "--out", "sweep"], ["gamma is nan", "finite"]),
     (["sweep", "plain.yaml", "--seeds", "x", "--out", "sweep"], ["--seeds is 'x'", "comma-separated"]),
     (["sweep", "plain.yaml", "--algorithms", "hasfll", "--out", "sweep"], ["hasfll", "expected one of"]),
     (["sweep", "plain.yaml", "--rounds", "0", "--out", "sweep"], ["rounds is 0", "positive integer"]),
@@ -86,6 +118,7 @@ CASES = [
     (["data", "inspect", "--dataset", "emnist", "--data-dir", "empty"], ["emnist", "empty"]),
     (["data", "inspect", "--clients", "0"], ["--clients", "0"]),
     (["data", "inspect", "--alpha", "-1"], ["--alpha", "-1"]),
+    (["data", "inspect", "--dataset", "synthetic", "--clients", TOO_MANY], [f"clients is {TOO_MANY}", "memory"]),
     # info and the group itself
     (["info", "--verbose"], ["--verbose"]),
     (["simulat"], ["simulat", "simulate"]),
@@ -109,6 +142,14 @@ def workdir(tmp_path, monkeypatch):
     (tmp_path / "half-run" / "config.yaml").write_text("dataset: digits\n")
     (tmp_path / "existing").mkdir()
     (tmp_path / "existing" / "config.yaml").write_text("dataset: digits\n")
+    for name, text in {"lr-inf": "lr: .inf", "gamma-nan": "gamma: .nan", "weight-decay-nan": "weight_decay: .nan",
+                       "clip-nan": "clip_norm: .nan", "alpha-inf": "alpha: .inf", "mu-inf": "mu: .inf",
+                       "p-min-nan": "p_min: .NaN", "huge-int": "weight_decay: 1" + "0" * 400,
+                       "option-nan": f"algorithm: {POLICY}\nalgorithm_options: {{gain: .nan}}"}.items():
+        (tmp_path / f"{name}.yaml").write_text(f"dataset: digits\nrounds: 2\n{text}\n")
+    (tmp_path / "duplicate.yaml").write_text("dataset: digits\nlr: 0.05\nlr: 5.0\n")
+    (tmp_path / "duplicate-spelling.yaml").write_text("local-epochs: 1\nlocal_epochs: 2\n")
+    (tmp_path / "random-bytes.yaml").write_bytes(bytes([0x84, 0xff, 0x00, 0x9c]) + bytes(range(256)))
     return tmp_path
 
 

@@ -1,5 +1,7 @@
 """RunConfig validation: every bad value is refused with one sentence naming it."""
 
+import re
+
 import pytest
 
 from hasfl_ray.engine.config import RunConfig, load_yaml_config
@@ -71,3 +73,87 @@ def test_device_auto_resolves_to_what_this_process_sees():
     assert RunConfig(device="cpu").resolved().device == "cpu"
     with pytest.raises(ConfigError, match="device is 'tpu'"):
         RunConfig(device="tpu")
+
+
+def _real_fields():
+    """Every RunConfig field that holds a real number (float or Optional[float])."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(RunConfig)
+    return [f.name for f in dataclasses.fields(RunConfig) if float in (hints[f.name], *typing.get_args(hints[f.name]))]
+
+
+def test_every_real_field_is_covered():
+    assert {"alpha", "lr", "gamma", "weight_decay", "clip_norm", "mu", "scaffold_global_lr", "gpus_per_actor",
+            "synthetic_alpha", "epsilon", "budget"} <= set(_real_fields())
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), 1e39, 10 ** 400])
+@pytest.mark.parametrize("name", _real_fields())
+def test_every_real_field_refuses_nan_infinity_and_float32_overflow(name, value):
+    extra = {"backend": "ray"} if name == "gpus_per_actor" else {}
+    with pytest.raises(ConfigError) as info:
+        RunConfig(**{name: value}, **extra)
+    text = str(info.value)
+    assert text.startswith(f"{name} is ") and "expected" in text and "\n" not in text and len(text) < 200, text
+
+
+def test_lr_has_a_float32_safe_maximum():
+    assert RunConfig(lr=1000.0).lr == 1000.0
+    with pytest.raises(ConfigError, match=r"^lr is 1000.5; expected a number > 0 and at most 1000 \(a larger step "
+                                          r"overflows float32 weights\)$"):
+        RunConfig(lr=1000.5)
+
+
+def test_a_repeated_key_is_refused_by_name_at_any_depth(tmp_path):
+    from hasfl_ray.engine.config import strict_yaml_load
+
+    config = tmp_path / "c.yaml"
+    config.write_text("dataset: digits\nlr: 0.05\nrounds: 2\nlr: 5.0\n")
+    with pytest.raises(ConfigError, match=r"^config file '.*c.yaml' gives the key 'lr' twice at line 4; expected "
+                                          r"each key once$"):
+        load_yaml_config(str(config))
+    config.write_text("per_dataset:\n  digits: {rounds: 2, rounds: 3}\n")
+    with pytest.raises(ConfigError, match="gives the key 'rounds' twice at line 2"):
+        load_yaml_config(str(config))
+    # a merge may still be overridden: that is YAML's own rule, not a repeat
+    assert strict_yaml_load("a: &x {b: 1}\nc:\n  <<: *x\n  b: 2\n") == {"a": {"b": 1}, "c": {"b": 2}}
+    config.write_text("lr: 0.05\nrounds: 2\n")
+    assert load_yaml_config(str(config)) == {"lr": 0.05, "rounds": 2}
+
+
+def test_a_config_file_that_is_not_text_is_one_sentence(tmp_path):
+    config = tmp_path / "noise.yaml"
+    config.write_bytes(bytes([0xc3, 0x28, 0xa0, 0xa1]) + bytes(range(200)))
+    with pytest.raises(ConfigError, match=r"^config file '.*noise.yaml' is not UTF-8 text \(byte 0xc3 at offset "
+                                          r"0\); expected a YAML file of config keys$"):
+        load_yaml_config(str(config))
+
+
+def test_plug_in_float_options_refuse_nan_and_infinity():
+    from dataclasses import dataclass
+
+    from hasfl_ray.registry import check_options
+
+    @dataclass
+    class Options:
+        gain: float = 0.5
+        steps: int = 1
+
+    assert check_options("algorithm", "mine", Options, {"gain": 2, "steps": 3}) == {"gain": 2.0, "steps": 3}
+    for value, shown in ((float("nan"), "nan"), (float("inf"), "inf"), (1e39, "1e+39"), (10 ** 50, "1" + "0" * 19)):
+        with pytest.raises(ConfigError, match=rf"^algorithm option 'gain' is {re.escape(shown)}.*; expected a finite"):
+            check_options("algorithm", "mine", Options, {"gain": value})
+
+
+def test_a_client_count_beyond_memory_is_one_sentence_with_the_estimate(monkeypatch):
+    from hasfl_ray.data import base
+
+    monkeypatch.setattr(base, "physical_memory", lambda: 16 * 10 ** 9)
+    base.check_client_memory(250_000_000)  # 16 GB exactly: fits
+    with pytest.raises(ConfigError, match=r"^clients is 250000001, which needs about 16 GB of memory \(64 bytes a "
+                                          r"client\) but this machine has 16 GB; expected at most about "
+                                          r"250,000,000 clients$"):
+        base.check_client_memory(250_000_001)
+
