@@ -175,7 +175,9 @@ def simulate(config_file, out, force, resume, quiet, verbose, no_coverage, downl
     from hasfl_ray.registry import spec_label
 
     label = f"{spec_label(config.dataset)}-{spec_label(config.algorithm)}-seed{config.seed}"  # a plug-in: its class
-    out = out or os.path.join("runs", label)
+    if out is not None and not out.strip():
+        raise ConfigError(f"--out is {out!r}; expected a folder path (or no --out for runs/{label})")
+    out = out if out is not None else os.path.join("runs", label)
     if resume and os.path.exists(os.path.join(out, "config.yaml")):
         # Resuming needs only --out: the run's own config is the base; flags given on top must agree with it.
         from hasfl_ray.engine.config import load_yaml_config

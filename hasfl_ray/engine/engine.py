@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -21,7 +22,7 @@ from hasfl_ray.engine.config import RunConfig, parse_fault
 from hasfl_ray.engine.coverage import CAUSE as COVERAGE_CAUSE
 from hasfl_ray.engine.coverage import coverage_warning, frozen_streak_start, should_warn
 from hasfl_ray.engine.factory import make_backend
-from hasfl_ray.engine.rundir import RunDirectory, RunLock
+from hasfl_ray.engine.rundir import RunDirectory, RunLock, check_run_directory
 from hasfl_ray.engine.signals import StopSignals
 from hasfl_ray.errors import ConfigError, OutputError, RunInterrupted, TrainerError
 from hasfl_ray.models import MODEL_CONFIGS, build_model, register_model
@@ -47,6 +48,28 @@ def capacity_tiers(seed: int, num_clients: int, counts: Optional[Sequence[int]] 
     """p_i^max of every client: the run's tier draw from rng(seed, tiers) (``hasfl-ray data inspect`` shares it);
     ``counts`` clients per tier (config ``tier_counts``), default the text's mix (8/5/4/3 of 20)."""
     return assign_tiers(num_clients, numpy_rng(seed, STREAM_TIERS), counts=counts)
+
+
+def check_device(config: RunConfig) -> None:
+    """Refuse, in one sentence, a CUDA or MPS device this machine does not have (before anything starts it or a run
+    directory is made). A Ray run joining a cluster (``address``) is not checked: its GPUs are on the nodes."""
+    device = config.device
+    if config.backend == "ray" and config.address is not None:
+        return
+    if device.startswith("cuda"):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"device is {device!r} but torch finds no GPU on this machine (torch.cuda.is_available() "
+                              "is False); expected --device cpu or auto, or a machine with a CUDA GPU")
+        index = int(device.partition(":")[2] or 0)
+        if config.backend == "local" and index >= count:
+            raise ConfigError(f"device is {device!r} but this machine has {count} GPU(s); expected cuda:0 to "
+                              f"cuda:{count - 1}")
+    elif device == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ConfigError("device is 'mps' but torch finds no MPS device on this machine; expected --device cpu "
+                              "or auto")
 
 
 def initial_parameters(model_name: str, seed: int) -> Dict[str, torch.Tensor]:
@@ -84,9 +107,13 @@ class Engine:
         self.stop_signals = StopSignals()  # replaced by the active one while run() runs
 
     def prepare(self) -> None:
-        """Load data, draw tiers, build the algorithm and w^(0); raises ConfigError before anything is written (more
-        clients than memory holds included)."""
+        """Load data, draw tiers, build the algorithm and w^(0); raises ConfigError before anything is written (or
+        made: the run directory, the device): a run directory that cannot be written, a device this machine lacks,
+        more clients than memory holds."""
         c = self.config
+        if self.rundir:
+            check_run_directory(self.rundir.path)
+        check_device(c)
         check_client_memory(c.clients)
         if self.rundir and self.force and not self.resume:
             self.rundir.check_clearable()  # --force clears only a run directory: refused before anything runs

@@ -7,6 +7,7 @@ import errno
 import fcntl
 import json
 import os
+import tempfile
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import yaml
@@ -24,6 +25,43 @@ METRIC_KEYS = ("round", "test_accuracy", "test_loss", "avg_p", "coverage", "froz
                "rejected_updates", "wall_s")
 
 
+def check_run_directory(path: str) -> None:
+    """Raise ConfigError (one sentence, before anything is written) unless ``path`` is a folder a run can write, or
+    a path where one can be made: not a file or device, not under a file, not the root folder, and writable (checked
+    with ``os.access`` and a trial folder made and removed at once, which catches /proc, read-only filesystems and
+    missing permissions, root's included)."""
+    if not path:
+        raise ConfigError("run directory is ''; expected a folder path (choose --out)")
+    if os.path.realpath(path) == os.path.realpath(os.sep):
+        raise ConfigError(f"run directory {path!r} is the root folder; expected a folder of its own (choose another "
+                          "--out)")
+    if os.path.lexists(path):
+        if not os.path.isdir(path):
+            what = "a link to nothing" if os.path.islink(path) and not os.path.exists(path) else \
+                "a file" if os.path.isfile(path) else "not a folder (a device or socket)"
+            raise ConfigError(f"run directory {path!r} is {what}; expected a folder (choose another --out)")
+        where = path
+    else:
+        where = os.path.dirname(path.rstrip(os.sep)) or os.curdir  # the nearest folder that exists
+        while not os.path.lexists(where):
+            where = os.path.dirname(where) or os.curdir
+        if not os.path.isdir(where):
+            what = "a file" if os.path.isfile(where) else "not a folder"
+            raise ConfigError(f"run directory {path!r} cannot be made: {where!r} is {what}; expected a path under "
+                              "folders (choose another --out)")
+    problem = None if os.access(where, os.W_OK | os.X_OK) else "permission denied"
+    if problem is None:
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=TEMP_PREFIX + "probe-", dir=where))
+        except OSError as error:
+            problem = error.strerror or str(error)
+    if problem is not None:
+        verb = "written" if where == path else "made"
+        folder = "" if where == path else f" in {where!r}"
+        raise ConfigError(f"run directory {path!r} cannot be {verb}{folder} ({problem}); expected a writable folder "
+                          "(choose another --out)")
+
+
 class RunLock:
     """An exclusive lock on a run directory for as long as a run writes it (``flock`` on the directory itself, so
     it is released when the process ends, however it ends). A second run pointed at the same directory is
@@ -34,8 +72,12 @@ class RunLock:
         self._fd: Optional[int] = None
 
     def acquire(self) -> "RunLock":
-        os.makedirs(self.path, exist_ok=True)
-        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.makedirs(self.path, exist_ok=True)
+            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as error:  # check_run_directory said it could be made; something changed since
+            raise ConfigError(f"run directory {self.path!r} cannot be made ({error.strerror or error}); expected a "
+                              "writable folder (choose another --out)") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:

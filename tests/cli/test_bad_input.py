@@ -4,6 +4,7 @@
 import os
 
 import pytest
+import torch
 from click.testing import CliRunner
 
 from hasfl_ray.cli.main import main
@@ -66,6 +67,15 @@ CASES = [
      ["option 'min_width' is inf", "finite"]),
     (["simulate", "--dataset", "synthetic", "--clients", TOO_MANY, "--clients-per-round", "2", *LOCAL],
      [f"clients is {TOO_MANY}", "640 TB of memory", "64 bytes a client"]),
+    # simulate: where the run directory cannot be (nothing made, not even the folder)
+    (["simulate", *BASE, "--out", "afile.txt"], ["'afile.txt' is a file", "expected a folder"]),
+    (["simulate", *BASE, "--out", "afile.txt/run"], ["'afile.txt/run' cannot be made", "'afile.txt' is a file"]),
+    (["simulate", *BASE, "--out", "/proc/hasfl-ray-run"], ["'/proc/hasfl-ray-run' cannot be made in '/proc'"]),
+    (["simulate", *BASE, "--out", "/dev/full"], ["'/dev/full' is not a folder"]),
+    (["simulate", *BASE, "--out", "/"], ["'/' is the root folder"]),
+    (["simulate", *BASE, "--out", ""], ["--out is ''", "folder path"]),
+    *([(["simulate", "--device", "cuda", *LOCAL], ["device is 'cuda'", "no GPU"])]
+      if not torch.cuda.is_available() else []),
     # simulate: config files
     (["simulate", "--config", "missing.yaml", *LOCAL], ["missing.yaml", "cannot be read"]),
     (["simulate", "--config", "typo.yaml", *LOCAL], ["roudns", "did you mean 'rounds'"]),

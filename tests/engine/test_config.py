@@ -157,3 +157,19 @@ def test_a_client_count_beyond_memory_is_one_sentence_with_the_estimate(monkeypa
                                           r"250,000,000 clients$"):
         base.check_client_memory(250_000_001)
 
+
+def test_a_device_this_machine_lacks_is_refused_before_a_run_directory_exists(tmp_path, monkeypatch):
+    import torch
+
+    from hasfl_ray.engine import Engine
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    engine = Engine(RunConfig(device="cuda", backend="local", rounds=1), out_dir=str(tmp_path / "run"))
+    with pytest.raises(ConfigError, match=r"^device is 'cuda' but torch finds no GPU on this machine"):
+        engine.prepare()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    engine = Engine(RunConfig(device="cuda:1", backend="local", rounds=1), out_dir=str(tmp_path / "run"))
+    with pytest.raises(ConfigError, match=r"^device is 'cuda:1' but this machine has 1 GPU\(s\); expected cuda:0"):
+        engine.prepare()
+    assert not (tmp_path / "run").exists()

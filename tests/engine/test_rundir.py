@@ -64,3 +64,49 @@ def test_a_full_disk_ends_in_one_sentence_and_the_checkpoint_survives(tmp_path, 
     assert reference.exit_code == 0
     assert json.loads((out / "summary.json").read_text())["params_sha256"] == \
         json.loads((tmp_path / "reference" / "summary.json").read_text())["params_sha256"]
+
+
+def test_run_directory_problems_are_one_sentence_before_anything_is_made(tmp_path, monkeypatch):
+    from hasfl_ray.engine.rundir import check_run_directory
+    from hasfl_ray.errors import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile.txt").write_text("x")
+    for path, words in [("afile.txt", "is a file"), ("afile.txt/run", "'afile.txt' is a file"),
+                        ("afile.txt/a/b", "'afile.txt' is a file"), ("/proc/hasfl-ray-x/run", "cannot be made in"),
+                        ("/dev/full", "is not a folder"), ("/", "root folder"), ("", "expected a folder path")]:
+        try:
+            check_run_directory(path)
+        except ConfigError as error:
+            assert words in str(error) and "\n" not in str(error), (path, str(error))
+        else:
+            raise AssertionError(f"{path!r} was accepted")
+    check_run_directory("new/deep/run")  # a path that can be made passes, and the trial folder is gone
+    check_run_directory(str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["afile.txt"]
+
+
+def test_a_run_directory_that_cannot_be_written_is_refused(tmp_path, monkeypatch):
+    """Read-only folders (a normal user's view of /, a read-only mount): os.access says no, or the trial folder
+    fails; as root os.access says yes, so the trial is what catches it here."""
+    import tempfile
+
+    from hasfl_ray.engine.rundir import check_run_directory
+    from hasfl_ray.errors import ConfigError
+
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    try:
+        check_run_directory(str(tmp_path / "run"))
+    except ConfigError as error:
+        assert "cannot be made in" in str(error) and "permission denied" in str(error)
+    else:
+        raise AssertionError("an unwritable parent was accepted")
+    monkeypatch.undo()
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(tempfile, "mkdtemp", read_only)
+    result = CliRunner().invoke(main, ARGS + ["--out", str(tmp_path / "run")])
+    assert result.exit_code == 2 and "Read-only file system" in result.output, result.output
+    assert result.output.strip().count("\n") == 0 and not (tmp_path / "run").exists()
