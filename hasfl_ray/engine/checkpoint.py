@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import io
+import math
 import os
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, Dict, List, Mapping, Optional
@@ -61,24 +62,146 @@ def save_checkpoint(run_dir: str, checkpoint: Checkpoint) -> None:
     atomic_write(checkpoint_path(run_dir), buffer.getvalue())
 
 
+#: What to do about a checkpoint that cannot be used: the end of every refusal's sentence.
+START_AGAIN = "or --force without --resume to start again"
+
+
 def load_checkpoint(run_dir: str) -> Optional[Checkpoint]:
-    """The run directory's checkpoint, None when it has none; one sentence when it is unreadable."""
+    """The run directory's checkpoint, None when it has none; one sentence when it is unreadable, truncated,
+    malformed, or holds a non-finite parameter (its match with the model is :func:`check_checkpoint`'s)."""
     path = checkpoint_path(run_dir)
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         return None
+    if os.path.islink(path):
+        raise ConfigError(f"checkpoint {path!r} is a link to {os.readlink(path)!r}; expected the run's own file, "
+                          f"{START_AGAIN}")
     try:
         # Run directories travel between people and machines: the restricted unpickler builds tensors and plain
         # containers only, so a crafted file is refused before any of its code can run.
         values = torch.load(path, map_location="cpu", weights_only=True)
-        if not isinstance(values, dict) or values.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"not a hasfl-ray checkpoint of format {FORMAT_VERSION}")
-        return Checkpoint(**{f.name: from_plain(values[f.name]) for f in fields(Checkpoint)})
-    except Exception as error:  # any unpickling or shape problem means the file cannot be trusted
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        if "weights_only" in str(error) or "Unsupported global" in str(error):
+    except Exception as error:  # any unpickling or archive problem means the file cannot be trusted
+        text = str(error)
+        if "weights_only" in text or "Unsupported global" in text:
             reason = "it holds objects other than tensors and plain values, which are never unpickled"
-        raise ConfigError(f"checkpoint {path!r} cannot be read ({reason[:160]}); expected a checkpoint written by "
-                          "hasfl-ray, or --force without --resume to start the run again") from None
+        elif isinstance(error, (EOFError, OSError)) or "PytorchStreamReader" in text or "zip archive" in text:
+            size = os.path.getsize(path) if os.path.exists(path) else 0
+            reason = f"it is truncated or corrupt: {size:,} bytes that do not unpack"
+        else:
+            reason = (text.strip().splitlines() or [type(error).__name__])[0][:120]
+        raise ConfigError(f"checkpoint {path!r} cannot be read ({reason}); expected a whole hasfl-ray checkpoint, "
+                          f"{START_AGAIN}") from None
+    problem = _malformed(values)
+    if problem:
+        raise ConfigError(f"checkpoint {path!r} cannot be used: {problem}; expected a hasfl-ray checkpoint, "
+                          f"{START_AGAIN}")
+    return Checkpoint(**{f.name: from_plain(values[f.name]) for f in fields(Checkpoint)})
+
+
+def _malformed(values: Any) -> Optional[str]:
+    """What is wrong with the structure of a loaded checkpoint, None when nothing is: the fields and their types,
+    history a list of metrics lines, every parameter a finite floating-point tensor."""
+    if not isinstance(values, dict) or values.get("format_version") != FORMAT_VERSION:
+        return f"it is not a hasfl-ray checkpoint of format {FORMAT_VERSION}"
+    missing = [f.name for f in fields(Checkpoint) if f.name not in values]
+    if missing:
+        return f"it has no {missing[0]}"
+    kinds = {"round": int, "params": dict, "algorithm_state": dict, "history": list, "config": dict,
+             "elapsed_s": (int, float)}
+    for name, kind in kinds.items():
+        if not isinstance(values[name], kind) or isinstance(values[name], bool):
+            return f"its {name} is a {type(values[name]).__name__}"
+    if values["round"] < 0:
+        return f"its round is {values['round']}, not a count of rounds"
+    if not all(isinstance(line, dict) for line in values["history"]):
+        return "its history holds something other than metrics lines"
+    for name, tensor in values["params"].items():
+        if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+            return f"parameter {name!r} is {_describe(tensor)}, not a float tensor"
+        if not bool(torch.isfinite(tensor).all()):
+            return f"parameter {name!r} holds {int((~torch.isfinite(tensor)).sum())} NaN or infinite values"
+    return None
+
+
+def check_checkpoint(path: str, checkpoint: Checkpoint, params: Mapping[str, torch.Tensor],
+                     state: Mapping[str, Any]) -> None:
+    """Refuse, in one sentence naming ``path``, a checkpoint whose parameters are not ``params``'s (the model's
+    names, shapes and dtypes) or whose algorithm state does not match ``state``, a freshly built algorithm's
+    :meth:`~hasfl_ray.algorithms.base.Algorithm.state_dict` (the schema: see :func:`state_mismatch`)."""
+    def refuse(problem: str) -> ConfigError:
+        return ConfigError(f"checkpoint {path!r} does not match this run: {problem}; expected this run's model and "
+                           f"algorithm state, {START_AGAIN}")
+
+    missing = sorted(set(params) - set(checkpoint.params))
+    extra = sorted(set(checkpoint.params) - set(params))
+    if missing or extra:
+        raise refuse(f"it lacks parameter {missing[0]!r}" if missing else f"it has parameter {extra[0]!r}, which the "
+                     "model has not")
+    for name, reference in params.items():
+        tensor = checkpoint.params[name]
+        if tuple(tensor.shape) != tuple(reference.shape) or tensor.dtype != reference.dtype:
+            raise refuse(f"parameter {name!r} is {_describe(tensor)}, not the model's {_describe(reference)}")
+    problem = state_mismatch(checkpoint.algorithm_state, state, "algorithm_state")
+    if problem:
+        raise refuse(problem)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return f"{str(value.dtype).replace('torch.', '')} {list(value.shape)}"
+    return f"a {type(value).__name__}"
+
+
+def _tensor_kind(tensor: torch.Tensor) -> str:
+    """numpy's dtype kind letter for a tensor: f(loat), c(omplex), b(ool) or i(nteger)."""
+    return "f" if tensor.is_floating_point() else "c" if tensor.is_complex() else \
+        "b" if tensor.dtype == torch.bool else "i"
+
+
+def state_mismatch(value: Any, schema: Any, where: str) -> Optional[str]:
+    """How ``value`` (a checkpoint's algorithm state) differs from ``schema`` (a fresh algorithm's), None when it
+    does not: a mapping has the same keys (an empty one, like SCAFFOLD's per-client variates, any keys); a numpy
+    array or tensor the same shape and kind of dtype, and finite values where the schema's are all finite; a number
+    a number; a string a string; a list or tuple a list or tuple. Where the schema has None (state not made yet,
+    like SCAFFOLD's layout before round 0) anything goes: the algorithm's own load_state_dict judges it."""
+    if schema is None:
+        return None
+    if isinstance(schema, Mapping):
+        if not isinstance(value, Mapping):
+            return f"{where} is {_describe(value)}, not a mapping"
+        if schema:
+            missing = [k for k in schema if k not in value]
+            extra = [k for k in value if k not in schema]
+            if missing or extra:
+                return f"{where} lacks {missing[0]!r}" if missing else f"{where} has an unknown {extra[0]!r}"
+            for key in schema:
+                problem = state_mismatch(value[key], schema[key], f"{where}[{key!r}]")
+                if problem:
+                    return problem
+        return None
+    if isinstance(schema, (np.ndarray, torch.Tensor)):
+        numpy = isinstance(schema, np.ndarray)
+        if not isinstance(value, np.ndarray if numpy else torch.Tensor):
+            return f"{where} is {_describe(value)}, not {'an array' if numpy else 'a tensor'}"
+        kind = (lambda a: a.dtype.kind) if numpy else _tensor_kind
+        if tuple(value.shape) != tuple(schema.shape) or kind(value) != kind(schema):
+            return f"{where} is {_describe(value)}, not {_describe(schema)}"
+        if kind(schema) in "fc":
+            finite = np.isfinite if numpy else torch.isfinite
+            if bool(finite(schema).all()) and not bool(finite(value).all()):
+                return f"{where} holds NaN or infinite values"
+        return None
+    if isinstance(schema, bool) or isinstance(schema, str):
+        return None if type(value) is type(schema) else f"{where} is {value!r}, not a {type(schema).__name__}"
+    if isinstance(schema, (int, float)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or \
+                (isinstance(schema, int) and not isinstance(value, int)):
+            return f"{where} is {value!r}, not a{'n integer' if isinstance(schema, int) else ' number'}"
+        if isinstance(value, float) and math.isfinite(schema) and not math.isfinite(value):
+            return f"{where} is {value!r}, not a finite number"
+        return None
+    if isinstance(schema, (list, tuple)):
+        return None if isinstance(value, (list, tuple)) else f"{where} is {_describe(value)}, not a list"
+    return None
 
 
 def load_checkpoint_round(run_dir: str) -> int:

@@ -16,13 +16,14 @@ from hasfl_ray.algorithms.random_budget import post_warmup_avg_p
 from hasfl_ray.data import assign_tiers, load_plugin_dataset
 from hasfl_ray.data.base import BYTES_PER_CLIENT, check_client_memory, physical_memory
 from hasfl_ray.engine.backend import Backend, RoundInterrupted
-from hasfl_ray.engine.checkpoint import (Checkpoint, check_resume_config, load_checkpoint, load_checkpoint_round,
-                                         save_checkpoint, stored_config)
+from hasfl_ray.engine.checkpoint import (START_AGAIN, Checkpoint, check_checkpoint, check_resume_config,
+                                         checkpoint_path, load_checkpoint, load_checkpoint_round, save_checkpoint,
+                                         stored_config)
 from hasfl_ray.engine.config import RunConfig, parse_fault
 from hasfl_ray.engine.coverage import CAUSE as COVERAGE_CAUSE
 from hasfl_ray.engine.coverage import coverage_warning, frozen_streak_start, should_warn
 from hasfl_ray.engine.factory import make_backend
-from hasfl_ray.engine.rundir import RunDirectory, RunLock, check_run_directory
+from hasfl_ray.engine.rundir import RunDirectory, RunLock, check_no_links, check_run_directory
 from hasfl_ray.engine.signals import StopSignals
 from hasfl_ray.errors import ConfigError, OutputError, RunInterrupted, TrainerError
 from hasfl_ray.models import MODEL_CONFIGS, build_model, register_model
@@ -80,6 +81,21 @@ def initial_parameters(model_name: str, seed: int) -> Dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
+class _LogFile(logging.StreamHandler):
+    """A log handler on a stream it owns: closing the handler closes the file (RUN/log.txt, opened O_NOFOLLOW)."""
+
+    def close(self) -> None:
+        try:
+            self.acquire()
+            try:
+                if self.stream is not None and not self.stream.closed:
+                    self.stream.close()
+            finally:
+                self.release()
+        finally:
+            super().close()
+
+
 class Engine:
     """Runs one federated experiment from a config.
 
@@ -109,7 +125,7 @@ class Engine:
     def prepare(self) -> None:
         """Load data, draw tiers, build the algorithm and w^(0); raises ConfigError before anything is written (or
         made: the run directory, the device): a run directory that cannot be written, a device this machine lacks,
-        more clients than memory holds."""
+        more clients than memory holds, a run file that is a link, a checkpoint that does not match the run."""
         c = self.config
         if self.rundir:
             check_run_directory(self.rundir.path)
@@ -117,6 +133,8 @@ class Engine:
         check_client_memory(c.clients)
         if self.rundir and self.force and not self.resume:
             self.rundir.check_clearable()  # --force clears only a run directory: refused before anything runs
+        if self.rundir and os.path.isdir(self.rundir.path):
+            check_no_links(self.rundir.path)  # log.txt and the checkpoint are opened by name: never through a link
         if self.resume and self.rundir:
             self.checkpoint = load_checkpoint(self.rundir.path)
             if not self.force:
@@ -130,7 +148,14 @@ class Engine:
                               + (f", of {total / 1e9:.3g} GB here" if total else "") + "); expected fewer clients, or "
                               "more free memory") from None
         if self.checkpoint is not None:
-            self.algorithm.load_state_dict(self.checkpoint.algorithm_state)
+            path = checkpoint_path(self.rundir.path)
+            check_checkpoint(path, self.checkpoint, self.initial_params, self.algorithm.state_dict())
+            try:
+                self.algorithm.load_state_dict(self.checkpoint.algorithm_state)
+            except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
+                raise ConfigError(f"checkpoint {path!r} does not match this run: algorithm {c.algorithm!r} cannot load "
+                                  f"its algorithm_state ({type(error).__name__}: {str(error)[:60]}); expected this "
+                                  f"run's algorithm state, {START_AGAIN}") from None
             self.history = [dict(line) for line in self.checkpoint.history]
             self.elapsed_before = self.checkpoint.elapsed_s
             logger.info("resuming %s after round %d", self.rundir.path, self.checkpoint.round - 1)
@@ -191,11 +216,23 @@ class Engine:
             if lock is not None:
                 lock.release()
 
-    def _open_log(self) -> Optional[logging.FileHandler]:
-        """RUN/log.txt: what the package logs during the run, and the traceback of a trainer that raised."""
+    def _open_log(self) -> Optional[logging.Handler]:
+        """RUN/log.txt: what the package logs during the run, and the traceback of a trainer that raised. Opened
+        with O_NOFOLLOW: a link on its name (planted after :meth:`prepare` looked) is refused, never written
+        through."""
         if not self.rundir:
             return None
-        handler = logging.FileHandler(self.rundir.file("log.txt"), encoding="utf-8")
+        path = self.rundir.file("log.txt")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as error:
+            if os.path.islink(path):
+                raise ConfigError(f"run directory {self.rundir.path!r} has log.txt as a link to "
+                                  f"{os.readlink(path)!r}; expected the run's own file, never followed (remove the "
+                                  "link, or choose another --out)") from None
+            raise OutputError(f"could not open log.txt in {self.rundir.path!r} ({error.strerror or error}); "
+                              f"{self._kept()} once the problem is fixed") from None
+        handler = _LogFile(os.fdopen(fd, "a", encoding="utf-8"))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logging.getLogger("hasfl_ray").addHandler(handler)
         return handler
@@ -216,11 +253,15 @@ class Engine:
         try:
             yield
         except OSError as error:
-            saved = load_checkpoint_round(self.rundir.path)
-            kept = (f"the checkpoint after round {saved - 1} is intact, so --resume continues from it" if saved
-                    else "no checkpoint was written yet")
-            raise OutputError(f"could not write {what} in {self.rundir.path!r} ({error.strerror or error}); {kept} "
-                              "once the problem is fixed") from None
+            raise OutputError(f"could not write {what} in {self.rundir.path!r} ({error.strerror or error}); "
+                              f"{self._kept()} once the problem is fixed") from None
+
+    def _kept(self) -> str:
+        """What survives a failed write, for its sentence (which ends "once the problem is fixed")."""
+        saved = load_checkpoint_round(self.rundir.path)
+        if saved:
+            return f"the checkpoint after round {saved - 1} is intact, so --resume continues from it"
+        return "no checkpoint was written yet, so --resume starts the run again from round 0"
 
     def _loop(self) -> Dict[str, Any]:
         c = self.config

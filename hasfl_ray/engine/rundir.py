@@ -25,6 +25,12 @@ METRIC_KEYS = ("round", "test_accuracy", "test_loss", "avg_p", "coverage", "froz
                "rejected_updates", "wall_s")
 
 
+#: Names in a run directory that must not be symbolic links when a run starts or resumes: a write, the log or a
+#: read of the checkpoint would follow the link out of the run directory.
+NO_LINKS = ("config.yaml", "metrics.jsonl", "clients.csv", "summary.json", "log.txt", "checkpoints",
+            "checkpoints/latest.pt")
+
+
 def check_run_directory(path: str) -> None:
     """Raise ConfigError (one sentence, before anything is written) unless ``path`` is a folder a run can write, or
     a path where one can be made: not a file or device, not under a file, not the root folder, and writable (checked
@@ -60,6 +66,15 @@ def check_run_directory(path: str) -> None:
         folder = "" if where == path else f" in {where!r}"
         raise ConfigError(f"run directory {path!r} cannot be {verb}{folder} ({problem}); expected a writable folder "
                           "(choose another --out)")
+
+
+def check_no_links(path: str) -> None:
+    """Raise ConfigError (one sentence) when a run file of ``path`` (:data:`NO_LINKS`) is a symbolic link."""
+    for name in NO_LINKS:
+        entry = os.path.join(path, name)
+        if os.path.islink(entry):
+            raise ConfigError(f"run directory {path!r} has {name} as a link to {os.readlink(entry)!r}; expected the "
+                              "run's own file, never followed (remove the link, or choose another --out)")
 
 
 class RunLock:

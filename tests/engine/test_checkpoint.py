@@ -182,3 +182,182 @@ def test_numpy_algorithm_state_round_trips_bit_for_bit_through_the_safe_loader(t
     assert loaded["p_current"].dtype == np.float64 and np.array_equal(loaded["p_current"], state["p_current"])
     assert loaded["h"].tobytes() == state["h"].tobytes() and loaded["mask"].tolist() == [True, False]
     assert loaded["count"] == 3 and loaded["nested"] == [(1, 0.5)] and loaded["none"] is None
+
+
+# ---- a checkpoint is checked before it is used (issue 18 item 4) ---------------------------------------------------
+
+RUN_ARGS = ["simulate", "--backend", "local", "--rounds", "2", "--clients", "4", "--clients-per-round", "2",
+            "--checkpoint-every", "1", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A real two-round run with a checkpoint after each round (copied by each test before it tampers)."""
+    out = tmp_path_factory.mktemp("checkpointed") / "run"
+    result = CliRunner().invoke(main, RUN_ARGS + ["--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def snapshot(directory):
+    """Every entry under ``directory``: its bytes (or link target) and modification time."""
+    state = {}
+    for root, dirs, files in os.walk(directory):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            if os.path.islink(path):
+                state[os.path.relpath(path, directory)] = ("link", os.readlink(path))
+            elif os.path.isfile(path):
+                with open(path, "rb") as handle:
+                    state[os.path.relpath(path, directory)] = (handle.read(), os.stat(path).st_mtime_ns)
+            else:
+                state[os.path.relpath(path, directory)] = ("dir",)
+    return state
+
+
+def tampered(values, how):
+    """``values`` (a checkpoint as torch.load reads it) changed as ``how`` says."""
+    first = next(iter(values["params"]))
+    state = values["algorithm_state"]
+    if how == "wrong shape":
+        values["params"][first] = values["params"][first][:1].clone()
+    elif how == "wrong dtype":
+        values["params"][first] = values["params"][first].double()
+    elif how == "missing parameter":
+        del values["params"][first]
+    elif how == "NaN parameter":
+        values["params"][first].view(-1)[0] = float("nan")
+    elif how == "infinite parameter":
+        values["params"][first].view(-1)[-1] = float("inf")
+    elif how == "state without a key":
+        del state["h"]
+    elif how == "state with an unknown key":
+        state["surprise"] = 1
+    elif how == "state array of the wrong shape":
+        state["h"] = {"__ndarray__": torch.ones(3, dtype=torch.float64)}
+    elif how == "state array of the wrong kind":
+        state["h"] = {"__ndarray__": torch.ones(4, dtype=torch.int64)}
+    elif how == "state value of the wrong type":
+        state["p_current"] = "wide"
+    elif how == "NaN in the state":
+        state["p_current"]["__ndarray__"][0] = float("nan")
+    elif how == "state not a mapping":
+        values["algorithm_state"] = [1, 2]
+    elif how != "untouched":
+        raise AssertionError(how)
+    return values
+
+
+@pytest.mark.parametrize("how, words", [
+    ("wrong shape", ["does not match this run", "parameter 'features.0.weight' is float32 [1, 1, 3, 3]",
+                     "not the model's float32 [32, 1, 3, 3]"]),
+    ("wrong dtype", ["parameter 'features.0.weight' is float64 [32, 1, 3, 3]", "not the model's float32"]),
+    ("missing parameter", ["lacks parameter 'features.0.weight'"]),
+    ("NaN parameter", ["parameter 'features.0.weight' holds 1 NaN or infinite values"]),
+    ("infinite parameter", ["holds 1 NaN or infinite values"]),
+    ("state without a key", ["algorithm_state lacks 'h'"]),
+    ("state with an unknown key", ["algorithm_state has an unknown 'surprise'"]),
+    ("state array of the wrong shape", ["algorithm_state['h'] is float64 [3], not float64 [4]"]),
+    ("state array of the wrong kind", ["algorithm_state['h'] is int64 [4], not float64 [4]"]),
+    ("state value of the wrong type", ["algorithm_state['p_current'] is a str, not an array"]),
+    ("NaN in the state", ["algorithm_state['p_current'] holds NaN or infinite values"]),
+    ("state not a mapping", ["its algorithm_state is a list"]),
+])
+def test_a_tampered_checkpoint_is_refused_in_one_sentence_and_nothing_changes(finished_run, tmp_path, how, words):
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    path = checkpoint_path(str(out))
+    torch.save(tampered(torch.load(path, weights_only=True), how), path)
+    before = snapshot(out)
+    result = CliRunner().invoke(main, ["simulate", "--out", str(out), "--resume", "--quiet"])
+    message = result.output.strip()
+    assert result.exit_code == 2, message
+    assert len(message.splitlines()) == 1 and message.startswith("Error: ") and "Traceback" not in message, message
+    assert f"checkpoint {path!r}" in message and "--force without --resume" in message, message
+    for word in words:
+        assert word in message, (word, message)
+    assert snapshot(out) == before  # refused before anything was written
+
+
+def test_the_untouched_checkpoint_resumes(finished_run, tmp_path):
+    """The battery's control: the same copy, rewritten by torch.save without a change, resumes (exit 0)."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    path = checkpoint_path(str(out))
+    torch.save(tampered(torch.load(path, weights_only=True), "untouched"), path)
+    result = CliRunner().invoke(main, ["simulate", "--out", str(out), "--resume", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert summary(out)["params_sha256"] == summary(finished_run)["params_sha256"]
+
+
+@pytest.mark.parametrize("keep", [0, 100, 0.5, -1])
+def test_a_truncated_checkpoint_says_so_in_one_sentence(finished_run, tmp_path, keep):
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    path = checkpoint_path(str(out))
+    data = open(path, "rb").read()
+    cut = int(len(data) * keep) if isinstance(keep, float) else keep if keep >= 0 else len(data) + keep
+    with open(path, "wb") as handle:
+        handle.write(data[:cut])
+    before = snapshot(out)
+    result = CliRunner().invoke(main, ["simulate", "--out", str(out), "--resume", "--quiet"])
+    message = result.output.strip()
+    assert result.exit_code == 2, message
+    assert len(message.splitlines()) == 1 and "Traceback" not in message and "Errno" not in message, message
+    assert f"checkpoint {path!r} cannot be read (it is truncated or corrupt: {cut:,} bytes" in message, message
+    assert "--force without --resume to start again" in message and "miniz" not in message, message
+    assert snapshot(out) == before
+
+
+# ---- run files are never followed through a link (issue 18 item 4) -------------------------------------------------
+
+@pytest.mark.parametrize("name", ["log.txt", "metrics.jsonl", "config.yaml", "summary.json", "clients.csv",
+                                  "checkpoints/latest.pt"])
+def test_a_run_file_that_is_a_link_is_refused_on_resume(finished_run, tmp_path, name):
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    target = tmp_path / "precious.txt"
+    target.write_bytes((out / name).read_bytes())
+    (out / name).unlink()
+    os.symlink(target, out / name)
+    before, precious = snapshot(out), target.read_bytes()
+    result = CliRunner().invoke(main, ["simulate", "--out", str(out), "--resume", "--quiet"])
+    message = result.output.strip()
+    assert result.exit_code == 2, message
+    assert len(message.splitlines()) == 1 and message.startswith("Error: ") and "Traceback" not in message, message
+    assert name in message and "link" in message and str(target) in message, message
+    assert snapshot(out) == before and target.read_bytes() == precious
+
+
+def test_a_new_run_never_writes_its_log_through_a_link(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    os.symlink(target, out / "log.txt")
+    result = CliRunner().invoke(main, RUN_ARGS + ["--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "has log.txt as a link" in result.output and result.output.strip().count("\n") == 0
+    assert sorted(os.listdir(out)) == ["log.txt"] and target.read_text() == "keep me\n"
+
+
+def test_a_link_planted_on_log_txt_after_prepare_is_not_followed(tmp_path):
+    """The race: prepare() found no link; one appears before run() opens log.txt (O_NOFOLLOW refuses it)."""
+    out = tmp_path / "run"
+    engine = Engine(RunConfig(rounds=1, clients=4, clients_per_round=2), out_dir=str(out))
+    engine.prepare()
+    out.mkdir()
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    os.symlink(target, out / "log.txt")
+    with pytest.raises(ConfigError, match="has log.txt as a link"):
+        engine.run()
+    assert target.read_text() == "keep me\n" and sorted(os.listdir(out)) == ["log.txt"]

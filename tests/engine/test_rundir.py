@@ -66,6 +66,30 @@ def test_a_full_disk_ends_in_one_sentence_and_the_checkpoint_survives(tmp_path, 
         json.loads((tmp_path / "reference" / "summary.json").read_text())["params_sha256"]
 
 
+def test_a_full_disk_before_any_checkpoint_says_the_run_starts_again(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    real_write = rundir_module.atomic_write
+
+    def fill_the_disk(path, data):
+        if path.endswith("metrics.jsonl") and b"round" in data:  # round 0's line, before the first checkpoint
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_write(path, data)
+
+    monkeypatch.setattr(rundir_module, "atomic_write", fill_the_disk)
+    result = CliRunner().invoke(main, ARGS + ["--out", str(out)])
+    assert result.exit_code == 1, result.output
+    message = result.output.strip()
+    assert len(message.splitlines()) == 1 and "Traceback" not in message
+    assert message.endswith("(No space left on device); no checkpoint was written yet, so --resume starts the run "
+                            "again from round 0 once the problem is fixed"), message
+    assert load_checkpoint(str(out)) is None
+
+    monkeypatch.setattr(rundir_module, "atomic_write", real_write)
+    resumed = CliRunner().invoke(main, ["simulate", "--out", str(out), "--resume", "--quiet"])
+    assert resumed.exit_code == 0, resumed.output
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 4
+
+
 def test_run_directory_problems_are_one_sentence_before_anything_is_made(tmp_path, monkeypatch):
     from hasfl_ray.engine.rundir import check_run_directory
     from hasfl_ray.errors import ConfigError
