@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 
 from hasfl_ray.errors import ConfigError
 
@@ -24,11 +25,22 @@ class _DropTokenNotice(logging.Filter):
         return not record.getMessage().startswith(_TOKEN_NOTICE)
 
 
+#: What a Ray instance started here exposes when token authentication is off.
+AUTH_OFF_WARNING = ("RAY_AUTH_MODE=disabled: this Ray instance answers unauthenticated requests (cluster, node and "
+                    "job information, and job submission) on every port it opens (GCS 6379 by default, the object "
+                    "manager, node manager and worker ports); unset RAY_AUTH_MODE, or keep the ports on loopback "
+                    "(RAY_NODE_IP_ADDRESS=127.0.0.1 for a single machine) or behind a firewall (README, 'Security')")
+
+
 def quiet_token_notice() -> None:
-    """Silence Ray's 'token authentication is enabled' notice before ``ray.init`` (never the check itself)."""
+    """Before ``ray.init``: silence Ray's 'token authentication is enabled' notice (never the check itself), and
+    warn, once per call, when the environment turned token authentication off (:data:`AUTH_OFF_WARNING`): the run
+    goes on (the user asked for it), but never silently."""
     logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
     if not any(isinstance(f, _DropTokenNotice) for f in logger.filters):
         logger.addFilter(_DropTokenNotice())
+    if os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "disabled":
+        logging.getLogger(__name__).warning(AUTH_OFF_WARNING)
 
 
 def ray_available() -> bool:
