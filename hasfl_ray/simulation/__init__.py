@@ -27,9 +27,10 @@ class _DropTokenNotice(logging.Filter):
 
 #: What a Ray instance started here exposes when token authentication is off.
 AUTH_OFF_WARNING = ("RAY_AUTH_MODE=disabled: this Ray instance answers unauthenticated requests (cluster, node and "
-                    "job information, and job submission) on every port it opens (GCS 6379 by default, the object "
-                    "manager, node manager and worker ports); unset RAY_AUTH_MODE, or keep the ports on loopback "
-                    "(RAY_NODE_IP_ADDRESS=127.0.0.1 for a single machine) or behind a firewall (README, 'Security')")
+                    "job information, and job submission) on every port it opens, on every interface (the GCS, 6379 "
+                    "for `ray start --head`, the object manager, node manager and worker ports); unset "
+                    "RAY_AUTH_MODE, or keep those ports behind a firewall that admits only this machine "
+                    "(loopback) or the cluster's nodes (README, 'Security')")
 
 
 def quiet_token_notice() -> None:

@@ -19,7 +19,7 @@ def test_the_warning_fires_only_when_auth_is_off(monkeypatch, caplog):
     with caplog.at_level(logging.WARNING, logger="hasfl_ray"):
         quiet_token_notice()
     assert caplog.text.count(AUTH_OFF_WARNING) == 1
-    assert "6379" in AUTH_OFF_WARNING and "loopback" in AUTH_OFF_WARNING
+    assert "6379" in AUTH_OFF_WARNING and "loopback" in AUTH_OFF_WARNING and "firewall" in AUTH_OFF_WARNING
 
 
 def test_a_ray_run_with_auth_off_warns_in_its_log(monkeypatch, tmp_path):
