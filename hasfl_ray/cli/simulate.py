@@ -152,8 +152,9 @@ def default_backend(ray_options_given: bool) -> str:
                    "cuda, off on CPU), on or off. On a CPU, on runs the same static-buffer step eagerly (identical "
                    "results); recorded in config.yaml.")
 @click.option("--fast-nondeterministic", is_flag=True, default=False,
-              help="On CUDA: let cuDNN autotune and torch use nondeterministic kernels (faster, but two runs of "
-                   "one config no longer match bit for bit). No effect on CPU results.")
+              help="On CUDA: let cuDNN autotune, use TF32 convolutions (torch's default; off by default here, "
+                   "for exact float32) and torch use nondeterministic kernels (faster, but two runs of one config "
+                   "no longer match bit for bit). No effect on CPU results.")
 @click.option("--eval-batch-size", type=int, help="Evaluation batch size (default 500).")
 @click.option("--eval-samples", type=int,
               help="Evaluate on a seeded random subset of this many test samples, the same every round and on every "

@@ -96,7 +96,7 @@ class RunConfig:
     aggregation_backend: str = "auto"
     trainer_threads: int = 1
     device: str = "auto"
-    # local training of the clients of one width as one batched computation (auto = on for CUDA, off on CPU);
+    # local training of the clients of one width as one batched computation (auto = off: auto_training_modes);
     # agrees with one-at-a-time training to float tolerance, so it is compared by --resume
     client_batching: str = "auto"
     # a whole local step captured once as a CUDA graph and replayed, for the clients trained one at a time whose
@@ -237,8 +237,8 @@ class RunConfig:
         such name or plug-in), every ``None`` protocol field replaced by the dataset's default (its plug-in's
         ``defaults``), the algorithm's own updates (``Algorithm.resolve_config``: SCAFFOLD's momentum,
         random-budget's budget), its ``algorithm_options`` checked and completed, device ``auto`` replaced by
-        ``cuda`` where this process sees a GPU (``cpu`` otherwise), and client_batching ``auto`` by ``on`` for a
-        CUDA device (``off`` otherwise), and cuda_graphs ``auto`` likewise."""
+        ``cuda`` where this process sees a GPU (``cpu`` otherwise), and client_batching and cuda_graphs ``auto`` by
+        what :func:`auto_training_modes` picks for the device."""
         dataset = registry.lookup("dataset", self.dataset)
         algorithm = registry.lookup("algorithm", self.algorithm)
         known = {f.name for f in fields(self)}
@@ -257,11 +257,10 @@ class RunConfig:
             if updates["device"] == "cpu" and self.gpus_per_actor is not None:
                 raise ConfigError(f"gpus_per_actor is {self.gpus_per_actor!r} but device auto found no GPU; expected "
                                   "a machine with a GPU, or no --gpus-per-actor")
-        # Batched training and graphs both take kernel launches out of a launch-bound step: on for CUDA only.
-        on_cuda = updates.get("device", self.device).startswith("cuda")
+        auto = auto_training_modes(updates.get("device", self.device))
         for name in ("client_batching", "cuda_graphs"):
             if getattr(self, name) == "auto":
-                updates[name] = "on" if on_cuda else "off"
+                updates[name] = auto[name]
         updates.update(algorithm.resolve_config(dataclasses.replace(self, **updates)))
         if self.momentum is None and updates.get("momentum") is None:
             updates["momentum"] = DEFAULT_MOMENTUM
@@ -285,6 +284,26 @@ class RunConfig:
             raise ConfigError(f"{source} has unknown key {unknown[0]!r}; "
                               f"{expected_one_of(unknown[0], sorted(known), 'a config key: one of')}")
         return cls(**dict(values))
+
+
+def auto_training_modes(device: str) -> Dict[str, str]:
+    """What ``client_batching: auto`` and ``cuda_graphs: auto`` become on ``device``: never a mode a measurement
+    shows slower.
+
+    On CUDA: clients one at a time, each local step one CUDA-graph replay; batching off. The measurements (issue 17,
+    NVIDIA H100 80GB HBM3, torch 2.11.0+cu130, main at 020f01b; benchmarks/RESULTS.md):
+
+    - EMNIST protocol round (20 clients, 10 a round): one at a time + graphs 0.70 s; batched 2.99 s (4.3x slower);
+    - Shakespeare protocol round: graphed one at a time 34.3 s; batched did not finish in 150 s;
+    - LSTM, 10 clients of width 0.5, batch 32: batched 0.30x one at a time;
+    - CNN, 10-50 equal clients: batched 2.3-7.1x *eager* one at a time, never compared with graphed.
+
+    No measurement shows batching ahead of graphed one-at-a-time training for any (model, group size), so ``auto``
+    never batches; a new measurement that does belongs here, with the group sizes it holds for. On CPU (and MPS):
+    both off, since neither has a launch cost to save (and graphs need CUDA).
+    """
+    cuda = str(device).startswith("cuda")
+    return {"client_batching": "off", "cuda_graphs": "on" if cuda else "off"}
 
 
 class DuplicateKeyError(yaml.constructor.ConstructorError):

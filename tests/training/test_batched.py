@@ -138,8 +138,11 @@ def test_an_objective_that_overrides_the_loss_is_not_batched_unless_it_says_so()
 #: one-at-a-time parameters differ by ~2e-7 relative here. Local SGD is chaotic at the last bit: where a
 #: rounding difference flips a ReLU or pooling decision the gap grows to ~1e-4 within 3 rounds, and the
 #: one-at-a-time run itself moves that much when its initial parameters change by 1e-7 relative (README,
-#: "Batched client training"), so a config is chosen where no client crosses such a kink.
-RUN = dict(rounds=3, clients=12, clients_per_round=6, seed=42, warmup=1, t_adapt=1, backend="local")
+#: "Batched client training"), so a config is chosen where no client crosses such a kink. Which configs do depends
+#: on the CPU's kernels: on this project's 2-core sandbox (2026-11-26) seed 42 put one SCAFFOLD client (momentum 0,
+#: 186 samples) across one, 4.6e-2 apart after a round, alone 3e-5 apart, and so did seeds 44-46 (2.5e-3 to
+#: 4.8e-2); seed 43 keeps every algorithm within 1.8e-7.
+RUN = dict(rounds=3, clients=12, clients_per_round=6, seed=43, warmup=1, t_adapt=1, backend="local")
 
 
 def run(**kw):
@@ -171,12 +174,19 @@ def test_batched_runs_are_bit_identical_and_record_the_mode(tmp_path):
     assert shas[0] == shas[1]
 
 
-def test_auto_resolves_to_on_for_cuda_and_off_on_cpu(tmp_path):
-    assert RunConfig(device="cpu").resolved().client_batching == "off"
-    assert RunConfig(device="cuda").resolved().client_batching == "on"
-    assert RunConfig(device="cuda:1").resolved().client_batching == "on"
+def test_auto_picks_graphed_one_at_a_time_on_cuda_and_plain_eager_on_cpu(tmp_path):
+    """The rule of issue 17: no GPU measurement shows batching ahead of graphed one-at-a-time training, so auto
+    never batches; graphs on for CUDA only. An explicit mode is kept."""
+    from hasfl_ray.engine.config import auto_training_modes
+
+    assert auto_training_modes("cuda") == auto_training_modes("cuda:1") == {"client_batching": "off",
+                                                                            "cuda_graphs": "on"}
+    assert auto_training_modes("cpu") == auto_training_modes("mps") == {"client_batching": "off", "cuda_graphs": "off"}
+    for device, graphs in (("cpu", "off"), ("cuda", "on"), ("cuda:1", "on")):
+        resolved = RunConfig(device=device).resolved()
+        assert (resolved.client_batching, resolved.cuda_graphs) == ("off", graphs)
     assert RunConfig(device="cpu", client_batching="on").resolved().client_batching == "on"
-    assert RunConfig(device="cuda", client_batching="off").resolved().client_batching == "off"
+    assert RunConfig(device="cuda", client_batching="on").resolved().client_batching == "on"
     out = tmp_path / "cpu"
     result = CliRunner().invoke(main, ["simulate", "--backend", "local", "--device", "cpu", "--rounds", "1",
                                        "--clients", "4", "--clients-per-round", "2", "--quiet", "--out", str(out)])
