@@ -1,7 +1,7 @@
 """Batched local training: the clients of one width trained together, one stacked computation per local step.
 
-:func:`train_batched` reproduces :meth:`Trainer.train <hasfl_ray.training.local.Trainer.train>` for several
-clients at once, up to float rounding. Every client keeps its own state and trajectory:
+:func:`train_batched` reproduces one-at-a-time training (:func:`hasfl_ray.training.eager.train_eager`) for
+several clients at once, up to float rounding. Every client keeps its own state and trajectory:
 
 - parameters, SGD momentum buffers and the initial point are stacked on a leading client dim;
 - the per-client loss and gradient come from ``torch.func``: ``vmap(grad_and_value(loss))`` over
@@ -26,7 +26,7 @@ hooks) are trained one at a time; :func:`group_tasks` decides which clients go t
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -34,12 +34,9 @@ from torch.func import functional_call, grad_and_value, vmap
 from torch.nn import functional as F
 
 from hasfl_ray.models.lstm import CharLSTM
-from hasfl_ray.models.slicing import extract, extract_window
 from hasfl_ray.training.result import ClientResult
-from hasfl_ray.training.seeding import STREAM_CLIENT, torch_generator
-
-if TYPE_CHECKING:  # pragma: no cover
-    from hasfl_ray.training.local import ClientTask, Trainer
+from hasfl_ray.training.task import ClientTask, client_result
+from hasfl_ray.training.workspace import Workspace, client_batches, client_generator, packed_update
 
 #: Most clients trained in one stacked computation (bounds a trainer's memory; a larger group is split in task
 #: order, so the grouping depends only on the round's tasks, never on the number of trainers).
@@ -49,7 +46,7 @@ MAX_GROUP = 64
 Params = Dict[str, torch.Tensor]
 
 
-def group_tasks(tasks: Sequence["ClientTask"], batching: bool, max_group: int = MAX_GROUP) -> List[List[int]]:
+def group_tasks(tasks: Sequence[ClientTask], batching: bool, max_group: int = MAX_GROUP) -> List[List[int]]:
     """Positions of ``tasks`` in training units: with ``batching``, the batchable clients of one width together
     (in task order, at most ``max_group`` per unit); every other client alone. Units are ordered by their first
     position, so results can be put back in task order."""
@@ -132,21 +129,6 @@ def stacked_lstm_forward(model: CharLSTM, params: Params, x: torch.Tensor) -> to
     return torch.baddbmm(params["fc.bias"].unsqueeze(1), h, params["fc.weight"].transpose(1, 2))
 
 
-def client_schedule(task: "ClientTask", size: int, batch_size: int, epochs: int) -> List[torch.Tensor]:
-    """The positions of every batch the client trains on, in order: its own generator's ``randperm`` per epoch,
-    batches of ``batch_size``, a batch of fewer than two samples skipped after the first step."""
-    generator = torch_generator(task.seed, STREAM_CLIENT, task.round, task.client)
-    batches: List[torch.Tensor] = []
-    for _ in range(epochs):
-        order = torch.randperm(size, generator=generator)
-        for start in range(0, size, batch_size):
-            positions = order[start:start + batch_size]
-            if positions.numel() < 2 and batches:
-                continue  # a batch of one sample gives BatchNorm no batch statistics
-            batches.append(positions)
-    return batches
-
-
 def _per_client(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """A [C] tensor shaped to broadcast over a stacked [C, ...] tensor."""
     return values.reshape((-1,) + (1,) * (like.dim() - 1))
@@ -159,15 +141,24 @@ def _scalar_or_vector(values: Sequence[float], device: torch.device) -> Tuple[Op
     return common, torch.tensor(list(values), dtype=torch.float32, device=device)
 
 
-def train_batched(trainer: "Trainer", tasks: Sequence["ClientTask"],
-                  global_params: Mapping[str, torch.Tensor]) -> List["ClientResult"]:
-    """Train ``tasks`` (one width, batchable objectives) together on ``trainer``'s device; results in task order.
+def client_schedule(task: ClientTask, size: int, batch_size: int, epochs: int) -> List[torch.Tensor]:
+    """The positions of every batch the client trains on, in order (:func:`~hasfl_ray.training.workspace.client_batches`
+    of its own generator, all at once: batched training's objectives draw nothing from it)."""
+    return list(client_batches(client_generator(task), size, batch_size, epochs))
 
-    Each result agrees with ``trainer.train(task, global_params)`` to float rounding (the per-client arithmetic
-    is the same; only kernels differ), and two calls give bit-identical results.
+
+def train_batched(workspace: Workspace, tasks: Sequence[ClientTask],
+                  global_params: Mapping[str, torch.Tensor]) -> List[ClientResult]:
+    """Train ``tasks`` (one width, batchable objectives) together on ``workspace``'s device (a
+    :class:`~hasfl_ray.training.trainer.Trainer` stands for its own workspace); results in task order, without the
+    tasks' testing faults (the caller's: :func:`~hasfl_ray.training.task.with_faults`).
+
+    Each result agrees with one-at-a-time training of the task to float rounding (the per-client arithmetic is the
+    same; only kernels differ), and two calls give bit-identical results.
     """
     if not tasks:
         return []
+    workspace = getattr(workspace, "workspace", workspace)
     width = float(tasks[0].width)
     if any(float(t.width) != width for t in tasks):
         raise ValueError("train_batched trains clients of one width; group them with group_tasks")
@@ -175,24 +166,17 @@ def train_batched(trainer: "Trainer", tasks: Sequence["ClientTask"],
         if not getattr(task.objective, "batchable", False):
             raise ValueError(f"client {task.client}'s objective {type(task.objective).__name__} is not batchable; "
                              "train it with Trainer.train")
-    device, s, specs = trainer.device, trainer.settings, trainer.specs
-    if device.type == "cpu":
-        torch.set_num_threads(trainer.threads)
-    names = list(specs)
+    device, s = workspace.device, workspace.settings
+    workspace.begin()
+    names = list(workspace.specs)
     count = len(tasks)
+    starts = [workspace.starting_point(task, global_params) for task in tasks]
     with torch.no_grad():
-        starts = []
-        for task in tasks:
-            if task.offset:
-                starts.append({n: extract_window(global_params[n], specs[n], task.width, task.offset).to(device)
-                               for n in names})
-            else:
-                starts.append({n: extract(global_params[n], specs[n], task.width).to(device) for n in names})
         initial = {n: torch.stack([start[n] for start in starts]) for n in names}
     del starts
     params = {n: t.clone() for n, t in initial.items()}
     momentum_buffers: Optional[Params] = {n: torch.zeros_like(t) for n, t in initial.items()} \
-        if trainer.settings.momentum != 0 else None
+        if s.momentum != 0 else None
 
     # The objectives' gradient terms: grad += coef_i (w − w⁰_i) + shift_i.
     terms = [task.objective.gradient_terms({n: initial[n][c] for n in names}) for c, task in enumerate(tasks)]
@@ -206,9 +190,9 @@ def train_batched(trainer: "Trainer", tasks: Sequence["ClientTask"],
                  for n in names}
     lr_common, lr_vector = _scalar_or_vector([float(t.lr) for t in tasks], device)
 
-    sizes = [trainer.dataset.client_size(task.client) for task in tasks]
+    sizes = [workspace.dataset.client_size(task.client) for task in tasks]
     schedules = [client_schedule(task, sizes[c], s.batch_size, s.local_epochs) for c, task in enumerate(tasks)]
-    model = trainer.model_at(width)
+    model = workspace.model_at(width)
     model.train()
     step = batched_step(model)
     losses: List[Tuple[List[int], torch.Tensor]] = []
@@ -225,7 +209,7 @@ def train_batched(trainer: "Trainer", tasks: Sequence["ClientTask"],
             def pick(tensor: torch.Tensor) -> torch.Tensor:
                 return tensor if index is None else tensor.index_select(0, index)
 
-            batches = [trainer.dataset.client_batch(tasks[c].client, schedules[c][k]) for c in members]
+            batches = [workspace.dataset.client_batch(tasks[c].client, schedules[c][k]) for c in members]
             x = torch.stack([xb for xb, _ in batches])
             y = torch.stack([yb for _, yb in batches])
             sub = {n: pick(params[n]) for n in names}
@@ -284,9 +268,7 @@ def train_batched(trainer: "Trainer", tasks: Sequence["ClientTask"],
             steps = len(schedules[c])
             trained = {n: params[n][c] for n in names}
             start = {n: initial[n][c] for n in names}
-            update = {n: (trained[n] - start[n]).to("cpu", torch.float32).contiguous() for n in names}
+            update = packed_update(trained, start)
             extras = task.objective.finish_params(trained, start, steps, task.lr)
-            results.append(ClientResult(task.client, task.width, update, sizes[c], loss_sums[c] / max(steps, 1),
-                                        steps, extras, offset=task.offset,
-                                        trained_width=task.objective.trained_width()))
+            results.append(client_result(task, update, sizes[c], loss_sums[c], steps, extras))
     return results

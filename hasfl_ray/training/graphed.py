@@ -9,12 +9,12 @@ network's own parameters, the momentum buffers of a :class:`~hasfl_ray.training.
 ``torch.cuda.CUDAGraph`` (forward, cross-entropy, backward, clip, SGD step, loss accumulation) and replayed with
 one graph launch per step (plus the batch's gather and its two copies into the static buffers).
 
-The op sequence is that of :meth:`Trainer.train <hasfl_ray.training.local.Trainer.train>` (``zero_grad`` →
+The op sequence is that of one-at-a-time training (:func:`hasfl_ray.training.eager.train_eager`: ``zero_grad`` →
 ``F.cross_entropy(model(x), y)`` → ``backward`` → ``LocalSGD.step`` → ``loss_sum += loss``), with two differences
 that change no value: the batch is copied into the static buffers first, and the momentum buffers start as zeros
 (0·0.9 + g = g, the first gradient, exactly). Without capture (``capture=False``, what a CPU runs) the same class
 executes that sequence eagerly on the same static tensors; the CPU tests check that mode against
-``Trainer.train`` bit for bit, and the CUDA tests check captured against eager.
+``Trainer.train`` without graphs bit for bit, and the CUDA tests check captured against eager.
 
 Per client, outside the graph: the client's parameters are copied into the network's parameters (the trainer
 does it), the momentum buffers and the loss sum are zeroed (:meth:`StaticStep.begin_client`). A batch of another
@@ -33,7 +33,7 @@ and the clip take them as kernel arguments), and the batch shape. :class:`StepCa
 by the network; the learning rate changes every round (``lr_decay``), so a new round recaptures each width once
 and the entry of the previous learning rate is dropped. At most :data:`MAX_STEPS` entries are kept.
 
-Which clients are graphed (:func:`hasfl_ray.training.local.graphable`): those whose objective trains with the
+Which clients are graphed (:func:`hasfl_ray.training.task.graphable`): those whose objective trains with the
 default loss and no gradient adjustment — ``LocalObjective.loss``, ``adjust_gradients`` and ``setup`` not overridden — i.e. hasfl, heterofl,
 uniform, random-budget, fedavg and fedrolex. FedProx and SCAFFOLD (a gradient adjustment that reads per-client
 tensors) and FjORD (a per-step sampled width) train eagerly, as does a plug-in objective that overrides those
@@ -45,16 +45,14 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Iterable, List, Optional, Tuple
+from typing import Iterable, List, Optional, Tuple
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from hasfl_ray.training.step import LocalSGD
-
-if TYPE_CHECKING:  # pragma: no cover
-    from hasfl_ray.training.local import LocalObjective, OptimizerSettings
+from hasfl_ray.training.task import OptimizerSettings
 
 logger = logging.getLogger(__name__)
 
@@ -185,7 +183,7 @@ class StepCache:
         return len(self._steps)
 
     def get(self, model: nn.Module, width: float, x: torch.Tensor, y: torch.Tensor, lr: float,
-            settings: "OptimizerSettings") -> StaticStep:
+            settings: OptimizerSettings) -> StaticStep:
         """The step for this width's ``model`` at the shapes of batch ``x``/``y`` and these optimiser scalars,
         built (and captured) on first use; an entry of the same width and shapes with other scalars (the previous
         round's learning rate) or another network object is replaced."""

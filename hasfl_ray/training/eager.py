@@ -1,0 +1,67 @@
+"""One-at-a-time local training: one client's width-p sub-model, K local epochs of its objective's steps.
+
+The reference form of local training: the objective's ``setup``, ``loss``, ``adjust_gradients`` and ``finish``
+run as written, and :class:`~hasfl_ray.training.step.LocalSGD` clips and steps. A client whose objective is the
+default one (:func:`~hasfl_ray.training.task.graphable`) on a workspace with a step cache runs each step on static
+tensors instead (:mod:`hasfl_ray.training.graphed`; the same values).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+import torch
+
+from hasfl_ray.training.graphed import StaticStep
+from hasfl_ray.training.result import ClientResult
+from hasfl_ray.training.step import LocalSGD
+from hasfl_ray.training.task import ClientTask, client_result, graphable
+from hasfl_ray.training.workspace import Workspace, client_batches, client_generator, packed_update
+
+
+def train_eager(workspace: Workspace, task: ClientTask, global_params: Mapping[str, torch.Tensor]) -> ClientResult:
+    """Extract the width-p sub-model from ``global_params``, run K local epochs, return Δ_i (packed). The task's
+    testing faults are the caller's (:func:`~hasfl_ray.training.task.with_faults`)."""
+    workspace.begin()
+    model = workspace.model_at(task.width)
+    params = dict(model.named_parameters())
+    initial = workspace.starting_point(task, global_params)
+    with torch.no_grad():
+        for name, tensor in initial.items():
+            params[name].copy_(tensor)
+    generator = client_generator(task)
+    objective = task.objective
+    objective.setup(model, initial, task.width, generator, model_at=workspace.model_at)
+    s = workspace.settings
+    # clip_grad_norm_ + torch.optim.SGD, bit for bit, without their per-step Python (hasfl_ray.training.step).
+    optimizer = LocalSGD(list(model.parameters()), task.lr, s.momentum, s.weight_decay, s.clip_norm)
+    n = workspace.dataset.client_size(task.client)
+    model.train()
+    steps = 0
+    # The losses are summed on the device in float64 (what a Python float sum of them gives), read once.
+    loss_sum = torch.zeros((), dtype=torch.float64, device=workspace.device)
+    # A whole step on static tensors (a CUDA graph on CUDA) for a client with at least one full batch (its
+    # first batch then has the static shape) whose objective is the default one (hasfl_ray.training.graphed).
+    graphed = workspace.steps is not None and n >= s.batch_size and graphable(objective)
+    static: Optional[StaticStep] = None
+    device = workspace.device if workspace.device_positions else None
+    for positions in client_batches(generator, n, s.batch_size, s.local_epochs, device):
+        x, y = workspace.dataset.client_batch(task.client, positions)
+        if graphed:
+            if static is None:
+                static = workspace.steps.get(model, task.width, x, y, task.lr, s)
+                static.begin_client()
+            static.run(x, y)  # a short last batch runs eagerly on the same parameters and buffers
+        else:
+            optimizer.zero_grad()
+            loss = objective.loss(model, x, y)
+            loss.backward()
+            objective.adjust_gradients(model)
+            optimizer.step()  # clips first when s.clip_norm > 0
+            loss_sum += loss.detach()
+        steps += 1
+    if static is not None:
+        loss_sum = static.loss_sum
+    update = packed_update(params, initial)
+    extras = objective.finish(model, initial, steps, task.lr)
+    return client_result(task, update, n, float(loss_sum), steps, extras)

@@ -1,0 +1,134 @@
+"""What a trainer is asked to do: one client's task in one round (:class:`ClientTask`), the local optimiser's
+settings (:class:`OptimizerSettings`) and how a client trains (:class:`LocalObjective`), plus the two testing
+faults a task may carry (``--fault-inject``). Below every training module: it imports only :mod:`result`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from hasfl_ray.training.result import ClientResult
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """Local SGD of the paper: momentum 0.9, weight decay 1e-4, grad-norm clipping (0 disables)."""
+
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    clip_norm: float = 10.0
+    local_epochs: int = 1
+    batch_size: int = 32
+
+
+class LocalObjective:
+    """How a client trains: the batch loss and the gradient adjustment before each step.
+
+    The default is plain cross-entropy. Algorithms subclass it (FedProx's proximal term, SCAFFOLD's
+    control-variate correction, FjORD's ordered dropout with distillation). Instances travel to the
+    trainers, so they must be picklable and hold only what the client needs.
+
+    Batched training (:mod:`hasfl_ray.training.batched`) trains the clients of one width together and calls
+    none of ``setup``, ``loss``, ``adjust_gradients`` and ``finish``: it uses the cross-entropy loss, the
+    stacked form of the gradient adjustment (:meth:`gradient_terms`) and :meth:`finish_params`. An objective
+    says it fits that form with ``batchable = True``; a subclass that overrides ``loss``, ``adjust_gradients``
+    ``finish`` or ``setup`` without setting ``batchable`` itself is not batchable and is trained one at a time.
+    """
+
+    #: Whether batched training may train this client stacked with others (see the class docstring).
+    batchable = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "batchable" not in cls.__dict__ and any(name in cls.__dict__ for name in
+                                                   ("setup", "loss", "adjust_gradients", "finish")):
+            cls.batchable = False
+
+    def setup(self, model: nn.Module, initial: Mapping[str, torch.Tensor], width: float,
+              generator: torch.Generator, model_at: Optional[Callable[[float], nn.Module]] = None) -> None:
+        """Called once before the first step with the client's starting (sub-model) parameters.
+
+        ``model_at(p)`` gives a (cached, shared) network of the same architecture at width p, for objectives
+        that also run nested narrower widths through ``torch.func.functional_call`` (FjORD).
+        """
+
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(model(x), y)
+
+    def adjust_gradients(self, model: nn.Module) -> None:
+        """Called after backward, before clipping and the optimiser step."""
+
+    def finish(self, model: nn.Module, initial: Mapping[str, torch.Tensor], steps: int, lr: float) -> Dict[str, Any]:
+        """Extra results for the server (e.g. SCAFFOLD's control-variate delta). Default: none."""
+        return {}
+
+    def trained_width(self) -> Optional[float]:
+        """The width the client effectively trained, when it differs from the task's (FjORD's mean sampled width);
+        asked after :meth:`finish` and reported as ``ClientResult.trained_width``. Default: None (the task's)."""
+        return None
+
+    def gradient_terms(self, initial: Mapping[str, torch.Tensor]
+                       ) -> Tuple[float, Optional[Mapping[str, torch.Tensor]]]:
+        """Batched training's form of :meth:`adjust_gradients`: ``(coef, shift)`` such that every step adds
+        ``coef · (w − initial) + shift`` (shift: name -> tensor of the client's parameter shapes, or None) to the
+        gradient before clipping. Default: ``(0, None)``, no adjustment."""
+        return 0.0, None
+
+    def finish_params(self, params: Mapping[str, torch.Tensor], initial: Mapping[str, torch.Tensor], steps: int,
+                      lr: float) -> Dict[str, Any]:
+        """Batched training's form of :meth:`finish`, given the trained parameters (name -> tensor, no grad)."""
+        return {}
+
+
+def graphable(objective: LocalObjective) -> bool:
+    """Whether ``objective`` trains with the default loss and no gradient adjustment, so that its whole local step
+    can run on static tensors (:mod:`hasfl_ray.training.graphed`)."""
+    cls = type(objective)
+    return all(getattr(cls, name) is getattr(LocalObjective, name) for name in ("loss", "adjust_gradients", "setup"))
+
+
+@dataclass
+class ClientTask:
+    """One client's work in one round: everything a trainer needs besides the global parameters."""
+
+    client: int
+    round: int
+    width: float
+    lr: float
+    seed: int
+    objective: LocalObjective = field(default_factory=LocalObjective)
+    #: First channel of the kept window in every scaled dim (wrapping); 0 = the leading slice (FedRolex rolls it).
+    offset: int = 0
+    #: Testing (``--fault-inject``): ``"nan"`` or ``"inf"`` poisons the returned update, ``"trainer"`` raises.
+    fault: Optional[str] = None
+
+
+def inject_fault(result: "ClientResult", fault: Optional[str]) -> "ClientResult":
+    """``result`` with the first element of its update set to NaN or +Inf (``fault``), as a diverged client's."""
+    if fault and result.update:
+        first = next(iter(result.update))
+        poisoned = result.update[first].clone()
+        poisoned.view(-1)[0] = float("nan") if fault == "nan" else float("inf")
+        result.update = {**result.update, first: poisoned}
+    return result
+
+
+def with_faults(tasks: Sequence[ClientTask], train: Callable[[], List[ClientResult]]) -> List[ClientResult]:
+    """``train()``'s results for ``tasks`` (in task order) with the tasks' testing faults: a ``"trainer"`` fault
+    raises before anything trains, ``"nan"``/``"inf"`` poison the update (:func:`inject_fault`)."""
+    for task in tasks:
+        if task.fault == "trainer":
+            raise RuntimeError(f"injected trainer failure (--fault-inject trainer-error@{task.round})")
+    return [inject_fault(result, task.fault) for task, result in zip(tasks, train())]
+
+
+def client_result(task: ClientTask, update: Dict[str, torch.Tensor], samples: int, loss_sum: float, steps: int,
+                  extras: Dict[str, Any]) -> ClientResult:
+    """The :class:`ClientResult` of ``task`` after ``steps`` local steps (mean loss ``loss_sum / steps``); the
+    objective is asked :meth:`~LocalObjective.trained_width` after its finish."""
+    return ClientResult(task.client, task.width, update, samples, loss_sum / max(steps, 1), steps, extras,
+                        offset=task.offset, trained_width=task.objective.trained_width())

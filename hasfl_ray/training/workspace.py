@@ -1,0 +1,118 @@
+"""What a trainer holds on its device and both kinds of training read: the dataset there, the network's parameter
+specs, the optimiser settings, the intra-op thread count, the cached width-p networks and (``--cuda-graphs``) the
+captured local steps; plus the two things every client's training starts and ends with: its sub-model's starting
+point cut from the global parameters, the order of its batches, and its packed update.
+
+One-at-a-time training (:mod:`hasfl_ray.training.eager`) and batched training (:mod:`hasfl_ray.training.batched`)
+take a :class:`Workspace`; :class:`~hasfl_ray.training.trainer.Trainer` owns one and chooses between them.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional
+
+import torch
+from torch import nn
+
+from hasfl_ray.data.base import FederatedDataset
+from hasfl_ray.models import build_model, extract, register_model
+from hasfl_ray.models.slicing import ParamSpec, extract_window
+from hasfl_ray.training.graphed import StepCache
+from hasfl_ray.training.seeding import STREAM_CLIENT, torch_generator
+from hasfl_ray.training.task import ClientTask, OptimizerSettings
+
+
+class Workspace:
+    """One device's training state, shared by every client a trainer trains.
+
+    Args:
+        dataset: the federated dataset (moved to ``device``).
+        model_name: key in :data:`hasfl_ray.models.MODEL_CONFIGS`.
+        settings: local optimiser settings.
+        device: where training runs.
+        threads: intra-op CPU threads while training (fixed so results do not depend on the machine).
+        cuda_graphs: keep a :class:`~hasfl_ray.training.graphed.StepCache` (captured on a CUDA device, the same
+            static-buffer steps run eagerly on a CPU).
+    """
+
+    def __init__(self, dataset: FederatedDataset, model_name: str, settings: OptimizerSettings,
+                 device: str = "cpu", threads: int = 1, cuda_graphs: bool = False):
+        self.device = torch.device(device)
+        self.dataset = dataset.to(self.device)
+        self.model_name, self.settings, self.threads = model_name, settings, threads
+        register_model(model_name, getattr(dataset, "model_config", None))  # a dataset plug-in's own model
+        self.specs: Dict[str, ParamSpec] = build_model(model_name).param_specs()
+        self._models: Dict[float, nn.Module] = {}
+        self.steps: Optional[StepCache] = StepCache(capture=self.device.type == "cuda") if cuda_graphs else None
+        # A dataset that gathers a batch on its device from positions held there gets each epoch's order on the
+        # device once (no host-to-device copy, which synchronises, per batch); others get host positions.
+        self.device_positions = self.device.type != "cpu" and self.dataset.device_positions
+
+    def begin(self) -> None:
+        """Before training: fix the intra-op thread count on a CPU."""
+        if self.device.type == "cpu":
+            torch.set_num_threads(self.threads)
+
+    def model_at(self, width: float) -> nn.Module:
+        """A cached width-``width`` network on this device (buffers reused across rounds)."""
+        if width not in self._models:
+            self._models[width] = build_model(self.model_name, width).to(self.device)
+        return self._models[width]
+
+    def release(self, keep: Iterable[float] = ()) -> None:
+        """Drop cached models (and their device memory), except those of the widths in ``keep``."""
+        keep = set(keep)
+        for width in [w for w in self._models if w not in keep]:
+            del self._models[width]
+        if self.steps is not None:
+            self.steps.release(keep)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    @property
+    def cached_widths(self) -> List[float]:
+        """Widths whose networks are cached, oldest first."""
+        return list(self._models)
+
+    @torch.no_grad()
+    def starting_point(self, task: ClientTask, global_params: Mapping[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """The client's width-p sub-model cut from ``global_params`` (its window at ``task.offset`` where that is
+        not 0), name -> tensor on this device, in spec order."""
+        if task.offset:
+            return {name: extract_window(global_params[name], spec, task.width, task.offset).to(self.device)
+                    for name, spec in self.specs.items()}
+        return {name: extract(global_params[name], spec, task.width).to(self.device)
+                for name, spec in self.specs.items()}
+
+
+@torch.no_grad()
+def packed_update(trained: Mapping[str, torch.Tensor], initial: Mapping[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """Δ_i = trained − initial per parameter (in ``initial``'s order), as the server takes it: float32 on the CPU,
+    contiguous."""
+    return {name: (trained[name].detach() - start).to("cpu", torch.float32).contiguous()
+            for name, start in initial.items()}
+
+
+def client_generator(task: ClientTask) -> torch.Generator:
+    """The client's own generator: its data order, and whatever its objective draws."""
+    return torch_generator(task.seed, STREAM_CLIENT, task.round, task.client)
+
+
+def client_batches(generator: torch.Generator, size: int, batch_size: int, epochs: int,
+                   device: Optional[torch.device] = None) -> Iterator[torch.Tensor]:
+    """The positions of every batch a client trains on, in order: a ``randperm`` of its ``size`` samples from
+    ``generator`` per epoch (drawn when the epoch's first batch is asked for, so an objective drawing from the same
+    generator between steps draws where it always has), cut into batches of ``batch_size``, a batch of fewer than
+    two samples skipped after the first (it gives BatchNorm no batch statistics). ``device``: where each epoch's
+    order is moved to, once."""
+    taken = 0
+    for _ in range(epochs):
+        order = torch.randperm(size, generator=generator)
+        if device is not None:
+            order = order.to(device)
+        for start in range(0, size, batch_size):
+            positions = order[start:start + batch_size]
+            if positions.numel() < 2 and taken > 0:
+                continue  # a batch of one sample gives BatchNorm no batch statistics
+            taken += 1
+            yield positions
