@@ -14,9 +14,9 @@ several clients at once, up to float rounding. Every client keeps its own state 
 - local step k trains the clients that have a k-th batch; clients whose k-th batches differ in size (a last,
   short batch) are trained as separate sub-stacks of one batch size each, and clients without a k-th batch
   (fewer samples) stop while the others go on (ragged clients);
-- the objective's gradient terms (FedProx's μ (w − w⁰), SCAFFOLD's c − c_i), the per-client gradient-norm clip
-  and the SGD update (weight decay added to the gradient, momentum buffer started at the first gradient,
-  no dampening, no Nesterov) are written as stacked tensor ops with torch's exact update rule.
+- the objective's gradient terms (FedProx's μ (w − w⁰), SCAFFOLD's c − c_i) are stacked tensor ops; the
+  per-client gradient-norm clip and the SGD update are :class:`~hasfl_ray.training.step.StackedSGD`, the stacked
+  layout of the one rule :class:`~hasfl_ray.training.step.LocalSGD` also follows.
 
 Objectives that cannot be stacked (``LocalObjective.batchable`` is False: FjORD's ordered dropout with per-step
 sampled widths, or a user objective that overrides ``loss``/``adjust_gradients``/``finish`` without the stacked
@@ -35,6 +35,7 @@ from torch.nn import functional as F
 
 from hasfl_ray.models.lstm import CharLSTM
 from hasfl_ray.training.result import ClientResult
+from hasfl_ray.training.step import StackedSGD, common_or_vector, per_client
 from hasfl_ray.training.task import ClientTask, client_result
 from hasfl_ray.training.workspace import Workspace, client_batches, client_generator, packed_update
 
@@ -129,18 +130,6 @@ def stacked_lstm_forward(model: CharLSTM, params: Params, x: torch.Tensor) -> to
     return torch.baddbmm(params["fc.bias"].unsqueeze(1), h, params["fc.weight"].transpose(1, 2))
 
 
-def _per_client(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """A [C] tensor shaped to broadcast over a stacked [C, ...] tensor."""
-    return values.reshape((-1,) + (1,) * (like.dim() - 1))
-
-
-def _scalar_or_vector(values: Sequence[float], device: torch.device) -> Tuple[Optional[float], torch.Tensor]:
-    """(the common value, or None where they differ; the [C] float32 tensor of them)."""
-    first = values[0]
-    common = first if all(v == first for v in values) else None
-    return common, torch.tensor(list(values), dtype=torch.float32, device=device)
-
-
 def client_schedule(task: ClientTask, size: int, batch_size: int, epochs: int) -> List[torch.Tensor]:
     """The positions of every batch the client trains on, in order (:func:`~hasfl_ray.training.workspace.client_batches`
     of its own generator, all at once: batched training's objectives draw nothing from it)."""
@@ -175,20 +164,19 @@ def train_batched(workspace: Workspace, tasks: Sequence[ClientTask],
         initial = {n: torch.stack([start[n] for start in starts]) for n in names}
     del starts
     params = {n: t.clone() for n, t in initial.items()}
-    momentum_buffers: Optional[Params] = {n: torch.zeros_like(t) for n, t in initial.items()} \
-        if s.momentum != 0 else None
+    optimizer = StackedSGD([initial[n] for n in names], [t.lr for t in tasks], s.momentum, s.weight_decay,
+                           s.clip_norm)
 
     # The objectives' gradient terms: grad += coef_i (w − w⁰_i) + shift_i.
     terms = [task.objective.gradient_terms({n: initial[n][c] for n in names}) for c, task in enumerate(tasks)]
     coefs = [float(coef) for coef, _ in terms]
-    coef_common, coef_vector = _scalar_or_vector(coefs, device)
+    coef_common, coef_vector = common_or_vector(coefs, device)
     has_coef = any(coef != 0 for coef in coefs)
     shift: Optional[Params] = None
     if any(shift_c is not None for _, shift_c in terms):
         shift = {n: torch.stack([shift_c[n].to(device, initial[n].dtype) if shift_c is not None
                                  else torch.zeros_like(initial[n][c]) for c, (_, shift_c) in enumerate(terms)])
                  for n in names}
-    lr_common, lr_vector = _scalar_or_vector([float(t.lr) for t in tasks], device)
 
     sizes = [workspace.dataset.client_size(task.client) for task in tasks]
     schedules = [client_schedule(task, sizes[c], s.batch_size, s.local_epochs) for c, task in enumerate(tasks)]
@@ -222,38 +210,12 @@ def train_batched(workspace: Workspace, tasks: Sequence[ClientTask],
                         if coef_common is not None:
                             grads[n].add_(diff, alpha=coef_common)
                         else:
-                            grads[n].add_(diff * _per_client(pick(coef_vector), diff))
+                            grads[n].add_(diff * per_client(pick(coef_vector), diff))
                 if shift is not None:  # SCAFFOLD: c − c_i
                     for n in names:
                         grads[n].add_(pick(shift[n]))
-                if s.clip_norm > 0:  # torch.nn.utils.clip_grad_norm_, per client
-                    norms = torch.stack([torch.linalg.vector_norm(grads[n].flatten(1), 2, dim=1) for n in names],
-                                        dim=1)
-                    total = torch.linalg.vector_norm(norms, 2, dim=1)
-                    scale = torch.clamp(s.clip_norm / (total + 1e-6), max=1.0)
-                    for n in names:
-                        grads[n].mul_(_per_client(scale, grads[n]))
-                # torch.optim.SGD: d = g + wd w; b = d (first step) or m b + d; w -= lr b
-                directions = {n: grads[n].add(sub[n], alpha=s.weight_decay) if s.weight_decay != 0 else grads[n]
-                              for n in names}
-                if momentum_buffers is not None:
-                    if k == 0:  # every client takes its first step at step 0: its buffer starts as d
-                        buffers = directions
-                    else:
-                        buffers = {n: pick(momentum_buffers[n]) for n in names}
-                        for n in names:
-                            buffers[n].mul_(s.momentum).add_(directions[n])
-                    for n in names:
-                        if index is None:
-                            momentum_buffers[n] = buffers[n]
-                        else:
-                            momentum_buffers[n].index_copy_(0, index, buffers[n])
-                    directions = buffers
-                for n in names:
-                    if lr_common is not None:
-                        sub[n].add_(directions[n], alpha=-lr_common)
-                    else:
-                        sub[n].sub_(directions[n] * _per_client(pick(lr_vector), directions[n]))
+                # every client takes its first step at step 0
+                optimizer.step([sub[n] for n in names], [grads[n] for n in names], index, first=k == 0)
                 if index is not None:
                     for n in names:
                         params[n].index_copy_(0, index, sub[n])

@@ -1,4 +1,5 @@
-"""LocalSGD (hasfl_ray.training.step) is clip_grad_norm_ + torch.optim.SGD, bit for bit, on every model kind."""
+"""LocalSGD (hasfl_ray.training.step) is clip_grad_norm_ + torch.optim.SGD, bit for bit, on every model kind; its
+stacked twin StackedSGD steps each of C stacked clients as LocalSGD steps that client alone."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import torch
 from torch.nn import functional as F
 
 from hasfl_ray.models import build_model
-from hasfl_ray.training.step import LocalSGD
+from hasfl_ray.training.step import LocalSGD, StackedSGD
 
 
 def batches(name: str, count: int, generator: torch.Generator):
@@ -77,3 +78,42 @@ def test_zero_buffers_give_the_same_steps():
             optimizer.step()
         results.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     assert torch.equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("settings", [
+    dict(momentum=0.9, weight_decay=1e-4, clip_norm=0.05),  # the clip binds
+    dict(momentum=0.9, weight_decay=0.0, clip_norm=10.0),
+    dict(momentum=0.0, weight_decay=1e-4, clip_norm=0.0),
+])
+@pytest.mark.parametrize("lrs", [[0.1, 0.1, 0.1], [0.1, 0.05, 0.2]])
+def test_stacked_sgd_steps_each_client_as_local_sgd_does(settings, lrs):
+    """Three clients, four steps fed the same gradients: every client in steps 0, 1 and 3, a sub-stack of clients 0
+    and 2 in step 2 (client 1 has no batch there); each client's parameters as LocalSGD's of that client alone, to
+    float rounding (the stacked norms reduce in another order)."""
+    generator = torch.Generator().manual_seed(3)
+    shapes = [(4, 3), (5,), (2, 2, 3)]
+    start = [torch.randn(3, *shape, generator=generator) for shape in shapes]
+    members = [[0, 1, 2], [0, 1, 2], [0, 2], [0, 1, 2]]
+    grads = [[torch.randn(len(m), *shape, generator=generator) for shape in shapes] for m in members]
+
+    stacked = [t.clone() for t in start]
+    optimizer = StackedSGD(stacked, lrs, **settings)
+    for k, clients in enumerate(members):
+        index = None if len(clients) == 3 else torch.tensor(clients)
+        sub = [t if index is None else t.index_select(0, index) for t in stacked]
+        optimizer.step(sub, [g.clone() for g in grads[k]], index, first=k == 0)
+        if index is not None:
+            for t, s in zip(stacked, sub):
+                t.index_copy_(0, index, s)
+
+    for c in range(3):
+        params = [torch.nn.Parameter(t[c].clone()) for t in start]
+        alone = LocalSGD(params, lrs[c], **settings)
+        for k, clients in enumerate(members):
+            if c in clients:
+                for p, g in zip(params, grads[k]):
+                    p.grad = g[clients.index(c)].clone()
+                alone.step()
+        assert not torch.equal(params[0].detach(), start[0][c])  # it trained
+        for p, t in zip(params, stacked):
+            torch.testing.assert_close(t[c], p.detach(), rtol=1e-6, atol=1e-7)
