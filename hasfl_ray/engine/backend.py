@@ -15,7 +15,9 @@ from hasfl_ray.engine.server import Server
 from hasfl_ray.errors import ConfigError, TrainerError
 from hasfl_ray.training.batched import group_tasks
 from hasfl_ray.training.evaluate import evaluation_subset
-from hasfl_ray.training.local import ClientResult, ClientTask, OptimizerSettings, Trainer
+from hasfl_ray.training.result import ClientResult
+from hasfl_ray.training.task import ClientTask, OptimizerSettings
+from hasfl_ray.training.trainer import Trainer
 
 
 def optimizer_settings(config: RunConfig) -> OptimizerSettings:
@@ -83,10 +85,11 @@ class Backend(ABC):
 class LocalBackend(Backend):
     """Everything in this process: one :class:`Trainer` trains the clients in order, one :class:`Server`.
 
-    With ``client_batching`` on, the trainer trains each group of :func:`~hasfl_ray.training.batched.group_tasks`
-    (the batchable clients of one width) as one batched computation (:meth:`Trainer.train_group`); results stay
-    in client order. With ``cuda_graphs`` on, the clients trained one at a time replay a captured local step
-    where their objective allows it (:mod:`hasfl_ray.training.graphed`).
+    The round's training units are planned once (:func:`~hasfl_ray.training.batched.group_tasks`) and the trainer
+    trains each as it is (:meth:`Trainer.train_unit`): with ``client_batching`` on, the batchable clients of one
+    width as one batched computation, every other client alone; results stay in client order. With ``cuda_graphs``
+    on, the clients trained one at a time replay a captured local step where their objective allows it
+    (:mod:`hasfl_ray.training.graphed`).
     """
 
     name = "local"
@@ -107,8 +110,7 @@ class LocalBackend(Backend):
         for unit in group_tasks(tasks, batching=self.batching):  # single clients, or one width's batchable ones
             group = [tasks[k] for k in unit]
             try:
-                results += self.trainer.train_group(group, params) if len(group) > 1 else \
-                    [self.trainer.train(group[0], params)]
+                results += self.trainer.train_unit(group, params)
             except ConfigError:
                 raise  # bad input found while training (a data file): its own sentence
             except Exception as error:

@@ -15,7 +15,9 @@ from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.engine.server import Server
 from hasfl_ray.training.determinism import apply_determinism, determinism_state
-from hasfl_ray.training.local import ClientResult, ClientTask, OptimizerSettings, Trainer
+from hasfl_ray.training.result import ClientResult
+from hasfl_ray.training.task import ClientTask, OptimizerSettings
+from hasfl_ray.training.trainer import Trainer
 
 #: Networks a trainer keeps built (the most recently used widths); others are dropped with their memory.
 CACHED_WIDTHS = 4
@@ -81,13 +83,14 @@ class TrainerActor:
         return report, result
 
     def train_group(self, tasks: Sequence[ClientTask], batched: bool = True) -> Tuple[Any, ...]:
-        """Train several clients in one call: with ``batched``, the clients of one width together
-        (:meth:`Trainer.train_group`), otherwise one after the other (:meth:`Trainer.train`, each exactly as alone).
+        """Train several clients in one call: with ``batched``, ``tasks`` is one planned unit (the batchable clients
+        of one width, :func:`~hasfl_ray.training.batched.group_tasks`), trained together as it is
+        (:meth:`Trainer.train_unit`); otherwise one after the other (:meth:`Trainer.train`, each exactly as alone).
         1 + len(tasks) returns: the report for the driver, then each client's result for the server, in task
         order."""
         start = time.perf_counter()
         if batched:
-            results = self.trainer.train_group(tasks, self.params)
+            results = self.trainer.train_unit(tasks, self.params)
         else:
             results = [self.trainer.train(task, self.params) for task in tasks]
         report = TaskReport(tasks[0].client, time.perf_counter() - start, tuple(task.client for task in tasks))

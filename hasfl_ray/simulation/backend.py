@@ -21,7 +21,7 @@ from hasfl_ray.simulation.actors import ServerActor, TaskReport, TrainerActor
 from hasfl_ray.simulation.placement import ActorPlan, plan_actors
 from hasfl_ray.training.batched import group_tasks
 from hasfl_ray.training.evaluate import evaluation_subset
-from hasfl_ray.training.local import ClientTask
+from hasfl_ray.training.task import ClientTask
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class _Pending:
     slot: int
     generation: int
     results: List[Any]
-    #: True: the unit is a batched group (Trainer.train_group); False: its clients are trained one at a time.
+    #: True: the unit is a batched group (Trainer.train_unit); False: its clients are trained one at a time.
     batched: bool = False
 
 
