@@ -67,6 +67,17 @@ def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str,
     return RunConfig.from_dict(values, source)
 
 
+def resume_base(stored: Dict[str, Any], flags: Dict[str, Any]) -> Dict[str, Any]:
+    """The stored config a resume starts from, without what is not run state: ``fault_inject`` (a test's one-shot
+    fault, which would fire again), and, when the flags name another backend, the stored backend's own placement
+    (``actors``, ``gpus_per_actor``, ``address``), so a Ray run can be finished locally and the other way round."""
+    base = {k: v for k, v in stored.items() if k != "fault_inject"}
+    if flags.get("backend") is not None and flags["backend"] != base.get("backend"):
+        for key in ("backend",) + tuple(k for k in _RAY_FIELDS if k != "fault_inject"):
+            base.pop(key, None)
+    return base
+
+
 def default_backend(ray_options_given: bool) -> str:
     """``ray`` where Ray is installed, else ``local`` (or the install hint when Ray-only options were given)."""
     from hasfl_ray.simulation import ray_available, require_ray
@@ -183,7 +194,8 @@ def simulate(config_file, out, force, resume, quiet, verbose, no_coverage, downl
         # Resuming needs only --out: the run's own config is the base; flags given on top must agree with it.
         from hasfl_ray.engine.config import load_yaml_config
 
-        config = build_config(config_file, flags, base=load_yaml_config(os.path.join(out, "config.yaml"))).resolved()
+        config = build_config(config_file, flags, base=resume_base(load_yaml_config(os.path.join(out, "config.yaml")),
+                                                                   flags)).resolved()
     if os.path.exists(os.path.join(out, "config.yaml")) and not (force or resume):
         raise ConfigError(f"run directory {out!r} already holds a run; expected a new directory, --resume to "
                           "continue it, or --force to overwrite it")

@@ -20,6 +20,7 @@ from hasfl_ray.engine.checkpoint import (START_AGAIN, Checkpoint, check_checkpoi
                                          checkpoint_path, load_checkpoint, load_checkpoint_round, save_checkpoint,
                                          stored_config)
 from hasfl_ray.engine.config import RunConfig, parse_fault
+from hasfl_ray.engine.guard import GuardedAlgorithm, PluginError, construct
 from hasfl_ray.engine.coverage import CAUSE as COVERAGE_CAUSE
 from hasfl_ray.engine.coverage import coverage_warning, frozen_streak_start, should_warn
 from hasfl_ray.engine.factory import make_backend
@@ -151,7 +152,7 @@ class Engine:
             path = checkpoint_path(self.rundir.path)
             check_checkpoint(path, self.checkpoint, self.initial_params, self.algorithm.state_dict())
             try:
-                self.algorithm.load_state_dict(self.checkpoint.algorithm_state)
+                self.algorithm.algorithm.load_state_dict(self.checkpoint.algorithm_state)
             except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
                 raise ConfigError(f"checkpoint {path!r} does not match this run: algorithm {c.algorithm!r} cannot load "
                                   f"its algorithm_state ({type(error).__name__}: {str(error)[:60]}); expected this "
@@ -175,7 +176,9 @@ class Engine:
                               f"{c.clients}; expected a loader that splits the data over config.clients clients")
         self.p_max = capacity_tiers(c.seed, c.clients, c.tier_counts)
         self.num_samples = np.asarray(self.dataset.client_sizes(), dtype=np.int64)
-        self.algorithm = algorithm_class(c.algorithm)(c, self.p_max, self.num_samples)
+        label = spec_label(c.algorithm)
+        self.algorithm = GuardedAlgorithm(construct(algorithm_class(c.algorithm), label, c, self.p_max,
+                                                    self.num_samples), label)
         self.initial_params = initial_parameters(self.model_name, c.seed)
 
     def run(self) -> Dict[str, Any]:
@@ -202,7 +205,7 @@ class Engine:
                         with self._writing("metrics.jsonl"):
                             self.rundir.reset_metrics(self.history)  # on resume: the lines up to the checkpoint
                     return self._loop()
-                except TrainerError as error:
+                except (TrainerError, PluginError) as error:
                     if log is not None:  # the sentence goes to the terminal (CLI); the traceback only here
                         log.stream.write(f"{error}\n{error.remote_traceback.rstrip()}\n")
                         log.flush()
@@ -322,6 +325,11 @@ class Engine:
         if fault is not None and fault[0] != "kill-trainer" and fault[1] == t:
             tasks[0].fault = fault[0].split("-")[0]  # the round's first participant: nan, inf or error
         weights = self.algorithm.aggregation_weights(participants)
+        if not all(weights):  # a zero weight: that participant counts for nothing, so it is not trained either
+            kept = [k for k, weight in enumerate(weights) if weight > 0]
+            logger.warning("round %d: client(s) %s have aggregation weight 0 and are left out", t,
+                        ", ".join(str(tasks[k].client) for k in range(len(tasks)) if k not in kept))
+            tasks, weights = [tasks[k] for k in kept], [weights[k] for k in kept]
         results, aggregate = self.backend.run_round(tasks, weights, self.algorithm.server_lr)
         accepted = {r.client for r in results}
         rejected = [task.client for task in tasks if task.client not in accepted]

@@ -13,11 +13,16 @@ from hasfl_ray.aggregation import AggregateResult, aggregate_updates
 from hasfl_ray.aggregation.common_core import common_core_divergence
 from hasfl_ray.aggregation.windows import aggregate_windows
 from hasfl_ray.data.base import FederatedDataset
+from hasfl_ray.errors import RunError
 from hasfl_ray.models import build_model, gate_blocks_of, register_model
 from hasfl_ray.training.evaluate import evaluate
 from hasfl_ray.training.local import ClientResult
 
 logger = logging.getLogger(__name__)
+
+
+class NonFiniteModelError(RunError):
+    """Applying a round's aggregate would put NaN or infinity into the global model (which is left unchanged)."""
 
 
 def params_sha256(params: Mapping[str, torch.Tensor]) -> str:
@@ -100,9 +105,14 @@ class Server:
         else:
             aggregate = aggregate_updates(self.shapes, updates, accepted_weights, self.gate_blocks,
                                           backend=self.aggregation_backend)
-        with torch.no_grad():
-            for name, delta in aggregate.delta.items():
-                self.params[name].add_(delta, alpha=server_lr)
+        with torch.no_grad():  # w + η_g Δ̄ for every parameter first: the global model never holds a non-finite value
+            updated = {name: self.params[name].add(delta, alpha=server_lr) for name, delta in aggregate.delta.items()}
+            broken = [name for name, tensor in updated.items() if not bool(torch.isfinite(tensor).all())]
+            if broken:
+                raise NonFiniteModelError(f"the round's aggregate would make the global model non-finite (parameter "
+                                          f"{broken[0]!r}, server step {server_lr!r}); the model was left as it was")
+            for name, tensor in updated.items():
+                self.params[name].copy_(tensor)
         div_num, div_den = aggregate.div_num, aggregate.div_den
         if self.estimator == "common-core":
             div_num, div_den = common_core_divergence(self.specs, updates, offsets, aggregate.delta)

@@ -14,6 +14,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from hasfl_ray.engine.backend import Backend, RoundInterrupted, optimizer_settings, trainer_error
 from hasfl_ray.engine.config import RunConfig, fault_inject_round
+from hasfl_ray.engine.server import NonFiniteModelError
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.registry import FILE_MODULES
 from hasfl_ray.simulation import quiet_token_notice
@@ -191,7 +192,10 @@ class RayBackend(Backend):
         self._evaluation = self.server.evaluate.remote()
         self._frozen = self.server.frozen_fraction.remote()
         self._send_params()
-        return ray.get(applied)
+        try:
+            return ray.get(applied)
+        except NonFiniteModelError as error:  # the server refused the update: its sentence, not Ray's traceback
+            raise NonFiniteModelError(str(getattr(error, "cause", error))) from None
 
     def _send_params(self) -> None:
         """Put the server's current parameters in the object store once and hand the reference to every trainer."""

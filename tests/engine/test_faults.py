@@ -92,4 +92,4 @@ def test_an_exception_in_a_trainer_is_one_sentence_with_the_traceback_in_the_log
     assert message == (f"Error: training client {client} of round 1 failed (RuntimeError: injected trainer failure "
                        "(--fault-inject trainer-error@1)); the trainer's traceback is in RUN/log.txt")
     log = (out / "log.txt").read_text()
-    assert "injected trainer failure" in log and "training/local.py\", line" in log  # the trainer's frames
+    assert "injected trainer failure" in log and "training/trainer.py\", line" in log  # the trainer's frames
