@@ -2,7 +2,8 @@
 
 The engine calls an :class:`~hasfl_ray.algorithms.Algorithm` through :class:`GuardedAlgorithm`, which
 
-- turns an exception raised in one of its methods into :class:`PluginError`, one sentence naming the algorithm and
+- turns an exception raised in one of its methods (other than a ConfigError: bad input it found, which keeps its
+  own sentence and exit status 2) into :class:`PluginError`, one sentence naming the algorithm and
   the method (the engine writes the traceback into RUN/log.txt only, never on the terminal);
 - checks what the methods return before it reaches the run: a width in (0, 1] for every participant and no one
   else, a window offset that is a non-negative integer, one finite non-negative aggregation weight per participant
@@ -20,7 +21,7 @@ import traceback
 from typing import Any, Dict, List, Sequence
 
 from hasfl_ray.engine.config import FLOAT32_MAX
-from hasfl_ray.errors import RunError
+from hasfl_ray.errors import ConfigError, RunError
 
 
 class PluginError(RunError):
@@ -52,6 +53,8 @@ class GuardedAlgorithm:
     def _call(self, method: str, *args: Any) -> Any:
         try:
             return getattr(self.algorithm, method)(*args)
+        except ConfigError:
+            raise  # bad input the algorithm found (a budget out of range): already its own sentence, exit 2
         except Exception as error:  # noqa: BLE001 (any failure of the plug-in's own code)
             raise PluginError(f"algorithm {self.label!r} raised {type(error).__name__} in {method}() "
                               f"({_short(error)}); its traceback is in RUN/log.txt",
@@ -127,6 +130,8 @@ def construct(cls: type, label: str, *args: Any) -> Any:
     """``cls(*args)``, with an exception raised by the plug-in's ``__init__`` as one :class:`PluginError`."""
     try:
         return cls(*args)
+    except ConfigError:
+        raise  # bad input the algorithm found (a budget out of range): already its own sentence, exit 2
     except Exception as error:  # noqa: BLE001
         # before the run directory exists (nothing is written for a run that cannot start): -v shows the traceback
         logging.getLogger(__name__).info("algorithm %s raised in __init__:\n%s", label, traceback.format_exc())
