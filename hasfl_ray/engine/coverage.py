@@ -37,10 +37,15 @@ def should_warn(history: Sequence[Mapping[str, Any]], warmup: int) -> bool:
 
 
 def coverage_warning(history: Sequence[Mapping[str, Any]], warmup: int) -> Optional[Dict[str, Any]]:
-    """summary.json's ``coverage_warning`` block when frozen_fraction stayed above 0 from some round to the end and
-    the run went past warm-up: the last fraction, the first round of the streak, the cause; else None."""
+    """summary.json's ``coverage_warning`` block when frozen_fraction stayed above 0 from some round to the end, for
+    at least :data:`WARN_AFTER_ROUNDS` rounds after warm-up (the rule of the log's warning; a fraction that is above
+    0 for a round or two, a few coordinates whose update rounded away, is not a coverage problem): the last
+    fraction, the first round of the streak, the cause; else None."""
     start = frozen_streak_start(history)
-    if start is None or history[-1]["round"] < warmup:
+    if start is None:
         return None
-    return {"frozen_fraction": history[-1]["frozen_fraction"], "first_round": start,
-            "post_warmup_rounds": history[-1]["round"] - max(start, warmup) + 1, "cause": CAUSE}
+    rounds = history[-1]["round"] - max(start, warmup) + 1
+    if rounds < WARN_AFTER_ROUNDS:
+        return None
+    return {"frozen_fraction": history[-1]["frozen_fraction"], "first_round": start, "post_warmup_rounds": rounds,
+            "cause": CAUSE}

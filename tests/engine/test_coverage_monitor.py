@@ -27,6 +27,9 @@ def test_streak_and_warning_on_hand_made_histories():
     assert "no participant covered" in block["cause"]
     assert coverage_warning(lines([0.7] * 8), warmup=10) is None  # never past warm-up
     assert coverage_warning(lines([0.7] * 15 + [0.0]), warmup=10) is None  # covered in the end
+    # a few coordinates frozen in the last round only (an update rounded away): not a coverage problem
+    assert coverage_warning(lines([0.0] * 199 + [1.9e-5]), warmup=10) is None
+    assert coverage_warning(lines([0.0] * 195 + [1.9e-5] * 5), warmup=10)["post_warmup_rounds"] == 5
 
 
 def test_uniform_run_is_flagged_in_the_log_summary_and_report(tmp_path):
