@@ -15,6 +15,7 @@ def _atomic_replace(path: str, mode: str, **open_kwargs) -> Iterator[IO]:
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; an output gets the mode open() would give it
         with os.fdopen(fd, mode, **open_kwargs) as handle:
             yield handle
             handle.flush()
@@ -25,6 +26,13 @@ def _atomic_replace(path: str, mode: str, **open_kwargs) -> Iterator[IO]:
             os.unlink(tmp)
         raise
     _fsync_directory(directory)
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and setting it back: there is no getter)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_text_writer(path: str):

@@ -134,3 +134,22 @@ def test_a_run_directory_that_cannot_be_written_is_refused(tmp_path, monkeypatch
     result = CliRunner().invoke(main, ARGS + ["--out", str(tmp_path / "run")])
     assert result.exit_code == 2 and "Read-only file system" in result.output, result.output
     assert result.output.strip().count("\n") == 0 and not (tmp_path / "run").exists()
+
+
+def test_outputs_get_the_mode_the_umask_gives_not_0600(tmp_path):
+    import stat
+
+    from hasfl_ray.files import atomic_write
+
+    old = os.umask(0o002)  # a shared group folder
+    try:
+        atomic_write(str(tmp_path / "shared.json"), b"{}")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "shared.json").st_mode) == 0o664
+
+
+def test_a_plugin_file_without_classes_says_it_defines_none(tmp_path):
+    (tmp_path / "p.py").write_text("x = 1\n")
+    result = CliRunner().invoke(main, ARGS + ["--algorithm", f"{tmp_path / 'p.py'}:Nope", "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2 and "defines none" in result.output and "one of \n" not in result.output
