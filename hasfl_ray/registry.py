@@ -125,7 +125,9 @@ def _load_spec(kind: str, spec: str) -> type:
     if cls is None:
         classes = sorted(n for n, v in vars(module).items() if isinstance(v, type) and v.__module__ == module.__name__)
         raise ConfigError(f"{kind} is {spec!r} but {location!r} has no class {class_name!r}; "
-                          + (expected_one_of(class_name, classes, "a class defined there: one of") if classes else
+                          + (expected_one_of(class_name, classes, "a class defined there: one of") if 0 < len(classes) <= 12
+                             else f"expected one of the {len(classes)} classes defined there, e.g. "
+                             f"{', '.join(classes[:4])}" if classes else
                              f"expected a class defined there, and {location!r} defines none"))
     check_subclass(kind, spec, cls)
     return cls

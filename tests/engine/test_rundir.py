@@ -153,3 +153,10 @@ def test_a_plugin_file_without_classes_says_it_defines_none(tmp_path):
     (tmp_path / "p.py").write_text("x = 1\n")
     result = CliRunner().invoke(main, ARGS + ["--algorithm", f"{tmp_path / 'p.py'}:Nope", "--out", str(tmp_path / "r")])
     assert result.exit_code == 2 and "defines none" in result.output and "one of \n" not in result.output
+
+
+def test_a_missing_class_among_many_names_some_of_them_not_simulate_help(tmp_path):
+    (tmp_path / "p.py").write_text("".join(f"class C{i}:\n    pass\n" for i in range(15)))
+    result = CliRunner().invoke(main, ARGS + ["--algorithm", f"{tmp_path / 'p.py'}:Nope", "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2 and "one of the 15 classes defined there, e.g. C0" in result.output
+    assert "simulate --help" not in result.output
