@@ -62,7 +62,9 @@ setup(
         # The simulator is built on Ray (the default backend): a plain `pip install hasfl-ray` brings it.
         "ray>=2.9",
     ],
-    extras_require={"ray": [], "test": ["pytest>=8", "hypothesis>=6.100"]},
+    extras_require={"ray": [], "test": ["pytest>=8", "hypothesis>=6.100"],
+                    # RUN/events/ for `tensorboard --logdir runs/` (written only when tensorboard imports)
+                    "tensorboard": ["tensorboard>=2.14"]},
     entry_points={"console_scripts": ["hasfl-ray=hasfl_ray.cli.main:main"]},
     ext_modules=ext_modules,
     cmdclass=cmdclass,

@@ -1,4 +1,4 @@
-"""The Engine: the round loop of DESIGN.md, identical for every backend."""
+"""The Engine: the round loop of docs/design.md, identical for every backend."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from hasfl_ray.engine.config import RunConfig, parse_fault
 from hasfl_ray.engine.guard import GuardedAlgorithm, PluginError, construct
 from hasfl_ray.engine.coverage import CAUSE as COVERAGE_CAUSE
 from hasfl_ray.engine.coverage import coverage_warning, frozen_streak_start, should_warn
+from hasfl_ray.engine.events import RunEvents
 from hasfl_ray.engine.factory import make_backend
 from hasfl_ray.engine.rundir import RunDirectory, RunLock, check_no_links, check_run_directory
 from hasfl_ray.engine.signals import StopSignals
@@ -121,6 +122,7 @@ class Engine:
         self.checkpoint: Optional[Checkpoint] = None
         self.elapsed_before = 0.0
         self.prepared = False
+        self.events: Optional[RunEvents] = None  # RUN/events/ while run() runs, when tensorboard imports
         self.stop_signals = StopSignals()  # replaced by the active one while run() runs
 
     def prepare(self) -> None:
@@ -204,6 +206,7 @@ class Engine:
                             self.rundir.create(c.to_dict(), self.backend.describe())
                         with self._writing("metrics.jsonl"):
                             self.rundir.reset_metrics(self.history)  # on resume: the lines up to the checkpoint
+                        self.events = RunEvents.open(self.rundir.path, first_round=len(self.history))
                     return self._loop()
                 except (TrainerError, PluginError) as error:
                     if log is not None:  # the sentence goes to the terminal (CLI); the traceback only here
@@ -211,6 +214,8 @@ class Engine:
                         log.flush()
                     raise
                 finally:
+                    if self.events is not None:
+                        self.events.close()
                     self.backend.shutdown()  # every actor and Ray process the run started, however it ends
         finally:
             if log is not None:
@@ -289,6 +294,8 @@ class Engine:
             if self.rundir:
                 with self._writing("metrics.jsonl"):
                     self.rundir.append_metrics(line)
+                if self.events is not None:
+                    self.events.write(line, self.algorithm)  # reads only: TensorBoard's view of the round
                 every = c.checkpoint_every
                 if every and ((t + 1) % every == 0 or t + 1 == c.rounds):
                     with self._writing("checkpoints/latest.pt"):

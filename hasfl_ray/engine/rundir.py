@@ -1,4 +1,4 @@
-"""The run directory contract: config.yaml, metrics.jsonl, clients.csv, summary.json (and checkpoints/)."""
+"""The run directory contract: config.yaml, metrics.jsonl, clients.csv, summary.json, log.txt, checkpoints/, events/."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ METRIC_KEYS = ("round", "test_accuracy", "test_loss", "avg_p", "coverage", "froz
 #: Names in a run directory that must not be symbolic links when a run starts or resumes: a write, the log or a
 #: read of the checkpoint would follow the link out of the run directory.
 NO_LINKS = ("config.yaml", "metrics.jsonl", "clients.csv", "summary.json", "log.txt", "checkpoints",
-            "checkpoints/latest.pt")
+            "checkpoints/latest.pt", "events")
 
 
 def check_run_directory(path: str) -> None:
