@@ -42,9 +42,8 @@ def apply_switches(flags: Dict[str, Any], no_coverage: bool, download: bool, fas
 
 def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str, Any] | None = None):
     """RunConfig from ``base`` (a resumed run's config.yaml), then the YAML file (if any), then the flags given."""
-    from hasfl_ray.engine.config import RunConfig, load_yaml_config
+    from hasfl_ray.engine.config import RunConfig, load_yaml_config, single_run_values
     from hasfl_ray.registry import parse_option_assignments
-    from hasfl_ray.sweep import single_run_values
 
     source = f"config file {config_file!r}" if config_file else "config"
     flags = dict(flags)

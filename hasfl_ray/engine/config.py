@@ -2,7 +2,9 @@
 
 It sits at the bottom of the package and knows no algorithm or dataset: names are plain strings here, checked and
 resolved through :mod:`hasfl_ray.registry` (built-ins and plug-ins alike) by :meth:`RunConfig.resolved`, which the
-command line and the Engine call."""
+command line and the Engine call. It also reads config files (:func:`load_yaml_config`), a sweep config's
+included: :func:`single_run_values` is the one run ``simulate --config`` takes from it, so a plain run needs no sweep
+code (:mod:`hasfl_ray.sweep` plans the cells)."""
 
 from __future__ import annotations
 
@@ -379,6 +381,68 @@ def load_yaml_config(path: str) -> Dict[str, Any]:
                               f"{key!r}); expected each key once")
         out[name], spelled[name] = value, key
     return out
+
+
+#: The key of a sweep config's ``sweep:`` block (hasfl_ray.sweep) and the keys that block takes.
+SWEEP_KEY = "sweep"
+SWEEP_FIELDS = ("reproduces", "datasets", "algorithms", "seeds", "per_dataset", "variants", "out")
+
+
+def split_sweep_config(values: Mapping[str, Any], source: str) -> Tuple[Optional[Dict[str, Any]], Dict[str, Any]]:
+    """(the ``sweep:`` block or None, the shared RunConfig keys) of a config file's mapping; one sentence when the
+    block is malformed."""
+    shared = {k: v for k, v in values.items() if k != SWEEP_KEY}
+    if SWEEP_KEY not in values:
+        return None, shared
+    block = values[SWEEP_KEY]
+    if not isinstance(block, dict):
+        raise ConfigError(f"{source} has a sweep block of type {type(block).__name__}; expected a mapping with keys "
+                          + ", ".join(SWEEP_FIELDS))
+    block = {str(k).replace("-", "_"): v for k, v in block.items()}
+    unknown = sorted(set(block) - set(SWEEP_FIELDS))
+    if unknown:
+        raise ConfigError(f"{source} has unknown sweep key {unknown[0]!r}; expected one of {', '.join(SWEEP_FIELDS)}")
+    for name in ("per_dataset", "variants"):
+        mapping = block.get(name) or {}
+        if not isinstance(mapping, dict) or not all(isinstance(v, dict) for v in mapping.values()):
+            raise ConfigError(f"{source} has sweep.{name} {mapping!r}; expected a mapping of names to mappings of "
+                              "config keys")
+        block[name] = {str(k): {str(kk).replace("-", "_"): vv for kk, vv in v.items()} for k, v in mapping.items()}
+    return block, shared
+
+
+def sweep_list(value: Any, name: str, source: str) -> List[Any]:
+    """A sweep block's ``datasets``/``algorithms``/``seeds`` entry as a list (empty when absent; one value as a
+    list of one); one sentence when it is neither one value nor a non-empty list."""
+    if value is None:
+        return []
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        return [value]
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{source} has sweep.{name} {value!r}; expected a non-empty list")
+    return value
+
+
+def single_run_values(values: Mapping[str, Any], flags: Dict[str, Any], source: str) -> Dict[str, Any]:
+    """The RunConfig keys ``simulate --config`` takes from a config file: a plain one as it is; a sweep config's
+    shared keys, then the ``per_dataset`` keys of the dataset run (``--dataset``, else the sweep's first), then the
+    keys of the variant ``--algorithm`` names, with the sweep's first algorithm and seed as defaults. An
+    ``--algorithm`` flag naming a variant is replaced in ``flags`` by the algorithm the variant runs."""
+    block, shared = split_sweep_config(values, source)
+    if block is None:
+        return shared
+    datasets = sweep_list(block.get("datasets"), "datasets", source) or [shared.get("dataset", "digits")]
+    algorithms = sweep_list(block.get("algorithms"), "algorithms", source) or [shared.get("algorithm", "hasfl")]
+    seeds = sweep_list(block.get("seeds"), "seeds", source) or [shared.get("seed", 42)]
+    dataset = flags.get("dataset") or datasets[0]
+    algorithm = flags.get("algorithm") or algorithms[0]
+    result = {**shared, "dataset": dataset, "seed": seeds[0],
+              **block["per_dataset"].get(dataset, {})}
+    variant = block["variants"].get(algorithm)
+    result.update(variant if variant is not None else {"algorithm": algorithm})
+    if variant is not None and flags.get("algorithm") == algorithm:
+        flags["algorithm"] = result.get("algorithm", "hasfl")
+    return result
 
 
 def budget_from_run(run_dir: str) -> float:

@@ -1,7 +1,7 @@
 """Sweep cells as Ray tasks: each cell a local-backend run inside one task that asks for the resources the run
 needs (``trainer_threads`` CPUs, a GPU or ``--gpus-per-actor`` of one for a CUDA run). Ray queues the tasks that do
 not fit, so as many cells run at once as the cluster has room for. The orchestration (cells, dependencies, skip and
-resume) is :mod:`hasfl_ray.sweep`; this is only its executor."""
+resume) is the package :mod:`hasfl_ray.sweep`; this is only its executor."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import ray
 
 from hasfl_ray.simulation import quiet_token_notice
+from hasfl_ray.sweep.plan import Cell
+from hasfl_ray.sweep.run import execute_cell, failure_message
 
 
 def _run_cell(cell: Dict[str, Any], force: bool, cwd: str) -> Dict[str, Any]:
     """The body of a cell's task: the cell's run, in the driver's working directory (relative paths agree)."""
-    from hasfl_ray.sweep import execute_cell, failure_message
-
     os.chdir(cwd)
     try:
         return execute_cell(cell, force, progress=False)
@@ -26,7 +26,8 @@ def _run_cell(cell: Dict[str, Any], force: bool, cwd: str) -> Dict[str, Any]:
 
 class RayExecutor:
     """Submits cells as Ray tasks to the running Ray instance (``ray.init`` here when none runs: ``address`` joins a
-    cluster, None starts one on this machine) and hands back results as they finish."""
+    cluster, None starts one on this machine) and hands back results as they finish (a
+    :class:`hasfl_ray.sweep.run.Executor`)."""
 
     def __init__(self, address: Optional[str] = None, gpus_per_task: Optional[float] = None, force: bool = False,
                  cells_per_gpu: Optional[int] = None):
@@ -41,7 +42,7 @@ class RayExecutor:
         self.remote = ray.remote(_run_cell)
         self.refs: Dict[Any, str] = {}
 
-    def resources(self, cell) -> Tuple[int, float]:
+    def resources(self, cell: Cell) -> Tuple[int, float]:
         """(num_cpus, num_gpus) of a cell's task: its trainer threads, and a GPU (or the given fraction) when it
         runs on CUDA (device cuda, or auto on a cluster that has GPUs)."""
         values = cell.values
@@ -57,7 +58,7 @@ class RayExecutor:
         share = f"; a CUDA cell takes {gpus:g} GPU ({round(1 / gpus)} per GPU)" if gpus < 1 else ""
         return f"one Ray task per cell{share}"
 
-    def submit(self, cell) -> None:
+    def submit(self, cell: Cell) -> None:
         cpus, gpus = self.resources(cell)
         ref = self.remote.options(num_cpus=cpus, num_gpus=gpus, name=f"sweep:{cell.name}", max_retries=0) \
             .remote(cell.to_dict(), self.force, os.getcwd())

@@ -1,0 +1,186 @@
+"""Running a planned sweep: each cell to its end (skipped, resumed or started), through an executor that runs cells
+one after another here (:class:`LocalExecutor`) or elsewhere (:class:`hasfl_ray.simulation.sweep.RayExecutor`, one
+Ray task per cell), dependants after the cell they wait for, and the status lines of the cells that end."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Tuple
+
+from hasfl_ray.analysis.report import read_run, write_analysis
+from hasfl_ray.engine import Engine
+from hasfl_ray.engine.config import RunConfig
+from hasfl_ray.engine.rundir import clear_run_directory
+from hasfl_ray.errors import ConfigError
+from hasfl_ray.sweep.plan import FINISHED, Cell, Sweep
+from hasfl_ray.sweep.state import cell_state, reuse_finished_run, write_sweep_json
+
+
+def execute_cell(cell: Mapping[str, Any], force: bool = False, progress: bool = False) -> Dict[str, Any]:
+    """Run one cell to its end (skip, resume from its checkpoint, or start it); returns
+    ``{name, status, summary, from_round, wall_s}``. Raises what the run raises."""
+    start = time.perf_counter()
+    state = cell_state(cell, force)
+    run_dir = cell["dir"]
+    if state == "finished":
+        with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as handle:
+            return {"name": cell["name"], "status": "skipped", "summary": json.load(handle), "from_round": None,
+                    "wall_s": 0.0}
+    if state == "redo":
+        clear_run_directory(run_dir)  # only what a run wrote; a folder with anything else is refused
+    config = RunConfig.from_dict(cell["values"], f"sweep cell {cell['name']}").resolved()
+    resume = state == "interrupted"
+    engine = Engine(config, out_dir=run_dir, progress=progress, resume=resume)
+    engine.prepare()
+    from_round = len(engine.history)
+    summary = engine.run()
+    write_cell_analysis(run_dir)
+    return {"name": cell["name"], "status": "resumed" if resume else "done", "summary": summary,
+            "from_round": from_round, "wall_s": time.perf_counter() - start}
+
+
+def write_cell_analysis(run_dir: str) -> None:
+    """The Table 5 analysis block in the finished run's summary.json (runs with H̃ estimates only)."""
+    write_analysis(read_run(run_dir))
+
+
+def failure_message(error: BaseException) -> str:
+    """One line for a failed cell: the sentence of a ConfigError, else the exception and where it was raised."""
+    if isinstance(error, ConfigError):
+        return str(error)
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
+    return f"{type(error).__name__}: {error}{where}"
+
+
+# ------------------------------------------------------------------------------------------------------ executors
+
+class Executor(Protocol):
+    """What runs a sweep's cells: :class:`LocalExecutor` here, :class:`hasfl_ray.simulation.sweep.RayExecutor` as
+    Ray tasks. A cell's result is :func:`execute_cell`'s, or ``{name, status: "failed", error}`` (one line) for a
+    cell that raised: one failed cell never stops the others."""
+
+    def submit(self, cell: Cell) -> None:
+        """Start ``cell`` (or queue it until there is room)."""
+
+    def wait(self, on_idle: Optional[Callable[[], None]] = None) -> Tuple[str, Dict[str, Any]]:
+        """(name, result) of the next submitted cell to end; ``on_idle`` may run now and then until then."""
+
+    def shutdown(self) -> None:
+        """Stop what still runs and release what the executor holds (called once, at the end of the sweep)."""
+
+    def describe(self) -> str:
+        """How cells run, for the sweep's first line."""
+
+
+class LocalExecutor:
+    """Runs cells one after another in this process (``--backend local``, or where Ray is not installed)."""
+
+    def __init__(self, force: bool = False, progress: bool = False):
+        self.force, self.progress = force, progress
+        self.queue: List[Cell] = []
+
+    def describe(self) -> str:
+        """How cells run, for the sweep's first line."""
+        return "one cell after another"
+
+    def submit(self, cell: Cell) -> None:
+        self.queue.append(cell)
+
+    def wait(self, on_idle: Optional[Callable[[], None]] = None) -> Tuple[str, Dict[str, Any]]:
+        cell = self.queue.pop(0)
+        try:
+            return cell.name, execute_cell(cell.to_dict(), self.force, self.progress)
+        except Exception as error:  # one failed cell never stops the others
+            return cell.name, {"name": cell.name, "status": "failed", "error": failure_message(error)}
+
+    def shutdown(self) -> None:
+        pass
+
+
+# ------------------------------------------------------------------------------------------------------ the runner
+
+def run_sweep(sweep: Sweep, executor: Executor,
+              on_result: Callable[[Cell, Dict[str, Any]], None] = lambda c, r: None,
+              force: bool = False, on_start: Callable[[Optional[Cell]], None] = lambda c: None) -> Dict[str, str]:
+    """Run every cell through ``executor`` (``submit(cell)``, ``wait() -> (name, result)``), dependants after the
+    cell they wait for; finished cells are skipped here without reaching the executor. Returns name -> status."""
+    pending = list(sweep.cells)
+    running = set()
+    write_sweep_json(sweep)
+
+    def finish(cell: Cell, result: Dict[str, Any]) -> None:
+        cell.status = result["status"]
+        cell.message = result.get("error", "")
+        write_sweep_json(sweep)
+        on_result(cell, result)
+
+    try:
+        while pending or running:
+            for cell in list(pending):
+                dependency = sweep.cell(cell.depends_on) if cell.depends_on else None
+                if dependency is not None and dependency.status in ("failed", "blocked"):
+                    pending.remove(cell)
+                    finish(cell, {"status": "blocked", "error": f"the HAS-FL cell it takes its budget from, "
+                                                                f"{dependency.name}, did not finish"})
+                    continue
+                if dependency is not None and dependency.status not in FINISHED:
+                    continue
+                pending.remove(cell)
+                try:
+                    state = cell_state(cell.to_dict(), force)
+                except Exception as error:
+                    finish(cell, {"status": "failed", "error": failure_message(error)})
+                    continue
+                if state == "finished":
+                    finish(cell, execute_cell(cell.to_dict(), force))
+                    continue
+                reused = reuse_finished_run(cell.to_dict(), sweep.out) if state == "new" else None
+                if reused is not None:
+                    finish(cell, reused)
+                    continue
+                cell.status = "running"
+                executor.submit(cell)
+                running.add(cell.name)
+                on_start(cell)
+            if running:
+                name, result = executor.wait(on_idle=lambda: on_start(None))
+                running.discard(name)
+                finish(sweep.cell(name), result)
+            elif pending:  # every pending cell waits for one that can no longer run
+                raise RuntimeError("sweep dependencies form a cycle")  # not reachable from plan_sweep
+    finally:
+        executor.shutdown()
+        write_sweep_json(sweep)
+    return {c.name: c.status for c in sweep.cells}
+
+
+# ------------------------------------------------------------------------------------------------- status text
+
+def describe_result(cell: Cell, result: Mapping[str, Any]) -> str:
+    """One status line for a cell that ended."""
+    status = result["status"]
+    if status == "failed":
+        return f"{cell.name}: failed: {result['error']}"
+    if status == "blocked":
+        return f"{cell.name}: blocked: {result['error']}"
+    summary = result.get("summary") or {}
+    numbers = (f"best {summary.get('best_accuracy', float('nan')):.4f}, final "
+               f"{summary.get('final_accuracy', float('nan')):.4f}, avg p {summary.get('avg_p', float('nan')):.3f}")
+    if status == "skipped":
+        return f"{cell.name}: skipped (finished earlier: {numbers})"
+    if status == "reused":
+        return f"{cell.name}: reused the finished run {result.get('source', '')} (same config: {numbers})"
+    resumed = f" (resumed after round {result['from_round']})" if status == "resumed" else ""
+    return f"{cell.name}: {status} in {result.get('wall_s', 0.0):.1f} s{resumed}: {numbers}"
+
+
+def sweep_summary_line(statuses: Mapping[str, str]) -> str:
+    """``3 done, 1 skipped``: how many cells ended with each status."""
+    counts: Dict[str, int] = {}
+    for status in statuses.values():
+        counts[status] = counts.get(status, 0) + 1
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
