@@ -11,7 +11,7 @@ import torch
 
 from hasfl_ray.cli.main import main
 from hasfl_ray.ops import aggregate as ops
-from hasfl_ray.ops.benchmark import MODELS, CaseResult, run_case
+from hasfl_ray.bench.aggregate import MODELS, CaseResult, run_case
 
 MODEL_LABELS = {"emnist": "EMNIST CNN", "cifar10": "CIFAR-10 CNN", "shakespeare": "Shakespeare LSTM"}
 

@@ -1,4 +1,5 @@
-"""Test helpers of the aggregation tests: a float64 oracle with explicit masks, and random federations."""
+"""Test helpers of the aggregation tests: a float64 oracle with explicit masks, random federations, and the
+agreement of the implementations `hasfl-ray bench aggregate` times with the reference."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+
+from hasfl_ray.bench.aggregate import implementations, make_federation
 
 
 def global_indices(full: Sequence[int], packed: Sequence[int], blocks: int = 1,
@@ -137,3 +140,20 @@ def random_federation(seed: int, num_clients: int, dtype: torch.dtype = torch.fl
         offsets.append(client_offsets)
     weights = [float(w) for w in rng.uniform(0.1, 100.0, num_clients)]
     return Federation(shapes, updates, weights, blocks, offsets if rolling else None)
+
+
+def check_agreement(model: str = "digits", num_clients: int = 6, device: str = "cpu") -> float:
+    """Largest relative difference of Δ̄ and the norms between every implementation and the reference."""
+    federation = make_federation(model, num_clients, device=device, dtype=torch.float64)
+    runs = implementations(federation)
+    runs.pop("fused kernel", None)
+    reference = runs.pop("reference")()
+    worst = 0.0
+    for run in runs.values():
+        result = run()
+        for name, expected in reference.delta.items():
+            scale = float(expected.abs().max()) or 1.0
+            worst = max(worst, float((result.delta[name] - expected).abs().max()) / scale)
+        for got, expected in ((result.div_num, reference.div_num), (result.div_den, reference.div_den)):
+            worst = max(worst, float(((got.cpu() - expected).abs() / expected.abs().clamp_min(1e-30)).max()))
+    return worst

@@ -6,9 +6,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from aggregation_cases import check_agreement
 from hasfl_ray.cli.main import main
 from hasfl_ray.ops import aggregate as ops
-from hasfl_ray.ops.benchmark import check_agreement
 
 
 def test_info_json_reports_extension_versions_and_devices():

@@ -2,18 +2,18 @@
 
 Used by ``hasfl-ray bench aggregate`` and ``benchmarks/bench_aggregate.py``. Every implementation here
 computes the full result (Δ̄, both per-client norms, covered fraction) from the same packed updates, so
-the timings compare like with like. Effective bandwidth counts the bytes that must move: every packed
+the timings compare like with like (``check_agreement`` in tests/aggregation/aggregation_cases.py holds them to
+the reference). Effective bandwidth counts the bytes that must move: every packed
 client byte read once plus the global output written once.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import statistics
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -21,15 +21,11 @@ import torch
 from hasfl_ray.aggregation import aggregate_updates, validate_inputs
 from hasfl_ray.aggregation.reference import aggregate_reference
 from hasfl_ray.aggregation.result import AggregateResult
+from hasfl_ray.data.partition import TIER_PROBABILITIES, TIERS
 from hasfl_ray.models import build_model, gate_blocks_of
 from hasfl_ray.models.slicing import region
 from hasfl_ray.ops import aggregate as ops
 
-logger = logging.getLogger(__name__)
-
-#: The paper's capacity tiers and how often each occurs (mean width 0.525).
-TIERS = (0.25, 0.5, 0.75, 1.0)
-TIER_PROBABILITIES = (0.40, 0.25, 0.20, 0.15)
 #: Benchmarked models: the dataset names of :func:`hasfl_ray.models.build_model`.
 MODELS = ("emnist", "cifar10", "shakespeare")
 
@@ -64,7 +60,8 @@ class Federation:
 
 def make_federation(model: str, num_clients: int, device: str = "cpu", seed: int = 0,
                     dtype: torch.dtype = torch.float32) -> Federation:
-    """Random packed updates of ``num_clients`` clients of ``model`` with widths drawn at the tier mix."""
+    """Random packed updates of ``num_clients`` clients of ``model`` with widths drawn at the paper's tier mix
+    (:data:`hasfl_ray.data.partition.TIERS` with :data:`~hasfl_ray.data.partition.TIER_PROBABILITIES`)."""
     specs = build_model(model).param_specs()
     rng = np.random.default_rng(seed)
     widths = tuple(float(p) for p in rng.choice(TIERS, size=num_clients, p=TIER_PROBABILITIES))
@@ -448,20 +445,3 @@ def run_case(model: str, num_clients: int, device: str = "cpu", repeats: int = 5
     return CaseResult(model, num_clients, device, federation.packed_bytes / 1e6, federation.output_bytes / 1e6,
                       2 * probe_bytes / statistics.median(copy_samples) / 1e9,
                       probe_bytes / statistics.median(sum_samples) / 1e9, timings)
-
-
-def check_agreement(model: str = "digits", num_clients: int = 6, device: str = "cpu") -> float:
-    """Largest relative difference of Δ̄ and the norms between every implementation and the reference."""
-    federation = make_federation(model, num_clients, device=device, dtype=torch.float64)
-    runs = implementations(federation)
-    runs.pop("fused kernel", None)
-    reference = runs.pop("reference")()
-    worst = 0.0
-    for run in runs.values():
-        result = run()
-        for name, expected in reference.delta.items():
-            scale = float(expected.abs().max()) or 1.0
-            worst = max(worst, float((result.delta[name] - expected).abs().max()) / scale)
-        for got, expected in ((result.div_num, reference.div_num), (result.div_den, reference.div_den)):
-            worst = max(worst, float(((got.cpu() - expected).abs() / expected.abs().clamp_min(1e-30)).max()))
-    return worst

@@ -1,0 +1,3 @@
+"""The timing harnesses behind ``hasfl-ray bench`` (one module per subcommand), kept out of the library they time:
+:mod:`hasfl_ray.bench.aggregate` times the fused aggregation against pure-torch implementations of the same result.
+Nothing outside the command line imports this package."""
