@@ -9,7 +9,6 @@ from typing import List, Sequence
 import click
 import torch
 
-from hasfl_ray.cli.main import main
 from hasfl_ray.ops import aggregate as ops
 from hasfl_ray.bench.aggregate import MODELS, CaseResult, run_case
 
@@ -61,7 +60,7 @@ def format_case(case: CaseResult) -> str:
     return "\n".join(lines)
 
 
-@main.group()
+@click.group()
 def bench() -> None:
     """Throughput benchmarks (one subcommand each); figures are recorded in benchmarks/RESULTS.md."""
 

@@ -6,13 +6,12 @@ import json
 
 import click
 
-from hasfl_ray.cli.main import main
 from hasfl_ray.models import cost_table
 
 COST_MODELS = ("cifar10", "emnist", "shakespeare", "digits", "synthetic")
 
 
-@main.command()
+@click.command()
 @click.option("--model", "model_name", type=click.Choice(COST_MODELS), required=True,
               help="Which model's cost table to print.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {p, params, macs, upload_mb}.")

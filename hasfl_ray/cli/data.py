@@ -8,7 +8,6 @@ from typing import Any, Dict
 import click
 
 from hasfl_ray.cli.common import user_errors
-from hasfl_ray.cli.main import main
 from hasfl_ray.data import DATASETS
 
 
@@ -30,7 +29,7 @@ def partition_summary(dataset_name: str, data_dir: str | None, download: bool, c
             "test_size": dataset.test_size, "seed": seed, "alpha": alpha, "clients": rows}
 
 
-@main.group()
+@click.group()
 def data() -> None:
     """Inspect datasets and their federated partitions."""
 

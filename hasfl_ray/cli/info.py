@@ -10,7 +10,6 @@ import click
 import torch
 
 from hasfl_ray import __version__
-from hasfl_ray.cli.main import main
 from hasfl_ray.ops import aggregate as ops
 from hasfl_ray.training.determinism import apply_determinism
 
@@ -58,7 +57,7 @@ def _yes_no(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-@main.command()
+@click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 def info(as_json: bool) -> None:
     """Print versions, devices, and whether hasfl_ray._C and its CPU/CUDA kernels are available."""

@@ -1,4 +1,8 @@
-"""The `hasfl-ray` console script: a click group whose subcommands live one module each in this package."""
+"""The `hasfl-ray` console script: a click group whose subcommands live one module each in this package, plain click
+commands that know nothing of the group; they are all added to it here, in one place.
+
+A command imports the subsystem it runs (the engine, the sweep package, the analysis with scipy, Ray) inside the
+command, so `hasfl-ray --help` and every command load only what they use."""
 
 from __future__ import annotations
 
@@ -7,6 +11,13 @@ import sys
 import click
 
 from hasfl_ray import __version__
+from hasfl_ray.cli.bench import bench
+from hasfl_ray.cli.cost import cost
+from hasfl_ray.cli.data import data
+from hasfl_ray.cli.info import info
+from hasfl_ray.cli.report import analyze, plot, report
+from hasfl_ray.cli.simulate import simulate
+from hasfl_ray.cli.sweep import sweep
 
 
 class OneSentenceGroup(click.Group):
@@ -35,11 +46,7 @@ def main() -> None:
     """hasfl-ray: simulate HAS-FL and sub-model federated learning baselines."""
 
 
-def _register() -> None:
-    # Each module adds its commands to `main`; imported here so `hasfl-ray --help` lists them all.
-    from hasfl_ray.cli import cost, data, report, simulate  # noqa: F401
-    from hasfl_ray.cli import sweep  # noqa: F401  (after simulate: it reuses simulate's options)
-    from hasfl_ray.cli import bench, info  # noqa: F401
-
-
-_register()
+#: Every command of `hasfl-ray` (its --help lists them sorted by name).
+COMMANDS = (simulate, sweep, report, analyze, plot, cost, data, info, bench)
+for _command in COMMANDS:
+    main.add_command(_command)

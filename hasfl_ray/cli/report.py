@@ -9,7 +9,6 @@ import os
 import click
 
 from hasfl_ray.cli.common import user_errors
-from hasfl_ray.cli.main import main
 from hasfl_ray.errors import ConfigError
 
 
@@ -41,7 +40,7 @@ def sweep_description(paths):
     return {}
 
 
-@main.command()
+@click.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--out", "out_dir", type=click.Path(),
@@ -105,7 +104,7 @@ def _echo_confound(analysis) -> None:
                        f"{', '.join(str(s) for s in row['seeds'])}: {row['verdict']}")
 
 
-@main.command()
+@click.command()
 @click.argument("runs", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: runs (per run) and pooled (over seeds).")
 @user_errors
@@ -131,7 +130,7 @@ def analyze(runs, as_json) -> None:
         click.echo(f"verdict, {row['run']}: {row['verdict']}")
 
 
-@main.command()
+@click.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--out", "out_dir", default="figures", show_default=True, help="Folder for the PNG files.")
 @user_errors

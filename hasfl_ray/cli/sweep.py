@@ -5,17 +5,16 @@ from __future__ import annotations
 import sys
 
 import click
+from tqdm import tqdm
 
 from hasfl_ray.cli.common import setup_logging, user_errors
-from hasfl_ray.cli.main import main
-from hasfl_ray.cli.simulate import apply_switches, simulate
+from hasfl_ray.cli.options import apply_switches, default_backend, run_options
 from hasfl_ray.errors import ConfigError
+from hasfl_ray.registry import parse_option_assignments
+from hasfl_ray.simulation import require_ray
 
-#: simulate's options that a sweep defines itself (or has no use for).
-_OWN = ("config_file", "out", "force", "resume", "quiet", "verbose", "fault_inject")
 
-
-@main.command()
+@click.command()
 @click.argument("config", type=str)
 @click.option("--seeds", help="Seeds to run, e.g. 42,43 (default: the config's seeds).")
 @click.option("--algorithms", help="Algorithms (or the config's variants) to run, e.g. hasfl,random-budget "
@@ -30,6 +29,9 @@ _OWN = ("config_file", "out", "force", "resume", "quiet", "verbose", "fault_inje
                    "see the README's GPU section for the measured cells per hour).")
 @click.option("--quiet", is_flag=True, help="No progress bar (status lines still print).")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
+# every simulate flag but --config, --out, --force, --resume, --quiet and -v (the sweep's own) overrides all cells;
+# --seed/--algorithm/--dataset name a single seed, algorithm or dataset
+@run_options()
 @user_errors
 def sweep(config, seeds, algorithms, datasets, out, force, cells_per_gpu, quiet, verbose, no_coverage, download,
           fast_nondeterministic, **flags) -> None:
@@ -40,7 +42,7 @@ def sweep(config, seeds, algorithms, datasets, out, force, cells_per_gpu, quiet,
     --device cuda), or one after another with --backend local or without Ray. Finished cells are skipped and an
     interrupted cell resumes from its checkpoint, so running the same command again resumes a sweep. random-budget
     cells wait for the HAS-FL cell of their dataset and seed and take its post-warm-up average width as budget."""
-    from hasfl_ray.sweep import check_conflicts, parse_list, plan_sweep
+    from hasfl_ray.sweep import check_conflicts, parse_list, plan_sweep  # the sweep package: only `sweep` loads it
 
     setup_logging(verbose)
     seed_list = parse_list(seeds, "seeds", integer=True)
@@ -58,8 +60,6 @@ def sweep(config, seeds, algorithms, datasets, out, force, cells_per_gpu, quiet,
             else:
                 dataset_list = [single]
     apply_switches(flags, no_coverage, download, fast_nondeterministic)
-    from hasfl_ray.registry import parse_option_assignments
-
     options = parse_option_assignments(flags.pop("algo_opt", None))  # merged over the config's algorithm_options
     if options:
         flags["algorithm_options"] = options
@@ -86,7 +86,6 @@ def sweep(config, seeds, algorithms, datasets, out, force, cells_per_gpu, quiet,
 
 
 def _executor(backend, address, gpus_per_actor, force, quiet, cells_per_gpu=None):
-    from hasfl_ray.cli.simulate import default_backend
     from hasfl_ray.sweep import LocalExecutor
 
     ray_options = address is not None or gpus_per_actor is not None or cells_per_gpu is not None
@@ -96,17 +95,13 @@ def _executor(backend, address, gpus_per_actor, force, quiet, cells_per_gpu=None
             raise ConfigError("--address, --gpus-per-actor and --cells-per-gpu place Ray tasks, but backend is "
                               "'local'; expected --backend ray or none of them")
         return LocalExecutor(force=force, progress=not quiet)  # the running cell's own round bar below the sweep's
-    from hasfl_ray.simulation import require_ray
-
     require_ray()
-    from hasfl_ray.simulation.sweep import RayExecutor
+    from hasfl_ray.simulation.sweep import RayExecutor  # imports Ray
 
     return RayExecutor(address=address, gpus_per_task=gpus_per_actor, force=force, cells_per_gpu=cells_per_gpu)
 
 
 def _run(plan, executor, force, quiet):
-    from tqdm import tqdm
-
     from hasfl_ray.sweep import describe_result, rounds_done, run_sweep, sweep_summary_line
 
     what = f" ({plan.reproduces})" if plan.reproduces else ""
@@ -136,8 +131,3 @@ def _run(plan, executor, force, quiet):
         bar.close()
     click.echo(f"sweep done: {sweep_summary_line(statuses)}")
     return statuses
-
-
-# Every simulate flag is an override of the sweep (--config, --out, --force, --resume, --quiet and -v are the
-# sweep's own; --seed/--algorithm/--dataset name a single seed, algorithm or dataset).
-sweep.params.extend(p for p in simulate.params if p.name not in _OWN)

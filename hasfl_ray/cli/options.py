@@ -1,0 +1,145 @@
+"""The options `simulate` and `sweep` share: every RunConfig key a run takes from the command line, declared once and
+applied to both commands by :func:`run_options`, and what the shared switches and ``--backend`` turn into."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict
+
+import click
+
+from hasfl_ray.errors import ConfigError
+from hasfl_ray.simulation import ray_available, require_ray
+
+#: Where a command's own options go among the shared ones (:func:`run_options`): after --checkpoint-every, where
+#: simulate's --resume always stood in its --help.
+_OWN = object()
+
+#: The shared options, in --help order.
+RUN_OPTIONS = (
+    click.option("--dataset", help="digits (embedded, default), emnist, cifar10, shakespeare, synthetic, or a plug-in: "
+                                   "FILE.py:Class or MODULE:Class (README, \"Bring your own policy\")."),
+    click.option("--data-dir", type=click.Path(), help="Where the dataset lives (a torchvision root for images)."),
+    click.option("--download", is_flag=True, default=None, help="Download the dataset if it is missing."),
+    click.option("--algorithm", help="hasfl (default), heterofl, fjord, uniform, random-budget, fedavg, fedprox, "
+                                     "scaffold or fedrolex (the README's algorithm table), or a plug-in: FILE.py:Class "
+                                     "or MODULE:Class subclassing hasfl_ray.Algorithm."),
+    click.option("--algo-opt", multiple=True, metavar="KEY=VALUE",
+                 help="An option of a plug-in algorithm (its options dataclass); repeat for several. Overrides the "
+                      "YAML's algorithm_options mapping."),
+    click.option("--rounds", type=int, help="Communication rounds T (default: the dataset's protocol)."),
+    click.option("--clients", type=int, help="Number of clients N (default 20)."),
+    click.option("--clients-per-round", type=int, help="Participants sampled per round (default 10)."),
+    click.option("--seed", type=int,
+                 help="Seed of partition, tiers, initialisation, sampling and training (default 42)."),
+    click.option("--alpha", type=float, help="Dirichlet label-skew concentration (default 0.3)."),
+    click.option("--synthetic-alpha", type=float, help="Synthetic(alpha, beta): labeller heterogeneity (default 1)."),
+    click.option("--synthetic-beta", type=float, help="Synthetic(alpha, beta): input heterogeneity (default 1)."),
+    click.option("--local-epochs", type=int, help="Local epochs K (default: the dataset's protocol)."),
+    click.option("--batch-size", type=int, help="Local batch size (default 32)."),
+    click.option("--lr", type=float, help="Initial local learning rate, decayed x0.995 per round."),
+    click.option("--momentum", type=float, help="Local SGD momentum (default 0.9; 0 for scaffold)."),
+    click.option("--p-min", type=float, help="HAS-FL base capacity p_min (default 0.4)."),
+    click.option("--gamma", type=float, help="HAS-FL sensitivity gamma (default 0.25)."),
+    click.option("--beta", type=float, help="HAS-FL EMA factor beta (default 0.9)."),
+    click.option("--t-adapt", type=int, help="HAS-FL adaptation interval (default 5)."),
+    click.option("--warmup", type=int, help="HAS-FL warm-up rounds (default 10)."),
+    click.option("--t-norm", type=int, help="HAS-FL normalisation interval (default 20)."),
+    click.option("--estimator", type=click.Choice(["masked", "common-core"]),
+                 help="HAS-FL divergence estimator: masked (default; each client's own coordinates) or common-core "
+                      "(only the coordinates every participant of the round covers)."),
+    click.option("--tier-counts", metavar="N1,N2,N3,N4",
+                 help="Clients per capacity tier p^max 0.25,0.5,0.75,1.0 (default: the text's 8,5,4,3 of 20; "
+                      "4,10,3,3 is the mix of the paper's own runs)."),
+    click.option("--no-coverage", is_flag=True, default=False,
+                 help="Disable the coverage guarantee of hasfl and random-budget (ablation)."),
+    click.option("--mu", type=float, help="FedProx proximal weight mu (default 1.0)."),
+    click.option("--budget", type=float, help="random-budget's target average width after warm-up (default: HAS-FL's "
+                                             "allocation under equal estimates, 0.505 for 20 clients)."),
+    click.option("--budget-from", type=click.Path(), help="random-budget: take the target from RUN/summary.json's "
+                                                          "avg_p_post_warmup (e.g. a HAS-FL run directory, "
+                                                          "same seed)."),
+    click.option("--heterofl-weighting", type=click.Choice(["samples", "count"]),
+                 help="heterofl aggregation weights: samples n_i (default, the paper's) or count "
+                      "(HeteroFL's original)."),
+    click.option("--fjord-distill-weight", type=float, help="FjORD self-distillation weight (default 1.0)."),
+    click.option("--scaffold-global-lr", type=float, help="SCAFFOLD global learning rate eta_g (default 1.0)."),
+    click.option("--rolex-step", type=int, help="FedRolex: channels the window advances per round (default 1)."),
+    click.option("--control-variates-dir", type=click.Path(),
+                 help="SCAFFOLD: keep per-client control variates on disk there instead of in memory."),
+    click.option("--backend", help="ray (default where Ray is installed) or local (one process, no Ray)."),
+    click.option("--actors", type=int, help="Ray trainer actors (default: one per GPU with --device cuda, else one "
+                                            "per --trainer-threads CPU cores of the cluster)."),
+    click.option("--gpus-per-actor", type=float, help="GPUs per trainer actor with --device cuda; fractions share a "
+                                                      "GPU (default 0.9, leaving 0.1 for the server actor)."),
+    click.option("--address", help="Join a running Ray cluster (HOST:PORT, ray://HOST:PORT or auto) instead of "
+                                   "starting one on this machine."),
+    click.option("--checkpoint-every", type=int, help="Checkpoint every N rounds and after the last (default 10; "
+                                                      "0 disables)."),
+    _OWN,
+    click.option("--aggregation-backend", help="auto (fused kernel when built), fused or reference."),
+    click.option("--trainer-threads", type=int, help="CPU threads per trainer (fixed for determinism, default 1)."),
+    click.option("--device", help="Torch device of trainers and server: auto (default: cuda where a GPU is visible, "
+                                   "else cpu), cpu or cuda (Ray trainers each get a GPU or --gpus-per-actor of one)."),
+    click.option("--client-batching", metavar="[auto|on|off]",
+                 help="Train the clients of one width as one batched computation per local step: auto (default: on "
+                      "for --device cuda, off on CPU), on or off. Agrees with one-at-a-time training to float "
+                      "tolerance; recorded in config.yaml."),
+    click.option("--cuda-graphs", metavar="[auto|on|off]",
+                 help="Capture a whole local step (forward, backward, clip, SGD) once as a CUDA graph and replay it, "
+                      "for the clients trained one at a time with plain cross-entropy: auto (default: on for --device "
+                      "cuda, off on CPU), on or off. On a CPU, on runs the same static-buffer step eagerly (identical "
+                      "results); recorded in config.yaml."),
+    click.option("--fast-nondeterministic", is_flag=True, default=False,
+                 help="On CUDA: let cuDNN autotune, use TF32 convolutions (torch's default; off by default here, "
+                      "for exact float32) and torch use nondeterministic kernels (faster, but two runs of one config "
+                      "no longer match bit for bit). No effect on CPU results."),
+    click.option("--eval-batch-size", type=int, help="Evaluation batch size (default 500)."),
+    click.option("--eval-samples", type=int,
+                 help="Evaluate on a seeded random subset of this many test samples, the same every round and on every "
+                      "backend (default: the whole test set; 0 = the whole test set; more than the test set holds = "
+                      "the whole test set)."),
+)
+
+
+def run_options(*own: Callable) -> Callable:
+    """A decorator that adds every shared run option to a click command, in :data:`RUN_OPTIONS` order, with the
+    command's ``own`` options (click.option decorators) after --checkpoint-every. Options a command lists before
+    or after these are decorated above or below it as usual."""
+    options = [o for option in RUN_OPTIONS for o in (own if option is _OWN else (option,))]
+
+    def apply(command: Callable) -> Callable:
+        for option in reversed(options):  # click lists the decorator applied last first
+            command = option(command)
+        return command
+
+    return apply
+
+
+def apply_switches(flags: Dict[str, Any], no_coverage: bool, download: bool, fast_nondeterministic: bool) -> None:
+    """Turn the on/off flags shared by `simulate` and `sweep` into config keys in ``flags``, and refuse --budget
+    with --budget-from (one sentence)."""
+    if no_coverage:
+        flags["coverage"] = False
+    if fast_nondeterministic:
+        flags["deterministic"] = False
+    if download:
+        flags["download"] = True
+    counts = flags.get("tier_counts")
+    if isinstance(counts, str):
+        try:
+            flags["tier_counts"] = [int(n) for n in counts.split(",")]
+        except ValueError:
+            raise ConfigError(f"--tier-counts is {counts!r}; expected 4 comma-separated client counts, e.g. "
+                              "4,10,3,3") from None
+    if flags.get("budget") is not None and flags.get("budget_from") is not None:
+        raise ConfigError(f"--budget {flags['budget']} and --budget-from {flags['budget_from']!r} are both given; "
+                          "expected one source for random-budget's target")
+
+
+def default_backend(ray_options_given: bool) -> str:
+    """``ray`` where Ray is installed, else ``local`` (or the install hint when Ray-only options were given)."""
+    if ray_available():
+        return "ray"
+    if ray_options_given:
+        require_ray()
+    return "local"
