@@ -1,11 +1,12 @@
 # make demo: create .venv, install, run the default simulation.  make test: create .venv, install, run the tests.
+# make docs: create .venv, install, build the documentation site (docs/, mkdocs.yml) into build/site.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export CUDA_HOME ?= /usr/local/cuda
 export TORCH_CUDA_ARCH_LIST ?= 9.0
 
-.PHONY: venv install demo test bench soak gpu-check clean
+.PHONY: venv install demo test docs bench soak gpu-check clean
 
 $(VENV)/.deps: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +26,9 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q tests
+
+docs: install  # --strict: a broken link or anchor fails the build (the CLI reference is generated from the commands)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -d build/site
 
 bench: install
 	$(PY) benchmarks/bench_aggregate.py
