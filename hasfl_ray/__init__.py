@@ -1,6 +1,6 @@
 """hasfl-ray: HAS-FL and its baselines, simulated on Ray actors with a fused aggregation kernel.
 
-The plug-in API (README, "Bring your own policy"): subclass :class:`Algorithm` (or :class:`Dataset`), register it
+The plug-in API (docs/plugins.md): subclass :class:`Algorithm` (or :class:`Dataset`), register it
 with :func:`register_algorithm` (:func:`register_dataset`) or name it as ``FILE.py:Class`` / ``MODULE:Class``, and run
 it with ``hasfl-ray simulate --algorithm ...`` or :func:`simulate`.
 """

@@ -2,7 +2,7 @@
 
 Each built-in is one file whose class registers itself with ``@register_algorithm("name")``; importing this package
 imports them (one line each below). A user's algorithm is a plug-in: ``--algorithm FILE.py:Class`` or
-``MODULE:Class`` (README, "Bring your own policy").
+``MODULE:Class`` (docs/plugins.md).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Type
 from hasfl_ray.algorithms.base import Algorithm
 from hasfl_ray.registry import lookup, register_algorithm, registered
 
-# The built-ins, in the order of the README's table: one import each registers one --algorithm name.
+# The built-ins, in the order of the table in docs/algorithms.md: one import each registers one --algorithm name.
 from hasfl_ray.algorithms import hasfl  # noqa: F401,E402
 from hasfl_ray.algorithms import heterofl  # noqa: F401,E402
 from hasfl_ray.algorithms import fjord  # noqa: F401,E402
@@ -21,7 +21,7 @@ from hasfl_ray.algorithms import random_budget  # noqa: F401,E402
 from hasfl_ray.algorithms import fullmodel  # noqa: F401,E402  (fedavg, fedprox, scaffold)
 from hasfl_ray.algorithms import fedrolex  # noqa: F401,E402
 
-#: Every built-in ``--algorithm`` name (README, "Algorithms"), in registration order.
+#: Every built-in ``--algorithm`` name (docs/algorithms.md), in registration order.
 ALGORITHMS = registered("algorithm")
 
 

@@ -64,7 +64,7 @@ class FederatedDataset(ABC):
     model: str
     num_classes: int
     client_names: List[str]
-    #: Local minibatch size this dataset is meant to train with (README, "Datasets"); the engine may override it.
+    #: Local minibatch size this dataset is meant to train with (docs/datasets.md); the engine may override it.
     recommended_batch_size: int = 32
     #: Whether :meth:`client_batch` accepts positions on the dataset's device (after ``to(device)``). A trainer on
     #: a GPU then moves each epoch's order there once instead of copying positions per batch; False (the default,

@@ -12,7 +12,7 @@ from hasfl_ray.data.base import TensorFederatedDataset
 from hasfl_ray.data.partition import dirichlet_partition
 from hasfl_ray.errors import DataError
 
-#: Fewest training samples a client of an image set may hold (README, "Datasets").
+#: Fewest training samples a client of an image set may hold (docs/datasets.md).
 MIN_CLIENT_SIZE = 10
 
 #: Images per chunk when counting pixel values: bounds the temporary memory to ~100 MB on full EMNIST.

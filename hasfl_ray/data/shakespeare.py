@@ -242,7 +242,7 @@ def load_roles(data_dir: str | None = None, download: bool = False) -> Tuple[Lis
         found = "text", [download_shakespeare(root)]
     if found is None:
         raise DataError(f"no Shakespeare data found at {root}; expected --data-dir at LEAF JSON, play texts "
-                        f"(*_gut.txt, plays/) or {SHAKESPEARE_FILENAME}, or --download (README, Datasets)")
+                        f"(*_gut.txt, plays/) or {SHAKESPEARE_FILENAME}, or --download (docs/datasets.md)")
     kind, paths = found
     if kind == "leaf":
         roles = roles_from_leaf(paths)

@@ -22,7 +22,7 @@ from hasfl_ray import registry
 from hasfl_ray.errors import ConfigError, expected_one_of
 
 #: Local SGD momentum when ``momentum`` is left unset and the algorithm sets none (``Algorithm.resolve_config``:
-#: SCAFFOLD's is 0; README, "Algorithms").
+#: SCAFFOLD's is 0; docs/algorithms.md).
 DEFAULT_MOMENTUM = 0.9
 
 #: Fields that never change a run's result: recorded in config.yaml, ignored when --resume compares configs.
@@ -85,7 +85,7 @@ class RunConfig:
     # divergence estimator Ĥ_i: masked (client i's own coordinates, the paper's Eq. 5) or common-core (only the
     # coordinates every participant of the round covers; Section 4's second variant)
     estimator: str = "masked"
-    # baselines (README, "Algorithms")
+    # baselines (docs/algorithms.md)
     mu: float = 1.0
     budget: Optional[float] = None
     budget_from: Optional[str] = None

@@ -13,7 +13,7 @@ from hasfl_ray.models.slicing import DimSlice, ParamSpec, extract, gate_blocks_o
 
 PAPER_STAGES = ((64, 64), (128, 128), (256, 256))
 
-#: Architecture of the model each dataset trains (DESIGN.md, "Models").
+#: Architecture of the model each dataset trains (docs/design.md, "Models").
 MODEL_CONFIGS: Dict[str, dict] = {
     "cifar10": dict(kind="cnn", in_channels=3, num_classes=10, image_size=32, stages=PAPER_STAGES, fc_width=512),
     "emnist": dict(kind="cnn", in_channels=1, num_classes=62, image_size=28, stages=PAPER_STAGES, fc_width=512),

@@ -30,7 +30,7 @@ AUTH_OFF_WARNING = ("RAY_AUTH_MODE=disabled: this Ray instance answers unauthent
                     "job information, and job submission) on every port it opens, on every interface (the GCS, 6379 "
                     "for `ray start --head`, the object manager, node manager and worker ports); unset "
                     "RAY_AUTH_MODE, or keep those ports behind a firewall that admits only this machine "
-                    "(loopback) or the cluster's nodes (README, 'Security')")
+                    "(loopback) or the cluster's nodes (docs/ray.md, 'Security')")
 
 
 def quiet_token_notice() -> None:

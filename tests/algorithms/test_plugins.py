@@ -1,4 +1,4 @@
-"""The plug-in API (README, "Bring your own policy"): examples/loss_policy.py run three ways with no edit to the
+"""The plug-in API (docs/plugins.md): examples/loss_policy.py run three ways with no edit to the
 package, its options from --algo-opt and YAML (bad ones refused in one sentence), bad specs refused in one sentence,
 examples/my_dataset.py as --dataset, random-budget matched to a plug-in run, and a sweep of a plug-in."""
 

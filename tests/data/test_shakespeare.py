@@ -189,7 +189,7 @@ def test_shared_plays_and_tinyshakespeare(shared_data):
     assert min(plays.client_size(i) for i in range(20)) > 10000 and plays.test_size > 0
     tiny = load_shakespeare(20, os.path.join(folder, "tinyshakespeare.txt"))
     assert tiny.client_names[:3] == ["GLOUCESTER", "DUKE VINCENTIO", "KING RICHARD II"]
-    # README: GLOUCESTER speaks 37,405 characters; speeches joined by one space add a few hundred.
+    # GLOUCESTER speaks 37,405 characters; speeches joined by one space add a few hundred.
     assert 37405 <= tiny.client_size(0) / 0.8 + SEQ_LEN <= 1.01 * 37405
     # TV distances over next-character labels are small but not zero for natural role partitions.
     tv = plays.tv_distances()

@@ -137,7 +137,7 @@ def test_an_objective_that_overrides_the_loss_is_not_batched_unless_it_says_so()
 #: 3 rounds on the embedded digits, ragged Dirichlet clients, HAS-FL adapting from round 1. Batched and
 #: one-at-a-time parameters differ by ~2e-7 relative here. Local SGD is chaotic at the last bit: where a
 #: rounding difference flips a ReLU or pooling decision the gap grows to ~1e-4 within 3 rounds, and the
-#: one-at-a-time run itself moves that much when its initial parameters change by 1e-7 relative (README,
+#: one-at-a-time run itself moves that much when its initial parameters change by 1e-7 relative (docs/gpu.md,
 #: "Batched client training"), so a config is chosen where no client crosses such a kink. Which configs do depends
 #: on the CPU's kernels: on this project's 2-core sandbox (2026-11-26) seed 42 put one SCAFFOLD client (momentum 0,
 #: 186 samples) across one, 4.6e-2 apart after a round, alone 3e-5 apart, and so did seeds 44-46 (2.5e-3 to
