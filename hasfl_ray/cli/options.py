@@ -17,11 +17,11 @@ _OWN = object()
 #: The shared options, in --help order.
 RUN_OPTIONS = (
     click.option("--dataset", help="digits (embedded, default), emnist, cifar10, shakespeare, synthetic, or a plug-in: "
-                                   "FILE.py:Class or MODULE:Class (README, \"Bring your own policy\")."),
+                                   "FILE.py:Class or MODULE:Class (docs/plugins.md)."),
     click.option("--data-dir", type=click.Path(), help="Where the dataset lives (a torchvision root for images)."),
     click.option("--download", is_flag=True, default=None, help="Download the dataset if it is missing."),
     click.option("--algorithm", help="hasfl (default), heterofl, fjord, uniform, random-budget, fedavg, fedprox, "
-                                     "scaffold or fedrolex (the README's algorithm table), or a plug-in: FILE.py:Class "
+                                     "scaffold or fedrolex (docs/algorithms.md), or a plug-in: FILE.py:Class "
                                      "or MODULE:Class subclassing hasfl_ray.Algorithm."),
     click.option("--algo-opt", multiple=True, metavar="KEY=VALUE",
                  help="An option of a plug-in algorithm (its options dataclass); repeat for several. Overrides the "
@@ -81,9 +81,10 @@ RUN_OPTIONS = (
     click.option("--device", help="Torch device of trainers and server: auto (default: cuda where a GPU is visible, "
                                    "else cpu), cpu or cuda (Ray trainers each get a GPU or --gpus-per-actor of one)."),
     click.option("--client-batching", metavar="[auto|on|off]",
-                 help="Train the clients of one width as one batched computation per local step: auto (default: on "
-                      "for --device cuda, off on CPU), on or off. Agrees with one-at-a-time training to float "
-                      "tolerance; recorded in config.yaml."),
+                 help="Train the clients of one width as one batched computation per local step: auto (default: off "
+                      "everywhere, since no measurement has shown it ahead of graphed one-at-a-time training; "
+                      "docs/gpu.md), on or off. Agrees with one-at-a-time training to float tolerance; recorded in "
+                      "config.yaml."),
     click.option("--cuda-graphs", metavar="[auto|on|off]",
                  help="Capture a whole local step (forward, backward, clip, SGD) once as a CUDA graph and replay it, "
                       "for the clients trained one at a time with plain cross-entropy: auto (default: on for --device "

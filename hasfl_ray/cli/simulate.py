@@ -27,7 +27,7 @@ def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str,
     source = f"config file {config_file!r}" if config_file else "config"
     flags = dict(flags)
     options = parse_option_assignments(flags.pop("algo_opt", None))  # --algo-opt KEY=VALUE, over the YAML's
-    # a sweep config (README, "Reproducing the paper") gives one run: its shared keys, its first dataset, algorithm
+    # a sweep config (docs/configs.md, sweep configs) gives one run: its shared keys, its first dataset, algorithm
     # and seed unless flags name others, that dataset's per_dataset keys and the variant --algorithm names
     values = single_run_values(load_yaml_config(config_file), flags, source) if config_file else {}
     if config_file:

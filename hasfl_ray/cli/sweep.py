@@ -26,7 +26,7 @@ from hasfl_ray.simulation import require_ray
                                             "(without it such a cell stops the sweep before anything runs).")
 @click.option("--cells-per-gpu", type=int,
               help="Ray: run K CUDA cells at once on each GPU (each cell's task asks for 1/K of a GPU; default 1, "
-                   "see the README's GPU section for the measured cells per hour).")
+                   "docs/gpu.md says what is measured).")
 @click.option("--quiet", is_flag=True, help="No progress bar (status lines still print).")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
 # every simulate flag but --config, --out, --force, --resume, --quiet and -v (the sweep's own) overrides all cells;

@@ -90,7 +90,8 @@ def test_report_over_a_sweep_writes_tables_and_figures(tmp_path):
     markdown = (out / "table.md").read_text()
     for column in ("Type", "Best acc. (%)", "Final acc. (%)", "Peak→final Δ", "Avg. p"):
         assert column in markdown
-    assert "| HAS-FL | Sub-model (adaptive) |" in markdown and "| Uniform ‡ | Sub-model (uniform) |" in markdown  # ‡: its coverage warning
+    # 3 rounds are too short for a coverage warning's ‡ (tests/engine/test_coverage_monitor.py marks one)
+    assert "| HAS-FL | Sub-model (adaptive) |" in markdown and "| Uniform | Sub-model (uniform) |" in markdown
     assert markdown.index("Uniform") < markdown.index("HAS-FL")  # the sweep's algorithm order
     rows = list(csv_module.DictReader(open(out / "table.csv")))
     assert {"best_mean", "best_std", "final_mean", "final_std", "peak_to_final", "avg_p"} <= set(rows[0])
