@@ -16,19 +16,12 @@ case "${1:-digits}" in
                   table5-confound-common-core avg-p-paper-tier-mix figure6-frontier; do
       hasfl-ray sweep "configs/$config.yaml" --datasets digits "${common[@]}" --out "$RUNS/digits-$config"
     done ;;
-  emnist)
-    sample=(--datasets emnist --data-dir "$DATA" --seeds 42 --rounds 30 "${common[@]}")
+  emnist|cifar10)  # HAS-FL, coverage off, Uniform and FedAvg on the real sample: seed 42, 30 rounds
+    sample=(--datasets "$1" --data-dir "$DATA" --seeds 42 --rounds 30 "${common[@]}")
     hasfl-ray sweep configs/table4-coverage-ablation.yaml --algorithms hasfl,hasfl-coverage-off "${sample[@]}" \
-      --out "$RUNS/emnist-sample-table4"
-    hasfl-ray sweep configs/table3-allocation.yaml --algorithms uniform "${sample[@]}" --out "$RUNS/emnist-sample-table3"
-    hasfl-ray sweep configs/table6-full-model.yaml --algorithms fedavg "${sample[@]}" --out "$RUNS/emnist-sample-table6"
-    ;;
-  cifar10)
-    sample=(--datasets cifar10 --data-dir "$DATA" --seeds 42 --rounds 30 "${common[@]}")
-    hasfl-ray sweep configs/table4-coverage-ablation.yaml --algorithms hasfl,hasfl-coverage-off "${sample[@]}" \
-      --out "$RUNS/cifar10-sample-table4"
-    hasfl-ray sweep configs/table3-allocation.yaml --algorithms uniform "${sample[@]}" --out "$RUNS/cifar10-sample-table3"
-    hasfl-ray sweep configs/table6-full-model.yaml --algorithms fedavg "${sample[@]}" --out "$RUNS/cifar10-sample-table6"
+      --out "$RUNS/$1-sample-table4"
+    hasfl-ray sweep configs/table3-allocation.yaml --algorithms uniform "${sample[@]}" --out "$RUNS/$1-sample-table3"
+    hasfl-ray sweep configs/table6-full-model.yaml --algorithms fedavg "${sample[@]}" --out "$RUNS/$1-sample-table6"
     ;;
   report)
     python docs/reproduction/make_report.py "$RUNS" docs/reproduction ;;
