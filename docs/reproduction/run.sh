@@ -22,7 +22,9 @@ case "${1:-digits}" in
       --out "$RUNS/$1-sample-table4"
     hasfl-ray sweep configs/table3-allocation.yaml --algorithms uniform "${sample[@]}" --out "$RUNS/$1-sample-table3"
     hasfl-ray sweep configs/table6-full-model.yaml --algorithms fedavg "${sample[@]}" --out "$RUNS/$1-sample-table6"
-    ;;
+    if [ "$1" = emnist ]; then  # Table 5's HAS-FL run again with the common-core estimator
+      hasfl-ray sweep configs/table5-confound-common-core.yaml "${sample[@]}" --out "$RUNS/$1-sample-table5-common-core"
+    fi ;;
   report)
     python docs/reproduction/make_report.py "$RUNS" docs/reproduction ;;
   *) echo "usage: $0 digits|emnist|cifar10|report" >&2; exit 2 ;;
