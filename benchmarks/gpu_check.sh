@@ -113,7 +113,8 @@ fi
 #    GPU, the EMNIST rounds of step 5 again; the summary compares params_sha256 and seconds per round with the local
 #    run. Skipped (and said so) where Ray does not import.
 if "$PY" -c "import ray" 2>/dev/null; then
-  step emnist_ray 150 "$PY" cli simulate --backend ray --actors 2 --gpus-per-actor 0.45 --dataset emnist \
+  GPUS=""; [ "$DEVICE" = cpu ] || GPUS="--gpus-per-actor 0.45"  # two trainers share the card (the CPU rehearsal: none)
+  step emnist_ray 150 "$PY" cli simulate --backend ray --actors 2 $GPUS --dataset emnist \
     --data-dir "$DATA/torchvision" --device "$DEVICE" --rounds $ROUNDS --quiet --force --out "$OUT/runs/emnist-ray"
 else
   echo "Ray does not import here: the Ray step is skipped" > "$OUT/emnist_ray.log"
