@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Mapping, Optional, Union
 
-from hasfl_ray.engine.config import RunConfig, load_yaml_config
+from hasfl_ray.engine.config import RunConfig, load_yaml_config, merge_layers, migrate_config
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.registry import spec_of
 
@@ -31,24 +31,29 @@ def simulate(config: Union[RunConfig, Mapping[str, Any], str, None] = None, *, a
         config: a RunConfig, a mapping of config keys, or the path of a YAML config (default: all defaults).
         algorithm: a registered name, ``FILE.py:Class`` / ``MODULE:Class``, or an Algorithm subclass.
         dataset: a registered name, ``FILE.py:Class`` / ``MODULE:Class``, or a Dataset subclass.
-        algorithm_options: the plug-in algorithm's options (its ``options_class`` fields), or an instance of it.
-        fields: further config keys (``rounds=5``, ``clients=10``, ...), over ``config``'s.
+        algorithm_options: the algorithm's options (its ``options_class`` fields), or an instance of that class.
+        fields: further config keys (``rounds=5``, ``clients=10``, ``mu=0.5`` for fedprox), over ``config``'s.
+
+    ``backend`` defaults to ``auto``, the command line's rule: Ray where it is installed, else local
+    (:func:`hasfl_ray.engine.config.default_backend`); results do not depend on it.
     """
     from hasfl_ray.engine import Engine
 
-    if isinstance(config, str):
-        values = load_yaml_config(config)
+    if isinstance(config, str):  # a config file: options for other algorithms (a sweep's shared keys) are dropped
+        layers = [(load_yaml_config(config), "drop")]
     elif isinstance(config, RunConfig):
-        values = config.to_dict()
+        layers = [(migrate_config(config.to_dict()), "refuse")]
     else:
-        values = dict(config or {})
-    values.update(fields)
+        layers = [(dict(config or {}), "refuse")]
+    given = dict(fields)
     if algorithm is not None:
-        values["algorithm"] = _name("algorithm", algorithm)
+        given["algorithm"] = _name("algorithm", algorithm)
     if dataset is not None:
-        values["dataset"] = _name("dataset", dataset)
+        given["dataset"] = _name("dataset", dataset)
+    layers.append((given, "refuse"))
     if algorithm_options is not None:
-        values["algorithm_options"] = dataclasses.asdict(algorithm_options) \
-            if dataclasses.is_dataclass(algorithm_options) else dict(algorithm_options)
+        layers.append(({"algorithm_options": dataclasses.asdict(algorithm_options)
+                        if dataclasses.is_dataclass(algorithm_options) else dict(algorithm_options)}, "refuse"))
+    values = merge_layers(layers, "config" if not isinstance(config, str) else f"config file {config!r}")
     engine = Engine(RunConfig.from_dict(values), out_dir=out_dir, progress=progress, resume=resume, force=force)
     return engine.run()

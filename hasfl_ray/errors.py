@@ -4,6 +4,10 @@ import difflib
 from typing import Iterable
 
 
+#: The command that installs Ray, for the sentences that ask for it.
+RAY_INSTALL = 'pip install "ray>=2.9"'
+
+
 class ConfigError(ValueError):
     """A config value, flag or argument is invalid; the message is one sentence naming the thing,
     the value and what was expected."""

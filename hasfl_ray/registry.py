@@ -223,12 +223,16 @@ def check_options(kind: str, name: str, options_class: Optional[type], values: A
         if expected is not None and value is not None and \
                 (not isinstance(value, kind_) or (kind_ is not bool and isinstance(value, bool))):
             raise ConfigError(f"{field.name} is {value!r}; expected {expected}")
-        if kind_ is float and value is not None and not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):
+        out[field.name] = value
+    instance = options_class(**out)  # the dataclass's own __post_init__ checks ranges (ConfigError) first
+    for field in dataclasses.fields(options_class):
+        value = out.get(field.name)
+        if _field_type(options_class, field) is float and value is not None and \
+                not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):
+            given = values[field.name]
             shown = repr(given) if len(repr(given)) <= 40 else f"{repr(given)[:20]}... ({len(repr(given))} digits)"
             raise ConfigError(f"{kind} option {field.name!r} is {shown}; expected a finite number (not NaN or "
                               "infinity; at most 3.4e+38 in size, float32's largest)")
-        out[field.name] = value
-    instance = options_class(**out)  # the dataclass's own __post_init__ checks ranges (ConfigError)
     return dataclasses.asdict(instance)
 
 

@@ -19,7 +19,7 @@ import sys
 from typing import Dict, List
 
 from hasfl_ray.analysis import read_run, summarise_runs
-from hasfl_ray.analysis.report import display_name
+from hasfl_ray.analysis.report import display_name, run_option
 from hasfl_ray.analysis.write import write_report
 from hasfl_ray.engine.coverage import coverage_warning
 
@@ -54,7 +54,7 @@ def runs_under(*folders: str, algorithms=None) -> List[dict]:
             run["summary"].pop("coverage_warning", None)
             if warning:
                 run["summary"]["coverage_warning"] = warning
-            label = run["config"]["algorithm"] + ("" if run["config"].get("coverage", True) or
+            label = run["config"]["algorithm"] + ("" if run_option(run["config"], "coverage", True) or
                                                   run["config"]["algorithm"] != "hasfl" else " (coverage off)")
             if algorithms is None or label in algorithms:
                 runs.append(run)
@@ -66,7 +66,7 @@ def dedupe(runs: List[dict]) -> List[dict]:
     seen, kept = set(), []
     for run in runs:
         c = run["config"]
-        key = (c["dataset"], c["algorithm"], c.get("coverage", True), c["seed"], c.get("tier_counts") and
+        key = (c["dataset"], c["algorithm"], run_option(c, "coverage", True), c["seed"], c.get("tier_counts") and
                tuple(c["tier_counts"]), c.get("estimator", "masked"))
         if key not in seen:
             seen.add(key)

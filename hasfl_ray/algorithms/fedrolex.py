@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from hasfl_ray.algorithms.base import Algorithm
+from hasfl_ray.algorithms.options import check_count
 from hasfl_ray.registry import register_algorithm
+
+
+@dataclass
+class FedRolexOptions:
+    rolex_step: int = 1  # channels the window advances per round (0: HeteroFL's fixed leading slice)
+
+    def __post_init__(self) -> None:
+        check_count("rolex_step", self.rolex_step, 0,
+                    "a non-negative integer (channels the window advances per round)")
 
 
 @register_algorithm("fedrolex")
@@ -21,5 +33,7 @@ class FedRolex(Algorithm):
     round's shared window onto the leading slice so the fused kernel does the work.
     """
 
+    options_class = FedRolexOptions
+
     def window_offset(self, round: int, client: int) -> int:
-        return round * self.config.rolex_step
+        return round * self.options.rolex_step

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -11,6 +12,7 @@ from torch.func import functional_call
 from torch.nn import functional as F
 
 from hasfl_ray.algorithms.base import Algorithm
+from hasfl_ray.algorithms.options import FLOAT32_MAX, check_range
 from hasfl_ray.data.partition import TIERS
 from hasfl_ray.models.slicing import region
 from hasfl_ray.registry import register_algorithm
@@ -94,6 +96,14 @@ class OrderedDropoutObjective(LocalObjective):
         return float(np.mean(self.sampled)) if self.sampled else self._width
 
 
+@dataclass
+class FjORDOptions:
+    fjord_distill_weight: float = 1.0  # weight of the self-distillation term (KL to the max-width output)
+
+    def __post_init__(self) -> None:
+        check_range("fjord_distill_weight", self.fjord_distill_weight, 0, FLOAT32_MAX, "a number >= 0")
+
+
 @register_algorithm("fjord")
 class FjORD(Algorithm):
     """Client i trains its p_i^max model; each local step adds a uniformly drawn nested width ≤ p_i^max
@@ -106,6 +116,8 @@ class FjORD(Algorithm):
     affine parameters: the same separation, without stored statistics).
     """
 
+    options_class = FjORDOptions
+
     def __init__(self, config, p_max, num_samples):
         super().__init__(config, p_max, num_samples)
         self.tiers = sorted(set(float(t) for t in TIERS) | set(float(p) for p in np.unique(self.p_max)))
@@ -116,4 +128,4 @@ class FjORD(Algorithm):
 
     def objective(self, round: int, client: int, width: float) -> LocalObjective:
         seed = stream_seed(self.config.seed, STREAM_ALGORITHM, round, client)
-        return OrderedDropoutObjective(self.widths_for(client), self.config.fjord_distill_weight, seed)
+        return OrderedDropoutObjective(self.widths_for(client), self.options.fjord_distill_weight, seed)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -13,6 +14,7 @@ from torch import nn
 
 from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.algorithms.base import Algorithm
+from hasfl_ray.algorithms.options import FLOAT32_MAX, MAX_LR, check_range
 from hasfl_ray.files import atomic_write
 from hasfl_ray.registry import register_algorithm
 from hasfl_ray.training.local import ClientResult, LocalObjective
@@ -65,12 +67,22 @@ class ProximalObjective(LocalObjective):
         return self.mu, None
 
 
+@dataclass
+class FedProxOptions:
+    mu: float = 1.0  # weight of the proximal term mu/2 ||w - w^t||^2
+
+    def __post_init__(self) -> None:
+        check_range("mu", self.mu, 0, FLOAT32_MAX, "a number >= 0")
+
+
 @register_algorithm("fedprox")
 class FedProx(FedAvg):
     """FedProx (Li et al., 2020): FedAvg with the proximal term μ/2 ||w − w^t||² (``mu``, default 1.0)."""
 
+    options_class = FedProxOptions
+
     def objective(self, round: int, client: int, width: float) -> LocalObjective:
-        return ProximalObjective(self.config.mu)
+        return ProximalObjective(self.options.mu)
 
 
 class ControlVariateObjective(LocalObjective):
@@ -165,6 +177,15 @@ class ControlVariateStore:
             self.put(int(client), value)
 
 
+@dataclass
+class ScaffoldOptions:
+    scaffold_global_lr: float = 1.0  # eta_g in x <- x + eta_g * mean update
+
+    def __post_init__(self) -> None:
+        check_range("scaffold_global_lr", self.scaffold_global_lr, 0, MAX_LR,
+                    f"a number > 0 and at most {MAX_LR:g}", low_open=True)
+
+
 @register_algorithm("scaffold")
 class SCAFFOLD(FedAvg):
     """SCAFFOLD (Karimireddy et al., 2020) with option II control variates.
@@ -176,6 +197,8 @@ class SCAFFOLD(FedAvg):
     ``momentum`` is set: with the paper's momentum 0.9 the corrected steps diverge.
     """
 
+    options_class = ScaffoldOptions
+
     @classmethod
     def resolve_config(cls, config) -> Dict[str, Any]:
         """Momentum left unset means vanilla SGD (:data:`SCAFFOLD_MOMENTUM`), not the paper's 0.9."""
@@ -183,7 +206,7 @@ class SCAFFOLD(FedAvg):
 
     def __init__(self, config, p_max, num_samples):
         super().__init__(config, p_max, num_samples)
-        self.server_lr = float(config.scaffold_global_lr)
+        self.server_lr = float(self.options.scaffold_global_lr)
         if config.momentum:
             logger.warning("SCAFFOLD with momentum %s: its control variates assume vanilla SGD and diverge under "
                            "momentum (the paper runs it with momentum 0)", config.momentum)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
 from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.algorithms.base import Algorithm, is_adaptation_round
+from hasfl_ray.algorithms.options import FLOAT32_MAX, AllocationOptions, check_count, check_range
 from hasfl_ray.registry import register_algorithm
 from hasfl_ray.training.local import ClientResult
 
@@ -25,6 +27,23 @@ def coverage_guarantee(p: np.ndarray, p_max: np.ndarray) -> np.ndarray:
     return out
 
 
+@dataclass
+class HASFLOptions(AllocationOptions):
+    """HAS-FL's options (the paper's defaults): the allocation rule's (coverage, p_min, gamma), the EMA factor β,
+    the normalisation interval T_norm and ε. The adaptation schedule (warmup, t_adapt) and the divergence
+    estimator are the protocol's: the run config keeps them."""
+
+    beta: float = 0.9  # EMA H̃_i ← βH̃_i + (1−β)Ĥ_i
+    t_norm: int = 20  # rescale H̃ to mean 1 after the adaptation of every round t > 0 with t % t_norm == 0
+    epsilon: float = 1e-8  # in Ĥ_i's denominator and the allocation rule's
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range("beta", self.beta, 0, 1, "a number in [0, 1]")
+        check_count("t_norm", self.t_norm, 1, "a positive integer")
+        check_range("epsilon", self.epsilon, 0, FLOAT32_MAX, "a number >= 0")
+
+
 @register_algorithm("hasfl")
 class HASFL(Algorithm):
     """Heterogeneity-aware adaptive sub-model allocation.
@@ -37,6 +56,8 @@ class HASFL(Algorithm):
     paper's Figure 4 has mean H̃ = 1.000 exactly at t = 20, 40, … .
     """
 
+    options_class = HASFLOptions
+
     def __init__(self, config, p_max, num_samples):
         super().__init__(config, p_max, num_samples)
         self.h = np.ones(self.num_clients, dtype=np.float64)
@@ -45,7 +66,7 @@ class HASFL(Algorithm):
         return is_adaptation_round(round, self.config.warmup, self.config.t_adapt)
 
     def observe(self, round: int, results: Sequence[ClientResult], aggregate: AggregateResult) -> None:
-        c = self.config
+        c = self.options
         if self.is_adaptation_round(round):
             h_hat = aggregate.heterogeneity(c.epsilon).numpy()
             for result, estimate in zip(results, h_hat):

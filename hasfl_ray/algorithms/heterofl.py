@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import List, Sequence
 
 from hasfl_ray.algorithms.base import Algorithm
+from hasfl_ray.errors import ConfigError
 from hasfl_ray.registry import register_algorithm
+
+
+@dataclass
+class HeteroFLOptions:
+    heterofl_weighting: str = "samples"  # samples: n_i (the paper's protocol); count: HeteroFL's unweighted mean
+
+    def __post_init__(self) -> None:
+        if self.heterofl_weighting not in ("samples", "count"):
+            raise ConfigError(f"heterofl_weighting is {self.heterofl_weighting!r}; expected samples or count")
 
 
 @register_algorithm("heterofl")
@@ -16,7 +27,9 @@ class HeteroFL(Algorithm):
     restores HeteroFL's original unweighted mean over the clients covering each coordinate.
     """
 
+    options_class = HeteroFLOptions
+
     def aggregation_weights(self, clients: Sequence[int]) -> List[float]:
-        if self.config.heterofl_weighting == "count":
+        if self.options.heterofl_weighting == "count":
             return [1.0] * len(clients)
         return super().aggregation_weights(clients)

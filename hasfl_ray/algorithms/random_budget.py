@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
@@ -10,6 +11,7 @@ import numpy as np
 from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.algorithms.base import Algorithm, is_adaptation_round
 from hasfl_ray.algorithms.hasfl import allocation_rule, coverage_guarantee
+from hasfl_ray.algorithms.options import AllocationOptions, check_range
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.registry import register_algorithm
 from hasfl_ray.training.local import ClientResult
@@ -76,6 +78,23 @@ def budget_range(p_max: np.ndarray, coverage: bool) -> Tuple[float, float]:
     return float(lowest.mean()), float(p_max.mean())
 
 
+@dataclass
+class RandomBudgetOptions(AllocationOptions):
+    """random-budget's options: the target average width after warm-up (``budget``) or the run to take it from
+    (``budget_from``, a finished run directory), and HAS-FL's allocation options (coverage, p_min, gamma), which set
+    the default budget and whether the largest p^max keep p^max."""
+
+    budget: Optional[float] = None  # None: budget_from's, else HAS-FL's allocation under equal estimates
+    budget_from: Optional[str] = None  # a run directory whose summary.json holds avg_p_post_warmup
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.budget is not None:
+            check_range("budget", self.budget, 0, 1, "an average width in (0, 1]", low_open=True)
+        if self.budget_from is not None and (not isinstance(self.budget_from, str) or not self.budget_from):
+            raise ConfigError(f"budget_from is {self.budget_from!r}; expected a directory path")
+
+
 @register_algorithm("random-budget")
 class RandomBudget(Algorithm):
     """HAS-FL's schedule and coverage guarantee with the allocation criterion replaced by chance.
@@ -93,34 +112,39 @@ class RandomBudget(Algorithm):
     (``budget_from``), where it is clamped to the nearest feasible end with one warning.
     """
 
+    options_class = RandomBudgetOptions
+
     @classmethod
     def resolve_config(cls, config) -> Dict[str, Any]:
         """The budget when none is given: ``budget_from``'s realised post-warm-up average width, else
         :func:`default_budget` for this many clients (tier counts depend only on the number of clients)."""
-        if config.budget is not None:
+        options = RandomBudgetOptions(**config.algorithm_options)
+        if options.budget is not None:
             return {}
-        if config.budget_from:
+        if options.budget_from:
             from hasfl_ray.engine.config import budget_from_run
 
-            return {"budget": budget_from_run(config.budget_from)}
-        from hasfl_ray.data.partition import assign_tiers
+            budget = budget_from_run(options.budget_from)
+        else:
+            from hasfl_ray.data.partition import assign_tiers
 
-        p_max = assign_tiers(config.clients, np.random.default_rng(0))
-        return {"budget": round(default_budget(p_max, config.p_min, config.gamma, config.coverage), 4)}
+            p_max = assign_tiers(config.clients, np.random.default_rng(0))
+            budget = round(default_budget(p_max, options.p_min, options.gamma, options.coverage), 4)
+        return {"algorithm_options": {**config.algorithm_options, "budget": budget}}
 
     def __init__(self, config, p_max, num_samples):
         super().__init__(config, p_max, num_samples)
-        if config.budget is None:
+        if self.options.budget is None:
             raise ConfigError("budget is None; expected a resolved config (RunConfig.resolved) for random-budget")
-        self.budget = float(config.budget)
-        low, high = budget_range(self.p_max, config.coverage)
+        self.budget = float(self.options.budget)
+        low, high = budget_range(self.p_max, self.options.coverage)
         if not low - 1e-9 <= self.budget <= high + 1e-9:
-            if config.budget_from is None:
+            if self.options.budget_from is None:
                 raise ConfigError(f"budget is {self.budget!r} but random widths in this federation average between "
                                   f"{low:.4f} and {high:.4f} (mean p_max); expected a budget in that range")
             clamped = float(np.clip(self.budget, low, high))
             logger.warning("budget %.4f from %s is outside what random widths in this federation can average "
-                           "(%.4f to %.4f); using %.4f", self.budget, config.budget_from, low, high, clamped)
+                           "(%.4f to %.4f); using %.4f", self.budget, self.options.budget_from, low, high, clamped)
             self.budget = clamped
         self.first_adapted = first_adapted_round(config.warmup, config.t_adapt)
         self.realised_sum = 0.0
@@ -139,7 +163,7 @@ class RandomBudget(Algorithm):
         clipped to what is feasible."""
         adapted_rounds = max(self.config.rounds - self.first_adapted, 0)
         remaining = self.config.rounds - max(self.rounds_seen, self.first_adapted)
-        low, high = budget_range(self.p_max, self.config.coverage)
+        low, high = budget_range(self.p_max, self.options.coverage)
         if remaining <= 0:
             return self.budget
         return float(np.clip((self.budget * adapted_rounds - self.realised_sum) / remaining, low, high))
@@ -152,7 +176,7 @@ class RandomBudget(Algorithm):
         self.rounds_seen = round + 1
         if is_adaptation_round(round, self.config.warmup, self.config.t_adapt):
             factors = numpy_rng(self.config.seed, STREAM_ALGORITHM, round).uniform(*FACTOR_RANGE, self.num_clients)
-            self.p_current = random_allocation(factors, self.p_max, self.target(), self.config.coverage)
+            self.p_current = random_allocation(factors, self.p_max, self.target(), self.options.coverage)
 
     def state_dict(self) -> Dict[str, Any]:
         return {**super().state_dict(), "realised_sum": self.realised_sum, "rounds_seen": self.rounds_seen,

@@ -13,6 +13,7 @@ import numpy as np
 import yaml
 from scipy import stats
 
+from hasfl_ray.engine.config import migrate_config
 from hasfl_ray.errors import ConfigError
 
 
@@ -32,12 +33,22 @@ def read_run(path: str) -> Dict[str, Any]:
     except (OSError, ValueError, yaml.YAMLError) as error:
         raise ConfigError(f"run directory {path!r} cannot be parsed ({type(error).__name__}); expected the files "
                           "hasfl-ray writes")
+    if not isinstance(config, dict):
+        raise ConfigError(f"run directory {path!r} has a config.yaml that is not a mapping; expected the files "
+                          "hasfl-ray writes")
+    config = migrate_config(config, f"config file {files['config.yaml']!r}")  # a run of an earlier version too
     return {"path": path, "config": config, "summary": summary, "clients": clients}
+
+
+def run_option(config: Mapping[str, Any], name: str, default: Any = None) -> Any:
+    """An algorithm option of a run's (migrated) config: ``algorithm_options[name]``, else ``default``."""
+    options = config.get("algorithm_options")
+    return options.get(name, default) if isinstance(options, Mapping) else default
 
 
 def _label(config: Dict[str, Any]) -> str:
     label = config["algorithm"]
-    if config["algorithm"] == "hasfl" and not config.get("coverage", True):
+    if config["algorithm"] == "hasfl" and not run_option(config, "coverage", True):
         label += " (coverage off)"
     return label
 

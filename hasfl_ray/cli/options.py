@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict
 import click
 
 from hasfl_ray.errors import ConfigError
-from hasfl_ray.simulation import ray_available, require_ray
+from hasfl_ray.simulation import require_ray
 
 #: Where a command's own options go among the shared ones (:func:`run_options`): after --checkpoint-every, where
 #: simulate's --resume always stood in its --help.
@@ -24,8 +24,8 @@ RUN_OPTIONS = (
                                      "scaffold or fedrolex (docs/algorithms.md), or a plug-in: FILE.py:Class "
                                      "or MODULE:Class subclassing hasfl_ray.Algorithm."),
     click.option("--algo-opt", multiple=True, metavar="KEY=VALUE",
-                 help="An option of a plug-in algorithm (its options dataclass); repeat for several. Overrides the "
-                      "YAML's algorithm_options mapping."),
+                 help="An option of the algorithm (its options dataclass, built-in or plug-in); repeat for several. "
+                      "Overrides the YAML's algorithm_options mapping."),
     click.option("--rounds", type=int, help="Communication rounds T (default: the dataset's protocol)."),
     click.option("--clients", type=int, help="Number of clients N (default 20)."),
     click.option("--clients-per-round", type=int, help="Participants sampled per round (default 10)."),
@@ -66,7 +66,8 @@ RUN_OPTIONS = (
     click.option("--rolex-step", type=int, help="FedRolex: channels the window advances per round (default 1)."),
     click.option("--control-variates-dir", type=click.Path(),
                  help="SCAFFOLD: keep per-client control variates on disk there instead of in memory."),
-    click.option("--backend", help="ray (default where Ray is installed) or local (one process, no Ray)."),
+    click.option("--backend", help="ray or local (one process, no Ray); default auto: ray where Ray is installed, else "
+                                   "local (the Python API's rule too)."),
     click.option("--actors", type=int, help="Ray trainer actors (default: one per GPU with --device cuda, else one "
                                             "per --trainer-threads CPU cores of the cluster)."),
     click.option("--gpus-per-actor", type=float, help="GPUs per trainer actor with --device cuda; fractions share a "
@@ -138,9 +139,12 @@ def apply_switches(flags: Dict[str, Any], no_coverage: bool, download: bool, fas
 
 
 def default_backend(ray_options_given: bool) -> str:
-    """``ray`` where Ray is installed, else ``local`` (or the install hint when Ray-only options were given)."""
-    if ray_available():
-        return "ray"
-    if ray_options_given:
+    """What a command runs on when --backend is not given: the one rule of the CLI and the Python API
+    (:func:`hasfl_ray.engine.config.default_backend`: ``ray`` where Ray is installed, else ``local``), with the
+    install hint when Ray-only options were given on a machine without Ray."""
+    from hasfl_ray.engine.config import default_backend as shared_rule
+
+    backend = shared_rule()
+    if backend == "local" and ray_options_given:
         require_ray()
-    return "local"
+    return backend

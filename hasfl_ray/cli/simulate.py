@@ -12,7 +12,7 @@ from typing import Any, Dict
 import click
 
 from hasfl_ray.cli.common import setup_logging, user_errors
-from hasfl_ray.cli.options import apply_switches, default_backend, run_options
+from hasfl_ray.cli.options import apply_switches, run_options
 from hasfl_ray.errors import ConfigError, RunInterrupted
 from hasfl_ray.registry import parse_option_assignments, spec_label
 
@@ -21,8 +21,11 @@ _RAY_FIELDS = ("actors", "gpus_per_actor", "address", "fault_inject")
 
 
 def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str, Any] | None = None):
-    """RunConfig from ``base`` (a resumed run's config.yaml), then the YAML file (if any), then the flags given."""
-    from hasfl_ray.engine.config import RunConfig, load_yaml_config, single_run_values
+    """RunConfig from ``base`` (a resumed run's config.yaml), then the YAML file (if any), then the flags given.
+
+    Keys naming the algorithm's options (``mu``, ``--p-min``) go to its ``algorithm_options``; a config file's
+    options for other algorithms (a sweep config's shared keys) are dropped, a flag's refused in one sentence."""
+    from hasfl_ray.engine.config import RunConfig, load_yaml_config, merge_layers, single_run_values
 
     source = f"config file {config_file!r}" if config_file else "config"
     flags = dict(flags)
@@ -31,18 +34,12 @@ def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str,
     # and seed unless flags name others, that dataset's per_dataset keys and the variant --algorithm names
     values = single_run_values(load_yaml_config(config_file), flags, source) if config_file else {}
     if config_file:
-        RunConfig.from_dict({k: v for k, v in values.items()}, source)  # unknown keys refused before flags apply
-    values = {**(base or {}), **values}
-    values.update({k: v for k, v in flags.items() if v is not None})
+        RunConfig.from_dict(values, source, foreign="drop")  # unknown keys refused before flags apply
+    given = {k: v for k, v in flags.items() if v is not None}
+    layers = [(base or {}, "drop"), (values, "drop"), (given, "refuse")]
     if options:
-        given = values.get("algorithm_options") or {}
-        if not isinstance(given, dict):
-            raise ConfigError(f"{source} has algorithm_options {given!r}; expected a mapping of option names to "
-                              "values")
-        values["algorithm_options"] = {**given, **options}
-    if values.get("backend") is None:
-        values["backend"] = default_backend(any(values.get(k) is not None for k in _RAY_FIELDS))
-    return RunConfig.from_dict(values, source)
+        layers.append(({"algorithm_options": options}, "refuse"))
+    return RunConfig.from_dict(merge_layers(layers, source), source)
 
 
 def resume_base(stored: Dict[str, Any], flags: Dict[str, Any]) -> Dict[str, Any]:
@@ -54,6 +51,17 @@ def resume_base(stored: Dict[str, Any], flags: Dict[str, Any]) -> Dict[str, Any]
         for key in ("backend",) + tuple(k for k in _RAY_FIELDS if k != "fault_inject"):
             base.pop(key, None)
     return base
+
+
+def _resume_base(out: str, flags: Dict[str, Any]) -> Dict[str, Any] | None:
+    """Resuming needs only --out: the run's own config.yaml (of any version, migrated) is the base the flags go on,
+    and they must agree with it; None when ``out`` holds no run."""
+    from hasfl_ray.engine.config import load_yaml_config, migrate_config
+
+    path = os.path.join(out, "config.yaml")
+    if not os.path.exists(path):
+        return None
+    return resume_base(migrate_config(load_yaml_config(path), f"config file {path!r}"), flags)
 
 
 @click.command()
@@ -75,17 +83,15 @@ def simulate(config_file, out, force, resume, quiet, verbose, no_coverage, downl
     """Run a federated experiment and write config.yaml, metrics.jsonl, clients.csv and summary.json."""
     setup_logging(verbose)
     apply_switches(flags, no_coverage, download, fast_nondeterministic)
-    config = build_config(config_file, flags).resolved()
+    given_out = out if out is not None and out.strip() else None
+    base = _resume_base(given_out, flags) if resume and given_out else None
+    config = build_config(config_file, flags, base=base).resolved()
     label = f"{spec_label(config.dataset)}-{spec_label(config.algorithm)}-seed{config.seed}"  # a plug-in: its class
     if out is not None and not out.strip():
         raise ConfigError(f"--out is {out!r}; expected a folder path (or no --out for runs/{label})")
     out = out if out is not None else os.path.join("runs", label)
-    if resume and os.path.exists(os.path.join(out, "config.yaml")):
-        # Resuming needs only --out: the run's own config is the base; flags given on top must agree with it.
-        from hasfl_ray.engine.config import load_yaml_config
-
-        config = build_config(config_file, flags, base=resume_base(load_yaml_config(os.path.join(out, "config.yaml")),
-                                                                   flags)).resolved()
+    if resume and base is None and os.path.exists(os.path.join(out, "config.yaml")):
+        config = build_config(config_file, flags, base=_resume_base(out, flags)).resolved()
     if os.path.exists(os.path.join(out, "config.yaml")) and not (force or resume):
         raise ConfigError(f"run directory {out!r} already holds a run; expected a new directory, --resume to "
                           "continue it, or --force to overwrite it")

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 import yaml
 
-from hasfl_ray.engine.config import EXECUTION_FIELDS, DuplicateKeyError, RunConfig, strict_yaml_load
+from hasfl_ray.engine.config import (EXECUTION_FIELDS, DuplicateKeyError, RunConfig, migrate_config, option_fields,
+                                     strict_yaml_load)
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.files import atomic_write
 
@@ -244,9 +245,10 @@ def from_plain(value: Any) -> Any:
 
 
 def stored_config(run_dir: str, checkpoint: Optional[Checkpoint]) -> Optional[Dict[str, Any]]:
-    """The config a run directory was written with: the checkpoint's, else config.yaml's, else None."""
+    """The config a run directory was written with, in the current version's keys (:func:`migrate_config`): the
+    checkpoint's, else config.yaml's, else None."""
     if checkpoint is not None:
-        return dict(checkpoint.config)
+        return migrate_config(checkpoint.config, f"the checkpoint's config in {run_dir!r}")
     path = os.path.join(run_dir, "config.yaml")
     if not os.path.exists(path):
         return None
@@ -259,7 +261,7 @@ def stored_config(run_dir: str, checkpoint: Optional[Checkpoint]) -> Optional[Di
             if isinstance(error, DuplicateKeyError) else "it is not valid YAML"
         raise ConfigError(f"config file {path!r} cannot be read ({reason}); expected the config.yaml of a run") \
             from None
-    return values if isinstance(values, dict) else None
+    return migrate_config(values, f"config file {path!r}") if isinstance(values, dict) else None
 
 
 #: What a run written before a field existed did, where the field's default (``auto``) would resolve otherwise.
@@ -270,13 +272,25 @@ def config_differences(stored: Mapping[str, Any], config: RunConfig) -> List[str
     """``name: stored -> current`` for every result-affecting field that differs (execution fields ignored).
 
     A field missing from ``stored`` (written before the field existed) counts as its default, or as what such a
-    run did where that is not the default (:data:`BEFORE_FIELD`).
+    run did where that is not the default (:data:`BEFORE_FIELD`). The algorithm's options are compared one by one
+    (``mu 1.0 -> 0.5``), a missing one as its default.
     """
     defaults = {f.name: f.default_factory() if f.default is MISSING else f.default for f in fields(RunConfig)}
     defaults.update(BEFORE_FIELD)
     current = config.result_dict()
-    return [f"{name} {stored.get(name, defaults[name])!r} -> {value!r}" for name, value in current.items()
-            if name not in EXECUTION_FIELDS and stored.get(name, defaults[name]) != value]
+    changes = [f"{name} {stored.get(name, defaults[name])!r} -> {value!r}" for name, value in current.items()
+               if name not in EXECUTION_FIELDS and name != "algorithm_options"
+               and stored.get(name, defaults[name]) != value]
+    if stored.get("algorithm", defaults["algorithm"]) == config.algorithm:
+        option_defaults = option_fields(config.algorithm)
+        old = stored.get("algorithm_options") or {}
+        old = old if isinstance(old, Mapping) else {}
+        new = dict(config.algorithm_options)
+        for name in list(new) + [k for k in old if k not in new]:
+            before, after = old.get(name, option_defaults.get(name)), new.get(name, option_defaults.get(name))
+            if before != after:
+                changes.append(f"{name} {before!r} -> {after!r}")
+    return changes
 
 
 def check_resume_config(run_dir: str, stored: Optional[Mapping[str, Any]], config: RunConfig) -> None:

@@ -9,21 +9,32 @@ code (:mod:`hasfl_ray.sweep` plans the cells)."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import math
 import os
 import re
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
 from hasfl_ray import registry
-from hasfl_ray.errors import ConfigError, expected_one_of
+from hasfl_ray.errors import RAY_INSTALL, ConfigError, expected_one_of
 
 #: Local SGD momentum when ``momentum`` is left unset and the algorithm sets none (``Algorithm.resolve_config``:
 #: SCAFFOLD's is 0; docs/algorithms.md).
 DEFAULT_MOMENTUM = 0.9
+
+#: The version of the config.yaml a run writes (``config_version:``). 1 (no key): every built-in's options as flat keys
+#: beside the protocol's (:data:`LEGACY_OPTION_KEYS`); 2: the algorithm's own options only, in ``algorithm_options``
+#: (:func:`migrate_config` reads 1 as 2).
+CONFIG_VERSION = 2
+
+#: The built-in algorithms' options that were RunConfig fields before config_version 2: a config.yaml of version 1
+#: holds all of them, whichever algorithm ran. Frozen: the migration reads old files, whatever the options are now.
+LEGACY_OPTION_KEYS = ("coverage", "p_min", "gamma", "beta", "t_norm", "epsilon", "mu", "budget", "budget_from",
+                      "heterofl_weighting", "fjord_distill_weight", "scaffold_global_lr", "rolex_step")
 
 #: Fields that never change a run's result: recorded in config.yaml, ignored when --resume compares configs.
 #: (device, trainer_threads and aggregation_backend can change the last bits of floats, so they are compared.)
@@ -43,13 +54,17 @@ class RunConfig:
 
     Fields left ``None`` take the dataset's protocol default in :meth:`resolved`. YAML config keys
     and ``hasfl-ray simulate`` flags use these field names (flags with dashes).
+
+    The algorithm's own options (HAS-FL's p_min, FedProx's mu, a plug-in's) are not fields: each algorithm declares
+    them as a dataclass (``Algorithm.options_class``) and they live in ``algorithm_options``. A flat key or flag
+    (``mu: 0.5``, ``--mu 0.5``) names an option of the algorithm and is moved there (:func:`route_options`).
     """
 
     dataset: str = "digits"  # a registered name or a plug-in, FILE.py:Class or MODULE:Class
     data_dir: Optional[str] = None
     download: bool = False
     algorithm: str = "hasfl"  # a registered name or a plug-in, FILE.py:Class or MODULE:Class
-    # a plug-in algorithm's own options (its options_class), by name; built-ins take theirs as fields below
+    # the algorithm's own options (its options_class dataclass, built-in or plug-in), by name; complete once resolved
     algorithm_options: Dict[str, Any] = field(default_factory=dict)
     rounds: Optional[int] = None
     clients: int = 20
@@ -73,28 +88,15 @@ class RunConfig:
     eval_batch_size: int = 500
     # evaluate on a seeded subset of this many test samples, the same every round (None or 0: the whole test set)
     eval_samples: Optional[int] = None
-    # HAS-FL (Section 3; the paper's defaults)
-    coverage: bool = True
-    p_min: float = 0.4
-    gamma: float = 0.25
-    beta: float = 0.9
+    # the adaptation schedule (HAS-FL's and random-budget's; the engine's post-warm-up avg_p and coverage monitor
+    # count from it): warm-up rounds at p^max, then an adaptation at every t >= warmup with t % t_adapt == 0
     t_adapt: int = 5
     warmup: int = 10
-    t_norm: int = 20
-    epsilon: float = 1e-8
     # divergence estimator Ĥ_i: masked (client i's own coordinates, the paper's Eq. 5) or common-core (only the
     # coordinates every participant of the round covers; Section 4's second variant)
     estimator: str = "masked"
-    # baselines (docs/algorithms.md)
-    mu: float = 1.0
-    budget: Optional[float] = None
-    budget_from: Optional[str] = None
-    heterofl_weighting: str = "samples"
-    fjord_distill_weight: float = 1.0
-    scaffold_global_lr: float = 1.0
-    rolex_step: int = 1
-    # execution (does not change results)
-    backend: str = "local"
+    # execution (does not change results); auto: default_backend(), the one rule of the CLI and the Python API
+    backend: str = "auto"
     aggregation_backend: str = "auto"
     trainer_threads: int = 1
     device: str = "auto"
@@ -128,7 +130,7 @@ class RunConfig:
         if not isinstance(self.algorithm_options, Mapping) or \
                 not all(isinstance(k, str) for k in self.algorithm_options):
             raise bad("algorithm_options", self.algorithm_options, "a mapping of option names to values")
-        for name in ("clients", "clients_per_round", "eval_batch_size", "t_adapt", "t_norm", "trainer_threads"):
+        for name in ("clients", "clients_per_round", "eval_batch_size", "t_adapt", "trainer_threads"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise bad(name, value, "a positive integer")
@@ -162,35 +164,22 @@ class RunConfig:
             raise bad("alpha", self.alpha, "a number > 0")
         if self.lr is not None and (not _positive_number(self.lr) or self.lr > MAX_LR):
             raise bad("lr", self.lr, f"a number > 0 and at most {MAX_LR:g} (a larger step overflows float32 weights)")
-        for name in ("p_min",):
-            value = getattr(self, name)
-            if not _number(value) or not 0 < value <= 1:
-                raise bad(name, value, "a width p in (0, 1]")
-        for name, low, high in (("lr_decay", 0, 1), ("momentum", 0, 1), ("beta", 0, 1)):
+        for name, low, high in (("lr_decay", 0, 1), ("momentum", 0, 1)):
             value = getattr(self, name)
             if (value is not None or name != "momentum") and (not _number(value) or not low <= value <= high):
                 raise bad(name, value, f"a number in [{low}, {high}]")
-        for name in ("weight_decay", "gamma", "epsilon", "mu", "fjord_distill_weight"):
+        for name in ("weight_decay",):
             if not _number(getattr(self, name)) or getattr(self, name) < 0:
                 raise bad(name, getattr(self, name), "a number >= 0")
         if self.clip_norm is not None and (not _number(self.clip_norm) or self.clip_norm < 0):
             raise bad("clip_norm", self.clip_norm, "a number >= 0 (0 disables clipping)")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise bad("seed", self.seed, "a non-negative integer")
-        if self.budget is not None and (not _number(self.budget) or not 0 < self.budget <= 1):
-            raise bad("budget", self.budget, "an average width in (0, 1]")
-        for name in ("budget_from", "control_variates_dir"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise bad(name, value, "a directory path")
-        if self.heterofl_weighting not in ("samples", "count"):
-            raise bad("heterofl_weighting", self.heterofl_weighting, "samples or count")
-        if not _positive_number(self.scaffold_global_lr) or self.scaffold_global_lr > MAX_LR:
-            raise bad("scaffold_global_lr", self.scaffold_global_lr, f"a number > 0 and at most {MAX_LR:g}")
-        if not isinstance(self.rolex_step, int) or isinstance(self.rolex_step, bool) or self.rolex_step < 0:
-            raise bad("rolex_step", self.rolex_step, "a non-negative integer (channels the window advances per round)")
-        if self.backend not in ("local", "ray"):
-            raise bad("backend", self.backend, "local or ray")
+        value = self.control_variates_dir
+        if value is not None and (not isinstance(value, str) or not value):
+            raise bad("control_variates_dir", value, "a directory path")
+        if self.backend not in ("auto", "local", "ray"):
+            raise bad("backend", self.backend, "auto, local or ray")
         if self.aggregation_backend not in ("auto", "fused", "reference"):
             raise bad("aggregation_backend", self.aggregation_backend, "auto, fused or reference")
         for name in ("client_batching", "cuda_graphs"):
@@ -220,7 +209,7 @@ class RunConfig:
         if self.address is not None and (not isinstance(self.address, str) or not self.address):
             raise bad("address", self.address, "a Ray cluster address HOST:PORT, ray://HOST:PORT or auto")
         for name in ("actors", "gpus_per_actor", "address"):
-            if getattr(self, name) is not None and self.backend != "ray":
+            if getattr(self, name) is not None and self.backend == "local":
                 raise ConfigError(f"{name} is {getattr(self, name)!r} but backend is {self.backend!r}; expected "
                                   "backend ray, the only one with actors")
         if not isinstance(self.checkpoint_every, int) or isinstance(self.checkpoint_every, bool) or \
@@ -230,7 +219,7 @@ class RunConfig:
             fault = parse_fault(self.fault_inject)
             if fault is None:
                 raise bad("fault_inject", self.fault_inject, "KIND@ROUND with KIND one of " + ", ".join(FAULT_KINDS))
-            if fault[0] == "kill-trainer" and self.backend != "ray":
+            if fault[0] == "kill-trainer" and self.backend == "local":
                 raise ConfigError(f"fault_inject is {self.fault_inject!r} but backend is {self.backend!r}; expected "
                                   "backend ray, whose trainer actors it kills")
 
@@ -240,7 +229,7 @@ class RunConfig:
         ``defaults``), the algorithm's own updates (``Algorithm.resolve_config``: SCAFFOLD's momentum,
         random-budget's budget), its ``algorithm_options`` checked and completed, device ``auto`` replaced by
         ``cuda`` where this process sees a GPU (``cpu`` otherwise), and client_batching and cuda_graphs ``auto`` by
-        what :func:`auto_training_modes` picks for the device."""
+        what :func:`auto_training_modes` picks for the device, and backend ``auto`` by :func:`default_backend`."""
         dataset = registry.lookup("dataset", self.dataset)
         algorithm = registry.lookup("algorithm", self.algorithm)
         known = {f.name for f in fields(self)}
@@ -259,6 +248,14 @@ class RunConfig:
             if updates["device"] == "cpu" and self.gpus_per_actor is not None:
                 raise ConfigError(f"gpus_per_actor is {self.gpus_per_actor!r} but device auto found no GPU; expected "
                                   "a machine with a GPU, or no --gpus-per-actor")
+        if self.backend == "auto":
+            updates["backend"] = default_backend()
+            ray_only = [name for name in ("actors", "gpus_per_actor", "address", "fault_inject")
+                        if getattr(self, name) is not None and (name != "fault_inject" or
+                                                                 fault_inject_round(self.fault_inject) is not None)]
+            if updates["backend"] == "local" and ray_only:
+                raise ConfigError(f"{ray_only[0]} is {getattr(self, ray_only[0])!r} but Ray is not installed; install "
+                                  f"it with `{RAY_INSTALL}`, or run with --backend local and without it")
         auto = auto_training_modes(updates.get("device", self.device))
         for name in ("client_batching", "cuda_graphs"):
             if getattr(self, name) == "auto":
@@ -269,23 +266,172 @@ class RunConfig:
         return dataclasses.replace(self, **updates)
 
     def to_dict(self) -> Dict[str, Any]:
-        values = dataclasses.asdict(self)
+        """Every field, after ``config_version`` (what config.yaml and a checkpoint store)."""
+        values = {"config_version": CONFIG_VERSION, **dataclasses.asdict(self)}
         values["algorithm_options"] = dict(self.algorithm_options)
         return values
 
     def result_dict(self) -> Dict[str, Any]:
         """:meth:`to_dict` without :data:`EXECUTION_FIELDS`: what a run's result depends on (--resume compares it)."""
-        return {k: v for k, v in self.to_dict().items() if k not in EXECUTION_FIELDS}
+        return {k: v for k, v in self.to_dict().items() if k not in EXECUTION_FIELDS and k != "config_version"}
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any], source: str = "config") -> "RunConfig":
-        """Build a config from a mapping, refusing unknown keys with one sentence."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(f"{source} has unknown key {unknown[0]!r}; "
-                              f"{expected_one_of(unknown[0], sorted(known), 'a config key: one of')}")
-        return cls(**dict(values))
+    def from_dict(cls, values: Mapping[str, Any], source: str = "config", foreign: str = "refuse",
+                  check_options: bool = True) -> "RunConfig":
+        """Build a config from a mapping of config keys: flat keys that name the algorithm's options move into
+        ``algorithm_options`` and unknown keys are refused, each in one sentence (:func:`route_options`; a key
+        another built-in takes is refused, or dropped with ``foreign="drop"``, as config files and sweeps do). A
+        stored config of an earlier version is read through :func:`migrate_config`."""
+        values = migrate_config(values, source) if "config_version" in values else values
+        config = cls(**route_options(values, source, foreign=foreign))
+        if check_options:
+                registry.check_options("algorithm", config.algorithm,
+                                   registry.lookup("algorithm", config.algorithm).options_class,
+                                   config.algorithm_options)  # each option's type and range, before anything runs
+        return config
+
+
+def default_backend() -> str:
+    """What ``backend: auto`` (the default of ``hasfl-ray simulate``, ``hasfl_ray.simulate`` and ``RunConfig``)
+    becomes: ``ray`` where Ray is installed, else ``local``. Results do not depend on it (docs/design.md)."""
+    try:
+        return "ray" if importlib.util.find_spec("ray") is not None else "local"
+    except (ImportError, ValueError):
+        return "local"
+
+
+def option_fields(algorithm: str) -> Dict[str, Any]:
+    """The options ``algorithm`` (a registered name or a plug-in spec) declares, name -> default (empty when it
+    declares none); one sentence when there is no such algorithm."""
+    options_class = registry.lookup("algorithm", algorithm).options_class
+    if options_class is None:
+        return {}
+    return {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default
+            for f in fields(options_class)}
+
+
+def option_owners() -> Dict[str, List[str]]:
+    """Each built-in algorithm's option name -> the built-ins that declare it (``coverage`` -> hasfl,
+    random-budget)."""
+    owners: Dict[str, List[str]] = {}
+    for name in registry.registered("algorithm"):
+        for option in option_fields(name):
+            owners.setdefault(option, []).append(name)
+    return owners
+
+
+def route_options(values: Mapping[str, Any], source: str = "config", foreign: str = "refuse") -> Dict[str, Any]:
+    """``values`` with every key that is not a RunConfig field but an option of the algorithm (``mu`` with
+    fedprox, ``gain`` with a plug-in that declares it) moved into ``algorithm_options``.
+
+    One sentence (ConfigError) for a key given both ways, for an unknown key, and for an option another built-in
+    declares but this algorithm does not (``mu`` with hasfl): unless ``foreign="drop"``, which drops it (config
+    files shared by the algorithms of a sweep, and stored configs of version 1)."""
+    known = {f.name for f in fields(RunConfig)}
+    flat = [k for k in values if k not in known]
+    if not flat:
+        return dict(values)
+    algorithm = values.get("algorithm", RunConfig.algorithm)
+    own = option_fields(algorithm) if isinstance(algorithm, str) and algorithm else {}
+    given = values.get("algorithm_options")
+    options = dict(given) if isinstance(given, Mapping) else {}
+    owners = option_owners()
+    for key in flat:
+        if key in own:
+            if key in options:
+                raise ConfigError(f"{source} gives {key!r} both as a key ({values[key]!r}) and in algorithm_options "
+                                  f"({options[key]!r}); expected it once")
+            options[key] = values[key]
+        elif key in owners:
+            if foreign == "drop":  # still a sound value for the algorithm that takes it: `mu: .inf` is a mistake
+                owner = owners[key][0]
+                registry.check_options("algorithm", owner, registry.lookup("algorithm", owner).options_class,
+                                       {key: values[key]})
+                continue
+            takers = owners[key]
+            raise ConfigError(f"{key} is {values[key]!r} but algorithm {algorithm!r} takes no option {key!r}; "
+                              f"expected it only with {' or '.join(takers)}"
+                              + (f" (the options of {algorithm!r}: {', '.join(own)})" if own else ""))
+        else:
+            choices = sorted(known | set(own) | set(owners))
+            raise ConfigError(f"{source} has unknown key {key!r}; "
+                              f"{expected_one_of(key, choices, 'a config key: one of')}")
+    out = {k: v for k, v in values.items() if k in known}
+    if given is not None and not isinstance(given, Mapping):
+        out["algorithm_options"] = given  # RunConfig names the bad value
+    elif options or given is not None:
+        out["algorithm_options"] = options
+    return out
+
+
+def migrate_config(values: Mapping[str, Any], source: str = "stored config") -> Dict[str, Any]:
+    """A stored config (a run's config.yaml, a checkpoint's config) of any version, as a mapping of the current
+    version's keys, without ``config_version``.
+
+    Version 1 (no ``config_version``) stored every built-in's options as flat keys (:data:`LEGACY_OPTION_KEYS`),
+    whichever algorithm ran: those of the run's algorithm move into ``algorithm_options`` (an entry already there
+    wins), the others are dropped, since that algorithm never read them. A plug-in's options were always in
+    ``algorithm_options``. A version newer than :data:`CONFIG_VERSION` is refused in one sentence."""
+    version = values.get("config_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= CONFIG_VERSION:
+        raise ConfigError(f"{source} has config_version {version!r}; expected 1 to {CONFIG_VERSION} (a newer "
+                          "hasfl-ray wrote it?)")
+    out = {k: v for k, v in values.items() if k != "config_version"}
+    if version >= 2:
+        return out
+    algorithm = values.get("algorithm", RunConfig.algorithm)
+    own: Dict[str, Any] = {}
+    if isinstance(algorithm, str) and algorithm and not registry.is_spec(algorithm):
+        try:
+            own = option_fields(algorithm)
+        except ConfigError:  # an algorithm this version lacks: RunConfig.resolved names it
+            own = {}
+    given = values.get("algorithm_options")
+    options = dict(given) if isinstance(given, Mapping) else {}
+    for key in LEGACY_OPTION_KEYS:
+        out.pop(key, None)
+        if key in values and key in own:
+            options.setdefault(key, values[key])
+    if options or given is not None:
+        out["algorithm_options"] = options if isinstance(given, Mapping) or given is None else given
+    return out
+
+
+def merge_layers(layers: Sequence[Tuple[Mapping[str, Any], str]], source: str = "config") -> Dict[str, Any]:
+    """One mapping of config keys from ``(values, foreign)`` layers, later over earlier (a resumed run's config, a
+    config file, flags): each layer's flat keys are routed (:func:`route_options`) for the algorithm the layers end
+    with, and ``algorithm_options`` merge key by key. A layer's ``algorithm_options`` mapping counts only when the
+    layer names that algorithm or none (a resumed HAS-FL run's options do not follow ``--algorithm fedprox``)."""
+    algorithm = RunConfig.algorithm
+    for values, _ in layers:
+        algorithm = values.get("algorithm", algorithm)
+    out: Dict[str, Any] = {}
+    options: Dict[str, Any] = {}
+    have_options = False
+    for values, foreign in layers:
+        if "config_version" in values:  # a run's config.yaml given as a config file
+            values = migrate_config(values, source)
+        given = values.get("algorithm_options")
+        if given is not None and not isinstance(given, Mapping):
+            return {**out, **values}  # RunConfig names the bad value
+        routed = route_options({**{k: v for k, v in values.items() if k != "algorithm_options"},
+                                "algorithm": algorithm}, source, foreign)
+        flat = routed.pop("algorithm_options", {})
+        if "algorithm" not in values:
+            routed.pop("algorithm")
+        out.update(routed)
+        if given is not None and values.get("algorithm", algorithm) == algorithm:
+            for key in flat:
+                if key in given:
+                    raise ConfigError(f"{source} gives {key!r} both as a key ({flat[key]!r}) and in "
+                                      f"algorithm_options ({given[key]!r}); expected it once")
+            options.update(given)
+            have_options = True
+        options.update(flat)
+        have_options = have_options or bool(flat)
+    if have_options:
+        out["algorithm_options"] = options
+    return out
 
 
 def auto_training_modes(device: str) -> Dict[str, str]:

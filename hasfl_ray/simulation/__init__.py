@@ -11,9 +11,8 @@ import importlib.util
 import logging
 import os
 
-from hasfl_ray.errors import ConfigError
+from hasfl_ray.errors import RAY_INSTALL, ConfigError
 
-RAY_INSTALL = 'pip install "ray>=2.9"'
 
 #: Ray's notice that token authentication is on (it stays on; the user has nothing to act on). The notice that it
 #: is off, and every other warning, still shows.

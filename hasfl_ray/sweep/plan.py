@@ -25,12 +25,14 @@ this package).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from hasfl_ray.engine.config import RunConfig, load_yaml_config, split_sweep_config, sweep_list
-from hasfl_ray.errors import ConfigError
+from hasfl_ray.engine.config import (RunConfig, load_yaml_config, option_fields, option_owners, split_sweep_config,
+                                     sweep_list)
+from hasfl_ray.errors import ConfigError, expected_one_of
 from hasfl_ray.registry import is_spec, lookup, registered, spec_label
 
 #: Options of a single Ray run that a sweep cell (the local backend inside one Ray task) does not take.
@@ -114,6 +116,40 @@ def parse_list(text: Optional[str], name: str, integer: bool = False) -> Optiona
     return list(dict.fromkeys(items))
 
 
+def _option(values: Mapping[str, Any], name: str, default: Any = None) -> Any:
+    """An algorithm option of a cell's values, given as a flat key or in ``algorithm_options``."""
+    options = values.get("algorithm_options")
+    if isinstance(options, Mapping) and name in options:
+        return options[name]
+    return values.get(name, default)
+
+
+def check_layer(values: Mapping[str, Any], source: str, block: Mapping[str, Any]) -> None:
+    """Refuse (one sentence) a bad value or an unknown key among a sweep config's shared, variant or per-dataset
+    keys, before any cell is planned: RunConfig fields are checked as such; any other key must be an option of an
+    algorithm the sweep runs (a plug-in's too) or of a built-in (a flat ``mu`` applies to the fedprox cells, if any:
+    a config file is shared, and configs/ list the whole protocol)."""
+    known = {f.name for f in dataclasses.fields(RunConfig)}
+    RunConfig.from_dict({k: v for k, v in values.items() if k in known and k != "algorithm_options"}, source,
+                        check_options=False)
+    variants = block.get("variants") or {}
+    names = [variants.get(a, {}).get("algorithm", a) for a in sweep_list(block.get("algorithms"), "algorithms", source)]
+    names = names or [values.get("algorithm", RunConfig.algorithm)]
+    names += [v.get("algorithm", RunConfig.algorithm) for v in variants.values()]
+    takers = {}
+    for name in dict.fromkeys(n for n in names if isinstance(n, str) and n):
+        for option in option_fields(name):
+            takers.setdefault(option, name)
+    owners = option_owners()
+    for key in values:
+        if key in known or key in takers:
+            continue
+        if key in owners:  # a built-in's option: its cells take it (a file is shared; configs/ list the protocol's)
+            continue
+        choices = sorted(known | set(takers) | set(owners))
+        raise ConfigError(f"{source} has unknown key {key!r}; {expected_one_of(key, choices, 'a config key: one of')}")
+
+
 def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optional[Sequence[str]] = None,
                algorithms: Optional[Sequence[str]] = None, seeds: Optional[Sequence[int]] = None,
                out: Optional[str] = None) -> Sweep:
@@ -130,7 +166,7 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
     source = f"config file {config_file!r}"
     block, shared = split_sweep_config(load_yaml_config(config_file), source)
     block = block or {"per_dataset": {}, "variants": {}}
-    RunConfig.from_dict(shared, source)  # unknown keys and bad values refused before anything runs
+    check_layer(shared, source, block)  # unknown keys and bad values refused before anything runs
     for name in ("dataset", "algorithm", "seed"):
         if name in overrides:
             raise ValueError(f"override {name!r} belongs in datasets/algorithms/seeds")
@@ -140,12 +176,12 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
                               "backend, one Ray task per cell; expected no Ray actor options")
     variants = block["variants"]
     for name, keys in variants.items():
-        RunConfig.from_dict({**shared, **keys}, f"{source} sweep variant {name!r}")
+        check_layer({**shared, **keys}, f"{source} sweep variant {name!r}", block)
     for name, keys in block["per_dataset"].items():
         if name not in DATASETS:
             raise ConfigError(f"{source} has sweep.per_dataset entry {name!r}; expected a dataset, one of "
                               + ", ".join(DATASETS))
-        RunConfig.from_dict({**shared, **keys, "dataset": name}, f"{source} sweep.per_dataset.{name}")
+        check_layer({**shared, **keys, "dataset": name}, f"{source} sweep.per_dataset.{name}", block)
 
     datasets = list(datasets or sweep_list(block.get("datasets"), "datasets", source) or
                     [shared.get("dataset", "digits")])
@@ -183,19 +219,19 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
         for key in RAY_RUN_ONLY:
             values.pop(key, None)
         name = f"{spec_label(dataset)}-{spec_label(algorithm)}-seed{seed}"  # a plug-in: its class name
-        RunConfig.from_dict(values, f"sweep cell {name}")
+        RunConfig.from_dict(values, f"sweep cell {name}", foreign="drop")  # another algorithm's options: dropped
         return Cell(name=name, dataset=dataset, algorithm=algorithm, seed=seed, dir=os.path.join(out, name),
                     values=values)
 
     cells = [make(d, a, s) for d in datasets for a in algorithms for s in seeds]
     # random-budget waits for the HAS-FL cell of its dataset and seed (brought along when the sweep lacks it)
     for cell in list(cells):
-        if cell.values["algorithm"] != "random-budget" or cell.values.get("budget") is not None \
-                or cell.values.get("budget_from") is not None:
+        if cell.values["algorithm"] != "random-budget" or _option(cell.values, "budget") is not None \
+                or _option(cell.values, "budget_from") is not None:
             continue
-        coverage = cell.values.get("coverage", True)
+        coverage = _option(cell.values, "coverage", True)
         partners = [c for c in cells if c.dataset == cell.dataset and c.seed == cell.seed
-                    and c.values["algorithm"] == "hasfl" and c.values.get("coverage", True) == coverage]
+                    and c.values["algorithm"] == "hasfl" and _option(c.values, "coverage", True) == coverage]
         partners.sort(key=lambda c: c.algorithm != "hasfl")
         if partners:
             partner = partners[0]

@@ -31,7 +31,7 @@ def execute_cell(cell: Mapping[str, Any], force: bool = False, progress: bool = 
                     "wall_s": 0.0}
     if state == "redo":
         clear_run_directory(run_dir)  # only what a run wrote; a folder with anything else is refused
-    config = RunConfig.from_dict(cell["values"], f"sweep cell {cell['name']}").resolved()
+    config = RunConfig.from_dict(cell["values"], f"sweep cell {cell['name']}", foreign="drop").resolved()
     resume = state == "interrupted"
     engine = Engine(config, out_dir=run_dir, progress=progress, resume=resume)
     engine.prepare()

@@ -29,7 +29,7 @@ def cell_differences(cell: Mapping[str, Any]) -> List[str]:
     stored = _stored(cell["dir"])
     if stored is None:
         return []
-    config = RunConfig.from_dict(cell["values"], f"sweep cell {cell['name']}").resolved()
+    config = RunConfig.from_dict(cell["values"], f"sweep cell {cell['name']}", foreign="drop").resolved()
     return [d for d in config_differences(stored, config) if not d.startswith("budget_from ")]
 
 
@@ -67,8 +67,8 @@ def check_conflicts(sweep: Sweep, force: bool = False) -> None:
 def result_key(values: Mapping[str, Any]) -> str:
     """What a finished run's result depends on, as one string: its resolved config without the execution fields and
     without ``budget_from`` (the folder a budget came from; the budget itself is compared)."""
-    result = RunConfig.from_dict(values, "run config").resolved().result_dict()
-    result.pop("budget_from", None)
+    result = RunConfig.from_dict(values, "run config", foreign="drop").resolved().result_dict()
+    result["algorithm_options"].pop("budget_from", None)
     return json.dumps(result, sort_keys=True, default=str)
 
 

@@ -24,7 +24,7 @@ class Recorded:
 
 @functools.lru_cache(maxsize=None)
 def _recorded_run(items: Tuple[Tuple[str, object], ...]) -> Recorded:
-    engine = Engine(RunConfig(**dict(items)))
+    engine = Engine(RunConfig.from_dict({"backend": "local", **dict(items)}))
     engine.prepare()
     widths: List[Dict[int, float]] = []
     allocate = engine.algorithm.allocate
@@ -56,7 +56,7 @@ def mask_fraction(p: float, model: str = "digits") -> float:
 
 def small_config(**overrides) -> RunConfig:
     """A resolved config for algorithm unit tests on hand-made federations of 4 clients."""
-    return RunConfig(**{"clients": 4, "clients_per_round": 2, "rounds": 20, **overrides}).resolved()
+    return RunConfig.from_dict({"backend": "local", "clients": 4, "clients_per_round": 2, "rounds": 20, **overrides}).resolved()
 
 
 P_MAX_4 = np.array([0.25, 0.5, 0.75, 1.0])

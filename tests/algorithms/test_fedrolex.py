@@ -25,11 +25,11 @@ def test_window_positions_hand_checked():
 
 
 def test_algorithm_rolls_one_step_per_round_for_every_client(config4):
-    algorithm = FedRolex(config4, P_MAX_4, SAMPLES_4)
+    algorithm = FedRolex(small_config(algorithm="fedrolex"), P_MAX_4, SAMPLES_4)
     assert [algorithm.window_offset(t, 2) for t in range(4)] == [0, 1, 2, 3]
     assert algorithm.window_offset(5, 0) == algorithm.window_offset(5, 3) == 5
     assert algorithm.allocate(0, [0, 3]) == {0: 0.25, 3: 1.0}  # widths are HeteroFL's
-    assert FedRolex(small_config(rolex_step=3), P_MAX_4, SAMPLES_4).window_offset(4, 1) == 12
+    assert FedRolex(small_config(algorithm="fedrolex", rolex_step=3), P_MAX_4, SAMPLES_4).window_offset(4, 1) == 12
 
 
 def test_extracted_window_is_the_rolled_leading_slice():
@@ -77,7 +77,7 @@ def test_mixed_offsets_mean_by_hand():
 
 
 def test_a_round_changes_exactly_the_participants_windows():
-    engine = Engine(RunConfig(algorithm="fedrolex", rounds=2, rolex_step=5, seed=4))
+    engine = Engine(RunConfig.from_dict(dict(backend="local", algorithm="fedrolex", rounds=2, rolex_step=5, seed=4)))
     engine.prepare()
     engine.backend.start(engine.config, engine.dataset, engine.model_name, engine.initial_params)
     specs = build_model("digits").param_specs()
@@ -105,7 +105,7 @@ class CappedRolex(FedRolex):
 def test_rolling_windows_reach_what_static_capped_widths_would_freeze():
     # step 48 on the digits CNN (32/64/128 channels): half-width windows visit every channel within 3 rounds;
     # a weight coordinate needs its row and its column in one round's windows, so that takes longer
-    engine = Engine(RunConfig(algorithm="fedrolex", rounds=4, rolex_step=48, seed=2))
+    engine = Engine(RunConfig.from_dict(dict(backend="local", algorithm="fedrolex", rounds=4, rolex_step=48, seed=2)))
     engine.prepare()
     engine.algorithm = CappedRolex(engine.config, engine.p_max, engine.num_samples)
     engine.run()

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from algorithm_runs import LEARNING_RUN, P_MAX_4, SAMPLES_4, recorded_run
+from algorithm_runs import LEARNING_RUN, P_MAX_4, SAMPLES_4, recorded_run, small_config
 from hasfl_ray.algorithms.fjord import FjORD, OrderedDropoutObjective, nested_parameters
 from hasfl_ray.data import load_dataset
 from hasfl_ray.models import build_model, extract
@@ -12,7 +12,7 @@ from hasfl_ray.training.local import ClientTask, OptimizerSettings, Trainer
 
 
 def test_each_client_samples_the_tiers_up_to_its_capacity(config4):
-    algorithm = FjORD(config4, P_MAX_4, SAMPLES_4)
+    algorithm = FjORD(small_config(algorithm="fjord"), P_MAX_4, SAMPLES_4)
     assert [algorithm.widths_for(i) for i in range(4)] == [
         [0.25], [0.25, 0.5], [0.25, 0.5, 0.75], [0.25, 0.5, 0.75, 1.0]]
     assert algorithm.allocate(0, [1, 3]) == {1: 0.5, 3: 1.0}  # each trains its p_max model
@@ -21,7 +21,7 @@ def test_each_client_samples_the_tiers_up_to_its_capacity(config4):
 
 
 def test_sampled_widths_are_uniform_over_the_tiers_and_seeded(config4):
-    algorithm = FjORD(config4, P_MAX_4, SAMPLES_4)
+    algorithm = FjORD(small_config(algorithm="fjord"), P_MAX_4, SAMPLES_4)
 
     def draws(round, client, n=4000):
         objective = algorithm.objective(round, client, float(P_MAX_4[client]))

@@ -24,7 +24,7 @@ def tiny_model(weight, bias):
 
 def test_full_model_methods_train_every_client_at_full_width(config4):
     for cls in (FedAvg, FedProx, SCAFFOLD):
-        algorithm = cls(config4, P_MAX_4, SAMPLES_4)
+        algorithm = cls(small_config(algorithm=cls.name), P_MAX_4, SAMPLES_4)
         assert algorithm.allocate(0, [0, 1, 2, 3]) == {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0}
         np.testing.assert_array_equal(algorithm.p_current, np.ones(4))
 
@@ -40,7 +40,7 @@ def test_fedprox_proximal_gradient_is_mu_times_distance_to_the_global_model():
     # g + mu (w - w^t): weight [0.1 + 0.3*0.5, 0.2 + 0.3*(-1)], bias -0.4 + 0.3*(-1)
     torch.testing.assert_close(model.weight.grad, torch.tensor([[0.25, -0.1]]))
     torch.testing.assert_close(model.bias.grad, torch.tensor([-0.7]))
-    assert FedProx(small_config(mu=0.3), P_MAX_4, SAMPLES_4).objective(0, 1, 1.0).mu == 0.3
+    assert FedProx(small_config(algorithm="fedprox", mu=0.3), P_MAX_4, SAMPLES_4).objective(0, 1, 1.0).mu == 0.3
 
 
 def test_scaffold_local_correction_and_option_ii_drift():
@@ -64,7 +64,7 @@ def result_with_drift(client, values):
 
 
 def test_scaffold_control_variate_update_hand_computed(config4):
-    algorithm = SCAFFOLD(config4, P_MAX_4, SAMPLES_4)  # N = 4
+    algorithm = SCAFFOLD(small_config(algorithm="scaffold"), P_MAX_4, SAMPLES_4)  # N = 4
     assert algorithm.server_lr == 1.0 and algorithm.objective(0, 0, 1.0).correction is None
     # round 0, c = c_i = 0: c_i+ = drift_i; c = (1/N) Σ Δc_i
     algorithm.observe(0, [result_with_drift(0, [4.0, 0.0]), result_with_drift(2, [0.0, 8.0])], EMPTY)
@@ -81,7 +81,7 @@ def test_scaffold_control_variate_update_hand_computed(config4):
     torch.testing.assert_close(algorithm.client_controls.get(0), torch.tensor([5.0, 0.0]))
     torch.testing.assert_close(algorithm.client_controls.get(1), torch.tensor([0.0, -1.0]))
     torch.testing.assert_close(algorithm.server_control, torch.tensor([1.25, 1.75]))  # c + ([1, −1]) / 4
-    clone = SCAFFOLD(config4, P_MAX_4, SAMPLES_4)
+    clone = SCAFFOLD(small_config(algorithm="scaffold"), P_MAX_4, SAMPLES_4)
     clone.load_state_dict(algorithm.state_dict())
     torch.testing.assert_close(clone.server_control, algorithm.server_control)
     for client in (0, 1, 2):
@@ -117,8 +117,8 @@ def test_scaffold_run_is_identical_with_control_variates_on_disk(tmp_path):
     from hasfl_ray.engine import Engine, RunConfig
 
     base = dict(algorithm="scaffold", rounds=2, clients_per_round=4, seed=3)
-    memory = Engine(RunConfig(**base)).run()
-    engine = Engine(RunConfig(**base, control_variates_dir=str(tmp_path / "cv")))
+    memory = Engine(RunConfig(backend="local", **base)).run()
+    engine = Engine(RunConfig(backend="local", **base, control_variates_dir=str(tmp_path / "cv")))
     disk = engine.run()
     assert disk["params_sha256"] == memory["params_sha256"]
     assert len(list((tmp_path / "cv").glob("client_*.pt"))) == len(engine.algorithm.client_controls.clients()) > 4

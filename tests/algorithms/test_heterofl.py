@@ -7,15 +7,15 @@ from hasfl_ray.algorithms.heterofl import HeteroFL
 
 
 def test_widths_are_capacities_and_never_change(config4):
-    algorithm = HeteroFL(config4, P_MAX_4, SAMPLES_4)
+    algorithm = HeteroFL(small_config(algorithm="heterofl"), P_MAX_4, SAMPLES_4)
     assert algorithm.allocate(0, [0, 1, 2, 3]) == {0: 0.25, 1: 0.5, 2: 0.75, 3: 1.0}
     algorithm.observe(15, [], None)
     assert algorithm.allocate(16, [1, 2]) == {1: 0.5, 2: 0.75}
 
 
 def test_sample_weighting_by_default_count_weighting_as_an_option():
-    assert HeteroFL(small_config(), P_MAX_4, SAMPLES_4).aggregation_weights([0, 2]) == [10.0, 30.0]
-    count = HeteroFL(small_config(heterofl_weighting="count"), P_MAX_4, SAMPLES_4)
+    assert HeteroFL(small_config(algorithm="heterofl"), P_MAX_4, SAMPLES_4).aggregation_weights([0, 2]) == [10.0, 30.0]
+    count = HeteroFL(small_config(algorithm="heterofl", heterofl_weighting="count"), P_MAX_4, SAMPLES_4)
     assert count.aggregation_weights([0, 2, 3]) == [1.0, 1.0, 1.0]
 
 

@@ -110,7 +110,7 @@ def test_yaml_options_are_checked_too(tmp_path):
     result = simulate("--config", str(config), "--out", str(tmp_path / "run"))
     assert result.exit_code == 2 and "did you mean 'gain'?" in result.output
     result = simulate("--algorithm", "hasfl", "--algo-opt", "gain=1", "--out", str(tmp_path / "run"))
-    assert result.exit_code == 2 and "takes no options" in result.output
+    assert result.exit_code == 2 and "algorithm option 'gain' is unknown to 'hasfl'" in result.output
 
 
 @pytest.mark.parametrize("spec, needle", [
@@ -155,7 +155,7 @@ def test_random_budget_matches_a_plugin_run(tmp_path):
     result = simulate("--algorithm", "random-budget", "--budget-from", str(plugin), "--warmup", "1", "--t-adapt",
                       "1", "--out", str(matched))
     assert result.exit_code == 0, result.output
-    assert stored_config(matched)["budget"] == pytest.approx(target)
+    assert stored_config(matched)["algorithm_options"]["budget"] == pytest.approx(target)
 
 
 def test_resume_and_report_read_a_plugin_run(tmp_path):

@@ -35,8 +35,8 @@ def test_random_allocation_hand_computed():
 def simulate(seed, budget, rounds=200, warmup=10, t_adapt=5, clients=20, per_round=10, coverage=True):
     """Allocate/observe without training (random-budget ignores the aggregate); returns realised avg_p."""
     p_max = assign_tiers(clients, numpy_rng(seed, STREAM_TIERS))
-    config = RunConfig(rounds=rounds, seed=seed, algorithm="random-budget", budget=budget, warmup=warmup,
-                       t_adapt=t_adapt, coverage=coverage, clients=clients, clients_per_round=per_round).resolved()
+    config = RunConfig.from_dict(dict(backend="local", rounds=rounds, seed=seed, algorithm="random-budget", budget=budget, warmup=warmup,
+                       t_adapt=t_adapt, coverage=coverage, clients=clients, clients_per_round=per_round)).resolved()
     algorithm = RandomBudget(config, p_max, np.full(clients, 50))
     per_round_means, allocations = [], []
     for t in range(rounds):
@@ -81,25 +81,25 @@ def test_first_adapted_round_follows_hasfls_schedule():
 @pytest.mark.parametrize("dataset", ["digits", "emnist", "cifar10", "shakespeare", "synthetic"])
 @pytest.mark.parametrize("clients", [4, 20, 100])
 def test_the_default_budget_is_feasible_on_every_dataset(dataset, clients):
-    config = RunConfig(algorithm="random-budget", dataset=dataset, clients=clients,
+    config = RunConfig(backend="local", algorithm="random-budget", dataset=dataset, clients=clients,
                        clients_per_round=min(clients, 10)).resolved()
     low, high = budget_range(assign_tiers(clients, numpy_rng(42, STREAM_TIERS)), coverage=True)
-    assert low <= config.budget <= high
+    assert low <= config.algorithm_options["budget"] <= high
     # 20 clients (8/5/4/3 at 0.25/0.5/0.75/1): 0.25·8 + 0.5·5 + 0.65·4 + 1·3 = 10.1 over 20
-    assert clients != 20 or config.budget == 0.505
+    assert clients != 20 or config.algorithm_options["budget"] == 0.505
     assert default_budget(P_MAX_4, 0.4, 0.25, coverage=True) == pytest.approx((0.25 + 0.5 + 0.65 + 1) / 4)
 
 
 def test_budget_from_reads_the_runs_post_warmup_avg_p(tmp_path):
-    assert RunConfig(algorithm="hasfl").resolved().budget is None
+    assert "budget" not in RunConfig(backend="local", algorithm="hasfl").resolved().algorithm_options
     run = tmp_path / "hasfl-run"
     run.mkdir()
     (run / "summary.json").write_text(json.dumps({"avg_p": 0.4871, "best_accuracy": 0.5}))  # an older summary
-    assert RunConfig(algorithm="random-budget", budget_from=str(run)).resolved().budget == 0.4871
+    assert RunConfig.from_dict(dict(backend="local", algorithm="random-budget", budget_from=str(run))).resolved().algorithm_options["budget"] == 0.4871
     (run / "summary.json").write_text(json.dumps({"avg_p": 0.4871, "avg_p_post_warmup": 0.4712}))
-    config = RunConfig(algorithm="random-budget", budget_from=str(run)).resolved()
-    assert config.budget == 0.4712 and config.budget_from == str(run)
-    assert RunConfig(algorithm="random-budget", budget_from=str(run), budget=0.45).resolved().budget == 0.45
+    config = RunConfig.from_dict(dict(backend="local", algorithm="random-budget", budget_from=str(run))).resolved()
+    assert config.algorithm_options["budget"] == 0.4712 and config.algorithm_options["budget_from"] == str(run)
+    assert RunConfig.from_dict(dict(backend="local", algorithm="random-budget", budget_from=str(run), budget=0.45)).resolved().algorithm_options["budget"] == 0.45
 
 
 def test_an_infeasible_budget_from_a_run_is_clamped_with_one_warning(tmp_path, caplog):
@@ -107,7 +107,7 @@ def test_an_infeasible_budget_from_a_run_is_clamped_with_one_warning(tmp_path, c
     run.mkdir()
     (run / "summary.json").write_text(json.dumps({"avg_p": 0.9, "avg_p_post_warmup": 0.7}))
     config = small_config(algorithm="random-budget", budget_from=str(run))
-    assert config.budget == 0.7
+    assert config.algorithm_options["budget"] == 0.7
     with caplog.at_level("WARNING"):
         algorithm = RandomBudget(config, P_MAX_4, SAMPLES_4)
     assert algorithm.budget == pytest.approx(0.625)
@@ -143,7 +143,7 @@ def test_budget_from_a_bad_run_directory_is_one_sentence(tmp_path, content, need
     if content is not None:
         (tmp_path / "summary.json").write_text(content)
     with pytest.raises(ConfigError, match=needle) as info:
-        RunConfig(algorithm="random-budget", budget_from=str(tmp_path)).resolved()
+        RunConfig.from_dict(dict(backend="local", algorithm="random-budget", budget_from=str(tmp_path))).resolved()
     assert "\n" not in str(info.value) and "expected" in str(info.value)
 
 

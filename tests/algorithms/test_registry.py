@@ -30,19 +30,23 @@ def test_each_algorithm_learns_far_above_chance(overrides):
 
 
 @pytest.mark.parametrize("values, needle", [
-    ({"mu": -1.0}, "mu is -1.0"),
-    ({"budget": 0.0}, "budget is 0.0"),
-    ({"budget": 1.5}, "budget is 1.5"),
-    ({"budget_from": ""}, "budget_from is ''"),
-    ({"heterofl_weighting": "equal"}, "heterofl_weighting is 'equal'"),
-    ({"fjord_distill_weight": -0.5}, "fjord_distill_weight is -0.5"),
-    ({"scaffold_global_lr": 0}, "scaffold_global_lr is 0"),
-    ({"rolex_step": -1}, "rolex_step is -1"),
+    ({"algorithm": "fedprox", "mu": -1.0}, "mu is -1.0"),
+    ({"algorithm": "random-budget", "budget": 0.0}, "budget is 0.0"),
+    ({"algorithm": "random-budget", "budget": 1.5}, "budget is 1.5"),
+    ({"algorithm": "random-budget", "budget_from": ""}, "budget_from is ''"),
+    ({"algorithm": "heterofl", "heterofl_weighting": "equal"}, "heterofl_weighting is 'equal'"),
+    ({"algorithm": "fjord", "fjord_distill_weight": -0.5}, "fjord_distill_weight is -0.5"),
+    ({"algorithm": "scaffold", "scaffold_global_lr": 0}, "scaffold_global_lr is 0"),
+    ({"algorithm": "fedrolex", "rolex_step": -1}, "rolex_step is -1"),
+    ({"algorithm": "hasfl", "t_norm": 0}, "t_norm is 0"),
+    ({"algorithm": "hasfl", "coverage": "yes"}, "coverage is 'yes'"),
+    ({"algorithm": "hasfl", "algorithm_options": {"beta": 1.5}}, "beta is 1.5"),
     ({"momentum": 1.5}, "momentum is 1.5"),
+    ({"algorithm": "hasfl", "mu": 0.5}, "mu is 0.5 but algorithm 'hasfl' takes no option 'mu'"),
 ])
 def test_bad_algorithm_options_are_one_sentence(values, needle):
     with pytest.raises(ConfigError) as info:
-        RunConfig(**values)
+        RunConfig.from_dict({"backend": "local", **values})
     assert needle in str(info.value) and "expected" in str(info.value) and "\n" not in str(info.value)
 
 

@@ -60,7 +60,7 @@ def test_report_without_runs_is_one_sentence(tmp_path):
 def test_plot_writes_the_four_figures(tmp_path):
     from hasfl_ray.engine import Engine, RunConfig
 
-    Engine(RunConfig(rounds=2, clients=8, clients_per_round=4), out_dir=str(tmp_path / "runs" / "a")).run()
+    Engine(RunConfig(backend="local", rounds=2, clients=8, clients_per_round=4), out_dir=str(tmp_path / "runs" / "a")).run()
     result = CliRunner().invoke(main, ["plot", str(tmp_path / "runs"), "--out", str(tmp_path / "fig")])
     assert result.exit_code == 0, result.output
     names = sorted(p.name for p in (tmp_path / "fig").iterdir())
@@ -76,7 +76,7 @@ def test_report_over_a_sweep_writes_tables_and_figures(tmp_path):
 
     sweep = tmp_path / "sweep"
     for algorithm, seed in (("hasfl", 42), ("hasfl", 43), ("uniform", 42)):
-        Engine(RunConfig(rounds=3, clients=8, clients_per_round=4, warmup=1, t_adapt=1, seed=seed,
+        Engine(RunConfig(backend="local", rounds=3, clients=8, clients_per_round=4, warmup=1, t_adapt=1, seed=seed,
                          algorithm=algorithm), out_dir=str(sweep / f"digits-{algorithm}-seed{seed}")).run()
     (sweep / "sweep.json").write_text(json.dumps({"algorithms": ["uniform", "hasfl"], "reproduces": "Table 3"}))
     result = CliRunner().invoke(main, ["report", str(sweep)])

@@ -64,7 +64,7 @@ CASES = [
      ["scaffold_global_lr is 1000000000.0", "at most 1000"]),
     (["simulate", "--algorithm", POLICY, "--algo-opt", "gain=.nan", *LOCAL], ["option 'gain' is nan", "finite"]),
     (["simulate", "--algorithm", POLICY, "--algo-opt", "min_width=.inf", *LOCAL],
-     ["option 'min_width' is inf", "finite"]),
+     ["min_width is inf", "(0, 1]"]),
     (["simulate", "--dataset", "synthetic", "--clients", TOO_MANY, "--clients-per-round", "2", *LOCAL],
      [f"clients is {TOO_MANY}", "640 TB of memory", "64 bytes a client"]),
     # simulate: where the run directory cannot be (nothing made, not even the folder)

@@ -46,8 +46,8 @@ def test_tiny_sweep_runs_every_cell_then_skips_them(sweep_yaml, tmp_path):
         hasfl_dir = os.path.join(out, f"digits-hasfl-seed{seed}")
         with open(os.path.join(out, f"digits-random-budget-seed{seed}", "config.yaml")) as handle:
             config = yaml.safe_load(handle)
-        assert config["budget_from"] == hasfl_dir
-        assert config["budget"] == pytest.approx(budget_from_run(hasfl_dir))
+        assert config["algorithm_options"]["budget_from"] == hasfl_dir
+        assert config["algorithm_options"]["budget"] == pytest.approx(budget_from_run(hasfl_dir))
         with open(os.path.join(hasfl_dir, "summary.json")) as handle:
             assert "analysis" in json.load(handle)  # Table 5 written into each HAS-FL cell
     stamps = {p: os.path.getmtime(p) for p in glob.glob(os.path.join(out, "*", "summary.json"))}
@@ -139,7 +139,7 @@ def test_simulate_takes_one_cell_of_a_sweep_config(sweep_yaml, tmp_path):
                                        "--backend", "local", "--out", str(out), "--quiet"])
     assert result.exit_code == 0, result.output
     config = yaml.safe_load((out / "config.yaml").read_text())
-    assert config["algorithm"] == "hasfl" and config["coverage"] is False and config["seed"] == 42
+    assert config["algorithm"] == "hasfl" and config["algorithm_options"]["coverage"] is False and config["seed"] == 42
 
 
 def test_without_ray_cells_run_in_process_and_ray_asks_for_the_install(sweep_yaml, tmp_path, monkeypatch):

@@ -99,4 +99,4 @@ def test_bad_tier_counts_are_one_sentence(counts):
     from hasfl_ray.errors import ConfigError
 
     with pytest.raises(ConfigError, match="tier_counts is .*expected 4 non-negative client counts"):
-        RunConfig(tier_counts=counts)
+        RunConfig(backend="local", tier_counts=counts)

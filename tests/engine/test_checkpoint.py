@@ -34,7 +34,7 @@ def summary(run_dir):
 
 def a_checkpoint(round):
     return Checkpoint(round=round, params={"w": torch.full((3,), float(round))}, algorithm_state={"r": round},
-                      history=[{"round": r} for r in range(round)], config=RunConfig().to_dict(), elapsed_s=1.0)
+                      history=[{"round": r} for r in range(round)], config=RunConfig(backend="local").to_dict(), elapsed_s=1.0)
 
 
 def test_save_load_round_trip(tmp_path):
@@ -73,15 +73,15 @@ def test_a_corrupt_checkpoint_is_one_sentence(tmp_path):
 def test_execution_fields_may_change_result_fields_may_not():
     stored = RunConfig(backend="local", checkpoint_every=5).to_dict()
     assert config_differences(stored, RunConfig(backend="ray", actors=3, checkpoint_every=1, data_dir="/x")) == []
-    assert config_differences(stored, RunConfig(lr=0.2, seed=1)) == ["seed 42 -> 1", "lr None -> 0.2"]
+    assert config_differences(stored, RunConfig(backend="local", lr=0.2, seed=1)) == ["seed 42 -> 1", "lr None -> 0.2"]
     del stored["synthetic_beta"]  # written before the field existed: its default stands in
-    assert config_differences(stored, RunConfig()) == []
+    assert config_differences(stored, RunConfig(backend="local")) == []
     with pytest.raises(ConfigError, match=r"different config \(trainer_threads 1 -> 2\)"):
-        check_resume_config("run", stored, RunConfig(trainer_threads=2))
+        check_resume_config("run", stored, RunConfig(backend="local", trainer_threads=2))
 
 
 def test_resume_after_a_crash_in_process_is_bit_identical(tmp_path):
-    config = RunConfig(rounds=4, checkpoint_every=2, **SMALL)
+    config = RunConfig(backend="local", rounds=4, checkpoint_every=2, **SMALL)
     reference = Engine(config, out_dir=str(tmp_path / "reference")).run()
 
     crashed = Engine(config, out_dir=str(tmp_path / "run"))
@@ -107,10 +107,10 @@ def test_resume_after_a_crash_in_process_is_bit_identical(tmp_path):
 
 def test_resume_refuses_another_config_unless_forced(tmp_path):
     out = str(tmp_path / "run")
-    Engine(RunConfig(rounds=2, **SMALL), out_dir=out).run()
+    Engine(RunConfig(backend="local", rounds=2, **SMALL), out_dir=out).run()
     with pytest.raises(ConfigError, match=r"different config \(rounds 2 -> 3\)"):
-        Engine(RunConfig(rounds=3, **SMALL), out_dir=out, resume=True).prepare()
-    extended = Engine(RunConfig(rounds=3, **SMALL), out_dir=out, resume=True, force=True).run()
+        Engine(RunConfig(backend="local", rounds=3, **SMALL), out_dir=out, resume=True).prepare()
+    extended = Engine(RunConfig(backend="local", rounds=3, **SMALL), out_dir=out, resume=True, force=True).run()
     assert extended["rounds"] == 3 and len(metrics_without_timings(out)) == 3
 
 
@@ -176,7 +176,7 @@ def test_numpy_algorithm_state_round_trips_bit_for_bit_through_the_safe_loader(t
     state = {"p_current": np.array([0.25, 1 / 3, 0.7]), "h": np.arange(4, dtype=np.float64) / 7,
              "mask": np.array([True, False]), "count": np.int64(3), "nested": [(1, np.float32(0.5))], "none": None}
     checkpoint = Checkpoint(round=1, params={"w": torch.zeros(2)}, algorithm_state=state, history=[],
-                            config=RunConfig().to_dict(), elapsed_s=0.0)
+                            config=RunConfig(backend="local").to_dict(), elapsed_s=0.0)
     save_checkpoint(str(tmp_path), checkpoint)
     loaded = load_checkpoint(str(tmp_path)).algorithm_state
     assert loaded["p_current"].dtype == np.float64 and np.array_equal(loaded["p_current"], state["p_current"])
@@ -352,7 +352,7 @@ def test_a_new_run_never_writes_its_log_through_a_link(tmp_path):
 def test_a_link_planted_on_log_txt_after_prepare_is_not_followed(tmp_path):
     """The race: prepare() found no link; one appears before run() opens log.txt (O_NOFOLLOW refuses it)."""
     out = tmp_path / "run"
-    engine = Engine(RunConfig(rounds=1, clients=4, clients_per_round=2), out_dir=str(out))
+    engine = Engine(RunConfig(backend="local", rounds=1, clients=4, clients_per_round=2), out_dir=str(out))
     engine.prepare()
     out.mkdir()
     target = tmp_path / "precious.txt"

@@ -24,7 +24,7 @@ from hasfl_ray.errors import ConfigError
 ])
 def test_bad_values_are_refused_in_one_sentence(values, message):
     with pytest.raises(ConfigError) as info:
-        RunConfig(**values)
+        RunConfig.from_dict(values)
     text = str(info.value)
     assert message in text and "expected" in text and "\n" not in text
 
@@ -34,9 +34,9 @@ def test_bad_values_are_refused_in_one_sentence(values, message):
     ({"algorithm": "fedfoo"}, "algorithm is 'fedfoo'; did you mean 'fedprox'?"),
 ])
 def test_unknown_names_are_refused_where_the_registry_resolves_them(values, message):
-    RunConfig(**values)  # the config knows no algorithm or dataset; resolving it looks them up
+    RunConfig(backend="local", **values)  # the config knows no algorithm or dataset; resolving it looks them up
     with pytest.raises(ConfigError) as info:
-        RunConfig(**values).resolved()
+        RunConfig(backend="local", **values).resolved()
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
@@ -46,9 +46,9 @@ def test_unknown_key_is_refused():
 
 
 def test_resolved_takes_dataset_protocol_defaults():
-    config = RunConfig(dataset="digits").resolved()
+    config = RunConfig(backend="local", dataset="digits").resolved()
     assert config.rounds == 50 and config.batch_size == 32 and config.clip_norm == 10.0
-    assert RunConfig(dataset="digits", rounds=7).resolved().rounds == 7
+    assert RunConfig(backend="local", dataset="digits", rounds=7).resolved().rounds == 7
 
 
 def test_yaml_errors(tmp_path):
@@ -68,11 +68,11 @@ def test_device_auto_resolves_to_what_this_process_sees():
     import torch
 
     expected = "cuda" if torch.cuda.is_available() else "cpu"
-    assert RunConfig().device == "auto"
-    assert RunConfig().resolved().device == expected
-    assert RunConfig(device="cpu").resolved().device == "cpu"
+    assert RunConfig(backend="local").device == "auto"
+    assert RunConfig(backend="local").resolved().device == expected
+    assert RunConfig(backend="local", device="cpu").resolved().device == "cpu"
     with pytest.raises(ConfigError, match="device is 'tpu'"):
-        RunConfig(device="tpu")
+        RunConfig(backend="local", device="tpu")
 
 
 def _real_fields():
@@ -85,8 +85,37 @@ def _real_fields():
 
 
 def test_every_real_field_is_covered():
-    assert {"alpha", "lr", "gamma", "weight_decay", "clip_norm", "mu", "scaffold_global_lr", "gpus_per_actor",
-            "synthetic_alpha", "epsilon", "budget"} <= set(_real_fields())
+    assert {"alpha", "lr", "weight_decay", "clip_norm", "gpus_per_actor", "synthetic_alpha"} <= set(_real_fields())
+    assert {("hasfl", "gamma"), ("fedprox", "mu"), ("scaffold", "scaffold_global_lr"), ("hasfl", "epsilon"),
+            ("random-budget", "budget")} <= set(_real_options())
+
+
+def _real_options():
+    """(built-in algorithm, option) for every option of a built-in's options dataclass that holds a real number."""
+    import dataclasses
+    import typing
+
+    from hasfl_ray.algorithms import ALGORITHMS, algorithm_class
+
+    out = []
+    for name in ALGORITHMS:
+        options_class = algorithm_class(name).options_class
+        if options_class is None:
+            continue
+        hints = typing.get_type_hints(options_class)
+        out += [(name, f.name) for f in dataclasses.fields(options_class)
+                if float in (hints[f.name], *typing.get_args(hints[f.name]))]
+    return out
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), 1e39, 10 ** 400])
+@pytest.mark.parametrize("algorithm, name", _real_options())
+def test_every_real_option_of_a_builtin_refuses_nan_infinity_and_float32_overflow(algorithm, name, value):
+    with pytest.raises(ConfigError) as info:
+        RunConfig.from_dict({"algorithm": algorithm, name: value})
+    text = str(info.value)
+    assert text.startswith(f"{name} is ") and "expected" in text and "finite" in text and "\n" not in text and \
+        len(text) < 200, text
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), 1e39, 10 ** 400])
@@ -94,16 +123,16 @@ def test_every_real_field_is_covered():
 def test_every_real_field_refuses_nan_infinity_and_float32_overflow(name, value):
     extra = {"backend": "ray"} if name == "gpus_per_actor" else {}
     with pytest.raises(ConfigError) as info:
-        RunConfig(**{name: value}, **extra)
+        RunConfig(**{"backend": "local", name: value, **extra})
     text = str(info.value)
     assert text.startswith(f"{name} is ") and "expected" in text and "\n" not in text and len(text) < 200, text
 
 
 def test_lr_has_a_float32_safe_maximum():
-    assert RunConfig(lr=1000.0).lr == 1000.0
+    assert RunConfig(backend="local", lr=1000.0).lr == 1000.0
     with pytest.raises(ConfigError, match=r"^lr is 1000.5; expected a number > 0 and at most 1000 \(a larger step "
                                           r"overflows float32 weights\)$"):
-        RunConfig(lr=1000.5)
+        RunConfig(backend="local", lr=1000.5)
 
 
 def test_a_repeated_key_is_refused_by_name_at_any_depth(tmp_path):

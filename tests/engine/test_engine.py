@@ -25,13 +25,13 @@ class CappedAtHalf(Algorithm):
 
 
 def test_short_run_learns_far_above_chance(tmp_path):
-    summary = Engine(RunConfig(rounds=12, seed=1), out_dir=str(tmp_path / "run")).run()
+    summary = Engine(RunConfig(backend="local", rounds=12, seed=1), out_dir=str(tmp_path / "run")).run()
     assert summary["best_accuracy"] > 0.6  # chance is 0.1
     assert summary["rounds"] == 12
 
 
 def test_proposition_1_uncovered_coordinates_stay_bit_identical():
-    engine = Engine(RunConfig(rounds=4, seed=3))
+    engine = Engine(RunConfig(backend="local", rounds=4, seed=3))
     engine.prepare()
     engine.algorithm = CappedAtHalf(engine.config, engine.p_max, engine.num_samples)
     engine.run()
@@ -49,16 +49,16 @@ def test_proposition_1_uncovered_coordinates_stay_bit_identical():
 
 
 def test_same_config_and_seed_is_bit_identical():
-    first = Engine(RunConfig(rounds=3, seed=5)).run()
-    second_engine = Engine(RunConfig(rounds=3, seed=5))
+    first = Engine(RunConfig(backend="local", rounds=3, seed=5)).run()
+    second_engine = Engine(RunConfig(backend="local", rounds=3, seed=5))
     second = second_engine.run()
     assert first["params_sha256"] == second["params_sha256"]
-    assert Engine(RunConfig(rounds=3, seed=6)).run()["params_sha256"] != first["params_sha256"]
+    assert Engine(RunConfig(backend="local", rounds=3, seed=6)).run()["params_sha256"] != first["params_sha256"]
 
 
 def test_run_directory_contract(tmp_path):
     out = tmp_path / "run"
-    summary = Engine(RunConfig(rounds=3), out_dir=str(out)).run()
+    summary = Engine(RunConfig(backend="local", rounds=3), out_dir=str(out)).run()
     config = yaml.safe_load((out / "config.yaml").read_text())
     assert config["dataset"] == "digits" and config["rounds"] == 3 and config["lr"] is not None
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -109,7 +109,7 @@ def test_non_finite_update_is_rejected(tmp_path):
             return Poisoned() if client == min(sample_participants(self.config.seed, round, 20, 10)) \
                 else LocalObjective()
 
-    engine = Engine(RunConfig(rounds=2))
+    engine = Engine(RunConfig(backend="local", rounds=2))
     engine.prepare()
     engine.algorithm = PoisonClientZero(engine.config, engine.p_max, engine.num_samples)
     engine.run()

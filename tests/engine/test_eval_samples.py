@@ -54,7 +54,7 @@ def text_dataset():
 
 
 def synthetic_dataset():
-    return load_plugin_dataset(lookup("dataset", "synthetic"), RunConfig(dataset="synthetic", clients=30).resolved())
+    return load_plugin_dataset(lookup("dataset", "synthetic"), RunConfig(backend="local", dataset="synthetic", clients=30).resolved())
 
 
 @pytest.mark.parametrize("make", [tensor_dataset, text_dataset, synthetic_dataset])
@@ -79,7 +79,7 @@ def test_the_default_evaluates_the_whole_test_set_as_before(tmp_path):
         summary = Engine(config, out_dir=str(tmp_path / name)).run()
         assert metrics(tmp_path / name) == metrics(tmp_path / "default")
         assert summary["params_sha256"] == reference["params_sha256"]
-    assert RunConfig(eval_samples=0).eval_samples is None  # one spelling of "the whole test set" in config.yaml
+    assert RunConfig(backend="local", eval_samples=0).eval_samples is None  # one spelling of "the whole test set" in config.yaml
 
 
 def test_accuracy_on_the_subset_equals_a_direct_computation_and_training_is_untouched(tmp_path):
@@ -129,7 +129,7 @@ def test_eval_samples_is_part_of_the_config_that_resume_compares(tmp_path):
 @pytest.mark.parametrize("value", [-5, 2.5, True, "ten"])
 def test_bad_values_are_refused_in_one_sentence(value):
     with pytest.raises(ConfigError) as info:
-        RunConfig(eval_samples=value)
+        RunConfig(backend="local", eval_samples=value)
     assert str(info.value).startswith(f"eval_samples is {value!r}; expected a positive integer")
     assert "\n" not in str(info.value)
 

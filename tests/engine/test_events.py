@@ -34,7 +34,7 @@ def metrics(run_dir):
 @needs_tensorboard
 def test_every_round_is_one_step_of_each_scalar_and_histogram(tmp_path):
     out = str(tmp_path / "run")
-    Engine(RunConfig(rounds=3, **SMALL), out_dir=out).run()
+    Engine(RunConfig(backend="local", rounds=3, **SMALL), out_dir=out).run()
     scalars, histograms = events_of(out)
     assert sorted(scalars) == sorted(SCALAR_KEYS)  # HAS-FL has H̃: mean_h too
     assert sorted(histograms) == ["h_tilde", "p"]
@@ -48,7 +48,7 @@ def test_every_round_is_one_step_of_each_scalar_and_histogram(tmp_path):
 @needs_tensorboard
 def test_an_algorithm_without_estimates_has_no_mean_h_and_no_h_tilde(tmp_path):
     out = str(tmp_path / "run")
-    Engine(RunConfig(rounds=2, algorithm="heterofl", **SMALL), out_dir=out).run()
+    Engine(RunConfig(backend="local", rounds=2, algorithm="heterofl", **SMALL), out_dir=out).run()
     scalars, histograms = events_of(out)
     assert sorted(scalars) == sorted(k for k in SCALAR_KEYS if k != "mean_h")
     assert list(histograms) == ["p"] and histograms["p"] == [0, 1]
@@ -56,7 +56,7 @@ def test_an_algorithm_without_estimates_has_no_mean_h_and_no_h_tilde(tmp_path):
 
 @needs_tensorboard
 def test_events_change_no_result(tmp_path, monkeypatch):
-    config = RunConfig(rounds=2, **SMALL)
+    config = RunConfig(backend="local", rounds=2, **SMALL)
     watched = Engine(config, out_dir=str(tmp_path / "watched")).run()
     monkeypatch.setitem(sys.modules, "tensorboard", None)
     unwatched = Engine(config, out_dir=str(tmp_path / "unwatched")).run()
@@ -71,7 +71,7 @@ def test_a_resumed_run_shows_one_value_per_round(tmp_path):
     """Crash in round 3 with a checkpoint after round 1: events for rounds 0-2 are on disk; the resumed run writes
     rounds 2-3 into a second event file, and TensorBoard shows each round once, with the resumed run's values."""
     out = str(tmp_path / "run")
-    config = RunConfig(rounds=4, checkpoint_every=2, **SMALL)
+    config = RunConfig(backend="local", rounds=4, checkpoint_every=2, **SMALL)
     crashed = Engine(config, out_dir=out)
     run_round = crashed.run_round
 
@@ -100,7 +100,7 @@ def test_without_tensorboard_nothing_is_written_and_nothing_said(tmp_path, monke
     assert not tensorboard_available()
     out = tmp_path / "run"
     with caplog.at_level("INFO", logger="hasfl_ray"):
-        Engine(RunConfig(rounds=2, **SMALL), out_dir=str(out)).run()
+        Engine(RunConfig(backend="local", rounds=2, **SMALL), out_dir=str(out)).run()
     assert not os.path.exists(out / "events")
     assert sorted(os.listdir(out)) == ["checkpoints", "clients.csv", "config.yaml", "log.txt", "metrics.jsonl",
                                        "summary.json"]
@@ -117,7 +117,7 @@ def test_a_failed_event_write_warns_once_and_the_run_goes_on(tmp_path, monkeypat
     monkeypatch.setattr(SummaryWriter, "add_histogram", full_disk)
     out = str(tmp_path / "run")
     with caplog.at_level("WARNING", logger="hasfl_ray"):
-        summary = Engine(RunConfig(rounds=3, **SMALL), out_dir=out).run()
+        summary = Engine(RunConfig(backend="local", rounds=3, **SMALL), out_dir=out).run()
     assert summary["rounds"] == 3 and len(metrics(out)) == 3
     warnings = [r.getMessage() for r in caplog.records if "TensorBoard" in r.getMessage()]
     assert len(warnings) == 1 and "stop after round 0" in warnings[0] and "No space left" in warnings[0], warnings
@@ -126,7 +126,7 @@ def test_a_failed_event_write_warns_once_and_the_run_goes_on(tmp_path, monkeypat
 @needs_tensorboard
 def test_force_clears_the_events_with_the_run(tmp_path):
     out = str(tmp_path / "run")
-    Engine(RunConfig(rounds=2, **SMALL), out_dir=out).run()
-    Engine(RunConfig(rounds=2, **SMALL), out_dir=out, force=True).run()
+    Engine(RunConfig(backend="local", rounds=2, **SMALL), out_dir=out).run()
+    Engine(RunConfig(backend="local", rounds=2, **SMALL), out_dir=out, force=True).run()
     assert len(os.listdir(os.path.join(out, "events"))) == 1
     assert [step for step, _ in events_of(out)[0]["avg_p"]] == [0, 1]

@@ -14,7 +14,7 @@ from hasfl_ray.training.local import ClientTask, Trainer  # noqa: E402
 
 @pytest.fixture(scope="module")
 def setup():
-    config = RunConfig(clients=6, clients_per_round=6, local_epochs=1).resolved()
+    config = RunConfig(backend="local", clients=6, clients_per_round=6, local_epochs=1).resolved()
     dataset = load_dataset("digits", 6, 0.3, 0)
     return config, dataset, initial_parameters("digits", 0)
 

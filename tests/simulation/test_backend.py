@@ -28,7 +28,7 @@ def ray_local():
 def run(tmp_path, name, **kw):
     """Run DIGITS with ``kw``; returns (summary, metrics lines without wall_s, the engine)."""
     out = tmp_path / name
-    engine = Engine(RunConfig(**DIGITS, **kw), out_dir=str(out))
+    engine = Engine(RunConfig(**{"backend": "local", **DIGITS, **kw}), out_dir=str(out))
     summary = engine.run()
     with open(out / "metrics.jsonl", encoding="utf-8") as handle:
         lines = [{k: v for k, v in json.loads(line).items() if k != "wall_s"} for line in handle]

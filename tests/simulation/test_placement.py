@@ -47,7 +47,8 @@ def test_plans_that_cannot_fit_are_refused_in_one_sentence(kw, cpus, gpus, needl
 
 def test_ray_only_options_need_the_ray_backend_and_gpus_need_cuda():
     with pytest.raises(ConfigError, match="backend ray"):
-        RunConfig(actors=2)
+        RunConfig(backend="local", actors=2)
+    assert RunConfig(actors=2).backend == "auto"  # auto: Ray where installed (resolved()), refused without it
     with pytest.raises(ConfigError, match="expected device cuda"):
         RunConfig(backend="ray", device="cpu", gpus_per_actor=0.5)
     if not torch.cuda.is_available():

@@ -183,10 +183,10 @@ def test_auto_picks_graphed_one_at_a_time_on_cuda_and_plain_eager_on_cpu(tmp_pat
                                                                             "cuda_graphs": "on"}
     assert auto_training_modes("cpu") == auto_training_modes("mps") == {"client_batching": "off", "cuda_graphs": "off"}
     for device, graphs in (("cpu", "off"), ("cuda", "on"), ("cuda:1", "on")):
-        resolved = RunConfig(device=device).resolved()
+        resolved = RunConfig(backend="local", device=device).resolved()
         assert (resolved.client_batching, resolved.cuda_graphs) == ("off", graphs)
-    assert RunConfig(device="cpu", client_batching="on").resolved().client_batching == "on"
-    assert RunConfig(device="cuda", client_batching="on").resolved().client_batching == "on"
+    assert RunConfig(backend="local", device="cpu", client_batching="on").resolved().client_batching == "on"
+    assert RunConfig(backend="local", device="cuda", client_batching="on").resolved().client_batching == "on"
     out = tmp_path / "cpu"
     result = CliRunner().invoke(main, ["simulate", "--backend", "local", "--device", "cpu", "--rounds", "1",
                                        "--clients", "4", "--clients-per-round", "2", "--quiet", "--out", str(out)])
@@ -196,7 +196,7 @@ def test_auto_picks_graphed_one_at_a_time_on_cuda_and_plain_eager_on_cpu(tmp_pat
 
 def test_a_bad_mode_is_one_sentence_and_exit_2(tmp_path):
     with pytest.raises(ConfigError, match=r"^client_batching is 'bogus'; expected auto, on or off$"):
-        RunConfig(client_batching="bogus")
+        RunConfig(backend="local", client_batching="bogus")
     out = tmp_path / "run"
     result = CliRunner().invoke(main, ["simulate", "--backend", "local", "--client-batching", "bogus", "--quiet",
                                        "--out", str(out)])

@@ -65,7 +65,7 @@ def test_the_engine_applies_the_run_setting_in_the_driver():
 
 def test_deterministic_must_be_a_boolean():
     with pytest.raises(ConfigError, match="deterministic is 'yes'; expected true or false"):
-        RunConfig(deterministic="yes")
+        RunConfig(backend="local", deterministic="yes")
 
 
 def test_info_json_reports_the_settings_runs_apply():
@@ -94,7 +94,7 @@ def test_actor_classes_apply_the_setting_in_their_process():
     from hasfl_ray.engine.engine import initial_parameters
     from hasfl_ray.simulation.actors import ServerActor, TrainerActor
 
-    config = RunConfig(clients=4, clients_per_round=2).resolved()
+    config = RunConfig(backend="local", clients=4, clients_per_round=2).resolved()
     dataset = load_dataset("digits", 4, 0.3, 0)
     torch.use_deterministic_algorithms(False)
     set_tf32(True)

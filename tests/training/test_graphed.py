@@ -224,15 +224,15 @@ RUN = dict(rounds=2, clients=6, clients_per_round=3, seed=3, warmup=1, t_adapt=1
 
 
 def test_auto_resolves_by_device_and_a_bad_value_is_one_sentence():
-    assert RunConfig(device="cpu").resolved().cuda_graphs == "off"
-    assert RunConfig(device="cuda").resolved().cuda_graphs == "on"
-    assert RunConfig(device="cuda:1").resolved().cuda_graphs == "on"
-    assert RunConfig(device="cpu", cuda_graphs="on").resolved().cuda_graphs == "on"
-    assert RunConfig(device="cuda", cuda_graphs="off").resolved().cuda_graphs == "off"
+    assert RunConfig(backend="local", device="cpu").resolved().cuda_graphs == "off"
+    assert RunConfig(backend="local", device="cuda").resolved().cuda_graphs == "on"
+    assert RunConfig(backend="local", device="cuda:1").resolved().cuda_graphs == "on"
+    assert RunConfig(backend="local", device="cpu", cuda_graphs="on").resolved().cuda_graphs == "on"
+    assert RunConfig(backend="local", device="cuda", cuda_graphs="off").resolved().cuda_graphs == "off"
     with pytest.raises(ConfigError, match=r"^cuda_graphs is 'sometimes'; expected auto, on or off$"):
-        RunConfig(cuda_graphs="sometimes")
+        RunConfig(backend="local", cuda_graphs="sometimes")
     with pytest.raises(ConfigError, match=r"^cuda_graphs is True; expected auto, on or off$"):
-        RunConfig(cuda_graphs=True)
+        RunConfig(backend="local", cuda_graphs=True)
 
 
 def test_a_run_written_before_the_option_existed_resumes_as_off():
