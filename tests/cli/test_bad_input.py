@@ -55,6 +55,12 @@ CASES = [
     (["simulate", "--dataset", "cifar10", "--data-dir", "empty", *LOCAL], ["cifar", "empty"]),
     (["simulate", "--dataset", "shakespeare", "--data-dir", "empty", *LOCAL], ["empty"]),
     (["simulate", "--out", "existing", "--backend", "local", "--quiet"], ["existing", "already holds a run"]),
+    # an option of another algorithm, from a flag (a config file's is dropped: docs/configs.md)
+    (["simulate", "--mu", "0.5", *LOCAL], ["mu is 0.5 but algorithm 'hasfl' takes no option 'mu'", "fedprox"]),
+    (["simulate", "--algorithm", "fedavg", "--no-coverage", *LOCAL],
+     ["coverage is False but algorithm 'fedavg' takes no option 'coverage'", "hasfl or random-budget"]),
+    (["simulate", "--algorithm", "heterofl", "--algo-opt", "mu=1", *LOCAL],
+     ["algorithm option 'mu' is unknown to 'heterofl'", "heterofl_weighting"]),
     # simulate: numbers that are not finite or overflow float32 (refused by RunConfig before any folder exists)
     (["simulate", "--lr", "1e308", *LOCAL], ["lr is 1e+308", "at most 1000"]),
     (["simulate", "--lr", "inf", *LOCAL], ["lr is inf", "at most 1000"]),
