@@ -8,15 +8,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence
 import numpy as np
 
 from hasfl_ray.aggregation import AggregateResult
+from hasfl_ray.schedule import is_adaptation_round  # noqa: F401  (where plug-ins found it before hasfl_ray.schedule)
 from hasfl_ray.training.local import ClientResult, LocalObjective
 
 if TYPE_CHECKING:  # the run configuration sits below the algorithms; only type checkers need its class here
     from hasfl_ray.engine.config import RunConfig
-
-
-def is_adaptation_round(round: int, warmup: int, t_adapt: int) -> bool:
-    """HAS-FL's schedule, shared by random-budget: adapt at the end of round t when t >= warmup and t % t_adapt == 0."""
-    return round >= warmup and round % t_adapt == 0
 
 
 class Algorithm(ABC):

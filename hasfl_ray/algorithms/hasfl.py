@@ -8,9 +8,10 @@ from typing import Any, Dict, Optional, Sequence
 import numpy as np
 
 from hasfl_ray.aggregation import AggregateResult
-from hasfl_ray.algorithms.base import Algorithm, is_adaptation_round
+from hasfl_ray.algorithms.base import Algorithm
 from hasfl_ray.algorithms.options import FLOAT32_MAX, AllocationOptions, check_count, check_range
 from hasfl_ray.registry import register_algorithm
+from hasfl_ray.schedule import is_adaptation_round
 from hasfl_ray.training.local import ClientResult
 
 

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import math
+import os
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
 from hasfl_ray.aggregation import AggregateResult
-from hasfl_ray.algorithms.base import Algorithm, is_adaptation_round
+from hasfl_ray.algorithms.base import Algorithm
 from hasfl_ray.algorithms.hasfl import allocation_rule, coverage_guarantee
 from hasfl_ray.algorithms.options import AllocationOptions, check_range
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.registry import register_algorithm
+from hasfl_ray.schedule import first_adapted_round, is_adaptation_round
 from hasfl_ray.training.local import ClientResult
 from hasfl_ray.training.seeding import STREAM_ALGORITHM, numpy_rng
 
@@ -23,18 +27,32 @@ logger = logging.getLogger(__name__)
 FACTOR_RANGE = (0.5, 1.5)
 
 
-def first_adapted_round(warmup: int, t_adapt: int) -> int:
-    """The first round trained with adapted widths: one after HAS-FL's first adaptation (the smallest t ≥ warmup
-    with t % t_adapt == 0; its block runs at the end of round t). Rounds before it train at p^max."""
-    first_adaptation = -(-warmup // t_adapt) * t_adapt
-    return first_adaptation + 1
+def budget_from_run(run_dir: str) -> float:
+    """The realised post-warm-up average width of a finished run directory: ``avg_p_post_warmup`` of its
+    summary.json, the rounds where HAS-FL and random-budget both adapt (``avg_p`` for a run too short to have
+    any, or a summary written before the key existed)."""
+    path = os.path.join(run_dir, "summary.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            summary = json.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"budget_from run directory {run_dir!r} has no summary.json; expected the directory of "
+                          "a finished run") from None
+    except OSError as error:
+        raise ConfigError(f"budget_from file {path!r} cannot be read ({error.strerror}); expected a readable "
+                          "run summary") from None
+    except ValueError:
+        raise ConfigError(f"budget_from file {path!r} is not valid JSON; expected a run summary with avg_p") from None
+    avg_p = summary.get("avg_p") if isinstance(summary, dict) else None
+    if isinstance(summary, dict) and summary.get("avg_p_post_warmup") is not None:
+        avg_p = summary["avg_p_post_warmup"]
+    if not _is_width(avg_p) or not 0 < avg_p <= 1:
+        raise ConfigError(f"budget_from file {path!r} has avg_p {avg_p!r}; expected an average width in (0, 1]")
+    return float(avg_p)
 
 
-def post_warmup_avg_p(avg_p_per_round: Sequence[float], warmup: int, t_adapt: int) -> Optional[float]:
-    """Mean of the per-round avg_p over the rounds from :func:`first_adapted_round` on (None when there are none):
-    the figure HAS-FL and random-budget are matched on, since both train at p^max before it."""
-    adapted = list(avg_p_per_round)[first_adapted_round(warmup, t_adapt):]
-    return float(np.mean(adapted)) if adapted else None
+def _is_width(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def default_budget(p_max: np.ndarray, p_min: float, gamma: float, coverage: bool) -> float:
@@ -122,8 +140,6 @@ class RandomBudget(Algorithm):
         if options.budget is not None:
             return {}
         if options.budget_from:
-            from hasfl_ray.engine.config import budget_from_run
-
             budget = budget_from_run(options.budget_from)
         else:
             from hasfl_ray.data.partition import assign_tiers

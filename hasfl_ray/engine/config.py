@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import math
-import os
 import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -589,30 +587,6 @@ def single_run_values(values: Mapping[str, Any], flags: Dict[str, Any], source: 
     if variant is not None and flags.get("algorithm") == algorithm:
         flags["algorithm"] = result.get("algorithm", "hasfl")
     return result
-
-
-def budget_from_run(run_dir: str) -> float:
-    """The realised post-warm-up average width of a finished run directory: ``avg_p_post_warmup`` of its
-    summary.json, the rounds where HAS-FL and random-budget both adapt (``avg_p`` for a run too short to have
-    any, or a summary written before the key existed)."""
-    path = os.path.join(run_dir, "summary.json")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            summary = json.load(handle)
-    except FileNotFoundError:
-        raise ConfigError(f"budget_from run directory {run_dir!r} has no summary.json; expected the directory of "
-                          "a finished run") from None
-    except OSError as error:
-        raise ConfigError(f"budget_from file {path!r} cannot be read ({error.strerror}); expected a readable "
-                          "run summary") from None
-    except ValueError:
-        raise ConfigError(f"budget_from file {path!r} is not valid JSON; expected a run summary with avg_p") from None
-    avg_p = summary.get("avg_p") if isinstance(summary, dict) else None
-    if isinstance(summary, dict) and summary.get("avg_p_post_warmup") is not None:
-        avg_p = summary["avg_p_post_warmup"]
-    if not _number(avg_p) or not 0 < avg_p <= 1:
-        raise ConfigError(f"budget_from file {path!r} has avg_p {avg_p!r}; expected an average width in (0, 1]")
-    return float(avg_p)
 
 
 #: Faults ``--fault-inject KIND@ROUND`` can inject: a killed Ray trainer; a client update poisoned with NaN/Inf

@@ -12,7 +12,6 @@ import numpy as np
 import torch
 
 from hasfl_ray.algorithms import algorithm_class
-from hasfl_ray.algorithms.random_budget import post_warmup_avg_p
 from hasfl_ray.data import assign_tiers, load_plugin_dataset
 from hasfl_ray.data.base import BYTES_PER_CLIENT, check_client_memory, physical_memory
 from hasfl_ray.engine.backend import Backend, RoundInterrupted
@@ -30,6 +29,7 @@ from hasfl_ray.engine.signals import StopSignals
 from hasfl_ray.errors import ConfigError, OutputError, RunInterrupted, TrainerError
 from hasfl_ray.models import MODEL_CONFIGS, build_model, register_model
 from hasfl_ray.registry import lookup, spec_label
+from hasfl_ray.schedule import post_warmup_avg_p
 from hasfl_ray.training.determinism import apply_determinism
 from hasfl_ray.training.local import ClientTask
 from hasfl_ray.training.seeding import STREAM_INIT, STREAM_SAMPLING, STREAM_TIERS, numpy_rng, stream_seed

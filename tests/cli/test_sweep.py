@@ -10,7 +10,7 @@ import yaml
 from click.testing import CliRunner
 
 from hasfl_ray.cli.main import main
-from hasfl_ray.engine.config import budget_from_run
+from hasfl_ray.algorithms.random_budget import budget_from_run
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ["--rounds", "3", "--clients", "6", "--clients-per-round", "3", "--warmup", "1", "--t-adapt", "1"]

@@ -106,3 +106,17 @@ def test_training_layers_point_one_way():
         name = f"hasfl_ray.training.{low}"
         above = {f"hasfl_ray.training.{m}" for m in order[position + 1:]}
         assert not set(imports(modules[name], name, modules)) & above, name
+
+
+def test_the_engine_names_no_single_algorithm_and_the_schedule_sits_at_the_bottom():
+    """The engine finds algorithms through the registry (hasfl_ray.algorithms), never one algorithm's module; the
+    adaptation schedule both read is hasfl_ray.schedule, which imports nothing of hasfl_ray; and random-budget's
+    budget_from_run lives with random-budget, not in the run configuration."""
+    modules = module_names()
+    for name in (m for m in modules if m.startswith("hasfl_ray.engine")):
+        assert not {m for m in imports(modules[name], name, modules)
+                    if m.startswith("hasfl_ray.algorithms.")}, name
+    assert set(imports(modules["hasfl_ray.schedule"], "hasfl_ray.schedule", modules)) == set()
+    import hasfl_ray.engine.config as config
+
+    assert not hasattr(config, "budget_from_run")

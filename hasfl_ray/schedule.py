@@ -1,0 +1,34 @@
+"""The protocol's adaptation schedule (``warmup``, ``t_adapt``): when HAS-FL and random-budget adapt, the first round
+trained with adapted widths, and the post-warm-up mean width the engine reports (``avg_p_post_warmup``).
+
+It sits at the bottom of the package beside the run configuration and imports nothing of hasfl_ray: the engine and
+the algorithms both read it, so neither has to import the other for it.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+
+def is_adaptation_round(round: int, warmup: int, t_adapt: int) -> bool:
+    """HAS-FL's schedule, shared by random-budget: adapt at the end of round t when t >= warmup and t % t_adapt == 0."""
+    return round >= warmup and round % t_adapt == 0
+
+
+def first_adapted_round(warmup: int, t_adapt: int) -> int:
+    """The first round trained with adapted widths: one after HAS-FL's first adaptation (the smallest t ≥ warmup
+    with t % t_adapt == 0; its block runs at the end of round t). Rounds before it train at p^max."""
+    first_adaptation = -(-warmup // t_adapt) * t_adapt
+    return first_adaptation + 1
+
+
+def post_warmup_avg_p(avg_p_per_round: Sequence[float], warmup: int, t_adapt: int) -> Optional[float]:
+    """Mean of the per-round avg_p over the rounds from :func:`first_adapted_round` on (None when there are none):
+    the figure HAS-FL and random-budget are matched on, since both train at p^max before it."""
+    adapted = list(avg_p_per_round)[first_adapted_round(warmup, t_adapt):]
+    return float(np.mean(adapted)) if adapted else None
+
+
+__all__ = ["first_adapted_round", "is_adaptation_round", "post_warmup_avg_p"]
