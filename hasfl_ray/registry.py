@@ -24,13 +24,28 @@ from hasfl_ray.errors import ConfigError, expected_one_of
 #: What a plug-in of each kind subclasses ("module:Class") and the package whose import registers the built-ins.
 BASE_CLASSES = {"algorithm": "hasfl_ray.algorithms.base:Algorithm", "dataset": "hasfl_ray.data.base:Dataset"}
 BUILTIN_PACKAGES = {"algorithm": "hasfl_ray.algorithms", "dataset": "hasfl_ray.data"}
-#: The largest magnitude of a float option (training runs in float32; hasfl_ray.engine.config.FLOAT32_MAX).
+#: The largest magnitude a real-valued config key or option may take: training runs in float32, where anything
+#: larger is infinity.
 FLOAT32_MAX = 3.4028234663852886e38
+#: The largest learning rate (``lr``, ``scaffold_global_lr``): a step lr * gradient beyond it overflows float32 weights
+#: for any but tiny gradients, and no protocol comes near it (the paper's largest is 0.1).
+MAX_LR = 1e3
 
 _REGISTERED: Dict[str, Dict[str, type]] = {"algorithm": {}, "dataset": {}}
 _SPECS: Dict[str, Dict[str, type]] = {"algorithm": {}, "dataset": {}}  # spec -> class, for specs loaded or given
 #: Modules loaded from a file by path (Ray ships their classes by value: workers cannot import them by name).
 FILE_MODULES: List[ModuleType] = []
+
+
+def finite_number(value: Any) -> bool:
+    """A real number (not a bool) that is finite and within float32's range (NaN, infinity and 1e39 are not): the
+    rule of every real-valued config key and option."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value) and abs(value) <= FLOAT32_MAX
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 def _register(kind: str, name: str) -> Callable[[type], type]:
@@ -227,8 +242,7 @@ def check_options(kind: str, name: str, options_class: Optional[type], values: A
     instance = options_class(**out)  # the dataclass's own __post_init__ checks ranges (ConfigError) first
     for field in dataclasses.fields(options_class):
         value = out.get(field.name)
-        if _field_type(options_class, field) is float and value is not None and \
-                not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):
+        if _field_type(options_class, field) is float and value is not None and not finite_number(value):
             given = values[field.name]
             shown = repr(given) if len(repr(given)) <= 40 else f"{repr(given)[:20]}... ({len(repr(given))} digits)"
             raise ConfigError(f"{kind} option {field.name!r} is {shown}; expected a finite number (not NaN or "

@@ -8,31 +8,17 @@ configuration keeps the protocol; ``algorithm_options`` holds these, and a flat 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from hasfl_ray.errors import ConfigError
-from hasfl_ray.registry import FLOAT32_MAX
-
-#: The largest learning rate an option may set (``scaffold_global_lr``; the config's ``lr`` has the same bound).
-MAX_LR = 1e3
-
-
-def _number(value: Any) -> bool:
-    """A real number that is finite and within float32's range (NaN, infinity and 1e39 are not)."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return False
-    try:
-        return math.isfinite(value) and abs(value) <= FLOAT32_MAX
-    except OverflowError:  # an int too large for a float
-        return False
+from hasfl_ray.registry import FLOAT32_MAX, MAX_LR, finite_number
 
 
 def check_range(name: str, value: Any, low: float, high: float, expected: str, *, low_open: bool = False) -> None:
     """Raise ConfigError unless ``value`` is a finite number in [low, high] ((low, high] with ``low_open``)."""
-    if not _number(value) or value > high or value < low or (low_open and value == low):
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and not _number(value):
+    if not finite_number(value) or value > high or value < low or (low_open and value == low):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not finite_number(value):
             expected += ", and finite (not NaN or infinity; at most 3.4e+38 in size, float32's largest)"
         shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:20]}... ({len(repr(value))} characters)"
         raise ConfigError(f"{name} is {shown}; expected {expected}")

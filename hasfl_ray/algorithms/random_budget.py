@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple
@@ -16,7 +15,7 @@ from hasfl_ray.algorithms.base import Algorithm
 from hasfl_ray.algorithms.hasfl import allocation_rule, coverage_guarantee
 from hasfl_ray.algorithms.options import AllocationOptions, check_range
 from hasfl_ray.errors import ConfigError
-from hasfl_ray.registry import register_algorithm
+from hasfl_ray.registry import finite_number, register_algorithm
 from hasfl_ray.schedule import first_adapted_round, is_adaptation_round
 from hasfl_ray.training.local import ClientResult
 from hasfl_ray.training.seeding import STREAM_ALGORITHM, numpy_rng
@@ -46,13 +45,9 @@ def budget_from_run(run_dir: str) -> float:
     avg_p = summary.get("avg_p") if isinstance(summary, dict) else None
     if isinstance(summary, dict) and summary.get("avg_p_post_warmup") is not None:
         avg_p = summary["avg_p_post_warmup"]
-    if not _is_width(avg_p) or not 0 < avg_p <= 1:
+    if not finite_number(avg_p) or not 0 < avg_p <= 1:
         raise ConfigError(f"budget_from file {path!r} has avg_p {avg_p!r}; expected an average width in (0, 1]")
     return float(avg_p)
-
-
-def _is_width(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def default_budget(p_max: np.ndarray, p_min: float, gamma: float, coverage: bool) -> float:

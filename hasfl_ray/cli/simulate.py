@@ -53,7 +53,7 @@ def resume_base(stored: Dict[str, Any], flags: Dict[str, Any]) -> Dict[str, Any]
     return base
 
 
-def _resume_base(out: str, flags: Dict[str, Any]) -> Dict[str, Any] | None:
+def stored_run_base(out: str, flags: Dict[str, Any]) -> Dict[str, Any] | None:
     """Resuming needs only --out: the run's own config.yaml (of any version, migrated) is the base the flags go on,
     and they must agree with it; None when ``out`` holds no run."""
     from hasfl_ray.engine.config import load_yaml_config, migrate_config
@@ -84,14 +84,14 @@ def simulate(config_file, out, force, resume, quiet, verbose, no_coverage, downl
     setup_logging(verbose)
     apply_switches(flags, no_coverage, download, fast_nondeterministic)
     given_out = out if out is not None and out.strip() else None
-    base = _resume_base(given_out, flags) if resume and given_out else None
+    base = stored_run_base(given_out, flags) if resume and given_out else None
     config = build_config(config_file, flags, base=base).resolved()
     label = f"{spec_label(config.dataset)}-{spec_label(config.algorithm)}-seed{config.seed}"  # a plug-in: its class
     if out is not None and not out.strip():
         raise ConfigError(f"--out is {out!r}; expected a folder path (or no --out for runs/{label})")
     out = out if out is not None else os.path.join("runs", label)
     if resume and base is None and os.path.exists(os.path.join(out, "config.yaml")):
-        config = build_config(config_file, flags, base=_resume_base(out, flags)).resolved()
+        config = build_config(config_file, flags, base=stored_run_base(out, flags)).resolved()
     if os.path.exists(os.path.join(out, "config.yaml")) and not (force or resume):
         raise ConfigError(f"run directory {out!r} already holds a run; expected a new directory, --resume to "
                           "continue it, or --force to overwrite it")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import math
 import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -39,11 +38,9 @@ LEGACY_OPTION_KEYS = ("coverage", "p_min", "gamma", "beta", "t_norm", "epsilon",
 EXECUTION_FIELDS = frozenset({"backend", "actors", "gpus_per_actor", "address", "checkpoint_every", "fault_inject",
                               "data_dir", "download", "control_variates_dir"})
 
-#: The largest magnitude a real-valued key may take: training runs in float32, where anything larger is infinity.
-FLOAT32_MAX = 3.4028234663852886e38
-#: The largest learning rate (``lr``, ``scaffold_global_lr``): a step lr * gradient beyond it overflows float32 weights
-#: for any but tiny gradients, and no protocol comes near it (the paper's largest is 0.1).
-MAX_LR = 1e3
+#: FLOAT32_MAX and MAX_LR: the bounds of every real-valued key and option (hasfl_ray.registry, shared with the
+#: algorithms' options).
+FLOAT32_MAX, MAX_LR = registry.FLOAT32_MAX, registry.MAX_LR
 
 
 @dataclass(frozen=True)
@@ -166,9 +163,8 @@ class RunConfig:
             value = getattr(self, name)
             if (value is not None or name != "momentum") and (not _number(value) or not low <= value <= high):
                 raise bad(name, value, f"a number in [{low}, {high}]")
-        for name in ("weight_decay",):
-            if not _number(getattr(self, name)) or getattr(self, name) < 0:
-                raise bad(name, getattr(self, name), "a number >= 0")
+        if not _number(self.weight_decay) or self.weight_decay < 0:
+            raise bad("weight_decay", self.weight_decay, "a number >= 0")
         if self.clip_norm is not None and (not _number(self.clip_norm) or self.clip_norm < 0):
             raise bad("clip_norm", self.clip_norm, "a number >= 0 (0 disables clipping)")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
@@ -282,20 +278,30 @@ class RunConfig:
         stored config of an earlier version is read through :func:`migrate_config`."""
         values = migrate_config(values, source) if "config_version" in values else values
         config = cls(**route_options(values, source, foreign=foreign))
-        if check_options:
-                registry.check_options("algorithm", config.algorithm,
-                                   registry.lookup("algorithm", config.algorithm).options_class,
-                                   config.algorithm_options)  # each option's type and range, before anything runs
+        if check_options:  # each option's type and range, before anything runs
+            check_algorithm_options(config.algorithm, config.algorithm_options)
         return config
+
+
+def ray_installed() -> bool:
+    """Whether Ray can be imported (checked without importing it)."""
+    try:
+        return importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def default_backend() -> str:
     """What ``backend: auto`` (the default of ``hasfl-ray simulate``, ``hasfl_ray.simulate`` and ``RunConfig``)
     becomes: ``ray`` where Ray is installed, else ``local``. Results do not depend on it (docs/design.md)."""
-    try:
-        return "ray" if importlib.util.find_spec("ray") is not None else "local"
-    except (ImportError, ValueError):
-        return "local"
+    return "ray" if ray_installed() else "local"
+
+
+def check_algorithm_options(algorithm: str, options: Mapping[str, Any]) -> Dict[str, Any]:
+    """``options`` checked against ``algorithm``'s options dataclass (:func:`hasfl_ray.registry.check_options`):
+    the complete options, or one sentence."""
+    return registry.check_options("algorithm", algorithm, registry.lookup("algorithm", algorithm).options_class,
+                                  options)
 
 
 def option_fields(algorithm: str) -> Dict[str, Any]:
@@ -342,9 +348,7 @@ def route_options(values: Mapping[str, Any], source: str = "config", foreign: st
             options[key] = values[key]
         elif key in owners:
             if foreign == "drop":  # still a sound value for the algorithm that takes it: `mu: .inf` is a mistake
-                owner = owners[key][0]
-                registry.check_options("algorithm", owner, registry.lookup("algorithm", owner).options_class,
-                                       {key: values[key]})
+                check_algorithm_options(owners[key][0], {key: values[key]})
                 continue
             takers = owners[key]
             raise ConfigError(f"{key} is {values[key]!r} but algorithm {algorithm!r} takes no option {key!r}; "
@@ -384,14 +388,12 @@ def migrate_config(values: Mapping[str, Any], source: str = "stored config") -> 
             own = option_fields(algorithm)
         except ConfigError:  # an algorithm this version lacks: RunConfig.resolved names it
             own = {}
-    given = values.get("algorithm_options")
-    options = dict(given) if isinstance(given, Mapping) else {}
     for key in LEGACY_OPTION_KEYS:
         out.pop(key, None)
-        if key in values and key in own:
-            options.setdefault(key, values[key])
-    if options or given is not None:
-        out["algorithm_options"] = options if isinstance(given, Mapping) or given is None else given
+    given = values.get("algorithm_options")
+    if given is None or isinstance(given, Mapping):  # anything else is left for RunConfig to name
+        out["algorithm_options"] = {**{k: values[k] for k in LEGACY_OPTION_KEYS if k in values and k in own},
+                                    **(given or {})}
     return out
 
 
@@ -412,21 +414,15 @@ def merge_layers(layers: Sequence[Tuple[Mapping[str, Any], str]], source: str = 
         given = values.get("algorithm_options")
         if given is not None and not isinstance(given, Mapping):
             return {**out, **values}  # RunConfig names the bad value
-        routed = route_options({**{k: v for k, v in values.items() if k != "algorithm_options"},
-                                "algorithm": algorithm}, source, foreign)
-        flat = routed.pop("algorithm_options", {})
+        if values.get("algorithm", algorithm) != algorithm:  # another algorithm's options mapping does not follow
+            values = {k: v for k, v in values.items() if k != "algorithm_options"}
+        routed = route_options({**values, "algorithm": algorithm}, source, foreign)
         if "algorithm" not in values:
             routed.pop("algorithm")
-        out.update(routed)
-        if given is not None and values.get("algorithm", algorithm) == algorithm:
-            for key in flat:
-                if key in given:
-                    raise ConfigError(f"{source} gives {key!r} both as a key ({flat[key]!r}) and in "
-                                      f"algorithm_options ({given[key]!r}); expected it once")
-            options.update(given)
+        if "algorithm_options" in routed:
+            options.update(routed.pop("algorithm_options"))
             have_options = True
-        options.update(flat)
-        have_options = have_options or bool(flat)
+        out.update(routed)
     if have_options:
         out["algorithm_options"] = options
     return out
@@ -611,14 +607,7 @@ def _real(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _number(value: Any) -> bool:
-    """A real number that is finite and within float32's range (NaN, infinity and 1e39 are not)."""
-    if not _real(value):
-        return False
-    try:
-        return math.isfinite(value) and abs(value) <= FLOAT32_MAX
-    except OverflowError:  # an int too large for a float
-        return False
+_number = registry.finite_number
 
 
 def _positive_number(value: Any) -> bool:

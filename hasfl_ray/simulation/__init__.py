@@ -7,7 +7,6 @@ keeps working without it.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 
@@ -44,11 +43,10 @@ def quiet_token_notice() -> None:
 
 
 def ray_available() -> bool:
-    """Whether Ray can be imported (checked without importing it)."""
-    try:
-        return importlib.util.find_spec("ray") is not None
-    except (ImportError, ValueError):
-        return False
+    """Whether Ray can be imported (checked without importing it): the check the default backend rule makes."""
+    from hasfl_ray.engine.config import ray_installed
+
+    return ray_installed()
 
 
 def require_ray() -> None:

@@ -136,17 +136,14 @@ def check_layer(values: Mapping[str, Any], source: str, block: Mapping[str, Any]
     names = [variants.get(a, {}).get("algorithm", a) for a in sweep_list(block.get("algorithms"), "algorithms", source)]
     names = names or [values.get("algorithm", RunConfig.algorithm)]
     names += [v.get("algorithm", RunConfig.algorithm) for v in variants.values()]
-    takers = {}
+    # a built-in's option is taken by its cells, if any (a file is shared; configs/ list the whole protocol)
+    allowed = known | set(option_owners())
     for name in dict.fromkeys(n for n in names if isinstance(n, str) and n):
-        for option in option_fields(name):
-            takers.setdefault(option, name)
-    owners = option_owners()
+        allowed |= set(option_fields(name))
     for key in values:
-        if key in known or key in takers:
+        if key in allowed:
             continue
-        if key in owners:  # a built-in's option: its cells take it (a file is shared; configs/ list the protocol's)
-            continue
-        choices = sorted(known | set(takers) | set(owners))
+        choices = sorted(allowed)
         raise ConfigError(f"{source} has unknown key {key!r}; {expected_one_of(key, choices, 'a config key: one of')}")
 
 

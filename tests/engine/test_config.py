@@ -202,3 +202,21 @@ def test_a_device_this_machine_lacks_is_refused_before_a_run_directory_exists(tm
     with pytest.raises(ConfigError, match=r"^device is 'cuda:1' but this machine has 1 GPU\(s\); expected cuda:0"):
         engine.prepare()
     assert not (tmp_path / "run").exists()
+
+
+def test_flat_option_keys_and_algorithm_options_layer_like_every_other_key():
+    from hasfl_ray.engine.config import merge_layers
+
+    with pytest.raises(ConfigError, match=r"gives 'mu' both as a key \(0.5\) and in algorithm_options \(0.3\)"):
+        RunConfig.from_dict({"algorithm": "fedprox", "mu": 0.5, "algorithm_options": {"mu": 0.3}})
+    # a flag over a file's mapping wins key by key; the file's other options stay
+    merged = merge_layers([({"algorithm": "hasfl", "algorithm_options": {"p_min": 0.3, "gamma": 0.1}}, "drop"),
+                           ({"p_min": 0.35}, "refuse")])
+    assert merged["algorithm_options"] == {"p_min": 0.35, "gamma": 0.1}
+    # a layer naming another algorithm keeps its flat keys that the final one takes, never its options mapping
+    merged = merge_layers([({"algorithm": "random-budget", "p_min": 0.3, "algorithm_options": {"budget": 0.5}},
+                            "drop"), ({"algorithm": "hasfl"}, "refuse")])
+    assert merged == {"algorithm": "hasfl", "algorithm_options": {"p_min": 0.3}}
+    with pytest.raises(ConfigError, match="mu is 0.5 but algorithm 'hasfl' takes no option 'mu'"):
+        merge_layers([({"mu": 0.5}, "refuse")])
+    assert merge_layers([({"mu": 0.5}, "drop")]) == {}
