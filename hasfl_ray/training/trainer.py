@@ -25,15 +25,10 @@ from hasfl_ray.training.workspace import Workspace
 class Trainer:
     """Trains clients' sub-models on one device; holds the dataset there once and reuses model buffers.
 
-    Args:
-        dataset: the federated dataset (moved to ``device``).
-        model_name: key in :data:`hasfl_ray.models.MODEL_CONFIGS`.
-        settings: local optimiser settings.
-        device: where training runs.
-        threads: intra-op CPU threads while training (fixed so results do not depend on the machine).
-        cuda_graphs: train the clients whose objective allows it (:func:`~hasfl_ray.training.task.graphable`)
-            with a whole local step on static tensors (:mod:`hasfl_ray.training.graphed`), captured as a CUDA graph
-            and replayed on a CUDA device; on a CPU the same static-buffer sequence runs eagerly (same results).
+    Its arguments are its :class:`~hasfl_ray.training.workspace.Workspace`'s. With ``cuda_graphs`` it trains the
+    clients whose objective allows it (:func:`~hasfl_ray.training.task.graphable`) with a whole local step on static
+    tensors (:mod:`hasfl_ray.training.graphed`), captured as a CUDA graph and replayed on a CUDA device; on a CPU the
+    same static-buffer sequence runs eagerly (same results).
     """
 
     def __init__(self, dataset: FederatedDataset, model_name: str, settings: OptimizerSettings,
