@@ -37,6 +37,24 @@ class TrainerError(RunError):
         self.remote_traceback = remote_traceback
 
 
+class PluginError(RunError):
+    """A plug-in's method (an algorithm's or a dataset's) raised, or returned what the run cannot use (the message is
+    one sentence naming the plug-in and the method).
+
+    Attributes:
+        remote_traceback: the plug-in's traceback (empty for a bad return value), for RUN/log.txt only.
+    """
+
+    def __init__(self, message: str, remote_traceback: str = ""):
+        super().__init__(message)
+        self.remote_traceback = remote_traceback
+
+
+class ActorLostError(TrainerError):
+    """A Ray actor the run cannot go on without died (the server, a trainer lost too often) or failed to start: one
+    sentence (the Engine adds how to resume), Ray's report in ``remote_traceback`` for RUN/log.txt."""
+
+
 class RunInterrupted(Exception):
     """SIGINT or SIGTERM stopped a run after a checkpoint was written; the CLI exits with 128 + the signal number.
 

@@ -1,11 +1,16 @@
-"""Durable, atomic file writes: every output of a run is replaced whole or not at all."""
+"""Durable, atomic file writes (every output of a run is replaced whole or not at all), and careful reads of files
+a user may have edited or replaced (refused in one sentence, never a hang or a traceback)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import stat
 import tempfile
-from typing import IO, Iterator
+from typing import IO, Any, BinaryIO, Iterator
+
+from hasfl_ray.errors import DataError
 
 
 @contextlib.contextmanager
@@ -59,3 +64,69 @@ def _fsync_directory(directory: str) -> None:
         pass  # some filesystems do not fsync directories; the rename itself is still atomic
     finally:
         os.close(fd)
+
+
+def open_regular(path: str, what: str) -> BinaryIO:
+    """A binary handle on the regular file ``path``, for a reader that takes a file (``np.fromfile``, gzip,
+    ``torch.load``); one :class:`DataError` sentence naming ``what`` when it is missing or unreadable, or when it
+    is not a regular file: a FIFO, a device or a socket is refused before a byte is read (opened non-blocking, so a
+    FIFO without a writer cannot hang it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as error:
+        raise DataError(f"{what} {path!r} could not be read ({error.strerror or type(error).__name__}); expected "
+                        "a readable file") from error
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else \
+                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+            raise DataError(f"{what} {path!r} is {kind}; expected a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException as error:
+        os.close(fd)
+        if isinstance(error, OSError):
+            raise DataError(f"{what} {path!r} could not be read ({error.strerror or type(error).__name__}); "
+                            "expected a readable file") from error
+        raise
+
+
+def read_regular(path: str, what: str) -> bytes:
+    """The bytes of the regular file ``path``; one :class:`DataError` sentence naming ``what`` (e.g. "summary.json
+    of run 'runs/x'") when it is missing or unreadable, or when it is not a regular file (see
+    :func:`open_regular`)."""
+    with open_regular(path, what) as handle:
+        try:
+            return handle.read()
+        except OSError as error:
+            raise DataError(f"{what} {path!r} could not be read ({error.strerror or type(error).__name__}); "
+                            "expected a readable file") from error
+
+
+def read_text(path: str, what: str, expected: str) -> str:
+    """The UTF-8 text of the regular file ``path`` (see :func:`read_regular`); one :class:`DataError` sentence
+    naming ``what`` and ``expected`` when it is not UTF-8."""
+    try:
+        return read_regular(path, what).decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DataError(f"{what} {path!r} is not UTF-8 text (byte {error.start}); expected {expected}") from None
+
+
+def read_json(path: str, what: str, expected: str = "the JSON hasfl-ray writes") -> Any:
+    """The parsed JSON of the regular file ``path`` (see :func:`read_regular`); one :class:`DataError` sentence
+    naming ``what``, the line and column, and ``expected`` when it is not UTF-8 JSON or is nested too deeply for
+    the parser (RecursionError: ``[[[[...]]]]`` a hundred thousand deep)."""
+    return parse_json(read_text(path, what, expected), f"{what} {path!r}", expected)
+
+
+def parse_json(text: str, what: str, expected: str) -> Any:
+    """``json.loads(text)``, or one :class:`DataError` sentence "``what`` is not valid JSON (the reason, with the
+    line and column); expected ``expected``", RecursionError included."""
+    try:
+        return json.loads(text)
+    except ValueError as error:  # json.JSONDecodeError: its message names the line and column
+        reason = str(error)
+    except RecursionError:
+        reason = "nested too deeply to read"
+    raise DataError(f"{what} is not valid JSON ({reason}); expected {expected}")

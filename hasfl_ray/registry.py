@@ -12,14 +12,16 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import logging
 import math
 import os
 import sys
+import traceback
 import typing
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from hasfl_ray.errors import ConfigError, expected_one_of
+from hasfl_ray.errors import ConfigError, PluginError, expected_one_of
 
 #: What a plug-in of each kind subclasses ("module:Class") and the package whose import registers the built-ins.
 BASE_CLASSES = {"algorithm": "hasfl_ray.algorithms.base:Algorithm", "dataset": "hasfl_ray.data.base:Dataset"}
@@ -105,10 +107,12 @@ def _load_module(kind: str, spec: str, location: str) -> ModuleType:
         sys.modules[module_name] = module  # dataclasses and pickling look classes up by their module
         try:
             loader_spec.loader.exec_module(module)
-        except Exception as error:
+        except BaseException as error:  # SystemExit too: a plug-in's import cannot end the run without a word
             del sys.modules[module_name]
+            if isinstance(error, KeyboardInterrupt):
+                raise
             raise ConfigError(f"{kind} is {spec!r} but {location!r} fails to import ({type(error).__name__}: "
-                              f"{' '.join(str(error).split())[:160]}); expected a Python file that imports") from None
+                              f"{_message(error, 160)}); expected a Python file that imports") from None
         FILE_MODULES.append(module)
         return module
     try:
@@ -126,9 +130,75 @@ def _load_module(kind: str, spec: str, location: str) -> ModuleType:
                               "MODULE:Class with MODULE on the Python path, or FILE.py:Class") from None
         raise ConfigError(f"{kind} is {spec!r} but module {location!r} fails to import (ModuleNotFoundError: "
                           f"{error}); expected a module that imports") from None
-    except Exception as error:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # SystemExit too (see above)
         raise ConfigError(f"{kind} is {spec!r} but module {location!r} fails to import ({type(error).__name__}: "
-                          f"{' '.join(str(error).split())[:160]}); expected a module that imports") from None
+                          f"{_message(error, 160)}); expected a module that imports") from None
+
+
+def _message(error: BaseException, limit: int = 80) -> str:
+    """The first line of ``error``'s message, at most ``limit`` characters (``exit code N`` for a SystemExit; never
+    an exception of its own, whatever the plug-in's exception does in ``__str__``)."""
+    if isinstance(error, SystemExit):
+        return f"exit code {error.code!r}"[:limit]
+    try:
+        text = " ".join(str(error).split())
+    except Exception:  # noqa: BLE001 (a plug-in's exception whose __str__ raises)
+        text = ""
+    text = text or "no message"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` on one line, cut to ``limit`` characters, for a sentence (the type's name where repr itself
+    raises)."""
+    try:
+        text = " ".join(repr(value).split())
+    except Exception:  # noqa: BLE001 (a plug-in's odd return value)
+        text = f"a {type(value).__name__} object"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def call_plugin(owner: str, method: str, function: Callable[..., Any], *args: Any,
+                check: Optional[Callable[[Any], Any]] = None, expected: str = "", early: bool = False) -> Any:
+    """``function(*args)``, a method of the plug-in ``owner`` (``"algorithm 'X'"``, ``"dataset 'D'"``), and
+    ``check`` of what it returns, both contained: whatever either raises (SystemExit and GeneratorExit included)
+    becomes one :class:`PluginError` sentence naming the plug-in and the method. A :class:`ConfigError` the method
+    raises keeps its own sentence (bad input it found: a data file, a budget); a KeyboardInterrupt (the user's
+    second Ctrl-C) and ``check``'s own PluginError go through. ``expected`` ends the sentence of a return value that
+    ``check`` could not even read (a meta tensor, an ``__iter__`` that raises).
+
+    The traceback goes into RUN/log.txt (carried by the error, which the engine writes there) or, ``early``
+    (before the run directory exists: nothing is written for a run that cannot start), into the log at INFO
+    level, shown with -v.
+    """
+    try:
+        value = function(*args)
+    except (KeyboardInterrupt, ConfigError):
+        raise
+    except BaseException as error:  # noqa: BLE001 (any failure of the plug-in's own code)
+        raise _plugin_failure(f"{owner} raised {type(error).__name__} in {method}() ({_message(error)})",
+                              early) from None
+    if check is None:
+        return value
+    try:
+        return check(value)
+    except (KeyboardInterrupt, PluginError):
+        raise
+    except BaseException as error:  # noqa: BLE001 (reading the value ran the plug-in's code: __iter__, __float__)
+        raise _plugin_failure(f"{owner} returned {shown(value)} from {method}(), which raised "
+                              f"{type(error).__name__} when read ({_message(error)}); expected {expected}", early,
+                              hint=False) from None
+
+
+def _plugin_failure(text: str, early: bool, hint: bool = True) -> PluginError:
+    """The PluginError of :func:`call_plugin`, called in its ``except`` block (the traceback is the current one)."""
+    trace = traceback.format_exc()
+    if early:
+        logging.getLogger(__name__).info("%s:\n%s", text, trace)
+        return PluginError(text + ("; run with -v to see its traceback" if hint else ""))
+    return PluginError(text + ("; its traceback is in RUN/log.txt" if hint else ""), trace)
 
 
 def _load_spec(kind: str, spec: str) -> type:
@@ -239,7 +309,8 @@ def check_options(kind: str, name: str, options_class: Optional[type], values: A
                 (not isinstance(value, kind_) or (kind_ is not bool and isinstance(value, bool))):
             raise ConfigError(f"{field.name} is {value!r}; expected {expected}")
         out[field.name] = value
-    instance = options_class(**out)  # the dataclass's own __post_init__ checks ranges (ConfigError) first
+    # the dataclass's own __post_init__ checks ranges (ConfigError) first; anything else it raises is one sentence
+    instance = call_plugin(f"{kind} {spec_label(name)!r}", "options", lambda: options_class(**out), early=True)
     for field in dataclasses.fields(options_class):
         value = out.get(field.name)
         if _field_type(options_class, field) is float and value is not None and not finite_number(value):
@@ -268,6 +339,6 @@ def parse_option_assignments(assignments: Any) -> Dict[str, Any]:
     return out
 
 
-__all__ = ["BASE_CLASSES", "BUILTIN_PACKAGES", "FILE_MODULES", "check_options", "check_subclass", "is_spec",
-           "lookup", "parse_option_assignments", "register_algorithm", "register_dataset", "registered", "spec_label",
-           "spec_of"]
+__all__ = ["BASE_CLASSES", "BUILTIN_PACKAGES", "FILE_MODULES", "call_plugin", "check_options", "check_subclass",
+           "is_spec", "lookup", "parse_option_assignments", "register_algorithm", "register_dataset", "registered",
+           "shown", "spec_label", "spec_of"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from hasfl_ray.algorithms.base import Algorithm
 from hasfl_ray.algorithms.hasfl import allocation_rule, coverage_guarantee
 from hasfl_ray.algorithms.options import AllocationOptions, check_range
 from hasfl_ray.errors import ConfigError
+from hasfl_ray.files import read_json
 from hasfl_ray.registry import finite_number, register_algorithm
 from hasfl_ray.schedule import first_adapted_round, is_adaptation_round
 from hasfl_ray.training.local import ClientResult
@@ -31,17 +31,11 @@ def budget_from_run(run_dir: str) -> float:
     summary.json, the rounds where HAS-FL and random-budget both adapt (``avg_p`` for a run too short to have
     any, or a summary written before the key existed)."""
     path = os.path.join(run_dir, "summary.json")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            summary = json.load(handle)
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         raise ConfigError(f"budget_from run directory {run_dir!r} has no summary.json; expected the directory of "
-                          "a finished run") from None
-    except OSError as error:
-        raise ConfigError(f"budget_from file {path!r} cannot be read ({error.strerror}); expected a readable "
-                          "run summary") from None
-    except ValueError:
-        raise ConfigError(f"budget_from file {path!r} is not valid JSON; expected a run summary with avg_p") from None
+                          "a finished run")
+    # a FIFO, a device, JSON that is not UTF-8 or nested too deeply: one sentence (never a hang or a RecursionError)
+    summary = read_json(path, "budget_from file", "a run summary with avg_p")
     avg_p = summary.get("avg_p") if isinstance(summary, dict) else None
     if isinstance(summary, dict) and summary.get("avg_p_post_warmup") is not None:
         avg_p = summary["avg_p_post_warmup"]

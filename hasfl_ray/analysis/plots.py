@@ -4,20 +4,56 @@ and mean p per round, final p against p^max per client, and the accuracy-capacit
 from __future__ import annotations
 
 import io
-import json
 import os
 from collections import defaultdict
 from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from hasfl_ray.analysis.report import _label, display_name, protocol_line, summarise_runs
-from hasfl_ray.files import atomic_write
+from hasfl_ray.analysis.report import _label, display_name, number, protocol_line, summarise_runs
+from hasfl_ray.errors import DataError
+from hasfl_ray.files import atomic_write, parse_json, read_text
+
+
+#: metrics.jsonl keys the figures draw (a number or null on each line).
+PLOTTED_KEYS = ("test_accuracy", "test_loss", "mean_h", "avg_p")
 
 
 def _metrics(run: Dict[str, Any]) -> List[Dict[str, Any]]:
-    with open(os.path.join(run["path"], "metrics.jsonl"), encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+    """The run's metrics.jsonl lines (read once, kept in ``run["metrics"]``)."""
+    if "metrics" not in run:
+        run["metrics"] = read_metrics(run["path"])
+    return run["metrics"]
+
+
+def load_metrics(runs: Sequence[Dict[str, Any]]) -> None:
+    """Read (and check) every run's metrics.jsonl before a file is written: a bad one is refused with nothing
+    written."""
+    for run in runs:
+        _metrics(run)
+
+
+def read_metrics(path: str) -> List[Dict[str, Any]]:
+    """The lines of run ``path``'s metrics.jsonl; one sentence naming the file and the line that is not a JSON
+    object with numbers (or null) for the keys the figures draw."""
+    file = os.path.join(path, "metrics.jsonl")
+    if not os.path.lexists(file):
+        raise DataError(f"run directory {path!r} has no metrics.jsonl; expected a finished hasfl-ray run (the "
+                        "figures draw its rounds)")
+    expected = "one JSON object per round, as hasfl-ray writes"
+    lines = []
+    for line_number, line in enumerate(read_text(file, "run file", expected).split("\n"), 1):
+        if not line.strip():
+            continue
+        what = f"run file {file!r} line {line_number}"
+        value = parse_json(line, what, expected)
+        if not isinstance(value, dict):
+            raise DataError(f"{what} is a JSON {type(value).__name__}, not an object; expected {expected}")
+        for key in PLOTTED_KEYS:
+            if value.get(key) is not None and not number(value[key]):
+                raise DataError(f"{what} has {key} {value[key]!r}; expected a number or null")
+        lines.append(value)
+    return lines
 
 
 def _curves(runs: Sequence[Dict[str, Any]], key: str, scale: float = 1.0) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -48,6 +84,7 @@ def _band(ax, runs, key, label, scale=1.0, **style):
 def plot_runs(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str] = ()) -> List[str]:
     """Write <dataset>-convergence.png, -heterogeneity.png, -allocations.png and -frontier.png per dataset; return
     the paths. Curves are the mean over seeds with a ± std band; titles name the dataset and the protocol."""
+    load_metrics(runs)
     import matplotlib
 
     matplotlib.use("Agg")

@@ -13,31 +13,96 @@ import numpy as np
 import yaml
 from scipy import stats
 
-from hasfl_ray.engine.config import migrate_config
-from hasfl_ray.errors import ConfigError
+from hasfl_ray.engine.config import migrate_config, strict_yaml_load
+from hasfl_ray.engine.rundir import CLIENT_COLUMNS
+from hasfl_ray.errors import ConfigError, DataError, OutputError
+from hasfl_ray.files import atomic_write, read_json, read_text
 
 
 def read_run(path: str) -> Dict[str, Any]:
-    """config, summary and clients of one finished run directory; one sentence if it is not one."""
+    """config, summary and clients of one finished run directory, each checked for what the reports use; one
+    sentence naming the file (and the line, for clients.csv) when it is not what hasfl-ray writes. The config is
+    read as YAML data only: nothing it names (a plug-in file) is imported."""
     files = {name: os.path.join(path, name) for name in ("config.yaml", "summary.json", "clients.csv")}
-    missing = [name for name, file in files.items() if not os.path.isfile(file)]
+    missing = [name for name, file in files.items() if not os.path.lexists(file)]
     if missing:
         raise ConfigError(f"run directory {path!r} has no {missing[0]}; expected a finished hasfl-ray run")
-    try:
-        with open(files["config.yaml"], encoding="utf-8") as handle:
-            config = yaml.safe_load(handle)
-        with open(files["summary.json"], encoding="utf-8") as handle:
-            summary = json.load(handle)
-        with open(files["clients.csv"], encoding="utf-8") as handle:
-            clients = list(csv.DictReader(handle))
-    except (OSError, ValueError, yaml.YAMLError) as error:
-        raise ConfigError(f"run directory {path!r} cannot be parsed ({type(error).__name__}); expected the files "
-                          "hasfl-ray writes")
-    if not isinstance(config, dict):
-        raise ConfigError(f"run directory {path!r} has a config.yaml that is not a mapping; expected the files "
-                          "hasfl-ray writes")
-    config = migrate_config(config, f"config file {files['config.yaml']!r}")  # a run of an earlier version too
+    config = _read_config(files["config.yaml"])
+    summary = read_json(files["summary.json"], "run file", "the summary of a finished hasfl-ray run")
+    _check_summary(summary, f"run file {files['summary.json']!r}")
+    clients = read_clients(files["clients.csv"])
     return {"path": path, "config": config, "summary": summary, "clients": clients}
+
+
+def _read_config(file: str) -> Dict[str, Any]:
+    """A run's config.yaml (any version, migrated), with the dataset, algorithm and seed the reports group by."""
+    what = f"run file {file!r}"
+    text = read_text(file, "run file", "the config.yaml hasfl-ray writes")
+    try:
+        config = strict_yaml_load(text)  # an alias bomb refused like a config file's
+    except (yaml.YAMLError, RecursionError) as error:
+        raise DataError(f"{what} is not valid YAML ({type(error).__name__}); expected the config.yaml hasfl-ray "
+                        "writes") from None
+    if not isinstance(config, dict):
+        raise DataError(f"{what} is {type(config).__name__}, not a mapping; expected the config.yaml hasfl-ray "
+                        "writes")
+    config = migrate_config(config, what)  # a run of an earlier version too
+    for key, kind, expected in (("dataset", str, "a dataset name"), ("algorithm", str, "an algorithm name"),
+                                ("seed", int, "a whole number")):
+        value = config.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool) or value == "":
+            raise DataError(f"{what} has {key} {value!r}; expected {expected}" if key in config else
+                            f"{what} has no {key}; expected {expected}")
+    return config
+
+
+def number(value: Any) -> bool:
+    """A real number (not a bool): what a run file's numeric fields hold (NaN included)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_summary(summary: Any, what: str) -> None:
+    """One sentence unless ``summary`` holds the numbers the tables read."""
+    if not isinstance(summary, dict):
+        raise DataError(f"{what} is a JSON {type(summary).__name__}, not an object; expected the summary of a "
+                        "finished hasfl-ray run")
+    for key in ("best_accuracy", "final_accuracy", "avg_p"):
+        if not number(summary.get(key)):
+            raise DataError(f"{what} has {key} {summary[key]!r}; expected a number" if key in summary else
+                            f"{what} has no {key}; expected the summary of a finished hasfl-ray run")
+    warning = summary.get("coverage_warning")
+    if warning and not (isinstance(warning, dict) and number(warning.get("frozen_fraction"))):
+        raise DataError(f"{what} has coverage_warning {warning!r}; expected an object with a frozen_fraction number")
+
+
+#: clients.csv columns the reports read as numbers: (column, may be empty).
+NUMERIC_CLIENT_COLUMNS = (("p_max", False), ("p_final", False), ("tv_distance", True), ("h_tilde", True))
+
+
+def read_clients(file: str) -> List[Dict[str, str]]:
+    """The rows of a run's clients.csv; one sentence naming the line whose numbers are not numbers."""
+    what = f"run file {file!r}"
+    text = read_text(file, "run file", "the clients.csv hasfl-ray writes")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    rows = []
+    try:
+        for row in reader:
+            for column, may_be_empty in NUMERIC_CLIENT_COLUMNS:
+                value = row.get(column)
+                if value is None:
+                    raise DataError(f"{what} line {reader.line_num} has no {column}; expected the columns "
+                                    f"{', '.join(CLIENT_COLUMNS)}")
+                if not (may_be_empty and value == ""):
+                    try:
+                        float(value)
+                    except ValueError:
+                        raise DataError(f"{what} line {reader.line_num} has {column} {value!r}; expected a number"
+                                        + (" or nothing" if may_be_empty else "")) from None
+            rows.append(row)
+    except csv.Error as error:
+        raise DataError(f"{what} line {reader.line_num} cannot be parsed ({error}); expected the clients.csv "
+                        "hasfl-ray writes") from None
+    return rows
 
 
 def run_option(config: Mapping[str, Any], name: str, default: Any = None) -> Any:
@@ -216,14 +281,18 @@ def analyze_runs(runs: Sequence[Dict[str, Any]]) -> Dict[str, List[Dict[str, Any
 def write_analysis(run: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """Add Table 5 for ``run`` as the ``analysis`` block of its summary.json (atomically); returns the block, or
     None for a run without H̃ estimates (its summary is left as it is)."""
-    from hasfl_ray.engine.rundir import atomic_write
-
     block = confound_correlations(run)
     if not block:
         return None
     summary = dict(run["summary"])
     summary["analysis"] = block
-    atomic_write(os.path.join(run["path"], "summary.json"), (json.dumps(summary, indent=2) + "\n").encode())
+    path = os.path.join(run["path"], "summary.json")
+    try:
+        atomic_write(path, (json.dumps(summary, indent=2) + "\n").encode())
+    except OSError as error:
+        raise OutputError(f"summary.json of run {run['path']!r} could not be given its analysis block "
+                          f"({error.strerror or type(error).__name__}); it is left as it was (a writable run "
+                          "directory is needed)") from None
     run["summary"] = summary
     return block
 

@@ -6,17 +6,17 @@ import json
 import os
 from typing import Any, Dict, List, Sequence
 
-from hasfl_ray.analysis.plots import plot_runs
+from hasfl_ray.analysis.plots import load_metrics, plot_runs
 from hasfl_ray.analysis.report import (CONFOUND_COLUMNS, analyze_runs, confound_latex, confound_markdown, display_name,
                                        summarise_runs, table_csv, table_latex, table_markdown)
+from hasfl_ray.files import atomic_write
 
 
 def write_report(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str] = (),
                  title: str = "") -> List[str]:
     """table.{md,csv,tex} (the paper's table layout), confound.{md,csv,tex} and analysis.json (Table 5, when some
     run has H̃ estimates) and the figures (PNG) under ``out_dir``; returns the paths written."""
-    from hasfl_ray.engine.rundir import atomic_write
-
+    load_metrics(runs)
     os.makedirs(out_dir, exist_ok=True)
     rows = summarise_runs(runs, order)
     datasets = ", ".join(display_name(d) for d in dict.fromkeys(r["dataset"] for r in rows))

@@ -10,7 +10,8 @@ import click
 import torch
 
 from hasfl_ray.ops import aggregate as ops
-from hasfl_ray.bench.aggregate import MODELS, CaseResult, run_case
+from hasfl_ray.bench.aggregate import MODELS, CaseResult, check_case_memory, run_case
+from hasfl_ray.cli.common import user_errors
 
 MODEL_LABELS = {"emnist": "EMNIST CNN", "cifar10": "CIFAR-10 CNN", "shakespeare": "Shakespeare LSTM"}
 
@@ -78,6 +79,7 @@ def bench() -> None:
               help="torch/OpenMP threads (default: torch's default, all cores).")
 @click.option("--skip-slow", is_flag=True, help="Leave out the dense and HeteroFL-loop implementations.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of cases instead of tables.")
+@user_errors
 def aggregate(device: str, client_counts: Sequence[int], models: Sequence[str], repeats: int, threads,
               skip_slow: bool, as_json: bool) -> None:
     """Time the fused kernel, the pure-torch reference, the best pure-torch code, a dense zero-padded
@@ -91,6 +93,7 @@ def aggregate(device: str, client_counts: Sequence[int], models: Sequence[str], 
         click.echo("Error: --device cuda needs hasfl_ray._C built with its CUDA kernel "
                    "(pip install --no-build-isolation -e . with a GPU visible, or HASFL_FORCE_CUDA=1)", err=True)
         sys.exit(2)
+    check_case_memory(models, client_counts, device)  # one sentence, never hours of swapping towards terabytes
     if threads:
         torch.set_num_threads(threads)
     cases = []

@@ -2,42 +2,96 @@
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 
 import click
 
 from hasfl_ray.cli.common import user_errors
-from hasfl_ray.errors import ConfigError
+from hasfl_ray.errors import ConfigError, DataError, OutputError
+
+
+def run_directories(paths):
+    """The run directories under PATHS (each one, or folders holding them at any depth), each run once however
+    many paths reach it: the same real path through a link, a link loop or overlapping PATHS counts once. Links
+    are followed, but only after every folder reached without one (so a run keeps the name it has without a link)
+    and each real folder is entered once (so a loop ends). Order: by PATH, then by name under it."""
+    found = {}  # real path -> (index of the PATH that reached it, the name it was reached by)
+    entered = set()
+    pending = [(top, index) for index, top in reversed(list(enumerate(paths)))]
+    through_links = []  # folders reached through a link wait until everything else is walked
+    while pending or through_links:
+        folder, index = pending.pop() if pending else through_links.pop()
+        real = os.path.realpath(folder)
+        if real in entered:
+            continue
+        entered.add(real)
+        if os.path.lexists(os.path.join(folder, "summary.json")):
+            found[real] = (index, folder)
+        try:
+            entries = sorted(os.scandir(folder), key=lambda entry: entry.name, reverse=True)
+        except OSError:
+            continue  # not a folder, or one that cannot be listed (glob skipped these too)
+        for entry in entries:
+            if not entry.name.startswith(".") and _is_folder(entry):
+                (through_links if entry.is_symlink() else pending).append((entry.path, index))
+    return [folder for _, folder in sorted(found.values())]
+
+
+def _is_folder(entry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def find_runs(paths):
-    """Finished runs under PATHS (run directories or folders holding them), read; one sentence if none."""
+    """Finished runs under PATHS (see :func:`run_directories`), read; one sentence if none."""
     from hasfl_ray.analysis import read_run
 
-    run_dirs = []
-    for path in paths:
-        if os.path.isfile(os.path.join(path, "summary.json")):
-            run_dirs.append(path)
-        else:
-            run_dirs += sorted(os.path.dirname(p) for p in glob.glob(os.path.join(path, "**", "summary.json"),
-                                                                     recursive=True))
+    run_dirs = run_directories(paths)
     if not run_dirs:
         raise ConfigError(f"no finished runs under {', '.join(paths)}; expected run directories holding summary.json")
     return [read_run(path) for path in run_dirs]
 
 
 def sweep_description(paths):
-    """sweep.json of the first PATH that is a sweep's folder (its algorithm order and what it reproduces), or {}."""
+    """sweep.json of the first PATH that is a sweep's folder (its algorithm order and what it reproduces), or {};
+    one sentence when that sweep.json is not what a sweep writes."""
+    from hasfl_ray.files import read_json
+
     for path in paths:
-        try:
-            with open(os.path.join(path, "sweep.json"), encoding="utf-8") as handle:
-                data = json.load(handle)
-            return data if isinstance(data, dict) else {}
-        except (OSError, ValueError):
+        file = os.path.join(path, "sweep.json")
+        if not os.path.lexists(file):
             continue
+        data = read_json(file, "sweep file", "the sweep.json hasfl-ray sweep writes")
+        if not isinstance(data, dict):
+            raise DataError(f"sweep file {file!r} is a JSON {type(data).__name__}, not an object; expected the "
+                            "sweep.json hasfl-ray sweep writes")
+        algorithms, reproduces = data.get("algorithms") or [], data.get("reproduces") or ""
+        if not (isinstance(algorithms, list) and all(isinstance(a, str) for a in algorithms)):
+            raise DataError(f"sweep file {file!r} has algorithms {algorithms!r}; expected a list of names")
+        if not isinstance(reproduces, str):
+            raise DataError(f"sweep file {file!r} has reproduces {reproduces!r}; expected text")
+        return data
     return {}
+
+
+def check_out(out_dir):
+    """One sentence (exit 2) unless --out is a folder the files can be written into, or a path where one can be
+    made (not a file, a device, /proc or a read-only place)."""
+    from hasfl_ray.engine.rundir import check_run_directory
+
+    check_run_directory(out_dir, "output folder")
+
+
+def write_files(write, out_dir):
+    """``write()``'s paths; a write that fails after --out was checked (a full disk) is one sentence, exit 1."""
+    try:
+        return write()
+    except OSError as error:
+        raise OutputError(f"output folder {out_dir!r} could not be written ({error.strerror or type(error).__name__}"
+                          "); the files written before it are complete, the others were not written") from None
 
 
 @click.command()
@@ -62,7 +116,10 @@ def report(paths, as_json, out_dir) -> None:
     confound = analysis["runs"]
     if out_dir is None and sweep and len(paths) == 1:
         out_dir = os.path.join(paths[0], "report")
-    written = write_report(runs, out_dir, order, sweep.get("reproduces", "")) if out_dir else []
+    if out_dir is not None:
+        check_out(out_dir)
+    written = write_files(lambda: write_report(runs, out_dir, order, sweep.get("reproduces") or ""), out_dir) \
+        if out_dir is not None else []
     if as_json:
         click.echo(json.dumps({"table": table, "confound": confound, "pooled": analysis["pooled"],
                                "files": written}, indent=2))
@@ -114,20 +171,23 @@ def analyze(runs, as_json) -> None:
     run's result is written into its summary.json as an `analysis` block. RUNS are run directories or folders
     holding them (runs without H̃ estimates are left out)."""
     from hasfl_ray.analysis.report import analyze_runs, write_analysis
+    from hasfl_ray.engine.rundir import check_run_directory
 
     found = find_runs(runs)
     analysis = analyze_runs(found)
     if not analysis["runs"]:
         raise ConfigError(f"no run under {', '.join(runs)} has H̃ estimates (h_tilde in clients.csv); expected "
                           "hasfl runs with at least 4 clients")
-    for run in found:
-        write_analysis(run)
+    for row in analysis["runs"]:  # each gets its block in summary.json: all writable, or nothing written
+        check_run_directory(row["run"], fix="analyze writes into summary.json: analyze a writable copy")
     if as_json:
         click.echo(json.dumps(analysis, indent=2))
-        return
-    _echo_confound(analysis)
-    for row in analysis["runs"]:
-        click.echo(f"verdict, {row['run']}: {row['verdict']}")
+    else:
+        _echo_confound(analysis)
+        for row in analysis["runs"]:
+            click.echo(f"verdict, {row['run']}: {row['verdict']}")
+    for run in found:
+        write_analysis(run)
 
 
 @click.command()
@@ -139,5 +199,7 @@ def plot(paths, out_dir) -> None:
     and the accuracy-capacity frontier. PATHS are run directories or folders holding them."""
     from hasfl_ray.analysis.plots import plot_runs
 
-    for path in plot_runs(find_runs(paths), out_dir):
+    runs = find_runs(paths)
+    check_out(out_dir)
+    for path in write_files(lambda: plot_runs(runs, out_dir), out_dir):
         click.echo(path)

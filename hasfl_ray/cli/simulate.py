@@ -92,9 +92,6 @@ def simulate(config_file, out, force, resume, quiet, verbose, no_coverage, downl
     out = out if out is not None else os.path.join("runs", label)
     if resume and base is None and os.path.exists(os.path.join(out, "config.yaml")):
         config = build_config(config_file, flags, base=stored_run_base(out, flags)).resolved()
-    if os.path.exists(os.path.join(out, "config.yaml")) and not (force or resume):
-        raise ConfigError(f"run directory {out!r} already holds a run; expected a new directory, --resume to "
-                          "continue it, or --force to overwrite it")
 
     from hasfl_ray.engine import Engine
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import click
@@ -12,6 +13,9 @@ from hasfl_ray.cli.options import apply_switches, default_backend, run_options
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.registry import parse_option_assignments
 from hasfl_ray.simulation import require_ray
+
+#: Statuses of the cells a stopped sweep leaves to its next run: stopped with a checkpoint, or not started.
+STOPPED = ("interrupted", "pending")
 
 
 @click.command()
@@ -42,9 +46,13 @@ def sweep(config, seeds, algorithms, datasets, out, force, cells_per_gpu, quiet,
     --device cuda), or one after another with --backend local or without Ray. Finished cells are skipped and an
     interrupted cell resumes from its checkpoint, so running the same command again resumes a sweep. random-budget
     cells wait for the HAS-FL cell of their dataset and seed and take its post-warm-up average width as budget."""
+    from hasfl_ray.engine.rundir import check_run_directory
     from hasfl_ray.sweep import check_conflicts, parse_list, plan_sweep  # the sweep package: only `sweep` loads it
 
     setup_logging(verbose)
+    if out is not None and not out.strip():  # not the default folder in silence
+        raise ConfigError(f"--out is {out!r}; expected a folder path (or no --out for the config's sweep.out, else "
+                          "runs/<config name>)")
     seed_list = parse_list(seeds, "seeds", integer=True)
     algorithm_list = parse_list(algorithms, "algorithms")
     dataset_list = parse_list(datasets, "datasets")
@@ -67,6 +75,7 @@ def sweep(config, seeds, algorithms, datasets, out, force, cells_per_gpu, quiet,
     address, gpus_per_actor = flags.get("address"), flags.get("gpus_per_actor")
     overrides = {k: v for k, v in flags.items() if v is not None}
     plan = plan_sweep(config, overrides, dataset_list, algorithm_list, seed_list, out)
+    check_run_directory(plan.out, "sweep folder")  # a file, a device, /proc, a read-only folder: before anything
     check_conflicts(plan, force)
     if backend not in (None, "local", "ray"):
         raise ConfigError(f"backend is {backend!r}; expected local or ray")
@@ -76,9 +85,24 @@ def sweep(config, seeds, algorithms, datasets, out, force, cells_per_gpu, quiet,
         raise ConfigError(f"--cells-per-gpu {cells_per_gpu} and --gpus-per-actor {gpus_per_actor} both size a cell's "
                           "GPU share; expected one of them")
     executor = _executor(backend, address, gpus_per_actor, force, quiet, cells_per_gpu)
-    statuses = _run(plan, executor, force, quiet)
+    from hasfl_ray.engine.signals import StopSignals
+    from hasfl_ray.sweep.run import lock_sweep_folder
+
+    try:
+        lock = lock_sweep_folder(plan.out)  # a second sweep into the folder: one sentence before anything prints
+    except ConfigError:
+        executor.shutdown()
+        raise
+    stop = StopSignals()  # one SIGINT or SIGTERM stops the whole sweep, its running cells with a checkpoint
+    statuses = _run(plan, executor, force, quiet, stop, lock)
     failed = [name for name, status in statuses.items() if status in ("failed", "blocked")]
     click.echo(f"sweep folder: {plan.out} (sweep.json); report it with `hasfl-ray report {plan.out}`")
+    stopped = [name for name, status in statuses.items() if status in STOPPED]
+    if stop.requested() and stopped:  # (a signal once every cell had ended stopped nothing)
+        click.echo(f"Stopped by {signal.Signals(stop.signal_number).name}: {len(stopped)} of {len(statuses)} cells "
+                   f"did not finish ({', '.join(stopped)}); run the same command again to resume them (finished "
+                   "cells are skipped, interrupted ones resume from their checkpoints)", err=True)
+        sys.exit(128 + stop.signal_number)
     if failed:
         click.echo(f"Error: {len(failed)} of {len(statuses)} cells did not finish ({', '.join(failed)}); run the same "
                    "command again to retry them (finished cells are skipped)", err=True)
@@ -101,7 +125,7 @@ def _executor(backend, address, gpus_per_actor, force, quiet, cells_per_gpu=None
     return RayExecutor(address=address, gpus_per_task=gpus_per_actor, force=force, cells_per_gpu=cells_per_gpu)
 
 
-def _run(plan, executor, force, quiet):
+def _run(plan, executor, force, quiet, stop=None, lock=None):
     from hasfl_ray.sweep import describe_result, rounds_done, run_sweep, sweep_summary_line
 
     what = f" ({plan.reproduces})" if plan.reproduces else ""
@@ -126,8 +150,14 @@ def _run(plan, executor, force, quiet):
         bar.set_postfix_str(f"running: {', '.join(running)}" if running else "")
 
     try:
-        statuses = run_sweep(plan, executor, on_result, force, show_running)
+        statuses = run_sweep(plan, executor, on_result, force, show_running, stop, lock)
+    except KeyboardInterrupt:  # a second signal: stopped at once (the running cells recorded interrupted)
+        if stop is None or not stop.requested():
+            raise
+        statuses = {c.name: c.status for c in plan.cells}
     finally:
         bar.close()
-    click.echo(f"sweep done: {sweep_summary_line(statuses)}")
+    stopped = stop is not None and stop.requested() and any(s in STOPPED for s in statuses.values())
+    ended = f"stopped by {signal.Signals(stop.signal_number).name}" if stopped else "done"
+    click.echo(f"sweep {ended}: {sweep_summary_line(statuses)}")
     return statuses

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from hasfl_ray.data.base import Dataset, FederatedDataset, TensorFederatedDataset, TextFederatedDataset
+from hasfl_ray.data.base import Dataset, FederatedDataset, TensorFederatedDataset, TextFederatedDataset, check_splits
 from hasfl_ray.data.partition import TIER_PROBABILITIES, TIERS, assign_tiers, dirichlet_partition
-from hasfl_ray.registry import lookup, register_dataset, registered
+from hasfl_ray.registry import call_plugin, lookup, register_dataset, registered, spec_label
 
 # The built-ins: one import each registers one --dataset name (its loader module, imported lazily, does the work).
 from hasfl_ray.data import digits  # noqa: F401,E402
@@ -38,10 +38,21 @@ def load_dataset(name: str, num_clients: int, alpha: float, seed: int, data_dir:
 
 
 def load_plugin_dataset(plugin: type, config) -> FederatedDataset:
-    """Load the dataset of plug-in class ``plugin`` for ``config``; it carries the plug-in's model_config."""
-    dataset = plugin().load(config)
-    if plugin.model_config is not None and getattr(dataset, "model_config", None) is None:
-        dataset.model_config = dict(plugin.model_config)
+    """Load the dataset of plug-in class ``plugin`` for ``config``; it carries the plug-in's model_config.
+
+    What the plug-in raises (a DataError keeps its own sentence) is one sentence naming it and the method, its
+    traceback shown with -v (no run directory exists yet); a dataset without a training or a test sample is
+    refused (:func:`~hasfl_ray.data.base.check_splits`)."""
+    name = getattr(config, "dataset", None)
+    label = spec_label(name) if isinstance(name, str) else getattr(plugin, "__name__", "dataset")
+    owner = f"dataset {label!r}"
+    instance = call_plugin(owner, "__init__", plugin, early=True)
+    dataset = call_plugin(owner, "load", lambda: instance.load(config), early=True)
+    check_splits(dataset, label, owner)
+    model_config = call_plugin(owner, "model_config", lambda: None if plugin.model_config is None
+                               else dict(plugin.model_config), early=True)
+    if model_config is not None and getattr(dataset, "model_config", None) is None:
+        dataset.model_config = model_config
     return dataset
 
 

@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 import torch
 
-from hasfl_ray.errors import ConfigError
+from hasfl_ray.errors import ConfigError, DataError
 
 #: Peak memory a run needs per client for its per-client arrays (sizes, tiers, the algorithm's state, the sampled
 #: mask, clients.csv's columns): 56 bytes measured (peak RSS of a one-round synthetic HAS-FL run, 20,000 vs
@@ -36,15 +36,44 @@ def _size(count: float) -> str:
     return f"{count:.0f} {unit}" if unit == "bytes" else f"{count:.3g} {unit}"
 
 
-def check_client_memory(num_clients: int, bytes_per_client: int = BYTES_PER_CLIENT) -> None:
+def check_client_memory(num_clients: int, bytes_per_client: int = BYTES_PER_CLIENT, total: Optional[int] = None,
+                        where: str = "this machine") -> None:
     """Refuse, in one sentence giving the estimate, a client count whose per-client arrays cannot fit in this
-    machine's physical memory (before any of them is allocated: the alternative is a MemoryError traceback)."""
-    total = physical_memory()
+    machine's physical memory (before any of them is allocated: the alternative is a MemoryError traceback, or
+    the machine swapping for minutes). ``total`` and ``where``: another memory to fit in (a GPU's)."""
+    total = physical_memory() if total is None else total
     needed = num_clients * bytes_per_client
     if total is not None and needed > total:
         raise ConfigError(f"clients is {num_clients}, which needs about {_size(needed)} of memory "
-                          f"({bytes_per_client} bytes a client) but this machine has {_size(total)}; expected at "
+                          f"({bytes_per_client:,} bytes a client) but {where} has {_size(total)}; expected at "
                           f"most about {total // bytes_per_client:,} clients")
+
+
+def check_splits(dataset: "FederatedDataset", label: str, owner: str) -> None:
+    """Refuse, in one sentence, a loaded dataset that cannot be trained and evaluated: not a
+    :class:`FederatedDataset`, no training sample (in any client) or no test sample (every round would report an
+    accuracy and a loss of 0.0 and the run would "succeed"). Every dataset is checked, plug-ins included; a method of
+    the dataset that raises is one sentence naming ``owner`` (``"dataset 'd'"``) and the method.
+
+    Args:
+        dataset: what the plug-in's ``load()`` returned.
+        label: the dataset's name in the sentences (``emnist``, a plug-in's class).
+        owner: how a failing method's sentence names the plug-in.
+    """
+    from hasfl_ray.registry import call_plugin, shown
+
+    if not isinstance(dataset, FederatedDataset):
+        raise DataError(f"dataset {label!r} returned {shown(dataset)} from load(); expected a hasfl_ray "
+                        "FederatedDataset (a TensorFederatedDataset, TextFederatedDataset or a subclass)")
+    test_size = call_plugin(owner, "test_size", lambda: int(dataset.test_size), early=True)
+    if test_size <= 0:
+        raise DataError(f"dataset {label!r} has an empty test split ({test_size} samples); expected at least one "
+                        "test sample to evaluate the model on (check the dataset's test files)")
+    train_size = call_plugin(owner, "client_sizes", lambda: int(np.sum(dataset.client_sizes(), dtype=np.int64)),
+                             early=True)
+    if train_size <= 0:
+        raise DataError(f"dataset {label!r} has an empty training split ({train_size} samples over its clients); "
+                        "expected at least one training sample (check the dataset's training files)")
 
 
 class FederatedDataset(ABC):

@@ -15,6 +15,7 @@ from hasfl_ray.data.base import Dataset, FederatedDataset, TensorFederatedDatase
 from hasfl_ray.data.download import download_cifar10, resolve_data_dir, short_reason
 from hasfl_ray.data.images import check_image_root, partitioned_image_dataset
 from hasfl_ray.errors import DataError
+from hasfl_ray.files import read_regular
 from hasfl_ray.registry import register_dataset
 
 logger = logging.getLogger(__name__)
@@ -72,10 +73,7 @@ def read_batch(path: Path) -> Tuple[np.ndarray, np.ndarray]:
     batch, or references anything a batch never needs (such a file is not executed).
     """
     hint = "replace it with an intact copy (delete it and pass --download) or pass --data-dir pointing at one"
-    try:
-        payload = path.read_bytes()
-    except OSError as error:
-        raise DataError(f"{path} could not be read ({short_reason(error)}); {hint}") from error
+    payload = read_regular(str(path), "CIFAR-10 batch")  # a FIFO or a device: refused, never read
     try:
         batch = BatchUnpickler(io.BytesIO(payload), encoding="latin1").load()
     except RefusedGlobal as error:
@@ -109,7 +107,7 @@ def _fields(batch: Any) -> Tuple[Any, Any]:
 
 
 def _missing(folder: Path) -> List[str]:
-    return [name for name in TRAIN_BATCHES + (TEST_BATCH,) if not (folder / name).is_file()]
+    return [name for name in TRAIN_BATCHES + (TEST_BATCH,) if not (folder / name).exists()]  # a FIFO: refused
 
 
 def load_cifar10(num_clients: int, alpha: float, seed: int, data_dir: str | None = None,

@@ -14,6 +14,7 @@ from hasfl_ray.data.base import Dataset, FederatedDataset, TensorFederatedDatase
 from hasfl_ray.data.download import download_emnist, resolve_data_dir, short_reason
 from hasfl_ray.data.images import check_image_root, partitioned_image_dataset
 from hasfl_ray.errors import DataError
+from hasfl_ray.files import open_regular
 from hasfl_ray.registry import register_dataset
 
 logger = logging.getLogger(__name__)
@@ -42,11 +43,12 @@ def read_idx(path: Path) -> np.ndarray:
     hint = "replace it with the official file (delete it and pass --download) or pass --data-dir pointing at an " \
            "intact copy"
     try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rb") as handle:
-                blob = np.frombuffer(handle.read(), dtype=np.uint8)
-        else:
-            blob = np.fromfile(path, dtype=np.uint8)
+        with open_regular(str(path), "EMNIST file") as handle:  # a FIFO or a device: refused, never read
+            if path.suffix == ".gz":
+                with gzip.GzipFile(fileobj=handle, mode="rb") as unzipped:
+                    blob = np.frombuffer(unzipped.read(), dtype=np.uint8)
+            else:
+                blob = np.fromfile(handle, dtype=np.uint8)
     except (OSError, EOFError, zlib.error) as error:
         raise DataError(f"{path} could not be read ({short_reason(error)}); {hint}") from error
     if blob.size < 4 or blob[0] != 0 or blob[1] != 0 or blob[2] != _UBYTE or not 1 <= blob[3] <= 4:
@@ -90,9 +92,12 @@ def load_emnist(num_clients: int, alpha: float, seed: int, data_dir: str | None 
     arrays = {key: read_idx(raw / name) for key, name in EMNIST_FILES.items()}
     for split in ("train", "test"):
         images, labels = arrays[f"{split}_images"], arrays[f"{split}_labels"]
-        if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
+        if images.ndim != 3 or images.shape[1:] != (28, 28) or labels.ndim != 1 or len(images) != len(labels):
             raise DataError(f"EMNIST {split} files under {raw} do not match: images of shape {images.shape} and "
                             f"labels of shape {labels.shape}; expected N x 28 x 28 images and N labels")
+        if not len(images):  # every round would evaluate on nothing and report 0.0
+            raise DataError(f"EMNIST {split} files under {raw} hold 0 images; expected N x 28 x 28 images with N > 0 "
+                            "(replace them with the official files, or pass --download into an empty --data-dir)")
         if labels.size and int(labels.max()) >= NUM_CLASSES:
             raise DataError(f"{raw / EMNIST_FILES[f'{split}_labels']} holds label {int(labels.max())}, outside "
                             f"byclass's 0..{NUM_CLASSES - 1}; pass --data-dir pointing at the byclass split's files")

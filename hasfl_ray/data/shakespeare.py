@@ -16,6 +16,7 @@ from hasfl_ray.data.base import Dataset, FederatedDataset, TextFederatedDataset
 from hasfl_ray.data.download import (SHAKESPEARE_FILENAME, download_shakespeare, resolve_data_dir,
                                      short_reason)
 from hasfl_ray.errors import DataError
+from hasfl_ray.files import read_regular
 from hasfl_ray.registry import register_dataset
 
 logger = logging.getLogger(__name__)
@@ -132,11 +133,7 @@ class RoleText:
 
 
 def _read_text(path: Path) -> str:
-    try:
-        return path.read_bytes().decode("utf-8", errors="replace")
-    except OSError as error:
-        raise DataError(f"{path} could not be read ({short_reason(error)}); pass --data-dir pointing at readable "
-                        "Shakespeare text") from error
+    return read_regular(str(path), "Shakespeare text").decode("utf-8", errors="replace")  # a FIFO is refused
 
 
 def roles_from_text(path: Path, play: Optional[str] = None) -> List[RoleText]:
@@ -155,14 +152,21 @@ def roles_from_leaf(paths: Sequence[Path]) -> List[RoleText]:
     samples: Dict[str, Tuple[List[str], List[str]]] = {}
     for path in paths:
         hint = "pass --data-dir pointing at LEAF's all_data.json (or a folder of them) or at raw play text"
+        raw = read_regular(str(path), "LEAF file")  # a FIFO is refused before it is opened
         try:
-            data = json.loads(path.read_bytes().decode("utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise DataError(f"{path} is not valid LEAF JSON ({short_reason(error)}); {hint}") from error
+            data = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            reason = "nested too deeply to read" if isinstance(error, RecursionError) else short_reason(error)
+            raise DataError(f"{path} is not valid LEAF JSON ({reason}); {hint}") from None
         if not (isinstance(data, dict) and isinstance(data.get("users"), list)
                 and isinstance(data.get("user_data"), dict)):
             raise DataError(f"{path} is not LEAF JSON: it lacks the users list and user_data object; {hint}")
+        listed = set()
         for user in data["users"]:
+            if not isinstance(user, str) or user in listed:
+                problem = "is listed twice" if isinstance(user, str) else "is not a name (text)"
+                raise DataError(f"{path} is not LEAF JSON: user {user!r} of its users list {problem}; {hint}")
+            listed.add(user)
             record = data["user_data"].get(user)
             if not (isinstance(record, dict) and isinstance(record.get("x"), list)
                     and isinstance(record.get("y"), list) and len(record["x"]) == len(record["y"])):

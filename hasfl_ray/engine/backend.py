@@ -45,6 +45,13 @@ class Backend(ABC):
     #: Asked at the end of every client: True stops the round with :class:`RoundInterrupted` (set by the Engine).
     should_stop: Callable[[], bool] = staticmethod(lambda: False)
 
+    def warm_up(self, config: RunConfig) -> None:
+        """Begin, in the background, what takes long to start (Ray and its actors' processes) while the engine loads
+        the data; :meth:`wait_started` and :meth:`start` raise its errors. Nothing for an in-process backend."""
+
+    def wait_started(self) -> None:
+        """Wait for :meth:`warm_up`'s start; raise its one-sentence error (called before the run directory is made)."""
+
     @abstractmethod
     def start(self, config: RunConfig, dataset: FederatedDataset, model_name: str,
               initial_params: Mapping[str, torch.Tensor]) -> None:
@@ -111,9 +118,9 @@ class LocalBackend(Backend):
             group = [tasks[k] for k in unit]
             try:
                 results += self.trainer.train_unit(group, params)
-            except ConfigError:
-                raise  # bad input found while training (a data file): its own sentence
-            except Exception as error:
+            except (ConfigError, KeyboardInterrupt):
+                raise  # bad input found while training (a data file): its own sentence; a second Ctrl-C
+            except BaseException as error:  # a plug-in's SystemExit too: never a silent end of the run
                 raise trainer_error(group, error, traceback.format_exc()) from None
             if self.should_stop():
                 raise RoundInterrupted
@@ -123,7 +130,14 @@ class LocalBackend(Backend):
 
     def evaluate(self):
         torch.set_num_threads(self.threads)
-        return self.server.evaluate()
+        try:
+            return self.server.evaluate()
+        except (ConfigError, KeyboardInterrupt):
+            raise
+        except BaseException as error:  # a dataset plug-in's test_batches(), SystemExit included: one sentence
+            raise TrainerError(f"evaluating the global model failed ({type(error).__name__}: "
+                               f"{' '.join(str(error).split())[:120] or 'no message'}); the traceback is in "
+                               "RUN/log.txt", traceback.format_exc()) from None
 
     def frozen_fraction(self):
         return self.server.frozen_fraction()

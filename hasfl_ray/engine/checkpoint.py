@@ -15,6 +15,7 @@ import yaml
 
 from hasfl_ray.engine.config import (EXECUTION_FIELDS, DuplicateKeyError, RunConfig, migrate_config, option_fields,
                                      strict_yaml_load)
+from hasfl_ray.engine.rundir import METRIC_KEYS
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.files import atomic_write
 
@@ -115,12 +116,32 @@ def _malformed(values: Any) -> Optional[str]:
         return f"its round is {values['round']}, not a count of rounds"
     if not all(isinstance(line, dict) for line in values["history"]):
         return "its history holds something other than metrics lines"
+    if len(values["history"]) != values["round"]:
+        return f"its round is {values['round']} but its history holds {len(values['history'])} rounds"
+    for index, line in enumerate(values["history"]):
+        problem = _bad_line(line, index)
+        if problem:
+            return f"its history line {index} {problem}"
     for name, tensor in values["params"].items():
         if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
             return f"parameter {name!r} is {_describe(tensor)}, not a float tensor"
         if not bool(torch.isfinite(tensor).all()):
             return f"parameter {name!r} holds {int((~torch.isfinite(tensor)).sum())} NaN or infinite values"
     return None
+
+
+def _bad_line(line: Dict[str, Any], index: int) -> Optional[str]:
+    """What is wrong with history line ``index`` (a metrics.jsonl line: round ``index`` and a number for every key of
+    :data:`METRIC_KEYS`, ``mean_h`` possibly null), None when nothing is."""
+    missing = [key for key in METRIC_KEYS if key not in line]
+    if missing:
+        return f"has no {missing[0]!r}"
+    for key in METRIC_KEYS:
+        value = line[key]
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number and not (key == "mean_h" and value is None):
+            return f"has {key} {value!r}, not a number"
+    return None if line["round"] == index else f"is of round {line['round']!r}"
 
 
 def check_checkpoint(path: str, checkpoint: Checkpoint, params: Mapping[str, torch.Tensor],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import io
 import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -17,7 +18,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import yaml
 
 from hasfl_ray import registry
-from hasfl_ray.errors import RAY_INSTALL, ConfigError, expected_one_of
+from hasfl_ray.errors import RAY_INSTALL, ConfigError, DataError, expected_one_of
+from hasfl_ray.files import open_regular
 
 #: Local SGD momentum when ``momentum`` is left unset and the algorithm sets none (``Algorithm.resolve_config``:
 #: SCAFFOLD's is 0; docs/algorithms.md).
@@ -254,7 +256,15 @@ class RunConfig:
         for name in ("client_batching", "cuda_graphs"):
             if getattr(self, name) == "auto":
                 updates[name] = auto[name]
-        updates.update(algorithm.resolve_config(dataclasses.replace(self, **updates)))
+        label = registry.spec_label(self.algorithm)
+        updates.update(registry.call_plugin(f"algorithm {label!r}", "resolve_config", algorithm.resolve_config,
+                                            dataclasses.replace(self, **updates), check=dict,
+                                            expected="a mapping of config fields to values", early=True))
+        unset = [name for name in PROTOCOL_FIELDS if getattr(self, name) is None and updates.get(name) is None]
+        if unset:  # a dataset plug-in without defaults: one sentence, never a TypeError in the first round
+            raise ConfigError(f"{unset[0]} is not set and dataset {self.dataset!r} gives no default for it; expected "
+                              f"--{unset[0].replace('_', '-')} (or {unset[0]}: in the config), or "
+                              f"defaults = dict({unset[0]}=...) in the dataset plug-in")
         if self.momentum is None and updates.get("momentum") is None:
             updates["momentum"] = DEFAULT_MOMENTUM
         return dataclasses.replace(self, **updates)
@@ -448,6 +458,10 @@ def auto_training_modes(device: str) -> Dict[str, str]:
     return {"client_batching": "off", "cuda_graphs": "on" if cuda else "off"}
 
 
+#: The protocol fields a dataset's ``defaults`` fill when the config leaves them unset (docs/plugins.md).
+PROTOCOL_FIELDS = ("rounds", "local_epochs", "lr", "clip_norm", "batch_size")
+
+
 class DuplicateKeyError(yaml.constructor.ConstructorError):
     """A YAML mapping names one key twice (plain YAML would keep the last value without a word)."""
 
@@ -456,9 +470,64 @@ class DuplicateKeyError(yaml.constructor.ConstructorError):
         self.key = key
 
 
+#: The most values a YAML file's aliases (``*name``) may add by repeating what their anchors (``&name``) name: a
+#: config that repeats a block of settings a few times stays far below it, while an alias bomb (ten lines, each
+#: repeating the line before nine times: 9^9 values, gigabytes once anything walks or prints them) is refused
+#: before a value is built.
+MAX_ALIAS_EXPANSION = 100_000
+
+
+class AliasExpansionError(yaml.composer.ComposerError):
+    """A YAML document whose aliases expand beyond :data:`MAX_ALIAS_EXPANSION` values, or name a node that holds
+    them (a structure that contains itself)."""
+
+    def __init__(self, problem: str, mark: Any):
+        super().__init__(problem=problem, problem_mark=mark)
+
+
+def _yaml_children(node: yaml.Node) -> List[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [child for pair in node.value for child in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+
+def check_alias_expansion(root: yaml.Node) -> None:
+    """Raise :class:`AliasExpansionError` when the composed document ``root`` holds more than
+    :data:`MAX_ALIAS_EXPANSION` values beyond its own nodes once every alias is expanded, or an alias inside the
+    node it names. The composer shares an aliased node (the file stays small in memory); the count walks that graph
+    once, iteratively, each node's expanded size computed from its children's."""
+    sizes: Dict[int, int] = {}
+    open_nodes = set()
+    stack: List[Tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            open_nodes.discard(key)
+            sizes[key] = min(1 + sum(sizes[id(child)] for child in _yaml_children(node)), 1 << 62)
+            if sizes[key] > MAX_ALIAS_EXPANSION + len(sizes):
+                raise AliasExpansionError(f"its aliases expand to more than {MAX_ALIAS_EXPANSION:,} values",
+                                          node.start_mark)
+            continue
+        if key in sizes:
+            continue
+        if key in open_nodes:
+            raise AliasExpansionError("an alias is used inside the value it names", node.start_mark)
+        open_nodes.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in _yaml_children(node) if id(child) not in sizes)
+
+
 class StrictLoader(yaml.SafeLoader):
     """The safe loader (plain values only), refusing a mapping that repeats a key: ``lr: 0.05`` then ``lr: 5.0``
-    is a mistake to name, not a value to pick. Keys brought in by a ``<<`` merge may still be overridden."""
+    is a mistake to name, not a value to pick. Keys brought in by a ``<<`` merge may still be overridden. Alias
+    expansion is bounded (:func:`check_alias_expansion`): a small file never becomes a large value."""
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        if node is not None:
+            check_alias_expansion(node)
+        return node
 
 
 def _construct_unique_mapping(loader: StrictLoader, node: yaml.MappingNode):
@@ -481,16 +550,27 @@ StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _co
 
 
 def strict_yaml_load(stream: Any) -> Any:
-    """``yaml.safe_load`` that refuses a repeated key (:class:`DuplicateKeyError`)."""
-    return yaml.load(stream, Loader=StrictLoader)
+    """``yaml.safe_load`` that refuses a repeated key (:class:`DuplicateKeyError`) and an alias bomb
+    (:class:`AliasExpansionError`); a document nested too deeply for the parser is a ``yaml.YAMLError`` too."""
+    try:
+        return yaml.load(stream, Loader=StrictLoader)
+    except RecursionError:  # [[[[...]]]] thousands deep: the composer recurses once a level
+        raise yaml.YAMLError("it is nested too deeply to read") from None
 
 
 def load_yaml_config(path: str) -> Dict[str, Any]:
     """Read a YAML mapping of config keys (the run and sweep configs alike); one sentence on an unreadable, non-UTF-8
     or malformed file, an object tag, or a key given twice."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            values = strict_yaml_load(handle)
+        handle = open_regular(path, "config file")  # a FIFO or a device: refused before a byte is read
+    except DataError as error:
+        if not isinstance(error.__cause__, OSError):
+            raise
+        raise ConfigError(f"config file {path!r} cannot be read ({error.__cause__.strerror}); expected a readable "
+                          "YAML file") from None
+    try:
+        with io.TextIOWrapper(handle, encoding="utf-8") as text:
+            values = strict_yaml_load(text)
     except OSError as error:
         raise ConfigError(f"config file {path!r} cannot be read ({error.strerror}); expected a readable YAML file")
     except UnicodeDecodeError as error:
@@ -502,6 +582,12 @@ def load_yaml_config(path: str) -> Dict[str, Any]:
         if isinstance(error, DuplicateKeyError):
             raise ConfigError(f"config file {path!r} gives the key {error.key!r} twice{where}; expected each key "
                               "once") from None
+        if isinstance(error, AliasExpansionError):
+            raise ConfigError(f"config file {path!r} is refused: {error.problem}{where}; expected YAML whose "
+                              "aliases (*name) repeat a few blocks of settings at most") from None
+        if type(error) is yaml.YAMLError:  # strict_yaml_load's own: nested too deeply
+            raise ConfigError(f"config file {path!r} cannot be read ({error}); expected a mapping of config keys") \
+                from None
         tag = re.search(r"for the tag '([^']+)'", str(getattr(error, "problem", "")))
         if tag:  # the safe loader builds plain values only: an object tag is refused, never constructed
             raise ConfigError(f"config file {path!r} uses the tag {tag.group(1)!r}{where}, which is never loaded; "
@@ -530,7 +616,8 @@ SWEEP_FIELDS = ("reproduces", "datasets", "algorithms", "seeds", "per_dataset", 
 
 def split_sweep_config(values: Mapping[str, Any], source: str) -> Tuple[Optional[Dict[str, Any]], Dict[str, Any]]:
     """(the ``sweep:`` block or None, the shared RunConfig keys) of a config file's mapping; one sentence when the
-    block is malformed."""
+    block is malformed, or when a key that cannot apply is given (a seed, dataset or algorithm that the sweep's
+    lists set for each cell, in another layer)."""
     shared = {k: v for k, v in values.items() if k != SWEEP_KEY}
     if SWEEP_KEY not in values:
         return None, shared
@@ -548,18 +635,47 @@ def split_sweep_config(values: Mapping[str, Any], source: str) -> Tuple[Optional
             raise ConfigError(f"{source} has sweep.{name} {mapping!r}; expected a mapping of names to mappings of "
                               "config keys")
         block[name] = {str(k): {str(kk).replace("-", "_"): vv for kk, vv in v.items()} for k, v in mapping.items()}
+    out = block.get("out")
+    if out is not None and (not isinstance(out, str) or not out.strip()):
+        raise ConfigError(f"{source} has sweep.out {_shown(out)}; expected a folder path such as runs/table3")
+    # a key the sweep sets for each cell (sweep.datasets, seeds, algorithms) never reaches a cell from another
+    # layer: refused by name, never dropped (a variant names its algorithm: that is what a variant is)
+    for key in ("dataset", "seed", "algorithm"):
+        for layer in ("per_dataset", "variants") if key != "algorithm" else ("per_dataset",):
+            for name, keys in block[layer].items():
+                if key in keys:
+                    raise ConfigError(f"{source} has {key} {_shown(keys[key])} in sweep.{layer}.{name}, but the "
+                                      f"sweep sets each cell's {key}; expected it in sweep.{key}s")
+        if key in shared and block.get(key + "s") is not None:
+            raise ConfigError(f"{source} has {key} {_shown(shared[key])} and sweep.{key}s "
+                              f"{_shown(block[key + 's'])}, but sweep.{key}s names every cell's {key}; expected one "
+                              "of them")
     return block, shared
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut short when long (a sentence names the value, never pages of it)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:40] + f"... ({len(text)} characters)"
 
 
 def sweep_list(value: Any, name: str, source: str) -> List[Any]:
     """A sweep block's ``datasets``/``algorithms``/``seeds`` entry as a list (empty when absent; one value as a
-    list of one); one sentence when it is neither one value nor a non-empty list."""
+    list of one); one sentence when it is neither one value nor a non-empty list, or when an entry is not a name
+    (``seeds``: not a non-negative integer)."""
     if value is None:
         return []
     if isinstance(value, (str, int)) and not isinstance(value, bool):
-        return [value]
+        value = [value]
     if not isinstance(value, list) or not value:
-        raise ConfigError(f"{source} has sweep.{name} {value!r}; expected a non-empty list")
+        raise ConfigError(f"{source} has sweep.{name} {_shown(value)}; expected a non-empty list")
+    for item in value:  # names are strings, seeds integers: a mapping or list among them is one sentence
+        if name == "seeds" and (not isinstance(item, int) or isinstance(item, bool) or item < 0):
+            raise ConfigError(f"{source} has seed {_shown(item)} in sweep.seeds; expected non-negative integers "
+                              "such as 42, 43, 44")
+        if name != "seeds" and (not isinstance(item, str) or not item.strip()):
+            raise ConfigError(f"{source} has {_shown(item)} in sweep.{name}; expected {name[:-1]} names such as "
+                              + ("digits, emnist" if name == "datasets" else "hasfl, random-budget"))
     return value
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -24,11 +25,12 @@ from hasfl_ray.engine.coverage import CAUSE as COVERAGE_CAUSE
 from hasfl_ray.engine.coverage import coverage_warning, frozen_streak_start, should_warn
 from hasfl_ray.engine.events import RunEvents
 from hasfl_ray.engine.factory import make_backend
-from hasfl_ray.engine.rundir import RunDirectory, RunLock, check_no_links, check_run_directory
+from hasfl_ray.engine.rundir import (RunDirectory, RunLock, check_no_links, check_run_directory, check_start,
+                                     remove_made)
 from hasfl_ray.engine.signals import StopSignals
-from hasfl_ray.errors import ConfigError, OutputError, RunInterrupted, TrainerError
+from hasfl_ray.errors import ActorLostError, ConfigError, OutputError, RunInterrupted, TrainerError
 from hasfl_ray.models import MODEL_CONFIGS, build_model, register_model
-from hasfl_ray.registry import lookup, spec_label
+from hasfl_ray.registry import call_plugin, lookup, spec_label
 from hasfl_ray.schedule import post_warmup_avg_p
 from hasfl_ray.training.determinism import apply_determinism
 from hasfl_ray.training.local import ClientTask
@@ -73,6 +75,15 @@ def check_device(config: RunConfig) -> None:
         if mps is None or not mps.is_available():
             raise ConfigError("device is 'mps' but torch finds no MPS device on this machine; expected --device cpu "
                               "or auto")
+
+
+def check_threads(config: RunConfig) -> None:
+    """Refuse, in one sentence, more trainer threads than this machine has CPUs on the local backend (a Ray run's
+    placement refuses them against its cluster's CPUs: :func:`hasfl_ray.simulation.placement.plan_actors`)."""
+    cpus = os.cpu_count() or 1
+    if config.backend == "local" and config.trainer_threads > cpus:
+        raise ConfigError(f"trainer_threads is {config.trainer_threads}, which needs {config.trainer_threads} CPUs, "
+                          f"but this machine has {cpus}; expected at most {cpus}")
 
 
 def initial_parameters(model_name: str, seed: int) -> Dict[str, torch.Tensor]:
@@ -129,19 +140,33 @@ class Engine:
         """Load data, draw tiers, build the algorithm and w^(0); raises ConfigError before anything is written (or
         made: the run directory, the device): a run directory that cannot be written, a device this machine lacks,
         more clients than memory holds, a run file that is a link, a checkpoint that does not match the run."""
+        try:
+            self._prepare()
+        except BaseException:
+            self.backend.shutdown()  # Ray, when warm_up started it while the data loaded
+            raise
+
+    def _prepare(self) -> None:
         c = self.config
         if self.rundir:
             check_run_directory(self.rundir.path)
+            if os.path.isdir(self.rundir.path):
+                check_no_links(self.rundir.path)  # log.txt and the checkpoint are opened by name: never through a link
+            check_start(self.rundir.path, self.resume, self.force)  # a new run only where nothing would be lost
         check_device(c)
+        check_threads(c)
         check_client_memory(c.clients)
         if self.rundir and self.force and not self.resume:
             self.rundir.check_clearable()  # --force clears only a run directory: refused before anything runs
-        if self.rundir and os.path.isdir(self.rundir.path):
-            check_no_links(self.rundir.path)  # log.txt and the checkpoint are opened by name: never through a link
         if self.resume and self.rundir:
             self.checkpoint = load_checkpoint(self.rundir.path)
             if not self.force:
                 check_resume_config(self.rundir.path, stored_config(self.rundir.path, self.checkpoint), c)
+            if self.checkpoint is not None and self.checkpoint.round > c.rounds:  # --force with fewer rounds
+                raise ConfigError(f"checkpoint {checkpoint_path(self.rundir.path)!r} holds {self.checkpoint.round} "
+                                  f"completed rounds but rounds is {c.rounds}; expected at least "
+                                  f"{self.checkpoint.round} rounds to continue it, {START_AGAIN}")
+        self.backend.warm_up(c)  # Ray and its actors start while the data loads (docs/ray.md, 'Start-up')
         try:
             self._build()
         except MemoryError:
@@ -155,13 +180,16 @@ class Engine:
             check_checkpoint(path, self.checkpoint, self.initial_params, self.algorithm.state_dict())
             try:
                 self.algorithm.algorithm.load_state_dict(self.checkpoint.algorithm_state)
-            except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
+            except KeyboardInterrupt:
+                raise
+            except BaseException as error:  # noqa: BLE001 (the plug-in's code, SystemExit included)
                 raise ConfigError(f"checkpoint {path!r} does not match this run: algorithm {c.algorithm!r} cannot load "
                                   f"its algorithm_state ({type(error).__name__}: {str(error)[:60]}); expected this "
                                   f"run's algorithm state, {START_AGAIN}") from None
             self.history = [dict(line) for line in self.checkpoint.history]
             self.elapsed_before = self.checkpoint.elapsed_s
             logger.info("resuming %s after round %d", self.rundir.path, self.checkpoint.round - 1)
+        self.backend.wait_started()  # Ray's start refused (an address, the cluster's size): before anything is made
         self.prepared = True
 
     def _build(self) -> None:
@@ -177,10 +205,14 @@ class Engine:
             raise ConfigError(f"dataset {c.dataset!r} loaded {self.dataset.num_clients} clients but clients is "
                               f"{c.clients}; expected a loader that splits the data over config.clients clients")
         self.p_max = capacity_tiers(c.seed, c.clients, c.tier_counts)
-        self.num_samples = np.asarray(self.dataset.client_sizes(), dtype=np.int64)
+        self.num_samples = call_plugin(f"dataset {spec_label(c.dataset)!r}", "client_sizes",
+                                       lambda: np.asarray(self.dataset.client_sizes(), dtype=np.int64), early=True)
+        if self.num_samples.shape != (c.clients,):  # clients.csv zips it with the other columns: never truncated
+            raise PluginError(f"dataset {spec_label(c.dataset)!r} returned {self.num_samples.size} sizes of shape "
+                              f"{self.num_samples.shape} from client_sizes(); expected one per client ({c.clients})")
         label = spec_label(c.algorithm)
         self.algorithm = GuardedAlgorithm(construct(algorithm_class(c.algorithm), label, c, self.p_max,
-                                                    self.num_samples), label)
+                                                    self.num_samples), label, c.clients)
         self.initial_params = initial_parameters(self.model_name, c.seed)
 
     def run(self) -> Dict[str, Any]:
@@ -191,9 +223,11 @@ class Engine:
         c = self.config
         lock = RunLock(self.rundir.path).acquire() if self.rundir else None  # before anything is written
         log = None
+        made_log = started = False  # log.txt made by this start; config.yaml written, the run directory the run's
         try:
             if self.rundir and self.force and not self.resume:
                 self.rundir.clear()
+            made_log = bool(self.rundir) and not os.path.lexists(self.rundir.file("log.txt"))
             log = self._open_log()
             with StopSignals() as self.stop_signals:
                 self.backend.should_stop = self.stop_signals.requested
@@ -204,6 +238,7 @@ class Engine:
                     if self.rundir:
                         with self._writing("config.yaml"):
                             self.rundir.create(c.to_dict(), self.backend.describe())
+                        started = True
                         with self._writing("metrics.jsonl"):
                             self.rundir.reset_metrics(self.history)  # on resume: the lines up to the checkpoint
                         self.events = RunEvents.open(self.rundir.path, first_round=len(self.history))
@@ -212,6 +247,9 @@ class Engine:
                     if log is not None:  # the sentence goes to the terminal (CLI); the traceback only here
                         log.stream.write(f"{error}\n{error.remote_traceback.rstrip()}\n")
                         log.flush()
+                    if isinstance(error, ActorLostError) and self.rundir:  # the run's state is lost, its checkpoint not
+                        raise ActorLostError(f"{error}; {self._kept()}: hasfl-ray simulate --out "
+                                             f"{shlex.quote(self.rundir.path)} --resume") from None
                     raise
                 finally:
                     if self.events is not None:
@@ -223,6 +261,8 @@ class Engine:
                 log.close()
             if lock is not None:
                 lock.release()
+                if not started:  # a start refused (Ray, the placement) leaves nothing it made
+                    remove_made(lock.made, [self.rundir.file("log.txt")] if made_log else [])
 
     def _open_log(self) -> Optional[logging.Handler]:
         """RUN/log.txt: what the package logs during the run, and the traceback of a trainer that raised. Opened
@@ -367,7 +407,11 @@ class Engine:
         """clients.csv's rows in CLIENT_COLUMNS order, one at a time (per-client state stays in numpy arrays; an
         empty tv_distance or h_tilde is one the run did not compute)."""
         h = self.algorithm.h_tilde()
-        tv = self.dataset.run_tv_distances(self.sampled_clients())
+        tv = call_plugin(f"dataset {spec_label(self.config.dataset)!r}", "run_tv_distances",
+                         lambda: np.asarray(self.dataset.run_tv_distances(self.sampled_clients()), dtype=np.float64))
+        if tv.shape != (self.config.clients,):
+            raise PluginError(f"dataset {spec_label(self.config.dataset)!r} returned {tv.size} values of shape "
+                              f"{tv.shape} from run_tv_distances(); expected one per client ({self.config.clients})")
         p_final = np.asarray(self.algorithm.p_current, dtype=np.float64)
         names = self.dataset.client_names
         for start in range(0, self.config.clients, CLIENT_ROWS_CHUNK):  # Python numbers for one chunk at a time

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import errno
 import fcntl
+import fnmatch
 import json
 import os
 import tempfile
@@ -17,7 +18,9 @@ from hasfl_ray.files import atomic_text_writer, atomic_write
 
 #: What a run writes into its directory: ``--force`` clears a folder only when it holds nothing else.
 RUN_FILES = frozenset({"config.yaml", "metrics.jsonl", "clients.csv", "summary.json", "log.txt"})
-RUN_FOLDERS = frozenset({"checkpoints", "events"})
+#: The folders a run writes, each with the names of the files a run writes in it: the checkpoint
+#: (``hasfl_ray.engine.checkpoint``) and TensorBoard's event files (``events.out.tfevents.<time>.<host>.<pid>.<n>``).
+RUN_FOLDERS = {"checkpoints": ("latest.pt",), "events": ("events.out.tfevents.*",)}
 #: Temporary files of an atomic write (``hasfl_ray.files``), left by a process killed mid-write.
 TEMP_PREFIX = ".tmp-"
 CLIENT_COLUMNS = ("client", "num_samples", "p_max", "tv_distance", "h_tilde", "p_final", "name")
@@ -29,32 +32,65 @@ METRIC_KEYS = ("round", "test_accuracy", "test_loss", "avg_p", "coverage", "froz
 #: read of the checkpoint would follow the link out of the run directory.
 NO_LINKS = ("config.yaml", "metrics.jsonl", "clients.csv", "summary.json", "log.txt", "checkpoints",
             "checkpoints/latest.pt", "events")
+#: Room left in a path for what a run writes inside its directory (``events/events.out.tfevents.<time>.<host>...``).
+INSIDE_BYTES = 128
 
 
-def check_run_directory(path: str) -> None:
+def _shown(name: str) -> str:
+    """``name`` quoted for a sentence, its middle cut when it is long."""
+    return repr(name) if len(name) <= 60 else repr(name[:30]) + "..." + repr(name[-20:])
+
+
+def _check_lengths(path: str, where: str, what: str, fix: str) -> None:
+    """Raise ConfigError when a folder of ``path`` still to be made under ``where`` has a name longer than the
+    filesystem allows, or ``path`` leaves too little room for the files a run writes in it (checked before any
+    folder is made, so that a refused path leaves none of its parents behind)."""
+    def limit(name: str, default: int) -> int:
+        try:
+            return os.pathconf(where, name)
+        except (OSError, ValueError):
+            return default
+
+    name_max, path_max = limit("PC_NAME_MAX", 255), limit("PC_PATH_MAX", 4096)
+    part, rest = os.path.basename(path.rstrip(os.sep)), os.path.dirname(path.rstrip(os.sep))
+    while part:
+        if len(os.fsencode(part)) > name_max:
+            raise ConfigError(f"{what} {_shown(path)} cannot be made: its folder name {_shown(part)} is "
+                              f"{len(os.fsencode(part))} bytes; expected at most {name_max} ({fix})")
+        if not rest or os.path.lexists(rest):
+            break
+        part, rest = os.path.basename(rest), os.path.dirname(rest)
+    size = len(os.fsencode(path))
+    if size + INSIDE_BYTES > path_max:
+        raise ConfigError(f"{what} {_shown(path)} is a path of {size} bytes; expected at most "
+                          f"{path_max - INSIDE_BYTES}, leaving room for the files inside ({fix})")
+
+
+def check_run_directory(path: str, what: str = "run directory", fix: str = "choose another --out") -> None:
     """Raise ConfigError (one sentence, before anything is written) unless ``path`` is a folder a run can write, or
     a path where one can be made: not a file or device, not under a file, not the root folder, and writable (checked
     with ``os.access`` and a trial folder made and removed at once, which catches /proc, read-only filesystems and
-    missing permissions, root's included)."""
+    missing permissions, root's included). ``what`` names the folder in the sentence (a report's output folder),
+    ``fix`` says what to do instead."""
     if not path:
-        raise ConfigError("run directory is ''; expected a folder path (choose --out)")
+        raise ConfigError(f"{what} is ''; expected a folder path ({fix})")
     if os.path.realpath(path) == os.path.realpath(os.sep):
-        raise ConfigError(f"run directory {path!r} is the root folder; expected a folder of its own (choose another "
-                          "--out)")
+        raise ConfigError(f"{what} {path!r} is the root folder; expected a folder of its own ({fix})")
     if os.path.lexists(path):
         if not os.path.isdir(path):
-            what = "a link to nothing" if os.path.islink(path) and not os.path.exists(path) else \
+            kind = "a link to nothing" if os.path.islink(path) and not os.path.exists(path) else \
                 "a file" if os.path.isfile(path) else "not a folder (a device or socket)"
-            raise ConfigError(f"run directory {path!r} is {what}; expected a folder (choose another --out)")
+            raise ConfigError(f"{what} {path!r} is {kind}; expected a folder ({fix})")
         where = path
     else:
         where = os.path.dirname(path.rstrip(os.sep)) or os.curdir  # the nearest folder that exists
         while not os.path.lexists(where):
             where = os.path.dirname(where) or os.curdir
         if not os.path.isdir(where):
-            what = "a file" if os.path.isfile(where) else "not a folder"
-            raise ConfigError(f"run directory {path!r} cannot be made: {where!r} is {what}; expected a path under "
-                              "folders (choose another --out)")
+            kind = "a file" if os.path.isfile(where) else "not a folder"
+            raise ConfigError(f"{what} {path!r} cannot be made: {where!r} is {kind}; expected a path under "
+                              f"folders ({fix})")
+        _check_lengths(path, where, what, fix)
     problem = None if os.access(where, os.W_OK | os.X_OK) else "permission denied"
     if problem is None:
         try:
@@ -64,42 +100,54 @@ def check_run_directory(path: str) -> None:
     if problem is not None:
         verb = "written" if where == path else "made"
         folder = "" if where == path else f" in {where!r}"
-        raise ConfigError(f"run directory {path!r} cannot be {verb}{folder} ({problem}); expected a writable folder "
-                          "(choose another --out)")
+        raise ConfigError(f"{what} {path!r} cannot be {verb}{folder} ({problem}); expected a writable folder "
+                          f"({fix})")
 
 
 def check_no_links(path: str) -> None:
-    """Raise ConfigError (one sentence) when a run file of ``path`` (:data:`NO_LINKS`) is a symbolic link."""
+    """Raise ConfigError (one sentence) when a run file of ``path`` (:data:`NO_LINKS`) is a symbolic link, or is
+    not what a run writes there: a FIFO, a device or a socket (opening one to read or append would block forever)
+    where a file goes, anything but a folder where a folder goes."""
     for name in NO_LINKS:
         entry = os.path.join(path, name)
         if os.path.islink(entry):
             raise ConfigError(f"run directory {path!r} has {name} as a link to {os.readlink(entry)!r}; expected the "
                               "run's own file, never followed (remove the link, or choose another --out)")
+        folder = name in RUN_FOLDERS
+        if os.path.exists(entry) and not (os.path.isdir(entry) if folder else os.path.isfile(entry)):
+            kind = "a folder" if os.path.isdir(entry) else "a file" if os.path.isfile(entry) else \
+                "not a regular file (a FIFO, a device or a socket)"
+            raise ConfigError(f"run directory {path!r} has {name} that is {kind}; expected the run's own "
+                              f"{'folder' if folder else 'file'} (remove it, or choose another --out)")
 
 
 class RunLock:
     """An exclusive lock on a run directory for as long as a run writes it (``flock`` on the directory itself, so
     it is released when the process ends, however it ends). A second run pointed at the same directory is
-    refused in one sentence instead of interleaving its outputs."""
+    refused in one sentence instead of interleaving its outputs. ``what`` and ``who`` name the folder and its writer
+    in that sentence (a sweep locks its folder as ``"sweep folder"``, ``"sweep"``)."""
 
-    def __init__(self, path: str):
-        self.path = path
+    def __init__(self, path: str, what: str = "run directory", who: str = "run"):
+        self.path, self.what, self.who = path, what, who
         self._fd: Optional[int] = None
+        self.made: List[str] = []  #: the folders acquire made (the directory and its missing parents)
 
     def acquire(self) -> "RunLock":
         try:
-            os.makedirs(self.path, exist_ok=True)
+            self.made = make_folders(self.path)
             fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as error:  # check_run_directory said it could be made; something changed since
-            raise ConfigError(f"run directory {self.path!r} cannot be made ({error.strerror or error}); expected a "
+            remove_made(self.made)
+            raise ConfigError(f"{self.what} {self.path!r} cannot be made ({error.strerror or error}); expected a "
                               "writable folder (choose another --out)") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
             os.close(fd)
             if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise ConfigError(f"run directory {self.path!r} is being written by another hasfl-ray run; expected "
-                                  "one run per directory at a time (wait for it, or choose another --out)") from None
+                raise ConfigError(f"{self.what} {self.path!r} is being written by another hasfl-ray {self.who}; "
+                                  f"expected one {self.who} per folder at a time (wait for it, or choose another "
+                                  "--out)") from None
             raise
         self._fd = fd
         return self
@@ -114,6 +162,66 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def make_folders(path: str) -> List[str]:
+    """Make the folder ``path`` and its missing parents; the folders made, outermost first. When one cannot be
+    made, those made before it are removed and the OSError raised."""
+    missing = []
+    folder = path.rstrip(os.sep) or path
+    while folder and not os.path.lexists(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    made: List[str] = []
+    try:
+        for folder in reversed(missing):
+            try:
+                os.mkdir(folder)
+            except FileExistsError:  # "a/.." once "a" is made; or made by someone else meanwhile: not ours
+                continue
+            made.append(folder)
+    except OSError:
+        remove_made(made)
+        raise
+    return made
+
+
+def remove_made(folders: Sequence[str], files: Iterable[str] = ()) -> None:
+    """Undo a start that failed: remove ``files``, then ``folders`` (outermost first, as :func:`make_folders`
+    lists them) from the innermost out while they are empty; a folder something else has since written into stays,
+    with its parents."""
+    for name in files:
+        try:
+            os.unlink(name)
+        except FileNotFoundError:
+            pass
+    for folder in reversed(folders):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            break
+
+
+def check_start(path: str, resume: bool = False, force: bool = False) -> None:
+    """Raise ConfigError (one sentence, before anything is written) unless a run may start in ``path``: a new run
+    only in a missing or empty folder, or in a run directory (config.yaml) with ``force`` (:func:`check_clearable`
+    judges the rest); ``resume`` only a run directory, or a missing or empty folder (where it starts at round 0)."""
+    entries = sorted(os.listdir(path)) if os.path.isdir(path) else []
+    if not entries:
+        return
+    if "config.yaml" in entries:
+        if not (resume or force):
+            raise ConfigError(f"run directory {path!r} already holds a run; expected a new directory, --resume to "
+                              "continue it, or --force to overwrite it")
+        return
+    if resume:
+        kind = "a sweep's folder (sweep.json), not a run directory" if "sweep.json" in entries else \
+            "not a run directory"
+        raise ConfigError(f"--resume cannot continue {path!r}: it holds no config.yaml, so it is {kind}; expected "
+                          "the folder of the run to continue (a sweep's runs are its cell folders)")
+    if not force:
+        raise ConfigError(f"run directory {path!r} holds {_listed(entries)} and no run (no config.yaml); expected "
+                          "a missing or empty folder for a new run (choose another --out)")
 
 
 class RunDirectory:
@@ -185,20 +293,29 @@ def _protected(path: str) -> Optional[str]:
 
 
 def foreign_entries(path: str) -> List[str]:
-    """The entries of ``path`` that no run writes (sorted): anything besides :data:`RUN_FILES`, :data:`RUN_FOLDERS`
-    (real folders whose own entries are plain files) and temporary files of an interrupted write."""
+    """The entries of ``path`` that no run writes (sorted): anything besides the plain files :data:`RUN_FILES`,
+    the real folders :data:`RUN_FOLDERS` and, inside those, the plain files a run writes there by name, and
+    temporary files of an interrupted write. A foreign entry inside a run's folder is named with it
+    (``checkpoints/my-best.pt``)."""
+    def written(entry: os.DirEntry, names: Iterable[str]) -> bool:
+        return entry.is_file(follow_symlinks=False) and (
+            entry.name.startswith(TEMP_PREFIX) or any(fnmatch.fnmatchcase(entry.name, name) for name in names))
+
     foreign = []
     for entry in os.scandir(path):
-        name = entry.name
-        if name.startswith(TEMP_PREFIX) and entry.is_file(follow_symlinks=False):
+        if written(entry, RUN_FILES):
             continue
-        if name in RUN_FILES and entry.is_file(follow_symlinks=False):
+        if entry.name in RUN_FOLDERS and entry.is_dir(follow_symlinks=False):
+            foreign += [f"{entry.name}/{inner.name}" + ("/" if inner.is_dir(follow_symlinks=False) else "")
+                        for inner in os.scandir(entry.path) if not written(inner, RUN_FOLDERS[entry.name])]
             continue
-        if name in RUN_FOLDERS and entry.is_dir(follow_symlinks=False) and all(
-                inner.is_file(follow_symlinks=False) for inner in os.scandir(entry.path)):
-            continue
-        foreign.append(name + ("/" if entry.is_dir(follow_symlinks=False) else ""))
+        foreign.append(entry.name + ("/" if entry.is_dir(follow_symlinks=False) else ""))
     return sorted(foreign)
+
+
+def _listed(names: Sequence[str]) -> str:
+    """The first five of ``names`` and how many more, for a sentence."""
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
 def check_clearable(path: str) -> None:
@@ -220,9 +337,8 @@ def check_clearable(path: str) -> None:
                           "directory; expected an empty folder or one a run wrote (choose another --out)")
     foreign = foreign_entries(path)
     if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        raise ConfigError(f"--force refuses to clear {path!r}: it holds {shown}, which no run writes; expected a "
-                          "folder with only a run's files (move them, or choose another --out)")
+        raise ConfigError(f"--force refuses to clear {path!r}: it holds {_listed(foreign)}, which no run writes; "
+                          "expected a folder with only a run's files (move them, or choose another --out)")
 
 
 def clear_run_directory(path: str) -> None:

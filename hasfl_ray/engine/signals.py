@@ -17,7 +17,11 @@ class StopSignals:
     """While active (a ``with`` block in the main thread), SIGINT and SIGTERM set :meth:`requested` instead of
     killing the process; the second signal raises KeyboardInterrupt at once (``finally`` blocks still run, so the
     Ray processes of the run are shut down). Outside the main thread it does nothing (signals go to the main
-    thread only), and the previous handlers come back on exit."""
+    thread only), and the previous handlers come back on exit.
+
+    Nested inside another (a sweep's around its cells' runs), a stop asked of one is a stop of both: the inner one
+    starts stopped when the outer was asked first (a signal between a sweep's cells, or while a cell loads its
+    data), and hands its signal to the outer one on exit."""
 
     def __init__(self) -> None:
         self.signal_number: Optional[int] = None
@@ -37,9 +41,20 @@ class StopSignals:
         if threading.current_thread() is threading.main_thread():
             for number in STOP_SIGNALS:
                 self._previous[number] = signal.signal(number, self._handle)
+        outer = self._outer()
+        if outer is not None and outer.requested() and not self.requested():
+            self.signal_number = outer.signal_number
         return self
 
     def __exit__(self, *exc) -> None:
+        outer = self._outer()
+        if outer is not None and self.requested() and not outer.requested():
+            outer.signal_number = self.signal_number
         for number, handler in self._previous.items():
             signal.signal(number, handler)
         self._previous = {}
+
+    def _outer(self) -> Optional["StopSignals"]:
+        """The StopSignals this one is nested in (whose handler it replaced), if any."""
+        owner = getattr(self._previous.get(signal.SIGINT), "__self__", None)
+        return owner if isinstance(owner, StopSignals) else None

@@ -57,12 +57,20 @@ class TrainerActor:
         cuda_graphs: the run's ``cuda_graphs`` is on (see :mod:`hasfl_ray.training.graphed`).
     """
 
-    def __init__(self, dataset: FederatedDataset, model_name: str, settings: OptimizerSettings, device: str,
-                 threads: int, deterministic: bool = True, cuda_graphs: bool = False):
+    def __init__(self, dataset: Optional[FederatedDataset] = None, model_name: str = "", settings=None,
+                 device: str = "cpu", threads: int = 1, deterministic: bool = True, cuda_graphs: bool = False):
         self.device = _process_setup(device, threads, deterministic)
-        self.trainer = Trainer(dataset, model_name, settings, str(self.device), threads, cuda_graphs=cuda_graphs)
         self.params: Dict[str, torch.Tensor] = {}
         self.recent_widths: "OrderedDict[float, None]" = OrderedDict()
+        if dataset is not None:  # None: started early, see setup
+            self.trainer = Trainer(dataset, model_name, settings, str(self.device), threads, cuda_graphs=cuda_graphs)
+
+    def setup(self, *args: Any) -> None:
+        """The constructor, for an actor started early (docs/ray.md, 'Start-up'): created with only ``device``,
+        ``threads`` and ``deterministic``, its process imports torch and fixes its settings while the driver still
+        loads the data; this call gives it the run's arguments. Ray runs an actor's calls in order, so every later
+        call finds it set up."""
+        self.__init__(*args)
 
     def ready(self) -> Dict[str, Any]:
         """Where this actor runs (node id, pid, device, GPU ids)."""
@@ -115,14 +123,17 @@ class ServerActor:
         and ``deterministic`` (as :class:`TrainerActor`).
     """
 
-    def __init__(self, model_name: str, initial_params: Mapping[str, torch.Tensor], dataset: FederatedDataset,
-                 eval_batch_size: int, aggregation_backend: str, device: str, threads: int,
-                 deterministic: bool = True, eval_indices: Optional[torch.Tensor] = None,
-                 estimator: str = "masked"):
+    def __init__(self, model_name: str = "", initial_params: Optional[Mapping[str, torch.Tensor]] = None,
+                 dataset: Optional[FederatedDataset] = None, eval_batch_size: int = 0, aggregation_backend: str = "",
+                 device: str = "cpu", threads: int = 1, deterministic: bool = True,
+                 eval_indices: Optional[torch.Tensor] = None, estimator: str = "masked"):
         self.device = _process_setup(device, threads, deterministic)
         self.threads = threads
-        self.server = Server(model_name, initial_params, dataset, eval_batch_size, aggregation_backend,
-                             str(self.device), eval_indices, estimator)
+        if dataset is not None:  # None: started early, see TrainerActor.setup
+            self.server = Server(model_name, initial_params, dataset, eval_batch_size, aggregation_backend,
+                                 str(self.device), eval_indices, estimator)
+
+    setup = TrainerActor.setup
 
     def ready(self) -> Dict[str, Any]:
         return _whereabouts(self.device)
@@ -149,3 +160,4 @@ class ServerActor:
 
     def params_sha256(self) -> str:
         return self.server.params_sha256()
+

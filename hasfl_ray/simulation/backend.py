@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
@@ -15,9 +17,9 @@ from ray.exceptions import RayActorError, RayTaskError
 from hasfl_ray.engine.backend import Backend, RoundInterrupted, optimizer_settings, trainer_error
 from hasfl_ray.engine.config import RunConfig, fault_inject_round
 from hasfl_ray.engine.server import NonFiniteModelError
-from hasfl_ray.errors import ConfigError
+from hasfl_ray.errors import ActorLostError, ConfigError
 from hasfl_ray.registry import FILE_MODULES
-from hasfl_ray.simulation import quiet_token_notice
+from hasfl_ray.simulation import connect_ray, warn_auth_off
 from hasfl_ray.simulation.actors import ServerActor, TaskReport, TrainerActor
 from hasfl_ray.simulation.placement import ActorPlan, plan_actors
 from hasfl_ray.training.batched import group_tasks
@@ -97,6 +99,11 @@ class RayBackend(Backend):
 
     def __init__(self) -> None:
         self.owns_ray = False
+        self.config: Optional[RunConfig] = None
+        self._thread: Optional[threading.Thread] = None
+        self._started, self._release = threading.Event(), threading.Event()
+        self._start_error: Optional[BaseException] = None
+        self._lock, self._abandoned = threading.Lock(), False
         self.slots: List[_Slot] = []
         self.server = None
         self._params_ref = self._evaluation = self._frozen = None
@@ -106,66 +113,105 @@ class RayBackend(Backend):
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
+    def warm_up(self, config: RunConfig) -> None:
+        """Start Ray and the actors' processes in the background while the engine loads the data (docs/ray.md,
+        'Start-up'): a thread joins or starts Ray, plans the actors and creates them (each imports torch and sets up
+        its process); :meth:`start` hands them the data. Errors wait for :meth:`wait_started`."""
+        if self._thread is not None:
+            return
+        self.config = config
+        self._thread = threading.Thread(target=self._start_in_background, args=(config,), name="hasfl-ray-start",
+                                        daemon=True)
+        self._thread.start()
+
+    def _start_in_background(self, config: RunConfig) -> None:
+        try:
+            self.owns_ray = connect_ray(config.address, {"num_cpus": os.cpu_count(),
+                                                         "object_store_memory": _object_store_bytes()}, warn=False)
+            self._create_actors(config)
+        except BaseException as error:  # raised in the engine's thread by wait_started
+            self._start_error = error
+        finally:
+            with self._lock:
+                self._started.set()
+                abandoned = self._abandoned
+        if abandoned:  # the run stopped (Ctrl-C, an error) while Ray started: stop what this thread started
+            self._stop_ray()
+            return
+        # Ray's own processes (GCS, raylet) die with the thread that started them (Linux PR_SET_PDEATHSIG): this
+        # thread lives until shutdown() has stopped them (or the process ends).
+        self._release.wait()
+
+    def wait_started(self) -> None:
+        """Wait for :meth:`warm_up` (started here if the engine did not) to have Ray and the actors' processes
+        started; raise its one-sentence error (an address that does not answer, Ray that cannot start, actors that
+        do not fit)."""
+        self.warm_up(self.config)
+        self._started.wait()
+        if self._start_error is not None:
+            error, self._start_error = self._start_error, None
+            raise error
+
     def start(self, config: RunConfig, dataset, model_name, initial_params) -> None:
         self.config = config
-        self._connect(config.address)
         try:
+            self.wait_started()
+            if self.owns_ray:
+                warn_auth_off()  # here, where RUN/log.txt records it
             self._start_actors(config, dataset, model_name, initial_params)
         except BaseException:
             self.shutdown()
             raise
 
-    def _start_actors(self, config: RunConfig, dataset, model_name, initial_params) -> None:
+    def _create_actors(self, config: RunConfig) -> None:
+        """The actors of :func:`plan_actors`, their processes started, not yet given the run's data."""
         resources = ray.cluster_resources()
         self.plan: ActorPlan = plan_actors(config, resources.get("CPU", 0), resources.get("GPU", 0))
+        self._process = dict(device=self.plan.device, threads=config.trainer_threads,
+                             deterministic=config.deterministic)  # what an actor's process needs before its data
+        self._trainer_class = ray.remote(TrainerActor).options(
+            num_cpus=self.plan.cpus_per_actor, num_gpus=self.plan.gpus_per_actor, max_restarts=0,
+            max_task_retries=0)
+        self.server = ray.remote(ServerActor).options(num_cpus=0, num_gpus=self.plan.server_gpus).remote(
+            **self._process)
+        self.slots = [_Slot(i, self._trainer_class.remote(**self._process)) for i in range(self.plan.actors)]
+
+    def _start_actors(self, config: RunConfig, dataset, model_name, initial_params) -> None:
+        """Give the started actors the run: the dataset, the model, w^(0); wait until every one is set up."""
         self.fault_round = fault_inject_round(config.fault_inject) if config.fault_inject else None
         self.dataset = dataset
         self.client_sizes = dataset.client_size
         for module in FILE_MODULES:  # plug-ins loaded from FILE.py: actors cannot import them, so ship them by value
             ray.cloudpickle.register_pickle_by_value(module)
         dataset_ref = ray.put(dataset)  # one copy in the object store; every actor reads it once
-        self._trainer_class = ray.remote(TrainerActor).options(
-            num_cpus=self.plan.cpus_per_actor, num_gpus=self.plan.gpus_per_actor, max_restarts=0,
-            max_task_retries=0)
         self._trainer_args = (dataset_ref, model_name, optimizer_settings(config), self.plan.device,
                               config.trainer_threads, config.deterministic, config.cuda_graphs == "on")
-        self.server = ray.remote(ServerActor).options(num_cpus=0, num_gpus=self.plan.server_gpus).remote(
+        setups = [slot.actor.setup.remote(*self._trainer_args) for slot in self.slots] + [self.server.setup.remote(
             model_name, initial_params, ray.put(dataset.test_view()), config.eval_batch_size,
             config.aggregation_backend, self.plan.device, config.trainer_threads, config.deterministic,
-            evaluation_subset(config.seed, dataset.test_size, config.eval_samples), config.estimator)
-        self.slots = [_Slot(i, self._trainer_class.remote(*self._trainer_args)) for i in range(self.plan.actors)]
+            evaluation_subset(config.seed, dataset.test_size, config.eval_samples), config.estimator)]
         try:
+            ray.get(setups)
             places = ray.get([slot.actor.ready.remote() for slot in self.slots] + [self.server.ready.remote()])
-        except RayActorError as error:
-            raise RuntimeError(f"a Ray actor failed to start ({error}); see the worker log above") from None
+        except (RayActorError, RayTaskError) as error:
+            raise _lost("a Ray actor failed to start", error) from None
         self.places = places  # where each trainer (then the server) runs, and its determinism settings
         self.nodes = len({place["node"] for place in places})
         logger.info("Ray backend: %d trainer actors on %d node(s), server on %s", len(self.slots), self.nodes,
                     places[-1]["device"])
 
-    def _connect(self, address: Optional[str]) -> None:
-        if ray.is_initialized():
-            return
-        quiet_token_notice()
-        if address:
-            try:
-                ray.init(address=address, logging_level=logging.WARNING)
-            except ConnectionError:
-                raise ConfigError(f"address is {address!r} but no Ray cluster answered there; expected the address "
-                                  "of a running cluster (`ray start --head` prints it), or no --address to start "
-                                  "a local one") from None
-        else:
-            try:
-                ray.init(num_cpus=os.cpu_count(), object_store_memory=_object_store_bytes(), include_dashboard=False,
-                         logging_level=logging.WARNING)
-            except Exception as error:  # Ray's own start-up failures (ports, /dev/shm, permissions)
-                message = str(error).split("\n")[0].rstrip(".")
-                raise ConfigError(f"Ray could not start on this machine ({message}); expected a machine where "
-                                  "`ray start --head` works, or --backend local") from None
-        self.owns_ray = True
-
     def shutdown(self) -> None:
-        """Kill this backend's actors (freeing their memory, GPU memory included), and Ray if it started it."""
+        """Kill this backend's actors (freeing their memory, GPU memory included), and Ray if it started it; never
+        waits for a start under way (Ctrl-C while an address is probed or Ray starts): the starting thread stops
+        what it started once its start returns."""
+        with self._lock:
+            if self._thread is not None and not self._started.is_set():
+                self._abandoned = True
+                return
+        self._stop_ray()
+        self._release.set()
+
+    def _stop_ray(self) -> None:
         if not ray.is_initialized():
             return
         for actor in [slot.actor for slot in self.slots] + ([self.server] if self.server is not None else []):
@@ -193,7 +239,7 @@ class RayBackend(Backend):
         self._frozen = self.server.frozen_fraction.remote()
         self._send_params()
         try:
-            return ray.get(applied)
+            return self._from_server(applied)
         except NonFiniteModelError as error:  # the server refused the update: its sentence, not Ray's traceback
             raise NonFiniteModelError(str(getattr(error, "cause", error))) from None
 
@@ -201,7 +247,7 @@ class RayBackend(Backend):
         """Put the server's current parameters in the object store once and hand the reference to every trainer."""
         self._params_ref = self.server.params.remote()
         for slot in self.slots:
-            slot.actor.begin_round.remote(self._params_ref)
+            _begin_round(slot.actor, self._params_ref)
 
     def _train_all(self, tasks: Sequence[ClientTask]) -> List[Any]:
         """Train every task on whichever trainer is free; returns the result references in task order."""
@@ -277,8 +323,8 @@ class RayBackend(Backend):
         for position in job.unit:
             task = tasks[position]
             if attempts[position] >= MAX_ATTEMPTS:
-                raise RuntimeError(f"client {task.client} of round {task.round} lost its trainer actor "
-                                   f"{attempts[position]} times; giving up (last error: {error})")
+                raise _lost(f"client {task.client} of round {task.round} lost its trainer actor "
+                            f"{attempts[position]} times", error)
         for position in job.unit:
             task = tasks[position]
             logger.warning("trainer actor %d died while training client %d of round %d; training it again",
@@ -288,10 +334,11 @@ class RayBackend(Backend):
     def _replace(self, slot: _Slot) -> None:
         """Start a new trainer in ``slot`` (same resources), give it the round's parameters."""
         ray.kill(slot.actor, no_restart=True)
-        slot.actor = self._trainer_class.remote(*self._trainer_args)
+        slot.actor = self._trainer_class.remote(**self._process)
+        slot.actor.setup.remote(*self._trainer_args)
         slot.generation += 1
         slot.in_flight = 0
-        slot.actor.begin_round.remote(self._params_ref)
+        _begin_round(slot.actor, self._params_ref)
         self.replaced_actors += 1
         self.timing.replaced_actors += 1
 
@@ -310,21 +357,43 @@ class RayBackend(Backend):
 
     def evaluate(self) -> Tuple[float, float]:
         ref, self._evaluation = self._evaluation or self.server.evaluate.remote(), None
-        return ray.get(ref)
+        return self._from_server(ref)
 
     def frozen_fraction(self) -> float:
         ref, self._frozen = self._frozen or self.server.frozen_fraction.remote(), None
-        return ray.get(ref)
+        return self._from_server(ref)
 
     def get_params(self):
-        return ray.get(self._params_ref if self._params_ref is not None else self.server.params.remote())
+        return self._from_server(self._params_ref if self._params_ref is not None else self.server.params.remote())
 
     def set_params(self, params) -> None:
-        ray.get(self.server.set_params.remote(params))
+        self._from_server(self.server.set_params.remote(params))
         self._params_ref = self._evaluation = self._frozen = None  # computed from the parameters replaced
 
     def params_sha256(self) -> str:
-        return ray.get(self.server.params_sha256.remote())
+        return self._from_server(self.server.params_sha256.remote())
+
+    @staticmethod
+    def _from_server(ref):
+        """``ray.get`` of a server call: a dead server actor (killed, out of memory, its node lost) ends the run in
+        one sentence (the run's state lives there; the checkpoint on disk does not)."""
+        try:
+            return ray.get(ref)
+        except RayActorError as error:
+            raise _lost("the Ray server actor died", error) from None
+
+
+def _begin_round(actor, params_ref) -> None:
+    """Hand a trainer the round's parameters. No result reference: when the server died, the call fails for want of
+    its parameters, and an unread failed reference would print Ray's 'Unhandled error' report on the terminal
+    beside the run's own sentence."""
+    actor.begin_round.options(num_returns=0).remote(params_ref)
+
+
+def _lost(what: str, error: BaseException) -> ActorLostError:
+    """One sentence for a lost actor (``what`` and Ray's error class); Ray's report goes to RUN/log.txt."""
+    return ActorLostError(f"{what} ({type(error).__name__})",
+                          "".join(traceback.format_exception(type(error), error, error.__traceback__)))
 
 
 def calls(units: Sequence[List[int]], trainers: int) -> List[Tuple[List[int], bool]]:

@@ -10,18 +10,15 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import ray
 
-from hasfl_ray.simulation import quiet_token_notice
+from hasfl_ray.simulation import connect_ray
 from hasfl_ray.sweep.plan import Cell
-from hasfl_ray.sweep.run import execute_cell, failure_message
+from hasfl_ray.sweep.run import interrupted_result, run_cell
 
 
 def _run_cell(cell: Dict[str, Any], force: bool, cwd: str) -> Dict[str, Any]:
     """The body of a cell's task: the cell's run, in the driver's working directory (relative paths agree)."""
     os.chdir(cwd)
-    try:
-        return execute_cell(cell, force, progress=False)
-    except Exception as error:  # reported as the cell's failure; the sweep goes on
-        return {"name": cell["name"], "status": "failed", "error": failure_message(error)}
+    return run_cell(cell, force, progress=False)
 
 
 class RayExecutor:
@@ -31,16 +28,14 @@ class RayExecutor:
 
     def __init__(self, address: Optional[str] = None, gpus_per_task: Optional[float] = None, force: bool = False,
                  cells_per_gpu: Optional[int] = None):
-        self.started = False
-        if not ray.is_initialized():
-            quiet_token_notice()
-            ray.init(address=address, include_dashboard=False, logging_level="warning")
-            self.started = True
+        self.started = connect_ray(address, {})  # one sentence when Ray cannot start or the address does not answer
         if cells_per_gpu is not None:  # K cells share each GPU: each asks for 1/K of one
             gpus_per_task = 1.0 / cells_per_gpu
         self.gpus_per_task, self.force = gpus_per_task, force
         self.remote = ray.remote(_run_cell)
         self.refs: Dict[Any, str] = {}
+        self.interrupted = False
+        self.dirs: Dict[str, str] = {}  # cell name -> run directory
 
     def resources(self, cell: Cell) -> Tuple[int, float]:
         """(num_cpus, num_gpus) of a cell's task: its trainer threads, and a GPU (or the given fraction) when it
@@ -63,6 +58,7 @@ class RayExecutor:
         ref = self.remote.options(num_cpus=cpus, num_gpus=gpus, name=f"sweep:{cell.name}", max_retries=0) \
             .remote(cell.to_dict(), self.force, os.getcwd())
         self.refs[ref] = cell.name
+        self.dirs[cell.name] = cell.dir
 
     def wait(self, on_idle: Optional[Callable[[], None]] = None, poll_s: float = 2.0) -> Tuple[str, Dict[str, Any]]:
         """The next cell to end and its result; ``on_idle`` runs every ``poll_s`` seconds until then."""
@@ -74,8 +70,22 @@ class RayExecutor:
         name = self.refs.pop(done[0])
         try:
             return name, ray.get(done[0])
+        except ray.exceptions.TaskCancelledError:  # stopped by interrupt() before its run took the signal
+            if self.interrupted and os.path.exists(os.path.join(self.dirs[name], "config.yaml")):
+                return name, interrupted_result(name, None, None)
+            if self.interrupted:  # still queued: it never started
+                return name, {"name": name, "status": "pending"}
+            return name, {"name": name, "status": "failed", "error": "its Ray task was cancelled"}
         except Exception as error:  # the worker died (out of memory, a lost node): the cell failed
             return name, {"name": name, "status": "failed", "error": f"its Ray task failed ({type(error).__name__})"}
+
+    def interrupt(self) -> None:
+        """Cancel every cell's task without force: Ray raises the interrupt of SIGINT in the task, which the
+        cell's run takes as a stop at the end of its current client, with a checkpoint (a task still queued never
+        starts)."""
+        self.interrupted = True
+        for ref in list(self.refs):
+            ray.cancel(ref, force=False)
 
     def shutdown(self) -> None:
         for ref in list(self.refs):

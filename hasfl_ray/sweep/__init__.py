@@ -20,7 +20,7 @@ from hasfl_ray.engine.config import SWEEP_FIELDS, SWEEP_KEY, single_run_values, 
 from hasfl_ray.sweep.plan import FINISHED, RAY_RUN_ONLY, Cell, Sweep, parse_list, plan_sweep
 from hasfl_ray.sweep.run import (Executor, LocalExecutor, describe_result, execute_cell, failure_message, run_sweep,
                                  sweep_summary_line, write_cell_analysis)
-from hasfl_ray.sweep.state import (cell_differences, cell_state, check_conflicts, conflict_error, result_key,
+from hasfl_ray.sweep.state import (cell_differences, cell_state, check_conflicts, conflict_error, read_summary,
                                    reuse_finished_run, rounds_done, write_sweep_json)
 
 __all__ = [
@@ -28,6 +28,6 @@ __all__ = [
     "FINISHED", "RAY_RUN_ONLY", "Cell", "Sweep", "parse_list", "plan_sweep",
     "Executor", "LocalExecutor", "describe_result", "execute_cell", "failure_message", "run_sweep",
     "sweep_summary_line", "write_cell_analysis",
-    "cell_differences", "cell_state", "check_conflicts", "conflict_error", "result_key", "reuse_finished_run",
+    "cell_differences", "cell_state", "check_conflicts", "conflict_error", "read_summary", "reuse_finished_run",
     "rounds_done", "write_sweep_json",
 ]

@@ -53,7 +53,8 @@ class Cell:
         values: the RunConfig keys of the run (unresolved).
         depends_on: the name of the cell that must finish first (random-budget's HAS-FL cell), or None.
         status: pending, running, done, resumed, skipped, reused (copied from a finished run of another sweep
-            with the same config), failed or blocked.
+            with the same config), failed, blocked, or interrupted (a signal stopped the sweep; its next run
+            resumes the cell from its checkpoint).
         message: why a failed or blocked cell did not finish.
     """
 
@@ -116,6 +117,21 @@ def parse_list(text: Optional[str], name: str, integer: bool = False) -> Optiona
     return list(dict.fromkeys(items))
 
 
+def name_problem(name: str) -> Optional[str]:
+    """Why ``name`` (a variant's, or a cell's: its run directory's name) cannot be one folder under a sweep's
+    ``--out``: a ``/`` (``x/../../..`` or an absolute path would leave it), ``.`` or ``..``, a NUL character, more
+    than 255 bytes; None when it can."""
+    if "/" in name or (os.altsep and os.altsep in name):
+        return "which has a '/' in it (a path, not a name)"
+    if name in (".", ".."):
+        return "which is a path, not a name"
+    if "\0" in name:
+        return "which has a NUL character in it"
+    if len(name.encode("utf-8", "surrogateescape")) > 255:
+        return f"which is {len(name.encode('utf-8', 'surrogateescape'))} bytes long (a folder name has at most 255)"
+    return None
+
+
 def _option(values: Mapping[str, Any], name: str, default: Any = None) -> Any:
     """An algorithm option of a cell's values, given as a flat key or in ``algorithm_options``."""
     options = values.get("algorithm_options")
@@ -172,7 +188,19 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
             raise ConfigError(f"--{key.replace('_', '-')} is {overrides[key]!r} but sweep cells run the local "
                               "backend, one Ray task per cell; expected no Ray actor options")
     variants = block["variants"]
+    for layer in ("variants", "per_dataset"):  # keys every cell sets itself are refused, never dropped
+        for name, keys in block[layer].items():
+            placing = [k for k in ("backend",) + RAY_RUN_ONLY if k in keys]
+            if placing:
+                key = placing[0]
+                raise ConfigError(f"{source} has {key} {keys[key]!r} in sweep.{layer}.{name}, but every sweep cell "
+                                  "runs the local backend, one Ray task per cell; expected sweep's --backend, "
+                                  "--address or --gpus-per-actor flags instead")
     for name, keys in variants.items():
+        problem = name_problem(name)
+        if problem:
+            raise ConfigError(f"{source} has sweep variant {name!r}, {problem}; expected a plain name such as "
+                              "hasfl-coverage-off (it names the variant's run directories under --out)")
         check_layer({**shared, **keys}, f"{source} sweep variant {name!r}", block)
     for name, keys in block["per_dataset"].items():
         if name not in DATASETS:
@@ -216,7 +244,13 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
         for key in RAY_RUN_ONLY:
             values.pop(key, None)
         name = f"{spec_label(dataset)}-{spec_label(algorithm)}-seed{seed}"  # a plug-in: its class name
+        problem = name_problem(name)
+        if problem:  # a run directory under `out`, never beside or above it
+            raise ConfigError(f"sweep cell {name!r} (algorithm {algorithm!r}, dataset {dataset!r}), {problem}; "
+                              "expected a name that is one folder under --out")
         RunConfig.from_dict(values, f"sweep cell {name}", foreign="drop")  # another algorithm's options: dropped
+        if values.get("control_variates_dir"):  # cells run at once: each keeps its c_i files in a folder of its own
+            values["control_variates_dir"] = os.path.join(values["control_variates_dir"], name)
         return Cell(name=name, dataset=dataset, algorithm=algorithm, seed=seed, dir=os.path.join(out, name),
                     values=values)
 
@@ -238,5 +272,11 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
             cells.insert(cells.index(cell), partner)
         cell.depends_on = partner.name
         cell.values["budget_from"] = partner.dir
+    names = [c.name for c in cells]
+    for name in names:  # two cells in one run directory would overwrite each other's files
+        if names.count(name) > 1:
+            raise ConfigError(f"{source} gives sweep cell {name!r} twice (datasets {datasets}, algorithms "
+                              f"{algorithms}, seeds {seeds}); expected each dataset, algorithm and seed once, and "
+                              "algorithms whose cell names differ")
     sweep.cells = cells
     return sweep

@@ -1,11 +1,14 @@
 """Running a planned sweep: each cell to its end (skipped, resumed or started), through an executor that runs cells
 one after another here (:class:`LocalExecutor`) or elsewhere (:class:`hasfl_ray.simulation.sweep.RayExecutor`, one
-Ray task per cell), dependants after the cell they wait for, and the status lines of the cells that end."""
+Ray task per cell), dependants after the cell they wait for, and the status lines of the cells that end. One sweep
+writes a folder at a time (a lock on it), and one SIGINT or SIGTERM stops the whole sweep: the running cells stop at
+the end of their current client with a checkpoint (``interrupted``; the next run of the sweep resumes them)."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 import traceback
 from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Tuple
@@ -13,8 +16,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Tuple
 from hasfl_ray.analysis.report import read_run, write_analysis
 from hasfl_ray.engine import Engine
 from hasfl_ray.engine.config import RunConfig
-from hasfl_ray.engine.rundir import clear_run_directory
-from hasfl_ray.errors import ConfigError
+from hasfl_ray.engine.rundir import RunLock, clear_run_directory
+from hasfl_ray.engine.signals import StopSignals
+from hasfl_ray.errors import ConfigError, RunInterrupted
 from hasfl_ray.sweep.plan import FINISHED, Cell, Sweep
 from hasfl_ray.sweep.state import cell_state, reuse_finished_run, write_sweep_json
 
@@ -40,6 +44,23 @@ def execute_cell(cell: Mapping[str, Any], force: bool = False, progress: bool = 
     write_cell_analysis(run_dir)
     return {"name": cell["name"], "status": "resumed" if resume else "done", "summary": summary,
             "from_round": from_round, "wall_s": time.perf_counter() - start}
+
+
+def run_cell(cell: Mapping[str, Any], force: bool = False, progress: bool = False) -> Dict[str, Any]:
+    """:func:`execute_cell`'s result, or how the cell ended otherwise: ``interrupted`` (a signal stopped it after a
+    checkpoint; the next run of the sweep resumes it) or ``failed`` (one line), so one cell's failure never stops
+    the others."""
+    try:
+        return execute_cell(cell, force, progress)
+    except RunInterrupted as stop:
+        return interrupted_result(cell["name"], stop.signal_number, stop.rounds_done)
+    except Exception as error:
+        return {"name": cell["name"], "status": "failed", "error": failure_message(error)}
+
+
+def interrupted_result(name: str, signal_number: Optional[int], rounds_done: Optional[int]) -> Dict[str, Any]:
+    """The result of a cell a signal stopped (``rounds_done`` None where unknown: a Ray task cancelled)."""
+    return {"name": name, "status": "interrupted", "signal": signal_number, "rounds_done": rounds_done}
 
 
 def write_cell_analysis(run_dir: str) -> None:
@@ -69,6 +90,10 @@ class Executor(Protocol):
     def wait(self, on_idle: Optional[Callable[[], None]] = None) -> Tuple[str, Dict[str, Any]]:
         """(name, result) of the next submitted cell to end; ``on_idle`` may run now and then until then."""
 
+    def interrupt(self) -> None:
+        """Ask the running cells to stop at the end of their current client and write a checkpoint (a signal stopped
+        the sweep); :meth:`wait` then hands back their ``interrupted`` results."""
+
     def shutdown(self) -> None:
         """Stop what still runs and release what the executor holds (called once, at the end of the sweep)."""
 
@@ -82,6 +107,7 @@ class LocalExecutor:
     def __init__(self, force: bool = False, progress: bool = False):
         self.force, self.progress = force, progress
         self.queue: List[Cell] = []
+        self.interrupted = False
 
     def describe(self) -> str:
         """How cells run, for the sweep's first line."""
@@ -92,10 +118,12 @@ class LocalExecutor:
 
     def wait(self, on_idle: Optional[Callable[[], None]] = None) -> Tuple[str, Dict[str, Any]]:
         cell = self.queue.pop(0)
-        try:
-            return cell.name, execute_cell(cell.to_dict(), self.force, self.progress)
-        except Exception as error:  # one failed cell never stops the others
-            return cell.name, {"name": cell.name, "status": "failed", "error": failure_message(error)}
+        if self.interrupted:  # queued, never started: the next run of the sweep starts it
+            return cell.name, {"name": cell.name, "status": "pending"}
+        return cell.name, run_cell(cell.to_dict(), self.force, self.progress)
+
+    def interrupt(self) -> None:
+        self.interrupted = True  # the cell running in this process saw the signal itself; the queued ones wait
 
     def shutdown(self) -> None:
         pass
@@ -103,14 +131,29 @@ class LocalExecutor:
 
 # ------------------------------------------------------------------------------------------------------ the runner
 
+def lock_sweep_folder(out: str) -> RunLock:
+    """The sweep folder's lock (made if missing), held while the sweep runs; ConfigError (one sentence) while
+    another sweep holds it."""
+    return RunLock(out, "sweep folder", "sweep").acquire()
+
+
 def run_sweep(sweep: Sweep, executor: Executor,
               on_result: Callable[[Cell, Dict[str, Any]], None] = lambda c, r: None,
-              force: bool = False, on_start: Callable[[Optional[Cell]], None] = lambda c: None) -> Dict[str, str]:
+              force: bool = False, on_start: Callable[[Optional[Cell]], None] = lambda c: None,
+              stop: Optional[StopSignals] = None, lock: Optional[RunLock] = None) -> Dict[str, str]:
     """Run every cell through ``executor`` (``submit(cell)``, ``wait() -> (name, result)``), dependants after the
-    cell they wait for; finished cells are skipped here without reaching the executor. Returns name -> status."""
+    cell they wait for; finished cells are skipped here without reaching the executor. Returns name -> status.
+
+    The sweep's folder is locked while it runs (another sweep into it is refused in one sentence, ConfigError):
+    ``lock`` is :func:`lock_sweep_folder`'s when the caller took it first (before printing anything), released here.
+    While it runs, ``stop`` (a :class:`StopSignals`, entered here) takes SIGINT and SIGTERM: the first one stops the
+    whole sweep (no cell starts after it, the running ones stop with a checkpoint as ``interrupted``, cells not
+    started stay ``pending``) and the caller reads ``stop.signal_number``; a second one raises KeyboardInterrupt
+    at once, the running cells then recorded ``interrupted``."""
+    stop = stop if stop is not None else StopSignals()
     pending = list(sweep.cells)
     running = set()
-    write_sweep_json(sweep)
+    interrupting = []  # [True] once the running cells were asked to stop
 
     def finish(cell: Cell, result: Dict[str, Any]) -> None:
         cell.status = result["status"]
@@ -118,43 +161,70 @@ def run_sweep(sweep: Sweep, executor: Executor,
         write_sweep_json(sweep)
         on_result(cell, result)
 
+    def check_stop() -> None:
+        if stop.requested() and running and not interrupting:
+            interrupting.append(True)
+            executor.interrupt()
+
+    def idle() -> None:
+        on_start(None)
+        check_stop()
+
     try:
-        while pending or running:
-            for cell in list(pending):
-                dependency = sweep.cell(cell.depends_on) if cell.depends_on else None
-                if dependency is not None and dependency.status in ("failed", "blocked"):
-                    pending.remove(cell)
-                    finish(cell, {"status": "blocked", "error": f"the HAS-FL cell it takes its budget from, "
-                                                                f"{dependency.name}, did not finish"})
-                    continue
-                if dependency is not None and dependency.status not in FINISHED:
-                    continue
-                pending.remove(cell)
-                try:
-                    state = cell_state(cell.to_dict(), force)
-                except Exception as error:
-                    finish(cell, {"status": "failed", "error": failure_message(error)})
-                    continue
-                if state == "finished":
-                    finish(cell, execute_cell(cell.to_dict(), force))
-                    continue
-                reused = reuse_finished_run(cell.to_dict(), sweep.out) if state == "new" else None
-                if reused is not None:
-                    finish(cell, reused)
-                    continue
-                cell.status = "running"
-                executor.submit(cell)
-                running.add(cell.name)
-                on_start(cell)
-            if running:
-                name, result = executor.wait(on_idle=lambda: on_start(None))
-                running.discard(name)
-                finish(sweep.cell(name), result)
-            elif pending:  # every pending cell waits for one that can no longer run
-                raise RuntimeError("sweep dependencies form a cycle")  # not reachable from plan_sweep
-    finally:
-        executor.shutdown()
+        lock = lock or lock_sweep_folder(sweep.out)  # before sweep.json is written
         write_sweep_json(sweep)
+        with stop:
+            while pending or running:
+                for cell in list(pending):
+                    if stop.requested():
+                        break
+                    dependency = sweep.cell(cell.depends_on) if cell.depends_on else None
+                    if dependency is not None and dependency.status in ("failed", "blocked"):
+                        pending.remove(cell)
+                        finish(cell, {"status": "blocked", "error": f"the HAS-FL cell it takes its budget from, "
+                                                                    f"{dependency.name}, did not finish"})
+                        continue
+                    if dependency is not None and dependency.status not in FINISHED:
+                        continue
+                    pending.remove(cell)
+                    try:
+                        state = cell_state(cell.to_dict(), force)
+                    except Exception as error:
+                        finish(cell, {"status": "failed", "error": failure_message(error)})
+                        continue
+                    if state == "finished":
+                        finish(cell, execute_cell(cell.to_dict(), force))
+                        continue
+                    reused = reuse_finished_run(cell.to_dict(), sweep.out) if state == "new" else None
+                    if reused is not None:
+                        finish(cell, reused)
+                        continue
+                    cell.status = "running"
+                    executor.submit(cell)
+                    running.add(cell.name)
+                    on_start(cell)
+                check_stop()
+                if running:
+                    name, result = executor.wait(on_idle=idle)
+                    running.discard(name)
+                    if result["status"] == "interrupted" and not stop.requested():  # a cell saw the signal first
+                        stop.signal_number = result.get("signal") or signal.SIGINT
+                    finish(sweep.cell(name), result)
+                elif pending and not stop.requested():  # every pending cell waits for one that can no longer run
+                    raise RuntimeError("sweep dependencies form a cycle")  # not reachable from plan_sweep
+                elif pending:
+                    break  # stopped: the cells not started stay pending
+    finally:
+        try:
+            executor.shutdown()
+        finally:
+            if lock is not None:
+                for cell in sweep.cells:
+                    if cell.status == "running":  # stopped at once (a second signal) or an error of the sweep's own
+                        started = os.path.exists(os.path.join(cell.dir, "config.yaml"))
+                        cell.status = "interrupted" if started else "pending"
+                write_sweep_json(sweep)
+                lock.release()
     return {c.name: c.status for c in sweep.cells}
 
 
@@ -167,6 +237,12 @@ def describe_result(cell: Cell, result: Mapping[str, Any]) -> str:
         return f"{cell.name}: failed: {result['error']}"
     if status == "blocked":
         return f"{cell.name}: blocked: {result['error']}"
+    if status == "pending":
+        return f"{cell.name}: not started (the next run of the sweep starts it)"
+    if status == "interrupted":
+        rounds = result.get("rounds_done")
+        after = f" after {rounds} completed round(s)" if rounds is not None else ""
+        return f"{cell.name}: interrupted{after} (the next run of the sweep resumes it from its checkpoint)"
     summary = result.get("summary") or {}
     numbers = (f"best {summary.get('best_accuracy', float('nan')):.4f}, final "
                f"{summary.get('final_accuracy', float('nan')):.4f}, avg p {summary.get('avg_p', float('nan')):.3f}")

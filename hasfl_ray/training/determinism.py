@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Any, Dict
 
 import torch
@@ -47,15 +48,28 @@ def apply_determinism(deterministic: bool = True) -> Dict[str, Any]:
                                CUBLAS_WORKSPACE)
             os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
         # warn_only: an op without a deterministic kernel warns instead of ending a long run.
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        _deterministic_algorithms(True, warn_only=True)
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
     else:
-        torch.use_deterministic_algorithms(False)
+        _deterministic_algorithms(False)
         torch.backends.cudnn.deterministic = False
         torch.backends.cudnn.benchmark = True
     set_tf32(not deterministic)
     return determinism_state()
+
+
+def _deterministic_algorithms(mode: bool, warn_only: bool = False) -> None:
+    """``torch.use_deterministic_algorithms(mode)`` without importing torch._inductor (1.5 s of CPU in every process,
+    the driver's and each actor's, for a compiler the package never calls): torch's function sets the same
+    switch, and Inductor's ``deterministic`` config, which reads TORCHINDUCTOR_DETERMINISTIC when it is first
+    imported; set here once it is."""
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)  # private: another torch may lack it
+    if setter is None or "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+        return
+    os.environ["TORCHINDUCTOR_DETERMINISTIC"] = "1" if mode else "0"
+    setter(mode, warn_only=warn_only)
 
 
 #: (matmul, cuDNN) float32 precision: exact IEEE float32, or torch's defaults (TF32 cuDNN, full matmul).

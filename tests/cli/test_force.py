@@ -89,7 +89,7 @@ def test_foreign_entries_see_links_and_nested_folders(tmp_path):
     (tmp_path / "config.yaml").write_text("x")
     os.symlink("/etc", tmp_path / "log.txt")  # a run's name on something a run never makes
     (tmp_path / "checkpoints" / "deep").mkdir(parents=True)
-    assert foreign_entries(str(tmp_path)) == ["checkpoints/", "log.txt"]
+    assert foreign_entries(str(tmp_path)) == ["checkpoints/deep/", "log.txt"]  # named inside the run's folder
 
 
 def test_sweep_force_refuses_a_cell_folder_holding_foreign_files(tmp_path, monkeypatch):

@@ -33,8 +33,9 @@ def summary(run_dir):
 
 
 def a_checkpoint(round):
+    history = [{**dict.fromkeys(rundir_module.METRIC_KEYS, 0.0), "round": r} for r in range(round)]  # one a round
     return Checkpoint(round=round, params={"w": torch.full((3,), float(round))}, algorithm_state={"r": round},
-                      history=[{"round": r} for r in range(round)], config=RunConfig(backend="local").to_dict(), elapsed_s=1.0)
+                      history=history, config=RunConfig(backend="local").to_dict(), elapsed_s=1.0)
 
 
 def test_save_load_round_trip(tmp_path):
@@ -175,7 +176,7 @@ def test_numpy_algorithm_state_round_trips_bit_for_bit_through_the_safe_loader(t
 
     state = {"p_current": np.array([0.25, 1 / 3, 0.7]), "h": np.arange(4, dtype=np.float64) / 7,
              "mask": np.array([True, False]), "count": np.int64(3), "nested": [(1, np.float32(0.5))], "none": None}
-    checkpoint = Checkpoint(round=1, params={"w": torch.zeros(2)}, algorithm_state=state, history=[],
+    checkpoint = Checkpoint(round=0, params={"w": torch.zeros(2)}, algorithm_state=state, history=[],
                             config=RunConfig(backend="local").to_dict(), elapsed_s=0.0)
     save_checkpoint(str(tmp_path), checkpoint)
     loaded = load_checkpoint(str(tmp_path)).algorithm_state
