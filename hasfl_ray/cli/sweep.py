@@ -89,6 +89,8 @@ def sweep(config, seeds, algorithms, datasets, out, force, cells_per_gpu, quiet,
     from hasfl_ray.sweep.run import lock_sweep_folder
 
     try:
+        if hasattr(executor, "check_fits"):  # a Ray cell asking for more than any node has would wait for ever
+            executor.check_fits(plan.cells)
         lock = lock_sweep_folder(plan.out)  # a second sweep into the folder: one sentence before anything prints
     except ConfigError:
         executor.shutdown()

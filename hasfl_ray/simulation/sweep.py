@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import ray
 
+from hasfl_ray.errors import ConfigError
 from hasfl_ray.simulation import connect_ray
 from hasfl_ray.sweep.plan import Cell
 from hasfl_ray.sweep.run import interrupted_result, run_cell
@@ -46,6 +47,22 @@ class RayExecutor:
         cuda = device.startswith("cuda") or (device == "auto" and ray.cluster_resources().get("GPU", 0) > 0)
         gpus = (self.gpus_per_task if self.gpus_per_task is not None else 1.0) if cuda else 0.0
         return cpus, gpus
+
+    def check_fits(self, cells) -> None:
+        """One sentence, before any cell is submitted, for a cell whose task asks for more CPUs or GPUs than the
+        largest node of the cluster has: Ray would queue it for ever."""
+        nodes = [node.get("Resources", {}) for node in ray.nodes() if node.get("Alive")]
+        most_cpus = max((node.get("CPU", 0) for node in nodes), default=0)
+        most_gpus = max((node.get("GPU", 0) for node in nodes), default=0)
+        for cell in cells:
+            cpus, gpus = self.resources(cell)
+            if cpus > most_cpus:
+                raise ConfigError(f"sweep cell {cell.name} asks for trainer_threads {cpus} but the largest node of the "
+                                  f"Ray cluster has {most_cpus:g} CPUs; expected at most {most_cpus:g} (a task asking "
+                                  "for more would wait for ever)")
+            if gpus > most_gpus:
+                raise ConfigError(f"sweep cell {cell.name} asks for {gpus:g} GPU but the largest node of the Ray "
+                                  f"cluster has {most_gpus:g}; expected --device cpu, or a cluster with GPUs")
 
     def describe(self) -> str:
         """How cells run, for the sweep's first line."""

@@ -218,3 +218,20 @@ def test_a_locked_sweep_folder_is_left_as_it_was(tmp_path):
         result = sweep(config, "--backend", "local", "--quiet", "--out", str(out))
     one_sentence(result, "is being written by another hasfl-ray sweep", "one sweep per folder at a time")
     assert os.listdir(out) == ["sweep.json"] and (out / "sweep.json").read_text() == "{}\n"
+
+
+@needs_ray
+def test_a_ray_cell_asking_for_more_cpus_than_any_node_has_is_refused(tmp_path, monkeypatch):
+    """issue 24 row 28's cousin on Ray sweeps: a cell's task asking for more CPUs than the largest node has would be
+    queued for ever; one sentence before any cell is submitted, nothing made."""
+    import ray
+
+    monkeypatch.chdir(tmp_path)
+    config = write_sweep(tmp_path / "s.yaml", {"algorithms": ["hasfl"], "seeds": [42]}, trainer_threads=3)
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 ** 2, logging_level="warning")
+    try:
+        result = sweep(config, "--backend", "ray", "--quiet", "--out", "out")
+    finally:
+        ray.shutdown()
+    one_sentence(result, "trainer_threads 3", "has 2 CPUs")
+    assert not os.path.exists("out")
