@@ -331,9 +331,11 @@ def parse_option_assignments(assignments: Any) -> Dict[str, Any]:
         key = key.strip().replace("-", "_")
         if not sep or not key:
             raise ConfigError(f"--algo-opt is {item!r}; expected KEY=VALUE, such as --algo-opt min_width=0.3")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
+        try:  # a scalar is read as YAML; anything else (a list, a mapping, aliases) stays the text it was, never
+            # expanded (an alias bomb in one flag would be built before being dropped)
+            node = yaml.compose(raw, Loader=yaml.SafeLoader) if raw.strip() else None
+            value = yaml.safe_load(raw) if isinstance(node, yaml.ScalarNode) else raw if node is not None else ""
+        except (yaml.YAMLError, RecursionError):
             value = raw
         out[key] = value if isinstance(value, (int, float, str, bool)) or value is None else raw
     return out
