@@ -5,7 +5,8 @@ Each repeat runs the real console script as a subprocess, the two backends one a
 busy spell of the machine hits both), and measures from the moment the process is started to the moment RUN/
 metrics.jsonl holds its first line (polled every 5 ms); the run then finishes and exits before the next starts.
 The target: the default within 5 s, or within 1.5x the local backend's time, whichever is larger. Both runs'
-params_sha256 are compared too (the early Ray start must not change a bit).
+params_sha256 are compared too (the early Ray start must not change a bit), and the round Ray took over at is
+printed (the default trains its first rounds in the driver while Ray starts: docs/ray.md, 'Start-up').
 
     python benchmarks/bench_first_round.py                     # 5 repeats of `simulate --rounds 1`
     python benchmarks/bench_first_round.py --repeats 3 -- --dataset synthetic     # flags after -- go to simulate
@@ -56,7 +57,7 @@ def first_round(args: Sequence[str], out: str, timeout: float) -> Dict[str, obje
     if first is None and os.path.exists(metrics) and os.path.getsize(metrics) > 0:
         first = total  # the run ended between two polls
     summary = json.loads(stdout[:stdout.rindex("}") + 1])
-    return {"first": first, "total": total, "sha": summary["params_sha256"]}
+    return {"first": first, "total": total, "sha": summary["params_sha256"], "ray_from": summary.get("ray_from_round")}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -69,6 +70,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     common = ["--rounds", str(options.rounds), *options.extra]
     runs = {"default": common, "local": [*common, "--backend", "local"]}
     times: Dict[str, List[float]] = {name: [] for name in runs}
+    ends: Dict[str, List[float]] = {name: [] for name in runs}
+    takeovers: List[object] = []
     shas: Dict[str, set] = {name: set() for name in runs}
     scratch = tempfile.mkdtemp(prefix="bench-first-round-")
     try:
@@ -79,6 +82,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 out = os.path.join(scratch, f"{name}-{repeat}")
                 result = first_round(args, out, options.timeout)
                 times[name].append(result["first"])
+                ends[name].append(result["total"])
+                if name == "default":
+                    takeovers.append(result["ray_from"])
                 shas[name].add(result["sha"])
                 row[name] = result["first"]
                 shutil.rmtree(out, ignore_errors=True)
@@ -92,6 +98,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     print(f"time to first round, median of {options.repeats}: default {default:.2f} s (min "
           f"{min(times['default']):.2f}), --backend local {local:.2f} s (min {min(times['local']):.2f}); "
           f"bound max({TARGET_S:g} s, {RATIO:g} x local) = {bound:.2f} s: {'met' if default <= bound else 'NOT met'}")
+    print(f"whole run, median: default {statistics.median(ends['default']):.2f} s, --backend local "
+          f"{statistics.median(ends['local']):.2f} s; Ray took over at round (summary.json ray_from_round; None: "
+          f"the run ended first, every round ran in the driver): {', '.join(map(str, takeovers))}")
     same = len(shas["default"] | shas["local"]) == 1
     print(f"params_sha256: {'identical' if same else 'DIFFERENT'} across backends and repeats "
           f"({', '.join(sorted(s[:12] for s in shas['default'] | shas['local']))})")

@@ -120,7 +120,9 @@ def measure(clients: int, backend: str, args: argparse.Namespace) -> dict:
                    args.dataset, "--algorithm", args.algorithm] + (["--data-dir", args.data_dir] if args.data_dir else []) + \
             (["--address", args.address] if args.address else []) + \
             (["--eval-samples", str(args.eval_samples)] if args.eval_samples is not None else [])
-        done = subprocess.run(command, capture_output=True, text=True)
+        # Ray from round 0 (no local first rounds while Ray starts, docs/ray.md 'Start-up'): every round timed is Ray's
+        env = {**os.environ, "HASFL_HANDOFF_ROUND": "0"} if backend == "ray" else None
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
         whole = time.time() - begin
     lines = [line for line in done.stdout.splitlines() if line.startswith(MARK)]
     if done.returncode or not lines:

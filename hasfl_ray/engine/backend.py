@@ -85,6 +85,10 @@ class Backend(ABC):
         """What to record about the execution (actor counts, threads), for config.yaml/summary.json."""
         return {"backend": self.name}
 
+    def summary(self) -> Dict[str, object]:
+        """What summary.json records of the execution, beside the results (the round Ray took over at)."""
+        return {}
+
     def shutdown(self) -> None:
         """Release everything the backend started."""
 

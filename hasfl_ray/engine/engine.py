@@ -428,7 +428,7 @@ class Engine:
                    "avg_p": float(np.mean(avg_p)),
                    "avg_p_post_warmup": post_warmup_avg_p(avg_p, self.config.warmup, self.config.t_adapt),
                    "rounds": len(self.history),
-                   "params_sha256": self.backend.params_sha256(), "wall_s": wall_s}
+                   "params_sha256": self.backend.params_sha256(), "wall_s": wall_s, **self.backend.summary()}
         warning = coverage_warning(self.history, self.config.warmup)
         if warning is not None:
             summary["coverage_warning"] = warning

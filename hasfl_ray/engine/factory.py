@@ -3,16 +3,41 @@
 
 from __future__ import annotations
 
+import os
+from typing import Optional
+
 from hasfl_ray.engine.backend import Backend, LocalBackend
 from hasfl_ray.engine.config import RunConfig
+from hasfl_ray.engine.handoff import HandoffBackend
 from hasfl_ray.simulation import require_ray
+
+#: A hook for tests: the round at which a run handed over to Ray (:class:`HandoffBackend`) switches, waiting for Ray
+#: there (0: Ray from the first round; more than the rounds: every round in this process).
+TAKEOVER_ROUND_ENV = "HASFL_HANDOFF_ROUND"
 
 
 def make_backend(config: RunConfig) -> Backend:
-    """The backend ``config.backend`` names; Ray is imported only for ``ray`` (one sentence when it is missing)."""
+    """The backend ``config.backend`` names; Ray is imported only for ``ray`` (one sentence when it is missing).
+    A Ray run that starts Ray on this machine trains here while Ray starts, in the background, and hands over to it
+    (docs/ray.md, 'Start-up'; :func:`hasfl_ray.simulation.placement.handoff_execution` says when): Ray is imported
+    there too."""
     if config.backend == "ray":
-        require_ray()
-        from hasfl_ray.simulation.backend import RayBackend
+        from hasfl_ray.simulation.placement import handoff_execution
 
-        return RayBackend()
+        execution = handoff_execution(config)
+        if execution is not None:
+            return HandoffBackend(lambda: _ray_backend(warn_at_warm_up=True), execution, _takeover_round())
+        return _ray_backend()
     return LocalBackend()
+
+
+def _ray_backend(warn_at_warm_up: bool = False) -> Backend:
+    require_ray()
+    from hasfl_ray.simulation.backend import RayBackend
+
+    return RayBackend(warn_at_warm_up)
+
+
+def _takeover_round() -> Optional[int]:
+    value = os.environ.get(TAKEOVER_ROUND_ENV, "").strip()
+    return int(value) if value.isdigit() else None

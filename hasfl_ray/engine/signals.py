@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import threading
 from typing import Optional
 
@@ -34,6 +35,11 @@ class StopSignals:
         if self.signal_number is not None:
             raise KeyboardInterrupt  # the second signal: stop now
         self.signal_number = number
+        if number == signal.SIGTERM and "ray" in sys.modules:
+            # Ray's native failure handler (absl's, installed by ray.init) answers SIGTERM, before passing it on here,
+            # by arming a 3-second alarm whose native handler aborts the process (exit 134): the run needs longer to
+            # checkpoint and stop what it started (a Ray start under way, its actors)
+            signal.alarm(0)
         logger.warning("%s received: stopping after the current client and writing a checkpoint (send it again to "
                        "stop at once)", signal.Signals(number).name)
 

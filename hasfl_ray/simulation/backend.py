@@ -21,7 +21,7 @@ from hasfl_ray.errors import ActorLostError, ConfigError
 from hasfl_ray.registry import FILE_MODULES
 from hasfl_ray.simulation import connect_ray, warn_auth_off
 from hasfl_ray.simulation.actors import ServerActor, TaskReport, TrainerActor
-from hasfl_ray.simulation.placement import ActorPlan, plan_actors
+from hasfl_ray.simulation.placement import ActorPlan, execution, plan_actors
 from hasfl_ray.training.batched import group_tasks
 from hasfl_ray.training.evaluate import evaluation_subset
 from hasfl_ray.training.task import ClientTask
@@ -97,7 +97,10 @@ class RayBackend(Backend):
 
     name = "ray"
 
-    def __init__(self) -> None:
+    def __init__(self, warn_at_warm_up: bool = False) -> None:
+        #: Warn of RAY_AUTH_MODE=disabled as Ray starts (a start after RUN/log.txt was opened: a handed-over run's),
+        #: not in :meth:`start`.
+        self.warn_at_warm_up = warn_at_warm_up
         self.owns_ray = False
         self.config: Optional[RunConfig] = None
         self._thread: Optional[threading.Thread] = None
@@ -127,7 +130,8 @@ class RayBackend(Backend):
     def _start_in_background(self, config: RunConfig) -> None:
         try:
             self.owns_ray = connect_ray(config.address, {"num_cpus": os.cpu_count(),
-                                                         "object_store_memory": _object_store_bytes()}, warn=False)
+                                                         "object_store_memory": _object_store_bytes()},
+                                    warn=self.warn_at_warm_up)
             self._create_actors(config)
         except BaseException as error:  # raised in the engine's thread by wait_started
             self._start_error = error
@@ -156,7 +160,7 @@ class RayBackend(Backend):
         self.config = config
         try:
             self.wait_started()
-            if self.owns_ray:
+            if self.owns_ray and not self.warn_at_warm_up:
                 warn_auth_off()  # here, where RUN/log.txt records it
             self._start_actors(config, dataset, model_name, initial_params)
         except BaseException:
@@ -222,9 +226,7 @@ class RayBackend(Backend):
             self.owns_ray = False
 
     def describe(self) -> Dict[str, object]:
-        return {"backend": self.name, "actors": self.plan.actors, "trainer_threads": self.config.trainer_threads,
-                "gpus_per_actor": self.plan.gpus_per_actor, "server_gpus": self.plan.server_gpus,
-                "nodes": self.nodes, "address": self.config.address or "local"}
+        return execution(self.config, self.plan, self.nodes)
 
     # -- one round ---------------------------------------------------------------------------------------
 

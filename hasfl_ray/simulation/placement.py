@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+import os
+import sys
 from dataclasses import dataclass
+from typing import Dict, Optional
 
-from hasfl_ray.engine.config import RunConfig
+from hasfl_ray.engine.config import RunConfig, ray_installed
 from hasfl_ray.errors import ConfigError
+from hasfl_ray.simulation import ray_address
 
 #: GPU share the server actor asks for when trainers use GPUs: it aggregates and evaluates between the
 #: trainers' bursts, so it shares a GPU with a trainer instead of holding one of its own.
@@ -80,3 +84,29 @@ def plan_actors(config: RunConfig, cluster_cpus: float, cluster_gpus: float) -> 
         raise ConfigError(f"actors is {actors} with trainer_threads {threads}, which needs {actors * threads} CPUs, "
                           f"but the Ray cluster has {cpus}; expected fewer actors or trainer threads")
     return ActorPlan(actors, threads, share, SERVER_GPU_SHARE, "cuda")
+
+
+def execution(config: RunConfig, plan: ActorPlan, nodes: int) -> Dict[str, object]:
+    """What config.yaml records of a Ray run's execution (``RayBackend.describe``)."""
+    return {"backend": "ray", "actors": plan.actors, "trainer_threads": config.trainer_threads,
+            "gpus_per_actor": plan.gpus_per_actor, "server_gpus": plan.server_gpus, "nodes": nodes,
+            "address": config.address or "local"}
+
+
+def handoff_execution(config: RunConfig) -> Optional[Dict[str, object]]:
+    """For a run that starts Ray on this machine, on CPU: its execution as :func:`execution` records it, known
+    before Ray starts (the actors are planned on this machine's CPU count, which is what that Ray gets), so the run
+    can train in this process while Ray starts (:class:`hasfl_ray.engine.handoff.HandoffBackend`; Ray is not
+    imported here). None, to wait for Ray before the first round, when the run joins a Ray (an address, RAY_ADDRESS,
+    one this process already runs), uses a GPU (two copies of the model on it), injects a fault (tests aim it at
+    Ray), asks for actors that do not fit (the waiting start refuses them in its sentence before anything is made),
+    or Ray is not installed (the waiting start says how to install it)."""
+    ray = sys.modules.get("ray")
+    if (ray is not None and ray.is_initialized()) or ray_address(config.address)[0] or config.fault_inject or \
+            config.device != "cpu" or not ray_installed():
+        return None
+    try:
+        plan = plan_actors(config, os.cpu_count() or 1, 0)
+    except ConfigError:
+        return None
+    return execution(config, plan, 1)
