@@ -13,6 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from hasfl_ray.cli.main import main
+from sweep_files import cells, sha
 
 CELL = "digits-hasfl-seed42"
 TINY = {"rounds": 2, "clients": 6, "clients_per_round": 3}
@@ -32,16 +33,6 @@ def one_sentence(result, *words):
     assert "Traceback" not in result.output
     for word in words:
         assert word in result.output, result.output
-
-
-def cells(out):
-    with open(os.path.join(out, "sweep.json"), encoding="utf-8") as handle:
-        return {c["name"]: c["status"] for c in json.load(handle)["cells"]}
-
-
-def sha(run_dir):
-    with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as handle:
-        return json.load(handle)["params_sha256"]
 
 
 @pytest.fixture(scope="module")

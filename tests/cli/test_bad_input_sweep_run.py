@@ -2,7 +2,6 @@
 files, a cell given twice is refused, one SIGINT or SIGTERM stops the whole sweep with its running cells
 checkpointed, and a second sweep into a folder being written is refused, each in one sentence."""
 
-import json
 import os
 import signal
 import subprocess
@@ -14,6 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from hasfl_ray.cli.main import main
+from sweep_files import cells, sha
 from hasfl_ray.engine.rundir import RunLock
 from hasfl_ray.engine.signals import StopSignals
 
@@ -29,16 +29,6 @@ def write_sweep(path, block, **keys):
 
 def sweep(*args):
     return CliRunner().invoke(main, ["sweep", *args], catch_exceptions=False)
-
-
-def cells(out):
-    with open(os.path.join(out, "sweep.json"), encoding="utf-8") as handle:
-        return {c["name"]: c["status"] for c in json.load(handle)["cells"]}
-
-
-def sha(run_dir):
-    with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as handle:
-        return json.load(handle)["params_sha256"]
 
 
 def one_sentence(result, *words):

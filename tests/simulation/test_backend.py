@@ -18,13 +18,6 @@ from hasfl_ray.simulation.backend import RayBackend  # noqa: E402
 DIGITS = dict(rounds=3, clients=10, clients_per_round=5, seed=3)
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 ** 2, logging_level="warning")
-    yield
-    ray.shutdown()
-
-
 def run(tmp_path, name, **kw):
     """Run DIGITS with ``kw``; returns (summary, metrics lines without wall_s, the engine)."""
     out = tmp_path / name

@@ -17,13 +17,6 @@ from hasfl_ray.simulation.backend import RayBackend  # noqa: E402
 SMALL = dict(rounds=4, clients=6, clients_per_round=3, seed=7)
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 ** 2, logging_level="warning")
-    yield
-    ray.shutdown()
-
-
 def run(tmp_path, name, using=None, **kw):
     out = tmp_path / name
     summary = Engine(RunConfig(**{**SMALL, **kw}), out_dir=str(out), backend=using).run()
