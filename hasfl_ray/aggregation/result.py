@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict
 
 import torch
@@ -18,12 +18,15 @@ class AggregateResult:
         div_num: float64 tensor (num_clients,), ||m_i ⊙ (Δ_i − Δ̄)||² per client.
         div_den: float64 tensor (num_clients,), ||m_i ⊙ Δ̄||² per client.
         covered_fraction: fraction of all coordinates covered by at least one client.
+        covered_by_layer: parameter name -> fraction of its coordinates covered by at least one client (filled by
+            :meth:`hasfl_ray.engine.server.Server.apply` from the updates' shapes and offsets; empty otherwise).
     """
 
     delta: Dict[str, torch.Tensor]
     div_num: torch.Tensor
     div_den: torch.Tensor
     covered_fraction: float
+    covered_by_layer: Dict[str, float] = field(default_factory=dict)
 
     def heterogeneity(self, eps: float = 1e-8) -> torch.Tensor:
         """The paper's estimator Ĥ_i = div_num_i / (div_den_i + eps), float64 (num_clients,)."""

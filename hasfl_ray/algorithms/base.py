@@ -12,6 +12,8 @@ from hasfl_ray.schedule import is_adaptation_round  # noqa: F401  (where plug-in
 from hasfl_ray.training.local import ClientResult, LocalObjective
 
 if TYPE_CHECKING:  # the run configuration sits below the algorithms; only type checkers need its class here
+    import torch
+
     from hasfl_ray.engine.config import RunConfig
 
 
@@ -83,6 +85,14 @@ class Algorithm(ABC):
         ``results`` are the accepted participants' results in client order with ``update`` emptied (the
         packed tensors stay on the server); ``aggregate.delta`` is empty for the same reason.
         """
+
+    def submodel_for_eval(self, params: Dict[str, "torch.Tensor"], width: float) -> Optional[Dict[str, "torch.Tensor"]]:
+        """The width-``width`` sub-model that accuracy at each width and local accuracy evaluate, cut from the
+        global parameters ``params`` (name -> full-shape tensor on the CPU): name -> tensor of the width-``width``
+        network's shapes (``build_model(model, width)``). Default None: the nested prefix
+        (:func:`hasfl_ray.models.extract`), as for every built-in (FedRolex's window at offset 0). Width 1.0 is
+        always the full global model (``test_accuracy``)."""
+        return None
 
     def h_tilde(self) -> Optional[np.ndarray]:
         """Heterogeneity estimates H̃ per client, where the algorithm keeps them."""

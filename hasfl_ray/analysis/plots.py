@@ -1,22 +1,29 @@
 """The paper's figures from run directories: convergence (accuracy and loss per round, a band over seeds), mean H̃
-and mean p per round, final p against p^max per client, and the accuracy-capacity frontier."""
+and mean p per round, final p against p^max per client, the accuracy-capacity frontier, accuracy against width and
+the distribution of client local accuracies."""
 
 from __future__ import annotations
 
 import io
 import os
 from collections import defaultdict
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
-from hasfl_ray.analysis.report import _label, display_name, number, protocol_line, summarise_runs
+from hasfl_ray.analysis.report import (_label, check_number_map, check_width_map, display_name, mean_std, number,
+                                       protocol_line, summarise_runs, width_of)
 from hasfl_ray.errors import DataError
 from hasfl_ray.files import atomic_write, parse_json, read_text
 
 
 #: metrics.jsonl keys the figures draw (a number or null on each line).
 PLOTTED_KEYS = ("test_accuracy", "test_loss", "mean_h", "avg_p")
+#: metrics.jsonl keys of issue 25, absent from runs written before: a number or null, objects of widths to numbers
+#: (on evaluation rounds), objects of parameter names to fractions (every round).
+NUMBER_KEYS = ("local_accuracy_mean",)
+WIDTH_KEYS = ("accuracy_at_width", "loss_at_width")
+LAYER_KEYS = ("frozen_by_layer", "coverage_by_layer")
 
 
 def _metrics(run: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -49,9 +56,15 @@ def read_metrics(path: str) -> List[Dict[str, Any]]:
         value = parse_json(line, what, expected)
         if not isinstance(value, dict):
             raise DataError(f"{what} is a JSON {type(value).__name__}, not an object; expected {expected}")
-        for key in PLOTTED_KEYS:
+        for key in PLOTTED_KEYS + NUMBER_KEYS:
             if value.get(key) is not None and not number(value[key]):
                 raise DataError(f"{what} has {key} {value[key]!r}; expected a number or null")
+        for key in WIDTH_KEYS:
+            if key in value:
+                check_width_map(value[key], f"{what} has {key}", allow_null=True)
+        for key in LAYER_KEYS:
+            if key in value:
+                check_number_map(value[key], f"{what} has {key}", "an object of parameter names to fractions")
         lines.append(value)
     return lines
 
@@ -82,7 +95,8 @@ def _band(ax, runs, key, label, scale=1.0, **style):
 
 
 def plot_runs(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str] = ()) -> List[str]:
-    """Write <dataset>-convergence.png, -heterogeneity.png, -allocations.png and -frontier.png per dataset; return
+    """Write <dataset>-convergence.png, -heterogeneity.png, -allocations.png and -frontier.png per dataset, and
+    -widths.png and -local.png where its runs record accuracy at each width and client local accuracies; return
     the paths. Curves are the mean over seeds with a ± std band; titles name the dataset and the protocol."""
     load_metrics(runs)
     import matplotlib
@@ -155,7 +169,61 @@ def plot_runs(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str]
         ax.title.set_fontsize(9)
         ax.legend(fontsize=8)
         written.append(_save(fig, out_dir, f"{dataset}-frontier.png"))
+        written += _plot_widths(plt, out_dir, dataset, heading, labels, groups)
+        written += _plot_local(plt, out_dir, dataset, heading, labels, groups)
     return written
+
+
+def _plot_widths(plt, out_dir: str, dataset: str, heading: str, labels: Sequence[str],
+                 groups: Mapping[str, List[Dict[str, Any]]]) -> List[str]:
+    """<dataset>-widths.png: final accuracy of the global model cut to each width, one line per algorithm (mean
+    over the seeds that recorded it, ± std band); nothing when no run of the dataset records it."""
+    fig, ax = plt.subplots(figsize=(6.5, 5))
+    drawn = False
+    for label in labels:
+        maps = [{width_of(w): a for w, a in r["summary"]["accuracy_at_width_final"].items()}
+                for r in groups[label] if isinstance(r["summary"].get("accuracy_at_width_final"), dict)]
+        widths = sorted({w for m in maps for w in m})
+        if not widths:
+            continue
+        stats = [mean_std([100 * m[w] for m in maps if w in m]) for w in widths]
+        mean, std = np.array(stats).T
+        line, = ax.plot(widths, mean, marker="o", label=f"{display_name(label)} ({len(maps)} seed"
+                                                        f"{'s' if len(maps) > 1 else ''})")
+        if len(maps) > 1:
+            ax.fill_between(widths, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
+        drawn = True
+    if not drawn:
+        plt.close(fig)
+        return []
+    ax.set(xlabel="width p of the sub-model", ylabel="final test accuracy (%, mean ± std over seeds)",
+           title=f"Accuracy at each width\n{heading}", xlim=(0, 1.05))
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=8)
+    return [_save(fig, out_dir, f"{dataset}-widths.png")]
+
+
+def _plot_local(plt, out_dir: str, dataset: str, heading: str, labels: Sequence[str],
+                groups: Mapping[str, List[Dict[str, Any]]]) -> List[str]:
+    """<dataset>-local.png: the distribution of the clients' local accuracies (clients.csv, every seed's clients
+    together), a box per algorithm, masked and unmasked side by side; nothing when no client has one."""
+    panels = []
+    for column, title in (("local_accuracy", "masked to the client's labels"), ("local_accuracy_unmasked", "unmasked")):
+        boxes = [(label, [100 * float(c[column]) for r in groups[label] for c in r["clients"]
+                          if c.get(column) not in (None, "")]) for label in labels]
+        boxes = [(label, values) for label, values in boxes if values]
+        if boxes:
+            panels.append((title, boxes))
+    if not panels:
+        return []
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 5), squeeze=False)
+    for ax, (title, boxes) in zip(axes[0], panels):
+        ax.boxplot([values for _, values in boxes], showmeans=True)
+        ax.set_xticks(range(1, len(boxes) + 1), [f"{display_name(label)}\n({len(values)} clients)"
+                                                 for label, values in boxes], fontsize=8)
+        ax.set(ylabel="local accuracy of a client (%)", title=f"local accuracy, {title}")
+    fig.suptitle(f"Client local accuracies (box: quartiles and median, ▲ mean): {heading}", fontsize=10)
+    return [_save(fig, out_dir, f"{dataset}-local.png")]
 
 
 def _save(fig, out_dir: str, name: str) -> str:

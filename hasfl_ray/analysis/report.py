@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import reprlib
 from collections import defaultdict
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -73,10 +74,81 @@ def _check_summary(summary: Any, what: str) -> None:
     warning = summary.get("coverage_warning")
     if warning and not (isinstance(warning, dict) and number(warning.get("frozen_fraction"))):
         raise DataError(f"{what} has coverage_warning {warning!r}; expected an object with a frozen_fraction number")
+    for key in ("accuracy_at_width_final", "accuracy_at_width_best"):
+        if key in summary:
+            check_width_map(summary[key], f"{what} has {key}")
+    for key in LOCAL_KEYS:
+        if key in summary:
+            _check_local(summary[key], f"{what} has {key}")
+
+
+#: A field of a run written before it existed: what its table cell says (never an error).
+NOT_RECORDED = "not recorded"
+#: summary.json's local accuracy blocks (issue 25): masked, then unmasked.
+LOCAL_KEYS = ("local_accuracy", "local_accuracy_unmasked")
+#: The statistics of a local accuracy block the fairness table reads.
+LOCAL_STATISTICS = ("mean", "worst", "p10", "median")
+WIDTHS_EXPECTED = 'an object of widths in (0, 1] ("0.25", "1") to numbers'
+
+
+def width_of(key: Any) -> Optional[float]:
+    """The width a key of an ``accuracy_at_width``-like object names (``format(w, "g")``: "0.25", "1"), None for a
+    key that is not a width in (0, 1]."""
+    try:
+        width = float(key)
+    except (TypeError, ValueError):
+        return None
+    return width if 0 < width <= 1 else None
+
+
+def _brief(value: Any) -> str:
+    """``repr(value)`` cut short (a malformed field may be large)."""
+    brief = reprlib.Repr()
+    brief.maxstring = brief.maxother = 40
+    return brief.repr(value)
+
+
+def check_width_map(value: Any, what: str, allow_null: bool = False) -> None:
+    """One sentence (``what`` names the file and key) unless ``value`` maps widths to numbers (or null, in a
+    metrics.jsonl line: a loss that could not be computed)."""
+    expected = WIDTHS_EXPECTED + (" or null" if allow_null else "")
+    check_number_map(value, what, expected, lambda key: width_of(key) is not None, allow_null)
+
+
+def check_number_map(value: Any, what: str, expected: str, key_ok=lambda key: True,
+                     allow_null: bool = False) -> None:
+    """One sentence ``what <value>; expected <expected>`` unless ``value`` is an object whose keys pass ``key_ok``
+    and whose values are numbers (or null with ``allow_null``); the sentence shows the first bad entry."""
+    if not isinstance(value, dict):
+        raise DataError(f"{what} {_brief(value)}; expected {expected}")
+    for key, entry in value.items():
+        if not key_ok(key) or not (number(entry) or (allow_null and entry is None)):
+            raise DataError(f"{what} entry {_brief(key)}: {_brief(entry)}; expected {expected}")
+
+
+def _check_local(value: Any, what: str) -> None:
+    """A local accuracy block: the statistics as numbers, per_tier widths to numbers, width a name; or the text of
+    a dataset where it is not defined."""
+    if isinstance(value, str):
+        return
+    expected = (f"an object with {', '.join(LOCAL_STATISTICS)} numbers or null (and per_tier widths to numbers), or the "
+                "text \"not defined for this dataset: ...\"")
+    if not isinstance(value, dict):
+        raise DataError(f"{what} {_brief(value)}; expected {expected}")
+    for key in LOCAL_STATISTICS + ("best",):  # null: no client had a test sample of its labels
+        if (key in value or key in LOCAL_STATISTICS) and not (number(value.get(key)) or
+                                                              (key in value and value[key] is None)):
+            raise DataError(f"{what} {key} {_brief(value.get(key))}; expected {expected}")
+    if "per_tier" in value:
+        check_width_map(value["per_tier"], f"{what} per_tier")
+    if "width" in value and not isinstance(value["width"], str):
+        raise DataError(f"{what} width {_brief(value['width'])}; expected \"final\" or \"p_max\"")
 
 
 #: clients.csv columns the reports read as numbers: (column, may be empty).
 NUMERIC_CLIENT_COLUMNS = (("p_max", False), ("p_final", False), ("tv_distance", True), ("h_tilde", True))
+#: clients.csv columns of issue 25 (per-client local accuracy): numbers or empty, absent from runs written before.
+LOCAL_CLIENT_COLUMNS = ("local_accuracy", "local_accuracy_unmasked", "local_width", "local_test_samples")
 
 
 def read_clients(file: str) -> List[Dict[str, str]]:
@@ -87,7 +159,8 @@ def read_clients(file: str) -> List[Dict[str, str]]:
     rows = []
     try:
         for row in reader:
-            for column, may_be_empty in NUMERIC_CLIENT_COLUMNS:
+            recorded = [(c, True) for c in LOCAL_CLIENT_COLUMNS if c in (reader.fieldnames or ())]
+            for column, may_be_empty in NUMERIC_CLIENT_COLUMNS + tuple(recorded):
                 value = row.get(column)
                 if value is None:
                     raise DataError(f"{what} line {reader.line_num} has no {column}; expected the columns "
@@ -118,10 +191,9 @@ def _label(config: Dict[str, Any]) -> str:
     return label
 
 
-def summarise_runs(runs: Sequence[Dict[str, Any]], order: Sequence[str] = ()) -> List[Dict[str, Any]]:
-    """Rows of (dataset, algorithm): seeds, best/final accuracy mean and sample std (×100), the peak-to-final change
-    of the means (final − best, the paper's Table 4 column), mean avg_p. Rows follow ``order`` (algorithm labels or
-    sweep names, e.g. a sweep's algorithm list) within each dataset, then the rest alphabetically."""
+def run_groups(runs: Sequence[Dict[str, Any]], order: Sequence[str] = ()) -> List[Tuple[Tuple[str, str], List]]:
+    """The runs by (dataset, algorithm label), in the tables' row order: ``order`` (algorithm labels or sweep names,
+    e.g. a sweep's algorithm list) within each dataset, then the rest alphabetically."""
     groups: Dict[tuple, List[Dict[str, Any]]] = defaultdict(list)
     for run in runs:
         groups[(run["config"]["dataset"], _label(run["config"]))].append(run)
@@ -132,15 +204,26 @@ def summarise_runs(runs: Sequence[Dict[str, Any]], order: Sequence[str] = ()) ->
         names = [algorithm] + [_sweep_name(r) for r in members]
         return dataset, min((rank[n] for n in names if n in rank), default=len(rank)), algorithm
 
+    return sorted(groups.items(), key=key)
+
+
+def mean_std(values: Sequence[float]) -> Tuple[float, float]:
+    """Mean and sample standard deviation (0 for one value) over seeds."""
+    values = np.asarray(values, dtype=np.float64)
+    return float(values.mean()), float(values.std(ddof=1 if len(values) > 1 else 0))
+
+
+def summarise_runs(runs: Sequence[Dict[str, Any]], order: Sequence[str] = ()) -> List[Dict[str, Any]]:
+    """Rows of (dataset, algorithm): seeds, best/final accuracy mean and sample std (×100), the peak-to-final change
+    of the means (final − best, the paper's Table 4 column), mean avg_p. Rows follow ``order`` (see
+    :func:`run_groups`)."""
     rows = []
-    for (dataset, algorithm), members in sorted(groups.items(), key=key):
-        best = np.array([100 * r["summary"]["best_accuracy"] for r in members])
-        final = np.array([100 * r["summary"]["final_accuracy"] for r in members])
-        ddof = 1 if len(members) > 1 else 0
+    for (dataset, algorithm), members in run_groups(runs, order):
+        best_mean, best_std = mean_std([100 * r["summary"]["best_accuracy"] for r in members])
+        final_mean, final_std = mean_std([100 * r["summary"]["final_accuracy"] for r in members])
         rows.append({"dataset": dataset, "algorithm": algorithm, "seeds": sorted(r["config"]["seed"] for r in members),
-                     "best_mean": float(best.mean()), "best_std": float(best.std(ddof=ddof)),
-                     "final_mean": float(final.mean()), "final_std": float(final.std(ddof=ddof)),
-                     "peak_to_final": float(final.mean() - best.mean()),
+                     "best_mean": best_mean, "best_std": best_std, "final_mean": final_mean, "final_std": final_std,
+                     "peak_to_final": final_mean - best_mean,
                      "avg_p": float(np.mean([r["summary"]["avg_p"] for r in members])),
                      **_coverage_columns(members)})
     return rows
@@ -342,21 +425,23 @@ def protocol_line(config: Mapping[str, Any]) -> str:
 def table_markdown(rows: Sequence[Dict[str, Any]]) -> str:
     """The paper's table layout: Best, Final, Peak→final, Avg p (mean ± std over seeds, accuracies in %); a row
     whose runs kept part of the model untrained after warm-up (the coverage monitor) is marked ‡ and explained."""
-    lines = ["| Dataset | Algorithm | Type | Seeds | Best acc. (%) | Final acc. (%) | Peak→final Δ | Avg. p |",
-             "|---|---|---|---|---|---|---|---|"]
-    marked = False
-    for row in rows:
-        mark = " ‡" if row.get("coverage_warnings") else ""
-        marked = marked or bool(mark)
-        lines.append(f"| {display_name(row['dataset'])} | {display_name(row['algorithm'])}{mark} | "
-                     f"{algorithm_type(row['algorithm'])} | "
-                     f"{', '.join(str(s) for s in row['seeds'])} | {row['best_mean']:.1f} ± {row['best_std']:.1f} | "
-                     f"{row['final_mean']:.1f} ± {row['final_std']:.1f} | {row['peak_to_final']:+.1f} | "
-                     f"{row['avg_p']:.2f} |")
-    if marked:
+    body = [[display_name(row["dataset"]), display_name(row["algorithm"]) + (" ‡" if row.get("coverage_warnings")
+                                                                               else ""),
+             algorithm_type(row["algorithm"]), ", ".join(str(s) for s in row["seeds"]),
+             f"{row['best_mean']:.1f} ± {row['best_std']:.1f}", f"{row['final_mean']:.1f} ± {row['final_std']:.1f}",
+             f"{row['peak_to_final']:+.1f}", f"{row['avg_p']:.2f}"] for row in rows]
+    lines = _markdown_grid(["Dataset", "Algorithm", "Type", "Seeds", "Best acc. (%)", "Final acc. (%)",
+                            "Peak→final Δ", "Avg. p"], body)
+    if any(row.get("coverage_warnings") for row in rows):
         lines += ["", "‡ coverage warning: in these runs part of the global model stayed at its initial value after "
                       "warm-up (no participant covered those coordinates); the frozen fraction is in table.csv."]
     return "\n".join(lines) + "\n"
+
+
+def _markdown_grid(header: Sequence[str], body: Sequence[Sequence[str]]) -> List[str]:
+    """The lines of a markdown table."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join(cells) + " |" for cells in body]
 
 
 def table_csv(rows: Sequence[Dict[str, Any]], columns: Sequence[str] = TABLE_COLUMNS) -> str:
@@ -372,21 +457,27 @@ def table_csv(rows: Sequence[Dict[str, Any]], columns: Sequence[str] = TABLE_COL
 
 def table_latex(rows: Sequence[Dict[str, Any]], caption: str) -> str:
     """A booktabs table in the paper's layout (the dataset named on its first row, a rule between datasets)."""
+    body = [[_tex(display_name(row["algorithm"])), _tex(algorithm_type(row["algorithm"])),
+             rf"{row['best_mean']:.1f} $\pm$ {row['best_std']:.1f}\%",
+             rf"{row['final_mean']:.1f} $\pm$ {row['final_std']:.1f}\%", f"${row['peak_to_final']:+.1f}$",
+             f"{row['avg_p']:.2f}"] for row in rows]
+    return _latex_grid(rows, body, caption, "lllcccc",
+                       r"Dataset & Algorithm & Type & Best Acc. & Final Acc. & Peak$\to$final $\Delta$ & Avg.\ $p$")
+
+
+def _latex_grid(rows: Sequence[Dict[str, Any]], body: Sequence[Sequence[str]], caption: str, align: str,
+                header: str) -> str:
+    """A booktabs table: each row's dataset named on its first row, a rule between datasets, then ``body``'s
+    cells (TeX already)."""
     lines = [r"\begin{table}[!htbp]", r"\centering", rf"\caption{{{_tex(caption)} (mean $\pm$ std over seeds)}}",
-             r"\footnotesize",
-             r"\begin{tabular}{lllcccc}", r"\toprule",
-             r"Dataset & Algorithm & Type & Best Acc. & Final Acc. & Peak$\to$final $\Delta$ & Avg.\ $p$ \\",
-             r"\midrule"]
+             r"\footnotesize", rf"\begin{{tabular}}{{{align}}}", r"\toprule", header + r" \\", r"\midrule"]
     previous = None
-    for row in rows:
+    for row, cells in zip(rows, body):
         if previous is not None and row["dataset"] != previous:
             lines.append(r"\midrule")
         dataset = _tex(display_name(row["dataset"])) if row["dataset"] != previous else ""
         previous = row["dataset"]
-        lines.append(f"{dataset} & {_tex(display_name(row['algorithm']))} & {_tex(algorithm_type(row['algorithm']))} & "
-                     rf"{row['best_mean']:.1f} $\pm$ {row['best_std']:.1f}\% & "
-                     rf"{row['final_mean']:.1f} $\pm$ {row['final_std']:.1f}\% & ${row['peak_to_final']:+.1f}$ & "
-                     rf"{row['avg_p']:.2f} \\")
+        lines.append(" & ".join([dataset] + list(cells)) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
     return "\n".join(lines) + "\n"
 
@@ -430,3 +521,157 @@ def confound_latex(analysis: Mapping[str, List[Dict[str, Any]]]) -> str:
 def _tex(text: str) -> str:
     return text.replace("\\", r"\textbackslash{}").replace("&", r"\&").replace("%", r"\%").replace("_", r"\_") \
         .replace("#", r"\#")
+
+
+# ------------------------------------------------- issue 25: accuracy at each width, local accuracy, fairness
+
+def _stat(values: Sequence[Any]) -> Any:
+    """A cell over seeds: {mean, std, n} (×100, sample std) of the seeds whose value is a number; else the text of
+    a seed saying why it is not defined for its dataset; else :data:`NOT_RECORDED` (runs written before)."""
+    numbers = [100 * value for value in values if number(value)]
+    if numbers:
+        mean, std = mean_std(numbers)
+        return {"mean": mean, "std": std, "n": len(numbers)}
+    return next((value for value in values if isinstance(value, str)), NOT_RECORDED)
+
+
+def _widths(run: Dict[str, Any], key: str, block: Any = None) -> Dict[float, Any]:
+    """summary.json's ``key`` (or ``block``'s, for per_tier) as {width: value}; {} where it is not recorded."""
+    value = (run["summary"] if block is None else block).get(key)
+    return {width_of(w): v for w, v in value.items()} if isinstance(value, dict) else {}
+
+
+def _local(run: Dict[str, Any], key: str = "local_accuracy") -> Any:
+    """A run's local accuracy block: a dict, the text of a dataset where it is not defined, or None."""
+    return run["summary"].get(key)
+
+
+#: summary.json's local_accuracy width, in words.
+LOCAL_WIDTHS = {"final": "its final p", "p_max": "its capacity p^max"}
+#: A local accuracy statistic that is null: no client of the run had a test sample of its labels.
+NO_CLIENT_SCORED = "no client scored"
+
+
+def _statistic(block: Any, key: str) -> Any:
+    """Statistic ``key`` of a local accuracy block (:data:`NO_CLIENT_SCORED` where null), or the block's text, or
+    None (not recorded)."""
+    if not isinstance(block, dict):
+        return block
+    return NO_CLIENT_SCORED if block.get(key) is None else block[key]
+
+
+def _width_label(width: float) -> str:
+    return format(width, "g")
+
+
+def width_tables(runs: Sequence[Dict[str, Any]], order: Sequence[str] = ()) -> List[Dict[str, Any]]:
+    """The tables of issue 25, each ``{"name", "title", "caption", "columns": [(key, markdown, TeX)], "rows"}`` (rows
+    as :func:`summarise_runs`'s, with ``cells`` {key: a :func:`_stat` cell}), or ``{"name", "omitted": why}`` when no
+    run holds its fields: ``widths`` (final accuracy of the global model cut to each width, FjORD's curve and
+    HeteroFL's level table), ``local`` (global against local accuracy, masked and unmasked) and ``fairness`` (the
+    masked local accuracy's mean, worst client, 10th percentile, median and per-tier mean)."""
+    groups = run_groups(runs, order)
+    widths = sorted({w for run in runs for w in _widths(run, "accuracy_at_width_final")})
+    tiers = sorted({w for run in runs if isinstance(_local(run), dict) for w in _widths(run, "per_tier", _local(run))})
+    tables = []
+
+    def table(name, title, caption, columns, cells, omitted):
+        if omitted:
+            tables.append({"name": name, "omitted": omitted})
+            return
+        rows = [{"dataset": dataset, "algorithm": algorithm, "seeds": sorted(r["config"]["seed"] for r in members),
+                 "cells": cells(members)} for (dataset, algorithm), members in groups]
+        tables.append({"name": name, "title": title, "caption": caption, "columns": columns, "rows": rows})
+
+    table("widths", "Accuracy at each width",
+          "Final test accuracy (%) of the global model cut to width p, the sub-model the algorithm hands a client of "
+          "that width (docs/metrics.md)",
+          [(f"p={_width_label(w)}", f"p = {_width_label(w)}", f"$p={_width_label(w)}$") for w in widths],
+          lambda members: {f"p={_width_label(w)}{suffix}": _stat([_widths(r, key).get(w) for r in members])
+                           for w in widths for suffix, key in (("", "accuracy_at_width_final"),
+                                                               ("_best", "accuracy_at_width_best"))},
+          "" if widths else "no run records accuracy_at_width_final in summary.json (runs written before per-width "
+                            "evaluation)")
+    recorded = any(key in run["summary"] for run in runs for key in LOCAL_KEYS)
+    table("local", "Global and local accuracy",
+          "Global: final test accuracy (%) of the full-width model; local: mean over clients of the accuracy (%) on "
+          "the test samples of the labels each client holds, at its own width, logits masked to those labels or not "
+          "(HeteroFL's global and local; docs/metrics.md); a client's width: " + (", ".join(sorted(
+              {LOCAL_WIDTHS.get(b.get("width"), str(b.get("width"))) for run in runs for b in [_local(run)]
+               if isinstance(b, dict)})) or "not recorded"),
+          [("global", "Global acc. (%)", "Global"), ("local", "Local acc., masked (%)", "Local (masked)"),
+           ("local_unmasked", "Local acc., unmasked (%)", "Local (unmasked)")],
+          lambda members: {"global": _stat([r["summary"]["final_accuracy"] for r in members]),
+                           **{name: _stat([_statistic(_local(r, key), "mean") for r in members])
+                              for name, key in (("local", "local_accuracy"),
+                                                ("local_unmasked", "local_accuracy_unmasked"))}},
+          "" if recorded else "no run records local_accuracy in summary.json (runs written before local evaluation)")
+    defined = any(isinstance(_local(run), dict) for run in runs)
+    table("fairness", "Fairness over clients",
+          "Masked local accuracy (%) over clients: mean, worst client, 10th percentile, median, and the mean of each "
+          "capacity tier p^max (HASA's worst and tail; docs/metrics.md)",
+          [(s, h, h) for s, h in (("mean", "Mean"), ("worst", "Worst"), ("p10", "P10"), ("median", "Median"))]
+          + [(f"tier={_width_label(w)}", f"Tier p^max = {_width_label(w)}", rf"$p^{{\max}}={_width_label(w)}$")
+             for w in tiers],
+          lambda members: {**{s: _stat([_statistic(_local(r), s) for r in members]) for s in LOCAL_STATISTICS},
+                           **{f"tier={_width_label(w)}": _stat([_widths(r, "per_tier", b).get(w) if isinstance(b, dict)
+                                                                else b for r, b in zip(members, map(_local, members))])
+                              for w in tiers}},
+          "" if defined else "no run has per-client local accuracies in summary.json (" + (
+              "not defined for its dataset" if recorded else "runs written before local evaluation") + ")")
+    return tables
+
+
+def _cell_text(cell: Any, seeds: int, tex: bool = False) -> str:
+    """``mean ± std`` (with ``(n/seeds seeds)`` when some seeds did not record it), or the reason there is none."""
+    if isinstance(cell, str):
+        text = "not defined" if cell.startswith("not defined") else cell
+        return _tex(text) if tex else text
+    plus_minus = r"$\pm$" if tex else "±"
+    text = f"{cell['mean']:.1f} {plus_minus} {cell['std']:.1f}"
+    return text + (f" ({cell['n']}/{seeds} seeds)" if cell["n"] < seeds else "")
+
+
+def _undefined_notes(table: Mapping[str, Any]) -> List[str]:
+    """Why the cells saying "not defined" say so (once per reason)."""
+    reasons = {cell for row in table["rows"] for cell in row["cells"].values()
+               if isinstance(cell, str) and cell.startswith("not defined")}
+    return [f"not defined: {reason}" for reason in sorted(reasons)]
+
+
+def grid_markdown(table: Mapping[str, Any]) -> str:
+    """A :func:`width_tables` table in markdown: the caption below it, then why any cell says "not defined"."""
+    body = [[display_name(row["dataset"]), display_name(row["algorithm"]), ", ".join(str(s) for s in row["seeds"])]
+            + [_cell_text(row["cells"][key], len(row["seeds"])) for key, _, _ in table["columns"]]
+            for row in table["rows"]]
+    lines = _markdown_grid(["Dataset", "Algorithm", "Seeds"] + [header for _, header, _ in table["columns"]], body)
+    lines += ["", table["caption"] + "; mean ± std over seeds."] + [f"- {note}" for note in _undefined_notes(table)]
+    return "\n".join(lines) + "\n"
+
+
+def grid_csv(table: Mapping[str, Any]) -> str:
+    """A :func:`width_tables` table as CSV: per cell ``<key>_mean``, ``<key>_std`` and ``<key>_seeds`` (how many
+    seeds recorded it); a cell without numbers has its reason in ``<key>_mean``."""
+    keys = list(dict.fromkeys(key for row in table["rows"] for key in row["cells"]))
+    columns = ["dataset", "algorithm", "seeds"] + [f"{key}_{part}" for key in keys for part in ("mean", "std", "seeds")]
+    rows = [{"dataset": row["dataset"], "algorithm": row["algorithm"], "seeds": row["seeds"],
+             **{f"{key}_{part}": cell.get(name) if isinstance(cell, dict) else (cell if part == "mean" else None)
+                for key, cell in row["cells"].items() for part, name in (("mean", "mean"), ("std", "std"),
+                                                                         ("seeds", "n"))}}
+            for row in table["rows"]]
+    return table_csv(rows, columns)
+
+
+def grid_latex(table: Mapping[str, Any], caption: str) -> str:
+    """A :func:`width_tables` table as a booktabs table in the layout of :func:`table_latex`."""
+    body = [[_tex(display_name(row["algorithm"]))]
+            + [_cell_text(row["cells"][key], len(row["seeds"]), tex=True) for key, _, _ in table["columns"]]
+            for row in table["rows"]]
+    header = " & ".join(["Dataset", "Algorithm"] + [tex for _, _, tex in table["columns"]])
+    return _latex_grid(table["rows"], body, f"{table['title']}, {caption}" if caption else table["title"],
+                       "ll" + "c" * len(table["columns"]), header)
+
+
+def omitted_lines(tables: Sequence[Mapping[str, Any]]) -> List[str]:
+    """One line per :func:`width_tables` table left out, saying why."""
+    return [f"{table['name']} table omitted: {table['omitted']}" for table in tables if "omitted" in table]

@@ -8,21 +8,32 @@ from typing import Any, Dict, List, Sequence
 
 from hasfl_ray.analysis.plots import load_metrics, plot_runs
 from hasfl_ray.analysis.report import (CONFOUND_COLUMNS, analyze_runs, confound_latex, confound_markdown, display_name,
-                                       summarise_runs, table_csv, table_latex, table_markdown)
+                                       grid_csv, grid_latex, grid_markdown, omitted_lines, summarise_runs, table_csv,
+                                       table_latex, table_markdown, width_tables)
 from hasfl_ray.files import atomic_write
 
 
 def write_report(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str] = (),
                  title: str = "") -> List[str]:
-    """table.{md,csv,tex} (the paper's table layout), confound.{md,csv,tex} and analysis.json (Table 5, when some
-    run has H̃ estimates) and the figures (PNG) under ``out_dir``; returns the paths written."""
+    """table.{md,csv,tex} (the paper's table layout), widths, local and fairness.{md,csv,tex} (accuracy at each
+    width, global against local accuracy, fairness over clients: each when some run records its fields, else a line
+    in table.md saying why it is left out), confound.{md,csv,tex} and analysis.json (Table 5, when some run has H̃
+    estimates) and the figures (PNG) under ``out_dir``; returns the paths written."""
     load_metrics(runs)
     os.makedirs(out_dir, exist_ok=True)
     rows = summarise_runs(runs, order)
     datasets = ", ".join(display_name(d) for d in dict.fromkeys(r["dataset"] for r in rows))
     caption = f"{title}, {datasets}" if title else datasets
-    files = {"table.md": (f"# {title}\n\n" if title else "") + table_markdown(rows), "table.csv": table_csv(rows),
-             "table.tex": table_latex(rows, caption)}
+    tables = width_tables(runs, order)
+    omitted = "".join(f"\n{line}\n" for line in omitted_lines(tables))
+    files = {"table.md": (f"# {title}\n\n" if title else "") + table_markdown(rows) + omitted,
+             "table.csv": table_csv(rows), "table.tex": table_latex(rows, caption)}
+    for table in tables:
+        if "omitted" not in table:
+            heading = f"# {title}: {table['title']}" if title else f"# {table['title']}"
+            files.update({f"{table['name']}.md": f"{heading}\n\n{grid_markdown(table)}",
+                          f"{table['name']}.csv": grid_csv(table),
+                          f"{table['name']}.tex": grid_latex(table, caption)})
     analysis = analyze_runs(runs)
     if analysis["runs"]:
         files["confound.md"] = confound_markdown(analysis)

@@ -100,6 +100,18 @@ RUN_OPTIONS = (
                  help="Evaluate on a seeded random subset of this many test samples, the same every round and on every "
                       "backend (default: the whole test set; 0 = the whole test set; more than the test set holds = "
                       "the whole test set)."),
+    click.option("--eval-widths", metavar="W1,W2,...",
+                 help="Also evaluate the global model cut to each of these widths in (0, 1] (comma list; 1 is always "
+                      "included; 'full' = the full model only). Default: the run's distinct p^max values and 1. "
+                      "metrics.jsonl's accuracy_at_width, summary.json's final and best per width (docs/metrics.md)."),
+    click.option("--eval-every", type=int,
+                 help="Evaluate at each width every K rounds, and always after the last (default: 1 on digits and "
+                      "synthetic, 5 otherwise)."),
+    click.option("--local-eval-every", type=int,
+                 help="Evaluate every client's local accuracy every K rounds too (default 0: after the last round "
+                      "only)."),
+    click.option("--local-eval-width", type=click.Choice(["final", "p-max"]),
+                 help="The width of a client's local accuracy: final (default: its p_final) or p-max (its tier)."),
 )
 
 
@@ -133,6 +145,15 @@ def apply_switches(flags: Dict[str, Any], no_coverage: bool, download: bool, fas
         except ValueError:
             raise ConfigError(f"--tier-counts is {counts!r}; expected 4 comma-separated client counts, e.g. "
                               "4,10,3,3") from None
+    widths = flags.get("eval_widths")
+    if isinstance(widths, str):
+        try:
+            flags["eval_widths"] = [1.0] if widths.strip() == "full" else [float(w) for w in widths.split(",")]
+        except ValueError:
+            raise ConfigError(f"--eval-widths is {widths!r}; expected comma-separated widths in (0, 1], e.g. "
+                              "0.25,0.5,0.75,1, or full") from None
+    if flags.get("local_eval_width") == "p-max":
+        flags["local_eval_width"] = "p_max"
     if flags.get("budget") is not None and flags.get("budget_from") is not None:
         raise ConfigError(f"--budget {flags['budget']} and --budget-from {flags['budget_from']!r} are both given; "
                           "expected one source for random-budget's target")

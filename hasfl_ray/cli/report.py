@@ -98,14 +98,18 @@ def write_files(write, out_dir):
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--out", "out_dir", type=click.Path(),
-              help="Write table.{md,csv,tex}, confound.{md,csv,tex}, analysis.json and the figures (PNG) here "
-                   "(default for a sweep's folder: PATH/report).")
+              help="Write table.{md,csv,tex}, widths/local/fairness.{md,csv,tex} (where runs record them), "
+                   "confound.{md,csv,tex}, analysis.json and the figures (PNG) here (default for a sweep's folder: "
+                   "PATH/report).")
 @user_errors
 def report(paths, as_json, out_dir) -> None:
     """Mean ± std over seeds of best/final accuracy, peak-to-final change and avg p per (dataset, algorithm), and
-    the confound correlations of Table 5 per run. PATHS are run directories, folders holding them, or a sweep's
-    folder (then the files and figures are written too)."""
+    the confound correlations of Table 5 per run. Runs that record them add accuracy at each width, global against
+    local accuracy and fairness over clients (docs/metrics.md); a table no run records is left out with a line
+    saying why. PATHS are run directories, folders holding them, or a sweep's folder (then the files and figures
+    are written too)."""
     from hasfl_ray.analysis import analyze_runs, summarise_runs
+    from hasfl_ray.analysis.report import grid_markdown, omitted_lines, width_tables
     from hasfl_ray.analysis.write import write_report
 
     runs = find_runs(paths)
@@ -114,6 +118,7 @@ def report(paths, as_json, out_dir) -> None:
     table = summarise_runs(runs, order)
     analysis = analyze_runs(runs)
     confound = analysis["runs"]
+    tables = width_tables(runs, order)
     if out_dir is None and sweep and len(paths) == 1:
         out_dir = os.path.join(paths[0], "report")
     if out_dir is not None:
@@ -122,7 +127,8 @@ def report(paths, as_json, out_dir) -> None:
         if out_dir is not None else []
     if as_json:
         click.echo(json.dumps({"table": table, "confound": confound, "pooled": analysis["pooled"],
-                               "files": written}, indent=2))
+                               **{t["name"]: t["rows"] for t in tables if "rows" in t},
+                               "omitted": omitted_lines(tables), "files": written}, indent=2))
         return
     click.echo(f"{'dataset':<12} {'algorithm':<22} {'seeds':>5} {'best':>13} {'final':>13} {'peak->final':>11} "
                f"{'avg p':>6}")
@@ -130,6 +136,11 @@ def report(paths, as_json, out_dir) -> None:
         click.echo(f"{row['dataset']:<12} {row['algorithm']:<22} {len(row['seeds']):>5} "
                    f"{row['best_mean']:>6.1f} ± {row['best_std']:<4.1f} {row['final_mean']:>6.1f} ± "
                    f"{row['final_std']:<4.1f} {row['peak_to_final']:>+11.1f} {row['avg_p']:>6.2f}")
+    for extra in tables:
+        if "rows" in extra:
+            click.echo(f"\n{extra['title']}:\n{grid_markdown(extra).rstrip()}")
+    for line in omitted_lines(tables):
+        click.echo(line)
     if confound:
         _echo_confound(analysis)
     for path in written:

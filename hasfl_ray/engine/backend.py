@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import traceback
 from abc import ABC, abstractmethod
-from typing import Callable, Dict, List, Mapping, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
 from hasfl_ray.aggregation import AggregateResult
@@ -70,7 +71,21 @@ class Backend(ABC):
         """(accuracy, loss) of the full-width global model."""
 
     @abstractmethod
+    def evaluate_widths(self, widths: Sequence[float], submodels: Optional[Mapping[float, Mapping[str, torch.Tensor]]]
+                        = None) -> Dict[float, Tuple[float, float]]:
+        """(accuracy, loss) of the global model cut to each width (:meth:`Server.evaluate_widths`)."""
+
+    @abstractmethod
+    def test_beats(self, widths: Sequence[float], submodels: Optional[Mapping[float, Mapping[str, torch.Tensor]]]
+                   = None) -> Tuple[np.ndarray, Dict[float, np.ndarray]]:
+        """The test labels and each width's beats bitmasks, for local accuracy (:meth:`Server.test_beats`)."""
+
+    @abstractmethod
     def frozen_fraction(self) -> float: ...
+
+    @abstractmethod
+    def frozen_by_layer(self) -> Dict[str, float]:
+        """Parameter name -> fraction of its entries still bit-identical to w^(0) (:meth:`Server.frozen_by_layer`)."""
 
     @abstractmethod
     def get_params(self) -> Dict[str, torch.Tensor]: ...
@@ -133,9 +148,20 @@ class LocalBackend(Backend):
         return self.server.apply(results, weights, server_lr)
 
     def evaluate(self):
+        return self._evaluating(self.server.evaluate)
+
+    def evaluate_widths(self, widths, submodels=None):
+        return self._evaluating(self.server.evaluate_widths, widths, submodels)
+
+    def test_beats(self, widths, submodels=None):
+        return self._evaluating(self.server.test_beats, widths, submodels)
+
+    def _evaluating(self, method, *args):
+        """``method(*args)``, an evaluation on the server, with the trainers' thread count; a failure in one
+        sentence."""
         torch.set_num_threads(self.threads)
         try:
-            return self.server.evaluate()
+            return method(*args)
         except (ConfigError, KeyboardInterrupt):
             raise
         except BaseException as error:  # a dataset plug-in's test_batches(), SystemExit included: one sentence
@@ -145,6 +171,9 @@ class LocalBackend(Backend):
 
     def frozen_fraction(self):
         return self.server.frozen_fraction()
+
+    def frozen_by_layer(self):
+        return self.server.frozen_by_layer()
 
     def get_params(self):
         return self.server.get_params()

@@ -38,7 +38,12 @@ LEGACY_OPTION_KEYS = ("coverage", "p_min", "gamma", "beta", "t_norm", "epsilon",
 #: Fields that never change a run's result: recorded in config.yaml, ignored when --resume compares configs.
 #: (device, trainer_threads and aggregation_backend can change the last bits of floats, so they are compared.)
 EXECUTION_FIELDS = frozenset({"backend", "actors", "gpus_per_actor", "address", "checkpoint_every", "fault_inject",
-                              "data_dir", "download", "control_variates_dir"})
+                              "data_dir", "download", "control_variates_dir",
+                              # evaluation beside test_accuracy (docs/metrics.md): never changes the model or it
+                              "eval_widths", "eval_every", "local_eval_every", "local_eval_width"})
+
+#: eval_every's default per dataset (a dataset not named here, a plug-in's included: 5).
+EVAL_EVERY = {"digits": 1, "synthetic": 1}
 
 #: FLOAT32_MAX and MAX_LR: the bounds of every real-valued key and option (hasfl_ray.registry, shared with the
 #: algorithms' options).
@@ -85,6 +90,14 @@ class RunConfig:
     eval_batch_size: int = 500
     # evaluate on a seeded subset of this many test samples, the same every round (None or 0: the whole test set)
     eval_samples: Optional[int] = None
+    # the global model cut to each of these widths is evaluated too (None: the distinct p^max of the run's tiers and
+    # 1.0; [1.0]: the full model only), every eval_every rounds (None: the dataset's default, 1 on digits and
+    # synthetic, else 5) and after the last; each client's local accuracy after the last round and every
+    # local_eval_every rounds (0: the last only), at its final p or its p^max (local_eval_width)
+    eval_widths: Optional[List[float]] = None
+    eval_every: Optional[int] = None
+    local_eval_every: int = 0
+    local_eval_width: str = "final"
     # the adaptation schedule (HAS-FL's and random-budget's; the engine's post-warm-up avg_p and coverage monitor
     # count from it): warm-up rounds at p^max, then an adaptation at every t >= warmup with t % t_adapt == 0
     t_adapt: int = 5
@@ -138,6 +151,7 @@ class RunConfig:
                                                  "whole test set")
             if value == 0:  # one spelling of "the whole test set" in config.yaml and --resume's comparison
                 object.__setattr__(self, "eval_samples", None)
+        self._check_evaluation(bad)
         for name in ("rounds", "local_epochs", "batch_size"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
@@ -182,6 +196,25 @@ class RunConfig:
             if getattr(self, name) not in ("auto", "on", "off"):
                 raise bad(name, getattr(self, name), "auto, on or off")
         self._check_execution(bad)
+
+    def _check_evaluation(self, bad) -> None:
+        """Validate (and normalise) eval_widths, eval_every, local_eval_every and local_eval_width."""
+        widths = self.eval_widths
+        if widths is not None:
+            if not isinstance(widths, (list, tuple)) or not widths or not all(
+                    _number(w) and not isinstance(w, bool) and 0 < w <= 1 for w in widths):
+                raise bad("eval_widths", widths, "a list of widths in (0, 1], e.g. [0.25, 0.5, 1.0] (1.0 is always "
+                                                 "evaluated)")
+            object.__setattr__(self, "eval_widths", sorted({float(w) for w in widths} | {1.0}))
+        value = self.eval_every
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+            raise bad("eval_every", value, "a positive integer (rounds between evaluations at each width)")
+        value = self.local_eval_every
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise bad("local_eval_every", value, "a non-negative integer (rounds between local-accuracy evaluations; "
+                                                 "0: after the last round only)")
+        if self.local_eval_width not in ("final", "p_max"):
+            raise bad("local_eval_width", self.local_eval_width, "final or p_max")
 
     def _check_execution(self, bad) -> None:
         """Validate the synthetic-data, Ray, checkpoint and fault-injection fields."""
@@ -267,6 +300,8 @@ class RunConfig:
                               f"defaults = dict({unset[0]}=...) in the dataset plug-in")
         if self.momentum is None and updates.get("momentum") is None:
             updates["momentum"] = DEFAULT_MOMENTUM
+        if self.eval_every is None:  # every round on the small datasets, every 5th on the others (docs/configs.md)
+            updates["eval_every"] = EVAL_EVERY.get(self.dataset, 5)
         return dataclasses.replace(self, **updates)
 
     def to_dict(self) -> Dict[str, Any]:

@@ -14,6 +14,7 @@ import torch
 
 from hasfl_ray.algorithms import algorithm_class
 from hasfl_ray.data import assign_tiers, load_plugin_dataset
+from hasfl_ray.data.base import TextFederatedDataset
 from hasfl_ray.data.base import BYTES_PER_CLIENT, check_client_memory, physical_memory
 from hasfl_ray.engine.backend import Backend, RoundInterrupted
 from hasfl_ray.engine.checkpoint import (START_AGAIN, Checkpoint, check_checkpoint, check_resume_config,
@@ -22,7 +23,7 @@ from hasfl_ray.engine.checkpoint import (START_AGAIN, Checkpoint, check_checkpoi
 from hasfl_ray.engine.config import RunConfig, parse_fault
 from hasfl_ray.engine.guard import GuardedAlgorithm, PluginError, construct
 from hasfl_ray.engine.coverage import CAUSE as COVERAGE_CAUSE
-from hasfl_ray.engine.coverage import coverage_warning, frozen_streak_start, should_warn
+from hasfl_ray.engine.coverage import coverage_warning, frozen_layers_phrase, frozen_streak_start, should_warn
 from hasfl_ray.engine.events import RunEvents
 from hasfl_ray.engine.factory import make_backend
 from hasfl_ray.engine.rundir import (RunDirectory, RunLock, check_no_links, check_run_directory, check_start,
@@ -34,9 +35,16 @@ from hasfl_ray.registry import call_plugin, lookup, spec_label
 from hasfl_ray.schedule import post_warmup_avg_p
 from hasfl_ray.training.determinism import apply_determinism
 from hasfl_ray.training.local import ClientTask
+from hasfl_ray.evaluation import (accuracy_summary, default_eval_widths, is_eval_round, local_accuracies,
+                                  submodel_groups, width_key)
 from hasfl_ray.training.seeding import STREAM_INIT, STREAM_SAMPLING, STREAM_TIERS, numpy_rng, stream_seed
 
 logger = logging.getLogger(__name__)
+
+#: summary.json's local_accuracy on a text dataset (docs/metrics.md).
+TEXT_LOCAL_ACCURACY = ("not defined for this dataset: a text client's labels are the next characters of its text, "
+                       "which cover nearly the whole vocabulary, so restricting the logits to them is not a label "
+                       "skew to measure")
 
 #: clients.csv is written this many clients at a time (a million rows never exist at once).
 CLIENT_ROWS_CHUNK = 65536
@@ -132,6 +140,7 @@ class Engine:
         self.history: List[Dict[str, Any]] = []
         self.checkpoint: Optional[Checkpoint] = None
         self.elapsed_before = 0.0
+        self.local: Any = None  # the last local-accuracy evaluation (Engine.local_accuracy)
         self.prepared = False
         self.events: Optional[RunEvents] = None  # RUN/events/ while run() runs, when tensorboard imports
         self.stop_signals = StopSignals()  # replaced by the active one while run() runs
@@ -329,8 +338,9 @@ class Engine:
                 self._interrupted(start)
             self.history.append(line)
             if should_warn(self.history, c.warmup):
-                logger.warning("round %d: %.1f %% of the global model has stayed at w^(0) since round %d; %s", t,
-                               100 * line["frozen_fraction"], frozen_streak_start(self.history), COVERAGE_CAUSE)
+                logger.warning("round %d: %.1f %% of the global model has stayed at w^(0) since round %d%s; %s", t,
+                               100 * line["frozen_fraction"], frozen_streak_start(self.history),
+                               frozen_layers_phrase(line), COVERAGE_CAUSE)
             if self.rundir:
                 with self._writing("metrics.jsonl"):
                     self.rundir.append_metrics(line)
@@ -386,13 +396,96 @@ class Engine:
                            "; every update was rejected, so the global model is unchanged" if not results else "")
         self.algorithm.observe(t, results, aggregate)
         accuracy, loss = self.backend.evaluate()
+        evaluated = self.evaluation_metrics(t, accuracy, loss)
         used = [r.width if r.trained_width is None else r.trained_width for r in results] or \
             [widths[i] for i in participants]
         h = self.algorithm.h_tilde()
         return {"round": t, "test_accuracy": accuracy, "test_loss": loss, "avg_p": float(np.mean(used)),
                 "coverage": aggregate.covered_fraction, "frozen_fraction": self.backend.frozen_fraction(),
                 "mean_h": float(h.mean()) if h is not None else None, "rejected_updates": len(rejected),
-                "wall_s": time.perf_counter() - round_start}
+                "frozen_by_layer": self.backend.frozen_by_layer(), "coverage_by_layer": aggregate.covered_by_layer,
+                **evaluated, "wall_s": time.perf_counter() - round_start}
+
+    # -- evaluation beside test_accuracy (docs/metrics.md) -------------------------------------------------------
+
+    @property
+    def eval_widths(self) -> List[float]:
+        """The widths evaluated on evaluation rounds, ascending, 1.0 last (``eval_widths``, else the tiers' p^max)."""
+        return self.config.eval_widths or default_eval_widths(self.p_max)
+
+    def evaluation_metrics(self, t: int, accuracy: float, loss: float) -> Dict[str, Any]:
+        """Round ``t``'s accuracy_at_width and loss_at_width (on its evaluation rounds; width 1 is test_accuracy
+        itself) and local_accuracy_mean (on its local-evaluation rounds), for its metrics line."""
+        c, out = self.config, {}
+        if is_eval_round(t, c.rounds, c.eval_every):
+            widths = [w for w in self.eval_widths if w != 1.0]
+            results = dict(self.backend.evaluate_widths(widths, self._submodels(widths))) if widths else {}
+            results[1.0] = (accuracy, loss)
+            out["accuracy_at_width"] = {width_key(w): results[w][0] for w in self.eval_widths}
+            out["loss_at_width"] = {width_key(w): results[w][1] for w in self.eval_widths}
+        if is_eval_round(t, c.rounds, c.local_eval_every):
+            self.local = self.local_accuracy()
+            if not isinstance(self.local, str):
+                mean = self.local["summary"]["mean"]
+                out["local_accuracy_mean"] = mean
+        return out
+
+    def _submodels(self, widths: Sequence[float]) -> Optional[Dict[float, Dict[str, torch.Tensor]]]:
+        """A plug-in's own sub-models (``Algorithm.submodel_for_eval``) of ``widths`` below 1, where it defines them;
+        None: the nested prefix, cut on the server."""
+        algorithm = self.algorithm if isinstance(self.algorithm, GuardedAlgorithm) else \
+            GuardedAlgorithm(self.algorithm, spec_label(self.config.algorithm))  # one a caller set unguarded
+        if not algorithm.overrides_submodel_for_eval or not any(w != 1.0 for w in widths):
+            return None
+        params, specs = self.backend.get_params(), build_model(self.model_name).param_specs()
+        out = {}
+        for w in widths:
+            if w != 1.0:
+                sub = algorithm.submodel_for_eval(params, w, {n: s.sliced_shape(w) for n, s in specs.items()})
+                if sub is not None:
+                    out[w] = sub
+        return out or None
+
+    def local_accuracy(self) -> Any:
+        """Every client's local accuracy now: {"masked", "unmasked", "samples", "widths" (N,) arrays, "summary",
+        "summary_unmasked"}, or the sentence saying why the dataset does not define it."""
+        if isinstance(self.dataset, TextFederatedDataset):
+            return TEXT_LOCAL_ACCURACY
+        c = self.config
+        if getattr(self, "_label_counts", None) is None:  # the training partition's label histograms: once a run
+            label = f"dataset {spec_label(c.dataset)!r}"
+            self._label_counts = call_plugin(label, "label_histograms",
+                                             lambda: np.asarray(self.dataset.label_histograms(), dtype=np.int64))
+            if self._label_counts.ndim != 2 or self._label_counts.shape[0] != c.clients:
+                raise PluginError(f"{label} returned label histograms of shape {self._label_counts.shape} from "
+                                  f"label_histograms(); expected (clients, classes) = ({c.clients}, classes)")
+        widths = np.asarray(self.algorithm.p_current if c.local_eval_width == "final" else self.p_max,
+                            dtype=np.float64)
+        specs = build_model(self.model_name).param_specs()
+        chosen, groups = submodel_groups(widths, lambda w: tuple(s.sliced_shape(w) for s in specs.values()))
+        labels, beats = self.backend.test_beats(chosen, self._submodels(chosen))
+        masked, unmasked, samples = local_accuracies(labels, np.stack([beats[w] for w in chosen]), groups,
+                                                     self._label_counts)
+        return {"masked": masked, "unmasked": unmasked, "samples": samples, "widths": widths,
+                "summary": accuracy_summary(masked, self.p_max, c.local_eval_width, True),
+                "summary_unmasked": accuracy_summary(unmasked, self.p_max, c.local_eval_width, False)}
+
+    def evaluation_summary(self) -> Dict[str, Any]:
+        """summary.json's accuracy at each width (the last evaluation's and the best over the run's evaluations)
+        and local accuracy (computed here when the last round's was not: a resumed run that had finished)."""
+        out: Dict[str, Any] = {}
+        evaluated = [line["accuracy_at_width"] for line in self.history if "accuracy_at_width" in line]
+        if evaluated:
+            out["accuracy_at_width_final"] = dict(evaluated[-1])
+            out["accuracy_at_width_best"] = {k: max(e[k] for e in evaluated if k in e) for k in evaluated[-1]}
+        if self.local is None:
+            self.local = self.local_accuracy()
+        if isinstance(self.local, str):
+            out["local_accuracy"] = out["local_accuracy_unmasked"] = self.local
+        else:
+            out["local_accuracy"], out["local_accuracy_unmasked"] = self.local["summary"], \
+                self.local["summary_unmasked"]
+        return out
 
     def sampled_clients(self) -> np.ndarray:
         """Boolean mask (num_clients,) of the clients sampled in the rounds run so far (recomputed from the seed,
@@ -414,12 +507,17 @@ class Engine:
                               f"{tv.shape} from run_tv_distances(); expected one per client ({self.config.clients})")
         p_final = np.asarray(self.algorithm.p_current, dtype=np.float64)
         names = self.dataset.client_names
+        local = self.local if isinstance(self.local, dict) else None
         for start in range(0, self.config.clients, CLIENT_ROWS_CHUNK):  # Python numbers for one chunk at a time
             part = slice(start, start + CLIENT_ROWS_CHUNK)
             tv_part = [("" if x != x else x) for x in tv[part].tolist()]  # NaN: not computed
             h_part = h[part].tolist() if h is not None else [""] * len(tv_part)
+            empty = [""] * len(tv_part)
+            local_part = [[("" if x != x else x) for x in local[k][part].tolist()] if local else empty
+                          for k in ("masked", "unmasked", "widths", "samples")]
             yield from zip(range(start, start + len(tv_part)), self.num_samples[part].tolist(),
-                           self.p_max[part].tolist(), tv_part, h_part, p_final[part].tolist(), names[part])
+                           self.p_max[part].tolist(), tv_part, h_part, p_final[part].tolist(), names[part],
+                           *local_part)
 
     def finish(self, wall_s: float) -> Dict[str, Any]:
         accuracies = [line["test_accuracy"] for line in self.history]
@@ -434,6 +532,7 @@ class Engine:
             summary["coverage_warning"] = warning
         if self.config.eval_samples is not None:  # the test samples each round evaluated (a seeded subset)
             summary["eval_samples"] = min(self.config.eval_samples, self.dataset.test_size)
+        summary.update(self.evaluation_summary())
         if self.rundir:
             with self._writing("clients.csv"):
                 self.rundir.write_clients(self.client_rows())

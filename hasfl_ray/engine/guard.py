@@ -123,6 +123,31 @@ class GuardedAlgorithm:
             raise self._bad(method, f"{array.size} values of shape {array.shape}:", value, expected)
         return array
 
+    @property
+    def overrides_submodel_for_eval(self) -> bool:
+        """Whether the algorithm defines its own ``submodel_for_eval`` (else the nested prefix, read on the server)."""
+        from hasfl_ray.algorithms.base import Algorithm
+
+        own = getattr(type(self.algorithm), "submodel_for_eval", None)
+        return own is not None and own is not Algorithm.submodel_for_eval
+
+    def submodel_for_eval(self, params: Dict[str, Any], width: float,
+                          shapes: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """The algorithm's width-``width`` sub-model of ``params`` (None: the prefix), checked against ``shapes``."""
+        from hasfl_ray.evaluation import check_submodel
+
+        def check(value: Any) -> Any:
+            if value is None:
+                return None
+            try:
+                check_submodel(value, shapes)
+            except ValueError as error:
+                raise self._bad("submodel_for_eval", f"for width {width:g}", value, str(error)) from None
+            return {name: value[name].detach().cpu().float() for name in shapes}
+
+        return self._call("submodel_for_eval", params, width, check=check,
+                          expected=f"None or the width-{width:g} parameters")
+
     def h_tilde(self) -> Optional[np.ndarray]:
         return self._call("h_tilde", check=lambda h: None if h is None else self._per_client("h_tilde", h),
                           expected=f"None or one number per client ({self.num_clients})")

@@ -172,8 +172,17 @@ class HandoffBackend(Backend):
     def evaluate(self):
         return self.active.evaluate()
 
+    def evaluate_widths(self, widths, submodels=None):
+        return self.active.evaluate_widths(widths, submodels)
+
+    def test_beats(self, widths, submodels=None):
+        return self.active.test_beats(widths, submodels)
+
     def frozen_fraction(self):
         return self.active.frozen_fraction()
+
+    def frozen_by_layer(self):
+        return self.active.frozen_by_layer()
 
     def get_params(self):
         return self.active.get_params()

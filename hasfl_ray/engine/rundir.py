@@ -23,7 +23,9 @@ RUN_FILES = frozenset({"config.yaml", "metrics.jsonl", "clients.csv", "summary.j
 RUN_FOLDERS = {"checkpoints": ("latest.pt",), "events": ("events.out.tfevents.*",)}
 #: Temporary files of an atomic write (``hasfl_ray.files``), left by a process killed mid-write.
 TEMP_PREFIX = ".tmp-"
-CLIENT_COLUMNS = ("client", "num_samples", "p_max", "tv_distance", "h_tilde", "p_final", "name")
+CLIENT_COLUMNS = ("client", "num_samples", "p_max", "tv_distance", "h_tilde", "p_final", "name",
+                  # local accuracy (docs/metrics.md); empty where the dataset does not define it
+                  "local_accuracy", "local_accuracy_unmasked", "local_width", "local_test_samples")
 METRIC_KEYS = ("round", "test_accuracy", "test_loss", "avg_p", "coverage", "frozen_fraction", "mean_h",
                "rejected_updates", "wall_s")
 

@@ -5,16 +5,21 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import math
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
+from torch import nn
 
 from hasfl_ray.aggregation import AggregateResult, aggregate_updates
 from hasfl_ray.aggregation.common_core import common_core_divergence
 from hasfl_ray.aggregation.windows import aggregate_windows
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.errors import RunError
-from hasfl_ray.models import build_model, gate_blocks_of, register_model
+from hasfl_ray.evaluation import beats, pack_bits
+from hasfl_ray.models import build_model, extract, gate_blocks_of, register_model
+from hasfl_ray.models.slicing import ParamSpec, window_indices
 from hasfl_ray.training.evaluate import evaluate
 from hasfl_ray.training.local import ClientResult
 
@@ -34,6 +39,41 @@ def params_sha256(params: Mapping[str, torch.Tensor]) -> str:
         digest.update(str(tuple(tensor.shape)).encode())
         digest.update(tensor.numpy().tobytes())
     return digest.hexdigest()
+
+
+def layer_coverage(specs: Mapping[str, ParamSpec], updates: Sequence[Mapping[str, torch.Tensor]],
+                   offsets: Sequence[int]) -> Dict[str, float]:
+    """Parameter name -> fraction of its coordinates that at least one of ``updates`` covers (its packed tensor's
+    leading slice, or the window at its offset), from the packed shapes alone: the aggregate's coverage per layer.
+
+    Each distinct (shape, offset) of a parameter counts once; when they share one offset and one shape holds every
+    other (nested slices, or windows from one position: FedRolex's round), the largest is the union, otherwise the
+    union is counted on a boolean mask of the parameter.
+    """
+    regions: Dict[str, Dict[Tuple[Tuple[int, ...], int], None]] = {name: {} for name in specs}
+    for update, offset in zip(updates, offsets):
+        for name, packed in update.items():
+            regions[name][(tuple(packed.shape), offset)] = None
+    coverage = {}
+    for name, spec in specs.items():
+        total, found = math.prod(spec.shape), list(regions[name])
+        largest = max((shape for shape, _ in found), key=math.prod, default=None)
+        if not found:
+            covered = 0
+        elif all(offset == found[0][1] and all(map(int.__le__, shape, largest)) for shape, offset in found):
+            covered = math.prod(largest)
+        else:  # a window is the product of its dims' index sets: an outer AND of one boolean vector per dim
+            union = torch.zeros(spec.shape, dtype=torch.bool)
+            for shape, offset in found:
+                region = torch.ones((), dtype=torch.bool)
+                for size, index in zip(spec.shape, window_indices(spec, shape, offset)):
+                    axis = torch.zeros(size, dtype=torch.bool)
+                    axis[index] = True
+                    region = region.unsqueeze(-1) & axis
+                union |= region
+            covered = int(union.sum())
+        coverage[name] = covered / total if total else 0.0
+    return coverage
 
 
 class Server:
@@ -59,6 +99,8 @@ class Server:
         self.device = torch.device(device)
         register_model(model_name, getattr(dataset, "model_config", None))  # a dataset plug-in's own model
         self.model = build_model(model_name).to(self.device)
+        self.model_name = model_name
+        self._width_models: Dict[float, nn.Module] = {1.0: self.model}  # sub-models evaluated at each width
         self.specs = self.model.param_specs()
         self.shapes = {name: spec.shape for name, spec in self.specs.items()}
         self.gate_blocks = gate_blocks_of(self.specs)
@@ -69,11 +111,13 @@ class Server:
         self.eval_batch_size, self.aggregation_backend = eval_batch_size, aggregation_backend
         self.eval_indices = None if eval_indices is None else torch.as_tensor(eval_indices, dtype=torch.int64)
         self.estimator = estimator
+        self._frozen_counts: Optional[Dict[str, int]] = None  # per parameter, of the current params (None: stale)
 
     def get_params(self) -> Dict[str, torch.Tensor]:
         return {name: t.detach().cpu().clone() for name, t in self.params.items()}
 
     def set_params(self, params: Mapping[str, torch.Tensor]) -> None:
+        self._frozen_counts = None
         for name, tensor in params.items():
             self.params[name].copy_(tensor)
 
@@ -96,7 +140,7 @@ class Server:
                                result.loss)
         if not accepted:
             empty = torch.zeros(0, dtype=torch.float64)
-            return [], AggregateResult({}, empty, empty, 0.0)
+            return [], AggregateResult({}, empty, empty, 0.0, dict.fromkeys(self.specs, 0.0))
         updates = [{name: t.to(self.device) for name, t in r.update.items()} for r in accepted]
         offsets = [r.offset for r in accepted]
         if any(offsets):  # rolling windows (FedRolex); leading slices take the kernel directly
@@ -111,13 +155,15 @@ class Server:
             if broken:
                 raise NonFiniteModelError(f"the round's aggregate would make the global model non-finite (parameter "
                                           f"{broken[0]!r}, server step {server_lr!r}); the model was left as it was")
+            self._frozen_counts = None
             for name, tensor in updated.items():
                 self.params[name].copy_(tensor)
         div_num, div_den = aggregate.div_num, aggregate.div_den
         if self.estimator == "common-core":
             div_num, div_den = common_core_divergence(self.specs, updates, offsets, aggregate.delta)
         stripped = [dataclasses.replace(r, update={}) for r in accepted]
-        stats = AggregateResult({}, div_num.cpu(), div_den.cpu(), aggregate.covered_fraction)
+        stats = AggregateResult({}, div_num.cpu(), div_den.cpu(), aggregate.covered_fraction,
+                                layer_coverage(self.specs, updates, offsets))
         return stripped, stats
 
     def evaluate(self) -> Tuple[float, float]:
@@ -127,11 +173,63 @@ class Server:
                 param.copy_(self.params[name])
         return evaluate(self.model, self.dataset, self.eval_batch_size, self.eval_indices)
 
+    def width_model(self, width: float, params: Optional[Mapping[str, torch.Tensor]] = None,
+                    cache: bool = True) -> nn.Module:
+        """A width-``width`` network holding the global model's nested prefix at that width (``params`` instead:
+        a plug-in's ``submodel_for_eval``); the networks of ``cache`` calls are built once and reused."""
+        model = self._width_models.get(width) or build_model(self.model_name, width).to(self.device)
+        if cache:
+            self._width_models[width] = model
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                param.copy_(params[name] if params is not None else extract(self.params[name], self.specs[name], width))
+        return model
+
+    def evaluate_widths(self, widths: Sequence[float], submodels: Optional[Mapping[float, Mapping[str, torch.Tensor]]]
+                        = None) -> Dict[float, Tuple[float, float]]:
+        """(accuracy, loss) of the width-w sub-model for each w of ``widths``, on :meth:`evaluate`'s test samples
+        in its batches (``submodels``: a plug-in's own sub-model of a width)."""
+        submodels = submodels or {}
+        return {w: evaluate(self.width_model(w, submodels.get(w)), self.dataset, self.eval_batch_size,
+                            self.eval_indices) for w in widths}
+
+    @torch.no_grad()
+    def test_beats(self, widths: Sequence[float], submodels: Optional[Mapping[float, Mapping[str, torch.Tensor]]]
+                   = None) -> Tuple[np.ndarray, Dict[float, np.ndarray]]:
+        """The labels of :meth:`evaluate`'s test samples, int64 (S,), and for each width's sub-model the packed
+        bitmask of the classes that beat each sample's label, uint64 (S, W) (:func:`hasfl_ray.evaluation.beats`):
+        one forward pass per width, from which every client's local accuracy follows."""
+        submodels = submodels or {}
+        labels, packed = None, {}
+        for w in widths:
+            model = self.width_model(w, submodels.get(w), cache=w in self._width_models)
+            model.eval()
+            batches = self.dataset.test_batches(self.eval_batch_size) if self.eval_indices is None else \
+                self.dataset.test_subset_batches(self.eval_indices, self.eval_batch_size)
+            ys, bits = [], []
+            for x, y in batches:
+                x, y = x.to(self.device), y.to(self.device)
+                bits.append(beats(model(x), y).cpu())
+                ys.append(y.cpu())
+            packed[w] = pack_bits(torch.cat(bits).numpy())
+            labels = torch.cat(ys).numpy().astype(np.int64)
+        return (np.zeros(0, dtype=np.int64) if labels is None else labels), packed
+
+    def frozen_counts(self) -> Dict[str, int]:
+        """Per parameter, how many of its entries are still bit-identical to w^(0) (computed once per update)."""
+        if self._frozen_counts is None:
+            self._frozen_counts = {n: int((self.params[n] == self.initial[n]).sum()) for n in self.params}
+        return self._frozen_counts
+
     def frozen_fraction(self) -> float:
         """Fraction of trainable parameters still bit-identical to their initial value."""
-        frozen = sum(int((self.params[n] == self.initial[n]).sum()) for n in self.params)
+        frozen = sum(self.frozen_counts().values())
         total = sum(t.numel() for t in self.params.values())
         return frozen / total
+
+    def frozen_by_layer(self) -> Dict[str, float]:
+        """Parameter name -> fraction of its entries still bit-identical to their initial value."""
+        return {name: count / self.params[name].numel() for name, count in self.frozen_counts().items()}
 
     def params_sha256(self) -> str:
         return params_sha256(self.params)

@@ -155,8 +155,19 @@ class ServerActor:
         torch.set_num_threads(self.threads)
         return self.server.evaluate()
 
+    def evaluate_widths(self, widths: Sequence[float], submodels=None) -> Dict[float, Tuple[float, float]]:
+        torch.set_num_threads(self.threads)
+        return self.server.evaluate_widths(widths, submodels)
+
+    def test_beats(self, widths: Sequence[float], submodels=None):
+        torch.set_num_threads(self.threads)
+        return self.server.test_beats(widths, submodels)
+
     def frozen_fraction(self) -> float:
         return self.server.frozen_fraction()
+
+    def frozen_by_layer(self) -> Dict[str, float]:
+        return self.server.frozen_by_layer()
 
     def params_sha256(self) -> str:
         return self.server.params_sha256()

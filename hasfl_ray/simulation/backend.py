@@ -109,7 +109,7 @@ class RayBackend(Backend):
         self._lock, self._abandoned = threading.Lock(), False
         self.slots: List[_Slot] = []
         self.server = None
-        self._params_ref = self._evaluation = self._frozen = None
+        self._params_ref = self._evaluation = self._frozen = self._frozen_layers = None
         self.timing = RoundTiming()
         self.total_train_seconds = 0.0
         self.replaced_actors = 0
@@ -239,6 +239,7 @@ class RayBackend(Backend):
         # the next round's parameters reach the trainers before the engine asks for them.
         self._evaluation = self.server.evaluate.remote()
         self._frozen = self.server.frozen_fraction.remote()
+        self._frozen_layers = self.server.frozen_by_layer.remote()
         self._send_params()
         try:
             return self._from_server(applied)
@@ -361,8 +362,18 @@ class RayBackend(Backend):
         ref, self._evaluation = self._evaluation or self.server.evaluate.remote(), None
         return self._from_server(ref)
 
+    def evaluate_widths(self, widths, submodels=None):
+        return self._from_server(self.server.evaluate_widths.remote(list(widths), submodels))
+
+    def test_beats(self, widths, submodels=None):
+        return self._from_server(self.server.test_beats.remote(list(widths), submodels))
+
     def frozen_fraction(self) -> float:
         ref, self._frozen = self._frozen or self.server.frozen_fraction.remote(), None
+        return self._from_server(ref)
+
+    def frozen_by_layer(self) -> Dict[str, float]:
+        ref, self._frozen_layers = self._frozen_layers or self.server.frozen_by_layer.remote(), None
         return self._from_server(ref)
 
     def get_params(self):
@@ -370,7 +381,7 @@ class RayBackend(Backend):
 
     def set_params(self, params) -> None:
         self._from_server(self.server.set_params.remote(params))
-        self._params_ref = self._evaluation = self._frozen = None  # computed from the parameters replaced
+        self._params_ref = self._evaluation = self._frozen = self._frozen_layers = None  # of the replaced params
 
     def params_sha256(self) -> str:
         return self._from_server(self.server.params_sha256.remote())

@@ -65,7 +65,7 @@ def test_plot_writes_the_four_figures(tmp_path):
     assert result.exit_code == 0, result.output
     names = sorted(p.name for p in (tmp_path / "fig").iterdir())
     assert names == ["digits-allocations.png", "digits-convergence.png", "digits-frontier.png",
-                     "digits-heterogeneity.png"]
+                     "digits-heterogeneity.png", "digits-local.png", "digits-widths.png"]  # the last two: issue 25
     assert all((tmp_path / "fig" / n).read_bytes()[:4] == b"\x89PNG" for n in names)
 
 
@@ -84,8 +84,9 @@ def test_report_over_a_sweep_writes_tables_and_figures(tmp_path):
     out = sweep / "report"
     names = sorted(p.name for p in out.iterdir())
     assert names == ["analysis.json", "confound.csv", "confound.md", "confound.tex", "digits-allocations.png",
-                     "digits-convergence.png", "digits-frontier.png", "digits-heterogeneity.png", "table.csv",
-                     "table.md", "table.tex"]
+                     "digits-convergence.png", "digits-frontier.png", "digits-heterogeneity.png", "digits-local.png",
+                     "digits-widths.png", "fairness.csv", "fairness.md", "fairness.tex", "local.csv", "local.md",
+                     "local.tex", "table.csv", "table.md", "table.tex", "widths.csv", "widths.md", "widths.tex"]
     assert all((out / n).read_bytes()[:4] == b"\x89PNG" for n in names if n.endswith(".png"))
     markdown = (out / "table.md").read_text()
     for column in ("Type", "Best acc. (%)", "Final acc. (%)", "Peak→final Δ", "Avg. p"):

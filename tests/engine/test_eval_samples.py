@@ -123,7 +123,10 @@ def test_eval_samples_is_part_of_the_config_that_resume_compares(tmp_path):
     resumed = Engine(RunConfig(**DIGITS, eval_samples=50, checkpoint_every=1), out_dir=out, resume=True,
                      force=True).run()
     straight = Engine(RunConfig(**DIGITS, eval_samples=50), out_dir=str(tmp_path / "straight")).run()
-    assert metrics(out) == metrics(tmp_path / "straight") and without_wall(resumed) == without_wall(straight)
+    # the 2-round run's last line also holds its local accuracy (issue 25: evaluated after the last round)
+    assert [{k: v for k, v in line.items() if k != "local_accuracy_mean"} for line in metrics(out)] == \
+        [{k: v for k, v in line.items() if k != "local_accuracy_mean"} for line in metrics(tmp_path / "straight")]
+    assert without_wall(resumed) == without_wall(straight)
 
 
 @pytest.mark.parametrize("value", [-5, 2.5, True, "ten"])
