@@ -1,0 +1,223 @@
+"""What issue 25's evaluation costs a round: accuracy at each width, local accuracy per client, per-layer coverage.
+
+Item 3's targets: evaluation at the default schedule adds at most 10 % to a round of the digits protocol and of the
+EMNIST-sample protocol, and local accuracy for 10,000 synthetic clients takes seconds, not minutes.
+
+Every run is a real `hasfl_ray.simulate` run (local backend, its metrics.jsonl written) in this process, with timers
+around the calls issue 25 added to a round: the server's per-layer coverage of the aggregate (``layer_coverage``),
+``frozen_by_layer``, and ``Engine.evaluation_metrics`` (the evaluation at each width below 1: ``evaluate_widths``;
+local accuracy on its rounds: ``test_beats`` + ``local_accuracies``). A round before issue 25 cost its ``wall_s``
+less those calls, so the added share is measured inside each round. Where a flag turns the new evaluation off
+(``--eval-widths full``: the full model only, local accuracy at the end, which is the default too), the same run
+with it is timed beside the default as well, interleaved repeat by repeat, round by round on the same seed (same
+participants, widths and data), and the ratio of the two is printed: it still carries the per-layer coverage and
+the final local accuracy, which no flag removes.
+
+- digits: the `hasfl-ray simulate` defaults (digits, HAS-FL, 20 clients, 10 a round; eval_every 1), ``--rounds``
+  rounds, the first ``--drop`` dropped; the last round holds the local accuracy at the end.
+- EMNIST sample: `--dataset emnist --data-dir DIR` (default ../shared/data/torchvision, the small real sample;
+  skipped with a line where its files are absent), eval_every 5 (its default), ``--emnist-rounds`` rounds (5: one
+  evaluation round, the last, which also holds the local accuracy); a round takes ~30-60 s on 2 CPU cores, so it
+  is timed once, by the timers alone, unless ``--emnist-ab``.
+- synthetic: `--dataset synthetic --clients 10000 --clients-per-round 100`, ``--synthetic-rounds`` rounds, local
+  accuracy at the end: the seconds of the local-accuracy step (``Engine.local_accuracy``: the label histograms once,
+  one forward pass per distinct sub-model, the per-client counts, the summaries).
+
+    python benchmarks/bench_eval.py                                  # all three, 3 digits repeats of 30 rounds
+    python benchmarks/bench_eval.py --skip emnist --repeats 5
+    python benchmarks/bench_eval.py --skip emnist,synthetic --eval-every 2       # digits at another schedule
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from typing import Dict, Iterator, List, Optional, Sequence
+
+import hasfl_ray
+from hasfl_ray.engine import engine as engine_module
+from hasfl_ray.engine import server as server_module
+
+#: Item 3's bound on what the default evaluation adds to a round.
+TARGET_RATIO = 1.10
+EMNIST_FILES = ("emnist-byclass-train-images-idx3-ubyte", "emnist-byclass-test-images-idx3-ubyte")
+
+
+class Timers:
+    """Seconds spent in the wrapped calls, per round (``round`` is the round run_round is in)."""
+
+    def __init__(self) -> None:
+        self.round = -1
+        self.spent: Dict[int, Dict[str, float]] = defaultdict(lambda: defaultdict(float))
+
+    def wrap(self, owner, name: str, key: str, sets_round: bool = False) -> None:
+        original = getattr(owner, name)
+        timers = self
+
+        def timed(*args, **kwargs):
+            if sets_round:
+                timers.round = args[1]  # Engine.run_round(self, t)
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                timers.spent[timers.round][key] += time.perf_counter() - start
+
+        timed.__wrapped__ = original
+        setattr(owner, name, timed)
+
+
+@contextlib.contextmanager
+def timed_calls() -> Iterator[Timers]:
+    """Wrap issue 25's calls (and run_round, to know the round) for the duration of the block."""
+    timers = Timers()
+    targets = [(engine_module.Engine, "run_round", "round", True),
+               (server_module, "layer_coverage", "coverage_by_layer", False),
+               (server_module.Server, "frozen_by_layer", "frozen_by_layer", False),
+               (engine_module.Engine, "evaluation_metrics", "evaluation", False),
+               (server_module.Server, "evaluate_widths", "widths", False),
+               (engine_module.Engine, "local_accuracy", "local", False)]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _, _ in targets]
+    for owner, name, key, sets_round in targets:
+        timers.wrap(owner, name, key, sets_round)
+    try:
+        yield timers
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+def run(config: Dict[str, object], out: str) -> Dict[str, object]:
+    """One timed run: per round its wall_s, the seconds of the new calls in it, and the run's summary."""
+    with timed_calls() as timers:
+        summary = hasfl_ray.simulate(config, out_dir=out, force=True)
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        lines = [json.loads(line) for line in f]
+    rounds = []
+    for line in lines:
+        spent = timers.spent[line["round"]]
+        new = spent["coverage_by_layer"] + spent["frozen_by_layer"] + spent["evaluation"]
+        rounds.append({"wall": line["wall_s"], "new": new, "widths": spent["widths"], "local": spent["local"],
+                       "eval_round": "accuracy_at_width" in line})
+    shutil.rmtree(out, ignore_errors=True)
+    return {"rounds": rounds, "sha": summary["params_sha256"], "summary": summary}
+
+
+def mean(values: Sequence[float]) -> float:
+    return statistics.fmean(values) if values else float("nan")
+
+
+def protocol(name: str, config: Dict[str, object], repeats: int, drop: int, ab: bool, scratch: str) -> None:
+    """The default schedule's added share of a round (timers), and where ``ab``, default vs --eval-widths full."""
+    runs = {"default": config, "eval off": {**config, "eval_widths": [1.0]}} if ab else {"default": config}
+    results: Dict[str, List[Dict[str, object]]] = {k: [] for k in runs}
+    print(f"\n{name}: {json.dumps(config)}")
+    print(f"{'repeat':>6}  " + "  ".join(f"{k + ' s/round':>17}" for k in runs) +
+          f"  {'new calls s/round':>17}  {'added (timers)':>14}" + (f"  {'A/B ratio':>9}" if ab else ""))
+    for repeat in range(repeats):
+        row = {}
+        for key, cfg in runs.items():
+            result = run(cfg, os.path.join(scratch, f"{name}-{key}-{repeat}"))
+            results[key].append(result)
+            timed = result["rounds"][drop:]
+            row[key] = mean([r["wall"] for r in timed])
+            if key == "default":
+                row["new"] = mean([r["new"] for r in timed])
+        base = row["default"] - row["new"]
+        print(f"{repeat + 1:>6}  " + "  ".join(f"{row[k]:>17.3f}" for k in runs) +
+              f"  {row['new']:>17.4f}  {row['default'] / base:>14.3f}" +
+              (f"  {row['default'] / row['eval off']:>9.3f}" if ab else ""), flush=True)
+    timed = [r for result in results["default"] for r in result["rounds"][drop:]]
+    wall, new = sum(r["wall"] for r in timed), sum(r["new"] for r in timed)
+    ratio = wall / (wall - new)
+    evals = [r for r in timed if r["eval_round"]]
+    last = [result["rounds"][-1] for result in results["default"]]
+    print(f"{name}, default schedule, {len(timed)} rounds timed (rounds {drop}-{len(results['default'][0]['rounds']) - 1}"
+          f" of each run): {wall / len(timed):.3f} s a round, of which issue 25's calls {new / len(timed):.4f} s "
+          f"({100 * new / wall:.1f} %) -> ratio to the round without them {ratio:.3f}: "
+          f"{'met' if ratio <= TARGET_RATIO else 'NOT met'} (<= {TARGET_RATIO:.2f})")
+    print(f"  per call, mean a timed round: " + ", ".join(
+        f"{k} {mean([results_round(r, k) for r in timed]) * 1e3:.2f} ms" for k in ("coverage", "widths", "local")) +
+        f"; evaluation rounds: {len(evals)}, at each width {mean([r['widths'] for r in evals]) * 1e3:.1f} ms on them;"
+        f" local accuracy at the end {mean([r['local'] for r in last]) * 1e3:.1f} ms "
+        f"(last round {mean([r['wall'] for r in last]):.3f} s)")
+    if ab:
+        on = mean([r["wall"] for res in results["default"] for r in res["rounds"][drop:]])
+        off = mean([r["wall"] for res in results["eval off"] for r in res["rounds"][drop:]])
+        print(f"  A/B: default {on:.3f} s a round vs --eval-widths full {off:.3f} s: ratio {on / off:.3f}")
+        shas = {r["sha"] for rs in results.values() for r in rs}
+        print(f"  params_sha256: {'identical' if len(shas) == 1 else 'DIFFERENT'} across the schedules and repeats "
+              f"({', '.join(sorted(s[:12] for s in shas))})")
+
+
+def results_round(r: Dict[str, object], key: str) -> float:
+    if key == "coverage":
+        return r["new"] - r["widths"] - r["local"]  # coverage_by_layer + frozen_by_layer (+ evaluation's rest)
+    return r[key]
+
+
+def synthetic(clients: int, per_round: int, rounds: int, repeats: int, scratch: str) -> None:
+    """Seconds of the local-accuracy step at the end of a synthetic run of ``clients`` clients."""
+    config = dict(dataset="synthetic", clients=clients, clients_per_round=per_round, rounds=rounds, backend="local",
+                  checkpoint_every=0)
+    print(f"\nsynthetic: {json.dumps(config)}")
+    seconds = []
+    for repeat in range(repeats):
+        result = run(config, os.path.join(scratch, f"synthetic-{repeat}"))
+        last = result["rounds"][-1]
+        local = last["local"]
+        seconds.append(local)
+        scored = result["summary"].get("local_accuracy", {})
+        print(f"  repeat {repeat + 1}: local accuracy of {clients:,} clients {local:.3f} s (round {rounds - 1}: "
+              f"{last['wall']:.2f} s, earlier rounds {mean([r['wall'] for r in result['rounds'][:-1]]):.2f} s); "
+              f"clients scored {scored.get('clients') if isinstance(scored, dict) else scored}", flush=True)
+    print(f"synthetic, local accuracy for {clients:,} clients: median {statistics.median(seconds):.3f} s "
+          f"(min {min(seconds):.3f}): {'seconds, met' if max(seconds) < 60 else 'NOT met (a minute or more)'}")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3, help="Digits repeats (each: default, then eval off).")
+    parser.add_argument("--rounds", type=int, default=30, help="Digits rounds a run.")
+    parser.add_argument("--drop", type=int, default=2, help="Rounds dropped at the start of each run.")
+    parser.add_argument("--eval-every", type=int, default=None,
+                        help="The digits runs' eval_every (default: the protocol's, 1).")
+    parser.add_argument("--data-dir", default=os.path.join("..", "shared", "data", "torchvision"))
+    parser.add_argument("--emnist-rounds", type=int, default=5)
+    parser.add_argument("--emnist-ab", action="store_true", help="Also time EMNIST with --eval-widths full.")
+    parser.add_argument("--synthetic-clients", type=int, default=10_000)
+    parser.add_argument("--synthetic-rounds", type=int, default=3)
+    parser.add_argument("--synthetic-repeats", type=int, default=2)
+    parser.add_argument("--skip", default="", help="Comma list of digits, emnist, synthetic to leave out.")
+    options = parser.parse_args(argv)
+    skip = set(filter(None, options.skip.split(",")))
+    scratch = tempfile.mkdtemp(prefix="bench-eval-")
+    try:
+        if "digits" not in skip:
+            digits = dict(rounds=options.rounds, backend="local", checkpoint_every=0)
+            if options.eval_every is not None:
+                digits["eval_every"] = options.eval_every
+            protocol("digits", digits, options.repeats, options.drop, True, scratch)
+        if "emnist" not in skip:
+            raw = os.path.join(options.data_dir, "EMNIST", "raw")
+            if all(os.path.exists(os.path.join(raw, f)) or os.path.exists(os.path.join(raw, f + ".gz"))
+                   for f in EMNIST_FILES):
+                protocol("emnist", dict(dataset="emnist", data_dir=options.data_dir, rounds=options.emnist_rounds,
+                                        backend="local", checkpoint_every=0), 1, 0, options.emnist_ab, scratch)
+            else:
+                print(f"\nemnist: skipped, the EMNIST sample is not under {raw} (pass --data-dir)")
+        if "synthetic" not in skip:
+            synthetic(options.synthetic_clients, 100, options.synthetic_rounds, options.synthetic_repeats, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
