@@ -143,7 +143,7 @@ def protocol(name: str, config: Dict[str, object], repeats: int, drop: int, ab: 
           f" of each run): {wall / len(timed):.3f} s a round, of which issue 25's calls {new / len(timed):.4f} s "
           f"({100 * new / wall:.1f} %) -> ratio to the round without them {ratio:.3f}: "
           f"{'met' if ratio <= TARGET_RATIO else 'NOT met'} (<= {TARGET_RATIO:.2f})")
-    print(f"  per call, mean a timed round: " + ", ".join(
+    print("  per call, mean a timed round: " + ", ".join(
         f"{k} {mean([results_round(r, k) for r in timed]) * 1e3:.2f} ms" for k in ("coverage", "widths", "local")) +
         f"; evaluation rounds: {len(evals)}, at each width {mean([r['widths'] for r in evals]) * 1e3:.1f} ms on them;"
         f" local accuracy at the end {mean([r['local'] for r in last]) * 1e3:.1f} ms "
