@@ -177,7 +177,7 @@ class Server:
                     cache: bool = True) -> nn.Module:
         """A width-``width`` network holding the global model's nested prefix at that width (``params`` instead:
         a plug-in's ``submodel_for_eval``); the networks of ``cache`` calls are built once and reused."""
-        model = self._width_models.get(width) or build_model(self.model_name, width).to(self.device)
+        model = self._width_models.get(width) or _evaluation_layout(build_model(self.model_name, width).to(self.device))
         if cache:
             self._width_models[width] = model
         with torch.no_grad():
@@ -233,3 +233,22 @@ class Server:
 
     def params_sha256(self) -> str:
         return params_sha256(self.params)
+
+
+def _to_channels_last(module: nn.Module, args):
+    """Forward pre-hook: a 4-D input in channels-last memory order (its values unchanged)."""
+    x = args[0]
+    return (x.contiguous(memory_format=torch.channels_last),) + tuple(args[1:]) if x.dim() == 4 else None
+
+
+def _evaluation_layout(model: nn.Module) -> nn.Module:
+    """A sub-model built for evaluation below width 1, in channels-last memory order when it convolves: on a CPU its
+    convolutions and max-pooling run 1.5-2.5x faster so (the digits CNN at widths 0.25-0.75: 15.6 ms -> 7.1 ms a pass
+    over the test set). Its logits may differ from the default layout's in the last bits (another convolution
+    kernel), the same on every backend, since the server alone evaluates; the full-width model, whose evaluation is
+    ``test_accuracy``, keeps the layout it always had."""
+    if any(isinstance(m, nn.Conv2d) for m in model.modules()):
+        model = model.to(memory_format=torch.channels_last)
+        model.register_forward_pre_hook(_to_channels_last)
+    return model
+
