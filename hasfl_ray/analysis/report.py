@@ -163,8 +163,8 @@ def read_clients(file: str) -> List[Dict[str, str]]:
             for column, may_be_empty in NUMERIC_CLIENT_COLUMNS + tuple(recorded):
                 value = row.get(column)
                 if value is None:
-                    raise DataError(f"{what} line {reader.line_num} has no {column}; expected the columns "
-                                    f"{', '.join(CLIENT_COLUMNS)}")
+                    raise DataError(f"{what} line {reader.line_num} has no {column}; expected the clients.csv columns "
+                                    f"hasfl-ray writes ({', '.join(CLIENT_COLUMNS[:3])}, ...)")
                 if not (may_be_empty and value == ""):
                     try:
                         float(value)

@@ -126,10 +126,8 @@ class GuardedAlgorithm:
     @property
     def overrides_submodel_for_eval(self) -> bool:
         """Whether the algorithm defines its own ``submodel_for_eval`` (else the nested prefix, read on the server)."""
-        from hasfl_ray.algorithms.base import Algorithm
-
         own = getattr(type(self.algorithm), "submodel_for_eval", None)
-        return own is not None and own is not Algorithm.submodel_for_eval
+        return own is not None and not getattr(own, "prefix_default", False)
 
     def submodel_for_eval(self, params: Dict[str, Any], width: float,
                           shapes: Dict[str, Any]) -> Optional[Dict[str, Any]]:

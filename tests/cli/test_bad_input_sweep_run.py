@@ -163,7 +163,8 @@ def test_a_signal_between_cells_stops_the_next_one_before_it_runs():
 @needs_ray
 def test_one_signal_stops_the_whole_ray_sweep_with_its_cells_checkpointed(tmp_path):
     """issue 24 row 14 on Ray: the driver's SIGINT stops every running task at the end of its client."""
-    config = write_sweep(tmp_path / "s.yaml", {"seeds": [42, 43]}, rounds=12, checkpoint_every=1)
+    # 150 rounds of a fraction of a second: the cell is still running when the cancel reaches its task
+    config = write_sweep(tmp_path / "s.yaml", {"seeds": [42, 43]}, rounds=150, checkpoint_every=1)
     out = tmp_path / "out"
     process = start_sweep(config, out, backend="ray")
     wait_for_round(process, out / "digits-hasfl-seed42" / "metrics.jsonl")
