@@ -214,6 +214,10 @@ class RayBackend(Backend):
                 return
         self._stop_ray()
         self._release.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            # let the starting thread end now, not while the interpreter finalises: a thread still dropping its
+            # objects then is ended by pthread_exit, which Ray's native terminate handler turns into an abort
+            self._thread.join(10.0)
 
     def _stop_ray(self) -> None:
         if not ray.is_initialized():
