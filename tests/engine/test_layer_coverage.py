@@ -126,7 +126,7 @@ def test_layer_coverage_of_windows_at_mixed_offsets_matches_the_masks():
 
 
 def test_fedrolex_on_ray_with_two_actors_equals_the_local_backend(tmp_path):
-    ray = pytest.importorskip("ray")
+    ray = pytest.importorskip("ray", reason="needs Ray")
     # seed 3: no full-width participant, so each round's window leaves part of every scaled layer uncovered
     config = dict(backend="local", algorithm="fedrolex", rounds=2, clients=6, clients_per_round=3, seed=3)
     local, rounds = recorded(config)

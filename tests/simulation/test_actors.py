@@ -2,7 +2,7 @@
 
 import pytest
 
-pytest.importorskip("ray")
+pytest.importorskip("ray", reason="needs Ray")
 
 from hasfl_ray.data import load_dataset  # noqa: E402
 from hasfl_ray.engine import RunConfig, Server  # noqa: E402

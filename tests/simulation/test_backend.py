@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-ray = pytest.importorskip("ray")
+ray = pytest.importorskip("ray", reason="needs Ray")
 
 from click.testing import CliRunner  # noqa: E402
 

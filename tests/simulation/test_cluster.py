@@ -2,7 +2,7 @@
 
 import pytest
 
-ray = pytest.importorskip("ray")
+ray = pytest.importorskip("ray", reason="needs Ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from hasfl_ray.engine import Engine, RunConfig  # noqa: E402

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-ray = pytest.importorskip("ray")
+ray = pytest.importorskip("ray", reason="needs Ray")
 
 from click.testing import CliRunner  # noqa: E402
 

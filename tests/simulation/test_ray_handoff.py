@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-ray = pytest.importorskip("ray")
+ray = pytest.importorskip("ray", reason="needs Ray")
 
 from hasfl_ray.engine import Engine, RunConfig  # noqa: E402
 from hasfl_ray.engine.factory import make_backend  # noqa: E402

@@ -205,7 +205,7 @@ def test_batched_groups_take_precedence_and_single_clients_use_the_static_step()
 
 
 def test_the_ray_trainer_actor_passes_the_setting_on():
-    pytest.importorskip("ray")
+    pytest.importorskip("ray", reason="needs Ray")
     from hasfl_ray.simulation.actors import TrainerActor
 
     dataset, params = vector_dataset(), initial("synthetic")
