@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import traceback
 from abc import ABC, abstractmethod
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -45,6 +45,9 @@ class Backend(ABC):
     name: str = "base"
     #: Asked at the end of every client: True stops the round with :class:`RoundInterrupted` (set by the Engine).
     should_stop: Callable[[], bool] = staticmethod(lambda: False)
+    #: Called by a backend that trains elsewhere (Ray) once a round's training is under way (set by the Engine: it
+    #: records the previous round's line then, see :attr:`overlaps_evaluation`).
+    while_training: Callable[[], None] = staticmethod(lambda: None)
 
     def warm_up(self, config: RunConfig) -> None:
         """Begin, in the background, what takes long to start (Ray and its actors' processes) while the engine loads
@@ -65,6 +68,18 @@ class Backend(ABC):
 
         Returns :meth:`Server.apply`'s accepted results (updates emptied) and aggregate statistics.
         """
+
+    #: True where an evaluation started by :meth:`request` runs beside the next round's training (Ray: on the
+    #: server actor while the trainers train), so the engine may record a round's line once the next round has
+    #: trained (docs/ray.md, 'A round on Ray'). False here: everything runs in turn in this process.
+    overlaps_evaluation: bool = False
+
+    def request(self, method: str, *args: Any) -> Callable[[], Any]:
+        """Start the evaluation ``method(*args)`` of the current global model (``evaluate``, ``evaluate_widths`` or
+        ``test_beats``) and return a function giving its result; a later round's training does not change it. Here
+        it is computed at once."""
+        value = getattr(self, method)(*args)
+        return lambda: value
 
     @abstractmethod
     def evaluate(self) -> Tuple[float, float]:

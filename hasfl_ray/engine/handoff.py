@@ -165,9 +165,17 @@ class HandoffBackend(Backend):
             self._begin()  # Ray starts now, beside the next rounds
         if tasks and self._ready(tasks[0].round):
             self._take_over(tasks[0].round)
+        self.active.while_training = self.while_training  # the engine's, for whichever backend trains the round
         result = self.active.run_round(tasks, weights, server_lr)
         self._rounds_here += 1
         return result
+
+    @property
+    def overlaps_evaluation(self) -> bool:
+        return self.active.overlaps_evaluation
+
+    def request(self, method, *args):
+        return self.active.request(method, *args)
 
     def evaluate(self):
         return self.active.evaluate()

@@ -14,6 +14,7 @@ import torch
 from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.engine.server import Server
+from hasfl_ray.simulation.wire import Packed, pack, unpack
 from hasfl_ray.training.determinism import apply_determinism, determinism_state
 from hasfl_ray.training.result import ClientResult
 from hasfl_ray.training.task import ClientTask, OptimizerSettings
@@ -46,6 +47,30 @@ def _whereabouts(device: torch.device) -> Dict[str, Any]:
             "gpu_ids": [str(g) for g in ray.get_gpu_ids()], "determinism": determinism_state()}
 
 
+class Evaluator:
+    """The server's evaluation code (:class:`Server`: the same evaluation subset, batches, sub-model layouts and
+    thread count, so the same bits) on a copy of given parameters, built at the first call: how a trainer (or the
+    server, for a trainer lost meanwhile) evaluates the model of a round while the server holds the next one."""
+
+    def __init__(self, model_name: str, dataset: FederatedDataset, device: str, threads: int, batch_size: int,
+                 indices: Optional[torch.Tensor]):
+        self.args = (model_name, dataset, batch_size, device, indices)
+        self.threads = threads
+        self.server: Optional[Server] = None
+
+    def __call__(self, params: Mapping[str, torch.Tensor], method: str, *args: Any) -> Any:
+        if method not in ("evaluate", "evaluate_widths", "test_beats"):
+            raise ValueError(f"evaluation method {method!r}; expected evaluate, evaluate_widths or test_beats")
+        model_name, dataset, batch_size, device, indices = self.args
+        if self.server is None:
+            self.server = Server(model_name, params, dataset.test_view(), batch_size, "reference", str(device),
+                                 indices)
+        else:
+            self.server.set_params(params)
+        torch.set_num_threads(self.threads)
+        return getattr(self.server, method)(*args)
+
+
 class TrainerActor:
     """A long-lived trainer: the dataset on its device once, model buffers reused, one round's global params.
 
@@ -58,12 +83,14 @@ class TrainerActor:
     """
 
     def __init__(self, dataset: Optional[FederatedDataset] = None, model_name: str = "", settings=None,
-                 device: str = "cpu", threads: int = 1, deterministic: bool = True, cuda_graphs: bool = False):
+                 device: str = "cpu", threads: int = 1, deterministic: bool = True, cuda_graphs: bool = False,
+                 evaluation: Optional[Tuple[int, Optional[torch.Tensor]]] = None):
         self.device = _process_setup(device, threads, deterministic)
         self.params: Dict[str, torch.Tensor] = {}
         self.recent_widths: "OrderedDict[float, None]" = OrderedDict()
         if dataset is not None:  # None: started early, see setup
             self.trainer = Trainer(dataset, model_name, settings, str(self.device), threads, cuda_graphs=cuda_graphs)
+            self.evaluator = Evaluator(model_name, dataset, device, threads, *(evaluation or (500, None)))
 
     def setup(self, *args: Any) -> None:
         """The constructor, for an actor started early (docs/ray.md, 'Start-up'): created with only ``device``,
@@ -77,34 +104,47 @@ class TrainerActor:
         return _whereabouts(self.device)
 
     def begin_round(self, params: Mapping[str, torch.Tensor]) -> None:
-        """Take the round's global parameters (one object-store read per actor per round) onto the device,
-        replacing the previous round's."""
+        """Take the round's global parameters onto the device, replacing the previous round's."""
         self.params = {}
         self.params = {name: tensor.to(self.device) for name, tensor in params.items()}
 
-    def train(self, task: ClientTask) -> Tuple[TaskReport, ClientResult]:
-        """Train one client (two returns: the small report for the driver, the result for the server)."""
-        start = time.perf_counter()
-        result = self.trainer.train(task, self.params)
-        report = TaskReport(task.client, time.perf_counter() - start)
-        self._used(task.width)
-        return report, result
+    def _take(self, params: Any) -> None:
+        """The round's global parameters: ``[ref]``, a reference to the server's object (in a list, so that Ray
+        does not resolve it for every call), read from the object store once per actor per round however many
+        calls carry it; or the parameters themselves (a caller without Ray)."""
+        if isinstance(params, Mapping):
+            self.begin_round(params)
+            self._params_ref = None
+        elif params[0] != getattr(self, "_params_ref", None):
+            self._params_ref = None
+            self.begin_round(unpack(ray.get(params[0])))
+            self._params_ref = params[0]
 
-    def train_group(self, tasks: Sequence[ClientTask], batched: bool = True) -> Tuple[Any, ...]:
-        """Train several clients in one call: with ``batched``, ``tasks`` is one planned unit (the batchable clients
-        of one width, :func:`~hasfl_ray.training.batched.group_tasks`), trained together as it is
-        (:meth:`Trainer.train_unit`); otherwise one after the other (:meth:`Trainer.train`, each exactly as alone).
-        1 + len(tasks) returns: the report for the driver, then each client's result for the server, in task
-        order."""
+    def evaluate_at(self, params: Any, method: str, *args: Any) -> Any:
+        """``method(*args)`` (``evaluate``, ``evaluate_widths`` or ``test_beats`` of :class:`Server`) of the global
+        model ``params`` (as :meth:`run` takes them): the driver queues a round's evaluation on the trainers, ahead
+        of the next round's training, which uses the same parameters (docs/ray.md, 'A round on Ray')."""
+        self._take(params)
+        return self.evaluator(self.params, method, *args)
+
+    def run(self, params: Any, units: Sequence[Tuple[Sequence[ClientTask], bool]]
+            ) -> Tuple[TaskReport, Tuple[ClientResult, ...]]:
+        """One call of a round: the training units the driver planned for this actor (docs/ray.md, 'A round on
+        Ray'), each ``(tasks, batched)``: a batched group trained together (:meth:`Trainer.train_unit`), or clients
+        trained one after the other, each exactly as alone (:meth:`Trainer.train`). Two returns: the small report
+        for the driver, and every client's result, in the call's task order, as ONE object for the server."""
+        self._take(params)
         start = time.perf_counter()
-        if batched:
-            results = self.trainer.train_unit(tasks, self.params)
-        else:
-            results = [self.trainer.train(task, self.params) for task in tasks]
-        report = TaskReport(tasks[0].client, time.perf_counter() - start, tuple(task.client for task in tasks))
-        for width in dict.fromkeys(task.width for task in tasks):
-            self._used(width)
-        return (report, *results)
+        results: List[ClientResult] = []
+        for tasks, batched in units:
+            if batched:
+                results += self.trainer.train_unit(tasks, self.params)
+            else:
+                results += [self.trainer.train(task, self.params) for task in tasks]
+            for width in dict.fromkeys(task.width for task in tasks):
+                self._used(width)
+        clients = tuple(task.client for tasks, _ in units for task in tasks)
+        return TaskReport(clients[0], time.perf_counter() - start, clients), pack(tuple(results))
 
     def _used(self, width: float) -> None:
         """Mark ``width`` recently used; drop the networks of widths not used lately."""
@@ -132,15 +172,21 @@ class ServerActor:
         if dataset is not None:  # None: started early, see TrainerActor.setup
             self.server = Server(model_name, initial_params, dataset, eval_batch_size, aggregation_backend,
                                  str(self.device), eval_indices, estimator)
+            self.evaluator = Evaluator(model_name, dataset, device, threads, eval_batch_size, eval_indices)
+
+    def evaluate_at(self, params: Any, method: str, *args: Any) -> Any:
+        """:meth:`TrainerActor.evaluate_at` here: the evaluation of a trainer lost before it answered."""
+        return self.evaluator(unpack(ray.get(params[0])), method, *args)
 
     setup = TrainerActor.setup
 
     def ready(self) -> Dict[str, Any]:
         return _whereabouts(self.device)
 
-    def params(self) -> Dict[str, torch.Tensor]:
-        """The global parameters on the CPU (the driver stores them in the object store once per round)."""
-        return self.server.get_params()
+    def params(self) -> Packed:
+        """The global parameters on the CPU, packed (:mod:`hasfl_ray.simulation.wire`): one object-store object
+        that every trainer reads once per round."""
+        return pack(self.server.get_params())
 
     def set_params(self, params: Mapping[str, torch.Tensor]) -> None:
         self.server.set_params(params)
@@ -150,6 +196,23 @@ class ServerActor:
         """:meth:`Server.apply` on the round's results, given in client order (Ray resolves the references)."""
         torch.set_num_threads(self.threads)
         return self.server.apply(list(results), weights, server_lr)
+
+    def round(self, weights: Sequence[float], server_lr: float, layout: Sequence[Sequence[int]],
+              *calls: Packed) -> Tuple[Packed, Packed]:
+        """A round's server side in one call (docs/ray.md, 'A round on Ray'): the trainer calls' results (Ray
+        resolves the references; ``layout[i]`` = the task positions of call i's results) put back in client order,
+        :meth:`Server.apply`, and what the driver records of the new model (frozen fraction, per layer). Two
+        returns, packed (:mod:`hasfl_ray.simulation.wire`): that summary for the driver (the accepted results with
+        their updates emptied, the aggregate's statistics, the frozen fractions), and the new parameters, one
+        object-store object every trainer reads for the next round."""
+        torch.set_num_threads(self.threads)
+        results: List[Optional[ClientResult]] = [None] * sum(len(positions) for positions in layout)
+        for positions, call in zip(layout, calls):
+            for position, result in zip(positions, unpack(call)):
+                results[position] = result
+        accepted, aggregate = self.server.apply(results, weights, server_lr)
+        return pack((accepted, aggregate, self.server.frozen_fraction(), self.server.frozen_by_layer())), \
+            self.params()
 
     def evaluate(self) -> Tuple[float, float]:
         torch.set_num_threads(self.threads)

@@ -3,6 +3,7 @@ client order out."""
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import threading
@@ -22,6 +23,7 @@ from hasfl_ray.registry import FILE_MODULES
 from hasfl_ray.simulation import connect_ray, warn_auth_off
 from hasfl_ray.simulation.actors import ServerActor, TaskReport, TrainerActor
 from hasfl_ray.simulation.placement import ActorPlan, execution, plan_actors
+from hasfl_ray.simulation.wire import unpack
 from hasfl_ray.training.batched import group_tasks
 from hasfl_ray.training.evaluate import evaluation_subset
 from hasfl_ray.training.task import ClientTask
@@ -30,13 +32,13 @@ logger = logging.getLogger(__name__)
 
 #: Tasks queued on one trainer at a time: the next starts as soon as one ends, with no round trip between.
 TASKS_IN_FLIGHT = 2
-#: Clients trained one at a time go to a trainer several per call when a round has many of them: about this many
-#: calls per trainer a round (enough to balance the load), at most MAX_CLIENTS_PER_CALL clients each. Each call
-#: costs the driver a submit and a result round trip (~2-4 ms of its CPU), which at 100 short clients a round was
-#: a third of the round on a 2-core machine. Every client is still trained alone, from its own RNG streams, so
-#: results do not depend on how clients are grouped into calls.
+#: A round's units go to the trainers in calls (:func:`calls`): one call per trainer while a round has at most
+#: UNITS_PER_CALL units per trainer, else up to CALLS_PER_TRAINER calls each, so that the driver can even out the
+#: loads. Each call costs a submit, a result object and a round trip (~2-4 ms of CPU among the driver, the trainer
+#: and Ray), which on a 2-core machine at 0.1 s rounds was a third of the round at one call per client. Every
+#: client is still trained from its own RNG streams, so results do not depend on how clients are grouped.
+UNITS_PER_CALL = 8
 CALLS_PER_TRAINER = 8
-MAX_CLIENTS_PER_CALL = 16
 #: How often one client may lose its trainer (actor death) in one round before the run gives up.
 MAX_ATTEMPTS = 3
 #: Object store of a Ray instance this backend starts itself (bytes; Ray spills to disk beyond it).
@@ -55,15 +57,14 @@ class _Slot:
 
 @dataclass
 class _Pending:
-    """A submitted unit of client tasks (one client, or a batched group): where it runs and its result
-    references (one per task, in unit order)."""
+    """A submitted trainer call: its units (``(positions, batched)`` each), their task positions in call order,
+    where it runs, and the reference to its results (one object)."""
 
-    unit: List[int]
+    call: List[Tuple[List[int], bool]]
+    positions: List[int]
     slot: int
     generation: int
-    results: List[Any]
-    #: True: the unit is a batched group (Trainer.train_unit); False: its clients are trained one at a time.
-    batched: bool = False
+    result: Any
 
 
 @dataclass
@@ -109,7 +110,9 @@ class RayBackend(Backend):
         self._lock, self._abandoned = threading.Lock(), False
         self.slots: List[_Slot] = []
         self.server = None
-        self._params_ref = self._evaluation = self._frozen = self._frozen_layers = None
+        self._params_ref = self._frozen = self._frozen_layers = None
+        self._evaluations = 0  # evaluations requested since the last round (they go to the trainers in turn)
+        self._queued: List[Any] = []  # the submissions of evaluations held back for the next round (request)
         self.timing = RoundTiming()
         self.total_train_seconds = 0.0
         self.replaced_actors = 0
@@ -188,12 +191,14 @@ class RayBackend(Backend):
         for module in FILE_MODULES:  # plug-ins loaded from FILE.py: actors cannot import them, so ship them by value
             ray.cloudpickle.register_pickle_by_value(module)
         dataset_ref = ray.put(dataset)  # one copy in the object store; every actor reads it once
+        eval_indices = evaluation_subset(config.seed, dataset.test_size, config.eval_samples)
         self._trainer_args = (dataset_ref, model_name, optimizer_settings(config), self.plan.device,
-                              config.trainer_threads, config.deterministic, config.cuda_graphs == "on")
+                              config.trainer_threads, config.deterministic, config.cuda_graphs == "on",
+                              (config.eval_batch_size, eval_indices))
         setups = [slot.actor.setup.remote(*self._trainer_args) for slot in self.slots] + [self.server.setup.remote(
             model_name, initial_params, ray.put(dataset.test_view()), config.eval_batch_size,
             config.aggregation_backend, self.plan.device, config.trainer_threads, config.deterministic,
-            evaluation_subset(config.seed, dataset.test_size, config.eval_samples), config.estimator)]
+            eval_indices, config.estimator)]
         try:
             ray.get(setups)
             places = ray.get([slot.actor.ready.remote() for slot in self.slots] + [self.server.ready.remote()])
@@ -236,60 +241,53 @@ class RayBackend(Backend):
 
     def run_round(self, tasks: Sequence[ClientTask], weights: Sequence[float], server_lr: float):
         if self._params_ref is None:
-            self._send_params()
-        results = self._train_all(tasks)
-        applied = self.server.apply.remote(list(weights), server_lr, *results)
-        # Queued behind the update on the server: evaluation runs while the driver observes the round, and
-        # the next round's parameters reach the trainers before the engine asks for them.
-        self._evaluation = self.server.evaluate.remote()
-        self._frozen = self.server.frozen_fraction.remote()
-        self._frozen_layers = self.server.frozen_by_layer.remote()
-        self._send_params()
+            self._params_ref = self.server.params.remote()
+        layout, results = self._train_all(tasks)
+        summary, params = self.server.round.options(num_returns=2).remote(list(weights), server_lr, layout,
+                                                                           *results)
+        self._params_ref = params  # the next round's calls (training, evaluation) carry it; each trainer reads it once
+        self._evaluations = 0
         try:
-            return self._from_server(applied)
+            accepted, aggregate, self._frozen, self._frozen_layers = unpack(self._from_server(summary))
         except NonFiniteModelError as error:  # the server refused the update: its sentence, not Ray's traceback
+            self._params_ref = None
             raise NonFiniteModelError(str(getattr(error, "cause", error))) from None
+        return accepted, aggregate
 
-    def _send_params(self) -> None:
-        """Put the server's current parameters in the object store once and hand the reference to every trainer."""
-        self._params_ref = self.server.params.remote()
-        for slot in self.slots:
-            _begin_round(slot.actor, self._params_ref)
-
-    def _train_all(self, tasks: Sequence[ClientTask]) -> List[Any]:
-        """Train every task on whichever trainer is free; returns the result references in task order."""
+    def _train_all(self, tasks: Sequence[ClientTask]) -> Tuple[List[List[int]], List[Any]]:
+        """Train every task; returns, per trainer call, the task positions it trained and the reference to its
+        results (one object per call)."""
         self.timing = RoundTiming()
         # Units: one client each, or (client_batching on) the batchable clients of one width together; the
         # grouping depends only on the tasks, never on the trainers, so results do not depend on the actors.
         units = group_tasks(tasks, batching=self.config.client_batching == "on")
-
-        def cost(unit: List[int]) -> float:  # samples x width^2
-            return sum(self.client_sizes(tasks[k].client) * tasks[k].width ** 2 for k in unit)
-
-        # Longest first so the last unit to finish is a short one; single clients several to a call when many.
-        order: Deque[Tuple[List[int], bool]] = deque(calls(
-            sorted(units, key=lambda unit: (-cost(unit), tasks[unit[0]].client)), len(self.slots)))
+        costs = [sum(self.client_sizes(tasks[k].client) * tasks[k].width ** 2 for k in unit) for unit in units]
+        order: Deque[List[Tuple[List[int], bool]]] = deque(calls(units, costs, len(self.slots)))
         attempts = [0] * len(tasks)
-        results: List[Any] = [None] * len(tasks)
+        layout: List[List[int]] = []
+        results: List[Any] = []
         pending: Dict[Any, _Pending] = {}
         inject = self.fault_round is not None and tasks and tasks[0].round == self.fault_round
+        params = [self._params_ref]
 
-        def submit(slot: _Slot) -> None:
-            while order and slot.in_flight < TASKS_IN_FLIGHT:
-                unit, batched = order.popleft()
-                for position in unit:
+        def submit(slot: _Slot, most: int = TASKS_IN_FLIGHT) -> None:
+            while order and slot.in_flight < most:
+                call = order.popleft()
+                positions = [k for unit, _ in call for k in unit]
+                for position in positions:
                     attempts[position] += 1
-                if len(unit) == 1:
-                    report, result = slot.actor.train.options(num_returns=2).remote(tasks[unit[0]])
-                    refs = [result]
-                else:
-                    report, *refs = slot.actor.train_group.options(num_returns=1 + len(unit)).remote(
-                        [tasks[k] for k in unit], batched)
-                pending[report] = _Pending(unit, slot.index, slot.generation, refs, batched)
+                report, result = slot.actor.run.options(num_returns=2).remote(
+                    params, [([tasks[k] for k in unit], batched) for unit, batched in call])
+                pending[report] = _Pending(call, positions, slot.index, slot.generation, result)
                 slot.in_flight += 1
 
-        for slot in self.slots:
-            submit(slot)
+        for most in range(1, TASKS_IN_FLIGHT + 1):  # the heaviest calls first, one to each trainer in turn
+            for slot in self.slots:
+                submit(slot, most)
+        self._submit_queued()  # the last round's evaluation, behind this round's training
+        if inject:  # testing only: kill the busiest trainer while its call is in flight
+            self._inject_fault(tasks[0].round)
+        self.while_training()  # the engine records the line of two rounds back, evaluated by now
         while pending:
             [ready], _ = ray.wait(list(pending), num_returns=1)
             job = pending.pop(ready)
@@ -301,7 +299,7 @@ class RayBackend(Backend):
                 report: TaskReport = ray.get(ready)
             except RayActorError as error:
                 self._lost(tasks, job, attempts, error)
-                order.appendleft((job.unit, job.batched))
+                order.appendleft(job.call)
                 if same_actor:
                     self._replace(slot)
                 submit(self.slots[job.slot])
@@ -310,29 +308,27 @@ class RayBackend(Backend):
                 cause = error.as_instanceof_cause()
                 if isinstance(cause, ConfigError):
                     raise cause from None  # bad input met while training: its own sentence
-                raise trainer_error([tasks[k] for k in job.unit], getattr(error, "cause", None) or error,
+                raise trainer_error([tasks[k] for k in job.positions], getattr(error, "cause", None) or error,
                                     str(error)) from None
-            for position, result in zip(job.unit, job.results):
-                results[position] = result
+            layout.append(job.positions)
+            results.append(job.result)
             if self.should_stop():
                 raise RoundInterrupted  # before anything reaches the server: the model is the last round's
             self.timing.train_seconds += report.train_seconds
             self.timing.slot_train_seconds[job.slot] = \
                 self.timing.slot_train_seconds.get(job.slot, 0.0) + report.train_seconds
-            if inject:
-                inject = not self._inject_fault(tasks[0].round)
             if same_actor:
                 submit(slot)
         self.total_train_seconds += self.timing.train_seconds
-        return results
+        return layout, results
 
     def _lost(self, tasks: Sequence[ClientTask], job: _Pending, attempts: List[int], error: Exception) -> None:
-        for position in job.unit:
+        for position in job.positions:
             task = tasks[position]
             if attempts[position] >= MAX_ATTEMPTS:
                 raise _lost(f"client {task.client} of round {task.round} lost its trainer actor "
                             f"{attempts[position]} times", error)
-        for position in job.unit:
+        for position in job.positions:
             task = tasks[position]
             logger.warning("trainer actor %d died while training client %d of round %d; training it again",
                            job.slot, task.client, task.round)
@@ -345,7 +341,6 @@ class RayBackend(Backend):
         slot.actor.setup.remote(*self._trainer_args)
         slot.generation += 1
         slot.in_flight = 0
-        _begin_round(slot.actor, self._params_ref)
         self.replaced_actors += 1
         self.timing.replaced_actors += 1
 
@@ -362,30 +357,66 @@ class RayBackend(Backend):
 
     # -- the server ---------------------------------------------------------------------------------------
 
+    overlaps_evaluation = True
+
+    def request(self, method: str, *args: Any):
+        """The evaluation of this round's model, on a trainer (the last first), submitted behind the next round's
+        training there (or at once, when its result is asked for first): the trainers hold these parameters
+        anyway, and the evaluation then runs while the server aggregates that round, when the trainers would wait
+        (docs/ray.md, 'A round on Ray'). A trainer lost before it answers: the server evaluates the same
+        parameters."""
+        if self._params_ref is None:
+            self._params_ref = self.server.params.remote()
+        params = [self._params_ref]
+        slot = self.slots[-1 - self._evaluations % len(self.slots)]
+        self._evaluations += 1
+        call: Dict[str, Any] = {}
+
+        def submit() -> None:
+            if "ref" not in call:
+                call["ref"] = slot.actor.evaluate_at.remote(params, method, *args)
+
+        self._queued.append(submit)
+
+        def result():
+            submit()
+            try:
+                return ray.get(call["ref"])
+            except RayActorError:
+                return self._from_server(self.server.evaluate_at.remote(params, method, *args))
+
+        return result
+
+    def _submit_queued(self) -> None:
+        """Submit the evaluations :meth:`request` holds back (behind the training just submitted)."""
+        queued, self._queued = self._queued, []
+        for submit in queued:
+            submit()
+
     def evaluate(self) -> Tuple[float, float]:
-        ref, self._evaluation = self._evaluation or self.server.evaluate.remote(), None
-        return self._from_server(ref)
+        return self.request("evaluate")()
 
     def evaluate_widths(self, widths, submodels=None):
-        return self._from_server(self.server.evaluate_widths.remote(list(widths), submodels))
+        return self.request("evaluate_widths", widths, submodels)()
 
     def test_beats(self, widths, submodels=None):
-        return self._from_server(self.server.test_beats.remote(list(widths), submodels))
+        return self.request("test_beats", widths, submodels)()
 
     def frozen_fraction(self) -> float:
-        ref, self._frozen = self._frozen or self.server.frozen_fraction.remote(), None
-        return self._from_server(ref)
+        value, self._frozen = self._frozen, None  # the round's, read with its summary
+        return self._from_server(self.server.frozen_fraction.remote()) if value is None else value
 
     def frozen_by_layer(self) -> Dict[str, float]:
-        ref, self._frozen_layers = self._frozen_layers or self.server.frozen_by_layer.remote(), None
-        return self._from_server(ref)
+        value, self._frozen_layers = self._frozen_layers, None
+        return self._from_server(self.server.frozen_by_layer.remote()) if value is None else value
 
     def get_params(self):
-        return self._from_server(self._params_ref if self._params_ref is not None else self.server.params.remote())
+        return unpack(self._from_server(self._params_ref if self._params_ref is not None else
+                                        self.server.params.remote()))
 
     def set_params(self, params) -> None:
         self._from_server(self.server.set_params.remote(params))
-        self._params_ref = self._evaluation = self._frozen = self._frozen_layers = None  # of the replaced params
+        self._params_ref = self._frozen = self._frozen_layers = None  # of the replaced params
 
     def params_sha256(self) -> str:
         return self._from_server(self.server.params_sha256.remote())
@@ -400,38 +431,29 @@ class RayBackend(Backend):
             raise _lost("the Ray server actor died", error) from None
 
 
-def _begin_round(actor, params_ref) -> None:
-    """Hand a trainer the round's parameters. No result reference: when the server died, the call fails for want of
-    its parameters, and an unread failed reference would print Ray's 'Unhandled error' report on the terminal
-    beside the run's own sentence."""
-    actor.begin_round.options(num_returns=0).remote(params_ref)
-
-
 def _lost(what: str, error: BaseException) -> ActorLostError:
     """One sentence for a lost actor (``what`` and Ray's error class); Ray's report goes to RUN/log.txt."""
     return ActorLostError(f"{what} ({type(error).__name__})",
                           "".join(traceback.format_exception(type(error), error, error.__traceback__)))
 
 
-def calls(units: Sequence[List[int]], trainers: int) -> List[Tuple[List[int], bool]]:
-    """The trainer calls of a round, in ``units``' order: each batched group (a unit of several clients) is one
-    call ``(unit, True)``; consecutive single clients are put together, ``(clients, False)``, up to a size that
-    leaves about CALLS_PER_TRAINER calls per trainer (one client per call when a round has few)."""
-    singles = sum(1 for unit in units if len(unit) == 1)
-    size = max(1, min(MAX_CLIENTS_PER_CALL, singles // max(1, trainers * CALLS_PER_TRAINER)))
-    out: List[Tuple[List[int], bool]] = []
-    current: List[int] = []
-    for unit in units:
-        if len(unit) > 1:
-            out.append((list(unit), True))
-            continue
-        current.append(unit[0])
-        if len(current) == size:
-            out.append((current, False))
-            current = []
-    if current:
-        out.append((current, False))
-    return out
+def calls(units: Sequence[List[int]], costs: Sequence[float], trainers: int) -> List[List[Tuple[List[int], bool]]]:
+    """The trainer calls of a round, heaviest first: each a list of units ``(positions, batched)`` (a batched
+    group of several clients is ``batched``; a single client is trained alone). The units are spread over
+    ``trainers`` x m calls by longest-processing-time-first (each unit, heaviest first by ``costs``, to the call
+    with the least work so far): m = 1 while a round has at most UNITS_PER_CALL units per trainer (one call, one
+    returned object per trainer per round), else enough calls, at most CALLS_PER_TRAINER per trainer, for the
+    driver to even out the trainers' loads as they finish. The plan depends only on the units and their costs, and
+    every client is trained from its own RNG streams, so results never depend on it."""
+    per_trainer = len(units) / max(1, trainers)
+    m = 1 if per_trainer <= UNITS_PER_CALL else min(CALLS_PER_TRAINER, int(per_trainer // UNITS_PER_CALL))
+    bins: List[Tuple[float, int, List[int]]] = [(0.0, b, []) for b in range(min(len(units), max(1, trainers) * m))]
+    for u in sorted(range(len(units)), key=lambda u: (-costs[u], units[u][0])):
+        load, b, members = heapq.heappop(bins)
+        members.append(u)
+        heapq.heappush(bins, (load + costs[u], b, members))
+    planned = sorted(bins, key=lambda bin: (-bin[0], bin[1]))
+    return [[(list(units[u]), len(units[u]) > 1) for u in sorted(members)] for _, _, members in planned if members]
 
 
 def _object_store_bytes() -> int:

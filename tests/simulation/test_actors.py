@@ -1,6 +1,8 @@
 """The actor classes as plain objects (no Ray started): a capped model cache, results equal to the in-process path."""
 
+import numpy as np
 import pytest
+import torch
 
 pytest.importorskip("ray", reason="needs Ray")
 
@@ -9,6 +11,7 @@ from hasfl_ray.engine import RunConfig, Server  # noqa: E402
 from hasfl_ray.engine.backend import optimizer_settings  # noqa: E402
 from hasfl_ray.engine.engine import initial_parameters  # noqa: E402
 from hasfl_ray.simulation.actors import CACHED_WIDTHS, ServerActor, TrainerActor  # noqa: E402
+from hasfl_ray.simulation.wire import pack, unpack  # noqa: E402
 from hasfl_ray.training.local import ClientTask, Trainer  # noqa: E402
 
 
@@ -23,26 +26,71 @@ def test_trainer_keeps_at_most_the_recent_widths_and_matches_a_plain_trainer(set
     config, dataset, params = setup
     actor = TrainerActor(dataset, "digits", optimizer_settings(config), "cpu", 1)
     plain = Trainer(dataset, "digits", optimizer_settings(config), "cpu", 1)
-    actor.begin_round(params)
     widths = [0.25, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0]
     for client, width in enumerate(widths):
         task = ClientTask(client % 6, 0, width, 0.05, 0)
-        report, result = actor.train(task)
-        assert report.client == task.client and report.train_seconds > 0
+        report, packed = actor.run(params, [([task], False)])
+        [result] = unpack(packed)
+        assert report.client == task.client and report.clients == (task.client,) and report.train_seconds > 0
         assert len(actor.trainer.cached_widths) <= CACHED_WIDTHS
         expected = plain.train(task, params)
         assert all((result.update[k] == expected.update[k]).all() for k in expected.update)
     assert actor.trainer.cached_widths[-1] == 1.0
 
 
-def test_server_actor_applies_results_in_the_order_given(setup):
+def test_one_trainer_call_trains_its_units_in_order_as_one_returned_object(setup):
+    """A call carries several units (single clients, a batched group): one packed object holds every result, in
+    the call's task order, each equal to the client trained alone (a group: as Trainer.train_unit trains it)."""
+    config, dataset, params = setup
+    actor = TrainerActor(dataset, "digits", optimizer_settings(config), "cpu", 1)
+    plain = Trainer(dataset, "digits", optimizer_settings(config), "cpu", 1)
+    single = [ClientTask(4, 1, 0.5, 0.05, 0), ClientTask(1, 1, 1.0, 0.05, 0)]
+    group = [ClientTask(0, 1, 0.75, 0.05, 0), ClientTask(2, 1, 0.75, 0.05, 0)]
+    report, packed = actor.run(params, [(single, False), (group, True)])
+    results = unpack(packed)
+    expected = [plain.train(task, params) for task in single] + plain.train_unit(group, params)
+    assert report.clients == (4, 1, 0, 2) and [r.client for r in results] == [4, 1, 0, 2]
+    for got, want in zip(results, expected):
+        assert got.num_samples == want.num_samples and got.loss == want.loss
+        assert all(torch.equal(got.update[k], want.update[k]) for k in want.update)
+
+
+def test_server_round_puts_the_calls_results_back_in_client_order(setup):
+    """ServerActor.round takes the trainer calls' packed results in any order with their task positions, applies
+    them in client order (as Server.apply on the list), and returns the packed summary and parameters."""
     config, dataset, params = setup
     trainer = Trainer(dataset, "digits", optimizer_settings(config), "cpu", 1)
     results = [trainer.train(ClientTask(i, 0, w, 0.05, 0), params) for i, w in ((0, 0.5), (3, 1.0), (4, 0.25))]
     actor = ServerActor("digits", params, dataset, 500, "reference", "cpu", 1)
     plain = Server("digits", params, dataset, 500, "reference", "cpu")
-    accepted, stats = actor.apply([3.0, 1.0, 2.0], 1.0, *results)
+    summary, new_params = actor.round([3.0, 1.0, 2.0], 1.0, [[2, 0], [1]], pack((results[2], results[0])),
+                                      pack((results[1],)))
+    accepted, stats, frozen, frozen_layers = unpack(summary)
     _, expected = plain.apply(results, [3.0, 1.0, 2.0], 1.0)
     assert [r.client for r in accepted] == [0, 3, 4] and all(r.update == {} for r in accepted)
-    assert (stats.div_num == expected.div_num).all() and actor.params_sha256() == plain.params_sha256()
+    assert torch.equal(stats.div_num, expected.div_num) and actor.params_sha256() == plain.params_sha256()
+    assert frozen == plain.frozen_fraction() and frozen_layers == plain.frozen_by_layer()
+    assert all(torch.equal(t, plain.params[name]) for name, t in unpack(new_params).items())
     assert actor.evaluate() == plain.evaluate()
+
+
+def test_evaluation_on_a_trainer_equals_the_servers(setup):
+    """The trainers evaluate a round's model with the server's own code, on a copy of the parameters they were
+    given: the same accuracy, loss, per-width results and beats bitmasks, bit for bit; the server's own parameters
+    are not touched (it may hold the next round's already)."""
+    config, dataset, params = setup
+    trainer = Trainer(dataset, "digits", optimizer_settings(config), "cpu", 1)
+    plain = Server("digits", params, dataset, 500, "reference", "cpu")
+    plain.apply([trainer.train(ClientTask(1, 0, 1.0, 0.05, 0), params)], [1.0], 1.0)
+    round_params = plain.get_params()
+    actor = TrainerActor(dataset, "digits", optimizer_settings(config), "cpu", 1, True, False, (500, None))
+    server = ServerActor("digits", params, dataset, 500, "reference", "cpu", 1)
+    assert actor.evaluate_at(round_params, "evaluate") == plain.evaluate()
+    assert actor.evaluate_at(round_params, "evaluate_widths", [0.25, 0.5], None) == plain.evaluate_widths([0.25, 0.5])
+    labels, beats = actor.evaluate_at(round_params, "test_beats", [0.5, 1.0], None)
+    want_labels, want_beats = plain.test_beats([0.5, 1.0])
+    assert np.array_equal(labels, want_labels) and all(np.array_equal(beats[w], want_beats[w]) for w in want_beats)
+    assert server.evaluator(round_params, "evaluate") == plain.evaluate()
+    assert server.params_sha256() != plain.params_sha256()  # the server actor still holds w^(0)
+    with pytest.raises(ValueError, match="evaluation method 'apply'"):
+        actor.evaluate_at(round_params, "apply")

@@ -123,19 +123,28 @@ def test_ray_stays_in_simulation():
     assert offenders == []
 
 
-def test_single_clients_go_several_to_a_call_only_when_a_round_has_many():
-    from hasfl_ray.simulation.backend import CALLS_PER_TRAINER, MAX_CLIENTS_PER_CALL, calls
+def test_calls_are_one_per_trainer_for_a_small_round_and_balanced_by_longest_first():
+    """A round of up to UNITS_PER_CALL units per trainer is one call per trainer (one returned object each); the
+    units are spread longest-processing-time-first, so the calls' loads are as even as LPT makes them; a larger
+    round gets more, smaller calls (at most CALLS_PER_TRAINER per trainer); batched groups stay whole and marked;
+    nothing is lost or repeated."""
+    from hasfl_ray.simulation.backend import CALLS_PER_TRAINER, UNITS_PER_CALL, calls
 
-    few = [[k] for k in range(10)]
-    assert calls(few, trainers=2) == [([k], False) for k in range(10)]  # 10 // 16 = 0: one client per call
-    many = [[k] for k in range(100)]
-    chunked = calls(many, trainers=2)
-    assert all(len(unit) == 100 // (2 * CALLS_PER_TRAINER) for unit, _ in chunked[:-1])
-    assert [k for unit, _ in chunked for k in unit] == list(range(100))  # same order, nothing lost
-    assert len(calls([[k] for k in range(10_000)], trainers=1)[0][0]) == MAX_CLIENTS_PER_CALL
-    mixed = calls([[0, 5, 7], [1], [2], [3, 4]], trainers=1)  # batched groups stay whole and marked
-    assert mixed == [([0, 5, 7], True), ([1], False), ([2], False), ([3, 4], True)]
-    assert calls([[9, 8]] + [[k] for k in range(32)], trainers=2)[:2] == [([9, 8], True), ([0, 1], False)]
+    units = [[k] for k in range(10)]
+    costs = [9.0, 1.0, 8.0, 2.0, 7.0, 3.0, 6.0, 4.0, 5.0, 5.0]
+    planned = calls(units, costs, trainers=2)
+    assert len(planned) == 2 and sorted(k for call in planned for unit, _ in call for k in unit) == list(range(10))
+    loads = [sum(costs[unit[0]] for unit, _ in call) for call in planned]
+    assert loads == sorted(loads, reverse=True) and loads[0] - loads[1] <= min(costs)  # heaviest call first
+    assert all(not batched for call in planned for _, batched in call)
+    many = calls([[k] for k in range(1000)], [1.0] * 1000, trainers=2)
+    assert len(many) == 2 * CALLS_PER_TRAINER
+    assert len(calls([[k] for k in range(2 * UNITS_PER_CALL)], [1.0] * 2 * UNITS_PER_CALL, trainers=2)) == 2
+    assert len(calls([[k] for k in range(4 * UNITS_PER_CALL)], [1.0] * 4 * UNITS_PER_CALL, trainers=2)) == 4
+    mixed = calls([[0, 5, 7], [1], [2], [3, 4]], [3.0, 1.0, 1.0, 2.0], trainers=1)
+    assert mixed == [[([0, 5, 7], True), ([1], False), ([2], False), ([3, 4], True)]]  # one call, in position order
+    assert calls([], [], trainers=2) == []
+
 
 
 def test_many_clients_a_round_several_to_a_call_through_a_killed_trainer_equal_the_local_backend(ray_local, tmp_path):

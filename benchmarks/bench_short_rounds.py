@@ -1,0 +1,148 @@
+"""Short rounds on Ray: `hasfl-ray simulate` with 2 Ray actors against `--backend local`, as a user compares them
+(issue 29, item 1).
+
+The workload is the digits FedAvg protocol of benchmarks/bench_vs_flower.py (20 clients, 10 a round, batch 32,
+lr 0.05) at two settings:
+
+- ``short``: 2 local epochs, a round of about 0.1 s on one core: the round is as much the engine's as the
+  training's;
+- ``training``: 20 local epochs, a round of about 1 s: training-bound.
+
+Each repeat runs the real console script as a subprocess for each backend, one after the other (interleaved, so a
+busy spell of the machine hits both), with the defaults a user gets (checkpoints, metrics, every evaluation the
+command does), and stamps the moment each round's line reaches RUN/metrics.jsonl (polled every 2 ms).
+Rounds/s is over the rounds after the first three (start-up, model building and caches warm in those); the time to
+the first round is printed beside it, and the default command's (``--backend`` left out: local first, Ray takes
+over) with it. The two-process capacity of the machine (the same CNN steps in 1 process, then 2 at once: 2.0 on
+two idle cores) is measured before and after, since two actors can only be that much faster than one process.
+Both backends' params_sha256 are compared: they must be equal.
+
+    python benchmarks/bench_short_rounds.py                      # both settings, 3 interleaved repeats
+    python benchmarks/bench_short_rounds.py --settings short --repeats 1 --rounds 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional, Sequence
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_first_round import console_script  # noqa: E402
+from bench_simulation import parallel_capacity  # noqa: E402
+
+#: The bounds of item 1: Ray with 2 actors over the local backend, in rounds/s.
+TARGETS = {"short": 1.5, "training": 1.6}
+SETTINGS = {"short": dict(local_epochs=2, rounds=40), "training": dict(local_epochs=20, rounds=11)}
+COMMON = ["--dataset", "digits", "--algorithm", "fedavg", "--clients", "20", "--clients-per-round", "10",
+          "--batch-size", "32", "--lr", "0.05", "--seed", "0"]
+BACKENDS = {"local": ["--backend", "local"], "ray2": ["--backend", "ray", "--actors", "2"]}
+#: The ray2 runs use Ray from their first round (as a run joining a cluster does): left to itself, a run this short
+#: ends in the driver before Ray would have started (docs/ray.md, 'Start-up'), which the ``default`` column shows.
+ENV = {"ray2": {"HASFL_HANDOFF_ROUND": "0"}}
+#: Rounds left out of the rate: the first ones build models, warm caches and (Ray) finish starting.
+SKIP = 3
+
+
+def run(args: Sequence[str], out: str, timeout: float = 600.0, env: Optional[Dict[str, str]] = None
+        ) -> Dict[str, object]:
+    """`hasfl-ray simulate ARGS --out OUT --quiet`: seconds from the process start to each round's metrics line,
+    the whole run's seconds, and its summary."""
+    metrics = os.path.join(out, "metrics.jsonl")
+    start = time.perf_counter()
+    process = subprocess.Popen([*console_script(), "simulate", *args, "--out", out, "--quiet"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, **(env or {})})
+    stamps: List[float] = []
+    seen = 0
+    while process.poll() is None and time.perf_counter() - start < timeout:
+        try:
+            with open(metrics, "rb") as handle:
+                lines = handle.read().count(b"\n")
+        except FileNotFoundError:
+            lines = 0
+        if lines > seen:
+            now = time.perf_counter() - start
+            stamps.extend([now] * (lines - seen))  # several lines between two polls: the same stamp
+            seen = lines
+        time.sleep(0.002)
+    if process.poll() is None:
+        process.kill()
+    stdout, stderr = process.communicate()
+    total = time.perf_counter() - start
+    if process.returncode != 0:
+        raise SystemExit(f"`hasfl-ray simulate {' '.join(args)}` failed (exit {process.returncode}): "
+                         f"{stderr.strip()[-500:]}")
+    summary = json.loads(stdout[:stdout.rindex("}") + 1])
+    return {"stamps": stamps, "total": total, "sha": summary["params_sha256"],
+            "ray_from": summary.get("ray_from_round")}
+
+
+def rate(result: Dict[str, object]) -> float:
+    """Rounds/s over the rounds after the first SKIP."""
+    stamps = result["stamps"]
+    return (len(stamps) - SKIP) / (stamps[-1] - stamps[SKIP - 1])
+
+
+def spread(values: List[float], fmt: str) -> str:
+    median = format(statistics.median(values), fmt)
+    return median if len(values) == 1 else f"{median} ({format(min(values), fmt)}-{format(max(values), fmt)})"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--settings", default="short,training", help="comma list of short, training")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=None, help="rounds per run (default: 40 short, 11 training)")
+    parser.add_argument("--no-default", action="store_true", help="leave out the default command's first round")
+    args = parser.parse_args(argv)
+    capacity = [parallel_capacity()]
+    print(f"two-process capacity: {capacity[0]:.2f}x (2.0 on two idle cores)", flush=True)
+    workdir = tempfile.mkdtemp(prefix="bench-short-rounds-")
+    rows = []
+    try:
+        for setting in args.settings.split(","):
+            spec = SETTINGS[setting]
+            rounds = args.rounds or spec["rounds"]
+            base = [*COMMON, "--local-epochs", str(spec["local_epochs"]), "--rounds", str(rounds)]
+            backends = dict(BACKENDS)
+            if not args.no_default:
+                backends["default"] = []
+            got: Dict[str, List[Dict[str, object]]] = {name: [] for name in backends}
+            for repeat in range(args.repeats):
+                for name, flags in backends.items():
+                    out = os.path.join(workdir, f"{setting}-{name}-{repeat}")
+                    got[name].append(run([*base, *flags], out, env=ENV.get(name)))
+                    shutil.rmtree(out, ignore_errors=True)
+                    r = got[name][-1]
+                    print(f"  {setting} {name} #{repeat}: {rate(r):.2f} rounds/s, first round at "
+                          f"{r['stamps'][0]:.2f} s, whole run {r['total']:.1f} s", flush=True)
+            shas = {r["sha"] for results in got.values() for r in results}
+            ratios = [rate(ray) / rate(local) for ray, local in zip(got["ray2"], got["local"])]
+            rows.append((setting, spec["local_epochs"], rounds, got, ratios, len(shas) == 1))
+        capacity.append(parallel_capacity())
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"\ntwo-process capacity: {capacity[0]:.2f}x before, {capacity[1]:.2f}x after")
+    print(f"{'setting':<9} {'epochs':>6} {'local r/s':>16} {'ray2 r/s':>16} {'ray2/local':>18} {'target':>7} "
+          f"{'first round: local / ray2 / default (s)':>42} {'same sha':>8}")
+    for setting, epochs, rounds, got, ratios, same in rows:
+        first = " / ".join(spread([r["stamps"][0] for r in got[name]], ".2f") for name in got)
+        verdict = "met" if statistics.median(ratios) >= TARGETS[setting] else "NOT met"
+        print(f"{setting:<9} {epochs:>6} {spread([rate(r) for r in got['local']], '.2f'):>16} "
+              f"{spread([rate(r) for r in got['ray2']], '.2f'):>16} {spread(ratios, '.3f'):>18} "
+              f"{TARGETS[setting]:>5.1f}x {first:>42} {'yes' if same else 'NO':>8}  {verdict}")
+    if "default" in rows[0][3]:
+        print("default command: Ray took over at round",
+              ", ".join(str(r["ray_from"]) for row in rows for r in row[3]["default"]))
+
+
+if __name__ == "__main__":
+    main()

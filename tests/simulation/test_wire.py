@@ -1,0 +1,75 @@
+"""The object-store wire format (hasfl_ray/simulation/wire.py): a structure's tensors as one buffer, back bit for
+bit, against the tensors themselves."""
+
+import dataclasses
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from hasfl_ray.simulation.wire import ALIGN, Packed, pack, unpack
+from hasfl_ray.training.result import ClientResult
+
+
+def random_result(generator: torch.Generator, client: int) -> ClientResult:
+    shapes = [(3, 2, 3, 3), (3,), (7, 5), (1,), ()]
+    update = {f"p{k}": torch.randn(shape, generator=generator, dtype=torch.float32) for k, shape in enumerate(shapes)}
+    extras = {"drift": {"w": torch.randn(4, 4, generator=generator, dtype=torch.float64)},
+              "counts": torch.randint(0, 9, (5,), generator=generator), "mask": torch.rand(6, generator=generator) > 0.5,
+              "half": torch.randn(3, generator=generator).to(torch.float16), "note": "kept", "n": 3}
+    return ClientResult(client, 0.5, update, 17, 0.25, 4, extras, offset=2, trained_width=0.4)
+
+
+def assert_same(got, want):
+    if isinstance(want, torch.Tensor):
+        assert isinstance(got, torch.Tensor) and got.dtype == want.dtype and got.shape == want.shape
+        assert got.device.type == "cpu" and torch.equal(got.view(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8))
+    elif isinstance(want, dict):
+        assert type(got) is type(want) and list(got) == list(want)
+        for key in want:
+            assert_same(got[key], want[key])
+    elif isinstance(want, (list, tuple)):
+        assert type(got) is type(want) and len(got) == len(want)
+        for g, w in zip(got, want):
+            assert_same(g, w)
+    elif dataclasses.is_dataclass(want):
+        assert type(got) is type(want)
+        for f in dataclasses.fields(want):
+            assert_same(getattr(got, f.name), getattr(want, f.name))
+    else:
+        assert got == want
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pack_and_unpack_give_back_every_tensor_bit_for_bit(seed):
+    generator = torch.Generator().manual_seed(seed)
+    results = tuple(random_result(generator, client) for client in range(4))
+    packed = pickle.loads(pickle.dumps(pack(results)))  # as the object store would carry it
+    assert isinstance(packed, Packed) and packed.buffer.dtype == np.uint8
+    assert_same(unpack(packed), results)
+
+
+def test_special_values_non_contiguous_and_empty_tensors_survive():
+    base = torch.arange(24, dtype=torch.float32).view(4, 6)
+    value = {"t": base.t(), "slice": base[:, 1::2], "empty": torch.zeros(0, 3), "scalar": torch.tensor(2.5),
+             "special": torch.tensor([float("nan"), float("inf"), -0.0, -float("inf")]), "bf16": base.to(torch.bfloat16)}
+    out = unpack(pack(value))
+    for key in value:
+        assert out[key].shape == value[key].shape and out[key].dtype == value[key].dtype
+    assert torch.equal(out["t"], base.t()) and torch.equal(out["slice"], base[:, 1::2])
+    assert torch.equal(out["special"].view(torch.int32), value["special"].view(torch.int32))  # NaN and -0.0 bits
+    assert torch.equal(out["bf16"], value["bf16"]) and out["scalar"].item() == 2.5
+
+
+def test_unpacked_tensors_are_private_aligned_and_writable():
+    """The receiver may write into what it got (it never aliases the object store's read-only memory), and every
+    tensor starts on an ALIGN-byte boundary of the buffer, so views of any dtype are valid."""
+    value = {"a": torch.ones(3, dtype=torch.float16), "b": torch.ones(5, dtype=torch.float64)}
+    packed = pack(value)
+    packed.buffer.setflags(write=False)  # as Ray hands it out
+    out = unpack(packed)
+    out["b"].add_(1.0)
+    assert torch.equal(out["b"], torch.full((5,), 2.0, dtype=torch.float64))
+    assert all(slot.offset % ALIGN == 0 for slot in packed.skeleton.values())
+    assert not np.shares_memory(out["b"].numpy(), packed.buffer)
