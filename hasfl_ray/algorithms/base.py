@@ -14,6 +14,8 @@ from hasfl_ray.training.local import ClientResult, LocalObjective
 if TYPE_CHECKING:  # the run configuration sits below the algorithms; only type checkers need its class here
     import torch
 
+    from hasfl_ray.clock.cost import ClientCost
+
     from hasfl_ray.engine.config import RunConfig
 
 
@@ -63,9 +65,51 @@ class Algorithm(ABC):
     def num_clients(self) -> int:
         return len(self.p_max)
 
+    def capacity_allocation(self, p_max: np.ndarray) -> np.ndarray:
+        """The widths this algorithm gives clients of capacities ``p_max`` before anything adapts them (what
+        ``p_current`` starts at). Default: p^max itself (Uniform: min(0.5, p^max); the full-model methods: 1)."""
+        return np.asarray(p_max, dtype=np.float64).copy()
+
+    def set_capacities(self, round: int, p_max: np.ndarray) -> None:
+        """Dynamic width assignment (``width_assignment: dynamic``, docs/configs.md#width-ladder): the engine calls
+        it before :meth:`allocate` of every round with every client's capacity for that round, redrawn from the
+        width ladder's mix. Default: ``p_max`` replaces the capacities and ``p_current`` becomes
+        :meth:`capacity_allocation` of them. An algorithm that adapts widths overrides it (HAS-FL re-applies its
+        allocation rule to the new capacities); what it sets must follow from its state and ``p_max`` alone (a
+        resumed run calls it again from the checkpointed state). Never called with ``width_assignment: fixed``."""
+        self.p_max = np.asarray(p_max, dtype=np.float64).copy()
+        self.p_current = self.capacity_allocation(self.p_max)
+
     def allocate(self, round: int, participants: Sequence[int]) -> Dict[int, float]:
         """Width of each participant this round. Default: the current allocation (p^max initially)."""
         return {i: float(self.p_current[i]) for i in participants}
+
+    # -- the device clock (docs/clock.md): read by allocation policies, extended by algorithms that move more ------
+
+    #: The run's device clock (:class:`hasfl_ray.clock.Clock`) when a device population is configured, else None;
+    #: the engine sets it before the first round. :meth:`device`, :meth:`round_seconds` and ``clock.deadline`` are
+    #: what an allocation policy reads to choose widths that meet the deadline.
+    clock: Optional[Any] = None
+
+    def device(self, client: int) -> Optional[Dict[str, float]]:
+        """Client ``client``'s device (speed_macs_per_s, down_bytes_per_s, up_bytes_per_s, latency_s), or None
+        without a device population."""
+        return self.clock.profile(client) if self.clock is not None else None
+
+    def client_cost(self, round: int, client: int, width: float, cost: "ClientCost") -> "ClientCost":
+        """What ``client`` moves and computes in round ``round`` at ``width``: ``cost`` (its sub-model down, its
+        update up, its local steps' training MACs) plus whatever this algorithm adds (``cost.plus(...)``: SCAFFOLD's
+        control variates, FedProx's proximal term, FjORD's distillation passes). Asked only when a device
+        population is configured; must not change the algorithm's state. Default: ``cost`` unchanged."""
+        return cost
+
+    def round_seconds(self, round: int, client: int, width: float) -> Optional[float]:
+        """The simulated seconds ``client`` would take in round ``round`` at ``width`` (download, local steps,
+        upload and latency on its device, this algorithm's extras included), or None without a device
+        population."""
+        if self.clock is None:
+            return None
+        return self.clock.seconds(client, self.client_cost(round, client, width, self.clock.base_cost(client, width)))
 
     def objective(self, round: int, client: int, width: float) -> LocalObjective:
         """The local objective of ``client``. Default: cross-entropy."""

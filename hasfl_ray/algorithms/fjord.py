@@ -13,7 +13,7 @@ from torch.nn import functional as F
 
 from hasfl_ray.algorithms.base import Algorithm
 from hasfl_ray.algorithms.options import FLOAT32_MAX, check_range
-from hasfl_ray.data.partition import TIERS
+from hasfl_ray.federation import ladder_of
 from hasfl_ray.models.slicing import region
 from hasfl_ray.registry import register_algorithm
 from hasfl_ray.training.local import LocalObjective
@@ -109,8 +109,8 @@ class FjORD(Algorithm):
     """Client i trains its p_i^max model; each local step adds a uniformly drawn nested width ≤ p_i^max
     distilled from the max-width output. avg_p reports the mean sampled width.
 
-    The sampled widths are the federation's capacity tiers (the protocol's 0.25/0.5/0.75/1.0 and any
-    other p^max present) up to p_i^max. BatchNorm: the models normalise with the statistics of each
+    The sampled widths are the federation's capacity tiers (the width ladder's: the protocol's 0.25/0.5/0.75/1.0
+    by default, and any other p^max present) up to p_i^max. BatchNorm: the models normalise with the statistics of each
     forward pass's own batch (no running statistics), so every sampled width uses its own statistics and
     shares the affine parameters of its leading channels (FjORD keeps per-width statistics and shared
     affine parameters: the same separation, without stored statistics).
@@ -120,11 +120,27 @@ class FjORD(Algorithm):
 
     def __init__(self, config, p_max, num_samples):
         super().__init__(config, p_max, num_samples)
-        self.tiers = sorted(set(float(t) for t in TIERS) | set(float(p) for p in np.unique(self.p_max)))
+        widths = ladder_of(config).widths  # the paper's tiers by default
+        self.tiers = sorted(set(float(t) for t in widths) | set(float(p) for p in np.unique(self.p_max)))
 
     def widths_for(self, client: int) -> List[float]:
         """The widths client ``client`` samples from: every tier ≤ its p^max."""
         return [t for t in self.tiers if t <= self.p_max[client] + 1e-12]
+
+    def client_cost(self, round: int, client: int, width: float, cost):
+        """The device clock's FjORD: each local step that draws a nested width q below the client's (the same draws
+        as its objective's, from the same seed) and distils runs the width-q network forward and backward on the
+        batch too, TRAIN_FACTOR x its forward MACs a sample; the teacher is the step's own forward (docs/clock.md)."""
+        from hasfl_ray.clock.cost import TRAIN_FACTOR
+
+        widths = self.widths_for(client)
+        rng = np.random.default_rng(stream_seed(self.config.seed, STREAM_ALGORITHM, round, client))
+        drawn = [widths[int(rng.integers(len(widths)))] for _ in range(cost.steps)]  # one draw a step, as loss()
+        if self.options.fjord_distill_weight <= 0:
+            return cost
+        extra = [TRAIN_FACTOR * self.clock.costs.macs(q) * int(batch) if q < width else 0
+                 for q, batch in zip(drawn, cost.batches)]
+        return cost.plus(step_macs=np.asarray(extra, dtype=np.int64))
 
     def objective(self, round: int, client: int, width: float) -> LocalObjective:
         seed = stream_seed(self.config.seed, STREAM_ALGORITHM, round, client)

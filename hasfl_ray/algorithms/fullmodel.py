@@ -34,7 +34,10 @@ class FedAvg(Algorithm):
 
     def __init__(self, config, p_max, num_samples):
         super().__init__(config, p_max, num_samples)
-        self.p_current = np.ones(self.num_clients, dtype=np.float64)
+        self.p_current = self.capacity_allocation(self.p_max)
+
+    def capacity_allocation(self, p_max: np.ndarray) -> np.ndarray:
+        return np.ones(len(p_max), dtype=np.float64)
 
 
 class ProximalObjective(LocalObjective):
@@ -83,6 +86,11 @@ class FedProx(FedAvg):
 
     def objective(self, round: int, client: int, width: float) -> LocalObjective:
         return ProximalObjective(self.options.mu)
+
+    def client_cost(self, round, client, width, cost):
+        """The device clock's FedProx: the proximal gradient μ (w − w^t) is one multiply-add a parameter every local
+        step (docs/clock.md)."""
+        return cost.plus(step_macs=self.clock.costs.params(width))
 
 
 class ControlVariateObjective(LocalObjective):
@@ -224,6 +232,13 @@ class SCAFFOLD(FedAvg):
 
     def _flatten(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
         return torch.cat([tensors[name].reshape(-1).to(torch.float32) for name, _ in self.layout])
+
+    def client_cost(self, round, client, width, cost):
+        """The device clock's SCAFFOLD: the server's control variate c goes down with the model and the client's
+        drift (x − y_i)/(K η) comes back with its update, each one float32 a parameter; every local step adds c − c_i
+        to the gradient, one multiply-add a parameter (docs/clock.md)."""
+        size = self.clock.costs.model_bytes(width)
+        return cost.plus(bytes_down=size, bytes_up=size, step_macs=self.clock.costs.params(width))
 
     def objective(self, round: int, client: int, width: float) -> LocalObjective:
         if self.server_control is None:

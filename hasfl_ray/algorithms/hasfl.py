@@ -11,7 +11,7 @@ from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.algorithms.base import Algorithm
 from hasfl_ray.algorithms.options import FLOAT32_MAX, AllocationOptions, check_count, check_range
 from hasfl_ray.registry import register_algorithm
-from hasfl_ray.schedule import is_adaptation_round
+from hasfl_ray.schedule import first_adapted_round, is_adaptation_round
 from hasfl_ray.training.local import ClientResult
 
 
@@ -72,10 +72,23 @@ class HASFL(Algorithm):
             h_hat = aggregate.heterogeneity(c.epsilon).numpy()
             for result, estimate in zip(results, h_hat):
                 self.h[result.client] = c.beta * self.h[result.client] + (1 - c.beta) * estimate
-            p = allocation_rule(self.h, self.p_max, c.p_min, c.gamma, c.epsilon)
-            self.p_current = coverage_guarantee(p, self.p_max) if c.coverage else p
+            self.p_current = self.adapted_widths()
         if round > 0 and round % c.t_norm == 0:
             self.h = self.h / self.h.mean()
+
+    def adapted_widths(self) -> np.ndarray:
+        """The allocation rule on the current H̃ and capacities, with the coverage guarantee when it is on."""
+        c = self.options
+        p = allocation_rule(self.h, self.p_max, c.p_min, c.gamma, c.epsilon)
+        return coverage_guarantee(p, self.p_max) if c.coverage else p
+
+    def set_capacities(self, round: int, p_max: np.ndarray) -> None:
+        """Dynamic assignment: the round's capacities, and the allocation rule (with the coverage guarantee) applied
+        to them and the current H̃ once HAS-FL has adapted; before its first adaptation every client trains at its
+        p^max, as in a fixed run."""
+        self.p_max = np.asarray(p_max, dtype=np.float64).copy()
+        adapted = round >= first_adapted_round(self.config.warmup, self.config.t_adapt)
+        self.p_current = self.adapted_widths() if adapted else self.p_max.copy()
 
     def h_tilde(self) -> Optional[np.ndarray]:
         return self.h.copy()

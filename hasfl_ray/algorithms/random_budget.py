@@ -124,7 +124,8 @@ class RandomBudget(Algorithm):
     @classmethod
     def resolve_config(cls, config) -> Dict[str, Any]:
         """The budget when none is given: ``budget_from``'s realised post-warm-up average width, else
-        :func:`default_budget` for this many clients (tier counts depend only on the number of clients)."""
+        :func:`default_budget` for this many clients, dealt the width ladder's mix (the paper's tiers: their mix
+        alone, whatever ``tier_counts`` says, as always; a custom ladder: its ``tier_counts`` when given)."""
         options = RandomBudgetOptions(**config.algorithm_options)
         if options.budget is not None:
             return {}
@@ -132,8 +133,12 @@ class RandomBudget(Algorithm):
             budget = budget_from_run(options.budget_from)
         else:
             from hasfl_ray.data.partition import assign_tiers
+            from hasfl_ray.federation import ladder_of
 
-            p_max = assign_tiers(config.clients, np.random.default_rng(0))
+            ladder = ladder_of(config)
+            counts = config.tier_counts if getattr(config, "widths", None) is not None else None
+            p_max = assign_tiers(config.clients, np.random.default_rng(0), ladder.widths, ladder.probabilities,
+                                 counts=counts)
             budget = round(default_budget(p_max, options.p_min, options.gamma, options.coverage), 4)
         return {"algorithm_options": {**config.algorithm_options, "budget": budget}}
 
@@ -180,8 +185,21 @@ class RandomBudget(Algorithm):
             self.realised_sum += float(used)  # only the rounds the budget is matched over
         self.rounds_seen = round + 1
         if is_adaptation_round(round, self.config.warmup, self.config.t_adapt):
-            factors = numpy_rng(self.config.seed, STREAM_ALGORITHM, round).uniform(*FACTOR_RANGE, self.num_clients)
-            self.p_current = random_allocation(factors, self.p_max, self.target(), self.options.coverage)
+            self.p_current = random_allocation(self.factors(round), self.p_max, self.target(), self.options.coverage)
+
+    def factors(self, round: int) -> np.ndarray:
+        """The random factors X_i of the adaptation at the end of round ``round``, from rng(seed, round)."""
+        return numpy_rng(self.config.seed, STREAM_ALGORITHM, round).uniform(*FACTOR_RANGE, self.num_clients)
+
+    def set_capacities(self, round: int, p_max: np.ndarray) -> None:
+        """Dynamic assignment: the round's capacities; once adapted, the last adaptation's factors X_i with the level
+        L solved again for the current target under them (before: p^max, as in a fixed run)."""
+        self.p_max = np.asarray(p_max, dtype=np.float64).copy()
+        if round < self.first_adapted:
+            self.p_current = self.p_max.copy()
+            return
+        last = (round - 1) // self.config.t_adapt * self.config.t_adapt  # >= the first adaptation round
+        self.p_current = random_allocation(self.factors(last), self.p_max, self.target(), self.options.coverage)
 
     def state_dict(self) -> Dict[str, Any]:
         return {**super().state_dict(), "realised_sum": self.realised_sum, "rounds_seen": self.rounds_seen,

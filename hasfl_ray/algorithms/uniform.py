@@ -19,4 +19,7 @@ class Uniform(Algorithm):
 
     def __init__(self, config, p_max, num_samples):
         super().__init__(config, p_max, num_samples)
-        self.p_current = np.minimum(UNIFORM_WIDTH, self.p_max)
+        self.p_current = self.capacity_allocation(self.p_max)
+
+    def capacity_allocation(self, p_max: np.ndarray) -> np.ndarray:
+        return np.minimum(UNIFORM_WIDTH, p_max)

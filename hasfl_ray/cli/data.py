@@ -3,30 +3,52 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Any, Dict
 
 import click
 
 from hasfl_ray.cli.common import user_errors
+from hasfl_ray.cli.options import apply_switches
 from hasfl_ray.data import DATASETS
 
 
 def partition_summary(dataset_name: str, data_dir: str | None, download: bool, clients: int, alpha: float,
-                      seed: int) -> Dict[str, Any]:
+                      seed: int, partition: str = "dirichlet", widths: Any = None,
+                      width_mix: Any = None) -> Dict[str, Any]:
     """The partition a run with these settings trains on: per client its name, n_i, p_max, TV distance
-    and label histogram, plus the class count and the train and test sizes."""
+    and label histogram, plus the class count, the train and test sizes and the partition scheme (``partition``:
+    dirichlet, iid, classes:K, shards:S; ``widths`` and ``width_mix``: the width ladder p_max is dealt from)."""
     from hasfl_ray.data import load_dataset
     from hasfl_ray.engine.engine import capacity_tiers
+    from hasfl_ray.federation import ladder_of, normalise_partition
 
-    dataset = load_dataset(dataset_name, clients, alpha, seed, data_dir, download)
-    p_max = capacity_tiers(seed, dataset.num_clients)  # Engine.prepare's draw: the p_max of the run
+    partition = normalise_partition(partition)
+    ladder = ladder_of(SimpleNamespace(widths=widths, width_mix=width_mix))
+    dataset = load_dataset(dataset_name, clients, alpha, seed, data_dir, download, partition=partition)
+    p_max = capacity_tiers(seed, dataset.num_clients, ladder=ladder)  # Engine.prepare's draw: the p_max of the run
     histograms = dataset.label_histograms()
     tv = dataset.tv_distances()
     rows = [{"client": i, "name": dataset.client_names[i], "num_samples": dataset.client_size(i),
              "p_max": float(p_max[i]), "tv_distance": float(tv[i]), "label_histogram": histograms[i].tolist()}
             for i in range(dataset.num_clients)]
     return {"dataset": dataset_name, "num_classes": dataset.num_classes, "train_size": dataset.train_size,
-            "test_size": dataset.test_size, "seed": seed, "alpha": alpha, "clients": rows}
+            "test_size": dataset.test_size, "seed": seed, "alpha": alpha, "partition": partition,
+            "partition_rule": partition_rule(dataset_name, partition, alpha), "clients": rows}
+
+
+def partition_rule(dataset_name: str, partition: str, alpha: float) -> str:
+    """One phrase saying how the clients' data were split (``data inspect``'s header and JSON)."""
+    from hasfl_ray.federation import parse_partition
+    from hasfl_ray.registry import lookup
+
+    if not getattr(lookup("dataset", dataset_name), "label_partitions", False):
+        return "the dataset's own clients (no label partition applies)"
+    scheme, k = parse_partition(partition)
+    return {"dirichlet": f"Dirichlet label skew, alpha {alpha:g}",
+            "iid": "IID: one shuffle cut into equal parts",
+            "classes": f"{k} classes per client, each class's samples split evenly over its holders",
+            "shards": f"{k} label-sorted shards per client (McMahan et al.)"}[scheme]
 
 
 @click.group()
@@ -45,18 +67,29 @@ def data() -> None:
               help="Dirichlet label-skew concentration (image sets).")
 @click.option("--seed", type=click.IntRange(min=0), default=42, show_default=True,
               help="Run seed: redraws the partition and the capacity tiers.")
+@click.option("--partition", default="dirichlet", show_default=True, metavar="SCHEME",
+              help="Label partition of the image sets: dirichlet (--alpha), iid, classes:K (K classes per client) or "
+                   "shards:S (S label-sorted shards per client).")
+@click.option("--widths", metavar="W1,W2,...", help="The width ladder p_max is dealt from (default: the paper's "
+              "tiers 0.25,0.5,0.75,1), as simulate's --widths.")
+@click.option("--width-mix", metavar="MIX", help="Each width's share, or HeteroFL's a1-b1-c1-d1-e1, as simulate's "
+              "--width-mix.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: num_classes, train_size, test_size, "
               "clients (a list).")
 @user_errors
 def inspect(dataset_name: str, data_dir: str | None, download: bool, clients: int, alpha: float, seed: int,
-            as_json: bool) -> None:
+            partition: str, widths: str | None, width_mix: str | None, as_json: bool) -> None:
     """Print the partition: per client its name, num_samples, p_max, tv_distance and label histogram."""
-    summary = partition_summary(dataset_name, data_dir, download, clients, alpha, seed)
+    flags: Dict[str, Any] = {"widths": widths}
+    apply_switches(flags, False, False, False)  # --widths as simulate reads it
+    summary = partition_summary(dataset_name, data_dir, download, clients, alpha, seed, partition, flags["widths"],
+                                width_mix)
     if as_json:
         click.echo(json.dumps(summary))
         return
     click.echo(f"{dataset_name}: {summary['num_classes']} classes, {summary['train_size']:,} train and "
-               f"{summary['test_size']:,} test samples over {len(summary['clients'])} clients (seed {seed})")
+               f"{summary['test_size']:,} test samples over {len(summary['clients'])} clients (seed {seed}); "
+               f"partition {summary['partition']}: {summary['partition_rule']}")
     width = max(len("name"), *(len(row["name"]) for row in summary["clients"]))
     click.echo(f"{'client':>6}  {'name':<{width}}  {'num_samples':>11}  {'p_max':>5}  {'tv_distance':>11}  "
                "label_histogram")

@@ -32,8 +32,23 @@ RUN_OPTIONS = (
     click.option("--seed", type=int,
                  help="Seed of partition, tiers, initialisation, sampling and training (default 42)."),
     click.option("--alpha", type=float, help="Dirichlet label-skew concentration (default 0.3)."),
+    click.option("--partition", metavar="SCHEME",
+                 help="Label partition of the image sets: dirichlet (default; --alpha), iid, classes:K (K classes per "
+                      "client, HeteroFL's non-IID-K, e.g. classes:2) or shards:S (S label-sorted shards per client, "
+                      "McMahan et al.'s, e.g. shards:2); docs/datasets.md."),
     click.option("--synthetic-alpha", type=float, help="Synthetic(alpha, beta): labeller heterogeneity (default 1)."),
     click.option("--synthetic-beta", type=float, help="Synthetic(alpha, beta): input heterogeneity (default 1)."),
+    click.option("--model", metavar="preresnet18|resnet18|FILE.py:Class|MODULE:Class",
+                 help="Train this network instead of the dataset's own: preresnet18 (HeteroFL's pre-activation "
+                      "ResNet-18) or resnet18 (FjORD's), on image datasets of 1 or 3 channels (docs/models.md); or "
+                      "a plug-in model, any nn.Module taking a width argument, its slicing derived "
+                      "(docs/plugins.md#models)."),
+    click.option("--model-norm", type=click.Choice(["sbn", "bn", "gn", "none"]),
+                 help="--model's normalisation: sbn (static BatchNorm, default; evaluation statistics from a pass "
+                      "over the clients' training data), bn (batch statistics), gn (GroupNorm) or none."),
+    click.option("--model-scaler", type=click.Choice(["on", "off"]),
+                 help="--model's Scaler (HeteroFL's: activations divided by the width p in training): on (default) "
+                      "or off."),
     click.option("--local-epochs", type=int, help="Local epochs K (default: the dataset's protocol)."),
     click.option("--batch-size", type=int, help="Local batch size (default 32)."),
     click.option("--lr", type=float, help="Initial local learning rate, decayed x0.995 per round."),
@@ -49,7 +64,17 @@ RUN_OPTIONS = (
                       "(only the coordinates every participant of the round covers)."),
     click.option("--tier-counts", metavar="N1,N2,N3,N4",
                  help="Clients per capacity tier p^max 0.25,0.5,0.75,1.0 (default: the text's 8,5,4,3 of 20; "
-                      "4,10,3,3 is the mix of the paper's own runs)."),
+                      "4,10,3,3 is the mix of the paper's own runs); with --widths, one count per width."),
+    click.option("--widths", metavar="W1,W2,...",
+                 help="The width ladder clients' capacities p^max come from: widths in (0, 1], e.g. "
+                      "1,0.5,0.25,0.125,0.0625 (default: the paper's tiers 0.25,0.5,0.75,1); docs/configs.md."),
+    click.option("--width-mix", metavar="MIX",
+                 help="Each width's share of the clients, e.g. 1,1,1,1,1 (default: equal; the paper's 40:25:20:15 for "
+                      "its tiers), or HeteroFL's notation a1-b1-c1-d1-e1 (levels a-e = widths 1, 1/2, 1/4, 1/8, "
+                      "1/16, each followed by its share), which names the widths too."),
+    click.option("--width-assignment", type=click.Choice(["fixed", "dynamic"]),
+                 help="fixed (default): a client's p^max is dealt once for the run; dynamic: redrawn from the mix "
+                      "every round (HeteroFL's dynamic; its own seeded stream)."),
     click.option("--no-coverage", is_flag=True, default=False,
                  help="Disable the coverage guarantee of hasfl and random-budget (ablation)."),
     click.option("--mu", type=float, help="FedProx proximal weight mu (default 1.0)."),
@@ -66,6 +91,22 @@ RUN_OPTIONS = (
     click.option("--rolex-step", type=int, help="FedRolex: channels the window advances per round (default 1)."),
     click.option("--control-variates-dir", type=click.Path(),
                  help="SCAFFOLD: keep per-client control variates on disk there instead of in memory."),
+    click.option("--devices", metavar="SPEC",
+                 help="Time rounds on a device population (docs/clock.md): a trace PATH.csv (e.g. "
+                      "configs/devices/sample-trace.csv), or lognormal or pareto (seeded speeds, mobile bandwidths); "
+                      "per-tier devices in a YAML config. Records simulated time and bytes; off by default."),
+    click.option("--availability", metavar="MODEL",
+                 help="With --devices: always, trace (the trace's intervals; the default when it has them) or "
+                      "markov:ON,OFF (a seeded on/off chain of mean ON and OFF seconds)."),
+    click.option("--deadline", type=float, help="With --devices: a round's deadline in simulated seconds."),
+    click.option("--deadline-policy", metavar="[drop|partial|overselect]",
+                 help="What becomes of a late update: drop (default; discarded and counted), partial (the client "
+                      "does the local steps that fit) or overselect (invite (1+F)K, keep the first K to finish)."),
+    click.option("--overselect", type=float, metavar="F",
+                 help="With --deadline-policy overselect: the fraction F of extra invitations (default 0.3)."),
+    click.option("--dropout", type=float, metavar="P",
+                 help="With --devices: the probability an invited client drops out mid-round (update lost; "
+                      "default 0)."),
     click.option("--backend", help="ray or local (one process, no Ray); default auto: ray where Ray is installed, else "
                                    "local (the Python API's rule too)."),
     click.option("--actors", type=int, help="Ray trainer actors (default: one per GPU with --device cuda, else one "
@@ -145,6 +186,13 @@ def apply_switches(flags: Dict[str, Any], no_coverage: bool, download: bool, fas
         except ValueError:
             raise ConfigError(f"--tier-counts is {counts!r}; expected 4 comma-separated client counts, e.g. "
                               "4,10,3,3") from None
+    ladder = flags.get("widths")
+    if isinstance(ladder, str):
+        try:
+            flags["widths"] = [float(w) for w in ladder.split(",")]
+        except ValueError:
+            raise ConfigError(f"--widths is {ladder!r}; expected comma-separated widths in (0, 1], e.g. "
+                              "1,0.5,0.25,0.125,0.0625") from None
     widths = flags.get("eval_widths")
     if isinstance(widths, str):
         try:

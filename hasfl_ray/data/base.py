@@ -102,6 +102,9 @@ class FederatedDataset(ABC):
     #: Architecture of ``model`` where it is not a built-in model (set from the plug-in's
     #: :attr:`Dataset.model_config`); travels with the dataset to every trainer, which registers it.
     model_config: Optional[Dict[str, Any]] = None
+    #: Whether :meth:`test_view` keeps the training data too: the server's static-BatchNorm statistics pass reads it
+    #: (:func:`hasfl_ray.models.resnet.sbn_statistics`, docs/models.md); set for a run whose model has sBN.
+    view_keeps_train: bool = False
 
     @property
     def num_clients(self) -> int:
@@ -262,6 +265,8 @@ class TensorFederatedDataset(FederatedDataset):
 
     def test_view(self) -> "TensorFederatedDataset":
         view = copy.copy(self)
+        if self.view_keeps_train:
+            return view
         view.train_x, view.train_y = self.train_x[:0], self.train_y[:0]
         view.client_indices, view._device_indices, view.client_names = [], [], []
         return view
@@ -362,6 +367,10 @@ class Dataset(ABC):
             :class:`~hasfl_ray.models.ImageCNN` / :class:`~hasfl_ray.models.CharLSTM`. Every hidden width slices.
         defaults: protocol defaults for the config fields left unset: ``rounds``, ``local_epochs``, ``lr``,
             ``clip_norm``, ``batch_size``.
+        label_partitions: True when :meth:`load` splits labelled samples by ``config.partition`` (dirichlet, iid,
+            classes:K, shards:S: :func:`hasfl_ray.data.partition.partition_labels`), as the image sets do; False
+            (the default: Shakespeare's roles, Synthetic's generated clients) refuses any partition but the
+            default in one sentence.
 
     The ground truth of heterogeneity (``tv_distance`` in clients.csv, ``hasfl-ray data inspect``) is the TV
     distance of each client's label histogram to the global one: :meth:`FederatedDataset.label_histograms` of what
@@ -372,6 +381,7 @@ class Dataset(ABC):
     model: ClassVar[str] = ""
     model_config: ClassVar[Optional[Dict[str, Any]]] = None
     defaults: ClassVar[Dict[str, Any]] = {}
+    label_partitions: ClassVar[bool] = False
 
     @abstractmethod
     def load(self, config: Any) -> FederatedDataset:

@@ -111,7 +111,7 @@ def _missing(folder: Path) -> List[str]:
 
 
 def load_cifar10(num_clients: int, alpha: float, seed: int, data_dir: str | None = None,
-                 download: bool = False) -> TensorFederatedDataset:
+                 download: bool = False, partition: str = "dirichlet") -> TensorFederatedDataset:
     """CIFAR-10 from ``<data_dir>/cifar-10-batches-py`` (a torchvision root), Dirichlet-partitioned.
 
     Pixels stay uint8 and are standardised per batch with the training split's per-channel mean and
@@ -132,7 +132,7 @@ def load_cifar10(num_clients: int, alpha: float, seed: int, data_dir: str | None
     train_labels = np.concatenate([labels for _, labels in train])
     logger.info("CIFAR-10: %d train, %d test images from %s", len(train_images), len(test_images), folder)
     return partitioned_image_dataset("cifar10", NUM_CLASSES, train_images, train_labels, test_images, test_labels,
-                                     num_clients, alpha, seed)
+                                     num_clients, alpha, seed, partition)
 
 
 @register_dataset("cifar10")
@@ -140,8 +140,10 @@ class CIFAR10Dataset(Dataset):
     """CIFAR-10 under Dirichlet label skew."""
 
     model = "cifar10"
+    label_partitions = True
     defaults = dict(rounds=200, local_epochs=5, lr=0.01, clip_norm=10.0, batch_size=32)
 
     def load(self, config) -> FederatedDataset:
         check_image_root("cifar10", config.data_dir)
-        return load_cifar10(config.clients, config.alpha, config.seed, config.data_dir, config.download)
+        return load_cifar10(config.clients, config.alpha, config.seed, config.data_dir, config.download,
+                            getattr(config, "partition", "dirichlet"))

@@ -73,7 +73,7 @@ def _missing(raw: Path) -> List[str]:
 
 
 def load_emnist(num_clients: int, alpha: float, seed: int, data_dir: str | None = None,
-                download: bool = False) -> TensorFederatedDataset:
+                download: bool = False, partition: str = "dirichlet") -> TensorFederatedDataset:
     """EMNIST byclass from ``<data_dir>/EMNIST/raw`` (a torchvision root), Dirichlet-partitioned.
 
     Images are transposed back to upright (the idx files store them column-major, as torchvision
@@ -107,7 +107,7 @@ def load_emnist(num_clients: int, alpha: float, seed: int, data_dir: str | None 
     logger.info("EMNIST byclass: %d train, %d test images from %s", len(train_images), len(test_images), raw)
     dataset = partitioned_image_dataset("emnist", NUM_CLASSES, np.ascontiguousarray(train_images),
                                         arrays["train_labels"], np.ascontiguousarray(test_images),
-                                        arrays["test_labels"], num_clients, alpha, seed)
+                                        arrays["test_labels"], num_clients, alpha, seed, partition)
     return dataset
 
 
@@ -116,8 +116,10 @@ class EMNISTDataset(Dataset):
     """EMNIST byclass under Dirichlet label skew."""
 
     model = "emnist"
+    label_partitions = True
     defaults = dict(rounds=200, local_epochs=1, lr=0.01, clip_norm=10.0, batch_size=32)
 
     def load(self, config) -> FederatedDataset:
         check_image_root("emnist", config.data_dir)
-        return load_emnist(config.clients, config.alpha, config.seed, config.data_dir, config.download)
+        return load_emnist(config.clients, config.alpha, config.seed, config.data_dir, config.download,
+                           getattr(config, "partition", "dirichlet"))

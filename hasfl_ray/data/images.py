@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from hasfl_ray.data.base import TensorFederatedDataset
-from hasfl_ray.data.partition import dirichlet_partition
+from hasfl_ray.data.partition import partition_labels
 from hasfl_ray.errors import DataError
 
 #: Fewest training samples a client of an image set may hold (docs/datasets.md).
@@ -51,17 +51,18 @@ def channel_statistics(images: np.ndarray) -> Tuple[Tuple[float, ...], Tuple[flo
 
 def partitioned_image_dataset(name: str, num_classes: int, train_images: np.ndarray, train_labels: np.ndarray,
                               test_images: np.ndarray, test_labels: np.ndarray, num_clients: int, alpha: float,
-                              seed: int) -> TensorFederatedDataset:
+                              seed: int, partition: str = "dirichlet") -> TensorFederatedDataset:
     """uint8 images standardised per batch with the training split's statistics, the training split
-    partitioned over ``num_clients`` by Dirichlet(``alpha``) label skew drawn from ``seed``.
+    partitioned over ``num_clients`` by Dirichlet(``alpha``) label skew drawn from ``seed`` (or the scheme
+    ``partition`` names: :func:`~hasfl_ray.data.partition.partition_labels`).
 
     Args:
         train_images, test_images: uint8 arrays (N, C, H, W), already in display orientation.
         train_labels, test_labels: integer labels (N,).
     """
     mean, std = channel_statistics(train_images)
-    parts = dirichlet_partition(train_labels, num_clients, alpha, np.random.default_rng(seed),
-                                min_size=MIN_CLIENT_SIZE)
+    parts = partition_labels(train_labels, num_clients, partition, alpha, np.random.default_rng(seed),
+                             min_size=MIN_CLIENT_SIZE)
     return TensorFederatedDataset(
         name, name, num_classes,
         torch.from_numpy(np.ascontiguousarray(train_images)), torch.from_numpy(train_labels.astype(np.int64)),

@@ -1,4 +1,4 @@
-"""Seeded Dirichlet label partitions and capacity tiers of the paper's protocol."""
+"""Seeded label partitions (Dirichlet, IID, k classes per client, label-sorted shards) and capacity tiers."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from hasfl_ray.errors import ConfigError
+from hasfl_ray.federation import PAPER_SHARES, PAPER_WIDTHS, parse_partition
 
-#: Capacity tiers p_max and their probabilities: constrained devices are more prevalent, mean 0.525.
-TIERS = (0.25, 0.5, 0.75, 1.0)
-TIER_PROBABILITIES = (0.40, 0.25, 0.20, 0.15)
+#: Capacity tiers p_max and their probabilities: constrained devices are more prevalent, mean 0.525 (the default
+#: width ladder, :class:`hasfl_ray.federation.WidthLadder`).
+TIERS = PAPER_WIDTHS
+TIER_PROBABILITIES = PAPER_SHARES
 
 
 #: The tier mix of the paper's own runs (its Figure 5's p^max vector): 4/10/3/3 clients, mean 0.5625.
@@ -74,3 +76,98 @@ def dirichlet_partition(labels: np.ndarray, num_clients: int, alpha: float, rng:
     raise ConfigError(f"could not draw a Dirichlet(alpha={alpha}) partition giving every one of {num_clients} "
                       f"clients at least {min_size} samples in {max_tries} tries; pass a larger --alpha or fewer "
                       "--clients")
+
+
+def partition_labels(labels: np.ndarray, num_clients: int, spec: str, alpha: float, rng: np.random.Generator,
+                     min_size: int = 10) -> List[np.ndarray]:
+    """Split sample indices over clients by the scheme ``spec`` names (config ``partition``: ``dirichlet``, ``iid``,
+    ``classes:K``, ``shards:S``; :func:`hasfl_ray.federation.parse_partition`), every draw from ``rng``.
+    ``dirichlet`` is :func:`dirichlet_partition` with ``alpha`` and ``min_size`` (exactly the draws of a run before
+    the other schemes existed); the others ignore both.
+
+    Returns:
+        Per client, a sorted int64 array of indices into ``labels``; every sample is in exactly one.
+    """
+    scheme, k = parse_partition(spec)
+    labels = np.asarray(labels)
+    if scheme == "dirichlet":
+        return dirichlet_partition(labels, num_clients, alpha, rng, min_size=min_size)
+    if len(labels) < num_clients:
+        raise ConfigError(f"{len(labels)} samples cannot give each of {num_clients} clients one; pass fewer --clients")
+    if scheme == "iid":
+        return iid_partition(len(labels), num_clients, rng)
+    if scheme == "classes":
+        return class_partition(labels, num_clients, k, rng)
+    return shard_partition(labels, num_clients, k, rng)
+
+
+def _sorted_parts(parts: Sequence[np.ndarray]) -> List[np.ndarray]:
+    return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
+
+
+def iid_partition(num_samples: int, num_clients: int, rng: np.random.Generator) -> List[np.ndarray]:
+    """IID: one seeded permutation of the samples cut into ``num_clients`` parts whose sizes differ by at most one
+    (the first ``num_samples % num_clients`` clients hold one more)."""
+    return _sorted_parts(np.array_split(rng.permutation(num_samples), num_clients))
+
+
+def class_partition(labels: np.ndarray, num_clients: int, k: int, rng: np.random.Generator) -> List[np.ndarray]:
+    """k classes per client (HeteroFL's and FedRolex's non-IID-k, e.g. k = 2): every client holds exactly ``k``
+    distinct classes and every sample is held by exactly one client.
+
+    1. Class slots: the k·N slots go to the C classes as evenly as possible, each class to ⌊kN/C⌋ or ⌈kN/C⌉
+       clients (the classes that get one more are the first kN mod C of a seeded permutation of the classes).
+    2. Holders: the slots, grouped by class in that permuted order, are dealt in turn to the clients of a seeded
+       permutation (slot j to client j mod N): a class's slots are at most N consecutive ones, so no client
+       gets a class twice and each gets exactly k.
+    3. Shards: each class's samples, shuffled, are cut into as many shards as it has holders (sizes within one of
+       each other, HeteroFL's rule: the class's samples split evenly over the shards of it that clients hold), one
+       shard per holder.
+
+    HeteroFL (its ``non_iid``) cuts each class into kN/C shards and deals a shuffled list of class labels k to a
+    client, so a client whose k labels repeat one holds fewer than k classes and shards are left unused; this rule
+    gives every client exactly k classes and uses every sample. Needs k ≤ C ≤ k·N (else one sentence).
+    """
+    classes = np.unique(labels)
+    num_classes = len(classes)
+    if not 1 <= k <= num_classes:
+        raise ConfigError(f"partition is 'classes:{k}' but the training split has {num_classes} classes; expected "
+                          f"classes:K with K at most {num_classes}")
+    if k * num_clients < num_classes:
+        raise ConfigError(f"partition is 'classes:{k}' with {num_clients} clients, {k * num_clients} class slots for "
+                          f"the {num_classes} classes; expected at least {-(-num_classes // k)} clients (or a larger "
+                          "K) so that every class has a holder")
+    order = classes[rng.permutation(num_classes)]
+    holders_per_class = np.full(num_classes, (k * num_clients) // num_classes)
+    holders_per_class[:(k * num_clients) % num_classes] += 1
+    clients = rng.permutation(num_clients)
+    buckets: List[List[np.ndarray]] = [[] for _ in range(num_clients)]
+    start = 0  # slot j (0 <= j < k·N) goes to clients[j % N]
+    for label, holders in zip(order, holders_per_class):
+        samples = rng.permutation(np.flatnonzero(labels == label))
+        if len(samples) < holders:
+            raise ConfigError(f"partition is 'classes:{k}' with {num_clients} clients but class {label} has "
+                              f"{len(samples)} training samples for its {holders} holders; expected fewer --clients "
+                              "or a smaller K")
+        for j, shard in zip(range(start, start + holders), np.array_split(samples, holders)):
+            buckets[clients[j % num_clients]].append(shard)
+        start += holders
+    return _sorted_parts([np.concatenate(b) for b in buckets])
+
+
+def shard_partition(labels: np.ndarray, num_clients: int, shards: int, rng: np.random.Generator) -> List[np.ndarray]:
+    """Label-sorted shards (McMahan et al. 2017, "pathological non-IID": 200 shards of 300 MNIST digits, two per
+    client): the samples, in a seeded order sorted stably by label, are cut into ``shards``·N contiguous shards of
+    sizes within one of each other, and each client gets ``shards`` of them, dealt from a seeded permutation of the
+    shards (client i: the permutation's entries i·S to i·S + S − 1). Each client sees the few classes its shards
+    span."""
+    total = shards * num_clients
+    if total > len(labels):
+        raise ConfigError(f"partition is 'shards:{shards}' with {num_clients} clients, {total} shards of the "
+                          f"{len(labels)} training samples; expected at most {len(labels)} shards (fewer --clients "
+                          "or shards per client)")
+    by_label = rng.permutation(len(labels))
+    by_label = by_label[np.argsort(labels[by_label], kind="stable")]
+    pieces = np.array_split(by_label, total)
+    dealt = rng.permutation(total).reshape(num_clients, shards)
+    return _sorted_parts([np.concatenate([pieces[s] for s in row]) for row in dealt])

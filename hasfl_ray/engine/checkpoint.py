@@ -38,6 +38,8 @@ class Checkpoint:
         history: the metrics lines of rounds 0..round-1 (best accuracy and averages derive from them).
         config: :meth:`RunConfig.to_dict` of the run that wrote it.
         elapsed_s: wall seconds spent in the round loop so far, over every resumption.
+        clock: the device clock's state (:meth:`hasfl_ray.clock.Clock.state_dict`), None without one (and in a
+            checkpoint written before the clock existed).
     """
 
     round: int
@@ -47,6 +49,11 @@ class Checkpoint:
     config: Dict[str, Any]
     elapsed_s: float
     format_version: int = FORMAT_VERSION
+    clock: Optional[Dict[str, Any]] = None
+
+
+#: Checkpoint fields a file may lack (added after its format): their defaults stand in.
+OPTIONAL_FIELDS = ("clock",)
 
 
 def checkpoint_path(run_dir: str) -> str:
@@ -96,7 +103,7 @@ def load_checkpoint(run_dir: str) -> Optional[Checkpoint]:
     if problem:
         raise ConfigError(f"checkpoint {path!r} cannot be used: {problem}; expected a hasfl-ray checkpoint, "
                           f"{START_AGAIN}")
-    return Checkpoint(**{f.name: from_plain(values[f.name]) for f in fields(Checkpoint)})
+    return Checkpoint(**{f.name: from_plain(values[f.name]) for f in fields(Checkpoint) if f.name in values})
 
 
 def _malformed(values: Any) -> Optional[str]:
@@ -104,7 +111,7 @@ def _malformed(values: Any) -> Optional[str]:
     history a list of metrics lines, every parameter a finite floating-point tensor."""
     if not isinstance(values, dict) or values.get("format_version") != FORMAT_VERSION:
         return f"it is not a hasfl-ray checkpoint of format {FORMAT_VERSION}"
-    missing = [f.name for f in fields(Checkpoint) if f.name not in values]
+    missing = [f.name for f in fields(Checkpoint) if f.name not in values and f.name not in OPTIONAL_FIELDS]
     if missing:
         return f"it has no {missing[0]}"
     kinds = {"round": int, "params": dict, "algorithm_state": dict, "history": list, "config": dict,

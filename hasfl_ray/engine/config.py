@@ -19,6 +19,8 @@ import yaml
 
 from hasfl_ray import registry
 from hasfl_ray.errors import RAY_INSTALL, ConfigError, DataError, expected_one_of
+from hasfl_ray.federation import (PAPER_WIDTHS, WIDTH_ASSIGNMENTS, check_partition_applies, normalise_ladder,
+                                  normalise_partition)
 from hasfl_ray.files import open_regular
 
 #: Local SGD momentum when ``momentum`` is left unset and the algorithm sets none (``Algorithm.resolve_config``:
@@ -41,6 +43,10 @@ EXECUTION_FIELDS = frozenset({"backend", "actors", "gpus_per_actor", "address", 
                               "data_dir", "download", "control_variates_dir",
                               # evaluation beside test_accuracy (docs/metrics.md): never changes the model or it
                               "eval_widths", "eval_every", "local_eval_every", "local_eval_width"})
+
+#: The networks ``model`` may name and their normalisations (hasfl_ray.models.resnet; docs/models.md).
+MODEL_CHOICES = ("preresnet18", "resnet18")
+MODEL_NORMS = ("sbn", "bn", "gn", "none")
 
 #: eval_every's default per dataset (a dataset not named here, a plug-in's included: 5).
 EVAL_EVERY = {"digits": 1, "synthetic": 1}
@@ -76,6 +82,23 @@ class RunConfig:
     # clients per capacity tier p^max 0.25/0.5/0.75/1.0 (None: the text's 8/5/4/3 of 20 by largest remainder;
     # [4, 10, 3, 3] is the mix of the paper's own runs, its Figure 5)
     tier_counts: Optional[List[int]] = None
+    # the width ladder p^max comes from (hasfl_ray/federation.py, docs/configs.md#width-ladder): widths (None: the
+    # paper's tiers 0.25/0.5/0.75/1.0), width_mix (each width's share of the clients, or HeteroFL's notation
+    # a1-b1-c1-d1-e1, which names the widths too; None: the paper's 0.40/0.25/0.20/0.15 for its tiers, equal shares
+    # for other widths; tier_counts gives exact counts instead), and whether a client's p^max is drawn once for the
+    # run (fixed) or redrawn from the mix every round (dynamic, HeteroFL's "dynamic")
+    widths: Optional[List[float]] = None
+    width_mix: Optional[Any] = None
+    width_assignment: str = "fixed"
+    # the label partition of the image sets: dirichlet (label skew of alpha), iid, classes:K (K classes per client,
+    # HeteroFL's non-IID-K) or shards:S (S label-sorted shards per client, McMahan et al.); docs/datasets.md
+    partition: str = "dirichlet"
+    # the network trained (docs/models.md): None = the dataset's own model; preresnet18 (HeteroFL's pre-activation
+    # ResNet-18) or resnet18 (FjORD's post-activation ResNet-18), on an image dataset, with model_norm sbn (static
+    # BatchNorm, the default), bn (batch statistics), gn (GroupNorm) or none, and model_scaler on (default) or off
+    model: Optional[str] = None
+    model_norm: Optional[str] = None
+    model_scaler: Optional[str] = None
     # FedProx's Synthetic(alpha, beta) data (--dataset synthetic): labeller and input heterogeneity
     synthetic_alpha: float = 1.0
     synthetic_beta: float = 1.0
@@ -126,6 +149,17 @@ class RunConfig:
     checkpoint_every: int = 10
     fault_inject: Optional[str] = None
     control_variates_dir: Optional[str] = None
+    # the device clock (docs/clock.md; off while devices is None): the device population (a trace PATH.csv,
+    # lognormal or pareto, or a mapping with trace, tiers or distribution), the availability model (None: the
+    # trace's intervals where it gives them, else always; always, trace or markov:ON,OFF), the deadline in simulated
+    # seconds and what becomes of a late update (drop, partial or overselect with its fraction F), and the
+    # probability an invited client drops out mid-round
+    devices: Optional[Any] = None
+    availability: Optional[str] = None
+    deadline: Optional[float] = None
+    deadline_policy: str = "drop"
+    overselect: Optional[float] = None
+    dropout: float = 0.0
 
     def __post_init__(self) -> None:
         def bad(name: str, value: Any, expected: str) -> ConfigError:
@@ -159,14 +193,7 @@ class RunConfig:
         if self.clients_per_round > self.clients:
             raise ConfigError(f"clients_per_round is {self.clients_per_round} but clients is {self.clients}; "
                               "expected at most as many participants per round as clients")
-        if self.tier_counts is not None:
-            counts = self.tier_counts
-            if not isinstance(counts, (list, tuple)) or len(counts) != 4 or not all(
-                    isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts) or \
-                    sum(counts) != self.clients:
-                raise bad("tier_counts", counts, f"4 non-negative client counts for p^max 0.25/0.5/0.75/1.0 adding "
-                                                 f"up to clients ({self.clients}), e.g. [4, 10, 3, 3] for 20")
-            object.__setattr__(self, "tier_counts", [int(n) for n in counts])
+        self._check_ladder(bad)
         if self.estimator not in ("masked", "common-core"):
             raise bad("estimator", self.estimator, "masked or common-core")
         if not isinstance(self.warmup, int) or self.warmup < 0:
@@ -195,7 +222,52 @@ class RunConfig:
         for name in ("client_batching", "cuda_graphs"):
             if getattr(self, name) not in ("auto", "on", "off"):
                 raise bad(name, getattr(self, name), "auto, on or off")
+        self._check_model(bad)
         self._check_execution(bad)
+        self._check_clock()
+
+    def _check_model(self, bad) -> None:
+        """Validate model, model_norm and model_scaler (docs/models.md); the dataset's inputs are checked by the
+        Engine once it is loaded."""
+        if self.model is not None and self.model not in MODEL_CHOICES and not registry.is_spec(self.model):
+            raise bad("model", self.model, f"one of {', '.join(MODEL_CHOICES)}, or a plug-in model FILE.py:Class or "
+                                           "MODULE:Class (or unset: the dataset's own model)")
+        if isinstance(self.model_scaler, bool):
+            object.__setattr__(self, "model_scaler", "on" if self.model_scaler else "off")
+        for name, allowed in (("model_norm", MODEL_NORMS), ("model_scaler", ("on", "off"))):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if value not in allowed:
+                raise bad(name, value, f"one of {', '.join(allowed)}")
+            if self.model is None:
+                raise ConfigError(f"{name} is {value!r} but model is unset; expected it only with model "
+                                  f"{' or '.join(MODEL_CHOICES)} (the datasets' own models have fixed layers)")
+            if self.model not in MODEL_CHOICES:  # a plug-in model (docs/plugins.md#models) has its own layers
+                raise ConfigError(f"{name} is {value!r} but model is the plug-in {self.model!r}; expected it only "
+                                  f"with model {' or '.join(MODEL_CHOICES)}")
+
+    def _check_ladder(self, bad) -> None:
+        """Validate (and normalise) widths, width_mix, tier_counts, width_assignment and partition."""
+        widths, mix = normalise_ladder(self.widths, self.width_mix)
+        object.__setattr__(self, "widths", widths)
+        object.__setattr__(self, "width_mix", mix)
+        if self.tier_counts is not None:
+            counts, tiers = self.tier_counts, widths or list(PAPER_WIDTHS)
+            if not isinstance(counts, (list, tuple)) or len(counts) != len(tiers) or not all(
+                    isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts) or \
+                    sum(counts) != self.clients:
+                raise bad("tier_counts", counts, f"{len(tiers)} non-negative client counts for p^max "
+                                                 f"{'/'.join(map(str, tiers))} adding up to clients ({self.clients})"
+                                                 + (", e.g. [4, 10, 3, 3] for 20" if widths is None else ""))
+            if mix is not None:
+                raise ConfigError(f"tier_counts is {list(counts)!r} and width_mix is {self.width_mix!r}; expected one "
+                                  "of them (tier_counts: exact client counts per width; width_mix: shares)")
+            object.__setattr__(self, "tier_counts", [int(n) for n in counts])
+        if self.width_assignment not in WIDTH_ASSIGNMENTS:
+            raise bad("width_assignment", self.width_assignment, "fixed (a client's p^max drawn once for the run) or "
+                                                                 "dynamic (redrawn from the mix every round)")
+        object.__setattr__(self, "partition", normalise_partition(self.partition))
 
     def _check_evaluation(self, bad) -> None:
         """Validate (and normalise) eval_widths, eval_every, local_eval_every and local_eval_width."""
@@ -215,6 +287,15 @@ class RunConfig:
                                                  "0: after the last round only)")
         if self.local_eval_width not in ("final", "p_max"):
             raise bad("local_eval_width", self.local_eval_width, "final or p_max")
+
+    def _check_clock(self) -> None:
+        """Validate (and normalise) the device clock's fields (:func:`hasfl_ray.clock.spec.check_clock_keys`)."""
+        from hasfl_ray.clock.spec import check_clock_keys
+
+        values = check_clock_keys(self.devices, self.availability, self.deadline, self.deadline_policy,
+                                  self.overselect, self.dropout)
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
 
     def _check_execution(self, bad) -> None:
         """Validate the synthetic-data, Ray, checkpoint and fault-injection fields."""
@@ -261,6 +342,7 @@ class RunConfig:
         what :func:`auto_training_modes` picks for the device, and backend ``auto`` by :func:`default_backend`."""
         dataset = registry.lookup("dataset", self.dataset)
         algorithm = registry.lookup("algorithm", self.algorithm)
+        check_partition_applies(dataset, registry.spec_label(self.dataset), self.partition)
         known = {f.name for f in fields(self)}
         for key in dataset.defaults:
             if key not in known:

@@ -7,7 +7,7 @@ import logging
 import os
 import shlex
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -21,6 +21,9 @@ from hasfl_ray.engine.checkpoint import (START_AGAIN, Checkpoint, check_checkpoi
                                          checkpoint_path, load_checkpoint, load_checkpoint_round, save_checkpoint,
                                          stored_config)
 from hasfl_ray.engine.config import RunConfig, parse_fault
+from hasfl_ray.aggregation import AggregateResult
+from hasfl_ray.clock import Invitation, make_clock
+from hasfl_ray.clock.records import clock_summary, profile_columns, round_record
 from hasfl_ray.engine.guard import GuardedAlgorithm, PluginError, construct
 from hasfl_ray.engine.coverage import CAUSE as COVERAGE_CAUSE
 from hasfl_ray.engine.coverage import coverage_warning, frozen_layers_phrase, frozen_streak_start, should_warn
@@ -31,13 +34,15 @@ from hasfl_ray.engine.rundir import (RunDirectory, RunLock, check_no_links, chec
 from hasfl_ray.engine.signals import StopSignals
 from hasfl_ray.errors import ActorLostError, ConfigError, OutputError, RunInterrupted, TrainerError
 from hasfl_ray.models import MODEL_CONFIGS, build_model, register_model
+from hasfl_ray.models.choice import model_dataset
 from hasfl_ray.registry import call_plugin, lookup, spec_label
 from hasfl_ray.schedule import post_warmup_avg_p
 from hasfl_ray.training.determinism import apply_determinism
 from hasfl_ray.training.local import ClientTask
 from hasfl_ray.evaluation import (accuracy_summary, default_eval_widths, is_eval_round, local_accuracies,
                                   submodel_groups, width_key)
-from hasfl_ray.training.seeding import STREAM_INIT, STREAM_SAMPLING, STREAM_TIERS, numpy_rng, stream_seed
+from hasfl_ray.federation import WidthLadder, ladder_of
+from hasfl_ray.training.seeding import STREAM_INIT, STREAM_SAMPLING, STREAM_TIERS, STREAM_WIDTHS, numpy_rng, stream_seed
 
 logger = logging.getLogger(__name__)
 
@@ -57,10 +62,21 @@ def sample_participants(seed: int, round: int, num_clients: int, per_round: int)
     return sorted(int(i) for i in rng.choice(num_clients, size=per_round, replace=False))
 
 
-def capacity_tiers(seed: int, num_clients: int, counts: Optional[Sequence[int]] = None) -> np.ndarray:
+def capacity_tiers(seed: int, num_clients: int, counts: Optional[Sequence[int]] = None,
+                   ladder: Optional[WidthLadder] = None) -> np.ndarray:
     """p_i^max of every client: the run's tier draw from rng(seed, tiers) (``hasfl-ray data inspect`` shares it);
-    ``counts`` clients per tier (config ``tier_counts``), default the text's mix (8/5/4/3 of 20)."""
-    return assign_tiers(num_clients, numpy_rng(seed, STREAM_TIERS), counts=counts)
+    ``counts`` clients per tier (config ``tier_counts``), default the text's mix (8/5/4/3 of 20), of the width
+    ``ladder`` (default the paper's tiers; :func:`hasfl_ray.federation.ladder_of` a config's)."""
+    ladder = ladder or WidthLadder()
+    return assign_tiers(num_clients, numpy_rng(seed, STREAM_TIERS), ladder.widths, ladder.probabilities,
+                        counts=counts)
+
+
+def round_capacities(seed: int, round: int, num_clients: int, ladder: WidthLadder) -> np.ndarray:
+    """``width_assignment: dynamic``: every client's p^max for round ``round``, drawn independently from the
+    ladder's mix with rng(seed, widths, round) (HeteroFL's "dynamic"), the same on every backend and after a
+    resume."""
+    return ladder.draw(num_clients, numpy_rng(seed, STREAM_WIDTHS, round))
 
 
 def check_device(config: RunConfig) -> None:
@@ -141,7 +157,13 @@ class Engine:
         self.checkpoint: Optional[Checkpoint] = None
         self.elapsed_before = 0.0
         self.local: Any = None  # the last local-accuracy evaluation (Engine.local_accuracy)
+        #: Rounds' lines waiting for their evaluation, oldest first, each with the function completing it and its
+        #: wall_s (see run_round).
+        self._pending: List[Tuple[Dict[str, Any], Any, float]] = []
+        self._in_loop = False  # run_round called by the loop (which records deferred lines), not by a caller
+        self._loop_start, self._bar = 0.0, None
         self.prepared = False
+        self.clock: Any = None  # the device clock (hasfl_ray.clock, docs/clock.md) when devices are configured
         self.events: Optional[RunEvents] = None  # RUN/events/ while run() runs, when tensorboard imports
         self.stop_signals = StopSignals()  # replaced by the active one while run() runs
 
@@ -196,6 +218,10 @@ class Engine:
                                   f"its algorithm_state ({type(error).__name__}: {str(error)[:60]}); expected this "
                                   f"run's algorithm state, {START_AGAIN}") from None
             self.history = [dict(line) for line in self.checkpoint.history]
+            if self.clock is not None and self.checkpoint.clock is not None:
+                self.clock.load_state_dict(self.checkpoint.clock)
+            if c.width_assignment == "dynamic" and self.history:  # the capacities of the last round run
+                self.p_max = round_capacities(c.seed, len(self.history) - 1, c.clients, self.ladder)
             self.elapsed_before = self.checkpoint.elapsed_s
             logger.info("resuming %s after round %d", self.rundir.path, self.checkpoint.round - 1)
         self.backend.wait_started()  # Ray's start refused (an address, the cluster's size): before anything is made
@@ -205,6 +231,8 @@ class Engine:
         """The dataset, the tiers, the algorithm and w^(0) of the config (the per-client arrays are made here)."""
         c = self.config
         self.dataset = load_plugin_dataset(lookup("dataset", c.dataset), c)
+        # --model: a ResNet in place of the dataset's own network; sBN: the server's view keeps the training data
+        self.dataset = model_dataset(self.dataset, c, spec_label(c.dataset))  # (docs/models.md)
         self.model_name = self.dataset.model
         register_model(self.model_name, self.dataset.model_config)  # a dataset plug-in's own model, if any
         if self.model_name not in MODEL_CONFIGS:
@@ -213,7 +241,8 @@ class Engine:
         if self.dataset.num_clients != c.clients:
             raise ConfigError(f"dataset {c.dataset!r} loaded {self.dataset.num_clients} clients but clients is "
                               f"{c.clients}; expected a loader that splits the data over config.clients clients")
-        self.p_max = capacity_tiers(c.seed, c.clients, c.tier_counts)
+        self.ladder = ladder_of(c)
+        self.p_max = capacity_tiers(c.seed, c.clients, c.tier_counts, self.ladder)  # dynamic: before round 0
         self.num_samples = call_plugin(f"dataset {spec_label(c.dataset)!r}", "client_sizes",
                                        lambda: np.asarray(self.dataset.client_sizes(), dtype=np.int64), early=True)
         if self.num_samples.shape != (c.clients,):  # clients.csv zips it with the other columns: never truncated
@@ -223,6 +252,9 @@ class Engine:
         self.algorithm = GuardedAlgorithm(construct(algorithm_class(c.algorithm), label, c, self.p_max,
                                                     self.num_samples), label, c.clients)
         self.initial_params = initial_parameters(self.model_name, c.seed)
+        self.clock = make_clock(c, self.model_name, self.num_samples, self.p_max, self.dataset.client_names)
+        if self.clock is not None:  # allocation policies read devices and costs through it (docs/clock.md)
+            self.algorithm.algorithm.clock = self.clock
 
     def run(self) -> Dict[str, Any]:
         """Run every round, write the run directory, return the summary."""
@@ -240,6 +272,7 @@ class Engine:
             log = self._open_log()
             with StopSignals() as self.stop_signals:
                 self.backend.should_stop = self.stop_signals.requested
+                self.backend.while_training = lambda: self.record_pending(keep=1)
                 self.backend.start(c, self.dataset, self.model_name, self.initial_params)
                 try:
                     if self.checkpoint is not None:
@@ -329,65 +362,109 @@ class Engine:
             bar = tqdm(total=c.rounds, desc=f"{spec_label(c.algorithm)} on {spec_label(c.dataset)}", unit="round",
                        dynamic_ncols=True,
                        initial=len(self.history))
+        self._in_loop, self._loop_start, self._bar = True, start, bar
         for t in range(len(self.history), c.rounds):
             try:
                 line = self.run_round(t)
             except RoundInterrupted:
+                self.record_pending()
                 if bar:
                     bar.close()
                 self._interrupted(start)
-            self.history.append(line)
-            if should_warn(self.history, c.warmup):
-                logger.warning("round %d: %.1f %% of the global model has stayed at w^(0) since round %d%s; %s", t,
-                               100 * line["frozen_fraction"], frozen_streak_start(self.history),
-                               frozen_layers_phrase(line), COVERAGE_CAUSE)
-            if self.rundir:
-                with self._writing("metrics.jsonl"):
-                    self.rundir.append_metrics(line)
-                if self.events is not None:
-                    self.events.write(line, self.algorithm)  # reads only: TensorBoard's view of the round
-                every = c.checkpoint_every
-                if every and ((t + 1) % every == 0 or t + 1 == c.rounds):
-                    with self._writing("checkpoints/latest.pt"):
-                        self.save_checkpoint(self.elapsed_before + time.perf_counter() - start)
-            if bar:
-                bar.set_postfix(acc=f"{line['test_accuracy']:.3f}", avg_p=f"{line['avg_p']:.2f}",
-                                cov=f"{line['coverage']:.2f}")
-                bar.update(1)
+            except BaseException:
+                with contextlib.suppress(Exception):  # keep the completed rounds; the run's own error goes on
+                    self.record_pending()
+                raise
+            if not self._pending or self._pending[-1][0] is not line:  # evaluated: every line before it, then it
+                self.record_pending()
+                self._record((line, None, None))
             if self.stop_signals.requested() and t + 1 < c.rounds:
+                self.record_pending()
                 if bar:
                     bar.close()
                 self._interrupted(start)
+        self._in_loop = False
         if bar:
             bar.close()
         return self.finish(self.elapsed_before + time.perf_counter() - start)
+
+    def record_pending(self, keep: int = 0) -> None:
+        """Record the lines waiting for their evaluation (see :meth:`run_round`), oldest first, all but the newest
+        ``keep``. A backend that trains elsewhere (Ray) calls this with ``keep=1`` once a round's training is under
+        way (:attr:`Backend.while_training`): the line two rounds back, whose evaluation ran right after the last
+        round's training, is written while this round trains."""
+        while len(self._pending) > keep:
+            self._record(self._pending.pop(0))
+
+    def _record(self, pending: Optional[Tuple[Dict[str, Any], Any, Any]]) -> None:
+        """Record a round's line ``pending[0]`` (completed first when it waits for its evaluation, see
+        :meth:`run_round`): the history, the coverage warning, metrics.jsonl, TensorBoard, the checkpoint, the bar.
+        Nothing for None."""
+        if pending is None:
+            return
+        line, evaluation, wall_s = pending
+        if evaluation is not None:
+            line = self._complete(line, evaluation, lambda: wall_s)
+        start, bar = self._loop_start, self._bar
+        c, t = self.config, line["round"]
+        self.history.append(line)
+        if should_warn(self.history, c.warmup):
+            logger.warning("round %d: %.1f %% of the global model has stayed at w^(0) since round %d%s; %s", t,
+                           100 * line["frozen_fraction"], frozen_streak_start(self.history),
+                           frozen_layers_phrase(line), COVERAGE_CAUSE)
+        if self.rundir:
+            with self._writing("metrics.jsonl"):
+                self.rundir.append_metrics(line)
+            if self.events is not None:
+                self.events.write(line, self.algorithm)  # reads only: TensorBoard's view of the round
+            every = c.checkpoint_every
+            if every and ((t + 1) % every == 0 or t + 1 == c.rounds):
+                with self._writing("checkpoints/latest.pt"):
+                    self.save_checkpoint(self.elapsed_before + time.perf_counter() - start)
+        if bar:
+            bar.set_postfix(acc=f"{line['test_accuracy']:.3f}", avg_p=f"{line['avg_p']:.2f}",
+                            cov=f"{line['coverage']:.2f}")
+            bar.update(1)
 
     def save_checkpoint(self, elapsed_s: float) -> None:
         """Checkpoint the rounds run so far into the run directory (atomically)."""
         save_checkpoint(self.rundir.path, Checkpoint(
             round=len(self.history), params=self.backend.get_params(), algorithm_state=self.algorithm.state_dict(),
-            history=[dict(line) for line in self.history], config=self.config.to_dict(), elapsed_s=elapsed_s))
+            history=[dict(line) for line in self.history], config=self.config.to_dict(), elapsed_s=elapsed_s,
+            clock=self.clock.state_dict() if self.clock is not None else None))
 
     def run_round(self, t: int) -> Dict[str, Any]:
         """One round: sample, allocate, train, aggregate, observe, evaluate; returns its metrics line."""
         c = self.config
         round_start = time.perf_counter()
-        participants = sample_participants(c.seed, t, c.clients, c.clients_per_round)
+        invitation = self.clock.invite(t, c.clients_per_round) if self.clock is not None else None
+        participants = invitation.clients if invitation is not None else \
+            sample_participants(c.seed, t, c.clients, c.clients_per_round)
+        if c.width_assignment == "dynamic":  # every client's p^max redrawn from the ladder's mix
+            self.p_max = round_capacities(c.seed, t, c.clients, self.ladder)
+            self.algorithm.set_capacities(t, self.p_max)
         widths = self.algorithm.allocate(t, participants)
+        clocked: Dict[str, Any] = {}  # the clock's keys of the line (none without a device population)
+        steps: Dict[int, int] = {}  # local steps of the clients a partial deadline cuts short
+        if self.clock is not None:  # who the deadline keeps, and how far a partial client gets (docs/clock.md)
+            participants, steps, clocked = self._clocked_round(t, invitation or Invitation(participants), widths)
         lr = c.lr * c.lr_decay ** t
         tasks = [ClientTask(i, t, widths[i], lr, c.seed, self.algorithm.objective(t, i, widths[i]),
-                            offset=self.algorithm.window_offset(t, i))
+                            offset=self.algorithm.window_offset(t, i), max_steps=steps.get(i))
                  for i in participants]
         fault = parse_fault(c.fault_inject) if c.fault_inject else None
-        if fault is not None and fault[0] != "kill-trainer" and fault[1] == t:
+        if fault is not None and fault[0] != "kill-trainer" and fault[1] == t and tasks:
             tasks[0].fault = fault[0].split("-")[0]  # the round's first participant: nan, inf or error
-        weights = self.algorithm.aggregation_weights(participants)
+        weights = self.algorithm.aggregation_weights(participants) if participants else []
         if not all(weights):  # a zero weight: that participant counts for nothing, so it is not trained either
             kept = [k for k, weight in enumerate(weights) if weight > 0]
             logger.warning("round %d: client(s) %s have aggregation weight 0 and are left out", t,
                         ", ".join(str(tasks[k].client) for k in range(len(tasks)) if k not in kept))
             tasks, weights = [tasks[k] for k in kept], [weights[k] for k in kept]
-        results, aggregate = self.backend.run_round(tasks, weights, self.algorithm.server_lr)
+        if tasks:
+            results, aggregate = self.backend.run_round(tasks, weights, self.algorithm.server_lr)
+        else:  # (a clocked round) every invited client dropped out or came late: the global model stays as it was
+            results, aggregate = [], self._empty_aggregate()
         accepted = {r.client for r in results}
         rejected = [task.client for task in tasks if task.client not in accepted]
         if rejected:
@@ -395,40 +472,105 @@ class Engine:
                            ", ".join(map(str, rejected)),
                            "; every update was rejected, so the global model is unchanged" if not results else "")
         self.algorithm.observe(t, results, aggregate)
-        accuracy, loss = self.backend.evaluate()
-        evaluated = self.evaluation_metrics(t, accuracy, loss)
+        evaluation = self.request_evaluation(t)
         used = [r.width if r.trained_width is None else r.trained_width for r in results] or \
-            [widths[i] for i in participants]
+            [widths[i] for i in participants] or list(widths.values())
         h = self.algorithm.h_tilde()
-        return {"round": t, "test_accuracy": accuracy, "test_loss": loss, "avg_p": float(np.mean(used)),
+        line = {"round": t, "test_accuracy": None, "test_loss": None, "avg_p": float(np.mean(used)),
                 "coverage": aggregate.covered_fraction, "frozen_fraction": self.backend.frozen_fraction(),
                 "mean_h": float(h.mean()) if h is not None else None, "rejected_updates": len(rejected),
                 "frozen_by_layer": self.backend.frozen_by_layer(), "coverage_by_layer": aggregate.covered_by_layer,
-                **evaluated, "wall_s": time.perf_counter() - round_start}
+                **clocked, "wall_s": None}
+        if self.backend.overlaps_evaluation and self._may_defer(t):
+            # recorded once its evaluation is in, while a later round trains; wall_s is the round's time up to here
+            self._pending.append((line, evaluation, time.perf_counter() - round_start))
+            return line
+        return self._complete(line, evaluation, time.perf_counter, round_start)
+
+    def _clocked_round(self, t: int, invitation: Invitation, widths: Dict[int, float]
+                       ) -> Tuple[List[int], Dict[int, int], Dict[str, Any]]:
+        """Round ``t`` on the device clock (docs/clock.md): each invited client's cost at its width (the algorithm's
+        extras included), the deadline policy's verdict, the clock moved past the round. Returns the clients kept
+        (sorted), the local steps of those cut short, and the clock's keys of the metrics line."""
+        clock, invited = self.clock, invitation.clients
+        costs = {i: self.algorithm.client_cost(t, i, widths[i], clock.base_cost(i, widths[i])) for i in invited}
+        outcome = clock.settle(t, invited, costs, self.config.clients_per_round, start=clock.now + invitation.idle_s)
+        clock.advance(invitation, outcome, invited)
+        if outcome.late or outcome.dropped:
+            logger.info("round %d: %d late and %d dropped-out update(s) of %d invited", t, len(outcome.late),
+                        len(outcome.dropped), len(invited))
+        return outcome.kept, outcome.steps, round_record(invitation, outcome, clock.now,
+                                                         [self.p_max[i] for i in outcome.kept])
+
+    def _empty_aggregate(self) -> AggregateResult:
+        """The aggregate of a round without a single update (what the server returns when it rejects them all)."""
+        empty = torch.zeros(0, dtype=torch.float64)
+        return AggregateResult({}, empty, empty, 0.0, dict.fromkeys(build_model(self.model_name).param_specs(), 0.0))
+
+    def _may_defer(self, t: int) -> bool:
+        """Whether round ``t``'s line may be completed after round t + 1 trained (its evaluation running beside that
+        training): not the last round, nor one that checkpoints (the checkpoint holds the algorithm's state after
+        round t, so it is written before round t + 1 begins), nor when a stop was asked for."""
+        every = self.config.checkpoint_every
+        checkpoints = self.rundir is not None and every and (t + 1) % every == 0
+        return self._in_loop and t + 1 < self.config.rounds and not checkpoints and not self.stop_signals.requested()
+
+    @staticmethod
+    def _complete(line: Dict[str, Any], evaluation, clock: Callable[[], float] = lambda: 0.0,
+                  round_start: float = 0.0) -> Dict[str, Any]:
+        """``line`` with its evaluation's fields filled in (in the order a line has always had), and wall_s:
+        ``clock() - round_start`` once evaluated."""
+        accuracy, loss, evaluated = evaluation()
+        line["test_accuracy"], line["test_loss"] = accuracy, loss
+        del line["wall_s"]
+        line.update(evaluated)
+        line["wall_s"] = clock() - round_start
+        return line
 
     # -- evaluation beside test_accuracy (docs/metrics.md) -------------------------------------------------------
 
     @property
     def eval_widths(self) -> List[float]:
-        """The widths evaluated on evaluation rounds, ascending, 1.0 last (``eval_widths``, else the tiers' p^max)."""
-        return self.config.eval_widths or default_eval_widths(self.p_max)
+        """The widths evaluated on evaluation rounds, ascending, 1.0 last (``eval_widths``, else the tiers' p^max;
+        with dynamic assignment every width of the ladder)."""
+        if self.config.eval_widths:
+            return self.config.eval_widths
+        if self.config.width_assignment == "dynamic":
+            return default_eval_widths(np.asarray(self.ladder.widths))
+        return default_eval_widths(self.p_max)
 
-    def evaluation_metrics(self, t: int, accuracy: float, loss: float) -> Dict[str, Any]:
-        """Round ``t``'s accuracy_at_width and loss_at_width (on its evaluation rounds; width 1 is test_accuracy
-        itself) and local_accuracy_mean (on its local-evaluation rounds), for its metrics line."""
-        c, out = self.config, {}
+    def request_evaluation(self, t: int):
+        """Start round ``t``'s evaluation of the global model: test accuracy and loss, accuracy_at_width and
+        loss_at_width (on its evaluation rounds; width 1 is test_accuracy itself) and every client's local accuracy
+        (on its local-evaluation rounds). Returns a function giving (accuracy, loss, the line's other evaluation
+        fields); everything it reads of the run is read now, so it may be called after the next round."""
+        c = self.config
+        full = self.backend.request("evaluate")
+        at_widths = local = None
         if is_eval_round(t, c.rounds, c.eval_every):
-            widths = [w for w in self.eval_widths if w != 1.0]
-            results = dict(self.backend.evaluate_widths(widths, self._submodels(widths))) if widths else {}
-            results[1.0] = (accuracy, loss)
-            out["accuracy_at_width"] = {width_key(w): results[w][0] for w in self.eval_widths}
-            out["loss_at_width"] = {width_key(w): results[w][1] for w in self.eval_widths}
+            all_widths = list(self.eval_widths)
+            widths = [w for w in all_widths if w != 1.0]
+            at_widths = (all_widths, self.backend.request("evaluate_widths", widths, self._submodels(widths))
+                         if widths else (lambda: {}))
         if is_eval_round(t, c.rounds, c.local_eval_every):
-            self.local = self.local_accuracy()
-            if not isinstance(self.local, str):
-                mean = self.local["summary"]["mean"]
-                out["local_accuracy_mean"] = mean
-        return out
+            local = self.request_local_accuracy()
+
+        def finish() -> Tuple[float, float, Dict[str, Any]]:
+            accuracy, loss = full()
+            out: Dict[str, Any] = {}
+            if at_widths is not None:
+                all_widths, requested = at_widths
+                results = dict(requested())
+                results[1.0] = (accuracy, loss)
+                out["accuracy_at_width"] = {width_key(w): results[w][0] for w in all_widths}
+                out["loss_at_width"] = {width_key(w): results[w][1] for w in all_widths}
+            if local is not None:
+                self.local = local()
+                if not isinstance(self.local, str):
+                    out["local_accuracy_mean"] = self.local["summary"]["mean"]
+            return accuracy, loss, out
+
+        return finish
 
     def _submodels(self, widths: Sequence[float]) -> Optional[Dict[float, Dict[str, torch.Tensor]]]:
         """A plug-in's own sub-models (``Algorithm.submodel_for_eval``) of ``widths`` below 1, where it defines them;
@@ -449,8 +591,12 @@ class Engine:
     def local_accuracy(self) -> Any:
         """Every client's local accuracy now: {"masked", "unmasked", "samples", "widths" (N,) arrays, "summary",
         "summary_unmasked"}, or the sentence saying why the dataset does not define it."""
+        return self.request_local_accuracy()()
+
+    def request_local_accuracy(self):
+        """:meth:`local_accuracy`, started now (the widths and tiers are today's), given by the function returned."""
         if isinstance(self.dataset, TextFederatedDataset):
-            return TEXT_LOCAL_ACCURACY
+            return lambda: TEXT_LOCAL_ACCURACY
         c = self.config
         if getattr(self, "_label_counts", None) is None:  # the training partition's label histograms: once a run
             label = f"dataset {spec_label(c.dataset)!r}"
@@ -459,16 +605,22 @@ class Engine:
             if self._label_counts.ndim != 2 or self._label_counts.shape[0] != c.clients:
                 raise PluginError(f"{label} returned label histograms of shape {self._label_counts.shape} from "
                                   f"label_histograms(); expected (clients, classes) = ({c.clients}, classes)")
-        widths = np.asarray(self.algorithm.p_current if c.local_eval_width == "final" else self.p_max,
-                            dtype=np.float64)
+        widths = np.array(self.algorithm.p_current if c.local_eval_width == "final" else self.p_max,
+                          dtype=np.float64)
+        p_max, label_counts = np.array(self.p_max, dtype=np.float64), self._label_counts
         specs = build_model(self.model_name).param_specs()
         chosen, groups = submodel_groups(widths, lambda w: tuple(s.sliced_shape(w) for s in specs.values()))
-        labels, beats = self.backend.test_beats(chosen, self._submodels(chosen))
-        masked, unmasked, samples = local_accuracies(labels, np.stack([beats[w] for w in chosen]), groups,
-                                                     self._label_counts)
-        return {"masked": masked, "unmasked": unmasked, "samples": samples, "widths": widths,
-                "summary": accuracy_summary(masked, self.p_max, c.local_eval_width, True),
-                "summary_unmasked": accuracy_summary(unmasked, self.p_max, c.local_eval_width, False)}
+        requested = self.backend.request("test_beats", chosen, self._submodels(chosen))
+
+        def finish() -> Dict[str, Any]:
+            labels, beats = requested()
+            masked, unmasked, samples = local_accuracies(labels, np.stack([beats[w] for w in chosen]), groups,
+                                                         label_counts)
+            return {"masked": masked, "unmasked": unmasked, "samples": samples, "widths": widths,
+                    "summary": accuracy_summary(masked, p_max, c.local_eval_width, True),
+                    "summary_unmasked": accuracy_summary(unmasked, p_max, c.local_eval_width, False)}
+
+        return finish
 
     def evaluation_summary(self) -> Dict[str, Any]:
         """summary.json's accuracy at each width (the last evaluation's and the best over the run's evaluations)
@@ -491,6 +643,8 @@ class Engine:
         """Boolean mask (num_clients,) of the clients sampled in the rounds run so far (recomputed from the seed,
         so a resumed run gets the same)."""
         c = self.config
+        if self.clock is not None:  # its own invitations: the clock keeps count
+            return self.clock.invited.copy()
         mask = np.zeros(c.clients, dtype=bool)
         for t in range(len(self.history)):
             mask[sample_participants(c.seed, t, c.clients, c.clients_per_round)] = True
@@ -508,6 +662,7 @@ class Engine:
         p_final = np.asarray(self.algorithm.p_current, dtype=np.float64)
         names = self.dataset.client_names
         local = self.local if isinstance(self.local, dict) else None
+        clocked = list(profile_columns(self.clock).values()) if self.clock is not None else []
         for start in range(0, self.config.clients, CLIENT_ROWS_CHUNK):  # Python numbers for one chunk at a time
             part = slice(start, start + CLIENT_ROWS_CHUNK)
             tv_part = [("" if x != x else x) for x in tv[part].tolist()]  # NaN: not computed
@@ -517,7 +672,7 @@ class Engine:
                           for k in ("masked", "unmasked", "widths", "samples")]
             yield from zip(range(start, start + len(tv_part)), self.num_samples[part].tolist(),
                            self.p_max[part].tolist(), tv_part, h_part, p_final[part].tolist(), names[part],
-                           *local_part)
+                           *local_part, *[[("" if x != x else x) for x in column[part].tolist()] for column in clocked])
 
     def finish(self, wall_s: float) -> Dict[str, Any]:
         accuracies = [line["test_accuracy"] for line in self.history]
@@ -533,9 +688,12 @@ class Engine:
         if self.config.eval_samples is not None:  # the test samples each round evaluated (a seeded subset)
             summary["eval_samples"] = min(self.config.eval_samples, self.dataset.test_size)
         summary.update(self.evaluation_summary())
+        if self.clock is not None:  # simulated hours, GB and time-to-accuracy (docs/clock.md)
+            summary.update(clock_summary(self.history))
         if self.rundir:
             with self._writing("clients.csv"):
-                self.rundir.write_clients(self.client_rows())
+                self.rundir.write_clients(self.client_rows(),
+                                          tuple(profile_columns(self.clock)) if self.clock is not None else ())
             with self._writing("summary.json"):
                 self.rundir.write_summary(summary)
         return summary

@@ -84,6 +84,21 @@ class GuardedAlgorithm:
 
         return self._call("window_offset", round, client, check=check, expected="a non-negative integer")
 
+    def client_cost(self, round: int, client: int, width: float, cost: Any) -> Any:
+        """The algorithm's :class:`~hasfl_ray.clock.cost.ClientCost` of ``client`` (device clock runs only): the
+        same local steps as ``cost``, non-negative bytes and MACs."""
+        from hasfl_ray.clock.cost import ClientCost
+
+        def check(value: Any) -> Any:
+            if not isinstance(value, ClientCost) or value.steps != cost.steps or value.bytes_down < 0 or \
+                    value.bytes_up < 0 or (value.steps and int(np.min(value.step_macs)) < 0):
+                raise self._bad("client_cost", f"for client {client}:", value,
+                                f"a ClientCost of {cost.steps} local steps with non-negative bytes and MACs "
+                                "(cost.plus(...) of the one given)")
+            return value
+
+        return self._call("client_cost", round, client, width, cost, check=check, expected="a ClientCost")
+
     def aggregation_weights(self, participants: Sequence[int]) -> List[float]:
         def check(weights: Any) -> List[float]:
             try:
@@ -108,6 +123,9 @@ class GuardedAlgorithm:
 
         return call_plugin(f"algorithm {self.label!r}", "server_lr", lambda: getattr(self.algorithm, "server_lr", 1.0),
                            check=check, expected="a finite server step > 0")
+
+    def set_capacities(self, round: int, p_max: np.ndarray) -> None:
+        self._call("set_capacities", round, p_max.copy())
 
     def observe(self, round: int, results: Sequence[Any], aggregate: Any) -> None:
         self._call("observe", round, results, aggregate)

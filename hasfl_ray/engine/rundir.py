@@ -268,14 +268,15 @@ class RunDirectory:
         with open(self.file("metrics.jsonl"), encoding="utf-8") as handle:
             return [json.loads(line) for line in handle if line.strip()]
 
-    def write_clients(self, rows: Iterable[Sequence[Any]]) -> None:
+    def write_clients(self, rows: Iterable[Sequence[Any]], extra_columns: Sequence[str] = ()) -> None:
         """clients.csv from rows of :data:`CLIENT_COLUMNS` values (sequences, or mappings by column), streamed to
         the file as they come (a million clients never sit in memory as rows), which replaces the old one only
-        once complete."""
+        once complete. ``extra_columns``: columns after those (the device clock's, docs/clock.md)."""
+        columns = CLIENT_COLUMNS + tuple(extra_columns)
         with atomic_text_writer(self.file("clients.csv")) as handle:
             writer = csv.writer(handle, lineterminator="\n")
-            writer.writerow(CLIENT_COLUMNS)
-            writer.writerows([row[c] for c in CLIENT_COLUMNS] if isinstance(row, Mapping) else row for row in rows)
+            writer.writerow(columns)
+            writer.writerows([row[c] for c in columns] if isinstance(row, Mapping) else row for row in rows)
 
     def write_summary(self, summary: Dict[str, Any]) -> None:
         atomic_write(self.file("summary.json"), (json.dumps(summary, indent=2) + "\n").encode())

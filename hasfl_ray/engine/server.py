@@ -19,6 +19,7 @@ from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.errors import RunError
 from hasfl_ray.evaluation import beats, pack_bits
 from hasfl_ray.models import build_model, extract, gate_blocks_of, register_model
+from hasfl_ray.models.resnet import sbn_statistics, training_batches
 from hasfl_ray.models.slicing import ParamSpec, window_indices
 from hasfl_ray.training.evaluate import evaluate
 from hasfl_ray.training.local import ClientResult
@@ -112,12 +113,14 @@ class Server:
         self.eval_indices = None if eval_indices is None else torch.as_tensor(eval_indices, dtype=torch.int64)
         self.estimator = estimator
         self._frozen_counts: Optional[Dict[str, int]] = None  # per parameter, of the current params (None: stale)
+        self._calibrated: Dict[float, nn.Module] = {}  # sBN: the width models whose statistics fit the current params
 
     def get_params(self) -> Dict[str, torch.Tensor]:
         return {name: t.detach().cpu().clone() for name, t in self.params.items()}
 
     def set_params(self, params: Mapping[str, torch.Tensor]) -> None:
         self._frozen_counts = None
+        self._calibrated.clear()
         for name, tensor in params.items():
             self.params[name].copy_(tensor)
 
@@ -156,6 +159,7 @@ class Server:
                 raise NonFiniteModelError(f"the round's aggregate would make the global model non-finite (parameter "
                                           f"{broken[0]!r}, server step {server_lr!r}); the model was left as it was")
             self._frozen_counts = None
+            self._calibrated.clear()
             for name, tensor in updated.items():
                 self.params[name].copy_(tensor)
         div_num, div_den = aggregate.div_num, aggregate.div_den
@@ -171,6 +175,7 @@ class Server:
         with torch.no_grad():
             for name, param in self.model.named_parameters():
                 param.copy_(self.params[name])
+        self._statistics(1.0, self.model, own=False)
         return evaluate(self.model, self.dataset, self.eval_batch_size, self.eval_indices)
 
     def width_model(self, width: float, params: Optional[Mapping[str, torch.Tensor]] = None,
@@ -183,7 +188,17 @@ class Server:
         with torch.no_grad():
             for name, param in model.named_parameters():
                 param.copy_(params[name] if params is not None else extract(self.params[name], self.specs[name], width))
+        self._statistics(width, model, own=params is not None or not cache)
         return model
+
+    def _statistics(self, width: float, model: nn.Module, own: bool) -> None:
+        """Static BatchNorm (docs/models.md): the width model's running statistics from one pass over the clients'
+        training data (:func:`~hasfl_ray.models.resnet.sbn_statistics`), once per global model and width (every time
+        for ``own`` parameters); nothing for a model without sBN."""
+        if not own and self._calibrated.get(width) is model:
+            return
+        if sbn_statistics(model, training_batches(self.dataset, self.eval_batch_size)) and not own:
+            self._calibrated[width] = model
 
     def evaluate_widths(self, widths: Sequence[float], submodels: Optional[Mapping[float, Mapping[str, torch.Tensor]]]
                         = None) -> Dict[float, Tuple[float, float]]:

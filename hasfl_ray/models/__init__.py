@@ -9,6 +9,8 @@ from torch import nn
 from hasfl_ray.models.cnn import ImageCNN
 from hasfl_ray.models.lstm import CharLSTM
 from hasfl_ray.models.mlp import MLP
+from hasfl_ray.models.plugin import build_plugin, is_plugin_kind, normalise_config
+from hasfl_ray.models.resnet import NORMS, RESNETS, PreResNet18, ResNet18, resnet_config
 from hasfl_ray.models.slicing import DimSlice, ParamSpec, extract, gate_blocks_of, insert_, mask, region, width_channels
 
 PAPER_STAGES = ((64, 64), (128, 128), (256, 256))
@@ -23,24 +25,28 @@ MODEL_CONFIGS: Dict[str, dict] = {
 }
 
 MODEL_NAMES = tuple(MODEL_CONFIGS)  # the built-in models
-MODEL_KINDS = {"cnn": ImageCNN, "lstm": CharLSTM, "mlp": MLP}
+MODEL_KINDS = {"cnn": ImageCNN, "lstm": CharLSTM, "mlp": MLP, **RESNETS, "plugin": build_plugin}
 
 
 def register_model(name: str, config: Optional[Mapping[str, Any]]) -> None:
     """Make ``name`` buildable from ``config`` (a dataset plug-in's ``model_config``: ``kind`` one of cnn, lstm,
-    mlp, and that class's arguments). Registering the same config again is a no-op; None leaves ``name`` as is."""
+    mlp, and that class's arguments; or a plug-in model, ``kind`` a ``FILE.py:Class`` / ``MODULE:Class`` spec or the
+    class itself, its slice description derived here: :mod:`hasfl_ray.models.plugin`). Registering the same config
+    again is a no-op; None leaves ``name`` as is."""
     from hasfl_ray.errors import ConfigError
 
     if config is None:
         return
-    config = dict(config)
+    config = normalise_config(config) if is_plugin_kind(config.get("kind")) else dict(config)
     if MODEL_CONFIGS.get(name) == config:
         return
     if name in MODEL_NAMES:
         raise ConfigError(f"model is {name!r} with a model_config, but {name!r} is a built-in model; expected a new "
                           "model name for a new architecture")
     if config.get("kind") not in MODEL_KINDS:
-        raise ConfigError(f"model_config kind is {config.get('kind')!r}; expected one of {', '.join(MODEL_KINDS)}")
+        raise ConfigError(f"model_config kind is {config.get('kind')!r}; expected one of "
+                          f"{', '.join(k for k in MODEL_KINDS if k != 'plugin')}, or a plug-in model's FILE.py:Class "
+                          "or MODULE:Class")
     try:
         build_model_from(config)
     except TypeError as error:
@@ -62,16 +68,30 @@ def build_model(name: str, width: float = 1.0) -> nn.Module:
 
 
 def cost_table(name: str, widths=(0.25, 0.5, 0.75, 1.0)) -> List[dict]:
-    """Params, MACs per sample and fp32 upload MB of model ``name`` at each width (the paper's Table 2)."""
+    """Params, MACs per sample and fp32 upload MB of model ``name`` at each width (the paper's Table 2); a model
+    with a ``flops`` method (the ResNets) adds FLOPs per sample."""
     model = build_model(name)
     specs = model.param_specs()
     rows = []
     for p in widths:
         params = sum(spec.numel(p) for spec in specs.values())
         rows.append({"p": p, "params": params, "macs": model.macs(p), "upload_mb": params * 4 / 1e6})
+        if hasattr(model, "flops"):
+            rows[-1]["flops"] = model.flops(p)
     return rows
 
 
-__all__ = ["CharLSTM", "DimSlice", "ImageCNN", "MLP", "MODEL_CONFIGS", "MODEL_KINDS", "MODEL_NAMES", "ParamSpec",
-           "build_model", "build_model_from", "cost_table", "extract", "gate_blocks_of", "insert_", "mask", "region",
-           "register_model", "width_channels"]
+def resnet_cost_table(arch: str, dataset: str = "cifar10", widths=(1.0, 0.5, 0.25, 0.125, 0.0625),
+                      norm: Optional[str] = None) -> List[dict]:
+    """:func:`cost_table` of ResNet ``arch`` (preresnet18, resnet18) on the inputs and classes of built-in image
+    dataset ``dataset`` (cifar10: 3x32x32, 10 classes), by default at HeteroFL's levels a-e."""
+    config = MODEL_CONFIGS[dataset]
+    name, model_config = resnet_config(arch, config["in_channels"], config["num_classes"], config["image_size"], norm)
+    register_model(name, model_config)
+    return cost_table(name, widths)
+
+
+__all__ = ["CharLSTM", "DimSlice", "ImageCNN", "MLP", "MODEL_CONFIGS", "MODEL_KINDS", "MODEL_NAMES", "NORMS",
+           "ParamSpec", "PreResNet18", "RESNETS", "ResNet18", "build_model", "build_model_from", "cost_table",
+           "extract", "gate_blocks_of", "insert_", "mask", "region", "register_model", "resnet_config",
+           "resnet_cost_table", "width_channels"]

@@ -133,7 +133,7 @@ def stacked_lstm_forward(model: CharLSTM, params: Params, x: torch.Tensor) -> to
 def client_schedule(task: ClientTask, size: int, batch_size: int, epochs: int) -> List[torch.Tensor]:
     """The positions of every batch the client trains on, in order (:func:`~hasfl_ray.training.workspace.client_batches`
     of its own generator, all at once: batched training's objectives draw nothing from it)."""
-    return list(client_batches(client_generator(task), size, batch_size, epochs))
+    return list(client_batches(client_generator(task), size, batch_size, epochs, max_steps=task.max_steps))
 
 
 def train_batched(workspace: Workspace, tasks: Sequence[ClientTask],

@@ -45,7 +45,7 @@ def train_eager(workspace: Workspace, task: ClientTask, global_params: Mapping[s
     graphed = workspace.steps is not None and n >= s.batch_size and graphable(objective)
     static: Optional[StaticStep] = None
     device = workspace.device if workspace.device_positions else None
-    for positions in client_batches(generator, n, s.batch_size, s.local_epochs, device):
+    for positions in client_batches(generator, n, s.batch_size, s.local_epochs, device, task.max_steps):
         x, y = workspace.dataset.client_batch(task.client, positions)
         if graphed:
             if static is None:

@@ -8,6 +8,11 @@ import torch
 # Distinct stream kinds so that, e.g., client sampling and local training never share a stream.
 STREAM_SAMPLING, STREAM_CLIENT, STREAM_ALGORITHM, STREAM_INIT, STREAM_TIERS = 1, 2, 3, 4, 5
 STREAM_EVAL = 6  # the test subset of eval_samples (drawn once per run)
+STREAM_WIDTHS = 7  # width_assignment dynamic: every client's p^max redrawn from the ladder's mix, keyed by round
+# The device clock (hasfl_ray/clock, docs/clock.md): device profiles drawn once per run, each client's availability
+# (keyed by client), and each round's invitations and dropouts (keyed by round); numbers far from the others' so
+# that new kinds elsewhere never collide with them.
+STREAM_DEVICES, STREAM_AVAILABILITY, STREAM_CLOCK = 20, 21, 22
 
 
 def stream_seed(*key: int) -> int:

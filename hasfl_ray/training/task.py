@@ -105,6 +105,9 @@ class ClientTask:
     offset: int = 0
     #: Testing (``--fault-inject``): ``"nan"`` or ``"inf"`` poisons the returned update, ``"trainer"`` raises.
     fault: Optional[str] = None
+    #: The most local steps the client takes (the device clock's ``partial`` deadline policy: the steps that fit
+    #: before the deadline, docs/clock.md); None: every step of its local epochs.
+    max_steps: Optional[int] = None
 
 
 def inject_fault(result: "ClientResult", fault: Optional[str]) -> "ClientResult":

@@ -99,12 +99,13 @@ def client_generator(task: ClientTask) -> torch.Generator:
 
 
 def client_batches(generator: torch.Generator, size: int, batch_size: int, epochs: int,
-                   device: Optional[torch.device] = None) -> Iterator[torch.Tensor]:
+                   device: Optional[torch.device] = None, max_steps: Optional[int] = None) -> Iterator[torch.Tensor]:
     """The positions of every batch a client trains on, in order: a ``randperm`` of its ``size`` samples from
     ``generator`` per epoch (drawn when the epoch's first batch is asked for, so an objective drawing from the same
     generator between steps draws where it always has), cut into batches of ``batch_size``, a batch of fewer than
     two samples skipped after the first (it gives BatchNorm no batch statistics). ``device``: where each epoch's
-    order is moved to, once."""
+    order is moved to, once. ``max_steps``: stop after that many batches (None: no limit; the epochs' first batches
+    are drawn as before, so the batches taken are the first ``max_steps`` of the unlimited sequence)."""
     taken = 0
     for _ in range(epochs):
         order = torch.randperm(size, generator=generator)
@@ -114,5 +115,7 @@ def client_batches(generator: torch.Generator, size: int, batch_size: int, epoch
             positions = order[start:start + batch_size]
             if positions.numel() < 2 and taken > 0:
                 continue  # a batch of one sample gives BatchNorm no batch statistics
+            if max_steps is not None and taken >= max_steps:
+                return
             taken += 1
             yield positions

@@ -57,3 +57,23 @@ def test_text_window_starts_are_validated():
     with pytest.raises(ValueError, match="window starts must lie in"):
         TextFederatedDataset("s", "shakespeare", 95, torch.zeros(100, dtype=torch.uint8), [torch.tensor([20])],
                              torch.tensor([0]), ["a"], seq_len=80)
+
+
+def test_digits_are_read_without_importing_scikit_learn_and_equal_its_loader():
+    """The embedded digits come straight from the CSV scikit-learn ships (no sklearn import at start-up: issue 29),
+    value for value what ``sklearn.datasets.load_digits`` gives."""
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    from hasfl_ray.data.digits import digits_arrays
+
+    pixels, labels = digits_arrays()
+    bunch = load_digits()
+    assert np.array_equal(pixels, bunch.data) and pixels.dtype == bunch.data.dtype
+    assert np.array_equal(labels, bunch.target)
+    probe = ("import sys; from hasfl_ray.data.digits import load_digits_federated; "
+             "load_digits_federated(4, 0.3, 0); print('sklearn' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"

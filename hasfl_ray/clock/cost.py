@@ -1,0 +1,118 @@
+"""What one client's round moves and computes at a width — bytes down, bytes up, training MACs of each local step —
+from the model's cost table (``hasfl-ray cost``), and the seconds a device takes for it.
+
+A client of width p downloads its width-p sub-model and uploads its update of the same shape, 4 bytes a parameter
+(float32), and trains K local epochs of its samples in batches; each sample of a step costs
+:data:`TRAIN_FACTOR` x the width-p network's forward MACs (forward, then a backward of twice the forward's MACs).
+An algorithm adds what it moves or computes beyond that (``Algorithm.client_cost``: SCAFFOLD's control variates,
+FedProx's proximal term, FjORD's distillation passes). docs/clock.md is the model of time in full."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple, Union
+
+import numpy as np
+
+from hasfl_ray.models import build_model
+
+#: Bytes a parameter moves in each direction (float32).
+BYTES_PER_PARAM = 4
+#: A training step's MACs per sample in forward MACs: the forward pass (1) and the backward pass (2: the gradients
+#: of the activations and of the weights, each about one forward's MACs).
+TRAIN_FACTOR = 3
+
+
+class WidthCosts:
+    """The cost table of one model at any width: parameters and forward MACs per sample (cached per width)."""
+
+    def __init__(self, model_name: str):
+        model = build_model(model_name)
+        self.model_name = model_name
+        self._model, self._specs = model, model.param_specs()
+        self._cache: Dict[float, Tuple[int, int]] = {}
+
+    def _entry(self, width: float) -> Tuple[int, int]:
+        width = float(width)
+        if width not in self._cache:
+            self._cache[width] = (sum(spec.numel(width) for spec in self._specs.values()), int(self._model.macs(width)))
+        return self._cache[width]
+
+    def params(self, width: float) -> int:
+        """Parameters of the width-``width`` sub-model."""
+        return self._entry(width)[0]
+
+    def macs(self, width: float) -> int:
+        """Forward multiply-accumulates per sample of the width-``width`` sub-model."""
+        return self._entry(width)[1]
+
+    def model_bytes(self, width: float) -> int:
+        """Bytes of the width-``width`` sub-model (or of an update of its shape): 4 a parameter."""
+        return BYTES_PER_PARAM * self.params(width)
+
+
+def local_batches(samples: int, batch_size: int, epochs: int) -> np.ndarray:
+    """The samples of each local step of a client with ``samples`` samples, in order (what local training does:
+    each epoch cut into batches of ``batch_size``, a last batch of one sample skipped unless it is the very first
+    step, :func:`hasfl_ray.training.workspace.client_batches`)."""
+    if samples <= 0:
+        return np.zeros(0, dtype=np.int64)
+    if samples == 1:
+        return np.ones(1, dtype=np.int64)
+    full, rest = divmod(samples, batch_size)
+    epoch = [batch_size] * full + ([rest] if rest >= 2 else [])
+    return np.array(epoch * epochs, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class ClientCost:
+    """One client's round at one width, before its device turns it into seconds.
+
+    Attributes:
+        width: the width it trains.
+        bytes_down: bytes it downloads (its sub-model, and whatever its algorithm sends along).
+        bytes_up: bytes it uploads (its update, and whatever its algorithm sends back).
+        batches: samples in each local step, int64 (steps,).
+        step_macs: training MACs of each local step, int64 (steps,).
+    """
+
+    width: float
+    bytes_down: int
+    bytes_up: int
+    batches: np.ndarray
+    step_macs: np.ndarray
+
+    @property
+    def steps(self) -> int:
+        return len(self.step_macs)
+
+    def plus(self, bytes_down: int = 0, bytes_up: int = 0,
+             step_macs: Union[int, np.ndarray] = 0) -> "ClientCost":
+        """This cost with more bytes each way and more MACs per step (a number for every step, or one per step)."""
+        return dataclasses.replace(self, bytes_down=self.bytes_down + int(bytes_down),
+                                   bytes_up=self.bytes_up + int(bytes_up),
+                                   step_macs=self.step_macs + np.asarray(step_macs, dtype=np.int64))
+
+
+def base_cost(costs: WidthCosts, width: float, samples: int, batch_size: int, epochs: int) -> ClientCost:
+    """The cost of a plain client of width ``width`` (no algorithm extras)."""
+    batches = local_batches(samples, batch_size, epochs)
+    size = costs.model_bytes(width)
+    return ClientCost(float(width), size, size, batches, TRAIN_FACTOR * costs.macs(width) * batches)
+
+
+def seconds(cost: ClientCost, speed: float, down: float, up: float, latency: float,
+            steps: Optional[int] = None) -> float:
+    """A device's seconds for ``cost`` (its first ``steps`` local steps; None: all of them), in this order:
+    bytes_down / down + MACs / speed + bytes_up / up + latency."""
+    macs = int(cost.step_macs[:steps].sum())
+    return cost.bytes_down / down + macs / speed + cost.bytes_up / up + latency
+
+
+def steps_within(cost: ClientCost, speed: float, down: float, up: float, latency: float, budget: float) -> int:
+    """How many of ``cost``'s local steps fit in ``budget`` seconds with the transfers and the latency (0: not even
+    the first step); each count k is timed as :func:`seconds` with steps=k times it."""
+    cumulative = np.cumsum(cost.step_macs)
+    times = cost.bytes_down / down + cumulative / speed + cost.bytes_up / up + latency
+    return int(np.searchsorted(times, budget, side="right"))

@@ -1,0 +1,186 @@
+"""Who the clients are, as the run configuration states it: the width ladder their capacities p^max come from
+(``widths``, ``width_mix``, ``width_assignment``) and the label partition of their data (``partition``).
+
+It sits at the bottom of the package beside the run configuration and imports nothing of hasfl_ray but its errors:
+the configuration validates with it, the engine draws capacities from it (the seeded streams are the engine's) and
+the image loaders split their data by the partition it parses (:mod:`hasfl_ray.data.partition`).
+
+**The ladder.** A run's capacities are one ladder: widths w_1 < ... < w_L in (0, 1] and relative shares s_1..s_L of
+the clients. The paper's tiers are the default ladder, widths 0.25/0.5/0.75/1.0 with shares 0.40/0.25/0.20/0.15.
+``width_mix`` takes shares (a list, or a comma string ``1,1,1,1,1``) or HeteroFL's notation ``a1-b1-c1-d1-e1``: a
+level letter a-e (widths 1, 1/2, 1/4, 1/8, 1/16) followed by its share, levels joined by ``-``, which names the
+widths as well.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from hasfl_ray.errors import ConfigError
+
+#: The paper's capacity tiers p^max and their probabilities: constrained devices are more prevalent, mean 0.525.
+PAPER_WIDTHS = (0.25, 0.5, 0.75, 1.0)
+PAPER_SHARES = (0.40, 0.25, 0.20, 0.15)
+
+#: HeteroFL's width levels (Diao et al. 2021): a = 1, b = 1/2, c = 1/4, d = 1/8, e = 1/16.
+HETEROFL_LEVELS = {"a": 1.0, "b": 0.5, "c": 0.25, "d": 0.125, "e": 0.0625}
+
+#: How a client's capacity is assigned: once for the run (fixed) or redrawn from the mix every round (dynamic).
+WIDTH_ASSIGNMENTS = ("fixed", "dynamic")
+
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
+_HETEROFL = re.compile(rf"[a-e]{_NUMBER}(?:-[a-e]{_NUMBER})*")
+_SHARES = re.compile(rf"\s*{_NUMBER}\s*(?:,\s*{_NUMBER}\s*)*")
+
+_MIX_EXPECTED = ("shares of the clients, one per width (e.g. 1,1,1,1,1), or HeteroFL's notation such as "
+                 "a1-b1-c1-d1-e1 (levels a-e = widths 1, 1/2, 1/4, 1/8, 1/16, each followed by its share)")
+
+
+@dataclass(frozen=True)
+class WidthLadder:
+    """Widths (distinct, in (0, 1], in the order given: it fixes which clients a seed deals each width) and each
+    width's share of the clients (>= 0, not all 0)."""
+
+    widths: Tuple[float, ...] = PAPER_WIDTHS
+    shares: Tuple[float, ...] = PAPER_SHARES
+
+    @property
+    def probabilities(self) -> Tuple[float, ...]:
+        """The shares normalised to sum 1 (the paper's ladder: its probabilities exactly, 0.40/0.25/0.20/0.15)."""
+        if (self.widths, self.shares) == (PAPER_WIDTHS, PAPER_SHARES):
+            return PAPER_SHARES
+        total = float(sum(self.shares))
+        return tuple(float(s) / total for s in self.shares)
+
+    def draw(self, num_clients: int, rng: np.random.Generator) -> np.ndarray:
+        """Dynamic assignment: every client's capacity drawn independently from the mix (HeteroFL's "dynamic"), one
+        categorical draw of ``rng`` per client; float64 (num_clients,)."""
+        index = rng.choice(len(self.widths), size=num_clients, p=np.asarray(self.probabilities, dtype=np.float64))
+        return np.asarray(self.widths, dtype=np.float64)[index]
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:40] + f"... ({len(text)} characters)"
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def parse_width_mix(mix: Any) -> Tuple[Optional[List[float]], List[float]]:
+    """(the widths HeteroFL's notation names, or None for plain shares; the shares) of a ``width_mix`` value: a list
+    of numbers, a comma string of them, or HeteroFL's ``a1-b1-c1-d1-e1``; one sentence otherwise."""
+    if isinstance(mix, str):
+        text = mix.strip()
+        if _HETEROFL.fullmatch(text):
+            levels = [(part[0], float(part[1:])) for part in text.split("-")]
+            letters = [letter for letter, _ in levels]
+            if len(set(letters)) != len(letters):
+                raise ConfigError(f"width_mix is {_shown(mix)}, which names a level twice; expected each of the "
+                                  "levels a-e at most once, e.g. a1-b1-c1-d1-e1")
+            return [HETEROFL_LEVELS[letter] for letter in letters], [share for _, share in levels]
+        if _SHARES.fullmatch(text):
+            return None, [float(s) for s in text.split(",")]
+        raise ConfigError(f"width_mix is {_shown(mix)}; expected {_MIX_EXPECTED}")
+    if isinstance(mix, (list, tuple)) and mix and all(_finite(s) for s in mix):
+        return None, [float(s) for s in mix]
+    raise ConfigError(f"width_mix is {_shown(mix)}; expected {_MIX_EXPECTED}")
+
+
+def normalise_ladder(widths: Any, mix: Any) -> Tuple[Optional[List[float]], Optional[List[float]]]:
+    """The config's ``widths`` and ``width_mix`` checked and normalised: (widths as floats, in the order given, or
+    None: the paper's; shares as floats in the widths' order, or None: equal shares). HeteroFL's notation sets the
+    widths too (in its order, or in the order of ``widths`` when both are given). One sentence for a width outside
+    (0, 1], a width given twice, a mix of another length than the widths, a negative share or shares adding up to
+    0, bad notation, or HeteroFL's notation naming other widths than ``widths``."""
+    given = widths
+    if widths is not None:
+        if not isinstance(widths, (list, tuple)) or not widths or not all(
+                _finite(w) and 0 < w <= 1 for w in widths):
+            raise ConfigError(f"widths is {_shown(widths)}; expected a list of widths in (0, 1], e.g. "
+                              "[1, 0.5, 0.25, 0.125, 0.0625]")
+        if len({float(w) for w in widths}) != len(widths):
+            raise ConfigError(f"widths is {_shown(widths)}, which gives a width twice; expected distinct widths")
+        widths = [float(w) for w in widths]
+    if mix is None:
+        return widths, None
+    named, shares = parse_width_mix(mix)
+    if named is not None:
+        if widths is not None and sorted(widths) != sorted(named):
+            raise ConfigError(f"width_mix is {_shown(mix)}, whose levels are the widths {named}, but widths is "
+                              f"{_shown(given)}; expected the widths once (HeteroFL's notation names them)")
+        if widths is not None:
+            shares = [shares[named.index(w)] for w in widths]
+        widths = named if widths is None else widths
+    count = len(widths if widths is not None else PAPER_WIDTHS)
+    if len(shares) != count:
+        raise ConfigError(f"width_mix is {_shown(mix)}, {len(shares)} shares for {count} widths "
+                          f"{widths if widths is not None else list(PAPER_WIDTHS)}; expected {count} shares, one "
+                          "per width")
+    if not all(_finite(s) and s >= 0 for s in shares) or not sum(shares) > 0:
+        raise ConfigError(f"width_mix is {_shown(mix)}; expected shares >= 0, not all 0, one per width")
+    return widths, shares
+
+
+def ladder_of(config: Any) -> WidthLadder:
+    """The width ladder of a config (a RunConfig, or anything with ``widths`` and ``width_mix``, normalised):
+    the paper's tiers when it sets neither."""
+    widths, shares = normalise_ladder(getattr(config, "widths", None), getattr(config, "width_mix", None))
+    if widths is None and shares is None:
+        return WidthLadder()
+    widths = PAPER_WIDTHS if widths is None else tuple(widths)
+    return WidthLadder(widths, (1.0,) * len(widths) if shares is None else tuple(shares))
+
+
+# -- label partitions ----------------------------------------------------------------------------------------------
+
+#: The partition schemes of the image sets (``partition``): Dirichlet(alpha) label skew (the default), IID, k classes
+#: per client (HeteroFL's and FedRolex's non-IID-k) and s label-sorted shards per client (McMahan et al. 2017).
+PARTITION_SCHEMES = ("dirichlet", "iid", "classes:K", "shards:S")
+
+_PARTITION = re.compile(r"(dirichlet|iid)|(classes|shards):(\d+)")
+
+
+def parse_partition(spec: Any) -> Tuple[str, Optional[int]]:
+    """(scheme, k) of a ``partition`` value: ``dirichlet``, ``iid``, ``classes:K`` or ``shards:S`` (K, S positive
+    integers; k None for the first two); one sentence otherwise."""
+    match = _PARTITION.fullmatch(spec.strip()) if isinstance(spec, str) else None
+    if match is None or (match.group(3) is not None and int(match.group(3)) < 1):
+        raise ConfigError(f"partition is {_shown(spec)}; expected dirichlet (label skew of --alpha, the default), "
+                          "iid, classes:K (K classes per client, e.g. classes:2) or shards:S (S label-sorted shards "
+                          "per client, e.g. shards:2)")
+    if match.group(1):
+        return match.group(1), None
+    return match.group(2), int(match.group(3))
+
+
+def normalise_partition(spec: Any) -> str:
+    """The canonical spelling of a ``partition`` value (``classes:2``, ``iid``), or one sentence."""
+    scheme, k = parse_partition(spec)
+    return scheme if k is None else f"{scheme}:{k}"
+
+
+def check_partition_applies(dataset: Any, name: str, spec: str) -> None:
+    """Refuse, in one sentence, a partition other than the default for a dataset whose loader does not split
+    labelled samples by ``partition`` (``Dataset.label_partitions`` False: Shakespeare's natural per-role clients,
+    Synthetic's per-client generation, a plug-in that does not declare it)."""
+    if spec != "dirichlet" and not getattr(dataset, "label_partitions", False):
+        raise ConfigError(f"partition is {spec!r} but dataset {name!r} has its own clients (no label partition "
+                          "applies to it); expected the default, dirichlet, or an image dataset (digits, emnist, "
+                          "cifar10)")
+
+
+def shares_text(ladder: WidthLadder) -> str:
+    """``0.25:40%, 0.5:25%, ...``: a ladder as a short phrase for log lines and ``data inspect``."""
+    return ", ".join(f"{w:g}:{100 * p:.4g}%" for w, p in zip(ladder.widths, ladder.probabilities))
+
+
+__all__ = ["HETEROFL_LEVELS", "PAPER_SHARES", "PAPER_WIDTHS", "PARTITION_SCHEMES", "WIDTH_ASSIGNMENTS", "WidthLadder",
+           "check_partition_applies", "ladder_of", "normalise_ladder", "normalise_partition", "parse_partition",
+           "parse_width_mix", "shares_text"]

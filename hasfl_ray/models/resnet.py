@@ -1,0 +1,375 @@
+"""Width-sliced ResNet-18s of the sub-model literature (docs/models.md), at any width p.
+
+* :class:`PreResNet18`: HeteroFL's pre-activation ResNet-18 (Diao et al., ICLR 2021; FedRolex's code uses the same
+  layout). A 3x3 stem conv to 64 channels, four stages of 64, 128, 256, 512 channels, each two pre-activation basic
+  blocks (norm, ReLU, 3x3 conv, norm, ReLU, 3x3 conv, plus the shortcut), strides 1, 2, 2, 2, a 1x1 shortcut conv
+  applied to the block's pre-activated input where the shape changes, then norm, ReLU, global average pool, linear.
+* :class:`ResNet18`: the post-activation ResNet-18 of FjORD (Horvath et al., NeurIPS 2021) with the CIFAR 3x3 stem:
+  conv, norm, ReLU, then blocks of (3x3 conv, norm, ReLU, 3x3 conv, norm) plus the shortcut (identity, or 1x1 conv
+  and norm where the shape changes), ReLU after the sum; global average pool, linear.
+
+``stages`` (default 64, 128, 256, 512) are the width-1 channels of the four stages. Every hidden width is ceil(p * c)
+channels (:func:`~hasfl_ray.models.slicing.width_channels`, HeteroFL's ``int(np.ceil(rate * c))``); the input
+channels and the classes never scale, the classifier's input does. Convs
+have no bias (HeteroFL's and FjORD's layout); the linear layer has one.
+
+Normalisation (``norm``): ``sbn`` static BatchNorm (HeteroFL's sBN: batch statistics in training, no running
+statistics, the evaluated model's statistics from a pass over the training data, :func:`sbn_statistics`), ``bn`` the
+project's batch-statistics BatchNorm (batch statistics in training and evaluation, as the paper's CNN), ``gn``
+GroupNorm of 4 groups (gcd(4, channels) where a sliced layer has fewer or indivisible channels), ``none``. The
+``scaler`` divides the output of every conv that feeds a norm by p in training only (HeteroFL's Scaler).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from hasfl_ray.models.slicing import DimSlice, ParamSpec, width_channels
+
+#: Channels of the four stages at width 1.
+STAGES = (64, 128, 256, 512)
+#: Basic blocks per stage (ResNet-18).
+BLOCKS = (2, 2, 2, 2)
+#: The normalisations a ResNet takes (docs/models.md).
+NORMS = ("sbn", "bn", "gn", "none")
+#: Groups of ``gn`` (HeteroFL's ``nn.GroupNorm(4, c)``).
+GN_GROUPS = 4
+
+
+class StaticBatchNorm2d(nn.BatchNorm2d):
+    """HeteroFL's static BatchNorm: no running statistics while training (every forward normalises with its batch's
+    statistics, so nothing but the affine weight and bias is trained or aggregated); :func:`sbn_statistics` gives
+    the evaluated model running statistics from a pass over the training data, as HeteroFL computes them."""
+
+    def __init__(self, channels: int):
+        super().__init__(channels, momentum=None, track_running_stats=False)
+
+
+class Scaler(nn.Module):
+    """HeteroFL's Scaler: ``x / rate`` in training, ``x`` in evaluation (``rate`` = the model's width p)."""
+
+    def __init__(self, rate: float):
+        super().__init__()
+        self.rate = float(rate)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / self.rate if self.training else x
+
+    def extra_repr(self) -> str:
+        return f"rate={self.rate}"
+
+
+def norm_layer(norm: str, channels: int) -> nn.Module:
+    """The normalisation ``norm`` (one of :data:`NORMS`) of a ``channels``-channel activation."""
+    if norm == "sbn":
+        return StaticBatchNorm2d(channels)
+    if norm == "bn":
+        return nn.BatchNorm2d(channels, track_running_stats=False)
+    if norm == "gn":
+        return nn.GroupNorm(math.gcd(GN_GROUPS, channels), channels)
+    if norm == "none":
+        return nn.Identity()
+    raise ValueError(f"norm is {norm!r}; expected one of {', '.join(NORMS)}")
+
+
+def _check(norm: str, width: float) -> None:
+    if norm not in NORMS:
+        raise ValueError(f"norm is {norm!r}; expected one of {', '.join(NORMS)}")
+    width_channels(width, 1)  # (0, 1]
+
+
+def _sizes(image_size) -> Tuple[int, int]:
+    return (image_size, image_size) if isinstance(image_size, int) else (int(image_size[0]), int(image_size[1]))
+
+
+def _halve(hw: Tuple[int, int], stride: int) -> Tuple[int, int]:
+    """Output height and width of a 3x3 pad-1 (or 1x1 pad-0) conv of ``stride``."""
+    return tuple((s - 1) // stride + 1 for s in hw)  # type: ignore[return-value]
+
+
+class _Base(nn.Module):
+    """What both ResNets share: widths, the spec of every parameter, and the cost model.
+
+    Subclasses list their parameters as (name, kind, out channels, in channels, kernel) entries in
+    :meth:`_layout` (kind ``conv``, ``norm`` or ``linear``; channels at width 1, ``None`` for an unscaled dim) and
+    build themselves from it."""
+
+    def __init__(self, in_channels: int, num_classes: int, image_size, norm: str, scaler: bool, width: float,
+                 stages: Sequence[int] = STAGES):
+        super().__init__()
+        _check(norm, width)
+        if len(stages) != len(BLOCKS):
+            raise ValueError(f"stages is {list(stages)!r}; expected the width-1 channels of {len(BLOCKS)} stages")
+        self.in_channels, self.num_classes, self.image_size = int(in_channels), int(num_classes), image_size
+        self.norm, self.scaler, self.width = norm, bool(scaler), float(width)
+        self.stages = tuple(int(c) for c in stages)
+
+    def _c(self, channels: int) -> int:
+        return width_channels(self.width, channels)
+
+    def _scale(self) -> nn.Module:
+        return Scaler(self.width) if self.scaler else nn.Identity()
+
+    def _layout(self) -> List[Tuple[str, str, Optional[int], Optional[int], int]]:
+        raise NotImplementedError
+
+    def param_specs(self) -> Dict[str, ParamSpec]:
+        """Slice descriptions of every trainable parameter, at full width (norm layers: weight and bias)."""
+        specs: Dict[str, ParamSpec] = {}
+        for name, kind, out, cin, kernel in self._layout():
+            if kind == "conv":
+                dims = (DimSlice(out), DimSlice(cin or self.in_channels, cin is not None),
+                        DimSlice(kernel, False), DimSlice(kernel, False))
+                specs[f"{name}.weight"] = ParamSpec(f"{name}.weight", dims)
+            elif kind == "norm":
+                if self.norm != "none":
+                    for field in ("weight", "bias"):
+                        specs[f"{name}.{field}"] = ParamSpec(f"{name}.{field}", (DimSlice(out),))
+            else:
+                classes = DimSlice(self.num_classes, False)
+                specs[f"{name}.weight"] = ParamSpec(f"{name}.weight", (classes, DimSlice(cin)))
+                specs[f"{name}.bias"] = ParamSpec(f"{name}.bias", (classes,))
+        return specs
+
+    #: Whether a block's first norm normalises its input (pre-activation) rather than its first conv's output.
+    pre_activation = True
+
+    def _positions(self) -> Dict[str, Tuple[int, int]]:
+        """Output height and width of every conv, and the spatial size of the activation every norm normalises."""
+        hw = _sizes(self.image_size)
+        out = {"conv1": hw, "n1": hw}
+        for stage, block, _, _, stride in _stage_plan(self.stages):
+            prefix, before, hw = f"layer{stage + 1}.{block}", hw, _halve(hw, stride)
+            out[f"{prefix}.n1"] = before if self.pre_activation else hw
+            out.update({f"{prefix}.{part}": hw for part in ("conv1", "n2", "conv2", "shortcut", "shortcut_norm")})
+        out["n4"] = hw
+        return out
+
+    def macs(self, p: float) -> int:
+        """Multiply-accumulates per sample of the width-p network: every conv (k*k*cin*cout per output position)
+        and the linear layer; norms, ReLUs, the residual sums and the pool are not counted (docs/models.md)."""
+        return self._count(p, per_normalised=0)
+
+    def flops(self, p: float) -> int:
+        """Operations per sample as HeteroFL's published figure counts them (docs/models.md): :meth:`macs` plus 4
+        per element each norm layer normalises (subtract, divide, scale, shift; none for ``none``). At level a on
+        CIFAR-10 this is 557,650,944, HeteroFL's 557.7 M."""
+        return self._count(p, per_normalised=0 if self.norm == "none" else 4)
+
+    def _count(self, p: float, per_normalised: int) -> int:
+        positions = self._positions()
+        total = 0
+        for name, kind, out, cin, kernel in self._layout():
+            c_in = self.in_channels if cin is None else width_channels(p, cin)
+            if kind == "conv":
+                h, w = positions[name]
+                total += width_channels(p, out) * c_in * kernel * kernel * h * w
+            elif kind == "norm":
+                h, w = positions[name]
+                total += per_normalised * width_channels(p, out) * h * w
+            else:
+                total += c_in * self.num_classes
+        return total
+
+
+def _stage_plan(stages: Sequence[int]) -> Iterator[Tuple[int, int, int, int, int]]:
+    """(stage, block, in channels, out channels, stride) of every basic block, at width 1."""
+    cin = stages[0]
+    for stage, (channels, blocks) in enumerate(zip(stages, BLOCKS)):
+        for block in range(blocks):
+            stride = 2 if stage > 0 and block == 0 else 1
+            yield stage, block, cin, channels, stride
+            cin = channels
+
+
+class PreResNet18(_Base):
+    """HeteroFL's pre-activation ResNet-18 at width p (module docstring). Parameter names: ``conv1``,
+    ``layer{1-4}.{0,1}.{n1,conv1,n2,conv2,shortcut}``, ``n4``, ``linear``."""
+
+    def __init__(self, in_channels: int = 3, num_classes: int = 10, image_size=32, norm: str = "sbn",
+                 scaler: bool = True, width: float = 1.0, stages: Sequence[int] = STAGES):
+        super().__init__(in_channels, num_classes, image_size, norm, scaler, width, stages)
+        self.conv1 = nn.Conv2d(self.in_channels, self._c(self.stages[0]), 3, padding=1, bias=False)
+        for stage in range(4):
+            self.add_module(f"layer{stage + 1}", nn.Sequential())
+        for stage, _, cin, cout, stride in _stage_plan(self.stages):
+            getattr(self, f"layer{stage + 1}").append(_PreActBlock(self, cin, cout, stride))
+        self.n4 = norm_layer(norm, self._c(self.stages[-1]))
+        self.scale = self._scale()
+        self.linear = nn.Linear(self._c(self.stages[-1]), self.num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.conv1(x)
+        out = self.layer4(self.layer3(self.layer2(self.layer1(out))))
+        out = F.relu(self.n4(self.scale(out)))
+        return self.linear(torch.flatten(F.adaptive_avg_pool2d(out, 1), 1))
+
+    def _layout(self):
+        layout = [("conv1", "conv", self.stages[0], None, 3)]
+        for stage, block, cin, cout, stride in _stage_plan(self.stages):
+            prefix = f"layer{stage + 1}.{block}"
+            layout += [(f"{prefix}.n1", "norm", cin, None, 0), (f"{prefix}.conv1", "conv", cout, cin, 3),
+                       (f"{prefix}.n2", "norm", cout, None, 0), (f"{prefix}.conv2", "conv", cout, cout, 3)]
+            if stride != 1 or cin != cout:
+                layout.append((f"{prefix}.shortcut", "conv", cout, cin, 1))
+        return layout + [("n4", "norm", self.stages[-1], None, 0), ("linear", "linear", None, self.stages[-1], 0)]
+
+
+class _PreActBlock(nn.Module):
+    def __init__(self, owner: _Base, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.n1 = norm_layer(owner.norm, owner._c(cin))
+        self.conv1 = nn.Conv2d(owner._c(cin), owner._c(cout), 3, stride=stride, padding=1, bias=False)
+        self.n2 = norm_layer(owner.norm, owner._c(cout))
+        self.conv2 = nn.Conv2d(owner._c(cout), owner._c(cout), 3, padding=1, bias=False)
+        self.scale = owner._scale()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Conv2d(owner._c(cin), owner._c(cout), 1, stride=stride, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.n1(self.scale(x)))
+        shortcut = self.shortcut(out) if hasattr(self, "shortcut") else x
+        out = self.conv2(F.relu(self.n2(self.scale(self.conv1(out)))))
+        return out + shortcut
+
+
+class ResNet18(_Base):
+    """FjORD's post-activation ResNet-18 with the CIFAR 3x3 stem at width p (module docstring). Parameter names:
+    ``conv1``, ``n1``, ``layer{1-4}.{0,1}.{conv1,n1,conv2,n2,shortcut,shortcut_norm}``, ``linear``."""
+
+    pre_activation = False
+
+    def __init__(self, in_channels: int = 3, num_classes: int = 10, image_size=32, norm: str = "sbn",
+                 scaler: bool = True, width: float = 1.0, stages: Sequence[int] = STAGES):
+        super().__init__(in_channels, num_classes, image_size, norm, scaler, width, stages)
+        self.conv1 = nn.Conv2d(self.in_channels, self._c(self.stages[0]), 3, padding=1, bias=False)
+        self.n1 = norm_layer(norm, self._c(self.stages[0]))
+        self.scale = self._scale()
+        for stage in range(4):
+            self.add_module(f"layer{stage + 1}", nn.Sequential())
+        for stage, _, cin, cout, stride in _stage_plan(self.stages):
+            getattr(self, f"layer{stage + 1}").append(_PostActBlock(self, cin, cout, stride))
+        self.linear = nn.Linear(self._c(self.stages[-1]), self.num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.n1(self.scale(self.conv1(x))))
+        out = self.layer4(self.layer3(self.layer2(self.layer1(out))))
+        return self.linear(torch.flatten(F.adaptive_avg_pool2d(out, 1), 1))
+
+    def _layout(self):
+        layout = [("conv1", "conv", self.stages[0], None, 3), ("n1", "norm", self.stages[0], None, 0)]
+        for stage, block, cin, cout, stride in _stage_plan(self.stages):
+            prefix = f"layer{stage + 1}.{block}"
+            layout += [(f"{prefix}.conv1", "conv", cout, cin, 3), (f"{prefix}.n1", "norm", cout, None, 0),
+                       (f"{prefix}.conv2", "conv", cout, cout, 3), (f"{prefix}.n2", "norm", cout, None, 0)]
+            if stride != 1 or cin != cout:
+                layout += [(f"{prefix}.shortcut", "conv", cout, cin, 1),
+                           (f"{prefix}.shortcut_norm", "norm", cout, None, 0)]
+        return layout + [("linear", "linear", None, self.stages[-1], 0)]
+
+
+
+class _PostActBlock(nn.Module):
+    def __init__(self, owner: _Base, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(owner._c(cin), owner._c(cout), 3, stride=stride, padding=1, bias=False)
+        self.n1 = norm_layer(owner.norm, owner._c(cout))
+        self.conv2 = nn.Conv2d(owner._c(cout), owner._c(cout), 3, padding=1, bias=False)
+        self.n2 = norm_layer(owner.norm, owner._c(cout))
+        self.scale = owner._scale()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Conv2d(owner._c(cin), owner._c(cout), 1, stride=stride, bias=False)
+            self.shortcut_norm = norm_layer(owner.norm, owner._c(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.n1(self.scale(self.conv1(x))))
+        out = self.n2(self.scale(self.conv2(out)))
+        shortcut = self.shortcut_norm(self.scale(self.shortcut(x))) if hasattr(self, "shortcut") else x
+        return F.relu(out + shortcut)
+
+
+@torch.no_grad()
+def sbn_statistics(model: nn.Module, batches: Iterable[Tuple[torch.Tensor, torch.Tensor]]) -> bool:
+    """HeteroFL's sBN statistics: every :class:`StaticBatchNorm2d` of ``model`` gets running statistics from one
+    pass over ``batches`` (inputs on any device), with momentum None (the cumulative average of the batches' means
+    and unbiased variances), and keeps them: ``model.eval()`` then normalises with them. Called again, it starts
+    over. Only the norms run in training mode during the pass (the Scaler and anything else as in evaluation, so
+    the statistics are those of the activations evaluation sees: at width 1, where the Scaler divides by 1,
+    exactly HeteroFL's pass). Returns False (and does nothing) for a model without static BatchNorm."""
+    layers = [m for m in model.modules() if isinstance(m, StaticBatchNorm2d)]
+    if not layers:
+        return False
+    device = next(model.parameters()).device
+    for layer in layers:
+        layer.track_running_stats = True
+        layer.register_buffer("running_mean", torch.zeros(layer.num_features, device=device))
+        layer.register_buffer("running_var", torch.ones(layer.num_features, device=device))
+        layer.register_buffer("num_batches_tracked", torch.zeros((), dtype=torch.long, device=device))
+    model.eval()
+    for layer in layers:
+        layer.train()
+    seen = 0
+    for x, _ in batches:
+        model(x.to(device))
+        seen += 1
+    model.eval()
+    if not seen:
+        raise ValueError("static BatchNorm needs training data for its statistics, and none was given; expected a "
+                         "dataset whose test_view keeps its training data (view_keeps_train)")
+    return True
+
+
+def training_batches(dataset, batch_size: int) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+    """Every client's training samples (the union of the clients' data, the training set the federation holds),
+    client after client, each client's in its sample order, ``batch_size`` at a time across client boundaries; a
+    last batch of fewer than 2 samples is left out (it gives BatchNorm no batch statistics)."""
+    parts: List[Tuple[torch.Tensor, torch.Tensor]] = []
+    held = 0
+    for client in range(dataset.num_clients):
+        size, start = dataset.client_size(client), 0
+        while start < size:
+            take = min(batch_size - held, size - start)
+            parts.append(dataset.client_batch(client, torch.arange(start, start + take)))
+            start, held = start + take, held + take
+            if held == batch_size:
+                yield torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
+                parts, held = [], 0
+    if held >= 2:
+        yield torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
+
+
+RESNETS = {"preresnet18": PreResNet18, "resnet18": ResNet18}
+
+
+def resnet_config(arch: str, in_channels: int, num_classes: int, image_size, norm: Optional[str] = None,
+                  scaler: Optional[bool] = None) -> Tuple[str, dict]:
+    """The model name and ``model_config`` of ResNet ``arch`` for these inputs and options (norm default sbn,
+    scaler default on: HeteroFL's). The name says everything the config does, so the same name is the same
+    network in every process."""
+    norm = "sbn" if norm is None else norm
+    scaler = True if scaler is None else bool(scaler)
+    size = image_size if isinstance(image_size, int) else list(image_size)
+    shape = f"{size}x{size}" if isinstance(size, int) else f"{size[0]}x{size[1]}"
+    name = f"{arch}[{in_channels}x{shape},{num_classes} classes,{norm},scaler {'on' if scaler else 'off'}]"
+    return name, dict(kind=arch, in_channels=int(in_channels), num_classes=int(num_classes), image_size=size,
+                      norm=norm, scaler=scaler)
+
+
+def image_shape(dataset) -> Tuple[int, object]:
+    """(channels, image size: an int when square, else [height, width]) of ``dataset``'s inputs, from one test
+    sample; a ValueError sentence where its inputs are not 1- or 3-channel images."""
+    x, _ = next(iter(dataset.test_batches(1)))
+    if x.dim() != 4 or x.shape[1] not in (1, 3):
+        raise ValueError(f"its inputs have shape {tuple(x.shape[1:])}; expected 1- or 3-channel images "
+                         "(channels, height, width)")
+    h, w = int(x.shape[2]), int(x.shape[3])
+    return int(x.shape[1]), (h if h == w else [h, w])
+
+
+__all__ = ["GN_GROUPS", "NORMS", "PreResNet18", "RESNETS", "ResNet18", "Scaler", "StaticBatchNorm2d",
+           "image_shape", "norm_layer", "resnet_config", "sbn_statistics", "training_batches"]

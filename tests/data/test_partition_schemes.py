@@ -1,0 +1,131 @@
+"""The label partitions beside Dirichlet: IID, k classes per client (HeteroFL's non-IID-k), label-sorted shards
+(McMahan et al. 2017); each scheme's invariants, its seeding, and the sentence where it cannot apply."""
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from hasfl_ray.cli.main import main
+from hasfl_ray.data import dirichlet_partition, load_dataset, partition_labels
+from hasfl_ray.engine.config import RunConfig
+from hasfl_ray.errors import ConfigError
+
+#: 10 classes of unequal sizes (37..127 samples), in a scrambled order.
+LABELS = np.random.default_rng(5).permutation(np.repeat(np.arange(10), np.arange(10) * 10 + 37))
+SCHEMES = ("iid", "classes:2", "classes:3", "shards:2", "shards:5")
+
+
+def parts_of(spec, clients=20, seed=42, labels=LABELS):
+    return partition_labels(labels, clients, spec, 0.3, np.random.default_rng(seed))
+
+
+@pytest.mark.parametrize("spec", SCHEMES + ("dirichlet",))
+@pytest.mark.parametrize("clients", [7, 20])
+def test_every_sample_is_assigned_exactly_once(spec, clients):
+    parts = parts_of(spec, clients)
+    assert len(parts) == clients and all(len(p) > 0 for p in parts)
+    assert sorted(np.concatenate(parts).tolist()) == list(range(len(LABELS)))
+    assert all(p.dtype == np.int64 and np.all(np.diff(p) > 0) for p in parts)
+
+
+@pytest.mark.parametrize("spec", SCHEMES)
+def test_seeded_reproducible_and_different_seeds_differ(spec):
+    a, b, c = parts_of(spec, seed=42), parts_of(spec, seed=42), parts_of(spec, seed=43)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not all(np.array_equal(x, y) for x, y in zip(a, c))
+
+
+def test_dirichlet_is_the_default_and_draws_exactly_as_before():
+    ours = parts_of("dirichlet")
+    before = dirichlet_partition(LABELS, 20, 0.3, np.random.default_rng(42))
+    assert all(np.array_equal(x, y) for x, y in zip(ours, before))
+    assert RunConfig(backend="local").partition == "dirichlet"
+
+
+def test_iid_sizes_differ_by_at_most_one():
+    sizes = [len(p) for p in parts_of("iid", 7)]
+    assert max(sizes) - min(sizes) <= 1
+
+
+@pytest.mark.parametrize("k,clients", [(1, 10), (2, 20), (2, 7), (3, 20), (10, 4), (2, 5)])
+def test_k_classes_per_client_holds_exactly_k_classes_spread_evenly(k, clients):
+    parts = parts_of(f"classes:{k}", clients)
+    held = [set(LABELS[p].tolist()) for p in parts]
+    assert all(len(h) == k for h in held)
+    holders = np.bincount([c for h in held for c in h], minlength=10)
+    assert holders.sum() == k * clients and holders.max() - holders.min() <= 1  # every class held, evenly
+    for label in range(10):  # a class's samples are split evenly over its holders (HeteroFL's shards)
+        counts = [int((LABELS[p] == label).sum()) for p in parts if label in set(LABELS[p].tolist())]
+        assert max(counts) - min(counts) <= 1
+
+
+@pytest.mark.parametrize("s,clients", [(2, 20), (5, 7), (1, 10)])
+def test_shards_give_each_client_s_label_sorted_shards(s, clients):
+    parts = parts_of(f"shards:{s}", clients)
+    total = s * clients
+    sizes = [len(p) for p in parts]  # s shards of len // total or one more each
+    assert all(s * (len(LABELS) // total) <= n <= s * (len(LABELS) // total + 1) for n in sizes)
+    # a shard is contiguous in label order, so it spans few classes: at most s * (1 + classes a shard can cross)
+    per_shard = -(-len(LABELS) // total)
+    span = 1 + -(-per_shard // 37)  # the smallest class has 37 samples
+    assert all(len(set(LABELS[p].tolist())) <= s * span for p in parts)
+    # shards: two per client over 20 clients, 40 shards: with 10 classes most clients see 2-4 classes
+    assert np.mean([len(set(LABELS[p].tolist())) for p in parts]) < 10
+
+
+@pytest.mark.parametrize("spec,clients,match", [
+    ("classes:11", 20, "training split has 10 classes; expected classes:K with K at most 10"),
+    ("classes:2", 4, "8 class slots for the 10 classes; expected at least 5 clients"),
+    ("shards:100", 20, "2000 shards of the 820 training samples"),
+])
+def test_impossible_schemes_are_one_sentence(spec, clients, match):
+    with pytest.raises(ConfigError, match=match):
+        parts_of(spec, clients)
+
+
+@pytest.mark.parametrize("spec", ["classes", "classes:0", "shards:-1", "dirichlet:2", "IID", 2, "shards:two"])
+def test_bad_partition_is_one_sentence(spec):
+    with pytest.raises(ConfigError, match=r"partition is .*; expected dirichlet .* iid, classes:K .* or shards:S"):
+        RunConfig(backend="local", partition=spec)
+
+
+def test_the_digits_loader_takes_the_partition():
+    dataset = load_dataset("digits", 10, 0.3, 42, partition="classes:2")
+    histograms = dataset.label_histograms()
+    assert ((histograms > 0).sum(axis=1) == 2).all() and histograms.sum() == dataset.train_size
+
+
+@pytest.mark.parametrize("dataset", ["shakespeare", "synthetic"])
+def test_a_dataset_with_its_own_clients_refuses_a_partition_in_one_sentence(dataset):
+    with pytest.raises(ConfigError, match=f"partition is 'iid' but dataset '{dataset}' has its own clients"):
+        RunConfig(backend="local", dataset=dataset, partition="iid").resolved()
+    result = CliRunner().invoke(main, ["simulate", "--dataset", dataset, "--partition", "shards:2", "--backend",
+                                       "local"])
+    assert result.exit_code == 2 and "has its own clients" in result.output and "Traceback" not in result.output
+
+
+def test_data_inspect_describes_the_partition():
+    import json
+
+    result = CliRunner().invoke(main, ["data", "inspect", "--partition", "classes:2", "--clients", "10", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["partition"] == "classes:2" and "2 classes per client" in summary["partition_rule"]
+    assert all(sum(1 for n in row["label_histogram"] if n) == 2 for row in summary["clients"])
+    text = CliRunner().invoke(main, ["data", "inspect", "--partition", "iid", "--clients", "5"])
+    assert text.exit_code == 0 and "partition iid: IID" in text.output.splitlines()[0]
+    bad = CliRunner().invoke(main, ["data", "inspect", "--partition", "pathological"])
+    assert bad.exit_code == 2 and "partition is 'pathological'" in bad.output
+
+
+@pytest.mark.parametrize("name,make", [("emnist", "make_emnist_root"), ("cifar10", "make_cifar_root")])
+def test_the_image_loaders_take_the_partition(tmp_path, name, make):
+    import dataset_files
+
+    getattr(dataset_files, make)(tmp_path)
+    iid = load_dataset(name, 4, 0.3, 42, str(tmp_path), partition="iid")
+    sizes = iid.client_sizes()
+    assert max(sizes) - min(sizes) <= 1 and sum(sizes) == iid.train_size
+    shards = load_dataset(name, 4, 0.3, 42, str(tmp_path), partition="shards:2")
+    assert sum(shards.client_sizes()) == shards.train_size
+    assert not np.array_equal(np.asarray(iid.label_histograms()), np.asarray(shards.label_histograms()))
