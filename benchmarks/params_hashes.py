@@ -5,6 +5,7 @@ Each run is short (8 clients, 4 a round, adaptation from round 2) and local; all
 two cores. Compare two commits with benchmarks/before_after.py, or keep one side's output:
 
     python benchmarks/params_hashes.py --json /tmp/after.json
+    python benchmarks/params_hashes.py --actors 2 --against /tmp/after.json     # the same on Ray, 2 trainer actors
     python benchmarks/before_after.py --before 9338156 --repeats 1 "params_hashes.py --against /tmp/after.json"
 
 Options are given as flat keys (``mu=0.3``), which every version of hasfl-ray takes.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Optional
 
 import torch
 
@@ -47,14 +49,15 @@ class TinyText(Dataset):
                                     torch.arange(40), [f"c{i}" for i in range(config.clients)], 12)
 
 
-def hashes() -> dict:
+def hashes(execution: Optional[dict] = None) -> dict:
+    """Every case's params_sha256, on the local backend or with ``execution`` (``backend``, ``actors``) on Ray."""
     out = {}
     cases = [dict(algorithm=name) for name in ALGORITHMS] + list(VARIANTS)
     for dataset, rounds in (("digits", 8), ("synthetic", 8), (TinyText, 6)):
         label = dataset if isinstance(dataset, str) else "lstm"
         for case in cases:
             case = dict(case)
-            summary = hasfl_ray.simulate({**PROTOCOL, "rounds": rounds, **case}, dataset=dataset)
+            summary = hasfl_ray.simulate({**PROTOCOL, "rounds": rounds, **case, **(execution or {})}, dataset=dataset)
             out[f"{label} {json.dumps(case, sort_keys=True)}"] = summary["params_sha256"]
     return out
 
@@ -63,8 +66,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", help="write the hashes here")
     parser.add_argument("--against", help="compare with the hashes of an earlier --json; exit 1 on a difference")
+    parser.add_argument("--actors", type=int, default=0,
+                        help="run every case on Ray with this many trainer actors (default 0: the local backend); "
+                             "the hashes must be the local backend's")
     args = parser.parse_args()
-    found = hashes()
+    execution = None
+    if args.actors:
+        import ray
+
+        ray.init(num_cpus=max(2, args.actors), include_dashboard=False, logging_level="warning")
+        execution = {"backend": "ray", "actors": args.actors}  # a Ray already running: every round on the actors
+    found = hashes(execution)
     for key, value in found.items():
         print(f"{value[:16]}  {key}")
     if args.json:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import fnmatch
 import functools
 import inspect
-import math
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
@@ -301,8 +300,8 @@ def check_specs(label: str, specs: Any, shapes: Mapping[float, Mapping[str, Tupl
         for name, shape in at.items():
             if tuple(specs[name].sliced_shape(width)) != tuple(shape):
                 raise ConfigError(f"model {label!r} cannot be sliced: parameter {name!r} has shape {tuple(shape)} at "
-                                  f"width {width:g} but its ParamSpec gives {specs[name].sliced_shape(width)}; expected "
-                                  "them equal at every width")
+                                  f"width {width:g} but its ParamSpec gives {specs[name].sliced_shape(width)}; "
+                                  "expected them equal at every width")
 
 
 def check_buffers(model: nn.Module, label: str) -> None:
