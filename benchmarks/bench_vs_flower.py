@@ -113,6 +113,7 @@ def run_hasfl(workload: str, t0: float) -> dict:
             stamps["evaluate"].append(time.time() - begin)
             return out
 
+        timed_finish.ready = finish.ready
         return timed_finish
 
     engine.backend.run_round, engine.request_evaluation = exchange, request

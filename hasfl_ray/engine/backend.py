@@ -76,10 +76,15 @@ class Backend(ABC):
 
     def request(self, method: str, *args: Any) -> Callable[[], Any]:
         """Start the evaluation ``method(*args)`` of the current global model (``evaluate``, ``evaluate_widths`` or
-        ``test_beats``) and return a function giving its result; a later round's training does not change it. Here
-        it is computed at once."""
+        ``test_beats``) and return a function giving its result (its ``ready()`` says whether the result is in); a
+        later round's training does not change it. Here it is computed at once."""
         value = getattr(self, method)(*args)
-        return lambda: value
+
+        def result():
+            return value
+
+        result.ready = lambda: True  # whether the result is in (asking for it would not wait)
+        return result
 
     @abstractmethod
     def evaluate(self) -> Tuple[float, float]:

@@ -133,6 +133,11 @@ class _LogFile(logging.StreamHandler):
             super().close()
 
 
+#: Rounds whose line may wait for its evaluation at once (a backend whose evaluation overlaps training, Ray): the
+#: loop waits for the oldest beyond these, so metrics.jsonl is never more than this many rounds behind.
+MAX_PENDING_LINES = 3
+
+
 class Engine:
     """Runs one federated experiment from a config.
 
@@ -272,7 +277,7 @@ class Engine:
             log = self._open_log()
             with StopSignals() as self.stop_signals:
                 self.backend.should_stop = self.stop_signals.requested
-                self.backend.while_training = lambda: self.record_pending(keep=1)
+                self.backend.while_training = lambda: self.record_pending(wait=False)
                 self.backend.start(c, self.dataset, self.model_name, self.initial_params)
                 try:
                     if self.checkpoint is not None:
@@ -378,6 +383,8 @@ class Engine:
             if not self._pending or self._pending[-1][0] is not line:  # evaluated: every line before it, then it
                 self.record_pending()
                 self._record((line, None, None))
+            while len(self._pending) > MAX_PENDING_LINES:  # never more than a few rounds behind
+                self._record(self._pending.pop(0))
             if self.stop_signals.requested() and t + 1 < c.rounds:
                 self.record_pending()
                 if bar:
@@ -388,12 +395,12 @@ class Engine:
             bar.close()
         return self.finish(self.elapsed_before + time.perf_counter() - start)
 
-    def record_pending(self, keep: int = 0) -> None:
-        """Record the lines waiting for their evaluation (see :meth:`run_round`), oldest first, all but the newest
-        ``keep``. A backend that trains elsewhere (Ray) calls this with ``keep=1`` once a round's training is under
-        way (:attr:`Backend.while_training`): the line two rounds back, whose evaluation ran right after the last
-        round's training, is written while this round trains."""
-        while len(self._pending) > keep:
+    def record_pending(self, wait: bool = True) -> None:
+        """Record the lines waiting for their evaluation (see :meth:`run_round`), oldest first: all of them, or
+        (``wait`` False) those whose evaluation is in, up to the first that is not. A backend that trains elsewhere
+        (Ray) calls it without waiting once a round's training is under way (:attr:`Backend.while_training`), so
+        the lines are written while the trainers train."""
+        while self._pending and (wait or getattr(self._pending[0][1], "ready", lambda: True)()):
             self._record(self._pending.pop(0))
 
     def _record(self, pending: Optional[Tuple[Dict[str, Any], Any, Any]]) -> None:
@@ -555,6 +562,8 @@ class Engine:
         if is_eval_round(t, c.rounds, c.local_eval_every):
             local = self.request_local_accuracy()
 
+        parts = [full] + ([at_widths[1]] if at_widths is not None else []) + ([local] if local is not None else [])
+
         def finish() -> Tuple[float, float, Dict[str, Any]]:
             accuracy, loss = full()
             out: Dict[str, Any] = {}
@@ -570,6 +579,7 @@ class Engine:
                     out["local_accuracy_mean"] = self.local["summary"]["mean"]
             return accuracy, loss, out
 
+        finish.ready = lambda: all(getattr(part, "ready", lambda: True)() for part in parts)
         return finish
 
     def _submodels(self, widths: Sequence[float]) -> Optional[Dict[float, Dict[str, torch.Tensor]]]:
@@ -620,6 +630,7 @@ class Engine:
                     "summary": accuracy_summary(masked, p_max, c.local_eval_width, True),
                     "summary_unmasked": accuracy_summary(unmasked, p_max, c.local_eval_width, False)}
 
+        finish.ready = getattr(requested, "ready", lambda: True)
         return finish
 
     def evaluation_summary(self) -> Dict[str, Any]:

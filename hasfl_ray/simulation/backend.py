@@ -385,6 +385,7 @@ class RayBackend(Backend):
             except RayActorError:
                 return self._from_server(self.server.evaluate_at.remote(params, method, *args))
 
+        result.ready = lambda: "ref" in call and bool(ray.wait([call["ref"]], timeout=0)[0])
         return result
 
     def _submit_queued(self) -> None:
