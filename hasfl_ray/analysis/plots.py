@@ -4,69 +4,15 @@ the distribution of client local accuracies."""
 
 from __future__ import annotations
 
-import io
 import os
 from collections import defaultdict
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
-from hasfl_ray.analysis.report import (_label, check_number_map, check_width_map, display_name, mean_std, number,
-                                       protocol_line, summarise_runs, width_of)
-from hasfl_ray.errors import DataError
-from hasfl_ray.files import atomic_write, parse_json, read_text
-
-
-#: metrics.jsonl keys the figures draw (a number or null on each line).
-PLOTTED_KEYS = ("test_accuracy", "test_loss", "mean_h", "avg_p")
-#: metrics.jsonl keys of issue 25, absent from runs written before: a number or null, objects of widths to numbers
-#: (on evaluation rounds), objects of parameter names to fractions (every round).
-NUMBER_KEYS = ("local_accuracy_mean",)
-WIDTH_KEYS = ("accuracy_at_width", "loss_at_width")
-LAYER_KEYS = ("frozen_by_layer", "coverage_by_layer")
-
-
-def _metrics(run: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """The run's metrics.jsonl lines (read once, kept in ``run["metrics"]``)."""
-    if "metrics" not in run:
-        run["metrics"] = read_metrics(run["path"])
-    return run["metrics"]
-
-
-def load_metrics(runs: Sequence[Dict[str, Any]]) -> None:
-    """Read (and check) every run's metrics.jsonl before a file is written: a bad one is refused with nothing
-    written."""
-    for run in runs:
-        _metrics(run)
-
-
-def read_metrics(path: str) -> List[Dict[str, Any]]:
-    """The lines of run ``path``'s metrics.jsonl; one sentence naming the file and the line that is not a JSON
-    object with numbers (or null) for the keys the figures draw."""
-    file = os.path.join(path, "metrics.jsonl")
-    if not os.path.lexists(file):
-        raise DataError(f"run directory {path!r} has no metrics.jsonl; expected a finished hasfl-ray run (the "
-                        "figures draw its rounds)")
-    expected = "one JSON object per round, as hasfl-ray writes"
-    lines = []
-    for line_number, line in enumerate(read_text(file, "run file", expected).split("\n"), 1):
-        if not line.strip():
-            continue
-        what = f"run file {file!r} line {line_number}"
-        value = parse_json(line, what, expected)
-        if not isinstance(value, dict):
-            raise DataError(f"{what} is a JSON {type(value).__name__}, not an object; expected {expected}")
-        for key in PLOTTED_KEYS + NUMBER_KEYS:
-            if value.get(key) is not None and not number(value[key]):
-                raise DataError(f"{what} has {key} {value[key]!r}; expected a number or null")
-        for key in WIDTH_KEYS:
-            if key in value:
-                check_width_map(value[key], f"{what} has {key}", allow_null=True)
-        for key in LAYER_KEYS:
-            if key in value:
-                check_number_map(value[key], f"{what} has {key}", "an object of parameter names to fractions")
-        lines.append(value)
-    return lines
+from hasfl_ray.analysis.clocked import plot_clock
+from hasfl_ray.analysis.report import _label, display_name, mean_std, protocol_line, summarise_runs, width_of
+from hasfl_ray.analysis.runfiles import _metrics, _save, load_metrics, read_metrics  # noqa: F401 (re-exported)
 
 
 def _curves(runs: Sequence[Dict[str, Any]], key: str, scale: float = 1.0) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -96,7 +42,8 @@ def _band(ax, runs, key, label, scale=1.0, **style):
 
 def plot_runs(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str] = ()) -> List[str]:
     """Write <dataset>-convergence.png, -heterogeneity.png, -allocations.png and -frontier.png per dataset, and
-    -widths.png and -local.png where its runs record accuracy at each width and client local accuracies; return
+    -widths.png, -local.png and -clock.png where its runs record accuracy at each width, client local accuracies and
+    a device clock; return
     the paths. Curves are the mean over seeds with a ± std band; titles name the dataset and the protocol."""
     load_metrics(runs)
     import matplotlib
@@ -171,6 +118,7 @@ def plot_runs(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str]
         written.append(_save(fig, out_dir, f"{dataset}-frontier.png"))
         written += _plot_widths(plt, out_dir, dataset, heading, labels, groups)
         written += _plot_local(plt, out_dir, dataset, heading, labels, groups)
+        written += plot_clock(plt, out_dir, dataset, heading, labels, groups)
     return written
 
 
@@ -224,15 +172,3 @@ def _plot_local(plt, out_dir: str, dataset: str, heading: str, labels: Sequence[
         ax.set(ylabel="local accuracy of a client (%)", title=f"local accuracy, {title}")
     fig.suptitle(f"Client local accuracies (box: quartiles and median, ▲ mean): {heading}", fontsize=10)
     return [_save(fig, out_dir, f"{dataset}-local.png")]
-
-
-def _save(fig, out_dir: str, name: str) -> str:
-    path = os.path.join(out_dir, name)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, dpi=120, format="png")
-    atomic_write(path, buffer.getvalue())  # a figure is replaced whole or not at all
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return path

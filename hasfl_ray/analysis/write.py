@@ -6,6 +6,7 @@ import json
 import os
 from typing import Any, Dict, List, Sequence
 
+from hasfl_ray.analysis.clocked import clock_latex, clock_markdown, clock_table
 from hasfl_ray.analysis.plots import load_metrics, plot_runs
 from hasfl_ray.analysis.report import (CONFOUND_COLUMNS, analyze_runs, confound_latex, confound_markdown, display_name,
                                        grid_csv, grid_latex, grid_markdown, omitted_lines, summarise_runs, table_csv,
@@ -17,7 +18,8 @@ def write_report(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[s
                  title: str = "") -> List[str]:
     """table.{md,csv,tex} (the paper's table layout), widths, local and fairness.{md,csv,tex} (accuracy at each
     width, global against local accuracy, fairness over clients: each when some run records its fields, else a line
-    in table.md saying why it is left out), confound.{md,csv,tex} and analysis.json (Table 5, when some run has H̃
+    in table.md saying why it is left out), clock.{md,csv,tex} (time and data to accuracy, when some run has a device
+    clock), confound.{md,csv,tex} and analysis.json (Table 5, when some run has H̃
     estimates) and the figures (PNG) under ``out_dir``; returns the paths written."""
     load_metrics(runs)
     os.makedirs(out_dir, exist_ok=True)
@@ -34,6 +36,11 @@ def write_report(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[s
             files.update({f"{table['name']}.md": f"{heading}\n\n{grid_markdown(table)}",
                           f"{table['name']}.csv": grid_csv(table),
                           f"{table['name']}.tex": grid_latex(table, caption)})
+    clock = clock_table(runs, order)
+    if clock is not None:  # runs with a device clock (issue 26): time and bytes to accuracy
+        heading = f"# {title}: {clock['title']}" if title else f"# {clock['title']}"
+        files.update({"clock.md": f"{heading}\n\n{clock_markdown(clock)}", "clock.csv": grid_csv(clock),
+                      "clock.tex": clock_latex(clock, caption)})
     analysis = analyze_runs(runs)
     if analysis["runs"]:
         files["confound.md"] = confound_markdown(analysis)

@@ -99,6 +99,7 @@ def write_files(write, out_dir):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--out", "out_dir", type=click.Path(),
               help="Write table.{md,csv,tex}, widths/local/fairness.{md,csv,tex} (where runs record them), "
+                   "clock.{md,csv,tex} (runs with a device clock), "
                    "confound.{md,csv,tex}, analysis.json and the figures (PNG) here (default for a sweep's folder: "
                    "PATH/report).")
 @user_errors
@@ -106,9 +107,11 @@ def report(paths, as_json, out_dir) -> None:
     """Mean ± std over seeds of best/final accuracy, peak-to-final change and avg p per (dataset, algorithm), and
     the confound correlations of Table 5 per run. Runs that record them add accuracy at each width, global against
     local accuracy and fairness over clients (docs/metrics.md); a table no run records is left out with a line
-    saying why. PATHS are run directories, folders holding them, or a sweep's folder (then the files and figures
-    are written too)."""
+    saying why. Runs with a device clock add the simulated time and data to each accuracy target and accuracy
+    against simulated time and data moved (docs/clock.md). PATHS are run directories, folders holding them, or a
+    sweep's folder (then the files and figures are written too)."""
     from hasfl_ray.analysis import analyze_runs, summarise_runs
+    from hasfl_ray.analysis.clocked import clock_markdown, clock_table
     from hasfl_ray.analysis.report import grid_markdown, omitted_lines, width_tables
     from hasfl_ray.analysis.write import write_report
 
@@ -119,6 +122,7 @@ def report(paths, as_json, out_dir) -> None:
     analysis = analyze_runs(runs)
     confound = analysis["runs"]
     tables = width_tables(runs, order)
+    clock = clock_table(runs, order)  # None unless some run has a device clock (docs/clock.md)
     if out_dir is None and sweep and len(paths) == 1:
         out_dir = os.path.join(paths[0], "report")
     if out_dir is not None:
@@ -128,6 +132,7 @@ def report(paths, as_json, out_dir) -> None:
     if as_json:
         click.echo(json.dumps({"table": table, "confound": confound, "pooled": analysis["pooled"],
                                **{t["name"]: t["rows"] for t in tables if "rows" in t},
+                               **({"clock": clock["rows"]} if clock is not None else {}),
                                "omitted": omitted_lines(tables), "files": written}, indent=2))
         return
     click.echo(f"{'dataset':<12} {'algorithm':<22} {'seeds':>5} {'best':>13} {'final':>13} {'peak->final':>11} "
@@ -141,6 +146,8 @@ def report(paths, as_json, out_dir) -> None:
             click.echo(f"\n{extra['title']}:\n{grid_markdown(extra).rstrip()}")
     for line in omitted_lines(tables):
         click.echo(line)
+    if clock is not None:
+        click.echo(f"\n{clock['title']}:\n{clock_markdown(clock).rstrip()}")
     if confound:
         _echo_confound(analysis)
     for path in written:
@@ -207,7 +214,8 @@ def analyze(runs, as_json) -> None:
 @user_errors
 def plot(paths, out_dir) -> None:
     """The paper's figures per dataset: convergence, mean H̃ and p per round, per-client p against p max,
-    and the accuracy-capacity frontier. PATHS are run directories or folders holding them."""
+    and the accuracy-capacity frontier (and accuracy against simulated time and data moved for runs with a device
+    clock, docs/clock.md). PATHS are run directories or folders holding them."""
     from hasfl_ray.analysis.plots import plot_runs
 
     runs = find_runs(paths)
