@@ -20,6 +20,19 @@ of the time, where the slowdown is measured (``--share-slowdown``, from ``hasfl-
 
 ``--scale`` shrinks every client's data by that factor (the per-round time scales with it; the projection is then
 scaled back up and marked as such).
+
+``--pack CONFIG`` times a reproduction pack instead (``configs/pack-*.yaml``, docs/reproduction/packs.md): one cell
+per variant (its first seed) on CIFAR-10-shaped data split by the cell's own partition, max(4, ``--rounds``)
+rounds: the first warms up, the next are steady training rounds (with the test_accuracy every round has, and under
+sBN its statistics pass; their median counts), the one before last adds the evaluation at every ``eval_widths``
+width (what each ``eval_every`` round adds) and the last adds every client's local accuracy (once a run). The
+projection is, per variant, seeds x (rounds x training round + rounds / eval_every x evaluation extra + local
+accuracy), summed over the pack. ``--data-dir`` times the real CIFAR-10 (or its sample) instead of shaped data,
+and ``--clients``/``--clients-per-round`` shrink the federation for it:
+
+    python benchmarks/bench_protocol.py --pack configs/pack-heterofl-cifar10.yaml --device cuda   # the GPU-hours
+    python benchmarks/bench_protocol.py --pack configs/pack-heterofl-cifar10.yaml --variants iid-a-b-c-d-e-fix \
+        --data-dir ../shared/data/torchvision --clients 10 --clients-per-round 10 --device cpu --rounds 7  # a round
 """
 
 from __future__ import annotations
@@ -36,7 +49,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hasfl_ray.data.base import Dataset, TensorFederatedDataset, TextFederatedDataset  # noqa: E402
-from hasfl_ray.data.partition import dirichlet_partition  # noqa: E402
+from hasfl_ray.data.partition import dirichlet_partition, partition_labels  # noqa: E402
 from hasfl_ray.engine import Engine, RunConfig  # noqa: E402
 
 EMNIST_TRAIN, EMNIST_TEST, EMNIST_CLASSES = 697_932, 116_323, 62
@@ -57,13 +70,18 @@ def scale() -> float:
     return float(os.environ.get("HASFL_BENCH_SCALE", "1"))
 
 
-def images(config, n_train, n_test, classes, shape):
-    """Synthetic uint8 images and labels, Dirichlet-split over ``config.clients`` like the real loaders."""
+def images(config, n_train, n_test, classes, shape, by_partition=False):
+    """Synthetic uint8 images and labels, Dirichlet-split over ``config.clients`` like the real loaders (or by
+    ``config.partition``, the loaders' own scheme, with ``by_partition``)."""
     n, m = max(int(n_train * scale()), 20 * 64), max(int(n_test * scale()), 500)
     generator = torch.Generator().manual_seed(config.seed)
     labels = torch.randint(0, classes, (n,), generator=generator)
     x = torch.randint(0, 256, (n, *shape), dtype=torch.uint8, generator=generator)
-    parts = dirichlet_partition(labels.numpy(), config.clients, config.alpha, np.random.default_rng(config.seed))
+    if by_partition:
+        parts = partition_labels(labels.numpy(), config.clients, config.partition, config.alpha,
+                                 np.random.default_rng(config.seed))
+    else:
+        parts = dirichlet_partition(labels.numpy(), config.clients, config.alpha, np.random.default_rng(config.seed))
     test_x = torch.randint(0, 256, (m, *shape), dtype=torch.uint8, generator=generator)
     test_y = torch.randint(0, classes, (m,), generator=generator)
     return x, labels, test_x, test_y, parts
@@ -89,6 +107,17 @@ class CIFAR10Shaped(Dataset):
 
     def load(self, config):
         x, y, test_x, test_y, parts = images(config, CIFAR_TRAIN, CIFAR_TEST, 10, (3, 32, 32))
+        return TensorFederatedDataset("cifar10-shaped", "cifar10", 10, x, y, test_x, test_y, parts,
+                                      mean=[0.49, 0.48, 0.45], std=[0.25, 0.24, 0.26])
+
+
+class CIFAR10ShapedPartitioned(CIFAR10Shaped):
+    """CIFAR-10-shaped images split by the run's ``partition`` (iid, classes:K, ...), for the packs."""
+
+    label_partitions = True
+
+    def load(self, config):
+        x, y, test_x, test_y, parts = images(config, CIFAR_TRAIN, CIFAR_TEST, 10, (3, 32, 32), by_partition=True)
         return TensorFederatedDataset("cifar10-shaped", "cifar10", 10, x, y, test_x, test_y, parts,
                                       mean=[0.49, 0.48, 0.45], std=[0.25, 0.24, 0.26])
 
@@ -122,6 +151,56 @@ def seconds_per_round(dataset: str, algorithm: str, device: str, rounds: int, ev
     return [line["wall_s"] for line in engine.history]
 
 
+def pack_rows(args) -> list:
+    """One row per variant of the pack ``args.pack``: its steady training round, the extra seconds of an evaluation
+    round and of the local accuracy, and the variant's full-protocol hours (seeds x rounds), from max(4,
+    ``--rounds``) timed rounds of its first seed: warm-up, training rounds (their median), + widths, + local."""
+    from hasfl_ray.sweep import plan_sweep
+
+    plan = plan_sweep(args.pack, {})
+    wanted = args.variants.split(",") if args.variants else None
+    unknown = sorted(set(wanted or ()) - {cell.algorithm for cell in plan.cells})
+    if unknown:
+        raise SystemExit(f"--variants names {', '.join(unknown)}; expected variants of {args.pack}: "
+                         + ", ".join(dict.fromkeys(cell.algorithm for cell in plan.cells)))
+    here = os.path.abspath(__file__)
+    rows = []
+    for variant in dict.fromkeys(cell.algorithm for cell in plan.cells):
+        if wanted and variant not in wanted:
+            continue
+        cells = [c for c in plan.cells if c.algorithm == variant]
+        values = dict(cells[0].values)
+        full_rounds = int(values.get("rounds") or CIFAR10Shaped.defaults["rounds"])
+        eval_every = int(values.get("eval_every") or 5)  # the CIFAR-10 and plug-in default
+        timed = max(args.rounds, 4)  # 0: warm-up, 1 .. timed - 3: training, timed - 2: + widths, last: + local
+        values.update(rounds=timed, eval_every=timed - 1, device=args.device, backend="local",
+                      eval_samples=args.eval_samples, checkpoint_every=10 ** 6)
+        for key in ("clients", "clients_per_round"):
+            if getattr(args, key) is not None:
+                values[key] = getattr(args, key)
+        if args.data_dir:
+            values["data_dir"] = args.data_dir
+        else:
+            values["dataset"] = f"{here}:CIFAR10ShapedPartitioned"
+        engine = Engine(RunConfig.from_dict(values, f"pack cell {variant}", foreign="drop"))
+        engine.run()
+        per_round = [line["wall_s"] for line in engine.history]
+        factor = 1.0 if args.data_dir else 1 / args.scale
+        train_s = float(np.median(per_round[1:-2])) * factor
+        eval_extra_s = max(per_round[-2] * factor - train_s, 0.0)
+        local_s = max(per_round[-1] - per_round[-2], 0.0) * factor
+        cell_h = (full_rounds * train_s + -(-full_rounds // eval_every) * eval_extra_s + local_s) / 3600
+        rows.append({"variant": variant, "rounds_timed": per_round, "train_round_s": train_s,
+                     "eval_extra_s": eval_extra_s, "local_accuracy_s": local_s, "full_rounds": full_rounds,
+                     "eval_every": eval_every, "seeds": len(cells), "cell_hours": cell_h,
+                     "hours": cell_h * len(cells)})
+        print(f"{variant:28s} rounds {['%.2f' % s for s in per_round]} s; training round {train_s:.2f} s, "
+              f"evaluation +{eval_extra_s:.2f} s every {eval_every}, local accuracy +{local_s:.2f} s; "
+              f"{full_rounds} rounds x {len(cells)} seeds = {cell_h * len(cells):.2f} h"
+              + (" (scaled up)" if factor != 1 else ""), flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -134,10 +213,29 @@ def main() -> None:
                         help="per-cell slowdown when K cells share a GPU (measured; 1.0 = none)")
     parser.add_argument("--eval-samples", type=int, default=10_000, help="test samples evaluated per round")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--pack", help="time a reproduction pack (configs/pack-*.yaml) instead of the paper's protocol")
+    parser.add_argument("--variants", help="with --pack: only these variants (comma-separated)")
+    parser.add_argument("--data-dir", help="with --pack: time the real CIFAR-10 under this torchvision root")
+    parser.add_argument("--clients", type=int, help="with --pack: override the pack's clients")
+    parser.add_argument("--clients-per-round", type=int, help="with --pack: override the pack's clients per round")
     args = parser.parse_args()
     if not 0 < args.scale <= 1:
         parser.error(f"--scale is {args.scale}; expected a fraction in (0, 1]")
     os.environ["HASFL_BENCH_SCALE"] = repr(args.scale)
+    if args.pack:
+        device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"cpu ({os.cpu_count()} cores)"
+        rows = pack_rows(args)
+        hours = sum(r["hours"] for r in rows)
+        k, slowdown = args.cells_per_gpu, args.share_slowdown
+        note = " [scaled up from --scale: a rehearsal, not a figure]" if args.scale < 1 and not args.data_dir else ""
+        if args.data_dir or args.clients or args.clients_per_round:
+            note += " [not the pack's full protocol: --data-dir/--clients change the data per round]"
+        print(f"\n{args.pack} ({len(rows)} variants) on {device}: {hours:.2f} hours one cell at a time; at K={k} "
+              f"cells per GPU (slowdown {slowdown:g}): {hours * slowdown / k:.2f} GPU-hours{note}")
+        if args.json:
+            print(json.dumps({"device": device, "scale": args.scale, "pack": args.pack, "rows": rows,
+                              "hours": hours, "gpu_hours": hours * slowdown / k}))
+        return
     rows = []
     for name in args.datasets.split(","):
         plugin = {"emnist": "EMNISTShaped", "cifar10": "CIFAR10Shaped", "shakespeare": "ShakespeareShaped"}[name]

@@ -1,0 +1,101 @@
+"""The reproduction packs (configs/pack-*.yaml, docs/reproduction/packs.md): every cell of every pack builds a valid
+RunConfig with the source's protocol, each config states its source's settings and published numbers, and each
+pack's scaled-down sweep starts and finishes a round through the CLI (on the embedded digits, 8x8 inputs)."""
+
+import glob
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from hasfl_ray.cli.main import main
+from hasfl_ray.engine import RunConfig
+from hasfl_ray.federation import ladder_of
+from hasfl_ray.sweep import plan_sweep
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PACKS = {os.path.basename(p)[len("pack-"):-len(".yaml")]: p
+         for p in sorted(glob.glob(os.path.join(REPO, "configs", "pack-*.yaml")))}
+
+
+def cells(name):
+    """{variant: its first cell's resolved RunConfig}."""
+    out = {}
+    for cell in plan_sweep(PACKS[name], {}).cells:
+        out.setdefault(cell.algorithm, RunConfig.from_dict(cell.values, cell.name, foreign="drop").resolved())
+    return out
+
+
+def test_the_four_packs_exist_and_state_their_source():
+    assert set(PACKS) == {"heterofl-cifar10", "fjord-cifar10", "fedrolex-cifar10", "fiarse-protocol"}
+    for path in PACKS.values():
+        text = open(path, encoding="utf-8").read()
+        assert text.startswith("# Reproduction pack: "), path
+        assert "Published" in text and "settings" in text and "Run: hasfl-ray sweep " + os.path.relpath(path, REPO) \
+            in text, path
+
+
+def test_heterofl_pack_is_the_table():
+    configs = cells("heterofl-cifar10")
+    rows = {(c.partition, tuple(ladder_of(c).widths), c.width_assignment) for c in configs.values()}
+    for partition, rounds in (("iid", 400), ("classes:2", 800)):
+        for widths in ((1.0,), (1.0, 0.0625), (1.0, 0.5, 0.25, 0.125, 0.0625), (0.0625,)):
+            assignments = ("fixed", "dynamic") if len(widths) > 1 else ("fixed",)
+            assert all((partition, widths, a) in rows for a in assignments), (partition, widths)
+        assert {c.rounds for c in configs.values() if c.partition == partition} == {rounds}
+    for c in configs.values():
+        assert (c.algorithm, c.model, c.model_norm, c.model_scaler) == ("heterofl", "preresnet18", "sbn", "on")
+        assert (c.clients, c.clients_per_round, c.local_epochs, c.batch_size, c.lr) == (100, 10, 5, 10, 0.1)
+        assert c.algorithm_options["heterofl_weighting"] == "count"
+        # row e's global model is level e: the width-1 model cut to 1/16, evaluated beside width 1
+        assert c.eval_widths == ([0.0625, 1.0] if list(ladder_of(c).widths) == [0.0625] else [1.0])
+
+
+def test_fjord_pack_evaluates_every_p_with_and_without_distillation():
+    configs = cells("fjord-cifar10")
+    assert {c.algorithm_options["fjord_distill_weight"] for c in configs.values()} == {0.0, 1.0}
+    for c in configs.values():
+        assert c.algorithm == "fjord" and c.model == "resnet18" and c.model_scaler == "off"
+        assert list(ladder_of(c).widths) == [0.2, 0.4, 0.6, 0.8, 1.0] == c.eval_widths
+        assert (c.clients, c.clients_per_round, c.rounds, c.partition) == (100, 10, 500, "iid")
+
+
+def test_fedrolex_pack_compares_rolling_and_static_windows_on_both_mixes():
+    configs = cells("fedrolex-cifar10")
+    pairs = {(c.algorithm, tuple(c.width_mix)) for c in configs.values()}
+    assert pairs == {(a, m) for a in ("fedrolex", "heterofl") for m in ((1.0,) * 5, (6.0, 10.0, 11.0, 18.0, 55.0))}
+    for c in configs.values():
+        assert (c.partition, c.width_assignment, c.model_norm, c.model_scaler) == ("classes:2", "dynamic", "sbn", "on")
+        assert (c.clients, c.clients_per_round) == (100, 10)
+        if c.algorithm == "heterofl":  # n_i-weighted like fedrolex: the pair differs only in its windows
+            assert c.algorithm_options["heterofl_weighting"] == "samples"
+
+
+def test_fiarse_pack_runs_four_methods_on_one_protocol():
+    configs = cells("fiarse-protocol")
+    assert set(configs) == {"fjord", "heterofl", "fedrolex", "hasfl"}
+    for c in configs.values():
+        assert list(ladder_of(c).widths) == [1.0, 0.25, 0.0625, 0.015625] and c.width_mix == [1.0] * 4
+        assert (c.partition, c.alpha, c.model_norm) == ("dirichlet", 0.3, "sbn")
+
+
+# one variant per pack, scaled down as docs/reproduction/packs.md runs it, on the digits (no data directory needed)
+TRIES = {"heterofl-cifar10": "noniid2-a-b-c-d-e-dynamic", "fjord-cifar10": "fjord-kd",
+         "fedrolex-cifar10": "fedrolex-devices", "fiarse-protocol": "hasfl"}
+
+
+@pytest.mark.parametrize("name", sorted(TRIES))
+def test_each_pack_scaled_down_runs_a_round(name, tmp_path):
+    out = str(tmp_path / "sweep")
+    result = CliRunner().invoke(main, [
+        "sweep", PACKS[name], "--datasets", "digits", "--algorithms", TRIES[name], "--seeds", "42", "--rounds", "1",
+        "--clients", "5", "--clients-per-round", "2", "--local-epochs", "1", "--eval-samples", "64",
+        "--backend", "local", "--out", out, "--quiet"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    run = os.path.join(out, f"digits-{TRIES[name]}-seed42")
+    summary = json.load(open(os.path.join(run, "summary.json"), encoding="utf-8"))
+    assert summary["rounds"] == 1 and 0.0 <= summary["final_accuracy"] <= 1.0
+    expected = cells(name)[TRIES[name]].eval_widths
+    assert sorted(float(w) for w in summary["accuracy_at_width_final"]) == sorted(expected)
+    assert summary["local_accuracy"]["clients"] == 5
