@@ -212,10 +212,12 @@ def test_the_ray_trainer_actor_passes_the_setting_on():
     actor = TrainerActor(dataset, "synthetic", SETTINGS, "cpu", 1, True, True)
     plain = TrainerActor(dataset, "synthetic", SETTINGS, "cpu", 1)
     assert actor.trainer.steps is not None and plain.trainer.steps is None
-    actor.begin_round(params)
-    plain.begin_round(params)
+    from hasfl_ray.simulation.wire import unpack
+
     task = ClientTask(0, 0, 0.5, 0.1, 1)
-    assert_identical(plain.train(task)[1], actor.train(task)[1])
+    [graphed] = unpack(actor.run(params, [([task], False)])[1])
+    [eager] = unpack(plain.run(params, [([task], False)])[1])
+    assert_identical(eager, graphed)
 
 
 # -- the config and the command line -------------------------------------------------------------------------------
