@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 #: The bound of item 8: the default's first round within this many seconds, or RATIO x the local backend's.
 TARGET_S, RATIO = 5.0, 1.5
@@ -47,6 +47,15 @@ def first_round(args: Sequence[str], out: str, timeout: float) -> Dict[str, obje
         if first is None and os.path.exists(metrics) and os.path.getsize(metrics) > 0:
             first = time.perf_counter() - start
         time.sleep(0.005)
+    summary, total = finished(process, args, start)
+    if first is None and os.path.exists(metrics) and os.path.getsize(metrics) > 0:
+        first = total  # the run ended between two polls
+    return {"first": first, "total": total, "sha": summary["params_sha256"], "ray_from": summary.get("ray_from_round")}
+
+
+def finished(process: subprocess.Popen, args: Sequence[str], start: float) -> Tuple[Dict[str, object], float]:
+    """The summary `hasfl-ray simulate ARGS` printed and the seconds since ``start``, once ``process`` has ended
+    (killed when still running after the caller's timeout); a failed run ends the benchmark with its error."""
     if process.poll() is None:
         process.kill()
     stdout, stderr = process.communicate()
@@ -54,10 +63,7 @@ def first_round(args: Sequence[str], out: str, timeout: float) -> Dict[str, obje
     if process.returncode != 0:
         raise SystemExit(f"`hasfl-ray simulate {' '.join(args)}` failed (exit {process.returncode}): "
                          f"{stderr.strip()[-500:]}")
-    if first is None and os.path.exists(metrics) and os.path.getsize(metrics) > 0:
-        first = total  # the run ended between two polls
-    summary = json.loads(stdout[:stdout.rindex("}") + 1])
-    return {"first": first, "total": total, "sha": summary["params_sha256"], "ray_from": summary.get("ray_from_round")}
+    return json.loads(stdout[:stdout.rindex("}") + 1]), total
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

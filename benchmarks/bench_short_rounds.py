@@ -24,7 +24,6 @@ Both backends' params_sha256 are compared: they must be equal.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -35,7 +34,7 @@ import time
 from typing import Dict, List, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_first_round import console_script  # noqa: E402
+from bench_first_round import console_script, finished  # noqa: E402
 from bench_simulation import parallel_capacity  # noqa: E402
 
 #: The bounds of item 1: Ray with 2 actors over the local backend, in rounds/s.
@@ -73,14 +72,7 @@ def run(args: Sequence[str], out: str, timeout: float = 600.0, env: Optional[Dic
             stamps.extend([now] * (lines - seen))  # several lines between two polls: the same stamp
             seen = lines
         time.sleep(0.002)
-    if process.poll() is None:
-        process.kill()
-    stdout, stderr = process.communicate()
-    total = time.perf_counter() - start
-    if process.returncode != 0:
-        raise SystemExit(f"`hasfl-ray simulate {' '.join(args)}` failed (exit {process.returncode}): "
-                         f"{stderr.strip()[-500:]}")
-    summary = json.loads(stdout[:stdout.rindex("}") + 1])
+    summary, total = finished(process, args, start)
     return {"stamps": stamps, "total": total, "sha": summary["params_sha256"],
             "ray_from": summary.get("ray_from_round")}
 
