@@ -54,7 +54,10 @@ def test_heterofl_pack_is_the_table():
 
 def test_fjord_pack_evaluates_every_p_with_and_without_distillation():
     configs = cells("fjord-cifar10")
-    assert {c.algorithm_options["fjord_distill_weight"] for c in configs.values()} == {0.0, 1.0}
+    # with KD: λ = 1; without: FjORD's OD without KD (the drawn width's cross-entropy alone)
+    assert {name: c.algorithm_options["fjord_kd"] for name, c in configs.items()} == {"fjord-kd": True,
+                                                                                       "fjord-no-kd": False}
+    assert configs["fjord-kd"].algorithm_options["fjord_distill_weight"] == 1.0
     for c in configs.values():
         assert c.algorithm == "fjord" and c.model == "resnet18" and c.model_scaler == "off"
         assert list(ladder_of(c).widths) == [0.2, 0.4, 0.6, 0.8, 1.0] == c.eval_widths
@@ -81,7 +84,7 @@ def test_fiarse_pack_runs_four_methods_on_one_protocol():
 
 
 # one variant per pack, scaled down as docs/reproduction/packs.md runs it, on the digits (no data directory needed)
-TRIES = {"heterofl-cifar10": "noniid2-a-b-c-d-e-dynamic", "fjord-cifar10": "fjord-kd",
+TRIES = {"heterofl-cifar10": "noniid2-a-b-c-d-e-dynamic", "fjord-cifar10": "fjord-no-kd",
          "fedrolex-cifar10": "fedrolex-devices", "fiarse-protocol": "hasfl"}
 
 

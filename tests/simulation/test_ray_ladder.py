@@ -1,5 +1,5 @@
-"""A custom width ladder redrawn every round (dynamic) and a k-classes partition: the Ray backend with two actors
-gives the local backend's run bit for bit."""
+"""A custom width ladder redrawn every round (dynamic) and a k-classes partition, and FjORD without KD: the Ray
+backend with two actors gives the local backend's run bit for bit."""
 
 import json
 
@@ -13,12 +13,25 @@ LADDER = dict(rounds=2, clients=6, clients_per_round=3, local_epochs=1, seed=5, 
               width_mix="a1-b1-c1-d1-e1", width_assignment="dynamic", partition="classes:2", checkpoint_every=0)
 
 
-def test_a_dynamic_ladder_on_two_ray_actors_equals_the_local_backend(ray_local, tmp_path):
+def backend_results(tmp_path, config):
+    """params_sha256, metrics.jsonl (less wall_s) and clients.csv of ``config`` on each backend."""
     results = {}
     for backend, extra in (("local", {}), ("ray", {"actors": 2})):
         out = tmp_path / backend
-        summary = Engine(RunConfig(backend=backend, **LADDER, **extra), out_dir=str(out)).run()
+        summary = Engine(RunConfig(backend=backend, **config, **extra), out_dir=str(out)).run()
         with open(out / "metrics.jsonl", encoding="utf-8") as handle:
             lines = [{k: v for k, v in json.loads(line).items() if k != "wall_s"} for line in handle]
         results[backend] = summary["params_sha256"], lines, (out / "clients.csv").read_text()
+    return results
+
+
+def test_a_dynamic_ladder_on_two_ray_actors_equals_the_local_backend(ray_local, tmp_path):
+    results = backend_results(tmp_path, LADDER)
+    assert results["ray"] == results["local"]
+
+
+def test_fjord_without_kd_on_two_ray_actors_equals_the_local_backend(ray_local, tmp_path):
+    """fjord_kd false: the drawn widths (the objective's seeded stream) and their steps do not depend on the backend."""
+    config = {**LADDER, "width_assignment": "fixed", "algorithm_options": {"fjord_kd": False}}
+    results = backend_results(tmp_path, config)
     assert results["ray"] == results["local"]
