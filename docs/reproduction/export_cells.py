@@ -27,12 +27,12 @@ import argparse
 import datetime
 import glob
 import os
-import platform
 from typing import Dict, Iterable
 
 from hasfl_ray.analysis import read_run
 from hasfl_ray.analysis.plots import read_metrics
 from hasfl_ray.analysis.report import run_option
+from hasfl_ray.training.determinism import machine_type
 from make_report import read_csv, write_csv  # this folder is on sys.path when the script runs
 
 #: Report folder -> the run.sh sweep folders (under RUNS) whose cells it holds. The masked Table 5 on the digits is
@@ -60,16 +60,9 @@ TEST_SAMPLES = {"digits": 359, "emnist": 3420, "cifar10": 200}
 
 
 def machine() -> str:
-    """What decides the last bits of a CPU run: processor model, the instruction set torch uses, torch's version."""
-    import torch
-
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), model)
-    except OSError:
-        pass
-    return f"{model}; {torch.backends.cpu.get_cpu_capability()}; torch {torch.__version__}"
+    """What decides the last bits of a CPU run (:func:`hasfl_ray.training.determinism.machine_type`), on one line."""
+    found = machine_type()
+    return f"{found['cpu_model']}; {found['cpu_capability']}; torch {found['torch']}"
 
 
 def label(config: Dict) -> str:

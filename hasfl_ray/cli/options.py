@@ -179,32 +179,27 @@ def apply_switches(flags: Dict[str, Any], no_coverage: bool, download: bool, fas
         flags["deterministic"] = False
     if download:
         flags["download"] = True
-    counts = flags.get("tier_counts")
-    if isinstance(counts, str):
-        try:
-            flags["tier_counts"] = [int(n) for n in counts.split(",")]
-        except ValueError:
-            raise ConfigError(f"--tier-counts is {counts!r}; expected 4 comma-separated client counts, e.g. "
-                              "4,10,3,3") from None
-    ladder = flags.get("widths")
-    if isinstance(ladder, str):
-        try:
-            flags["widths"] = [float(w) for w in ladder.split(",")]
-        except ValueError:
-            raise ConfigError(f"--widths is {ladder!r}; expected comma-separated widths in (0, 1], e.g. "
-                              "1,0.5,0.25,0.125,0.0625") from None
-    widths = flags.get("eval_widths")
-    if isinstance(widths, str):
-        try:
-            flags["eval_widths"] = [1.0] if widths.strip() == "full" else [float(w) for w in widths.split(",")]
-        except ValueError:
-            raise ConfigError(f"--eval-widths is {widths!r}; expected comma-separated widths in (0, 1], e.g. "
-                              "0.25,0.5,0.75,1, or full") from None
+    _comma_list(flags, "tier_counts", int, "4 comma-separated client counts, e.g. 4,10,3,3")
+    _comma_list(flags, "widths", float, "comma-separated widths in (0, 1], e.g. 1,0.5,0.25,0.125,0.0625")
+    if isinstance(flags.get("eval_widths"), str) and flags["eval_widths"].strip() == "full":
+        flags["eval_widths"] = [1.0]
+    _comma_list(flags, "eval_widths", float, "comma-separated widths in (0, 1], e.g. 0.25,0.5,0.75,1, or full")
     if flags.get("local_eval_width") == "p-max":
         flags["local_eval_width"] = "p_max"
     if flags.get("budget") is not None and flags.get("budget_from") is not None:
         raise ConfigError(f"--budget {flags['budget']} and --budget-from {flags['budget_from']!r} are both given; "
                           "expected one source for random-budget's target")
+
+
+def _comma_list(flags: Dict[str, Any], key: str, convert, expected: str) -> None:
+    """``flags[key]``, a comma-separated string from the command line, as a list of ``convert``ed values; one
+    sentence naming the flag when a value does not convert."""
+    text = flags.get(key)
+    if isinstance(text, str):
+        try:
+            flags[key] = [convert(value) for value in text.split(",")]
+        except ValueError:
+            raise ConfigError(f"--{key.replace('_', '-')} is {text!r}; expected {expected}") from None
 
 
 def default_backend(ray_options_given: bool) -> str:

@@ -7,7 +7,7 @@ import logging
 import os
 import shlex
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -411,7 +411,7 @@ class Engine:
             return
         line, evaluation, wall_s = pending
         if evaluation is not None:
-            line = self._complete(line, evaluation, lambda: wall_s)
+            line = self._complete(line, evaluation, wall_s=wall_s)
         start, bar = self._loop_start, self._bar
         c, t = self.config, line["round"]
         self.history.append(line)
@@ -492,7 +492,7 @@ class Engine:
             # recorded once its evaluation is in, while a later round trains; wall_s is the round's time up to here
             self._pending.append((line, evaluation, time.perf_counter() - round_start))
             return line
-        return self._complete(line, evaluation, time.perf_counter, round_start)
+        return self._complete(line, evaluation, round_start)
 
     def _clocked_round(self, t: int, invitation: Invitation, widths: Dict[int, float]
                        ) -> Tuple[List[int], Dict[int, int], Dict[str, Any]]:
@@ -523,15 +523,15 @@ class Engine:
         return self._in_loop and t + 1 < self.config.rounds and not checkpoints and not self.stop_signals.requested()
 
     @staticmethod
-    def _complete(line: Dict[str, Any], evaluation, clock: Callable[[], float] = lambda: 0.0,
-                  round_start: float = 0.0) -> Dict[str, Any]:
-        """``line`` with its evaluation's fields filled in (in the order a line has always had), and wall_s:
-        ``clock() - round_start`` once evaluated."""
+    def _complete(line: Dict[str, Any], evaluation, round_start: Optional[float] = None,
+                  wall_s: Optional[float] = None) -> Dict[str, Any]:
+        """``line`` with its evaluation's fields filled in (in the order a line has always had), and wall_s: the
+        given one (a deferred line's, measured when its round ended) or the seconds since ``round_start``."""
         accuracy, loss, evaluated = evaluation()
         line["test_accuracy"], line["test_loss"] = accuracy, loss
         del line["wall_s"]
         line.update(evaluated)
-        line["wall_s"] = clock() - round_start
+        line["wall_s"] = wall_s if wall_s is not None else time.perf_counter() - round_start
         return line
 
     # -- evaluation beside test_accuracy (docs/metrics.md) -------------------------------------------------------

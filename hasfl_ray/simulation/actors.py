@@ -11,13 +11,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import ray
 import torch
 
-from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.engine.server import Server
 from hasfl_ray.simulation.wire import Packed, pack, unpack
 from hasfl_ray.training.determinism import apply_determinism, determinism_state
 from hasfl_ray.training.result import ClientResult
-from hasfl_ray.training.task import ClientTask, OptimizerSettings
+from hasfl_ray.training.task import ClientTask
 from hasfl_ray.training.trainer import Trainer
 
 #: Networks a trainer keeps built (the most recently used widths); others are dropped with their memory.
@@ -175,8 +174,9 @@ class ServerActor:
             self.evaluator = Evaluator(model_name, dataset, device, threads, eval_batch_size, eval_indices)
 
     def evaluate_at(self, params: Any, method: str, *args: Any) -> Any:
-        """:meth:`TrainerActor.evaluate_at` here: the evaluation of a trainer lost before it answered."""
-        return self.evaluator(unpack(ray.get(params[0])), method, *args)
+        """:meth:`TrainerActor.evaluate_at` here: the evaluation of a trainer lost before it answered (``params``
+        as the trainers take them, or the parameters themselves)."""
+        return self.evaluator(params if isinstance(params, Mapping) else unpack(ray.get(params[0])), method, *args)
 
     setup = TrainerActor.setup
 
@@ -190,12 +190,6 @@ class ServerActor:
 
     def set_params(self, params: Mapping[str, torch.Tensor]) -> None:
         self.server.set_params(params)
-
-    def apply(self, weights: Sequence[float], server_lr: float,
-              *results: ClientResult) -> Tuple[List[ClientResult], AggregateResult]:
-        """:meth:`Server.apply` on the round's results, given in client order (Ray resolves the references)."""
-        torch.set_num_threads(self.threads)
-        return self.server.apply(list(results), weights, server_lr)
 
     def round(self, weights: Sequence[float], server_lr: float, layout: Sequence[Sequence[int]],
               *calls: Packed) -> Tuple[Packed, Packed]:
@@ -213,18 +207,6 @@ class ServerActor:
         accepted, aggregate = self.server.apply(results, weights, server_lr)
         return pack((accepted, aggregate, self.server.frozen_fraction(), self.server.frozen_by_layer())), \
             self.params()
-
-    def evaluate(self) -> Tuple[float, float]:
-        torch.set_num_threads(self.threads)
-        return self.server.evaluate()
-
-    def evaluate_widths(self, widths: Sequence[float], submodels=None) -> Dict[float, Tuple[float, float]]:
-        torch.set_num_threads(self.threads)
-        return self.server.evaluate_widths(widths, submodels)
-
-    def test_beats(self, widths: Sequence[float], submodels=None):
-        torch.set_num_threads(self.threads)
-        return self.server.test_beats(widths, submodels)
 
     def frozen_fraction(self) -> float:
         return self.server.frozen_fraction()

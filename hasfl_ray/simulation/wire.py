@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, List, Tuple
+from typing import Any, Callable, List, Tuple
 
 import numpy as np
 import torch
@@ -41,38 +41,40 @@ class Packed:
     buffer: np.ndarray
 
 
+def _replace(obj: Any, leaf: type, fn: Callable[[Any], Any]) -> Any:
+    """``obj`` with every ``leaf`` inside it (in dicts, lists, tuples and dataclass fields) replaced by ``fn(leaf)``,
+    in order."""
+    if isinstance(obj, leaf):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return type(obj)((key, _replace(item, leaf, fn)) for key, item in obj.items())
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+        return type(obj)(_replace(item, leaf, fn) for item in obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(obj, **{f.name: _replace(getattr(obj, f.name), leaf, fn)
+                                           for f in dataclasses.fields(obj) if f.init})
+    return obj
+
+
 def pack(value: Any) -> Packed:
     """``value`` with its tensors' bytes copied into one uint8 buffer (a GPU tensor's are copied to the CPU there)."""
-    tensors: List[torch.Tensor] = []
-    slots: List[_Slot] = []
+    tensors: List[Tuple[torch.Tensor, _Slot]] = []
     end = 0
 
-    def strip(obj: Any) -> Any:
+    def slot(obj: torch.Tensor) -> _Slot:
         nonlocal end
-        if isinstance(obj, torch.Tensor):
-            tensor = obj.detach()
-            nbytes = tensor.numel() * tensor.element_size()
-            slot = _Slot(end, nbytes, tensor.dtype, tuple(tensor.shape))
-            tensors.append(tensor)
-            slots.append(slot)
-            end += -(-nbytes // ALIGN) * ALIGN
-            return slot
-        if isinstance(obj, dict):
-            return type(obj)((key, strip(item)) for key, item in obj.items())
-        if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
-            return type(obj)(strip(item) for item in obj)
-        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-            return dataclasses.replace(obj, **{f.name: strip(getattr(obj, f.name))
-                                               for f in dataclasses.fields(obj) if f.init})
-        return obj
+        tensor = obj.detach()
+        nbytes = tensor.numel() * tensor.element_size()
+        tensors.append((tensor, _Slot(end, nbytes, tensor.dtype, tuple(tensor.shape))))
+        end += -(-nbytes // ALIGN) * ALIGN
+        return tensors[-1][1]
 
-    skeleton = strip(value)
+    skeleton = _replace(value, torch.Tensor, slot)
     buffer = np.empty(end, dtype=np.uint8)
-    if tensors:
-        flat = torch.from_numpy(buffer)
-        for tensor, slot in zip(tensors, slots):
-            if slot.nbytes:
-                flat[slot.offset:slot.offset + slot.nbytes].copy_(tensor.contiguous().reshape(-1).view(torch.uint8))
+    flat = torch.from_numpy(buffer)
+    for tensor, where in tensors:
+        if where.nbytes:
+            flat[where.offset:where.offset + where.nbytes].copy_(tensor.contiguous().reshape(-1).view(torch.uint8))
     return Packed(skeleton, buffer)
 
 
@@ -80,17 +82,5 @@ def unpack(packed: Packed) -> Any:
     """The structure :func:`pack` was given, its tensors CPU views of one private copy of the buffer (the object
     store's memory is read-only and shared)."""
     flat = torch.from_numpy(np.array(packed.buffer, copy=True))
-
-    def fill(obj: Any) -> Any:
-        if isinstance(obj, _Slot):
-            return flat[obj.offset:obj.offset + obj.nbytes].view(obj.dtype).view(obj.shape)
-        if isinstance(obj, dict):
-            return type(obj)((key, fill(item)) for key, item in obj.items())
-        if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
-            return type(obj)(fill(item) for item in obj)
-        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-            return dataclasses.replace(obj, **{f.name: fill(getattr(obj, f.name))
-                                               for f in dataclasses.fields(obj) if f.init})
-        return obj
-
-    return fill(packed.skeleton)
+    return _replace(packed.skeleton, _Slot,
+                    lambda where: flat[where.offset:where.offset + where.nbytes].view(where.dtype).view(where.shape))

@@ -123,3 +123,18 @@ def determinism_state() -> Dict[str, Any]:
 
 def _cuda_started() -> bool:
     return bool(torch.cuda.is_initialized())
+
+
+def machine_type() -> Dict[str, str]:
+    """What decides the last bits of a CPU run beside the settings above: the processor model, the instruction set
+    torch dispatches to and the torch build (bit-identity holds on one machine type; a recorded hash is compared
+    only where these match)."""
+    import platform
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return {"cpu_model": model, "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__}

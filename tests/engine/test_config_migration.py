@@ -18,12 +18,10 @@ params_sha256 recorded for them (:data:`V1_UNINTERRUPTED`) is checked only on th
 """
 
 import json
-import platform
 import shutil
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 from click.testing import CliRunner
 
@@ -32,6 +30,7 @@ from hasfl_ray.cli.main import main
 from hasfl_ray.engine.checkpoint import load_checkpoint, save_checkpoint
 from hasfl_ray.engine.config import CONFIG_VERSION, LEGACY_OPTION_KEYS, RunConfig, migrate_config
 from hasfl_ray.errors import ConfigError, TrainerError
+from hasfl_ray.training.determinism import machine_type
 
 V1_RUNS = Path(__file__).parent / "data" / "v1-runs"
 COMMON = dict(rounds=4, clients=6, clients_per_round=3, seed=5, backend="local")
@@ -81,15 +80,7 @@ def write_version_1_run(path, values):
 
 
 def this_machine():
-    """What decides the last bits of a CPU run: the processor model, the instruction set torch dispatches to, and
-    the torch build."""
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), model)
-    except OSError:
-        pass
-    return {"cpu_model": model, "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__}
+    return machine_type()
 
 
 def other_machine():

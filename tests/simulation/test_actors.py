@@ -71,7 +71,7 @@ def test_server_round_puts_the_calls_results_back_in_client_order(setup):
     assert torch.equal(stats.div_num, expected.div_num) and actor.params_sha256() == plain.params_sha256()
     assert frozen == plain.frozen_fraction() and frozen_layers == plain.frozen_by_layer()
     assert all(torch.equal(t, plain.params[name]) for name, t in unpack(new_params).items())
-    assert actor.evaluate() == plain.evaluate()
+    assert actor.evaluate_at(unpack(new_params), "evaluate") == plain.evaluate()
 
 
 def test_evaluation_on_a_trainer_equals_the_servers(setup):
