@@ -23,6 +23,7 @@ from hasfl_ray.models.resnet import sbn_statistics, training_batches
 from hasfl_ray.models.slicing import ParamSpec, window_indices
 from hasfl_ray.training.evaluate import evaluate
 from hasfl_ray.training.local import ClientResult
+from hasfl_ray.training.result import finite_flags
 
 logger = logging.getLogger(__name__)
 
@@ -134,8 +135,8 @@ class Server:
             The accepted results with ``update`` emptied, and the aggregate's statistics (``delta`` empty).
         """
         accepted, accepted_weights = [], []
-        for result, weight in zip(results, weights):
-            if result.is_finite():
+        for result, weight, finite in zip(results, weights, finite_flags(results)):
+            if finite:
                 accepted.append(result)
                 accepted_weights.append(weight)
             else:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import numpy as np
 import torch
@@ -41,18 +41,31 @@ class Packed:
     buffer: np.ndarray
 
 
+#: Types :func:`_replace` returns as they are without looking further.
+_ATOMS = (int, float, str, bool, bytes, type(None))
+#: Per dataclass type, the names of its ``init`` fields (what ``dataclasses.replace`` takes).
+_FIELDS: Dict[type, Tuple[str, ...]] = {}
+
+
 def _replace(obj: Any, leaf: type, fn: Callable[[Any], Any]) -> Any:
     """``obj`` with every ``leaf`` inside it (in dicts, lists, tuples and dataclass fields) replaced by ``fn(leaf)``,
     in order."""
+    kind = type(obj)
+    if kind in _ATOMS:
+        return obj
+    if kind is dict:
+        return {key: _replace(item, leaf, fn) for key, item in obj.items()}
     if isinstance(obj, leaf):
         return fn(obj)
     if isinstance(obj, dict):
-        return type(obj)((key, _replace(item, leaf, fn)) for key, item in obj.items())
+        return kind((key, _replace(item, leaf, fn)) for key, item in obj.items())
     if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
-        return type(obj)(_replace(item, leaf, fn) for item in obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.replace(obj, **{f.name: _replace(getattr(obj, f.name), leaf, fn)
-                                           for f in dataclasses.fields(obj) if f.init})
+        return kind(_replace(item, leaf, fn) for item in obj)
+    names = _FIELDS.get(kind)
+    if names is None and dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        names = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(obj) if f.init)
+    if names is not None:
+        return dataclasses.replace(obj, **{name: _replace(getattr(obj, name), leaf, fn) for name in names})
     return obj
 
 
@@ -82,5 +95,13 @@ def unpack(packed: Packed) -> Any:
     """The structure :func:`pack` was given, its tensors CPU views of one private copy of the buffer (the object
     store's memory is read-only and shared)."""
     flat = torch.from_numpy(np.array(packed.buffer, copy=True))
-    return _replace(packed.skeleton, _Slot,
-                    lambda where: flat[where.offset:where.offset + where.nbytes].view(where.dtype).view(where.shape))
+    typed: Dict[torch.dtype, torch.Tensor] = {}  # the buffer as each dtype met (length: k * ALIGN)
+
+    def view(where: _Slot) -> torch.Tensor:
+        whole = typed.get(where.dtype)
+        if whole is None:
+            whole = typed[where.dtype] = flat.view(where.dtype)
+        size = whole.element_size()
+        return whole[where.offset // size:(where.offset + where.nbytes) // size].view(where.shape)
+
+    return _replace(packed.skeleton, _Slot, view)
