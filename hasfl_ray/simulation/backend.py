@@ -111,7 +111,7 @@ class RayBackend(Backend):
         self.slots: List[_Slot] = []
         self.server = None
         self._params_ref = self._frozen = self._frozen_layers = None
-        self._evaluations = 0  # evaluations requested since the last round (they go to the trainers in turn)
+        self._eval_loads: Dict[int, float] = {}  # per slot, the evaluation cost sent to it since the last round
         self._queued: List[Any] = []  # the submissions of evaluations held back for the next round (request)
         self.timing = RoundTiming()
         self.total_train_seconds = 0.0
@@ -246,7 +246,7 @@ class RayBackend(Backend):
         summary, params = self.server.round.options(num_returns=2).remote(list(weights), server_lr, layout,
                                                                            *results)
         self._params_ref = params  # the next round's calls (training, evaluation) carry it; each trainer reads it once
-        self._evaluations = 0
+        self._eval_loads = {}
         try:
             accepted, aggregate, self._frozen, self._frozen_layers = unpack(self._from_server(summary))
         except NonFiniteModelError as error:  # the server refused the update: its sentence, not Ray's traceback
@@ -368,12 +368,13 @@ class RayBackend(Backend):
         if self._params_ref is None:
             self._params_ref = self.server.params.remote()
         params = [self._params_ref]
-        slot = self.slots[-1 - self._evaluations % len(self.slots)]
-        self._evaluations += 1
+        cost = evaluation_cost(method, args)
         call: Dict[str, Any] = {}
 
         def submit() -> None:
-            if "ref" not in call:
+            if "ref" not in call:  # to the trainer with the least evaluation so far, the lightest-trained on a tie
+                slot = min(reversed(self.slots), key=lambda s: self._eval_loads.get(s.index, 0.0))
+                self._eval_loads[slot.index] = self._eval_loads.get(slot.index, 0.0) + cost
                 call["ref"] = slot.actor.evaluate_at.remote(params, method, *args)
 
         self._queued.append(submit)
@@ -436,6 +437,15 @@ def _lost(what: str, error: BaseException) -> ActorLostError:
     """One sentence for a lost actor (``what`` and Ray's error class); Ray's report goes to RUN/log.txt."""
     return ActorLostError(f"{what} ({type(error).__name__})",
                           "".join(traceback.format_exception(type(error), error, error.__traceback__)))
+
+
+def evaluation_cost(method: str, args: Sequence[Any]) -> float:
+    """A request's evaluation work in passes of the full-width model over the test samples, to spread a round's
+    requests evenly over the trainers: ``evaluate`` is 1, ``evaluate_widths`` and ``test_beats`` 1 for width 1 and
+    0.3 for each width below it (smaller, and evaluated channels-last: the digits CNN's passes at 0.25-0.75 take
+    0.15-0.3 of the full width's). Only where evaluations run depends on it, never what they give."""
+    widths = list(args[0]) if method != "evaluate" and args and args[0] is not None else [1.0]
+    return sum(1.0 if float(width) >= 1.0 else 0.3 for width in widths)
 
 
 def calls(units: Sequence[List[int]], costs: Sequence[float], trainers: int) -> List[List[Tuple[List[int], bool]]]:

@@ -1,6 +1,7 @@
 """Models: the paper's cost table, physically smaller sub-models, nested masks, extract/insert round trips."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -126,3 +127,27 @@ def test_width_channels_is_ceil(p, channels, expected):
 def test_width_outside_unit_interval_is_refused(p):
     with pytest.raises(ValueError, match="width p must lie in"):
         width_channels(p, 64)
+
+
+@pytest.mark.parametrize("shape", [(37, 5, 8, 8), (9, 3, 7, 7), (4, 2, 28, 28), (6, 4, 3, 5)])
+@pytest.mark.parametrize("ceil_mode", [False, True])
+def test_cnn_max_pool_gives_the_same_bits_without_autograd(shape, ceil_mode):
+    """MaxPool2d pools in channels-last order under no_grad: every value (ties, signed zeros, NaN, infinities) is
+    nn.MaxPool2d's, bit for bit; with autograd it is nn.MaxPool2d itself (values and gradients)."""
+    from hasfl_ray.models.cnn import MaxPool2d
+
+    generator = torch.Generator().manual_seed(sum(shape) + ceil_mode)
+    x = torch.relu(torch.randn(*shape, generator=generator))  # many exact zeros: ties in most windows
+    flat = x.view(-1)
+    picks = torch.randint(flat.numel(), (4,), generator=generator)
+    flat[picks[0]], flat[picks[1]], flat[picks[2]], flat[picks[3]] = -0.0, math.nan, math.inf, -math.inf
+    fast, plain = MaxPool2d(2, ceil_mode=ceil_mode), torch.nn.MaxPool2d(2, ceil_mode=ceil_mode)
+    with torch.no_grad():
+        got, want = fast(x), plain(x)
+    assert got.shape == want.shape and got.is_contiguous()
+    assert torch.equal(got.view(-1).view(torch.int32), want.view(-1).view(torch.int32))
+    leaf = x.clone().requires_grad_()
+    fast(leaf).nan_to_num().sum().backward()
+    grad, leaf.grad = leaf.grad, None
+    plain(leaf).nan_to_num().sum().backward()
+    assert torch.equal(grad, leaf.grad)

@@ -146,6 +146,16 @@ def test_calls_are_one_per_trainer_for_a_small_round_and_balanced_by_longest_fir
     assert calls([], [], trainers=2) == []
 
 
+def test_evaluation_cost_counts_full_width_passes_and_cheaper_narrow_ones():
+    """What spreads a round's evaluations over the trainers: a full-width pass is 1, a narrower one 0.3."""
+    from hasfl_ray.simulation.backend import evaluation_cost
+
+    assert evaluation_cost("evaluate", ()) == 1.0
+    assert evaluation_cost("evaluate_widths", ([0.25, 0.5, 0.75], None)) == pytest.approx(0.9)
+    assert evaluation_cost("test_beats", ([0.5, 1.0], None)) == pytest.approx(1.3)
+    assert evaluation_cost("evaluate_widths", ([], None)) == 0.0
+
+
 
 def test_many_clients_a_round_several_to_a_call_through_a_killed_trainer_equal_the_local_backend(ray_local, tmp_path):
     """48 synthetic clients a round on 2 trainers: 3 clients per call; a trainer killed with calls in flight has
