@@ -6,7 +6,7 @@ import glob
 import io
 import math
 import os
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import MISSING, dataclass, fields, is_dataclass
 from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
@@ -67,7 +67,7 @@ def save_checkpoint(run_dir: str, checkpoint: Checkpoint) -> None:
     for stale in glob.glob(os.path.join(directory, ".tmp-*")):  # left by a process killed mid-write
         os.unlink(stale)
     buffer = io.BytesIO()
-    torch.save(to_plain(asdict(checkpoint)), buffer)
+    torch.save(to_plain({f.name: getattr(checkpoint, f.name) for f in fields(checkpoint)}), buffer)  # no deep copy
     atomic_write(checkpoint_path(run_dir), buffer.getvalue())
 
 
@@ -242,9 +242,18 @@ def load_checkpoint_round(run_dir: str) -> int:
     return checkpoint.round if checkpoint is not None else 0
 
 
+#: Types :func:`to_plain` keeps as they are without looking further.
+_PLAIN = (float, int, str, bool, type(None))
+
+
 def to_plain(value: Any) -> Any:
     """``value`` with numpy arrays as tagged tensors and numpy scalars as Python numbers, so that
     ``torch.load(weights_only=True)`` can read it back (containers: dict, list, tuple)."""
+    kind = type(value)
+    if kind in _PLAIN:  # most of a checkpoint (its history's numbers): first, and as they are
+        return value
+    if kind is dict:
+        return {key: to_plain(item) for key, item in value.items()}
     if isinstance(value, np.ndarray):
         if value.dtype == object:
             raise TypeError("checkpoint state holds a numpy object array; expected numeric arrays")
@@ -257,6 +266,8 @@ def to_plain(value: Any) -> Any:
         return type(value)(to_plain(item) for item in value)
     if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
         return value
+    if is_dataclass(value) and not isinstance(value, type):  # as dataclasses.asdict would give it
+        return {f.name: to_plain(getattr(value, f.name)) for f in fields(value)}
     raise TypeError(f"checkpoint state holds a {type(value).__name__}; expected tensors, numpy arrays and plain "
                     "values")
 
