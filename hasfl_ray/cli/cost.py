@@ -1,45 +1,120 @@
-"""`hasfl-ray cost`: parameters, MACs per sample and upload size of a model at the paper's widths."""
+"""`hasfl-ray cost`: parameters, MACs per sample and upload size of a model at the paper's widths or any others,
+for the built-in models, the ResNets and plug-in models (docs/usage.md#cost, docs/plugins.md#models)."""
 
 from __future__ import annotations
 
 import json
+from typing import List, Optional, Sequence
 
 import click
 
+from hasfl_ray.cli.common import user_errors
+from hasfl_ray.cli.options import apply_switches
+from hasfl_ray.data import DATASETS
+from hasfl_ray.errors import expected_one_of
+from hasfl_ray.federation import normalise_ladder
 from hasfl_ray.models import cost_table, resnet_cost_table
+from hasfl_ray.registry import is_spec
 
 COST_MODELS = ("cifar10", "emnist", "shakespeare", "digits", "synthetic")
 #: The ResNets (docs/models.md), costed on a built-in image dataset's inputs and classes.
 RESNET_MODELS = ("preresnet18", "resnet18")
 IMAGE_DATASETS = ("cifar10", "emnist", "digits")
+#: The widths a plug-in model is costed at without --widths: the paper's four (Table 2).
+PLUGIN_WIDTHS = (0.25, 0.5, 0.75, 1.0)
+
+
+def parse_widths(text: Optional[str]) -> Optional[List[float]]:
+    """``--widths`` as `simulate` reads it (a comma list of distinct widths in (0, 1]), or None when not given; one
+    ConfigError sentence otherwise."""
+    if text is None:
+        return None
+    flags = {"widths": text}
+    apply_switches(flags, False, False, False)  # the comma list, as simulate and `data inspect` parse it
+    widths, _ = normalise_ladder(flags["widths"], None)  # the width ladder's checks: (0, 1], distinct
+    return widths
+
+
+def plugin_cost_table(spec: str, dataset: str, data_dir: Optional[str] = None,
+                      widths: Sequence[float] = PLUGIN_WIDTHS) -> List[dict]:
+    """:func:`~hasfl_ray.models.cost_table` of plug-in model ``spec`` (``FILE.py:Class`` / ``MODULE:Class``) built for
+    the inputs and classes of built-in dataset ``dataset``, as `simulate --model` builds it (the dataset loaded, then
+    :func:`~hasfl_ray.models.choice.model_dataset`): parameters from its slice description (derived or its own
+    ``param_specs()``), MACs per sample its own ``macs(p)`` or, without one, torch's FlopCounterMode on a forward
+    pass at each width (matrix multiplications and convolutions only), and FLOPs per sample 2 x MACs (unless it
+    has a ``flops(p)`` method)."""
+    from hasfl_ray.data import load_plugin_dataset
+    from hasfl_ray.engine.config import RunConfig
+    from hasfl_ray.models.choice import model_dataset
+    from hasfl_ray.registry import lookup, spec_label
+
+    config = RunConfig(dataset=dataset, data_dir=data_dir, model=spec)
+    loaded = load_plugin_dataset(lookup("dataset", dataset), config)
+    adopted = model_dataset(loaded, config, spec_label(dataset))
+    rows = cost_table(adopted.model, tuple(widths))
+    for row in rows:
+        row.setdefault("flops", 2 * row["macs"])
+    return rows
 
 
 @click.command()
-@click.option("--model", "model_name", type=click.Choice(COST_MODELS + RESNET_MODELS), required=True,
-              help="Which model's cost table to print: a dataset's own model, or preresnet18 / resnet18.")
-@click.option("--dataset", type=click.Choice(IMAGE_DATASETS), default="cifar10", show_default=True,
-              help="preresnet18 / resnet18: the image dataset whose input shape and classes they are costed on.")
+@click.option("--model", "model_name", metavar="MODEL|FILE.py:Class|MODULE:Class", required=True,
+              help="Which model's cost table to print: a dataset's own model (cifar10, emnist, shakespeare, digits, "
+                   "synthetic), preresnet18 / resnet18, or a plug-in model, any nn.Module taking a width argument, "
+                   "as simulate's --model takes it (docs/plugins.md#models).")
+@click.option("--dataset", type=click.Choice(DATASETS), default="cifar10", show_default=True,
+              help="preresnet18 / resnet18: the image dataset (cifar10, emnist, digits) whose input shape and classes "
+                   "they are costed on; a plug-in model: the built-in dataset it is built for, loaded as simulate "
+                   "loads it (--data-dir).")
+@click.option("--data-dir", type=click.Path(),
+              help="A plug-in model: where --dataset lives, as simulate's --data-dir (digits and synthetic need none).")
 @click.option("--model-norm", type=click.Choice(["sbn", "bn", "gn", "none"]), default=None,
               help="preresnet18 / resnet18: the normalisation (default sbn; none has no norm parameters).")
+@click.option("--widths", metavar="W1,W2,...",
+              help="The widths to cost, comma-separated in (0, 1], as simulate's --widths, e.g. "
+                   "1,0.5,0.25,0.125,0.0625 (default: 0.25,0.5,0.75,1; HeteroFL's levels a-e for the ResNets).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {p, params, macs, upload_mb} "
-                                                      "(and flops for the ResNets).")
-def cost(model_name: str, dataset: str, model_norm: str | None, as_json: bool) -> None:
-    """Print params, MACs per sample and fp32 upload MB at p = 0.25, 0.5, 0.75, 1 (the paper's Table 2); for
-    preresnet18 and resnet18, at HeteroFL's levels a-e (p = 1, 1/2, 1/4, 1/8, 1/16) with FLOPs too."""
+                                                      "(and flops for the ResNets and plug-in models).")
+@user_errors
+def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Optional[str], widths: Optional[str],
+         as_json: bool) -> None:
+    """Print params, MACs per sample and fp32 upload MB at p = 0.25, 0.5, 0.75, 1 (the paper's Table 2) or at
+    --widths; for preresnet18 and resnet18, at HeteroFL's levels a-e (p = 1, 1/2, 1/4, 1/8, 1/16) with FLOPs too.
+
+    A plug-in model (--model FILE.py:Class) is built for --dataset's inputs and classes as simulate builds it; its
+    parameters come from its slice description, its MACs per sample from its own macs(p) or else from torch's
+    FlopCounterMode on one forward pass at each width, which counts matrix multiplications and convolutions only
+    (no norms, activations, softmax or additions); FLOPs = 2 x MACs."""
+    ladder = parse_widths(widths)
+    plugin = is_spec(model_name)
     resnet = model_name in RESNET_MODELS
+    if not plugin and not resnet and model_name not in COST_MODELS:
+        raise click.UsageError(f"--model is {model_name!r}; " + expected_one_of(
+            model_name, [*COST_MODELS, *RESNET_MODELS, "a plug-in model FILE.py:Class or MODULE:Class"]))
     if not resnet and model_norm is not None:
         raise click.UsageError(f"--model-norm is {model_norm!r} but --model is {model_name!r}; expected it only "
                                f"with {' or '.join(RESNET_MODELS)}")
-    rows = resnet_cost_table(model_name, dataset, norm=model_norm) if resnet else cost_table(model_name)
+    if resnet and dataset not in IMAGE_DATASETS:
+        raise click.UsageError(f"--dataset is {dataset!r} but --model is {model_name!r}; expected an image dataset, "
+                               f"one of {', '.join(IMAGE_DATASETS)}")
+    chosen = {} if ladder is None else {"widths": tuple(ladder)}
+    if plugin:
+        rows = plugin_cost_table(model_name, dataset, data_dir, **chosen)
+    elif resnet:
+        rows = resnet_cost_table(model_name, dataset, norm=model_norm, **chosen)
+    else:
+        rows = cost_table(model_name, **chosen)
     if as_json:
         click.echo(json.dumps(rows))
         return
-    if not resnet:
+    if "flops" not in rows[0] and all(round(row["p"], 2) == row["p"] for row in rows):
         click.echo(f"{'p':>5} {'params':>12} {'MACs/sample':>14} {'upload MB':>10}")
         for row in rows:
             click.echo(f"{row['p']:>5.2f} {row['params']:>12,} {row['macs']:>14,} {row['upload_mb']:>10.2f}")
         return
-    click.echo(f"{'p':>7} {'params':>12} {'MACs/sample':>14} {'FLOPs/sample':>14} {'upload MB':>10}")
+    flops, width = "flops" in rows[0], max(7, *(len(f"{row['p']:g}") for row in rows))
+    click.echo(f"{'p':>{width}} {'params':>12} {'MACs/sample':>14}" + (f" {'FLOPs/sample':>14}" if flops else "")
+               + f" {'upload MB':>10}")
     for row in rows:
-        click.echo(f"{row['p']:>7.4g} {row['params']:>12,} {row['macs']:>14,} {row['flops']:>14,} "
-                   f"{row['upload_mb']:>10.2f}")
+        click.echo(f"{row['p']:>{width}g} {row['params']:>12,} {row['macs']:>14,}"
+                   + (f" {row['flops']:>14,}" if flops else "") + f" {row['upload_mb']:>10.2f}")

@@ -327,7 +327,9 @@ def slice_specs(factory, spec: str, arguments: Mapping[str, Any]) -> Dict[str, P
 
 def measured_macs(model: nn.Module, sample: Optional[dict], label: str, width: float) -> int:
     """Multiply-accumulates per sample of ``model`` (built at ``width``) on a zero input of the dataset's shape,
-    counted by torch's FLOP counter (half its FLOPs): the cost of a plug-in without a ``macs(p)`` method."""
+    counted by torch's FLOP counter (half its FLOPs; it counts matrix multiplications and convolutions only): the
+    cost of a plug-in without a ``macs(p)`` method. One forward pass over two samples, the count halved (exact: the
+    counted operations scale with the batch), so that a norm layer of batch statistics sees more than one value."""
     from torch.utils.flop_counter import FlopCounterMode
 
     if sample is None:
@@ -340,6 +342,12 @@ def measured_macs(model: nn.Module, sample: Optional[dict], label: str, width: f
     try:
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
             model(x)
+    except (KeyboardInterrupt, ConfigError):
+        raise
+    except BaseException as error:  # noqa: BLE001 (the plug-in's own forward pass; SystemExit too)
+        raise ConfigError(f"model {label!r} fails on an input of shape {list(sample['shape'])} {sample['dtype']} at "
+                          f"width {width:g} ({type(error).__name__}: {_message(error, 160)}); expected a forward "
+                          "pass over the dataset's inputs") from None
     finally:
         model.train(was_training)
     return int(counter.get_total_flops()) // 4
