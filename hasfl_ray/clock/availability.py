@@ -8,7 +8,8 @@ clients are asked changes nothing (the Markov model's per-client cache only save
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Tuple
+from collections import OrderedDict
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
@@ -75,41 +76,55 @@ class MarkovAvailability(Availability):
     ``mean_on`` and ``mean_off`` seconds, started in its stationary state (on with probability
     mean_on / (mean_on + mean_off)) at time 0. Client i's chain is drawn from its own stream
     ``rng(seed, STREAM_AVAILABILITY, i)``: a uniform for the first state, then standard exponentials in blocks of
-    :attr:`BLOCK`, as far as the times asked need (so the chain never depends on what else was asked)."""
+    :attr:`BLOCK`, as far as the times asked need (so the chain never depends on what else was asked).
+
+    Memory stays bounded however long the run and however many clients are asked: a chain keeps its change times
+    from just before the last time asked (the clock only moves forward; a time before them draws the chain again
+    from its stream, the same values), and at most :attr:`MAX_CHAINS` chains are kept, the least recently asked
+    dropped first (drawn again from their streams if asked again)."""
 
     always = False
     BLOCK = 64
+    MAX_CHAINS = 100_000
 
     def __init__(self, mean_on: float, mean_off: float, seed: int):
         self.mean_on, self.mean_off, self.seed = float(mean_on), float(mean_off), int(seed)
-        # client -> (its generator, whether its first period is on, the times its state changes, ascending)
-        self._chains: Dict[int, Tuple[np.random.Generator, bool, np.ndarray]] = {}
+        # client -> [its generator, whether its first period is on, changes dropped before `tail`, the change times
+        # kept (ascending, absolute seconds)]
+        self._chains: "OrderedDict[int, List[Any]]" = OrderedDict()
 
-    def _changes(self, client: int, time: float) -> Tuple[bool, np.ndarray]:
-        """(whether client's first period is on, its change times, drawn at least past ``time``)."""
-        chain = self._chains.get(client)
-        if chain is None:
-            rng = numpy_rng(self.seed, STREAM_AVAILABILITY, client)
-            chain = (rng, bool(rng.random() < self.mean_on / (self.mean_on + self.mean_off)), np.empty(0))
-        rng, first_on, changes = chain
+    def _fresh(self, client: int) -> List[Any]:
+        rng = numpy_rng(self.seed, STREAM_AVAILABILITY, client)
+        return [rng, bool(rng.random() < self.mean_on / (self.mean_on + self.mean_off)), 0, np.empty(0)]
+
+    def _state(self, client: int, time: float) -> Tuple[bool, float]:
+        """(whether ``client`` is on at ``time``, the time of its next change after ``time``)."""
+        chain = self._chains.pop(client, None)
+        if chain is None or (chain[2] and time < chain[3][0]):  # new, dropped, or asked before what it kept
+            chain = self._fresh(client)
+        rng, first_on, dropped, changes = chain
         while not len(changes) or changes[-1] <= time:
-            done = len(changes)
+            done = dropped + len(changes)
             on = (np.arange(done, done + self.BLOCK) % 2 == 0) == first_on  # period j's state
             lengths = rng.standard_exponential(self.BLOCK) * np.where(on, self.mean_on, self.mean_off)
             changes = np.concatenate([changes, (changes[-1] if done else 0.0) + np.cumsum(lengths)])
-        self._chains[client] = (rng, first_on, changes)
-        return first_on, changes
+        k = int(np.searchsorted(changes, time, side="right"))  # changes at or before `time`
+        on, following = first_on == ((dropped + k) % 2 == 0), float(changes[k])
+        if k > self.BLOCK:  # keep the change just before `time` and those after it
+            dropped, changes = dropped + k - 1, changes[k - 1:]
+        chain[1:] = [first_on, dropped, changes]
+        self._chains[client] = chain
+        while len(self._chains) > self.MAX_CHAINS:
+            self._chains.popitem(last=False)
+        return on, following
 
     def window(self, client: int, time: float) -> Tuple[bool, float]:
-        first_on, changes = self._changes(client, time)
-        k = int(np.searchsorted(changes, time, side="right"))  # changes at or before `time`
-        on = first_on == (k % 2 == 0)
-        return (True, float(changes[k])) if on else (False, time)
+        on, following = self._state(client, time)
+        return (True, following) if on else (False, time)
 
     def next_on(self, client: int, time: float) -> float:
-        first_on, changes = self._changes(client, time)
-        k = int(np.searchsorted(changes, time, side="right"))
-        return time if first_on == (k % 2 == 0) else float(changes[k])
+        on, following = self._state(client, time)
+        return time if on else following
 
 
 def make_availability(name: Optional[str], intervals, seed: int) -> Availability:

@@ -273,3 +273,27 @@ def test_dropout_draws_from_the_clocks_own_stream():
     for c in outcome.kept:
         assert shares[c] == pytest.approx((outcome.round_time - outcome.arrivals[c]) / outcome.round_time)
     assert all(shares[c] == 0.0 for c in dropped)  # working until they dropped, never waiting
+
+
+def test_markov_availability_keeps_bounded_memory_and_the_same_answers(monkeypatch):
+    """A chain keeps only its change times from just before the last time asked, and at most MAX_CHAINS chains are
+    kept: the answers are those of a chain that keeps everything, in any order of asking (a time before what a
+    chain kept, or a dropped chain, is drawn again from its own stream)."""
+    class KeepsAll(MarkovAvailability):
+        BLOCK, MAX_CHAINS = 8, 10 ** 9
+
+        def _state(self, client, time):  # the chain drawn from its stream every time: the reference
+            self._chains.clear()
+            return super()._state(client, time)
+
+    monkeypatch.setattr(MarkovAvailability, "BLOCK", 8)
+    monkeypatch.setattr(MarkovAvailability, "MAX_CHAINS", 5)
+    bounded, reference = MarkovAvailability(60, 30, 3), KeepsAll(60, 30, 3)
+    rng = np.random.default_rng(0)
+    forward = [(int(c), float(t)) for t in np.linspace(0, 20000, 60) for c in rng.integers(0, 12, 4)]
+    shuffled = [forward[k] for k in rng.permutation(len(forward))]
+    for client, t in forward + shuffled:
+        assert bounded.window(client, t) == reference.window(client, t)
+        assert bounded.next_on(client, t) == reference.next_on(client, t)
+        assert len(bounded._chains) <= 5
+        assert all(len(chain[3]) <= 3 * 8 for chain in bounded._chains.values())
