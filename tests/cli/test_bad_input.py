@@ -122,7 +122,7 @@ CASES = [
     (["sweep", "plain.yaml", "--rounds", "0", "--out", "sweep"], ["rounds is 0", "positive integer"]),
     # cost
     (["cost", "--model", "resnet"], ["resnet", "emnist"]),
-    (["cost", "--widths", "0.5"], ["--widths"]),
+    (["cost", "--model", "digits", "--widths", "0.5,1.5"], ["widths", "1.5", "(0, 1]"]),
     # bench
     (["bench", "aggregate", "--clients", "ten"], ["clients", "ten"]),
     (["bench", "aggregate", "--models", "resnet"], ["resnet"]),
