@@ -1,28 +1,14 @@
 """A custom width ladder redrawn every round (dynamic) and a k-classes partition, and FjORD without KD: the Ray
 backend with two actors gives the local backend's run bit for bit."""
 
-import json
-
 import pytest
 
 ray = pytest.importorskip("ray", reason="needs Ray")
 
-from hasfl_ray.engine import Engine, RunConfig  # noqa: E402
+from same_on_ray import backend_results  # noqa: E402
 
 LADDER = dict(rounds=2, clients=6, clients_per_round=3, local_epochs=1, seed=5, algorithm="fjord",
               width_mix="a1-b1-c1-d1-e1", width_assignment="dynamic", partition="classes:2", checkpoint_every=0)
-
-
-def backend_results(tmp_path, config):
-    """params_sha256, metrics.jsonl (less wall_s) and clients.csv of ``config`` on each backend."""
-    results = {}
-    for backend, extra in (("local", {}), ("ray", {"actors": 2})):
-        out = tmp_path / backend
-        summary = Engine(RunConfig(backend=backend, **config, **extra), out_dir=str(out)).run()
-        with open(out / "metrics.jsonl", encoding="utf-8") as handle:
-            lines = [{k: v for k, v in json.loads(line).items() if k != "wall_s"} for line in handle]
-        results[backend] = summary["params_sha256"], lines, (out / "clients.csv").read_text()
-    return results
 
 
 def test_a_dynamic_ladder_on_two_ray_actors_equals_the_local_backend(ray_local, tmp_path):
