@@ -89,8 +89,8 @@ class MarkovAvailability(Availability):
 
     def __init__(self, mean_on: float, mean_off: float, seed: int):
         self.mean_on, self.mean_off, self.seed = float(mean_on), float(mean_off), int(seed)
-        # client -> [its generator, whether its first period is on, changes dropped before `tail`, the change times
-        # kept (ascending, absolute seconds)]
+        # client -> [its generator, whether its first period is on, how many change times were dropped, the change
+        # times kept after them (ascending, absolute seconds)]
         self._chains: "OrderedDict[int, List[Any]]" = OrderedDict()
 
     def _fresh(self, client: int) -> List[Any]:
@@ -112,7 +112,7 @@ class MarkovAvailability(Availability):
         on, following = first_on == ((dropped + k) % 2 == 0), float(changes[k])
         if k > self.BLOCK:  # keep the change just before `time` and those after it
             dropped, changes = dropped + k - 1, changes[k - 1:]
-        chain[1:] = [first_on, dropped, changes]
+        chain[2:] = [dropped, changes]
         self._chains[client] = chain
         while len(self._chains) > self.MAX_CHAINS:
             self._chains.popitem(last=False)
