@@ -8,19 +8,18 @@ lr 0.05) at two settings:
   training's;
 - ``training``: 20 local epochs, a round of about 1 s: training-bound.
 
-Each repeat runs the real console script as a subprocess for each backend, one after the other (interleaved, so a
-busy spell of the machine hits both), with the defaults a user gets (checkpoints, metrics, every evaluation the
-command does), and stamps the moment each round's line reaches RUN/metrics.jsonl (polled every 2 ms).
-Rounds/s is measured between two lines every backend writes as soon as their round ends: a checkpoint round's
-(every 10th, the default) and the last round's. On Ray the other lines come a round or two late (a round's
-evaluation runs behind the next round's training, docs/ray.md, 'A round on Ray'), so a window starting at one of
-them would leave out about a round and overstate Ray's rate (by ~3 % over 37 short rounds, ~14 % over 8 training
-ones, as this script measured before 2026-11-27's correction). The window is therefore rounds 9 to the last: the
-first ten rounds (start-up, model building, caches) are left out. The time to the first round (round 0's line;
-on Ray it comes a round late for the same reason, so Ray's figure errs high) is printed beside it, and the default command's (``--backend`` left out: local first, Ray takes
-over) with it. The two-process capacity of the machine (the same CNN steps in 1 process, then 2 at once: 2.0 on
-two idle cores) is measured before and after, since two actors can only be that much faster than one process.
-Both backends' params_sha256 are compared: they must be equal.
+Each repeat runs the console script's own ``main`` as a subprocess for each backend, one after the other
+(interleaved, so a busy spell of the machine hits both), with the defaults a user gets (checkpoints, metrics, every
+evaluation the command does), through benchmarks/stamped_cli.py, which notes the moment each round ends in the
+driver (its update applied, the next round about to be planned; on the local backend after the round's evaluation,
+on Ray before it, since there it runs behind the next round's training). Rounds/s is measured from the end of
+round 9 to the end of the last round: the first ten rounds (start-up, model building, caches) are left out. The
+lines of metrics.jsonl are not a clock: on Ray a round's line, a checkpoint round's included, is written a round or
+two late (docs/ray.md, 'A round on Ray'), and polling the file costs the CPU the trainers share. The time to the
+end of the first round is printed beside the rates, and the default command's (``--backend`` left out: local
+first, Ray takes over) with it. The two-process capacity of the machine (the same CNN steps in 1 process, then 2
+at once: 2.0 on two idle cores) is measured before and after, since two actors can only be that much faster than
+one process. Both backends' params_sha256 are compared: they must be equal.
 
     python benchmarks/bench_short_rounds.py                      # both settings, 3 interleaved repeats
     python benchmarks/bench_short_rounds.py --settings short --repeats 1 --rounds 20
@@ -29,6 +28,7 @@ Both backends' params_sha256 are compared: they must be equal.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -39,7 +39,7 @@ import time
 from typing import Dict, List, Optional, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_first_round import console_script, finished  # noqa: E402
+from bench_first_round import finished  # noqa: E402
 from bench_simulation import parallel_capacity  # noqa: E402
 
 #: The bounds of item 1: Ray with 2 actors over the local backend, in rounds/s.
@@ -51,47 +51,40 @@ BACKENDS = {"local": ["--backend", "local"], "ray2": ["--backend", "ray", "--act
 #: The ray2 runs use Ray from their first round (as a run joining a cluster does): left to itself, a run this short
 #: ends in the driver before Ray would have started (docs/ray.md, 'Start-up'), which the ``default`` column shows.
 ENV = {"ray2": {"HASFL_HANDOFF_ROUND": "0"}}
-#: The run's checkpoint interval (the CLI's default): the lines of rounds CHECKPOINT_EVERY - 1, 2 * CHECKPOINT_EVERY
-#: - 1, ... and of the last round are written as their round ends on every backend; the rate is measured between
-#: the first of them and the last.
-CHECKPOINT_EVERY = 10
+#: Rounds left out of the rate: start-up, model building, first-time caches.
+SKIP = 10
+#: `hasfl-ray` with a stamp as each round ends (benchmarks/stamped_cli.py).
+STAMPED_CLI = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stamped_cli.py")
 
 
 def run(args: Sequence[str], out: str, timeout: float = 600.0, env: Optional[Dict[str, str]] = None
         ) -> Dict[str, object]:
-    """`hasfl-ray simulate ARGS --out OUT --quiet`: seconds from the process start to each round's metrics line,
-    the whole run's seconds, and its summary."""
-    metrics = os.path.join(out, "metrics.jsonl")
+    """`hasfl-ray simulate ARGS --out OUT --quiet` (through stamped_cli.py): seconds from the process start to the
+    end of each round, the whole run's seconds, and its summary."""
+    stamps_file = os.path.join(os.path.dirname(out), os.path.basename(out) + "-stamps.json")
     start = time.perf_counter()
-    process = subprocess.Popen([*console_script(), "simulate", *args, "--out", out, "--quiet"],
+    process = subprocess.Popen([sys.executable, STAMPED_CLI, "simulate", *args, "--out", out, "--quiet"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, **(env or {})})
-    stamps: List[float] = []
-    seen = 0
-    while process.poll() is None and time.perf_counter() - start < timeout:
-        try:
-            with open(metrics, "rb") as handle:
-                lines = handle.read().count(b"\n")
-        except FileNotFoundError:
-            lines = 0
-        if lines > seen:
-            now = time.perf_counter() - start
-            stamps.extend([now] * (lines - seen))  # several lines between two polls: the same stamp
-            seen = lines
-        time.sleep(0.002)
+                               env={**os.environ, **(env or {}), "HASFL_ROUND_STAMPS": stamps_file})
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        pass
     summary, total = finished(process, args, start)
+    with open(stamps_file, encoding="utf-8") as handle:
+        stamps = [seconds - start for _, seconds in json.load(handle)]
+    os.unlink(stamps_file)
     return {"stamps": stamps, "total": total, "sha": summary["params_sha256"],
             "ray_from": summary.get("ray_from_round")}
 
 
 def rate(result: Dict[str, object]) -> float:
-    """Rounds/s from the end of round CHECKPOINT_EVERY - 1 to the end of the last round (both lines written as their
-    round ends, on every backend)."""
+    """Rounds/s from the end of round SKIP - 1 to the end of the last round."""
     stamps = result["stamps"]
-    first = CHECKPOINT_EVERY - 1
+    first = SKIP - 1
     if len(stamps) <= first + 1:
         raise SystemExit(f"--rounds gave {len(stamps)} rounds; expected more than {first + 1} (the rate starts at "
-                         f"round {first}, the first whose line every backend writes as it ends)")
+                         f"round {first})")
     return (len(stamps) - 1 - first) / (stamps[-1] - stamps[first])
 
 
