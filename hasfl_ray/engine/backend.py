@@ -110,6 +110,12 @@ class Backend(ABC):
     @abstractmethod
     def get_params(self) -> Dict[str, torch.Tensor]: ...
 
+    def params_later(self) -> Callable[[], Dict[str, torch.Tensor]]:
+        """The current global parameters, to be read later (after further rounds changed them): a deferred
+        checkpoint's (:meth:`Engine.run_round`). By default a copy taken now."""
+        params = self.get_params()
+        return lambda: params
+
     @abstractmethod
     def set_params(self, params: Mapping[str, torch.Tensor]) -> None: ...
 

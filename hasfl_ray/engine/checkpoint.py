@@ -7,7 +7,7 @@ import io
 import math
 import os
 from dataclasses import MISSING, dataclass, fields, is_dataclass
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import numpy as np
 import torch
@@ -50,6 +50,37 @@ class Checkpoint:
     elapsed_s: float
     format_version: int = FORMAT_VERSION
     clock: Optional[Dict[str, Any]] = None
+
+
+#: The most bytes of tensors and arrays the algorithm's and the clock's states may hold for a round that checkpoints
+#: to be recorded after later rounds ran (:class:`Snapshot`); beyond it the round's checkpoint is written before the
+#: next round begins.
+SNAPSHOT_BYTES = 64 * 1024 ** 2
+
+
+@dataclass
+class Snapshot:
+    """The run's state as a round that checkpoints ended, for its checkpoint written later (:meth:`Engine.snapshot`):
+    a function giving the global parameters of that round, and copies of the algorithm's and the clock's state."""
+
+    params: Callable[[], Dict[str, torch.Tensor]]
+    algorithm_state: Dict[str, Any]
+    clock: Optional[Dict[str, Any]]
+
+
+def state_bytes(value: Any) -> int:
+    """About the bytes a copy of ``value`` takes: its tensors' and numpy arrays' bytes, 64 per other item of its
+    dicts, lists and tuples (nested), whose items are looked into only up to 10,000 of them."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, (dict, list, tuple)):
+        items = value.values() if isinstance(value, dict) else value
+        if len(items) > 10_000:
+            return 64 * len(items)
+        return sum(state_bytes(item) or 64 for item in items)
+    return 0
 
 
 #: Checkpoint fields a file may lack (added after its format): their defaults stand in.

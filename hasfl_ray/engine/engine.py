@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 import shlex
@@ -17,9 +18,9 @@ from hasfl_ray.data import assign_tiers, load_plugin_dataset
 from hasfl_ray.data.base import TextFederatedDataset
 from hasfl_ray.data.base import BYTES_PER_CLIENT, check_client_memory, physical_memory
 from hasfl_ray.engine.backend import Backend, RoundInterrupted
-from hasfl_ray.engine.checkpoint import (START_AGAIN, Checkpoint, check_checkpoint, check_resume_config,
-                                         checkpoint_path, load_checkpoint, load_checkpoint_round, save_checkpoint,
-                                         stored_config)
+from hasfl_ray.engine.checkpoint import (SNAPSHOT_BYTES, START_AGAIN, Checkpoint, Snapshot, check_checkpoint,
+                                         check_resume_config, checkpoint_path, load_checkpoint, load_checkpoint_round,
+                                         save_checkpoint, state_bytes, stored_config)
 from hasfl_ray.engine.config import RunConfig, parse_fault
 from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.clock import Invitation, make_clock
@@ -162,9 +163,9 @@ class Engine:
         self.checkpoint: Optional[Checkpoint] = None
         self.elapsed_before = 0.0
         self.local: Any = None  # the last local-accuracy evaluation (Engine.local_accuracy)
-        #: Rounds' lines waiting for their evaluation, oldest first, each with the function completing it and its
-        #: wall_s (see run_round).
-        self._pending: List[Tuple[Dict[str, Any], Any, float]] = []
+        #: Rounds' lines waiting for their evaluation, oldest first, each with the function completing it, its
+        #: wall_s and, for a round that checkpoints, the run's state as the round ended (see run_round).
+        self._pending: List[Tuple[Dict[str, Any], Any, float, Optional[Snapshot]]] = []
         self._in_loop = False  # run_round called by the loop (which records deferred lines), not by a caller
         self._loop_start, self._bar = 0.0, None
         self.prepared = False
@@ -382,7 +383,7 @@ class Engine:
                 raise
             if not self._pending or self._pending[-1][0] is not line:  # evaluated: every line before it, then it
                 self.record_pending()
-                self._record((line, None, None))
+                self._record((line, None, None, None))
             while len(self._pending) > MAX_PENDING_LINES:  # never more than a few rounds behind
                 self._record(self._pending.pop(0))
             if self.stop_signals.requested() and t + 1 < c.rounds:
@@ -403,13 +404,14 @@ class Engine:
         while self._pending and (wait or getattr(self._pending[0][1], "ready", lambda: True)()):
             self._record(self._pending.pop(0))
 
-    def _record(self, pending: Optional[Tuple[Dict[str, Any], Any, Any]]) -> None:
+    def _record(self, pending: Optional[Tuple[Dict[str, Any], Any, Any, Optional[Snapshot]]]) -> None:
         """Record a round's line ``pending[0]`` (completed first when it waits for its evaluation, see
-        :meth:`run_round`): the history, the coverage warning, metrics.jsonl, TensorBoard, the checkpoint, the bar.
-        Nothing for None."""
+        :meth:`run_round`): the history, the coverage warning, metrics.jsonl, TensorBoard, the checkpoint (of the
+        state ``pending[3]`` kept as the round ended, when a later round may have run since), the bar. Nothing for
+        None."""
         if pending is None:
             return
-        line, evaluation, wall_s = pending
+        line, evaluation, wall_s, snapshot = pending
         if evaluation is not None:
             line = self._complete(line, evaluation, wall_s=wall_s)
         start, bar = self._loop_start, self._bar
@@ -424,21 +426,39 @@ class Engine:
                 self.rundir.append_metrics(line)
             if self.events is not None:
                 self.events.write(line, self.algorithm)  # reads only: TensorBoard's view of the round
-            every = c.checkpoint_every
-            if every and ((t + 1) % every == 0 or t + 1 == c.rounds):
+            if self._checkpoints(t):
                 with self._writing("checkpoints/latest.pt"):
-                    self.save_checkpoint(self.elapsed_before + time.perf_counter() - start)
+                    self.save_checkpoint(self.elapsed_before + time.perf_counter() - start, snapshot)
         if bar:
             bar.set_postfix(acc=f"{line['test_accuracy']:.3f}", avg_p=f"{line['avg_p']:.2f}",
                             cov=f"{line['coverage']:.2f}")
             bar.update(1)
 
-    def save_checkpoint(self, elapsed_s: float) -> None:
-        """Checkpoint the rounds run so far into the run directory (atomically)."""
+    def save_checkpoint(self, elapsed_s: float, snapshot: Optional[Snapshot] = None) -> None:
+        """Checkpoint the rounds recorded so far into the run directory (atomically): the run's state now, or the
+        ``snapshot`` taken as the last recorded round ended (:meth:`snapshot`)."""
+        if snapshot is None:
+            params, state = self.backend.get_params(), self.algorithm.state_dict()
+            clock = self.clock.state_dict() if self.clock is not None else None
+        else:
+            params, state, clock = snapshot.params(), snapshot.algorithm_state, snapshot.clock
         save_checkpoint(self.rundir.path, Checkpoint(
-            round=len(self.history), params=self.backend.get_params(), algorithm_state=self.algorithm.state_dict(),
+            round=len(self.history), params=params, algorithm_state=state,
             history=[dict(line) for line in self.history], config=self.config.to_dict(), elapsed_s=elapsed_s,
-            clock=self.clock.state_dict() if self.clock is not None else None))
+            clock=clock))
+
+    def snapshot(self) -> Optional[Snapshot]:
+        """What the checkpoint after the round just run holds of the run's state, kept so that it can be written
+        once the round's line is complete, a round or two later, while later rounds train (on Ray its evaluation
+        runs behind the next round's training): the parameters (an object-store reference on Ray), copies of the
+        algorithm's and the clock's state. None when those states hold more than SNAPSHOT_BYTES (copying them
+        would cost more than waiting): the round's line is then completed and its checkpoint written before the
+        next round begins."""
+        state = self.algorithm.state_dict()
+        clock = self.clock.state_dict() if self.clock is not None else None
+        if state_bytes(state) + state_bytes(clock) > SNAPSHOT_BYTES:
+            return None
+        return Snapshot(self.backend.params_later(), copy.deepcopy(state), copy.deepcopy(clock))
 
     def run_round(self, t: int) -> Dict[str, Any]:
         """One round: sample, allocate, train, aggregate, observe, evaluate; returns its metrics line."""
@@ -489,9 +509,12 @@ class Engine:
                 "frozen_by_layer": self.backend.frozen_by_layer(), "coverage_by_layer": aggregate.covered_by_layer,
                 **clocked, "wall_s": None}
         if self.backend.overlaps_evaluation and self._may_defer(t):
-            # recorded once its evaluation is in, while a later round trains; wall_s is the round's time up to here
-            self._pending.append((line, evaluation, time.perf_counter() - round_start))
-            return line
+            # recorded once its evaluation is in, while a later round trains; wall_s is the round's time up to here;
+            # a round that checkpoints keeps the state its checkpoint holds (or is completed now when it cannot)
+            snapshot = self.snapshot() if self._checkpoints(t) else None
+            if snapshot is not None or not self._checkpoints(t):
+                self._pending.append((line, evaluation, time.perf_counter() - round_start, snapshot))
+                return line
         return self._complete(line, evaluation, round_start)
 
     def _clocked_round(self, t: int, invitation: Invitation, widths: Dict[int, float]
@@ -516,11 +539,14 @@ class Engine:
 
     def _may_defer(self, t: int) -> bool:
         """Whether round ``t``'s line may be completed after round t + 1 trained (its evaluation running beside that
-        training): not the last round, nor one that checkpoints (the checkpoint holds the algorithm's state after
-        round t, so it is written before round t + 1 begins), nor when a stop was asked for."""
+        training): not the last round, nor when a stop was asked for (a round that checkpoints: only with its
+        :meth:`snapshot`, see :meth:`run_round`)."""
+        return self._in_loop and t + 1 < self.config.rounds and not self.stop_signals.requested()
+
+    def _checkpoints(self, t: int) -> bool:
+        """Whether round ``t`` ends with a checkpoint (every ``checkpoint_every`` rounds and after the last)."""
         every = self.config.checkpoint_every
-        checkpoints = self.rundir is not None and every and (t + 1) % every == 0
-        return self._in_loop and t + 1 < self.config.rounds and not checkpoints and not self.stop_signals.requested()
+        return bool(self.rundir) and bool(every) and ((t + 1) % every == 0 or t + 1 == self.config.rounds)
 
     @staticmethod
     def _complete(line: Dict[str, Any], evaluation, round_start: Optional[float] = None,

@@ -195,6 +195,9 @@ class HandoffBackend(Backend):
     def get_params(self):
         return self.active.get_params()
 
+    def params_later(self):
+        return self.active.params_later()
+
     def set_params(self, params) -> None:
         self.active.set_params(params)  # a resume's checkpoint, before the first round: the handover copies it
 

@@ -416,6 +416,12 @@ class RayBackend(Backend):
         return unpack(self._from_server(self._params_ref if self._params_ref is not None else
                                         self.server.params.remote()))
 
+    def params_later(self):
+        """The reference to this round's parameters (one object-store object, kept while it is held), read when
+        called."""
+        ref = self._params_ref if self._params_ref is not None else self.server.params.remote()
+        return lambda: unpack(self._from_server(ref))
+
     def set_params(self, params) -> None:
         self._from_server(self.server.set_params.remote(params))
         self._params_ref = self._frozen = self._frozen_layers = None  # of the replaced params
