@@ -269,9 +269,10 @@ class Engine:
             self.prepare()
         c = self.config
         lock = RunLock(self.rundir.path).acquire() if self.rundir else None  # before anything is written
-        log = None
+        log = shared = None
         made_log = started = False  # log.txt made by this start; config.yaml written, the run directory the run's
         try:
+            shared = self._lock_control_variates()
             if self.rundir and self.force and not self.resume:
                 self.rundir.clear()
             made_log = bool(self.rundir) and not os.path.lexists(self.rundir.file("log.txt"))
@@ -307,10 +308,26 @@ class Engine:
             if log is not None:
                 logging.getLogger("hasfl_ray").removeHandler(log)
                 log.close()
+            if shared is not None:
+                shared.release()
             if lock is not None:
                 lock.release()
                 if not started:  # a start refused (Ray, the placement) leaves nothing it made
                     remove_made(lock.made, [self.rundir.file("log.txt")] if made_log else [])
+
+    def _lock_control_variates(self) -> Optional[RunLock]:
+        """An exclusive lock on ``control_variates_dir`` while the run writes its c_i files there (SCAFFOLD made the
+        folder as it was built): a second run pointed at the same folder is refused in one sentence instead of
+        overwriting the first one's control variates (a sweep gives each cell a folder of its own). None when the
+        run keeps nothing there."""
+        folder = self.config.control_variates_dir
+        if not folder or not os.path.isdir(folder):
+            return None
+        try:
+            return RunLock(folder, "control_variates_dir", "run", "choose another --control-variates-dir").acquire()
+        except ConfigError:
+            self.backend.shutdown()  # Ray and its actors, when prepare started them
+            raise
 
     def _open_log(self) -> Optional[logging.Handler]:
         """RUN/log.txt: what the package logs during the run, and the traceback of a trainer that raised. Opened

@@ -127,10 +127,11 @@ class RunLock:
     """An exclusive lock on a run directory for as long as a run writes it (``flock`` on the directory itself, so
     it is released when the process ends, however it ends). A second run pointed at the same directory is
     refused in one sentence instead of interleaving its outputs. ``what`` and ``who`` name the folder and its writer
-    in that sentence (a sweep locks its folder as ``"sweep folder"``, ``"sweep"``)."""
+    in that sentence (a sweep locks its folder as ``"sweep folder"``, ``"sweep"``), ``remedy`` what to do instead
+    of waiting."""
 
-    def __init__(self, path: str, what: str = "run directory", who: str = "run"):
-        self.path, self.what, self.who = path, what, who
+    def __init__(self, path: str, what: str = "run directory", who: str = "run", remedy: str = "choose another --out"):
+        self.path, self.what, self.who, self.remedy = path, what, who, remedy
         self._fd: Optional[int] = None
         self.made: List[str] = []  #: the folders acquire made (the directory and its missing parents)
 
@@ -148,8 +149,8 @@ class RunLock:
             os.close(fd)
             if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise ConfigError(f"{self.what} {self.path!r} is being written by another hasfl-ray {self.who}; "
-                                  f"expected one {self.who} per folder at a time (wait for it, or choose another "
-                                  "--out)") from None
+                                  f"expected one {self.who} per folder at a time (wait for it, or {self.remedy})"
+                                  ) from None
             raise
         self._fd = fd
         return self

@@ -84,6 +84,26 @@ def test_ray_cells_running_at_once_do_not_share_control_variates(tmp_path, monke
         assert sha(os.path.join("out", f"digits-scaffold-seed{seed}")) == scaffold_alone(tmp_path, seed, "alone")
 
 
+def test_a_second_run_on_a_control_variates_dir_in_use_is_refused_and_leaves_nothing(tmp_path, monkeypatch):
+    """Two runs (not cells of one sweep) pointed at one --control-variates-dir at once: the second is refused in one
+    sentence and writes nothing, the first one's c_i files untouched; once the first ends, the folder serves
+    again."""
+    monkeypatch.chdir(tmp_path)
+    cv = tmp_path / "cv"
+    cv.mkdir()
+    (cv / "client_0.pt").write_bytes(b"the first run's")
+    with RunLock(str(cv), "control_variates_dir", "run"):  # a run writing there holds this lock (Engine.run)
+        result = CliRunner().invoke(main, ["simulate", "--algorithm", "scaffold", "--rounds", "2", "--clients", "6",
+                                           "--clients-per-round", "3", "--backend", "local", "--quiet",
+                                           "--control-variates-dir", str(cv), "--out", "second"])
+    one_sentence(result, "control_variates_dir", str(cv), "another hasfl-ray run", "choose another "
+                 "--control-variates-dir")
+    assert not os.path.exists("second")
+    assert (cv / "client_0.pt").read_bytes() == b"the first run's"
+    scaffold_alone(tmp_path, 42, str(cv))  # the lock released: a run uses the folder (and succeeds)
+    assert len([f for f in os.listdir(cv) if f.startswith("client_")]) > 1
+
+
 # --------------------------------------------------------------------------------------------- row 9: duplicates
 
 @pytest.mark.parametrize("block, name", [
