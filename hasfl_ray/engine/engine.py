@@ -528,8 +528,9 @@ class Engine:
         if self.backend.overlaps_evaluation and self._may_defer(t):
             # recorded once its evaluation is in, while a later round trains; wall_s is the round's time up to here;
             # a round that checkpoints keeps the state its checkpoint holds (or is completed now when it cannot)
-            snapshot = self.snapshot() if self._checkpoints(t) else None
-            if snapshot is not None or not self._checkpoints(t):
+            checkpoints = self._checkpoints(t)
+            snapshot = self.snapshot() if checkpoints else None
+            if snapshot is not None or not checkpoints:
                 self._pending.append((line, evaluation, time.perf_counter() - round_start, snapshot))
                 return line
         return self._complete(line, evaluation, round_start)
