@@ -67,6 +67,17 @@ def build_model(name: str, width: float = 1.0) -> nn.Module:
     return build_model_from(MODEL_CONFIGS[name], width)
 
 
+def pads_exactly(model: nn.Module) -> bool:
+    """Whether ``model``'s width-p networks are its widest network with the parameters zero-padded: every padded
+    channel (zero weights and biases at the trailing indices of each sliced dim, inside each gate block) stays
+    exactly 0 through the forward pass and never touches a kept one, so clients of different widths can train as
+    one stack padded to the widest (``--client-batching mixed``, :mod:`hasfl_ray.training.mixed`). A model says so
+    with a ``pads_exactly`` attribute (the paper's CNN, MLP and LSTM: True; the ResNets without the Scaler and
+    GroupNorm); a model that does not (a plug-in, unless it declares it) is taken to depend on its width, and its
+    clients are batched by width."""
+    return bool(getattr(model, "pads_exactly", False))
+
+
 def cost_table(name: str, widths=(0.25, 0.5, 0.75, 1.0)) -> List[dict]:
     """Params, MACs per sample and fp32 upload MB of model ``name`` at each width (the paper's Table 2); a model
     with a ``flops`` method (the ResNets) adds FLOPs per sample."""
@@ -93,5 +104,5 @@ def resnet_cost_table(arch: str, dataset: str = "cifar10", widths=(1.0, 0.5, 0.2
 
 __all__ = ["CharLSTM", "DimSlice", "ImageCNN", "MLP", "MODEL_CONFIGS", "MODEL_KINDS", "MODEL_NAMES", "NORMS",
            "ParamSpec", "PreResNet18", "RESNETS", "ResNet18", "build_model", "build_model_from", "cost_table",
-           "extract", "gate_blocks_of", "insert_", "mask", "region", "register_model", "resnet_config",
+           "extract", "gate_blocks_of", "insert_", "mask", "pads_exactly", "region", "register_model", "resnet_config",
            "resnet_cost_table", "width_channels"]

@@ -44,6 +44,11 @@ class ImageCNN(nn.Module):
         width: the sub-model width p in (0, 1].
     """
 
+    #: The width-p network is the widest one with its parameters zero-padded (a padded channel stays 0 through
+    #: conv, batch-statistics BatchNorm, ReLU and pooling), so clients of different widths can train as one
+    #: padded stack (``--client-batching mixed``, :func:`hasfl_ray.models.pads_exactly`).
+    pads_exactly = True
+
     def __init__(self, in_channels: int, num_classes: int, image_size: int,
                  stages: Sequence[Sequence[int]], fc_width: int, width: float = 1.0):
         super().__init__()

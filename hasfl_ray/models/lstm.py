@@ -18,6 +18,10 @@ class CharLSTM(nn.Module):
     character after the sequence.
     """
 
+    #: Zero-padded hidden units (zero rows in every gate block, zero columns) keep c = h = 0 at every step
+    #: (:func:`hasfl_ray.models.pads_exactly`).
+    pads_exactly = True
+
     def __init__(self, vocab_size: int = 95, embed_dim: int = 8, hidden: int = 256, layers: int = 2,
                  seq_len: int = 80, width: float = 1.0):
         super().__init__()

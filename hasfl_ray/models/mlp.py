@@ -13,6 +13,9 @@ from hasfl_ray.models.slicing import DimSlice, ParamSpec, width_channels
 class MLP(nn.Module):
     """Input -> hidden layers (ReLU) -> classes; every hidden width is ceil(p * w)."""
 
+    #: Zero-padded hidden units stay 0 (:func:`hasfl_ray.models.pads_exactly`).
+    pads_exactly = True
+
     def __init__(self, in_features: int = 60, num_classes: int = 10, hidden: Sequence[int] = (128, 128),
                  width: float = 1.0):
         super().__init__()

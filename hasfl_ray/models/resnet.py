@@ -112,6 +112,13 @@ class _Base(nn.Module):
     def _c(self, channels: int) -> int:
         return width_channels(self.width, channels)
 
+    @property
+    def pads_exactly(self) -> bool:
+        """Whether the width-p network is the widest one with its parameters zero-padded
+        (:func:`hasfl_ray.models.pads_exactly`): not with the Scaler (it divides by the network's own p) nor with
+        GroupNorm (a group's statistics, and the groups themselves, span the padded channels)."""
+        return not self.scaler and self.norm != "gn"
+
     def _scale(self) -> nn.Module:
         return Scaler(self.width) if self.scaler else nn.Identity()
 
