@@ -122,11 +122,12 @@ RUN_OPTIONS = (
     click.option("--trainer-threads", type=int, help="CPU threads per trainer (fixed for determinism, default 1)."),
     click.option("--device", help="Torch device of trainers and server: auto (default: cuda where a GPU is visible, "
                                    "else cpu), cpu or cuda (Ray trainers each get a GPU or --gpus-per-actor of one)."),
-    click.option("--client-batching", metavar="[auto|on|off]",
+    click.option("--client-batching", metavar="[auto|on|mixed|off]",
                  help="Train the clients of one width as one batched computation per local step: auto (default: off "
                       "everywhere, since no measurement has shown it ahead of graphed one-at-a-time training; "
-                      "docs/gpu.md), on or off. Agrees with one-at-a-time training to float tolerance; recorded in "
-                      "config.yaml."),
+                      "docs/gpu.md), on, mixed (the clients of every width together, each padded to the widest "
+                      "with its mask; by width for a model whose forward depends on it) or off. Agrees with "
+                      "one-at-a-time training to float tolerance; recorded in config.yaml."),
     click.option("--cuda-graphs", metavar="[auto|on|off]",
                  help="Capture a whole local step (forward, backward, clip, SGD) once as a CUDA graph and replay it, "
                       "for the clients trained one at a time with plain cross-entropy: auto (default: on for --device "

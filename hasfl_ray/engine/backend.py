@@ -139,16 +139,16 @@ class LocalBackend(Backend):
 
     The round's training units are planned once (:func:`~hasfl_ray.training.batched.group_tasks`) and the trainer
     trains each as it is (:meth:`Trainer.train_unit`): with ``client_batching`` on, the batchable clients of one
-    width as one batched computation, every other client alone; results stay in client order. With ``cuda_graphs``
-    on, the clients trained one at a time replay a captured local step where their objective allows it
-    (:mod:`hasfl_ray.training.graphed`).
+    width as one batched computation (mixed: of every width, padded to the widest), every other client alone;
+    results stay in client order. With ``cuda_graphs`` on, the clients trained one at a time replay a captured
+    local step where their objective allows it (:mod:`hasfl_ray.training.graphed`).
     """
 
     name = "local"
 
     def start(self, config, dataset, model_name, initial_params) -> None:
         self.threads = config.trainer_threads
-        self.batching = config.client_batching == "on"
+        self.batching = config.client_batching if config.client_batching in ("on", "mixed") else "off"
         self.trainer = Trainer(dataset, model_name, optimizer_settings(config), config.device, config.trainer_threads,
                                cuda_graphs=config.cuda_graphs == "on")
         self.server = Server(model_name, initial_params, dataset, config.eval_batch_size,
@@ -159,7 +159,8 @@ class LocalBackend(Backend):
     def run_round(self, tasks, weights, server_lr):
         params = self.server.params
         results: List[ClientResult] = []
-        for unit in group_tasks(tasks, batching=self.batching):  # single clients, or one width's batchable ones
+        # single clients, or one width's batchable ones (on), or every width's (mixed, for a model that pads exactly)
+        for unit in group_tasks(tasks, batching=self.batching, pads_exactly=self.trainer.workspace.pads_exactly):
             group = [tasks[k] for k in unit]
             try:
                 results += self.trainer.train_unit(group, params)

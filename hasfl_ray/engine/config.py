@@ -133,8 +133,9 @@ class RunConfig:
     aggregation_backend: str = "auto"
     trainer_threads: int = 1
     device: str = "auto"
-    # local training of the clients of one width as one batched computation (auto = off: auto_training_modes);
-    # agrees with one-at-a-time training to float tolerance, so it is compared by --resume
+    # local training of the clients of one width as one batched computation (auto = off: auto_training_modes;
+    # mixed: of every width, padded to the widest); agrees with one-at-a-time training to float tolerance, so it is
+    # compared by --resume
     client_batching: str = "auto"
     # a whole local step captured once as a CUDA graph and replayed, for the clients trained one at a time whose
     # objective allows it (auto = on for CUDA, off on CPU; on with a CPU device runs the same static-buffer step
@@ -219,9 +220,10 @@ class RunConfig:
             raise bad("backend", self.backend, "auto, local or ray")
         if self.aggregation_backend not in ("auto", "fused", "reference"):
             raise bad("aggregation_backend", self.aggregation_backend, "auto, fused or reference")
-        for name in ("client_batching", "cuda_graphs"):
-            if getattr(self, name) not in ("auto", "on", "off"):
-                raise bad(name, getattr(self, name), "auto, on or off")
+        if self.client_batching not in ("auto", "on", "mixed", "off"):
+            raise bad("client_batching", self.client_batching, "auto, on, mixed or off")
+        if self.cuda_graphs not in ("auto", "on", "off"):
+            raise bad("cuda_graphs", self.cuda_graphs, "auto, on or off")
         self._check_model(bad)
         self._check_execution(bad)
         self._check_clock()

@@ -19,6 +19,7 @@ from hasfl_ray.engine.backend import Backend, RoundInterrupted, optimizer_settin
 from hasfl_ray.engine.config import RunConfig, fault_inject_round
 from hasfl_ray.engine.server import NonFiniteModelError
 from hasfl_ray.errors import ActorLostError, ConfigError
+from hasfl_ray.models import build_model, pads_exactly
 from hasfl_ray.registry import FILE_MODULES
 from hasfl_ray.simulation import connect_ray, warn_auth_off
 from hasfl_ray.simulation.actors import ServerActor, TaskReport, TrainerActor
@@ -89,8 +90,9 @@ class RayBackend(Backend):
 
     Per round: the server's parameters become one object-store object; every trainer reads it once; the
     driver hands clients out longest-first, ``TASKS_IN_FLIGHT`` calls per trainer, whichever trainer is free (with
-    ``client_batching`` on, the batchable clients of one width go to one trainer together, as one unit; when a
-    round has many single clients, a call carries several of them, see :func:`calls`);
+    ``client_batching`` on, the batchable clients of one width go to one trainer together, as one unit; mixed: of
+    every width, for a model that pads exactly; when a round has many single clients, a call carries several of
+    them, see :func:`calls`);
     the results' references go, in client order, straight to the server actor, which aggregates. A trainer
     that dies is replaced and its unfinished clients trained again, from the same RNG streams, so the
     result is that of a run without the fault. Results never depend on the number of actors or nodes.
@@ -188,6 +190,9 @@ class RayBackend(Backend):
         self.fault_round = fault_inject_round(config.fault_inject) if config.fault_inject else None
         self.dataset = dataset
         self.client_sizes = dataset.client_size
+        # whether clients of several widths may train padded to the widest (--client-batching mixed); the driver
+        # plans the units, so it asks the model (registered by the engine) itself
+        self.pads_exactly = config.client_batching == "mixed" and pads_exactly(build_model(model_name))
         for module in FILE_MODULES:  # plug-ins loaded from FILE.py: actors cannot import them, so ship them by value
             ray.cloudpickle.register_pickle_by_value(module)
         dataset_ref = ray.put(dataset)  # one copy in the object store; every actor reads it once
@@ -258,10 +263,15 @@ class RayBackend(Backend):
         """Train every task; returns, per trainer call, the task positions it trained and the reference to its
         results (one object per call)."""
         self.timing = RoundTiming()
-        # Units: one client each, or (client_batching on) the batchable clients of one width together; the
-        # grouping depends only on the tasks, never on the trainers, so results do not depend on the actors.
-        units = group_tasks(tasks, batching=self.config.client_batching == "on")
+        # Units: one client each, or (client_batching on) the batchable clients of one width together, or (mixed)
+        # of every width; the grouping depends only on the tasks (and the model), never on the trainers, so results
+        # do not depend on the actors.
+        batching = self.config.client_batching if self.config.client_batching in ("on", "mixed") else "off"
+        units = group_tasks(tasks, batching=batching, pads_exactly=self.pads_exactly)
         costs = [sum(self.client_sizes(tasks[k].client) * tasks[k].width ** 2 for k in unit) for unit in units]
+        if batching == "mixed":  # a mixed unit trains every client at its widest width
+            costs = [sum(self.client_sizes(tasks[k].client) for k in unit) * max(tasks[k].width for k in unit) ** 2
+                     if len({tasks[k].width for k in unit}) > 1 else cost for unit, cost in zip(units, costs)]
         order: Deque[List[Tuple[List[int], bool]]] = deque(calls(units, costs, len(self.slots)))
         attempts = [0] * len(tasks)
         layout: List[List[int]] = []

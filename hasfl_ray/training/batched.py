@@ -21,12 +21,16 @@ several clients at once, up to float rounding. Every client keeps its own state 
 Objectives that cannot be stacked (``LocalObjective.batchable`` is False: FjORD's ordered dropout with per-step
 sampled widths, or a user objective that overrides ``loss``/``adjust_gradients``/``finish`` without the stacked
 hooks) are trained one at a time; :func:`group_tasks` decides which clients go together.
+
+The loop itself is :func:`train_stacked`, which also trains clients of several widths padded to the widest
+(:mod:`hasfl_ray.training.mixed`, ``--client-batching mixed``): the stack's :class:`Layout` says where each
+client's coordinates lie, and a padded layout's masks zero the gradients outside them.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
@@ -42,22 +46,32 @@ from hasfl_ray.training.workspace import Workspace, client_batches, client_gener
 #: Most clients trained in one stacked computation (bounds a trainer's memory; a larger group is split in task
 #: order, so the grouping depends only on the round's tasks, never on the number of trainers).
 MAX_GROUP = 64
+#: What :func:`group_tasks` takes as ``batching`` (``--client-batching`` once ``auto`` is resolved).
+BATCHING_MODES = ("off", "on", "mixed")
 
 
 Params = Dict[str, torch.Tensor]
 
 
-def group_tasks(tasks: Sequence[ClientTask], batching: bool, max_group: int = MAX_GROUP) -> List[List[int]]:
-    """Positions of ``tasks`` in training units: with ``batching``, the batchable clients of one width together
-    (in task order, at most ``max_group`` per unit); every other client alone. Units are ordered by their first
-    position, so results can be put back in task order."""
-    if not batching:
+def group_tasks(tasks: Sequence[ClientTask], batching: Union[bool, str], max_group: int = MAX_GROUP,
+                pads_exactly: bool = True) -> List[List[int]]:
+    """Positions of ``tasks`` in training units: with ``batching`` True or ``"on"``, the batchable clients of one
+    width together; with ``"mixed"``, the batchable clients of every width together (trained padded to the widest:
+    :mod:`hasfl_ray.training.mixed`), or of one width where the model's forward depends on its width
+    (``pads_exactly`` False: :func:`hasfl_ray.models.pads_exactly`); in task order, at most ``max_group`` per unit.
+    Every other client, and every client with ``batching`` False or ``"off"``, alone. Units are ordered by their
+    first position, so results can be put back in task order."""
+    mode = ("on" if batching else "off") if isinstance(batching, bool) else batching
+    if mode not in BATCHING_MODES:
+        raise ValueError(f"batching is {batching!r}; expected one of {', '.join(BATCHING_MODES)} (or a bool)")
+    if mode == "off":
         return [[k] for k in range(len(tasks))]
+    mixed = mode == "mixed" and pads_exactly
     units: List[List[int]] = []
-    by_width: "OrderedDict[float, List[int]]" = OrderedDict()
+    by_width: "OrderedDict[Optional[float], List[int]]" = OrderedDict()
     for k, task in enumerate(tasks):
         if getattr(task.objective, "batchable", False):
-            by_width.setdefault(float(task.width), []).append(k)
+            by_width.setdefault(None if mixed else float(task.width), []).append(k)
         else:
             units.append([k])
     for members in by_width.values():
@@ -136,6 +150,14 @@ def client_schedule(task: ClientTask, size: int, batch_size: int, epochs: int) -
     return list(client_batches(client_generator(task), size, batch_size, epochs, max_steps=task.max_steps))
 
 
+def check_batchable(tasks: Sequence[ClientTask]) -> None:
+    """A ValueError naming the first client whose objective cannot be stacked."""
+    for task in tasks:
+        if not getattr(task.objective, "batchable", False):
+            raise ValueError(f"client {task.client}'s objective {type(task.objective).__name__} is not batchable; "
+                             "train it with Trainer.train")
+
+
 def train_batched(workspace: Workspace, tasks: Sequence[ClientTask],
                   global_params: Mapping[str, torch.Tensor]) -> List[ClientResult]:
     """Train ``tasks`` (one width, batchable objectives) together on ``workspace``'s device (a
@@ -143,7 +165,8 @@ def train_batched(workspace: Workspace, tasks: Sequence[ClientTask],
     tasks' testing faults (the caller's: :func:`~hasfl_ray.training.task.with_faults`).
 
     Each result agrees with one-at-a-time training of the task to float rounding (the per-client arithmetic is the
-    same; only kernels differ), and two calls give bit-identical results.
+    same; only kernels differ), and two calls give bit-identical results. (Clients of several widths:
+    :func:`hasfl_ray.training.mixed.train_mixed`.)
     """
     if not tasks:
         return []
@@ -151,36 +174,59 @@ def train_batched(workspace: Workspace, tasks: Sequence[ClientTask],
     width = float(tasks[0].width)
     if any(float(t.width) != width for t in tasks):
         raise ValueError("train_batched trains clients of one width; group them with group_tasks")
-    for task in tasks:
-        if not getattr(task.objective, "batchable", False):
-            raise ValueError(f"client {task.client}'s objective {type(task.objective).__name__} is not batchable; "
-                             "train it with Trainer.train")
-    device, s = workspace.device, workspace.settings
+    check_batchable(tasks)
     workspace.begin()
     names = list(workspace.specs)
-    count = len(tasks)
     starts = [workspace.starting_point(task, global_params) for task in tasks]
     with torch.no_grad():
         initial = {n: torch.stack([start[n] for start in starts]) for n in names}
     del starts
+    return train_stacked(workspace, tasks, workspace.model_at(width), initial)
+
+
+class Layout:
+    """How stacked clients' parameters lie in the stack: here each client's own packed tensors (one width); a
+    padded layout (:class:`hasfl_ray.training.mixed.Padding`) puts clients of several widths in the widest one's
+    shapes and keeps each client's 0/1 mask."""
+
+    #: name -> [C, ...] 0/1 mask of each client's own coordinates in the stack (None: every coordinate is).
+    masks: Optional[Params] = None
+
+    def own(self, c: int, stacked: Params) -> Params:
+        """Client ``c``'s tensors, in its own packed shapes, from the stack."""
+        return {n: t[c] for n, t in stacked.items()}
+
+    def pad(self, c: int, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """Client ``c``'s tensor ``name`` (its packed shape) in the stack's shape."""
+        return tensor
+
+
+def train_stacked(workspace: Workspace, tasks: Sequence[ClientTask], model: nn.Module, initial: Params,
+                  layout: Optional[Layout] = None) -> List[ClientResult]:
+    """Train ``tasks`` from their stacked starting points ``initial`` (name -> [C, ...], laid out as ``layout``
+    says: by default each client's packed tensors) with ``model``'s forward; results in task order."""
+    layout = Layout() if layout is None else layout
+    device, s = workspace.device, workspace.settings
+    names = list(initial)
+    count = len(tasks)
     params = {n: t.clone() for n, t in initial.items()}
     optimizer = StackedSGD([initial[n] for n in names], [t.lr for t in tasks], s.momentum, s.weight_decay,
                            s.clip_norm)
 
     # The objectives' gradient terms: grad += coef_i (w − w⁰_i) + shift_i.
-    terms = [task.objective.gradient_terms({n: initial[n][c] for n in names}) for c, task in enumerate(tasks)]
+    terms = [task.objective.gradient_terms(layout.own(c, initial)) for c, task in enumerate(tasks)]
     coefs = [float(coef) for coef, _ in terms]
     coef_common, coef_vector = common_or_vector(coefs, device)
     has_coef = any(coef != 0 for coef in coefs)
     shift: Optional[Params] = None
     if any(shift_c is not None for _, shift_c in terms):
-        shift = {n: torch.stack([shift_c[n].to(device, initial[n].dtype) if shift_c is not None
+        shift = {n: torch.stack([layout.pad(c, n, shift_c[n].to(device, initial[n].dtype)) if shift_c is not None
                                  else torch.zeros_like(initial[n][c]) for c, (_, shift_c) in enumerate(terms)])
                  for n in names}
+    masks = layout.masks
 
     sizes = [workspace.dataset.client_size(task.client) for task in tasks]
     schedules = [client_schedule(task, sizes[c], s.batch_size, s.local_epochs) for c, task in enumerate(tasks)]
-    model = workspace.model_at(width)
     model.train()
     step = batched_step(model)
     losses: List[Tuple[List[int], torch.Tensor]] = []
@@ -214,6 +260,9 @@ def train_batched(workspace: Workspace, tasks: Sequence[ClientTask],
                 if shift is not None:  # SCAFFOLD: c − c_i
                     for n in names:
                         grads[n].add_(pick(shift[n]))
+                if masks is not None:  # padded coordinates: no gradient, whatever was added to it
+                    for n in names:
+                        grads[n].mul_(pick(masks[n]))
                 # every client takes its first step at step 0
                 optimizer.step([sub[n] for n in names], [grads[n] for n in names], index, first=k == 0)
                 if index is not None:
@@ -228,8 +277,8 @@ def train_batched(workspace: Workspace, tasks: Sequence[ClientTask],
     with torch.no_grad():
         for c, task in enumerate(tasks):
             steps = len(schedules[c])
-            trained = {n: params[n][c] for n in names}
-            start = {n: initial[n][c] for n in names}
+            trained = layout.own(c, params)
+            start = layout.own(c, initial)
             update = packed_update(trained, start)
             extras = task.objective.finish_params(trained, start, steps, task.lr)
             results.append(client_result(task, update, sizes[c], loss_sums[c], steps, extras))

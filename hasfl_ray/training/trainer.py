@@ -1,9 +1,11 @@
 """The trainer a backend (the local process or a Ray actor) drives: trains the units a backend planned.
 
 A backend plans a round's training units once (:func:`~hasfl_ray.training.batched.group_tasks`: one client
-alone, or the batchable clients of one width together) and hands each to :meth:`Trainer.train_unit`, which trains
-it without grouping again: a client alone one at a time (:mod:`hasfl_ray.training.eager`), a group as one batched
-computation (:mod:`hasfl_ray.training.batched`). The trainer's device state is its
+alone, or the batchable clients of one width together, or with ``--client-batching mixed`` of several widths) and
+hands each to :meth:`Trainer.train_unit`, which trains it without grouping again: a client alone one at a time
+(:mod:`hasfl_ray.training.eager`), a group of one width as one batched computation
+(:mod:`hasfl_ray.training.batched`), a group of several widths as one stack padded to the widest
+(:mod:`hasfl_ray.training.mixed`). The trainer's device state is its
 :class:`~hasfl_ray.training.workspace.Workspace`.
 """
 
@@ -17,6 +19,7 @@ from torch import nn
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.training.batched import group_tasks, train_batched
 from hasfl_ray.training.eager import train_eager
+from hasfl_ray.training.mixed import train_mixed
 from hasfl_ray.training.result import ClientResult
 from hasfl_ray.training.task import ClientTask, OptimizerSettings, with_faults
 from hasfl_ray.training.workspace import Workspace
@@ -43,20 +46,23 @@ class Trainer:
     def train_unit(self, tasks: Sequence[ClientTask], global_params: Mapping[str, torch.Tensor]
                    ) -> List[ClientResult]:
         """Train one planned unit (:func:`~hasfl_ray.training.batched.group_tasks`), results in task order: a
-        single client with :meth:`train`, several (one width, batchable objectives) as one batched computation
-        per local step (:func:`~hasfl_ray.training.batched.train_batched`)."""
+        single client with :meth:`train`, several (batchable objectives) as one batched computation per local
+        step: of one width with :func:`~hasfl_ray.training.batched.train_batched`, of several widths padded to the
+        widest with :func:`~hasfl_ray.training.mixed.train_mixed`."""
         if len(tasks) == 1:
             return [self.train(tasks[0], global_params)]
+        if len({float(task.width) for task in tasks}) > 1:
+            return with_faults(tasks, lambda: train_mixed(self.workspace, tasks, global_params))
         return with_faults(tasks, lambda: train_batched(self.workspace, tasks, global_params))
 
-    def train_group(self, tasks: Sequence[ClientTask], global_params: Mapping[str, torch.Tensor]
-                    ) -> List[ClientResult]:
+    def train_group(self, tasks: Sequence[ClientTask], global_params: Mapping[str, torch.Tensor],
+                    batching: str = "on") -> List[ClientResult]:
         """Train several clients not yet planned into units, results in task order: plans them
-        (:func:`~hasfl_ray.training.batched.group_tasks` with batching) and trains each unit with
+        (:func:`~hasfl_ray.training.batched.group_tasks` with ``batching``, on or mixed) and trains each unit with
         :meth:`train_unit`. Agrees with ``[train(t) for t in tasks]`` to float rounding. (Backends plan once and
         call :meth:`train_unit`; this is for callers holding a plain list of tasks.)"""
         results: List[Optional[ClientResult]] = [None] * len(tasks)
-        for unit in group_tasks(tasks, batching=True):
+        for unit in group_tasks(tasks, batching=batching, pads_exactly=self.workspace.pads_exactly):
             for position, result in zip(unit, self.train_unit([tasks[k] for k in unit], global_params)):
                 results[position] = result
         return results

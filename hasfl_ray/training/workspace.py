@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from hasfl_ray.data.base import FederatedDataset
-from hasfl_ray.models import build_model, extract, register_model
+from hasfl_ray.models import build_model, extract, pads_exactly, register_model
 from hasfl_ray.models.slicing import ParamSpec, extract_window
 from hasfl_ray.training.graphed import StepCache
 from hasfl_ray.training.seeding import STREAM_CLIENT, torch_generator
@@ -41,7 +41,11 @@ class Workspace:
         self.dataset = dataset.to(self.device)
         self.model_name, self.settings, self.threads = model_name, settings, threads
         register_model(model_name, getattr(dataset, "model_config", None))  # a dataset plug-in's own model
-        self.specs: Dict[str, ParamSpec] = build_model(model_name).param_specs()
+        full = build_model(model_name)
+        self.specs: Dict[str, ParamSpec] = full.param_specs()
+        #: Whether clients of different widths may train as one stack padded to the widest (``mixed``).
+        self.pads_exactly = pads_exactly(full)
+        del full
         self._models: Dict[float, nn.Module] = {}
         self.steps: Optional[StepCache] = StepCache(capture=self.device.type == "cuda") if cuda_graphs else None
         # A dataset that gathers a batch on its device from positions held there gets each epoch's order on the

@@ -102,6 +102,17 @@ def test_batched_training_on_two_actors_through_a_killed_trainer_equals_the_loca
     assert "client_batching: 'on'" in (tmp_path / "ray-batched" / "config.yaml").read_text()
 
 
+def test_mixed_width_batching_on_two_actors_equals_the_local_backend(ray_local, tmp_path):
+    """--client-batching mixed: the batchable clients of every width go to one trainer as one unit, trained padded
+    to the widest (train_mixed); the driver plans the units from the tasks and the model alone, so two actors give
+    the local backend's result bit for bit."""
+    local, local_lines, _ = run(tmp_path, "local-mixed", backend="local", client_batching="mixed")
+    summary, lines, engine = run(tmp_path, "ray-mixed", backend="ray", actors=2, client_batching="mixed")
+    assert engine.backend.pads_exactly  # the digits CNN: every width in one unit
+    assert (summary["params_sha256"], lines) == (local["params_sha256"], local_lines)
+    assert "client_batching: mixed" in (tmp_path / "ray-mixed" / "config.yaml").read_text()
+
+
 def test_ray_stays_in_simulation():
     """Models, algorithms, training, aggregation, ops and data never mention Ray; elsewhere outside simulation/
     only a guarded import inside a function may (e.g. a version probe), so nothing needs Ray to import."""

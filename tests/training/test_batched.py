@@ -195,11 +195,11 @@ def test_auto_picks_graphed_one_at_a_time_on_cuda_and_plain_eager_on_cpu(tmp_pat
 
 
 def test_a_bad_mode_is_one_sentence_and_exit_2(tmp_path):
-    with pytest.raises(ConfigError, match=r"^client_batching is 'bogus'; expected auto, on or off$"):
+    with pytest.raises(ConfigError, match=r"^client_batching is 'bogus'; expected auto, on, mixed or off$"):
         RunConfig(backend="local", client_batching="bogus")
     out = tmp_path / "run"
     result = CliRunner().invoke(main, ["simulate", "--backend", "local", "--client-batching", "bogus", "--quiet",
                                        "--out", str(out)])
     assert result.exit_code == 2
-    assert "client_batching is 'bogus'; expected auto, on or off" in result.output
+    assert "client_batching is 'bogus'; expected auto, on, mixed or off" in result.output
     assert "Traceback" not in result.output and not os.path.exists(out)
