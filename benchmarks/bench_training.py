@@ -17,6 +17,15 @@ reported, as training samples per second (client samples x epochs / wall seconds
 
 It also prints client local steps per second (the LSTM at batch 10 is launch-bound on a GPU) and, with
 ``--compare graphs``, whether the graphed results equal the eager ones bit for bit.
+
+``--compare mixed`` trains a round of the protocol's shape (``--tiers`` clients at ``--widths``: by default 20
+clients, 8/5/4/3 at p = 0.25/0.5/0.75/1.0, in a fixed shuffled client order) three ways: one at a time, batched per
+width (``--client-batching on``: one unit per width) and mixed-width batched (``--client-batching mixed``: one unit,
+every client padded to the widest width, hasfl_ray.training.mixed); ``--clients`` and ``--width`` are not used.
+It prints the largest relative gap of the mixed updates to the one-at-a-time ones (float rounding):
+
+    python benchmarks/bench_training.py --device cpu --model emnist --compare mixed --samples 16 --threads 1
+    python benchmarks/bench_training.py --device cuda --model emnist --compare mixed --samples 128
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ import torch
 from hasfl_ray.data.base import TensorFederatedDataset, TextFederatedDataset
 from hasfl_ray.engine.engine import initial_parameters
 from hasfl_ray.models import MODEL_CONFIGS
-from hasfl_ray.training.batched import train_batched
+from hasfl_ray.training.batched import group_tasks, train_batched
 from hasfl_ray.training.local import ClientTask, OptimizerSettings, Trainer
 
 #: --model aliases: the paper's EMNIST CNN and Shakespeare LSTM.
@@ -72,6 +81,23 @@ def timed(device: torch.device, function: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
+def protocol_round(tiers: List[int], widths: List[float], lr: float = 0.01) -> List[ClientTask]:
+    """One task per client, ``tiers[k]`` of them at ``widths[k]``, the widths in a fixed shuffled client order (a
+    round's participants sorted by client id have their widths in no order)."""
+    drawn = [width for count, width in zip(tiers, widths) for _ in range(count)]
+    order = torch.randperm(len(drawn), generator=torch.Generator().manual_seed(0)).tolist()
+    return [ClientTask(client, 0, drawn[k], lr, 0) for client, k in enumerate(order)]
+
+
+def by_units(trainer: Trainer, tasks: List[ClientTask], params, batching: str) -> List[object]:
+    """The round's results as a backend trains them with ``--client-batching batching``: planned units, in order."""
+    results: List[object] = [None] * len(tasks)
+    for unit in group_tasks(tasks, batching, pads_exactly=trainer.workspace.pads_exactly):
+        for position, result in zip(unit, trainer.train_unit([tasks[k] for k in unit], params)):
+            results[position] = result
+    return results
+
+
 def main(argv: List[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
@@ -84,10 +110,22 @@ def main(argv: List[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="local batch size (default 32)")
     parser.add_argument("--repeats", type=int, default=3, help="measured passes per mode (default 3)")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (default: torch's default)")
-    parser.add_argument("--compare", choices=("batched", "graphs"), default="batched",
+    parser.add_argument("--compare", choices=("batched", "graphs", "mixed"), default="batched",
                         help="batched: one at a time vs batched (default); graphs: one at a time eagerly vs with "
-                             "CUDA graphs (CUDA only)")
+                             "CUDA graphs (CUDA only); mixed: a protocol round one at a time vs batched per width vs "
+                             "mixed-width batched")
+    parser.add_argument("--tiers", default="8,5,4,3",
+                        help="--compare mixed: clients at each of --widths (default 8,5,4,3: the protocol's 20)")
+    parser.add_argument("--widths", default="0.25,0.5,0.75,1.0",
+                        help="--compare mixed: the tiers' widths (default 0.25,0.5,0.75,1.0)")
     args = parser.parse_args(argv)
+    if args.compare == "mixed":
+        tiers = [int(v) for v in args.tiers.split(",")]
+        widths = [float(v) for v in args.widths.split(",")]
+        if len(tiers) != len(widths) or min(tiers) < 0 or sum(tiers) < 1:
+            parser.error(f"--tiers is {args.tiers!r} and --widths {args.widths!r}; expected one client count >= 0 "
+                         "per width, at least one client in all")
+        args.clients = sum(tiers)
     model = ALIASES.get(args.model, args.model)
     device = torch.device(args.device)
     if args.compare == "graphs" and device.type != "cuda":
@@ -107,7 +145,12 @@ def main(argv: List[str] | None = None) -> None:
     trainer = Trainer(dataset, model, settings, str(device), threads)
     params = {name: tensor.to(device) for name, tensor in initial_parameters(model, 0).items()}
     tasks = [ClientTask(client, 0, args.width, 0.01, 0) for client in range(args.clients)]
-    if args.compare == "graphs":
+    if args.compare == "mixed":
+        tasks = protocol_round(tiers, widths)
+        modes = {"one at a time": lambda: [trainer.train(task, params) for task in tasks],
+                 "per width": lambda: by_units(trainer, tasks, params, "on"),
+                 "mixed": lambda: by_units(trainer, tasks, params, "mixed")}
+    elif args.compare == "graphs":
         graphed = Trainer(make_dataset(model, args.clients, args.samples), model, settings, str(device), threads,
                           cuda_graphs=True)
         modes = {"one at a time": lambda: [trainer.train(task, params) for task in tasks],
@@ -124,7 +167,8 @@ def main(argv: List[str] | None = None) -> None:
                 seconds[mode].append(elapsed)
     samples = args.clients * args.samples * settings.local_epochs
     steps = sum(result.steps for result in outputs["one at a time"])
-    print(f"model {model} width {args.width} | {args.clients} clients x {args.samples} samples, batch "
+    shape = (f"tiers {args.tiers} at widths {args.widths}" if args.compare == "mixed" else f"width {args.width}")
+    print(f"model {model} {shape} | {args.clients} clients x {args.samples} samples, batch "
           f"{args.batch_size}, 1 epoch | device {device}, {threads} threads | median of {args.repeats}")
     print(f"{'mode':<16}{'seconds':>10}{'samples/s':>12}{'steps/s':>10}")
     rates = {}
@@ -139,6 +183,15 @@ def main(argv: List[str] | None = None) -> None:
         print(f"graphed steps captured: {captured} of {len(graphed.steps)}; graphed == eager bit for bit: "
               f"{'yes' if same else 'NO'}")
         print(f"graphed / one at a time: {rates['graphed'] / rates['one at a time']:.2f}x")
+    elif args.compare == "mixed":
+        gap = max(float((b.update[n] - a.update[n]).norm() / max(float(a.update[n].norm()), 1e-3))
+                  for a, b in zip(outputs["one at a time"], outputs["mixed"]) for n in a.update)
+        print(f"units: per width {len(group_tasks(tasks, 'on'))}, mixed "
+              f"{len(group_tasks(tasks, 'mixed', pads_exactly=trainer.workspace.pads_exactly))}; largest relative "
+              f"gap of the mixed updates to one at a time: {gap:.1e}")
+        print(f"mixed / per width: {rates['mixed'] / rates['per width']:.2f}x; mixed / one at a time: "
+              f"{rates['mixed'] / rates['one at a time']:.2f}x; per width / one at a time: "
+              f"{rates['per width'] / rates['one at a time']:.2f}x")
     else:
         print(f"batched / one at a time: {rates['batched'] / rates['one at a time']:.2f}x")
 
