@@ -4,6 +4,8 @@ Environment switches:
     HASFL_NO_EXTENSION=1   skip the extension entirely (pure-torch fallbacks are used)
     HASFL_FORCE_CUDA=1     build the CUDA kernels even without a visible GPU (CI compiles them this way)
     TORCH_CUDA_ARCH_LIST   respected by torch; sm_90 (H100/H200) is always among the -gencode targets
+    HASFL_NVCC_EXTRA       extra nvcc flags, space-separated (kernel variants for a GPU comparison, e.g.
+                           "-DHASFL_CUDA_UNROLL_FLOAT=4 -DHASFL_CUDA_MIN_BLOCKS_FLOAT=2")
 """
 
 import glob
@@ -31,7 +33,7 @@ def _extension():
     if use_cuda:
         sources += sorted(glob.glob(os.path.join("csrc", "cuda", "*.cu")))
         nvcc_flags = ["-O3", "--use_fast_math", "-gencode=arch=compute_90,code=sm_90",
-                      "-gencode=arch=compute_90,code=compute_90"]
+                      "-gencode=arch=compute_90,code=compute_90"] + os.environ.get("HASFL_NVCC_EXTRA", "").split()
         ext = CUDAExtension("hasfl_ray._C", sources, extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
                             **kwargs)
     else:

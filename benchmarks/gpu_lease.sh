@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# One call on a lent GPU machine (issue 39): the phases named on the command line, in order, each bounded, all
+# inside BUDGET seconds (default 540), everything written under $OUT/lease.tar.gz plus a short summary printed last.
+# Prepare on the CPU machine first: ../shared/tools/gpu-prep.sh, then `tar -cJf .gpu-carry/data.tar.xz -C
+# .gpu-carry data` (the samples travel compressed); carry .gpu-carry/raysite.tar.xz, .gpu-carry/data.tar.xz,
+# .gpu-carry/variants (kernel variants built with HASFL_NVCC_EXTRA, optional) and hasfl_ray/_C.cpython-312-*.so.
+#
+#   benchmarks/gpu_lease.sh kernel ncu check            # the first call: the kernel, its profile, gpu_check.sh
+#   benchmarks/gpu_lease.sh variants mixed packs cells  # a second call
+#
+# Phases: kernel (profile_kernel.py: oracle check, device time per kernel, % of copy), ncu (Nsight Compute on one
+# launch at 50 EMNIST clients), variants (profile_kernel.py with each .gpu-carry/variants/*.so in turn), check
+# (benchmarks/gpu_check.sh), mixed (mixed-width batching against graphed one at a time, protocol rounds), packs
+# (a round of the FjORD and HeteroFL packs, bench_protocol.py --pack), cells (bench_cells_per_gpu.py K = 1,2,4,8),
+# table3 (bench_protocol.py's EMNIST projection with every Table 3 algorithm).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+T0=$(date +%s); BUDGET=${BUDGET:-540}
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+W=/tmp/lease; rm -rf "$W"; mkdir -p "$W"
+OUT=${OUT:-$W/out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} TORCH_CUDA_ARCH_LIST=9.0
+[ -f .gpu-carry/raysite.tar.xz ] && tar -xJf .gpu-carry/raysite.tar.xz -C /tmp
+[ -f .gpu-carry/data.tar.xz ] && tar -xJf .gpu-carry/data.tar.xz -C .gpu-carry
+export PYTHONPATH=/tmp/raysite:$PWD
+PY=python3; DATA=.gpu-carry/data
+SO=hasfl_ray/_C$($PY -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+{ nvidia-smi -L; git rev-parse --short HEAD 2>/dev/null; date -u; $PY -c "import torch, ray; print(torch.__version__, ray.__version__)"; } 2>&1 | tee "$W/machine.txt"
+
+phase() {  # phase NAME LIMIT COMMAND...: bounded by LIMIT and by what is left of the budget
+  local name=$1 limit=$2; shift 2
+  local room=$(( $(left) - 15 )); [ "$room" -lt "$limit" ] && limit=$room
+  if [ "$limit" -lt 20 ]; then echo "[lease] $name: skipped, $(left) s left" | tee -a "$W/phases.txt"; return; fi
+  local s=$(date +%s)
+  timeout -k 10 "$limit" "$@" > "$W/$name.log" 2>&1
+  local rc=$?
+  echo "[lease] $name: exit $rc in $(( $(date +%s) - s )) s (limit $limit)" | tee -a "$W/phases.txt"
+}
+
+for p in "$@"; do
+  case $p in
+    kernel) phase kernel 90 $PY benchmarks/profile_kernel.py --json "$W/kernel.json" ;;
+    ncu) phase ncu 90 ncu --clock-control none -k regex:aggregate_chunks --launch-skip 3 --launch-count 1 \
+           --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+           --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+           $PY benchmarks/profile_kernel.py --cases emnist:50 --repeats 2 --no-profiler ;;
+    variants)
+      cp "$SO" "$W/base.so"
+      for v in .gpu-carry/variants/*.so; do
+        [ -f "$v" ] || continue
+        name=$(basename "$v" .so); cp "$v" "$SO"
+        phase "variant_$name" 60 $PY benchmarks/profile_kernel.py --json "$W/variant_$name.json"
+      done
+      cp "$W/base.so" "$SO" ;;
+    check) phase check 420 benchmarks/gpu_check.sh "$DATA" "$W/gc" ;;
+    mixed)
+      for mode in off on mixed; do
+        phase "mixed_emnist_$mode" 90 $PY cli simulate --backend local --dataset emnist --data-dir "$DATA/torchvision" \
+          --device cuda --rounds 3 --client-batching $mode --quiet --force --out "$W/runs/emnist-$mode"
+      done
+      for mode in off mixed; do
+        phase "mixed_shakespeare_$mode" 90 $PY cli simulate --backend local --dataset shakespeare \
+          --data-dir "$DATA/shakespeare" --device cuda --rounds 1 --client-batching $mode --quiet --force \
+          --out "$W/runs/shakespeare-$mode"
+      done ;;
+    packs)
+      phase pack_fjord 100 $PY benchmarks/bench_protocol.py --pack configs/pack-fjord-cifar10.yaml \
+        --variants fjord-kd --device cuda --rounds 4 --json
+      phase pack_heterofl 150 $PY benchmarks/bench_protocol.py --pack configs/pack-heterofl-cifar10.yaml \
+        --variants iid-a,iid-a-b-c-d-e-fix --device cuda --rounds 4 --json ;;
+    cells) phase cells 150 $PY benchmarks/bench_cells_per_gpu.py --k 1,2,4,8 --out "$W/cells" --json "$W/cells.json" -- \
+             --dataset emnist --data-dir "$DATA/torchvision" --rounds 5 --device cuda ;;
+    table3) phase table3 200 $PY benchmarks/bench_protocol.py --device cuda --datasets emnist --rounds 2 --json ;;
+    *) echo "[lease] unknown phase $p" | tee -a "$W/phases.txt" ;;
+  esac
+done
+
+# Run directories' metrics, the logs and the summaries travel back in one archive (no checkpoints: they are large).
+find "$W" -name "*.pt" -size +1M -delete 2>/dev/null
+tar -czf "$OUT/lease.tar.gz" -C "$W" --exclude=out . 2>/dev/null
+echo "==== summary ($(( $(date +%s) - T0 )) s)"
+cat "$W/phases.txt"
+for f in kernel ncu variant_unroll4; do [ -f "$W/$f.log" ] && { echo "--- $f"; grep -v "^==PROF==" "$W/$f.log" | grep -E "x[0-9]+:|copy|us$|Throughput|Duration|Occupancy|Registers|Eligible|Issued|L2|DRAM|Memory \[%\]|Achieved|Warp Cycles|No Eligible|Block Limit" | head -60; }; done
+[ -f "$W/gc/summary.md" ] && { echo "--- gpu_check"; cat "$W/gc/summary.md" | head -60; }
+exit 0
