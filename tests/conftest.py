@@ -17,6 +17,17 @@ def _single_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(autouse=True)
+def _exact_float32():
+    """Every test starts in the deterministic mode a run uses (exact float32: no TF32 in cuDNN convolutions or
+    matmuls), whatever an earlier test left: a test that builds a Trainer without an Engine would otherwise
+    inherit torch's TF32 cuDNN default on a GPU, or another test's fast mode."""
+    from hasfl_ray.training.determinism import apply_determinism
+
+    apply_determinism(True)
+    yield
+
+
 @pytest.fixture
 def shared_data():
     """Path of ../shared/data; tests using it skip, with the reason, where the folder is absent."""
