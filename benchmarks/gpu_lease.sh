@@ -49,27 +49,33 @@ for p in "$@"; do
       for v in .gpu-carry/variants/*.so; do
         [ -f "$v" ] || continue
         name=$(basename "$v" .so); cp "$v" "$SO"
-        phase "variant_$name" 60 $PY benchmarks/profile_kernel.py --json "$W/variant_$name.json"
+        phase "variant_$name" 40 $PY benchmarks/profile_kernel.py --repeats 10 --check-max-clients 64 \
+          --json "$W/variant_$name.json"
+        phase "variant_${name}_tests" 40 $PY -m pytest -q -p no:cacheprovider tests/aggregation/test_fused_cuda.py
       done
       cp "$W/base.so" "$SO" ;;
     check) phase check 420 benchmarks/gpu_check.sh "$DATA" "$W/gc" ;;
+    tests) phase tests 60 $PY -m pytest -q -p no:cacheprovider -n 4 tests/training/test_mixed.py \
+             tests/training/test_batched.py tests/training/test_graphed.py ;;
     mixed)
-      for mode in off on mixed; do
-        phase "mixed_emnist_$mode" 90 $PY cli simulate --backend local --dataset emnist --data-dir "$DATA/torchvision" \
+      phase mixed_bench_cnn 45 $PY benchmarks/bench_training.py --device cuda --model emnist --compare mixed \
+        --samples 128 --repeats 2
+      phase mixed_bench_lstm 45 $PY benchmarks/bench_training.py --device cuda --model lstm --compare mixed \
+        --samples 40 --batch-size 10 --repeats 2
+      for mode in off mixed; do
+        phase "mixed_emnist_$mode" 40 $PY cli simulate --backend local --dataset emnist --data-dir "$DATA/torchvision" \
           --device cuda --rounds 3 --client-batching $mode --quiet --force --out "$W/runs/emnist-$mode"
       done
-      for mode in off mixed; do
-        phase "mixed_shakespeare_$mode" 90 $PY cli simulate --backend local --dataset shakespeare \
-          --data-dir "$DATA/shakespeare" --device cuda --rounds 1 --client-batching $mode --quiet --force \
-          --out "$W/runs/shakespeare-$mode"
-      done ;;
+      [ "${SHAKESPEARE_MIXED:-0}" = 1 ] && phase mixed_shakespeare 90 $PY cli simulate --backend local \
+        --dataset shakespeare --data-dir "$DATA/shakespeare" --device cuda --rounds 1 --client-batching mixed \
+        --quiet --force --out "$W/runs/shakespeare-mixed" ;;
     packs)
       phase pack_fjord 100 $PY benchmarks/bench_protocol.py --pack configs/pack-fjord-cifar10.yaml \
         --variants fjord-kd --device cuda --rounds 4 --json
-      phase pack_heterofl 150 $PY benchmarks/bench_protocol.py --pack configs/pack-heterofl-cifar10.yaml \
-        --variants iid-a,iid-a-b-c-d-e-fix --device cuda --rounds 4 --json ;;
-    cells) phase cells 150 $PY benchmarks/bench_cells_per_gpu.py --k 1,2,4,8 --out "$W/cells" --json "$W/cells.json" -- \
-             --dataset emnist --data-dir "$DATA/torchvision" --rounds 5 --device cuda ;;
+      phase pack_heterofl 100 $PY benchmarks/bench_protocol.py --pack configs/pack-heterofl-cifar10.yaml \
+        --variants iid-a --device cuda --rounds 4 --json ;;
+    cells) phase cells 90 $PY benchmarks/bench_cells_per_gpu.py --k 1,2,4,8 --out "$W/cells" --json "$W/cells.json" -- \
+             --dataset emnist --data-dir "$DATA/torchvision" --rounds 4 --device cuda ;;
     table3) phase table3 200 $PY benchmarks/bench_protocol.py --device cuda --datasets emnist --rounds 2 --json ;;
     *) echo "[lease] unknown phase $p" | tee -a "$W/phases.txt" ;;
   esac
@@ -80,6 +86,7 @@ find "$W" -name "*.pt" -size +1M -delete 2>/dev/null
 tar -czf "$OUT/lease.tar.gz" -C "$W" --exclude=out . 2>/dev/null
 echo "==== summary ($(( $(date +%s) - T0 )) s)"
 cat "$W/phases.txt"
-for f in kernel ncu variant_unroll4; do [ -f "$W/$f.log" ] && { echo "--- $f"; grep -v "^==PROF==" "$W/$f.log" | grep -E "x[0-9]+:|copy|us$|Throughput|Duration|Occupancy|Registers|Eligible|Issued|L2|DRAM|Memory \[%\]|Achieved|Warp Cycles|No Eligible|Block Limit" | head -60; }; done
+for f in "$W"/kernel.log "$W"/ncu.log "$W"/variant_*.log; do [ -f "$f" ] && { echo "--- $(basename "$f")"; grep -v "^==PROF==" "$f" | grep -E "x[0-9]+:|copy|aggregate_chunks|passed|failed|Throughput|Duration|Registers|Eligible|Spilling" | cut -c1-230 | head -40; }; done
+for f in "$W"/mixed_*.log "$W"/cells.log "$W"/pack_*.log "$W"/tests.log; do [ -f "$f" ] && { echo "--- $(basename "$f")"; tail -n 6 "$f" | cut -c1-300; }; done
 [ -f "$W/gc/summary.md" ] && { echo "--- gpu_check"; cat "$W/gc/summary.md" | head -60; }
 exit 0

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <cstring>
 #include <tuple>
+#include <type_traits>
 
 #include "aggregate_host.h"
 #include "aggregate_layout.h"
@@ -66,11 +67,31 @@ struct Tuning {
   static constexpr int kUnroll = sizeof(scalar_t) == 4 ? HASFL_CUDA_UNROLL_FLOAT : HASFL_CUDA_UNROLL_DOUBLE;
   static constexpr int kMinBlocks = sizeof(scalar_t) == 4 ? HASFL_CUDA_MIN_BLOCKS_FLOAT : HASFL_CUDA_MIN_BLOCKS_DOUBLE;
 };
-constexpr int kColsPerLane = 4;
-constexpr int64_t kGpuTile = kWarpSize * kColsPerLane;  // 128 columns per item
+// Columns per lane (a multiple of 4: one 16-byte load of floats each 4): 4 gives items of 128 columns; 8 gives
+// 256-column items, so each entry's row lookup and norm reduction serve twice the bytes (a variant to measure).
+#ifndef HASFL_CUDA_COLS
+#define HASFL_CUDA_COLS 4
+#endif
+constexpr int kColsPerLane = HASFL_CUDA_COLS;
+static_assert(kColsPerLane == 4 || kColsPerLane == 8, "HASFL_CUDA_COLS must be 4 or 8 (a tile no wider than the block)");
+constexpr int64_t kGpuTile = kWarpSize * kColsPerLane;  // 128 columns per item (at 4 per lane)
+// The thread that computes the next item's row coordinates while the mean is formed: an idle one where the tile
+// is narrower than the block, else the last thread, after its own column's mean.
+constexpr int kRowThread = kGpuTile < kThreads ? static_cast<int>(kGpuTile) : kThreads - 1;
 constexpr int64_t kGpuChunkElems = 1024;  // 8 full items per chunk: many chunks, so blocks end together
-constexpr int64_t kMaxSharedSlots = 1536;  // entries per parameter whose norm slots live in shared memory
+// Entries per parameter whose norm slots live in shared memory: static shared memory is 2 x 8 warps x tile
+// doubles, and static + dynamic stay under the 48 KiB that needs no opt-in.
+constexpr int64_t kMaxSharedSlots = kColsPerLane == 4 ? 1536 : 512;
 constexpr int kReduceThreads = 128;
+// Index arithmetic inside a parameter (rows, columns, items, packed offsets): 64-bit by default; with
+// HASFL_CUDA_INDEX32=1 it is 32-bit (half the registers and integer instructions per entry), which needs every
+// parameter and every packed tensor under 2^31 elements (the host checks). Output offsets and norm slots stay 64-bit.
+#ifndef HASFL_CUDA_INDEX32
+#define HASFL_CUDA_INDEX32 0
+#endif
+using idx_t = std::conditional_t<HASFL_CUDA_INDEX32 != 0, int32_t, int64_t>;
+template <typename T>
+__device__ __forceinline__ T lesser(T a, T b) { return a < b ? a : b; }
 
 struct CudaArgs {
   const int64_t* params;
@@ -101,29 +122,32 @@ __device__ __forceinline__ int64_t warp_sum(int64_t value) {
   return value;
 }
 
-// 4 consecutive values from a 16-byte aligned address.
+// kColsPerLane consecutive values from a 16-byte aligned address (16 bytes per load).
 __device__ __forceinline__ void load4(const float* x, float v[kColsPerLane]) {
-  const float4 q = __ldg(reinterpret_cast<const float4*>(x));
-  v[0] = q.x;
-  v[1] = q.y;
-  v[2] = q.z;
-  v[3] = q.w;
+#pragma unroll
+  for (int k = 0; k < kColsPerLane; k += 4) {
+    const float4 q = __ldg(reinterpret_cast<const float4*>(x + k));
+    v[k] = q.x;
+    v[k + 1] = q.y;
+    v[k + 2] = q.z;
+    v[k + 3] = q.w;
+  }
 }
 
 __device__ __forceinline__ void load4(const double* x, double v[kColsPerLane]) {
-  const double2 a = __ldg(reinterpret_cast<const double2*>(x));
-  const double2 b = __ldg(reinterpret_cast<const double2*>(x) + 1);
-  v[0] = a.x;
-  v[1] = a.y;
-  v[2] = b.x;
-  v[3] = b.y;
+#pragma unroll
+  for (int k = 0; k < kColsPerLane; k += 2) {
+    const double2 a = __ldg(reinterpret_cast<const double2*>(x + k));
+    v[k] = a.x;
+    v[k + 1] = a.y;
+  }
 }
 
 // Global coordinates g[0 .. ndim - 2] of row `row` (row-major over all dims but the last): local_row's
 // decomposition, done once per item instead of once per entry.
-__device__ __forceinline__ void row_coordinates(const int64_t* param, int64_t ndim, int64_t row, int64_t* g) {
-  for (int64_t d = ndim - 2; d >= 0; --d) {
-    const int64_t full = param[kParamFull + d];  // >= 1: a parameter with items has no empty dim
+__device__ __forceinline__ void row_coordinates(const int64_t* param, idx_t ndim, idx_t row, idx_t* g) {
+  for (idx_t d = ndim - 2; d >= 0; --d) {
+    const idx_t full = static_cast<idx_t>(param[kParamFull + d]);  // >= 1: a parameter with items has no empty dim
     g[d] = row % full;
     row /= full;
   }
@@ -133,36 +157,39 @@ __device__ __forceinline__ void row_coordinates(const int64_t* param, int64_t nd
 // nullptr when the entry does not cover the row or its last-dim window misses the tile. Same arithmetic
 // as local_row (Horner form of its sum) and window_pieces; the same for every thread of the block.
 template <typename scalar_t>
-__device__ __forceinline__ const scalar_t* entry_row(const CudaArgs& a, const int64_t* param, int64_t ndim,
-                                                     const int64_t* g, int64_t e, int64_t length, int64_t c0,
-                                                     int64_t c1) {
-  const int64_t* entry = a.entries + e * kEntryCols;
-  int64_t local = 0;
+__device__ __forceinline__ const scalar_t* entry_row(const CudaArgs& a, const int64_t* param, idx_t ndim,
+                                                     const idx_t* g, idx_t e, idx_t length, idx_t c0, idx_t c1) {
+  const int64_t* entry = a.entries + static_cast<int64_t>(e) * kEntryCols;
+  idx_t local = 0;
 #pragma unroll
   for (int d = 0; d < kMaxDims - 1; ++d) {
     if (d + 1 < ndim) {
-      const int64_t full = param[kParamFull + d];
-      int64_t index = g[d] - entry[kEntryOffset + d];
+      const idx_t full = static_cast<idx_t>(param[kParamFull + d]);
+      idx_t index = g[d] - static_cast<idx_t>(entry[kEntryOffset + d]);
       if (index < 0) index += full;
-      const int64_t packed = entry[kEntryPacked + d];
+      const idx_t packed = static_cast<idx_t>(entry[kEntryPacked + d]);
       if (index >= packed) return nullptr;
       local = local * packed + index;
     }
   }
-  const int64_t offset = entry[kEntryOffset + ndim - 1], width = entry[kEntryPacked + ndim - 1];
-  if (!window_meets(offset, width, length, c0, c1)) return nullptr;
-  return reinterpret_cast<const scalar_t*>(a.data[e]) + local * width;
+  const idx_t offset = static_cast<idx_t>(entry[kEntryOffset + ndim - 1]);
+  const idx_t width = static_cast<idx_t>(entry[kEntryPacked + ndim - 1]);
+  const idx_t wrapped_end = offset + width - length;  // window_meets, in idx_t
+  const bool meets = (wrapped_end > 0 && (c0 > 0 ? c0 : 0) < (wrapped_end < c1 ? wrapped_end : c1)) ||
+                     (offset > c0 ? offset : c0) < lesser(lesser(offset + width, length), c1);
+  if (!meets) return nullptr;
+  return reinterpret_cast<const scalar_t*>(a.data[e]) + static_cast<int64_t>(local) * width;
 }
 
 // The entry's values at the thread's columns c .. c + 3 (0 where it holds none) and a bit per column it
 // holds. Vector path: 16-byte aligned rows, window [0, width) (offset 0), and all 4 columns inside it
 // (then c + 4 <= width <= length and c + 4 <= c0 + kGpuTile, so also c + 4 <= c1).
 template <typename scalar_t>
-__device__ __forceinline__ unsigned load_columns(const CudaArgs& a, const scalar_t* row, int64_t e, int64_t ndim,
-                                                 int64_t length, int64_t c, int64_t c1,
-                                                 scalar_t v[kColsPerLane]) {
-  const int64_t* entry = a.entries + e * kEntryCols;
-  const int64_t offset = entry[kEntryOffset + ndim - 1], width = entry[kEntryPacked + ndim - 1];
+__device__ __forceinline__ unsigned load_columns(const CudaArgs& a, const scalar_t* row, idx_t e, idx_t ndim,
+                                                 idx_t length, idx_t c, idx_t c1, scalar_t v[kColsPerLane]) {
+  const int64_t* entry = a.entries + static_cast<int64_t>(e) * kEntryCols;
+  const idx_t offset = static_cast<idx_t>(entry[kEntryOffset + ndim - 1]);
+  const idx_t width = static_cast<idx_t>(entry[kEntryPacked + ndim - 1]);
   if (a.vector_ok[e] && c + kColsPerLane <= width) {
     load4(row + c, v);
     return (1u << kColsPerLane) - 1;
@@ -170,7 +197,12 @@ __device__ __forceinline__ unsigned load_columns(const CudaArgs& a, const scalar
   unsigned mask = 0;
 #pragma unroll
   for (int q = 0; q < kColsPerLane; ++q) {
-    const int64_t l = c + q < c1 ? local_column(c + q, offset, width, length) : -1;
+    idx_t l = -1;
+    if (c + q < c1) {  // local_column, in idx_t
+      l = c + q - offset;
+      if (l < 0) l += length;
+      if (l >= width) l = -1;
+    }
     v[q] = l >= 0 ? __ldg(row + l) : scalar_t(0);
     mask |= l >= 0 ? 1u << q : 0u;
   }
@@ -182,9 +214,9 @@ __device__ __forceinline__ unsigned load_columns(const CudaArgs& a, const scalar
 struct ChunkContext {
   const int64_t* param;
   int64_t chunk;
-  int64_t ndim, length, tiles;
-  int64_t entry_begin, entry_end, nested;
-  int64_t item_begin, item_end;
+  idx_t ndim, length, tiles;
+  idx_t entry_begin, entry_end, nested;
+  idx_t item_begin, item_end;
   int64_t out_offset;
   int64_t in_shared;    // norm slots in shared memory; else entry k's slot is the global partial below
   int64_t slot_first;   // partial index of (local entry 0, this chunk): base of the parameter + local chunk
@@ -199,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, Tuning<scalar_t>::kMinBlocks) aggreg
   __shared__ double s_acc[kWarps * kGpuTile];  // [warp][q][lane]: column c0 + 4 lane + q
   __shared__ double s_den[kWarps * kGpuTile];
   __shared__ double s_mean[kGpuTile];  // [q][lane]
-  __shared__ int64_t s_row[2][kMaxDims - 1];  // global row coordinates of items with even / odd index
+  __shared__ idx_t s_row[2][kMaxDims - 1];  // global row coordinates of items with even / odd index
   __shared__ int64_t s_covered[kWarps];
   __shared__ ChunkContext ctx;
   const int warp = threadIdx.x / kWarpSize;
@@ -215,14 +247,14 @@ __global__ void __launch_bounds__(kThreads, Tuning<scalar_t>::kMinBlocks) aggreg
         const int64_t* param = a.params + p * kParamCols;
         const int64_t first_chunk = a.param_chunk_begin[p];
         ctx.param = param;
-        ctx.ndim = param[kParamNdim];
-        ctx.length = row_length(param);
-        ctx.tiles = tiles_per_row(param, kGpuTile);
-        ctx.entry_begin = param[kParamEntryBegin];
-        ctx.entry_end = param[kParamEntryEnd];
+        ctx.ndim = static_cast<idx_t>(param[kParamNdim]);
+        ctx.length = static_cast<idx_t>(row_length(param));
+        ctx.tiles = static_cast<idx_t>(tiles_per_row(param, kGpuTile));
+        ctx.entry_begin = static_cast<idx_t>(param[kParamEntryBegin]);
+        ctx.entry_end = static_cast<idx_t>(param[kParamEntryEnd]);
         ctx.nested = param[kParamNested] != 0;
-        ctx.item_begin = chunk_row[kChunkItemBegin];
-        ctx.item_end = chunk_row[kChunkItemEnd];
+        ctx.item_begin = static_cast<idx_t>(chunk_row[kChunkItemBegin]);
+        ctx.item_end = static_cast<idx_t>(chunk_row[kChunkItemEnd]);
         ctx.out_offset = param[kParamOutOffset];
         ctx.in_shared = ctx.entry_end - ctx.entry_begin <= a.shared_slots;
         ctx.slot_first = a.chunks[first_chunk * kChunkCols + kChunkPartialBase] + (chunk - first_chunk);
@@ -243,32 +275,32 @@ __global__ void __launch_bounds__(kThreads, Tuning<scalar_t>::kMinBlocks) aggreg
         a.partial_den[ctx.slot_first + k * ctx.slot_stride] = 0.0;
       }
     }
-    // Thread kGpuTile (idle while the mean is formed) writes the row coordinates of the next item.
-    if (threadIdx.x == kGpuTile)
+    // Thread kRowThread writes the row coordinates of the first item (and, while a mean is formed, the next's).
+    if (threadIdx.x == kRowThread)
       row_coordinates(ctx.param, ctx.ndim, ctx.item_begin / ctx.tiles, s_row[ctx.item_begin & 1]);
     __syncthreads();
 
     int covered = 0;
-    for (int64_t item = ctx.item_begin; item < ctx.item_end; ++item) {
-      const int64_t length = ctx.length;
-      const int64_t c0 = (item % ctx.tiles) * kGpuTile;
-      const int64_t c1 = min64(c0 + kGpuTile, length);
-      const int64_t c = c0 + kColsPerLane * lane;
+    for (idx_t item = ctx.item_begin; item < ctx.item_end; ++item) {
+      const idx_t length = ctx.length;
+      const idx_t c0 = (item % ctx.tiles) * static_cast<idx_t>(kGpuTile);
+      const idx_t c1 = lesser(c0 + static_cast<idx_t>(kGpuTile), length);
+      const idx_t c = c0 + kColsPerLane * lane;
       // Written before the last barrier: at the chunk's start, or while the previous item's mean was formed.
       // The other buffer was last read in the previous item's pass 2, which every warp has left.
-      const int64_t* g = s_row[item & 1];
+      const idx_t* g = s_row[item & 1];
 
       // Pass 1: this warp's entries, in order; kUnroll rows located and loaded before any is added.
       double acc[kColsPerLane], den[kColsPerLane];
 #pragma unroll
       for (int q = 0; q < kColsPerLane; ++q) acc[q] = den[q] = 0.0;
       bool stop = false;  // nested: an entry missed the item, so every later one does too
-      for (int64_t e0 = ctx.entry_begin + warp; e0 < ctx.entry_end && !stop; e0 += kWarps * kUnroll) {
+      for (idx_t e0 = ctx.entry_begin + warp; e0 < ctx.entry_end && !stop; e0 += kWarps * kUnroll) {
         scalar_t v[kUnroll][kColsPerLane];
         unsigned mask[kUnroll];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
-          const int64_t e = e0 + u * kWarps;
+          const idx_t e = e0 + u * kWarps;
           mask[u] = 0;
           if (!stop && e < ctx.entry_end) {
             const scalar_t* x = entry_row<scalar_t>(a, ctx.param, ctx.ndim, g, e, length, c0, c1);
@@ -311,13 +343,13 @@ __global__ void __launch_bounds__(kThreads, Tuning<scalar_t>::kMinBlocks) aggreg
         const double mean = weight > 0.0 ? sum / weight : 0.0;
         s_mean[slot] = mean;
         if (c0 + j < c1) {
-          const int64_t row = item / ctx.tiles;
+          const int64_t row = static_cast<int64_t>(item / ctx.tiles);
           static_cast<scalar_t*>(a.out)[ctx.out_offset + row * ctx.length + c0 + j] = static_cast<scalar_t>(mean);
           covered += weight > 0.0 ? 1 : 0;
         }
-      } else if (threadIdx.x == kGpuTile && item + 1 < ctx.item_end) {
-        row_coordinates(ctx.param, ctx.ndim, (item + 1) / ctx.tiles, s_row[(item + 1) & 1]);
       }
+      if (threadIdx.x == kRowThread && item + 1 < ctx.item_end)
+        row_coordinates(ctx.param, ctx.ndim, (item + 1) / ctx.tiles, s_row[(item + 1) & 1]);
       __syncthreads();
 
       // Pass 2: per entry, ||m_e (x_e - mean)||^2 and ||m_e mean||^2 over this item, into its slot.
@@ -325,13 +357,13 @@ __global__ void __launch_bounds__(kThreads, Tuning<scalar_t>::kMinBlocks) aggreg
 #pragma unroll
       for (int q = 0; q < kColsPerLane; ++q) mean[q] = s_mean[q * kWarpSize + lane];
       stop = false;
-      for (int64_t e0 = ctx.entry_begin + warp; e0 < ctx.entry_end && !stop; e0 += kWarps * kUnroll) {
+      for (idx_t e0 = ctx.entry_begin + warp; e0 < ctx.entry_end && !stop; e0 += kWarps * kUnroll) {
         scalar_t v[kUnroll][kColsPerLane];
         unsigned mask[kUnroll];
         bool holds[kUnroll];  // the entry covers the item: the same for the whole warp
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
-          const int64_t e = e0 + u * kWarps;
+          const idx_t e = e0 + u * kWarps;
           mask[u] = 0;
           holds[u] = false;
           if (!stop && e < ctx.entry_end) {
@@ -463,6 +495,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> aggregate_into_cuda(const at::Ten
   check_aggregate_args(packed, params, entries, weights, out);
   TORCH_CHECK(out.is_cuda(), "out must be a CUDA tensor for the CUDA kernel, got ", out.device());
   const c10::cuda::CUDAGuard guard(out.device());
+  if (HASFL_CUDA_INDEX32) {  // 32-bit index arithmetic: every parameter (and so every packed tensor) fits
+    constexpr int64_t kLimit = (int64_t{1} << 31) - 4 * kGpuTile;
+    TORCH_CHECK(entries.size(0) < kLimit, "the CUDA kernel (built with 32-bit indices) takes fewer than ", kLimit,
+                " entries, got ", entries.size(0), "; aggregate with backend='reference'");
+    const int64_t* P = params.data_ptr<int64_t>();
+    for (int64_t p = 0; p < params.size(0); ++p) {
+      int64_t numel = 1;
+      for (int d = 0; d < kMaxDims; ++d) numel *= P[p * kParamCols + kParamFull + d];
+      TORCH_CHECK(numel < kLimit, "parameter ", p, " has ", numel, " elements; the CUDA kernel (built with 32-bit "
+                  "indices) takes fewer than ", kLimit, "; aggregate with backend='reference'");
+    }
+  }
   const AggregatePlan plan = make_plan(params, entries, weights, kGpuTile, kGpuChunkElems);
   const int64_t num_params = params.size(0), num_entries = entries.size(0), num_clients = weights.size(0);
   const int64_t num_chunks = plan.chunks.size(0);
