@@ -21,6 +21,8 @@
 //           memory) start at 0 and are written as this chunk's partials, entry-major per parameter.
 //   then:   a block per entry sums its chunks' partials (fixed strided split + fixed tree), a thread per
 //           client its entries in parameter order.
+//   index:  row, column and item arithmetic in 32 bits where every parameter has < 2^31 elements (the usual
+//           case: no register spills at 64 registers), else in 64 bits: two instantiations, chosen per call.
 // No float atomics: deterministic from run to run on a given GPU; not bit-identical to the CPU kernel
 // (other summation order). All tables go to the device in one copy from pinned memory.
 #include <ATen/ATen.h>
@@ -33,7 +35,6 @@
 #include <cstdint>
 #include <cstring>
 #include <tuple>
-#include <type_traits>
 
 #include "aggregate_host.h"
 #include "aggregate_layout.h"
@@ -83,13 +84,15 @@ constexpr int64_t kGpuChunkElems = 1024;  // 8 full items per chunk: many chunks
 // doubles, and static + dynamic stay under the 48 KiB that needs no opt-in.
 constexpr int64_t kMaxSharedSlots = kColsPerLane == 4 ? 1536 : 512;
 constexpr int kReduceThreads = 128;
-// Index arithmetic inside a parameter (rows, columns, items, packed offsets): 64-bit by default; with
-// HASFL_CUDA_INDEX32=1 it is 32-bit (half the registers and integer instructions per entry), which needs every
-// parameter and every packed tensor under 2^31 elements (the host checks). Output offsets and norm slots stay 64-bit.
-#ifndef HASFL_CUDA_INDEX32
-#define HASFL_CUDA_INDEX32 0
+// Index arithmetic inside a parameter (rows, columns, items, packed offsets) is done in idx_t: int32_t when every
+// parameter has fewer than kIndex32Limit elements (then so has every packed tensor), int64_t otherwise; output
+// offsets and norm slots stay 64-bit. On an H100 the 32-bit kernel has no register spills at 64 registers and was
+// 1.20-1.26x faster at 50/200 EMNIST clients and 1.24-1.26x for the LSTM (benchmarks/RESULTS.md, 2026-11-27).
+// HASFL_CUDA_FORCE_INDEX64=1 at build time keeps the 64-bit kernel for every call (to compare the two).
+#ifndef HASFL_CUDA_FORCE_INDEX64
+#define HASFL_CUDA_FORCE_INDEX64 0
 #endif
-using idx_t = std::conditional_t<HASFL_CUDA_INDEX32 != 0, int32_t, int64_t>;
+constexpr int64_t kIndex32Limit = (int64_t{1} << 31) - 4 * kGpuTile;  // room for a tile and an unrolled entry step
 template <typename T>
 __device__ __forceinline__ T lesser(T a, T b) { return a < b ? a : b; }
 
@@ -145,6 +148,7 @@ __device__ __forceinline__ void load4(const double* x, double v[kColsPerLane]) {
 
 // Global coordinates g[0 .. ndim - 2] of row `row` (row-major over all dims but the last): local_row's
 // decomposition, done once per item instead of once per entry.
+template <typename idx_t>
 __device__ __forceinline__ void row_coordinates(const int64_t* param, idx_t ndim, idx_t row, idx_t* g) {
   for (idx_t d = ndim - 2; d >= 0; --d) {
     const idx_t full = static_cast<idx_t>(param[kParamFull + d]);  // >= 1: a parameter with items has no empty dim
@@ -156,7 +160,7 @@ __device__ __forceinline__ void row_coordinates(const int64_t* param, idx_t ndim
 // The row of entry `e` that holds the item (global row coordinates g[0..ndim-2], columns [c0, c1)), or
 // nullptr when the entry does not cover the row or its last-dim window misses the tile. Same arithmetic
 // as local_row (Horner form of its sum) and window_pieces; the same for every thread of the block.
-template <typename scalar_t>
+template <typename scalar_t, typename idx_t>
 __device__ __forceinline__ const scalar_t* entry_row(const CudaArgs& a, const int64_t* param, idx_t ndim,
                                                      const idx_t* g, idx_t e, idx_t length, idx_t c0, idx_t c1) {
   const int64_t* entry = a.entries + static_cast<int64_t>(e) * kEntryCols;
@@ -184,7 +188,7 @@ __device__ __forceinline__ const scalar_t* entry_row(const CudaArgs& a, const in
 // The entry's values at the thread's columns c .. c + 3 (0 where it holds none) and a bit per column it
 // holds. Vector path: 16-byte aligned rows, window [0, width) (offset 0), and all 4 columns inside it
 // (then c + 4 <= width <= length and c + 4 <= c0 + kGpuTile, so also c + 4 <= c1).
-template <typename scalar_t>
+template <typename scalar_t, typename idx_t>
 __device__ __forceinline__ unsigned load_columns(const CudaArgs& a, const scalar_t* row, idx_t e, idx_t ndim,
                                                  idx_t length, idx_t c, idx_t c1, scalar_t v[kColsPerLane]) {
   const int64_t* entry = a.entries + static_cast<int64_t>(e) * kEntryCols;
@@ -211,6 +215,7 @@ __device__ __forceinline__ unsigned load_columns(const CudaArgs& a, const scalar
 
 // What a block needs to know of its current chunk; written by thread 0 when it takes the chunk and read
 // from shared memory where used (keeps registers for the loads in flight).
+template <typename idx_t>
 struct ChunkContext {
   const int64_t* param;
   int64_t chunk;
@@ -223,7 +228,7 @@ struct ChunkContext {
   int64_t slot_stride;  // the parameter's chunk count (entry-major partials)
 };
 
-template <typename scalar_t>
+template <typename scalar_t, typename idx_t>
 __global__ void __launch_bounds__(kThreads, Tuning<scalar_t>::kMinBlocks) aggregate_chunks_kernel(CudaArgs a) {
   // Entries in flight per warp, 16 loaded bytes per thread each (4 floats, or 4 doubles in two loads).
   constexpr int kUnroll = Tuning<scalar_t>::kUnroll;
@@ -233,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, Tuning<scalar_t>::kMinBlocks) aggreg
   __shared__ double s_mean[kGpuTile];  // [q][lane]
   __shared__ idx_t s_row[2][kMaxDims - 1];  // global row coordinates of items with even / odd index
   __shared__ int64_t s_covered[kWarps];
-  __shared__ ChunkContext ctx;
+  __shared__ ChunkContext<idx_t> ctx;
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
 
@@ -495,16 +500,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> aggregate_into_cuda(const at::Ten
   check_aggregate_args(packed, params, entries, weights, out);
   TORCH_CHECK(out.is_cuda(), "out must be a CUDA tensor for the CUDA kernel, got ", out.device());
   const c10::cuda::CUDAGuard guard(out.device());
-  if (HASFL_CUDA_INDEX32) {  // 32-bit index arithmetic: every parameter (and so every packed tensor) fits
-    constexpr int64_t kLimit = (int64_t{1} << 31) - 4 * kGpuTile;
-    TORCH_CHECK(entries.size(0) < kLimit, "the CUDA kernel (built with 32-bit indices) takes fewer than ", kLimit,
-                " entries, got ", entries.size(0), "; aggregate with backend='reference'");
+  // 32-bit index arithmetic where every parameter (and so every packed tensor) and the entry count fit.
+  bool index32 = !HASFL_CUDA_FORCE_INDEX64 && entries.size(0) < kIndex32Limit;
+  {
     const int64_t* P = params.data_ptr<int64_t>();
-    for (int64_t p = 0; p < params.size(0); ++p) {
+    for (int64_t p = 0; p < params.size(0) && index32; ++p) {
       int64_t numel = 1;
       for (int d = 0; d < kMaxDims; ++d) numel *= P[p * kParamCols + kParamFull + d];
-      TORCH_CHECK(numel < kLimit, "parameter ", p, " has ", numel, " elements; the CUDA kernel (built with 32-bit "
-                  "indices) takes fewer than ", kLimit, "; aggregate with backend='reference'");
+      index32 = numel < kIndex32Limit;
     }
   }
   const AggregatePlan plan = make_plan(params, entries, weights, kGpuTile, kGpuChunkElems);
@@ -572,10 +575,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> aggregate_into_cuda(const at::Ten
     int sm_count = 0;
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device.index()));
     AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "hasfl_ray::aggregate_into_cuda", [&] {
-      int per_sm = 0;
-      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, aggregate_chunks_kernel<scalar_t>,
-                                                                   kThreads, shared_bytes));
-      const int64_t grid = min64(num_chunks, max64(1, static_cast<int64_t>(per_sm) * sm_count));
       CudaArgs args{d + at_params,
                     d + at_entries,
                     d + at_chunks,
@@ -590,8 +589,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> aggregate_into_cuda(const at::Ten
                     reinterpret_cast<unsigned long long*>(tables.data_ptr<int64_t>() + at_counter),
                     num_chunks,
                     shared_slots};
-      aggregate_chunks_kernel<scalar_t><<<static_cast<unsigned>(grid), kThreads, shared_bytes, stream>>>(args);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      const auto launch = [&](auto kernel) {
+        int per_sm = 0;
+        C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, shared_bytes));
+        const int64_t grid = min64(num_chunks, max64(1, static_cast<int64_t>(per_sm) * sm_count));
+        kernel<<<static_cast<unsigned>(grid), kThreads, shared_bytes, stream>>>(args);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      };
+      if (index32)
+        launch(aggregate_chunks_kernel<scalar_t, int32_t>);
+      else
+        launch(aggregate_chunks_kernel<scalar_t, int64_t>);
     });
   }
   if (num_entries > 0) {
