@@ -22,6 +22,13 @@ def _run_cell(cell: Dict[str, Any], force: bool, cwd: str) -> Dict[str, Any]:
     return run_cell(cell, force, progress=False)
 
 
+#: CUDA cells sharing one GPU when neither --cells-per-gpu nor --gpus-per-actor says: the best of K = 1, 2, 4, 8
+#: measured on an NVIDIA H100 (2026-11-27, benchmarks/bench_cells_per_gpu.py, EMNIST sample cells): a steady round
+#: slows 1.38x, 2.81x, 4.89x at K = 2, 4, 8, so K cells finish 1.45x, 1.42x, 1.64x the work of one; 385, 608, 838
+#: and 1,075 four-round cells per hour (benchmarks/RESULTS.md).
+DEFAULT_CELLS_PER_GPU = 8
+
+
 class RayExecutor:
     """Submits cells as Ray tasks to the running Ray instance (``ray.init`` here when none runs: ``address`` joins a
     cluster, None starts one on this machine) and hands back results as they finish (a
@@ -30,6 +37,8 @@ class RayExecutor:
     def __init__(self, address: Optional[str] = None, gpus_per_task: Optional[float] = None, force: bool = False,
                  cells_per_gpu: Optional[int] = None):
         self.started = connect_ray(address, {})  # one sentence when Ray cannot start or the address does not answer
+        if cells_per_gpu is None and gpus_per_task is None:
+            cells_per_gpu = DEFAULT_CELLS_PER_GPU
         if cells_per_gpu is not None:  # K cells share each GPU: each asks for 1/K of one
             gpus_per_task = 1.0 / cells_per_gpu
         self.gpus_per_task, self.force = gpus_per_task, force

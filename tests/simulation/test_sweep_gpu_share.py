@@ -57,6 +57,15 @@ def test_k_cells_share_one_gpu_at_once(one_gpu_cluster, k):
     assert all(r["gpu_ids"] == ["0"] for r in results)  # every share is of the one GPU
 
 
+def test_cuda_cells_share_a_gpu_by_eight_unless_told(one_gpu_cluster):
+    from hasfl_ray.simulation.sweep import DEFAULT_CELLS_PER_GPU, RayExecutor
+
+    assert DEFAULT_CELLS_PER_GPU == 8
+    assert RayExecutor().resources(cells(1)[0]) == (1, pytest.approx(1 / 8))
+    assert RayExecutor(gpus_per_task=0.5).resources(cells(1)[0]) == (1, pytest.approx(0.5))  # --gpus-per-actor
+    assert RayExecutor(cells_per_gpu=1).resources(cells(1)[0]) == (1, pytest.approx(1.0))
+
+
 def test_cells_per_gpu_is_checked_and_named_in_the_first_line(tmp_path):
     from hasfl_ray.simulation.sweep import RayExecutor
 
