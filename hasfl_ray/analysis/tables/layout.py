@@ -1,0 +1,54 @@
+"""What tables and figures share: the paper's names, the protocol line, TeX escaping, markdown and booktabs grids."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Sequence
+
+
+#: The paper's names for the algorithms (tables and figures; CSV keeps the command-line names).
+DISPLAY_NAMES = {"hasfl": "HAS-FL", "hasfl (coverage off)": "HAS-FL, coverage off", "heterofl": "HeteroFL",
+                 "fjord": "FjORD", "uniform": "Uniform", "random-budget": "Random-budget", "fedavg": "FedAvg",
+                 "fedprox": "FedProx", "scaffold": "SCAFFOLD", "fedrolex": "FedRolex"}
+DATASET_NAMES = {"cifar10": "CIFAR-10", "emnist": "EMNIST", "shakespeare": "Shakespeare", "digits": "Digits",
+                 "synthetic": "Synthetic"}
+
+
+def display_name(name: str) -> str:
+    return DISPLAY_NAMES.get(name, DATASET_NAMES.get(name, name))
+
+
+def protocol_line(config: Mapping[str, Any]) -> str:
+    """The protocol of a run in a few symbols: N clients, per round, T rounds, K local epochs, Dirichlet alpha."""
+    line = (f"N={config.get('clients')}, {config.get('clients_per_round')}/round, T={config.get('rounds')}, "
+            f"K={config.get('local_epochs')}")
+    if config.get("dataset") not in ("shakespeare",):
+        line += f", α={config.get('alpha')}"
+    return line
+
+
+def _markdown_grid(header: Sequence[str], body: Sequence[Sequence[str]]) -> List[str]:
+    """The lines of a markdown table."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join(cells) + " |" for cells in body]
+
+
+def _latex_grid(rows: Sequence[Dict[str, Any]], body: Sequence[Sequence[str]], caption: str, align: str,
+                header: str) -> str:
+    """A booktabs table: each row's dataset named on its first row, a rule between datasets, then ``body``'s
+    cells (TeX already)."""
+    lines = [r"\begin{table}[!htbp]", r"\centering", rf"\caption{{{_tex(caption)} (mean $\pm$ std over seeds)}}",
+             r"\footnotesize", rf"\begin{{tabular}}{{{align}}}", r"\toprule", header + r" \\", r"\midrule"]
+    previous = None
+    for row, cells in zip(rows, body):
+        if previous is not None and row["dataset"] != previous:
+            lines.append(r"\midrule")
+        dataset = _tex(display_name(row["dataset"])) if row["dataset"] != previous else ""
+        previous = row["dataset"]
+        lines.append(" & ".join([dataset] + list(cells)) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def _tex(text: str) -> str:
+    return text.replace("\\", r"\textbackslash{}").replace("&", r"\&").replace("%", r"\%").replace("_", r"\_") \
+        .replace("#", r"\#")
