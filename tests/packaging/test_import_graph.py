@@ -1,7 +1,9 @@
 """Layering: no import circles among hasfl_ray's modules, the command line (hasfl_ray/cli) included: its commands are
 plain click commands that cli/main.py adds to the group, and none imports the group. Every import is counted: those
 inside functions and those under ``if TYPE_CHECKING:`` too (a type-only import still points one module at another:
-the arrows of the layering must point one way for type checkers as for the interpreter)."""
+the arrows of the layering must point one way for type checkers as for the interpreter).
+
+The floors of the house (:data:`FLOORS`, bottom first): no module imports a module of a higher floor."""
 
 import ast
 import os
@@ -120,3 +122,76 @@ def test_the_engine_names_no_single_algorithm_and_the_schedule_sits_at_the_botto
     import hasfl_ray.engine.config as config
 
     assert not hasattr(config, "budget_from_run")
+
+
+#: The floors of hasfl_ray, bottom first, as names relative to the package: an entry is a module or a package (with
+#: everything under it; the most specific entry wins), ``PKG.__init__`` a package's own ``__init__.py`` alone and
+#: ``__init__`` hasfl_ray's. A module may import its own floor and those below (circles are test_no_import_circles'
+#: business), never one above. Entries of a package placed on another floor than the package's:
+#:
+#: - ``training.seeding`` (random streams, imports nothing of hasfl_ray) on the bottom floor: the clock's traces and
+#:   the synthetic dataset draw from it;
+#: - ``engine.config`` (the run configuration, becoming ``config/``) on the floor of the parts it configures;
+#: - ``engine.__init__``, ``engine.engine`` and ``engine.factory`` (the run: the Engine and the backend it picks) above
+#:   the Ray backend, which implements the engine's backend interface on its server: the engine's other modules stay
+#:   below it, and ``engine.factory`` imports ``simulation`` only for ``backend: ray``;
+#: - ``simulation.sweep`` (the sweep's Ray executor) on the sweep's floor, whose cells it runs.
+FLOORS = (
+    ("bottom", ("errors", "files", "schedule", "registry", "federation", "evaluation", "training.seeding")),
+    ("parts", ("config", "engine.config", "models", "aggregation", "ops", "data", "clock")),
+    ("training", ("training",)),
+    ("algorithms", ("algorithms",)),
+    ("engine", ("engine",)),
+    ("simulation", ("simulation",)),
+    ("run", ("engine.__init__", "engine.engine", "engine.factory")),
+    ("analysis", ("analysis",)),
+    ("sweep", ("sweep", "simulation.sweep")),
+    ("bench", ("bench",)),
+    ("top", ("cli", "api", "__init__")),
+)
+
+#: Floor entries that may not exist yet (the configuration package is being moved out of engine/config.py).
+OPTIONAL_ENTRIES = {"config"}
+
+
+def floor_of(name, is_package):
+    """The index in :data:`FLOORS` of module ``name`` (dotted, ``hasfl_ray`` included), or None if it has none."""
+    entries = {entry: index for index, (_, names) in enumerate(FLOORS) for entry in names}
+    relative = name.split(".")[1:]
+    candidates = [".".join(relative + ["__init__"])] if is_package else []
+    candidates += [".".join(relative[:end]) for end in range(len(relative), 0, -1)]
+    return next((entries[c] for c in candidates if c in entries), None)
+
+
+def floors():
+    modules = module_names()
+    return modules, {name: floor_of(name, path.endswith("__init__.py")) for name, path in modules.items()}
+
+
+def test_every_module_has_a_floor_and_every_floor_entry_exists():
+    modules, floor = floors()
+    assert [name for name, index in floor.items() if index is None] == []
+    relative = {".".join(name.split(".")[1:]) for name in modules}
+    packages = {".".join(name.split(".")[1:] + ["__init__"]) for name, path in modules.items()
+                if path.endswith("__init__.py")}
+    entries = [entry for _, names in FLOORS for entry in names]
+    assert len(entries) == len(set(entries))
+    assert [e for e in entries if e not in relative | packages and e not in OPTIONAL_ENTRIES] == []
+
+
+def test_no_import_up():
+    """No module imports one of a higher floor (every import counted, as for circles)."""
+    modules, floor = floors()
+    upward = sorted(f"{name} ({FLOORS[floor[name]][0]}) -> {target} ({FLOORS[floor[target]][0]})"
+                    for name, path in modules.items() for target in imports(path, name, modules)
+                    if floor[target] > floor[name])
+    assert upward == []
+
+
+def test_floor_of_takes_the_most_specific_entry():
+    assert FLOORS[floor_of("hasfl_ray.training.seeding", False)][0] == "bottom"
+    assert FLOORS[floor_of("hasfl_ray.training.trainer", False)][0] == "training"
+    assert FLOORS[floor_of("hasfl_ray.engine", True)][0] == "run"
+    assert FLOORS[floor_of("hasfl_ray.engine.server", False)][0] == "engine"
+    assert FLOORS[floor_of("hasfl_ray", True)][0] == "top"
+    assert floor_of("hasfl_ray.nowhere", False) is None
