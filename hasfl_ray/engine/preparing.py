@@ -1,0 +1,143 @@
+"""Preparing a run: the refusals before anything is made; its dataset, tiers, algorithm, w^(0) and clock built."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+from hasfl_ray.algorithms import algorithm_class
+from hasfl_ray.clock import make_clock
+from hasfl_ray.data import load_plugin_dataset
+from hasfl_ray.data.base import BYTES_PER_CLIENT, check_client_memory, physical_memory
+from hasfl_ray.engine.checkpoint import (START_AGAIN, check_checkpoint, check_resume_config, checkpoint_path,
+                                         load_checkpoint, stored_config)
+from hasfl_ray.engine.config import RunConfig
+from hasfl_ray.engine.guard import GuardedAlgorithm, PluginError, construct
+from hasfl_ray.engine.participants import capacity_tiers, initial_parameters, round_capacities
+from hasfl_ray.engine.rundir import check_no_links, check_run_directory, check_start
+from hasfl_ray.errors import ConfigError
+from hasfl_ray.federation import ladder_of
+from hasfl_ray.models import MODEL_CONFIGS, register_model
+from hasfl_ray.models.choice import model_dataset
+from hasfl_ray.registry import call_plugin, lookup, spec_label
+
+logger = logging.getLogger(__name__)
+
+
+def prepare(engine: Any) -> None:
+    """:meth:`Engine.prepare`: the refusals before anything is made (the run directory, the device, the threads,
+    the memory, a checkpoint against the run), the run's parts built (:func:`build`), a checkpoint's state
+    restored."""
+    c = engine.config
+    if engine.rundir:
+        check_run_directory(engine.rundir.path)
+        if os.path.isdir(engine.rundir.path):
+            check_no_links(engine.rundir.path)  # log.txt and the checkpoint are opened by name: never through a link
+        check_start(engine.rundir.path, engine.resume, engine.force)  # a new run only where nothing would be lost
+    check_device(c)
+    check_threads(c)
+    check_client_memory(c.clients)
+    if engine.rundir and engine.force and not engine.resume:
+        engine.rundir.check_clearable()  # --force clears only a run directory: refused before anything runs
+    if engine.resume and engine.rundir:
+        engine.checkpoint = load_checkpoint(engine.rundir.path)
+        if not engine.force:
+            check_resume_config(engine.rundir.path, stored_config(engine.rundir.path, engine.checkpoint), c)
+        if engine.checkpoint is not None and engine.checkpoint.round > c.rounds:  # --force with fewer rounds
+            raise ConfigError(f"checkpoint {checkpoint_path(engine.rundir.path)!r} holds {engine.checkpoint.round} "
+                              f"completed rounds but rounds is {c.rounds}; expected at least "
+                              f"{engine.checkpoint.round} rounds to continue it, {START_AGAIN}")
+    engine.backend.warm_up(c)  # Ray and its actors start while the data loads (docs/ray.md, 'Start-up')
+    try:
+        build(engine)
+    except MemoryError:
+        total = physical_memory()
+        raise ConfigError(f"clients is {c.clients} and memory ran out building the per-client state (about "
+                          f"{c.clients * BYTES_PER_CLIENT / 1e9:.3g} GB at {BYTES_PER_CLIENT} bytes a client"
+                          + (f", of {total / 1e9:.3g} GB here" if total else "") + "); expected fewer clients, or "
+                          "more free memory") from None
+    if engine.checkpoint is not None:
+        path = checkpoint_path(engine.rundir.path)
+        check_checkpoint(path, engine.checkpoint, engine.initial_params, engine.algorithm.state_dict())
+        try:
+            engine.algorithm.algorithm.load_state_dict(engine.checkpoint.algorithm_state)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # noqa: BLE001 (the plug-in's code, SystemExit included)
+            raise ConfigError(f"checkpoint {path!r} does not match this run: algorithm {c.algorithm!r} cannot load "
+                              f"its algorithm_state ({type(error).__name__}: {str(error)[:60]}); expected this "
+                              f"run's algorithm state, {START_AGAIN}") from None
+        engine.history = [dict(line) for line in engine.checkpoint.history]
+        if engine.clock is not None and engine.checkpoint.clock is not None:
+            engine.clock.load_state_dict(engine.checkpoint.clock)
+        if c.width_assignment == "dynamic" and engine.history:  # the capacities of the last round run
+            engine.p_max = round_capacities(c.seed, len(engine.history) - 1, c.clients, engine.ladder)
+        engine.elapsed_before = engine.checkpoint.elapsed_s
+        logger.info("resuming %s after round %d", engine.rundir.path, engine.checkpoint.round - 1)
+    engine.backend.wait_started()  # Ray's start refused (an address, the cluster's size): before anything is made
+    engine.prepared = True
+
+
+def build(engine: Any) -> None:
+    """The dataset, the tiers, the algorithm and w^(0) of the config (the per-client arrays are made here)."""
+    c = engine.config
+    engine.dataset = load_plugin_dataset(lookup("dataset", c.dataset), c)
+    # --model: a ResNet in place of the dataset's own network; sBN: the server's view keeps the training data
+    engine.dataset = model_dataset(engine.dataset, c, spec_label(c.dataset))  # (docs/models.md)
+    engine.model_name = engine.dataset.model
+    register_model(engine.model_name, engine.dataset.model_config)  # a dataset plug-in's own model, if any
+    if engine.model_name not in MODEL_CONFIGS:
+        raise ConfigError(f"dataset {c.dataset!r} names model {engine.model_name!r}; expected a built-in model "
+                          f"({', '.join(MODEL_CONFIGS)}) or a model_config describing it")
+    if engine.dataset.num_clients != c.clients:
+        raise ConfigError(f"dataset {c.dataset!r} loaded {engine.dataset.num_clients} clients but clients is "
+                          f"{c.clients}; expected a loader that splits the data over config.clients clients")
+    engine.ladder = ladder_of(c)
+    engine.p_max = capacity_tiers(c.seed, c.clients, c.tier_counts, engine.ladder)  # dynamic: before round 0
+    engine.num_samples = call_plugin(f"dataset {spec_label(c.dataset)!r}", "client_sizes",
+                                     lambda: np.asarray(engine.dataset.client_sizes(), dtype=np.int64), early=True)
+    if engine.num_samples.shape != (c.clients,):  # clients.csv zips it with the other columns: never truncated
+        raise PluginError(f"dataset {spec_label(c.dataset)!r} returned {engine.num_samples.size} sizes of shape "
+                          f"{engine.num_samples.shape} from client_sizes(); expected one per client ({c.clients})")
+    label = spec_label(c.algorithm)
+    engine.algorithm = GuardedAlgorithm(construct(algorithm_class(c.algorithm), label, c, engine.p_max,
+                                                  engine.num_samples), label, c.clients)
+    engine.initial_params = initial_parameters(engine.model_name, c.seed)
+    engine.clock = make_clock(c, engine.model_name, engine.num_samples, engine.p_max, engine.dataset.client_names)
+    if engine.clock is not None:  # allocation policies read devices and costs through it (docs/clock.md)
+        engine.algorithm.algorithm.clock = engine.clock
+
+
+def check_device(config: RunConfig) -> None:
+    """Refuse, in one sentence, a CUDA or MPS device this machine does not have (before anything starts it or a run
+    directory is made). A Ray run joining a cluster (``address``) is not checked: its GPUs are on the nodes."""
+    device = config.device
+    if config.backend == "ray" and config.address is not None:
+        return
+    if device.startswith("cuda"):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"device is {device!r} but torch finds no GPU on this machine (torch.cuda.is_available() "
+                              "is False); expected --device cpu or auto, or a machine with a CUDA GPU")
+        index = int(device.partition(":")[2] or 0)
+        if config.backend == "local" and index >= count:
+            raise ConfigError(f"device is {device!r} but this machine has {count} GPU(s); expected cuda:0 to "
+                              f"cuda:{count - 1}")
+    elif device == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ConfigError("device is 'mps' but torch finds no MPS device on this machine; expected --device cpu "
+                              "or auto")
+
+
+def check_threads(config: RunConfig) -> None:
+    """Refuse, in one sentence, more trainer threads than this machine has CPUs on the local backend (a Ray run's
+    placement refuses them against its cluster's CPUs: :func:`hasfl_ray.simulation.placement.plan_actors`)."""
+    cpus = os.cpu_count() or 1
+    if config.backend == "local" and config.trainer_threads > cpus:
+        raise ConfigError(f"trainer_threads is {config.trainer_threads}, which needs {config.trainer_threads} CPUs, "
+                          f"but this machine has {cpus}; expected at most {cpus}")
