@@ -17,7 +17,7 @@ _LAZY = {
     "Dataset": "hasfl_ray.data.base",
     "FederatedDataset": "hasfl_ray.data.base",
     "TensorFederatedDataset": "hasfl_ray.data.base",
-    "RunConfig": "hasfl_ray.engine.config",
+    "RunConfig": "hasfl_ray.config",
     "register_algorithm": "hasfl_ray.registry",
     "register_dataset": "hasfl_ray.registry",
     "simulate": "hasfl_ray.api",

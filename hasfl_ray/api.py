@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Mapping, Optional, Union
 
-from hasfl_ray.engine.config import RunConfig, load_yaml_config, merge_layers, migrate_config
+from hasfl_ray.config import RunConfig, load_yaml_config, merge_layers, migrate_config
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.registry import spec_of
 
@@ -35,7 +35,7 @@ def simulate(config: Union[RunConfig, Mapping[str, Any], str, None] = None, *, a
         fields: further config keys (``rounds=5``, ``clients=10``, ``mu=0.5`` for fedprox), over ``config``'s.
 
     ``backend`` defaults to ``auto``, the command line's rule: Ray where it is installed, else local
-    (:func:`hasfl_ray.engine.config.default_backend`); results do not depend on it.
+    (:func:`hasfl_ray.config.default_backend`); results do not depend on it.
     """
     from hasfl_ray.engine import Engine
 

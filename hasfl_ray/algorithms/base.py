@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # the run configuration sits below the algorithms; only type 
 
     from hasfl_ray.clock.cost import ClientCost
 
-    from hasfl_ray.engine.config import RunConfig
+    from hasfl_ray.config import RunConfig
 
 
 class Algorithm(ABC):

@@ -3,7 +3,7 @@
 Each built-in declares its options the way a plug-in does (``options_class``, a dataclass whose ``__post_init__``
 checks ranges; :func:`hasfl_ray.registry.check_options` has already checked each value's type). The run
 configuration keeps the protocol; ``algorithm_options`` holds these, and a flat key such as ``mu: 0.5`` or
-``--mu 0.5`` is routed to the algorithm that declares it (:func:`hasfl_ray.engine.config.route_options`).
+``--mu 0.5`` is routed to the algorithm that declares it (:func:`hasfl_ray.config.route_options`).
 """
 
 from __future__ import annotations

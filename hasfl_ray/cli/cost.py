@@ -44,7 +44,7 @@ def plugin_cost_table(spec: str, dataset: str, data_dir: Optional[str] = None,
     pass at each width (matrix multiplications and convolutions only), and FLOPs per sample 2 x MACs (unless it
     has a ``flops(p)`` method)."""
     from hasfl_ray.data import load_plugin_dataset
-    from hasfl_ray.engine.config import RunConfig
+    from hasfl_ray.config import RunConfig
     from hasfl_ray.models.choice import model_dataset
     from hasfl_ray.registry import lookup, spec_label
 

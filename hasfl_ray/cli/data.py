@@ -18,7 +18,8 @@ def partition_summary(dataset_name: str, data_dir: str | None, download: bool, c
                       width_mix: Any = None) -> Dict[str, Any]:
     """The partition a run with these settings trains on: per client its name, n_i, p_max, TV distance
     and label histogram, plus the class count, the train and test sizes and the partition scheme (``partition``:
-    dirichlet, iid, classes:K, shards:S; ``widths`` and ``width_mix``: the width ladder p_max is dealt from)."""
+    dirichlet, iid, classes:K, classes-even:K, shards:S; with classes:K also each client's label split and the size
+    of its own test shard; ``widths`` and ``width_mix``: the width ladder p_max is dealt from)."""
     from hasfl_ray.data import load_dataset
     from hasfl_ray.engine.engine import capacity_tiers
     from hasfl_ray.federation import ladder_of, normalise_partition
@@ -32,6 +33,10 @@ def partition_summary(dataset_name: str, data_dir: str | None, download: bool, c
     rows = [{"client": i, "name": dataset.client_names[i], "num_samples": dataset.client_size(i),
              "p_max": float(p_max[i]), "tv_distance": float(tv[i]), "label_histogram": histograms[i].tolist()}
             for i in range(dataset.num_clients)]
+    labels, tests = getattr(dataset, "label_split", None), getattr(dataset, "client_test_indices", None)
+    if labels is not None and tests is not None:  # classes:K: each client's labels and its own test shard
+        for row, held, test in zip(rows, labels, tests):
+            row.update(label_split=list(held), test_samples=int(len(test)))
     return {"dataset": dataset_name, "num_classes": dataset.num_classes, "train_size": dataset.train_size,
             "test_size": dataset.test_size, "seed": seed, "alpha": alpha, "partition": partition,
             "partition_rule": partition_rule(dataset_name, partition, alpha), "clients": rows}
@@ -47,7 +52,9 @@ def partition_rule(dataset_name: str, partition: str, alpha: float) -> str:
     scheme, k = parse_partition(partition)
     return {"dirichlet": f"Dirichlet label skew, alpha {alpha:g}",
             "iid": "IID: one shuffle cut into equal parts",
-            "classes": f"{k} classes per client, each class's samples split evenly over its holders",
+            "classes": f"HeteroFL's non-IID-{k}: {k}·N/C shards of each class, a shuffled label split of {k} labels "
+                       "a client (a repeated label held once), the test set split with the same label split",
+            "classes-even": f"{k} classes per client, each class's samples split evenly over its holders",
             "shards": f"{k} label-sorted shards per client (McMahan et al.)"}[scheme]
 
 
@@ -68,8 +75,9 @@ def data() -> None:
 @click.option("--seed", type=click.IntRange(min=0), default=42, show_default=True,
               help="Run seed: redraws the partition and the capacity tiers.")
 @click.option("--partition", default="dirichlet", show_default=True, metavar="SCHEME",
-              help="Label partition of the image sets: dirichlet (--alpha), iid, classes:K (K classes per client) or "
-                   "shards:S (S label-sorted shards per client).")
+              help="Label partition of the image sets: dirichlet (--alpha), iid, classes:K (HeteroFL's non-IID-K, "
+                   "each client with its own test shard), classes-even:K (exactly K classes per client) or shards:S "
+                   "(S label-sorted shards per client).")
 @click.option("--widths", metavar="W1,W2,...", help="The width ladder p_max is dealt from (default: the paper's "
               "tiers 0.25,0.5,0.75,1), as simulate's --widths.")
 @click.option("--width-mix", metavar="MIX", help="Each width's share, or HeteroFL's a1-b1-c1-d1-e1, as simulate's "
@@ -79,7 +87,8 @@ def data() -> None:
 @user_errors
 def inspect(dataset_name: str, data_dir: str | None, download: bool, clients: int, alpha: float, seed: int,
             partition: str, widths: str | None, width_mix: str | None, as_json: bool) -> None:
-    """Print the partition: per client its name, num_samples, p_max, tv_distance and label histogram."""
+    """Print the partition: per client its name, num_samples, p_max, tv_distance and label histogram (with
+    classes:K also its labels and the size of its own test shard)."""
     flags: Dict[str, Any] = {"widths": widths}
     apply_switches(flags, False, False, False)  # --widths as simulate reads it
     summary = partition_summary(dataset_name, data_dir, download, clients, alpha, seed, partition, flags["widths"],
@@ -91,9 +100,11 @@ def inspect(dataset_name: str, data_dir: str | None, download: bool, clients: in
                f"{summary['test_size']:,} test samples over {len(summary['clients'])} clients (seed {seed}); "
                f"partition {summary['partition']}: {summary['partition_rule']}")
     width = max(len("name"), *(len(row["name"]) for row in summary["clients"]))
+    split = "label_split" in summary["clients"][0]
     click.echo(f"{'client':>6}  {'name':<{width}}  {'num_samples':>11}  {'p_max':>5}  {'tv_distance':>11}  "
-               "label_histogram")
+               + (f"{'labels':<11}  {'test_shard':>10}  " if split else "") + "label_histogram")
     for row in summary["clients"]:
         histogram = " ".join(str(count) for count in row["label_histogram"])
+        held = (f"{','.join(map(str, row['label_split'])):<11}  {row['test_samples']:>10,}  " if split else "")
         click.echo(f"{row['client']:>6}  {row['name']:<{width}}  {row['num_samples']:>11,}  {row['p_max']:>5.2f}  "
-                   f"{row['tv_distance']:>11.4f}  {histogram}")
+                   f"{row['tv_distance']:>11.4f}  {held}{histogram}")

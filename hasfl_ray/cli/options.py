@@ -205,9 +205,9 @@ def _comma_list(flags: Dict[str, Any], key: str, convert, expected: str) -> None
 
 def default_backend(ray_options_given: bool) -> str:
     """What a command runs on when --backend is not given: the one rule of the CLI and the Python API
-    (:func:`hasfl_ray.engine.config.default_backend`: ``ray`` where Ray is installed, else ``local``), with the
+    (:func:`hasfl_ray.config.default_backend`: ``ray`` where Ray is installed, else ``local``), with the
     install hint when Ray-only options were given on a machine without Ray."""
-    from hasfl_ray.engine.config import default_backend as shared_rule
+    from hasfl_ray.config.runconfig import default_backend as shared_rule
 
     backend = shared_rule()
     if backend == "local" and ray_options_given:

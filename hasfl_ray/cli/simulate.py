@@ -25,7 +25,7 @@ def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str,
 
     Keys naming the algorithm's options (``mu``, ``--p-min``) go to its ``algorithm_options``; a config file's
     options for other algorithms (a sweep config's shared keys) are dropped, a flag's refused in one sentence."""
-    from hasfl_ray.engine.config import RunConfig, load_yaml_config, merge_layers, single_run_values
+    from hasfl_ray.config import RunConfig, load_yaml_config, merge_layers, single_run_values
 
     source = f"config file {config_file!r}" if config_file else "config"
     flags = dict(flags)
@@ -56,7 +56,7 @@ def resume_base(stored: Dict[str, Any], flags: Dict[str, Any]) -> Dict[str, Any]
 def stored_run_base(out: str, flags: Dict[str, Any]) -> Dict[str, Any] | None:
     """Resuming needs only --out: the run's own config.yaml (of any version, migrated) is the base the flags go on,
     and they must agree with it; None when ``out`` holds no run."""
-    from hasfl_ray.engine.config import load_yaml_config, migrate_config
+    from hasfl_ray.config import load_yaml_config, migrate_config
 
     path = os.path.join(out, "config.yaml")
     if not os.path.exists(path):

@@ -1,4 +1,4 @@
-"""The clock's config keys, checked and normalised (what :class:`~hasfl_ray.engine.config.RunConfig` calls): the
+"""The clock's config keys, checked and normalised (what :class:`~hasfl_ray.config.RunConfig` calls): the
 device population (``devices``), the availability model, the deadline and its policy, and the dropout probability.
 Pure values only: no file is read here (the trace is read when the run is built, :mod:`hasfl_ray.clock.profiles`).
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from hasfl_ray.data.base import Dataset, FederatedDataset, TensorFederatedDataset, TextFederatedDataset, check_splits
-from hasfl_ray.data.partition import TIER_PROBABILITIES, TIERS, assign_tiers, dirichlet_partition, partition_labels
+from hasfl_ray.data.partition import TIER_PROBABILITIES, TIERS, assign_tiers, dirichlet_partition, partition_labels, partition_splits
 from hasfl_ray.federation import check_partition_applies
 from hasfl_ray.registry import call_plugin, lookup, register_dataset, registered, spec_label
 
@@ -62,4 +62,4 @@ def load_plugin_dataset(plugin: type, config) -> FederatedDataset:
 
 __all__ = ["DATASETS", "Dataset", "FederatedDataset", "TIERS", "TIER_PROBABILITIES", "TensorFederatedDataset",
            "TextFederatedDataset", "assign_tiers", "dirichlet_partition", "load_dataset", "load_plugin_dataset",
-           "partition_labels", "register_dataset"]
+           "partition_labels", "partition_splits", "register_dataset"]

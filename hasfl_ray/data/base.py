@@ -206,6 +206,9 @@ class TensorFederatedDataset(FederatedDataset):
         client_indices: per client, int64 indices into ``train_x``.
         client_names: display name per client (default ``client_<i>``).
         mean, std: per-channel statistics of the [0, 1]-scaled uint8 inputs; both or neither.
+        client_test_indices: per client, int64 indices into ``test_x``: its own test shard (``classes:K``, which
+            splits the test set with the clients' label split as HeteroFL and FedRolex do), or None.
+        label_split: per client, the labels it was dealt (``classes:K``), or None.
     """
 
     device_positions = True  # client_batch moves positions to its own device (a no-op there)
@@ -213,8 +216,12 @@ class TensorFederatedDataset(FederatedDataset):
     def __init__(self, name: str, model: str, num_classes: int, train_x: torch.Tensor, train_y: torch.Tensor,
                  test_x: torch.Tensor, test_y: torch.Tensor, client_indices: Sequence[torch.Tensor],
                  client_names: Sequence[str] | None = None, mean: Sequence[float] | None = None,
-                 std: Sequence[float] | None = None):
+                 std: Sequence[float] | None = None, client_test_indices: Sequence[torch.Tensor] | None = None,
+                 label_split: Sequence[Sequence[int]] | None = None):
         self.name, self.model, self.num_classes = name, model, num_classes
+        self.client_test_indices = (None if client_test_indices is None else
+                                    [torch.as_tensor(ix, dtype=torch.int64) for ix in client_test_indices])
+        self.label_split = None if label_split is None else [list(map(int, labels)) for labels in label_split]
         self.train_x, self.train_y, self.test_x, self.test_y = train_x, train_y, test_x, test_y
         self.client_indices = [torch.as_tensor(ix, dtype=torch.int64) for ix in client_indices]
         self.client_names = list(client_names) if client_names is not None else \

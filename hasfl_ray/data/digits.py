@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from hasfl_ray.data.base import Dataset, FederatedDataset, TensorFederatedDataset
-from hasfl_ray.data.partition import partition_labels
+from hasfl_ray.data.partition import partition_splits
 
 TEST_FRACTION = 0.2
 
@@ -36,7 +36,7 @@ def load_digits_federated(num_clients: int, alpha: float, seed: int,
                           partition: str = "dirichlet") -> TensorFederatedDataset:
     """Digits split 80/20 into train and test by a fixed permutation (seed 0, independent of the run seed),
     the training part partitioned over ``num_clients`` with Dirichlet(``alpha``) label skew drawn from ``seed``
-    (or the scheme ``partition`` names: :func:`~hasfl_ray.data.partition.partition_labels`).
+    (or the scheme ``partition`` names: :func:`~hasfl_ray.data.partition.partition_splits`).
 
     Pixels (0..16) are scaled to [0, 1] and standardised with the training mean and std.
     """
@@ -50,9 +50,13 @@ def load_digits_federated(num_clients: int, alpha: float, seed: int,
     x = torch.from_numpy((images - mean) / std).unsqueeze(1)
     y = torch.from_numpy(labels)
     train_x, train_y = x[train_idx].contiguous(), y[train_idx].contiguous()
-    parts = partition_labels(train_y.numpy(), num_clients, partition, alpha, np.random.default_rng(seed), min_size=10)
-    return TensorFederatedDataset("digits", "digits", 10, train_x, train_y, x[test_idx].contiguous(),
-                                  y[test_idx].contiguous(), [torch.from_numpy(p) for p in parts])
+    test_y = y[test_idx].contiguous()
+    parts, test_parts, label_split = partition_splits(train_y.numpy(), test_y.numpy(), num_clients, partition, alpha,
+                                                      np.random.default_rng(seed), min_size=10)
+    return TensorFederatedDataset("digits", "digits", 10, train_x, train_y, x[test_idx].contiguous(), test_y,
+                                  [torch.from_numpy(p) for p in parts],
+                                  client_test_indices=None if test_parts is None else
+                                  [torch.from_numpy(p) for p in test_parts], label_split=label_split)
 from hasfl_ray.registry import register_dataset
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from hasfl_ray.data.base import TensorFederatedDataset
-from hasfl_ray.data.partition import partition_labels
+from hasfl_ray.data.partition import partition_splits
 from hasfl_ray.errors import DataError
 
 #: Fewest training samples a client of an image set may hold (docs/datasets.md).
@@ -54,17 +54,20 @@ def partitioned_image_dataset(name: str, num_classes: int, train_images: np.ndar
                               seed: int, partition: str = "dirichlet") -> TensorFederatedDataset:
     """uint8 images standardised per batch with the training split's statistics, the training split
     partitioned over ``num_clients`` by Dirichlet(``alpha``) label skew drawn from ``seed`` (or the scheme
-    ``partition`` names: :func:`~hasfl_ray.data.partition.partition_labels`).
+    ``partition`` names: :func:`~hasfl_ray.data.partition.partition_splits`; ``classes:K`` also gives each client its
+    own test shard).
 
     Args:
         train_images, test_images: uint8 arrays (N, C, H, W), already in display orientation.
         train_labels, test_labels: integer labels (N,).
     """
     mean, std = channel_statistics(train_images)
-    parts = partition_labels(train_labels, num_clients, partition, alpha, np.random.default_rng(seed),
-                             min_size=MIN_CLIENT_SIZE)
+    parts, test_parts, label_split = partition_splits(train_labels, test_labels, num_clients, partition, alpha,
+                                                      np.random.default_rng(seed), min_size=MIN_CLIENT_SIZE)
     return TensorFederatedDataset(
         name, name, num_classes,
         torch.from_numpy(np.ascontiguousarray(train_images)), torch.from_numpy(train_labels.astype(np.int64)),
         torch.from_numpy(np.ascontiguousarray(test_images)), torch.from_numpy(test_labels.astype(np.int64)),
-        [torch.from_numpy(p) for p in parts], mean=mean, std=std)
+        [torch.from_numpy(p) for p in parts], mean=mean, std=std,
+        client_test_indices=None if test_parts is None else [torch.from_numpy(p) for p in test_parts],
+        label_split=label_split)

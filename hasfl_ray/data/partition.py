@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -80,25 +80,37 @@ def dirichlet_partition(labels: np.ndarray, num_clients: int, alpha: float, rng:
 
 def partition_labels(labels: np.ndarray, num_clients: int, spec: str, alpha: float, rng: np.random.Generator,
                      min_size: int = 10) -> List[np.ndarray]:
+    """The training split's part of :func:`partition_splits` (no test shards)."""
+    return partition_splits(labels, None, num_clients, spec, alpha, rng, min_size)[0]
+
+
+def partition_splits(labels: np.ndarray, test_labels: Optional[np.ndarray], num_clients: int, spec: str,
+                     alpha: float, rng: np.random.Generator, min_size: int = 10
+                     ) -> Tuple[List[np.ndarray], Optional[List[np.ndarray]], Optional[List[List[int]]]]:
     """Split sample indices over clients by the scheme ``spec`` names (config ``partition``: ``dirichlet``, ``iid``,
-    ``classes:K``, ``shards:S``; :func:`hasfl_ray.federation.parse_partition`), every draw from ``rng``.
-    ``dirichlet`` is :func:`dirichlet_partition` with ``alpha`` and ``min_size`` (exactly the draws of a run before
-    the other schemes existed); the others ignore both.
+    ``classes:K``, ``classes-even:K``, ``shards:S``; :func:`hasfl_ray.federation.parse_partition`), every draw from
+    ``rng``. ``dirichlet`` is :func:`dirichlet_partition` with ``alpha`` and ``min_size`` (exactly the draws of a run
+    before the other schemes existed); the others ignore both. ``classes:K`` is the sources' rule
+    (:func:`label_split_partition`), which also splits the test set with the clients' label split.
 
     Returns:
-        Per client, a sorted int64 array of indices into ``labels``; every sample is in exactly one.
+        (per client a sorted int64 array of indices into ``labels``, per client its test indices into
+        ``test_labels`` or None, per client its labels or None): the test shards and label split only for
+        ``classes:K`` (given ``test_labels``).
     """
     scheme, k = parse_partition(spec)
     labels = np.asarray(labels)
     if scheme == "dirichlet":
-        return dirichlet_partition(labels, num_clients, alpha, rng, min_size=min_size)
+        return dirichlet_partition(labels, num_clients, alpha, rng, min_size=min_size), None, None
     if len(labels) < num_clients:
         raise ConfigError(f"{len(labels)} samples cannot give each of {num_clients} clients one; pass fewer --clients")
     if scheme == "iid":
-        return iid_partition(len(labels), num_clients, rng)
+        return iid_partition(len(labels), num_clients, rng), None, None
     if scheme == "classes":
-        return class_partition(labels, num_clients, k, rng)
-    return shard_partition(labels, num_clients, k, rng)
+        return label_split_partition(labels, test_labels, num_clients, k, rng)
+    if scheme == "classes-even":
+        return class_partition(labels, num_clients, k, rng), None, None
+    return shard_partition(labels, num_clients, k, rng), None, None
 
 
 def _sorted_parts(parts: Sequence[np.ndarray]) -> List[np.ndarray]:
@@ -124,17 +136,19 @@ def class_partition(labels: np.ndarray, num_clients: int, k: int, rng: np.random
        each other, HeteroFL's rule: the class's samples split evenly over the shards of it that clients hold), one
        shard per holder.
 
-    HeteroFL (its ``non_iid``) cuts each class into kN/C shards and deals a shuffled list of class labels k to a
-    client, so a client whose k labels repeat one holds fewer than k classes and shards are left unused; this rule
-    gives every client exactly k classes and uses every sample. Needs k ≤ C ≤ k·N (else one sentence).
+    ``classes-even:K``. HeteroFL (its ``non_iid``: ``classes:K``, :func:`label_split_partition`) cuts each class into
+    kN/C shards and deals a shuffled list of class labels k to a client, so a client whose k labels repeat one holds
+    fewer than k classes and shards are left unused; this rule gives every client exactly k classes and uses every
+    sample, but pairs each class with few fixed partners (5 distinct label sets for 10 to 100 clients on 10 classes
+    at k = 2, against about 47 at 100 clients under HeteroFL's). Needs k ≤ C ≤ k·N (else one sentence).
     """
     classes = np.unique(labels)
     num_classes = len(classes)
     if not 1 <= k <= num_classes:
-        raise ConfigError(f"partition is 'classes:{k}' but the training split has {num_classes} classes; expected "
-                          f"classes:K with K at most {num_classes}")
+        raise ConfigError(f"partition is 'classes-even:{k}' but the training split has {num_classes} classes; "
+                          f"expected classes-even:K with K at most {num_classes}")
     if k * num_clients < num_classes:
-        raise ConfigError(f"partition is 'classes:{k}' with {num_clients} clients, {k * num_clients} class slots for "
+        raise ConfigError(f"partition is 'classes-even:{k}' with {num_clients} clients, {k * num_clients} class slots for "
                           f"the {num_classes} classes; expected at least {-(-num_classes // k)} clients (or a larger "
                           "K) so that every class has a holder")
     order = classes[rng.permutation(num_classes)]
@@ -146,13 +160,79 @@ def class_partition(labels: np.ndarray, num_clients: int, k: int, rng: np.random
     for label, holders in zip(order, holders_per_class):
         samples = rng.permutation(np.flatnonzero(labels == label))
         if len(samples) < holders:
-            raise ConfigError(f"partition is 'classes:{k}' with {num_clients} clients but class {label} has "
+            raise ConfigError(f"partition is 'classes-even:{k}' with {num_clients} clients but class {label} has "
                               f"{len(samples)} training samples for its {holders} holders; expected fewer --clients "
                               "or a smaller K")
         for j, shard in zip(range(start, start + holders), np.array_split(samples, holders)):
             buckets[clients[j % num_clients]].append(shard)
         start += holders
     return _sorted_parts([np.concatenate(b) for b in buckets])
+
+
+def label_split_partition(train_labels: np.ndarray, test_labels: Optional[np.ndarray], num_clients: int, k: int,
+                          rng: np.random.Generator) -> Tuple[List[np.ndarray], Optional[List[np.ndarray]],
+                                                             List[List[int]]]:
+    """Non-IID-k as HeteroFL and FedRolex draw it (``src/data.py::non_iid``, identical in both; ``classes:K``).
+
+    With C classes and N clients, shard_per_class = K·N/C:
+
+    1. Shards: each class's sample indices, in index order, are cut into shard_per_class contiguous shards of equal
+       size, the class's leftover samples (its count mod shard_per_class) added one each to its first shards.
+    2. The label split: the list ``[0, 1, ..., C-1] * shard_per_class`` in a seeded random order (one
+       ``rng.permutation``), cut into N rows of K, each row's labels made unique and sorted, so a client whose row
+       repeats a label holds fewer than K classes.
+    3. Training samples: client by client, label by label (ascending), the client takes a uniformly drawn one of the
+       shards of that label still left (``rng.integers``), so some shards stay unused when rows repeat a label.
+    4. The test split the same way, with the same label split: each client's own test shard.
+
+    Returns:
+        (training indices per client, test indices per client (None without ``test_labels``), each client's labels),
+        indices sorted int64 arrays.
+        Needs K·N divisible by C and every class with at least shard_per_class samples in each split (else one
+        sentence).
+    """
+    train_labels = np.asarray(train_labels)
+    classes = np.unique(train_labels)
+    num_classes = len(classes)
+    if not 1 <= k <= num_classes:
+        raise ConfigError(f"partition is 'classes:{k}' but the training split has {num_classes} classes; expected "
+                          f"classes:K with K at most {num_classes}")
+    if (k * num_clients) % num_classes:
+        raise ConfigError(f"partition is 'classes:{k}' with {num_clients} clients: {k} x {num_clients} label slots do "
+                          f"not divide evenly over the {num_classes} classes; expected K x clients to be a multiple "
+                          f"of {num_classes} (HeteroFL's shard_per_class = K x clients / classes)")
+    per_class = k * num_clients // num_classes
+
+    def shards_of(labels: np.ndarray, split: str) -> Dict[int, List[np.ndarray]]:
+        shards = {}
+        for label in classes:
+            indices = np.flatnonzero(labels == label)
+            if len(indices) < per_class:
+                raise ConfigError(f"partition is 'classes:{k}' with {num_clients} clients, {per_class} shards of each "
+                                  f"class, but class {label} has {len(indices)} {split} samples; expected at least "
+                                  f"{per_class} (fewer --clients or a smaller K)")
+            leftover = len(indices) % per_class
+            even = indices[:len(indices) - leftover].reshape(per_class, -1)
+            pieces = [np.asarray(row) for row in even]
+            for i, extra in enumerate(indices[len(indices) - leftover:]):
+                pieces[i] = np.append(pieces[i], extra)
+            shards[int(label)] = pieces
+        return shards
+
+    train_shards = shards_of(train_labels, "training")
+    test_shards = shards_of(np.asarray(test_labels), "test") if test_labels is not None else None
+    slots = np.tile(classes, per_class)[rng.permutation(num_classes * per_class)].reshape(num_clients, k)
+    label_split = [sorted(int(c) for c in np.unique(row)) for row in slots]
+
+    def deal(shards: Dict[int, List[np.ndarray]]) -> List[np.ndarray]:
+        parts = []
+        for labels in label_split:
+            taken = [shards[label].pop(int(rng.integers(len(shards[label])))) for label in labels]
+            parts.append(np.concatenate(taken))
+        return _sorted_parts(parts)
+
+    train = deal(train_shards)
+    return train, (deal(test_shards) if test_shards is not None else None), label_split
 
 
 def shard_partition(labels: np.ndarray, num_clients: int, shards: int, rng: np.random.Generator) -> List[np.ndarray]:

@@ -11,7 +11,7 @@ import torch
 
 from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.data.base import FederatedDataset
-from hasfl_ray.engine.config import RunConfig
+from hasfl_ray.config import RunConfig
 from hasfl_ray.engine.server import Server
 from hasfl_ray.errors import ConfigError, TrainerError
 from hasfl_ray.training.batched import group_tasks

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 import yaml
 
-from hasfl_ray.engine.config import (EXECUTION_FIELDS, DuplicateKeyError, RunConfig, migrate_config, option_fields,
-                                     strict_yaml_load)
+from hasfl_ray.config import (EXECUTION_FIELDS, DuplicateKeyError, RunConfig, migrate_config, option_fields,
+                              strict_yaml_load)
 from hasfl_ray.engine.rundir import METRIC_KEYS
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.files import atomic_write

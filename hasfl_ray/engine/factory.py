@@ -7,7 +7,7 @@ import os
 from typing import Optional
 
 from hasfl_ray.engine.backend import Backend, LocalBackend
-from hasfl_ray.engine.config import RunConfig
+from hasfl_ray.config import RunConfig
 from hasfl_ray.engine.handoff import HandoffBackend
 from hasfl_ray.simulation import require_ray
 

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from hasfl_ray.engine.config import FLOAT32_MAX
+from hasfl_ray.config import FLOAT32_MAX
 from hasfl_ray.errors import PluginError
 from hasfl_ray.registry import call_plugin, shown
 

@@ -141,7 +141,7 @@ def _first_line(error: BaseException) -> str:
 
 def ray_available() -> bool:
     """Whether Ray can be imported (checked without importing it): the check the default backend rule makes."""
-    from hasfl_ray.engine.config import ray_installed
+    from hasfl_ray.config import ray_installed
 
     return ray_installed()
 

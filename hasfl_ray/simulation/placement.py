@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, Optional
 
-from hasfl_ray.engine.config import RunConfig, ray_installed
+from hasfl_ray.config import RunConfig, ray_installed
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.simulation import ray_address
 

@@ -13,10 +13,10 @@ and takes that run's post-warm-up average width as its budget (``budget_from``).
 
 This package never imports Ray: cells run one after another in this process, or through an executor such as
 :class:`hasfl_ray.simulation.sweep.RayExecutor`, which runs each cell as a Ray task. ``simulate --config`` reads one
-run of a sweep config with :func:`hasfl_ray.engine.config.single_run_values`, without this package.
+run of a sweep config with :func:`hasfl_ray.config.single_run_values`, without this package.
 """
 
-from hasfl_ray.engine.config import SWEEP_FIELDS, SWEEP_KEY, single_run_values, split_sweep_config
+from hasfl_ray.config import SWEEP_FIELDS, SWEEP_KEY, single_run_values, split_sweep_config
 from hasfl_ray.sweep.plan import FINISHED, RAY_RUN_ONLY, Cell, Sweep, parse_list, plan_sweep
 from hasfl_ray.sweep.run import (Executor, LocalExecutor, describe_result, execute_cell, failure_message, run_sweep,
                                  sweep_summary_line, write_cell_analysis)

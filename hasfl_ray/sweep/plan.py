@@ -19,7 +19,7 @@ A cell's config is: shared keys, then its dataset's ``per_dataset`` keys, then i
 command-line overrides. Cells are written to ``OUT/<dataset>-<algorithm>-seed<seed>/`` (a normal run directory). A
 random-budget cell waits for the HAS-FL cell of its dataset and seed and takes that run's post-warm-up average width
 as its budget (``budget_from``). The ``sweep:`` block itself is read by
-:func:`hasfl_ray.engine.config.split_sweep_config` (``simulate --config`` takes one run of a sweep config without
+:func:`hasfl_ray.config.split_sweep_config` (``simulate --config`` takes one run of a sweep config without
 this package).
 """
 
@@ -30,8 +30,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from hasfl_ray.engine.config import (RunConfig, load_yaml_config, option_fields, option_owners, split_sweep_config,
-                                     sweep_list)
+from hasfl_ray.config import (RunConfig, load_yaml_config, option_fields, option_owners, split_sweep_config,
+                              sweep_list)
 from hasfl_ray.errors import ConfigError, expected_one_of
 from hasfl_ray.registry import is_spec, lookup, registered, spec_label
 

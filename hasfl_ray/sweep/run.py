@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Tuple
 
 from hasfl_ray.analysis.report import read_run, write_analysis
 from hasfl_ray.engine import Engine
-from hasfl_ray.engine.config import RunConfig
+from hasfl_ray.config import RunConfig
 from hasfl_ray.engine.rundir import RunLock, clear_run_directory
 from hasfl_ray.engine.signals import StopSignals
 from hasfl_ray.errors import ConfigError, RunInterrupted

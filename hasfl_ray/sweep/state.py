@@ -14,7 +14,7 @@ import time
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from hasfl_ray.engine.checkpoint import CHECKPOINT_DIR, config_differences, stored_config
-from hasfl_ray.engine.config import RunConfig
+from hasfl_ray.config import RunConfig
 from hasfl_ray.engine.rundir import RUN_FILES, RUN_FOLDERS, TEMP_PREFIX, check_clearable
 from hasfl_ray.errors import ConfigError, DataError, OutputError
 from hasfl_ray.files import atomic_write, read_json, read_regular

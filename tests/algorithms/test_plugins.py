@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import hasfl_ray
 from hasfl_ray.cli.main import main
-from hasfl_ray.engine.config import RunConfig
+from hasfl_ray.config import RunConfig
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.registry import lookup
 

@@ -10,7 +10,7 @@ from algorithm_runs import LEARNING_RUN, P_MAX_4, SAMPLES_4, recorded_run, small
 from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.algorithms.random_budget import RandomBudget, budget_range, default_budget, random_allocation
 from hasfl_ray.data import assign_tiers
-from hasfl_ray.engine.config import RunConfig
+from hasfl_ray.config import RunConfig
 from hasfl_ray.schedule import first_adapted_round, post_warmup_avg_p
 from hasfl_ray.engine.engine import sample_participants
 from hasfl_ray.training.seeding import STREAM_TIERS

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from algorithm_runs import LEARNING_RUN, recorded_run
 from hasfl_ray.algorithms import ALGORITHMS, algorithm_class
 from hasfl_ray.cli.main import main
-from hasfl_ray.engine.config import RunConfig
+from hasfl_ray.config import RunConfig
 from hasfl_ray.errors import ConfigError
 
 RUNS = [dict(algorithm=name) for name in ALGORITHMS if name != "random-budget"] + [

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from data.dataset_files import make_cifar_root, make_emnist_root, write_idx
 from hasfl_ray.cli.main import main
-from hasfl_ray.engine.config import load_yaml_config
+from hasfl_ray.config import load_yaml_config
 from hasfl_ray.engine.guard import GuardedAlgorithm
 from hasfl_ray.errors import ConfigError, PluginError
 

@@ -95,7 +95,7 @@ def test_tier_counts_option_gives_the_papers_realised_mix_with_the_same_draw():
 
 @pytest.mark.parametrize("counts", [[4, 10, 3], [4, 10, 3, 4], [-1, 15, 3, 3], [4.0, 10, 3, 3], "4,10,3,3"])
 def test_bad_tier_counts_are_one_sentence(counts):
-    from hasfl_ray.engine.config import RunConfig
+    from hasfl_ray.config import RunConfig
     from hasfl_ray.errors import ConfigError
 
     with pytest.raises(ConfigError, match="tier_counts is .*expected 4 non-negative client counts"):

@@ -1,5 +1,6 @@
-"""The label partitions beside Dirichlet: IID, k classes per client (HeteroFL's non-IID-k), label-sorted shards
-(McMahan et al. 2017); each scheme's invariants, its seeding, and the sentence where it cannot apply."""
+"""The label partitions beside Dirichlet: IID, HeteroFL's and FedRolex's non-IID-k (classes:K, checked against a
+re-implementation of the source's code), exactly k classes per client (classes-even:K), label-sorted shards (McMahan
+et al. 2017); each scheme's invariants, its seeding, and the sentence where it cannot apply."""
 
 import numpy as np
 import pytest
@@ -7,12 +8,13 @@ from click.testing import CliRunner
 
 from hasfl_ray.cli.main import main
 from hasfl_ray.data import dirichlet_partition, load_dataset, partition_labels
-from hasfl_ray.engine.config import RunConfig
+from hasfl_ray.data.partition import label_split_partition
+from hasfl_ray.config import RunConfig
 from hasfl_ray.errors import ConfigError
 
 #: 10 classes of unequal sizes (37..127 samples), in a scrambled order.
 LABELS = np.random.default_rng(5).permutation(np.repeat(np.arange(10), np.arange(10) * 10 + 37))
-SCHEMES = ("iid", "classes:2", "classes:3", "shards:2", "shards:5")
+SCHEMES = ("iid", "classes-even:2", "classes-even:3", "shards:2", "shards:5")
 
 
 def parts_of(spec, clients=20, seed=42, labels=LABELS):
@@ -48,8 +50,8 @@ def test_iid_sizes_differ_by_at_most_one():
 
 
 @pytest.mark.parametrize("k,clients", [(1, 10), (2, 20), (2, 7), (3, 20), (10, 4), (2, 5)])
-def test_k_classes_per_client_holds_exactly_k_classes_spread_evenly(k, clients):
-    parts = parts_of(f"classes:{k}", clients)
+def test_classes_even_holds_exactly_k_classes_spread_evenly(k, clients):
+    parts = parts_of(f"classes-even:{k}", clients)
     held = [set(LABELS[p].tolist()) for p in parts]
     assert all(len(h) == k for h in held)
     holders = np.bincount([c for h in held for c in h], minlength=10)
@@ -74,8 +76,11 @@ def test_shards_give_each_client_s_label_sorted_shards(s, clients):
 
 
 @pytest.mark.parametrize("spec,clients,match", [
+    ("classes-even:11", 20, "training split has 10 classes; expected classes-even:K with K at most 10"),
+    ("classes-even:2", 4, "8 class slots for the 10 classes; expected at least 5 clients"),
     ("classes:11", 20, "training split has 10 classes; expected classes:K with K at most 10"),
-    ("classes:2", 4, "8 class slots for the 10 classes; expected at least 5 clients"),
+    ("classes:3", 7, "3 x 7 label slots do not divide evenly over the 10 classes"),
+    ("classes:2", 500, "100 shards of each class, but class 0 has 37 training samples"),
     ("shards:100", 20, "2000 shards of the 820 training samples"),
 ])
 def test_impossible_schemes_are_one_sentence(spec, clients, match):
@@ -90,9 +95,23 @@ def test_bad_partition_is_one_sentence(spec):
 
 
 def test_the_digits_loader_takes_the_partition():
-    dataset = load_dataset("digits", 10, 0.3, 42, partition="classes:2")
+    dataset = load_dataset("digits", 10, 0.3, 42, partition="classes-even:2")
     histograms = dataset.label_histograms()
     assert ((histograms > 0).sum(axis=1) == 2).all() and histograms.sum() == dataset.train_size
+    assert dataset.client_test_indices is None and dataset.label_split is None
+
+
+def test_the_digits_loader_gives_each_client_its_label_split_and_own_test_shard():
+    dataset = load_dataset("digits", 10, 0.3, 42, partition="classes:2")
+    test_y = dataset.test_y.numpy()
+    shards = [ix.numpy() for ix in dataset.client_test_indices]
+    for c, labels in enumerate(dataset.label_split):
+        assert 1 <= len(labels) <= 2
+        held = np.flatnonzero(dataset.label_histograms()[c])
+        assert held.tolist() == labels  # trains on exactly its labels
+        assert sorted(set(test_y[shards[c]].tolist())) == labels  # and is tested on its own shard of them
+    flat = np.concatenate(shards)
+    assert len(flat) == len(set(flat.tolist()))  # no test sample in two shards
 
 
 @pytest.mark.parametrize("dataset", ["shakespeare", "synthetic"])
@@ -110,8 +129,15 @@ def test_data_inspect_describes_the_partition():
     result = CliRunner().invoke(main, ["data", "inspect", "--partition", "classes:2", "--clients", "10", "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
-    assert summary["partition"] == "classes:2" and "2 classes per client" in summary["partition_rule"]
-    assert all(sum(1 for n in row["label_histogram"] if n) == 2 for row in summary["clients"])
+    assert summary["partition"] == "classes:2" and "HeteroFL's non-IID-2" in summary["partition_rule"]
+    for row in summary["clients"]:
+        assert [label for label, n in enumerate(row["label_histogram"]) if n] == row["label_split"]
+        assert row["test_samples"] > 0
+    text = CliRunner().invoke(main, ["data", "inspect", "--partition", "classes:2", "--clients", "10"])
+    assert text.exit_code == 0 and "labels" in text.output and "test_shard" in text.output
+    even = CliRunner().invoke(main, ["data", "inspect", "--partition", "classes-even:2", "--clients", "10", "--json"])
+    rows = json.loads(even.output)["clients"]
+    assert all(sum(1 for n in row["label_histogram"] if n) == 2 and "label_split" not in row for row in rows)
     text = CliRunner().invoke(main, ["data", "inspect", "--partition", "iid", "--clients", "5"])
     assert text.exit_code == 0 and "partition iid: IID" in text.output.splitlines()[0]
     bad = CliRunner().invoke(main, ["data", "inspect", "--partition", "pathological"])
@@ -129,3 +155,69 @@ def test_the_image_loaders_take_the_partition(tmp_path, name, make):
     shards = load_dataset(name, 4, 0.3, 42, str(tmp_path), partition="shards:2")
     assert sum(shards.client_sizes()) == shards.train_size
     assert not np.array_equal(np.asarray(iid.label_histograms()), np.asarray(shards.label_histograms()))
+
+
+# -- classes:K against the source ------------------------------------------------------------------------------
+
+
+def source_non_iid(labels, num_users, k, classes_size, rng, label_split=None):
+    """HeteroFL's ``src/data.py::non_iid`` (diaoenmao/HeteroFL-...-Heterogeneous-Clients at cc40f3e; FedRolex's
+    ``data.py::non_iid`` is the same), transcribed statement by statement: its two torch draws become draws of ``rng``
+    (``torch.randperm(len(label_split))`` -> ``rng.permutation``, ``torch.randperm(n)[0]`` -> ``rng.integers(n)``)."""
+    label = np.array(labels)
+    shard_per_user = k
+    data_split = {i: [] for i in range(num_users)}
+    label_idx_split = {}
+    for i in range(len(label)):
+        label_i = label[i].item()
+        if label_i not in label_idx_split:
+            label_idx_split[label_i] = []
+        label_idx_split[label_i].append(i)
+    shard_per_class = int(shard_per_user * num_users / classes_size)
+    for label_i in label_idx_split:
+        label_idx = label_idx_split[label_i]
+        num_leftover = len(label_idx) % shard_per_class
+        leftover = label_idx[-num_leftover:] if num_leftover > 0 else []
+        new_label_idx = np.array(label_idx[:-num_leftover]) if num_leftover > 0 else np.array(label_idx)
+        new_label_idx = new_label_idx.reshape((shard_per_class, -1)).tolist()
+        for i, leftover_label_idx in enumerate(leftover):
+            new_label_idx[i] = np.concatenate([new_label_idx[i], [leftover_label_idx]])
+        label_idx_split[label_i] = new_label_idx
+    if label_split is None:
+        label_split = list(range(classes_size)) * shard_per_class
+        label_split = np.array(label_split)[rng.permutation(len(label_split))].tolist()
+        label_split = np.array(label_split).reshape((num_users, -1)).tolist()
+        for i in range(len(label_split)):
+            label_split[i] = np.unique(label_split[i]).tolist()
+    for i in range(num_users):
+        for label_i in label_split[i]:
+            idx = int(rng.integers(len(label_idx_split[label_i])))
+            data_split[i].extend(label_idx_split[label_i].pop(idx))
+    return data_split, label_split
+
+
+TEST_LABELS = np.random.default_rng(6).permutation(np.repeat(np.arange(10), 40 + np.arange(10)))
+
+
+@pytest.mark.parametrize("clients,k,seed", [(10, 2, 0), (20, 2, 1), (100, 2, 2), (5, 2, 3), (20, 3, 4), (10, 10, 5),
+                                            (100, 1, 6)])
+def test_classes_k_is_the_sources_non_iid_for_the_training_and_the_test_split(clients, k, seed):
+    train, test, labels = label_split_partition(LABELS, TEST_LABELS, clients, k, np.random.default_rng(seed))
+    rng = np.random.default_rng(seed)
+    source_train, source_labels = source_non_iid(LABELS, clients, k, 10, rng)
+    source_test, _ = source_non_iid(TEST_LABELS, clients, k, 10, rng, source_labels)  # split_dataset's second call
+    assert labels == source_labels
+    assert [p.tolist() for p in train] == [sorted(int(i) for i in source_train[c]) for c in range(clients)]
+    assert [p.tolist() for p in test] == [sorted(int(i) for i in source_test[c]) for c in range(clients)]
+
+
+def test_classes_k_gives_many_label_sets_where_classes_even_pairs_fixed_partners():
+    """At 100 clients, K = 2 on 10 classes the sources' label split gives dozens of distinct label sets (about 47 in
+    expectation); the even rule of classes-even pairs each class with a fixed partner (5 sets)."""
+    def distinct(spec):
+        return len({tuple(sorted(set(LABELS[p].tolist()))) for p in parts_of(spec, 100)})
+
+    assert distinct("classes:2") > 30
+    assert distinct("classes-even:2") <= 10
+    _, _, labels = label_split_partition(LABELS, None, 100, 2, np.random.default_rng(0))
+    assert any(len(held) == 1 for held in labels)  # a row that repeats a label: that client holds one class

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from hasfl_ray.engine.config import RunConfig, load_yaml_config
+from hasfl_ray.config import RunConfig, load_yaml_config
 from hasfl_ray.errors import ConfigError
 
 
@@ -136,7 +136,7 @@ def test_lr_has_a_float32_safe_maximum():
 
 
 def test_a_repeated_key_is_refused_by_name_at_any_depth(tmp_path):
-    from hasfl_ray.engine.config import strict_yaml_load
+    from hasfl_ray.config import strict_yaml_load
 
     config = tmp_path / "c.yaml"
     config.write_text("dataset: digits\nlr: 0.05\nrounds: 2\nlr: 5.0\n")
@@ -205,7 +205,7 @@ def test_a_device_this_machine_lacks_is_refused_before_a_run_directory_exists(tm
 
 
 def test_flat_option_keys_and_algorithm_options_layer_like_every_other_key():
-    from hasfl_ray.engine.config import merge_layers
+    from hasfl_ray.config import merge_layers
 
     with pytest.raises(ConfigError, match=r"gives 'mu' both as a key \(0.5\) and in algorithm_options \(0.3\)"):
         RunConfig.from_dict({"algorithm": "fedprox", "mu": 0.5, "algorithm_options": {"mu": 0.3}})

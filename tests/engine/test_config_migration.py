@@ -28,7 +28,7 @@ from click.testing import CliRunner
 import hasfl_ray
 from hasfl_ray.cli.main import main
 from hasfl_ray.engine.checkpoint import load_checkpoint, save_checkpoint
-from hasfl_ray.engine.config import CONFIG_VERSION, LEGACY_OPTION_KEYS, RunConfig, migrate_config
+from hasfl_ray.config import CONFIG_VERSION, LEGACY_OPTION_KEYS, RunConfig, migrate_config
 from hasfl_ray.errors import ConfigError, TrainerError
 from hasfl_ray.training.determinism import machine_type
 

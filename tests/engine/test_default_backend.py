@@ -1,5 +1,5 @@
 """One default-backend rule for the command line, the Python API and RunConfig: ``auto`` is Ray where it is
-installed, else local (hasfl_ray.engine.config.default_backend)."""
+installed, else local (hasfl_ray.config.default_backend)."""
 
 import sys
 
@@ -10,7 +10,7 @@ from click.testing import CliRunner
 import hasfl_ray
 from hasfl_ray.cli.main import main
 from hasfl_ray.cli.simulate import build_config
-from hasfl_ray.engine.config import RunConfig, default_backend
+from hasfl_ray.config import RunConfig, default_backend
 from hasfl_ray.errors import RAY_INSTALL, ConfigError
 from hasfl_ray.simulation import ray_available
 
@@ -25,7 +25,7 @@ def test_the_rule_is_ray_where_ray_is_installed():
 
 def test_the_cli_and_the_api_resolve_auto_the_same_way(monkeypatch):
     for rule in ("local", "ray"):
-        monkeypatch.setattr("hasfl_ray.engine.config.default_backend", lambda rule=rule: rule)
+        monkeypatch.setattr("hasfl_ray.config.runconfig.default_backend", lambda rule=rule: rule)
         assert build_config(None, {}).resolved().backend == rule  # hasfl-ray simulate without --backend
         assert RunConfig.from_dict({}).resolved().backend == rule  # hasfl_ray.simulate without backend=
 

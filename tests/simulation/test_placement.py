@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from hasfl_ray.engine.config import RunConfig
+from hasfl_ray.config import RunConfig
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.simulation.placement import (DEFAULT_GPUS_PER_ACTOR, SERVER_GPU_SHARE, plan_actors,
                                             trainers_that_fit)

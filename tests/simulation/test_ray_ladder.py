@@ -7,7 +7,7 @@ ray = pytest.importorskip("ray", reason="needs Ray")
 
 from same_on_ray import backend_results  # noqa: E402
 
-LADDER = dict(rounds=2, clients=6, clients_per_round=3, local_epochs=1, seed=5, algorithm="fjord",
+LADDER = dict(rounds=2, clients=5, clients_per_round=3, local_epochs=1, seed=5, algorithm="fjord",
               width_mix="a1-b1-c1-d1-e1", width_assignment="dynamic", partition="classes:2", checkpoint_every=0)
 
 

@@ -179,7 +179,7 @@ def test_batched_runs_are_bit_identical_and_record_the_mode(tmp_path):
 def test_auto_picks_graphed_one_at_a_time_on_cuda_and_plain_eager_on_cpu(tmp_path):
     """The rule of issue 17: no GPU measurement shows batching ahead of graphed one-at-a-time training, so auto
     never batches; graphs on for CUDA only. An explicit mode is kept."""
-    from hasfl_ray.engine.config import auto_training_modes
+    from hasfl_ray.config import auto_training_modes
 
     assert auto_training_modes("cuda") == auto_training_modes("cuda:1") == {"client_batching": "off",
                                                                             "cuda_graphs": "on"}

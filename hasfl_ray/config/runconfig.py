@@ -1,0 +1,160 @@
+"""RunConfig: the run configuration, resolved per dataset and algorithm, and what its ``auto`` values become.
+
+It knows no algorithm or dataset: names are plain strings, checked and resolved through :mod:`hasfl_ray.registry`
+(built-ins and plug-ins alike) by :meth:`RunConfig.resolved`, which the command line and the Engine call. Its fields
+and their checks are :class:`~hasfl_ray.config.schema.RunConfigFields`."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from dataclasses import dataclass, fields
+from typing import Any, Dict, Mapping
+
+from hasfl_ray import registry
+from hasfl_ray.config.faults import fault_inject_round
+from hasfl_ray.config.migrate import CONFIG_VERSION, migrate_config
+from hasfl_ray.config.routing import check_algorithm_options, route_options
+from hasfl_ray.config.schema import RunConfigFields
+from hasfl_ray.errors import RAY_INSTALL, ConfigError, expected_one_of
+from hasfl_ray.federation import check_partition_applies
+
+#: Local SGD momentum when ``momentum`` is left unset and the algorithm sets none (``Algorithm.resolve_config``:
+#: SCAFFOLD's is 0; docs/algorithms.md).
+DEFAULT_MOMENTUM = 0.9
+
+#: Fields that never change a run's result: recorded in config.yaml, ignored when --resume compares configs.
+#: (device, trainer_threads and aggregation_backend can change the last bits of floats, so they are compared.)
+EXECUTION_FIELDS = frozenset({"backend", "actors", "gpus_per_actor", "address", "checkpoint_every", "fault_inject",
+                              "data_dir", "download", "control_variates_dir",
+                              # evaluation beside test_accuracy (docs/metrics.md): never changes the model or it
+                              "eval_widths", "eval_every", "local_eval_every", "local_eval_width"})
+
+#: eval_every's default per dataset (a dataset not named here, a plug-in's included: 5).
+EVAL_EVERY = {"digits": 1, "synthetic": 1}
+
+#: The protocol fields a dataset's ``defaults`` fill when the config leaves them unset (docs/plugins.md).
+PROTOCOL_FIELDS = ("rounds", "local_epochs", "lr", "clip_norm", "batch_size")
+
+
+@dataclass(frozen=True)
+class RunConfig(RunConfigFields):
+    """Everything that determines a run's result (and a few things that do not, like ``backend``).
+
+    Fields left ``None`` take the dataset's protocol default in :meth:`resolved`. YAML config keys
+    and ``hasfl-ray simulate`` flags use these field names (flags with dashes).
+
+    The algorithm's own options (HAS-FL's p_min, FedProx's mu, a plug-in's) are not fields: each algorithm declares
+    them as a dataclass (``Algorithm.options_class``) and they live in ``algorithm_options``. A flat key or flag
+    (``mu: 0.5``, ``--mu 0.5``) names an option of the algorithm and is moved there (:func:`route_options`).
+    """
+
+    def resolved(self) -> "RunConfig":
+        """This config with the dataset and algorithm looked up in the registry (one sentence when there is no
+        such name or plug-in), every ``None`` protocol field replaced by the dataset's default (its plug-in's
+        ``defaults``), the algorithm's own updates (``Algorithm.resolve_config``: SCAFFOLD's momentum,
+        random-budget's budget), its ``algorithm_options`` checked and completed, device ``auto`` replaced by
+        ``cuda`` where this process sees a GPU (``cpu`` otherwise), and client_batching and cuda_graphs ``auto`` by
+        what :func:`auto_training_modes` picks for the device, and backend ``auto`` by :func:`default_backend`."""
+        dataset = registry.lookup("dataset", self.dataset)
+        algorithm = registry.lookup("algorithm", self.algorithm)
+        check_partition_applies(dataset, registry.spec_label(self.dataset), self.partition)
+        known = {f.name for f in fields(self)}
+        for key in dataset.defaults:
+            if key not in known:
+                raise ConfigError(f"dataset {self.dataset!r} has default {key!r}; "
+                                  f"{expected_one_of(key, sorted(known), 'a config key: one of')}")
+        updates = {k: v for k, v in dataset.defaults.items() if getattr(self, k) is None}
+        options = registry.check_options("algorithm", self.algorithm, algorithm.options_class, self.algorithm_options)
+        if options != self.algorithm_options:
+            updates["algorithm_options"] = options
+        if self.device == "auto":
+            import torch
+
+            updates["device"] = "cuda" if torch.cuda.is_available() else "cpu"
+            if updates["device"] == "cpu" and self.gpus_per_actor is not None:
+                raise ConfigError(f"gpus_per_actor is {self.gpus_per_actor!r} but device auto found no GPU; expected "
+                                  "a machine with a GPU, or no --gpus-per-actor")
+        if self.backend == "auto":
+            updates["backend"] = default_backend()
+            ray_only = [name for name in ("actors", "gpus_per_actor", "address", "fault_inject")
+                        if getattr(self, name) is not None and (name != "fault_inject" or
+                                                                 fault_inject_round(self.fault_inject) is not None)]
+            if updates["backend"] == "local" and ray_only:
+                raise ConfigError(f"{ray_only[0]} is {getattr(self, ray_only[0])!r} but Ray is not installed; install "
+                                  f"it with `{RAY_INSTALL}`, or run with --backend local and without it")
+        auto = auto_training_modes(updates.get("device", self.device))
+        for name in ("client_batching", "cuda_graphs"):
+            if getattr(self, name) == "auto":
+                updates[name] = auto[name]
+        label = registry.spec_label(self.algorithm)
+        updates.update(registry.call_plugin(f"algorithm {label!r}", "resolve_config", algorithm.resolve_config,
+                                            dataclasses.replace(self, **updates), check=dict,
+                                            expected="a mapping of config fields to values", early=True))
+        unset = [name for name in PROTOCOL_FIELDS if getattr(self, name) is None and updates.get(name) is None]
+        if unset:  # a dataset plug-in without defaults: one sentence, never a TypeError in the first round
+            raise ConfigError(f"{unset[0]} is not set and dataset {self.dataset!r} gives no default for it; expected "
+                              f"--{unset[0].replace('_', '-')} (or {unset[0]}: in the config), or "
+                              f"defaults = dict({unset[0]}=...) in the dataset plug-in")
+        if self.momentum is None and updates.get("momentum") is None:
+            updates["momentum"] = DEFAULT_MOMENTUM
+        if self.eval_every is None:  # every round on the small datasets, every 5th on the others (docs/configs.md)
+            updates["eval_every"] = EVAL_EVERY.get(self.dataset, 5)
+        return dataclasses.replace(self, **updates)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Every field, after ``config_version`` (what config.yaml and a checkpoint store)."""
+        values = {"config_version": CONFIG_VERSION, **dataclasses.asdict(self)}
+        values["algorithm_options"] = dict(self.algorithm_options)
+        return values
+
+    def result_dict(self) -> Dict[str, Any]:
+        """:meth:`to_dict` without :data:`EXECUTION_FIELDS`: what a run's result depends on (--resume compares it)."""
+        return {k: v for k, v in self.to_dict().items() if k not in EXECUTION_FIELDS and k != "config_version"}
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], source: str = "config", foreign: str = "refuse",
+                  check_options: bool = True) -> "RunConfig":
+        """Build a config from a mapping of config keys: flat keys that name the algorithm's options move into
+        ``algorithm_options`` and unknown keys are refused, each in one sentence (:func:`route_options`; a key
+        another built-in takes is refused, or dropped with ``foreign="drop"``, as config files and sweeps do). A
+        stored config of an earlier version is read through :func:`migrate_config`."""
+        values = migrate_config(values, source) if "config_version" in values else values
+        config = cls(**route_options(values, source, foreign=foreign))
+        if check_options:  # each option's type and range, before anything runs
+            check_algorithm_options(config.algorithm, config.algorithm_options)
+        return config
+
+
+def ray_installed() -> bool:
+    """Whether Ray can be imported (checked without importing it)."""
+    try:
+        return importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def default_backend() -> str:
+    """What ``backend: auto`` (the default of ``hasfl-ray simulate``, ``hasfl_ray.simulate`` and ``RunConfig``)
+    becomes: ``ray`` where Ray is installed, else ``local``. Results do not depend on it (docs/design.md)."""
+    return "ray" if ray_installed() else "local"
+
+
+def auto_training_modes(device: str) -> Dict[str, str]:
+    """What ``client_batching: auto`` and ``cuda_graphs: auto`` become on ``device``: never a mode a measurement
+    shows slower.
+
+    On CUDA: clients one at a time, each local step one CUDA-graph replay; batching off. The measurements (issue 17,
+    NVIDIA H100 80GB HBM3, torch 2.11.0+cu130, main at 020f01b; benchmarks/RESULTS.md):
+
+    - EMNIST protocol round (20 clients, 10 a round): one at a time + graphs 0.70 s; batched 2.99 s (4.3x slower);
+    - Shakespeare protocol round: graphed one at a time 34.3 s; batched did not finish in 150 s;
+    - LSTM, 10 clients of width 0.5, batch 32: batched 0.30x one at a time;
+    - CNN, 10-50 equal clients: batched 2.3-7.1x *eager* one at a time, never compared with graphed.
+
+    No measurement shows batching ahead of graphed one-at-a-time training for any (model, group size), so ``auto``
+    never batches; a new measurement that does belongs here, with the group sizes it holds for. On CPU (and MPS):
+    both off, since neither has a launch cost to save (and graphs need CUDA).
+    """
+    cuda = str(device).startswith("cuda")
+    return {"client_batching": "off", "cuda_graphs": "on" if cuda else "off"}
