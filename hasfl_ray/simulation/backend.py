@@ -7,23 +7,22 @@ import heapq
 import logging
 import os
 import threading
-import traceback
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from hasfl_ray.engine.backend import Backend, RoundInterrupted, optimizer_settings, trainer_error
+from hasfl_ray.engine.backend import Backend, optimizer_settings
 from hasfl_ray.engine.config import RunConfig, fault_inject_round
 from hasfl_ray.engine.server import NonFiniteModelError
-from hasfl_ray.errors import ActorLostError, ConfigError
 from hasfl_ray.models import build_model, pads_exactly
 from hasfl_ray.registry import FILE_MODULES
 from hasfl_ray.simulation import connect_ray, warn_auth_off
-from hasfl_ray.simulation.actors import ServerActor, TaskReport, TrainerActor
+from hasfl_ray.simulation.actors import ServerActor, TrainerActor
 from hasfl_ray.simulation.placement import ActorPlan, execution, plan_actors
+from hasfl_ray.simulation.transport import (  # noqa: F401 (re-exported)
+    MAX_ATTEMPTS, TASKS_IN_FLIGHT, RoundTiming, Transport, _lost, _Pending, _Slot)
 from hasfl_ray.simulation.wire import unpack
 from hasfl_ray.training.batched import group_tasks
 from hasfl_ray.training.evaluate import evaluation_subset
@@ -31,8 +30,6 @@ from hasfl_ray.training.task import ClientTask
 
 logger = logging.getLogger(__name__)
 
-#: Tasks queued on one trainer at a time: the next starts as soon as one ends, with no round trip between.
-TASKS_IN_FLIGHT = 2
 #: A round's units go to the trainers in calls (:func:`calls`): one call per trainer while a round has at most
 #: UNITS_PER_CALL units per trainer, else up to CALLS_PER_TRAINER calls each, so that the driver can even out the
 #: loads. Each call costs a submit, a result object and a round trip (~2-4 ms of CPU among the driver, the trainer
@@ -40,52 +37,11 @@ TASKS_IN_FLIGHT = 2
 #: client is still trained from its own RNG streams, so results do not depend on how clients are grouped.
 UNITS_PER_CALL = 8
 CALLS_PER_TRAINER = 8
-#: How often one client may lose its trainer (actor death) in one round before the run gives up.
-MAX_ATTEMPTS = 3
 #: Object store of a Ray instance this backend starts itself (bytes; Ray spills to disk beyond it).
 OBJECT_STORE_BYTES = 2 * 1024 ** 3
 
 
-@dataclass
-class _Slot:
-    """One trainer position: its current actor, which generation it is, and its tasks in flight."""
-
-    index: int
-    actor: Any
-    generation: int = 0
-    in_flight: int = 0
-
-
-@dataclass
-class _Pending:
-    """A submitted trainer call: its units (``(positions, batched)`` each), their task positions in call order,
-    where it runs, and the reference to its results (one object)."""
-
-    call: List[Tuple[List[int], bool]]
-    positions: List[int]
-    slot: int
-    generation: int
-    result: Any
-
-
-@dataclass
-class RoundTiming:
-    """Where one round's time went on the trainers (for benchmarks and logs).
-
-    Attributes:
-        train_seconds: local training summed over clients (inside Trainer.train).
-        slot_train_seconds: the same per trainer slot (its busiest one bounds the round).
-        replaced_actors: trainers that died and were replaced this round.
-        retrained_clients: clients trained again because their trainer died.
-    """
-
-    train_seconds: float = 0.0
-    slot_train_seconds: Dict[int, float] = field(default_factory=dict)
-    replaced_actors: int = 0
-    retrained_clients: List[int] = field(default_factory=list)
-
-
-class RayBackend(Backend):
+class RayBackend(Transport, Backend):
     """Trainer actors (each a :class:`Trainer` on a CPU core, a GPU or a GPU fraction) and one server actor.
 
     Per round: the server's parameters become one object-store object; every trainer reads it once; the
@@ -273,97 +229,7 @@ class RayBackend(Backend):
             costs = [sum(self.client_sizes(tasks[k].client) for k in unit) * max(tasks[k].width for k in unit) ** 2
                      if len({tasks[k].width for k in unit}) > 1 else cost for unit, cost in zip(units, costs)]
         order: Deque[List[Tuple[List[int], bool]]] = deque(calls(units, costs, len(self.slots)))
-        attempts = [0] * len(tasks)
-        layout: List[List[int]] = []
-        results: List[Any] = []
-        pending: Dict[Any, _Pending] = {}
-        inject = self.fault_round is not None and tasks and tasks[0].round == self.fault_round
-        params = [self._params_ref]
-
-        def submit(slot: _Slot, most: int = TASKS_IN_FLIGHT) -> None:
-            while order and slot.in_flight < most:
-                call = order.popleft()
-                positions = [k for unit, _ in call for k in unit]
-                for position in positions:
-                    attempts[position] += 1
-                report, result = slot.actor.run.options(num_returns=2).remote(
-                    params, [([tasks[k] for k in unit], batched) for unit, batched in call])
-                pending[report] = _Pending(call, positions, slot.index, slot.generation, result)
-                slot.in_flight += 1
-
-        for most in range(1, TASKS_IN_FLIGHT + 1):  # the heaviest calls first, one to each trainer in turn
-            for slot in self.slots:
-                submit(slot, most)
-        self._submit_queued()  # the last round's evaluation, behind this round's training
-        if inject:  # testing only: kill the busiest trainer while its call is in flight
-            self._inject_fault(tasks[0].round)
-        self.while_training()  # the engine records the line of two rounds back, evaluated by now
-        while pending:
-            [ready], _ = ray.wait(list(pending), num_returns=1)
-            job = pending.pop(ready)
-            slot = self.slots[job.slot]
-            same_actor = job.generation == slot.generation
-            if same_actor:
-                slot.in_flight -= 1
-            try:
-                report: TaskReport = ray.get(ready)
-            except RayActorError as error:
-                self._lost(tasks, job, attempts, error)
-                order.appendleft(job.call)
-                if same_actor:
-                    self._replace(slot)
-                submit(self.slots[job.slot])
-                continue
-            except RayTaskError as error:
-                cause = error.as_instanceof_cause()
-                if isinstance(cause, ConfigError):
-                    raise cause from None  # bad input met while training: its own sentence
-                raise trainer_error([tasks[k] for k in job.positions], getattr(error, "cause", None) or error,
-                                    str(error)) from None
-            layout.append(job.positions)
-            results.append(job.result)
-            if self.should_stop():
-                raise RoundInterrupted  # before anything reaches the server: the model is the last round's
-            self.timing.train_seconds += report.train_seconds
-            self.timing.slot_train_seconds[job.slot] = \
-                self.timing.slot_train_seconds.get(job.slot, 0.0) + report.train_seconds
-            if same_actor:
-                submit(slot)
-        self.total_train_seconds += self.timing.train_seconds
-        return layout, results
-
-    def _lost(self, tasks: Sequence[ClientTask], job: _Pending, attempts: List[int], error: Exception) -> None:
-        for position in job.positions:
-            task = tasks[position]
-            if attempts[position] >= MAX_ATTEMPTS:
-                raise _lost(f"client {task.client} of round {task.round} lost its trainer actor "
-                            f"{attempts[position]} times", error)
-        for position in job.positions:
-            task = tasks[position]
-            logger.warning("trainer actor %d died while training client %d of round %d; training it again",
-                           job.slot, task.client, task.round)
-            self.timing.retrained_clients.append(task.client)
-
-    def _replace(self, slot: _Slot) -> None:
-        """Start a new trainer in ``slot`` (same resources), give it the round's parameters."""
-        ray.kill(slot.actor, no_restart=True)
-        slot.actor = self._trainer_class.remote(**self._process)
-        slot.actor.setup.remote(*self._trainer_args)
-        slot.generation += 1
-        slot.in_flight = 0
-        self.replaced_actors += 1
-        self.timing.replaced_actors += 1
-
-    def _inject_fault(self, round: int) -> bool:
-        """Kill the trainer with the most clients in flight (testing only); True once one was killed."""
-        busy = [slot for slot in self.slots if slot.in_flight > 0]
-        if not busy:
-            return False
-        victim = max(busy, key=lambda slot: (slot.in_flight, -slot.index))
-        logger.warning("fault injection: killing trainer actor %d with %d clients in flight in round %d",
-                       victim.index, victim.in_flight, round)
-        ray.kill(victim.actor, no_restart=True)
-        return True
+        return self._send(tasks, order)
 
     # -- the server ---------------------------------------------------------------------------------------
 
@@ -438,21 +304,6 @@ class RayBackend(Backend):
 
     def params_sha256(self) -> str:
         return self._from_server(self.server.params_sha256.remote())
-
-    @staticmethod
-    def _from_server(ref):
-        """``ray.get`` of a server call: a dead server actor (killed, out of memory, its node lost) ends the run in
-        one sentence (the run's state lives there; the checkpoint on disk does not)."""
-        try:
-            return ray.get(ref)
-        except RayActorError as error:
-            raise _lost("the Ray server actor died", error) from None
-
-
-def _lost(what: str, error: BaseException) -> ActorLostError:
-    """One sentence for a lost actor (``what`` and Ray's error class); Ray's report goes to RUN/log.txt."""
-    return ActorLostError(f"{what} ({type(error).__name__})",
-                          "".join(traceback.format_exception(type(error), error, error.__traceback__)))
 
 
 def evaluation_cost(method: str, args: Sequence[Any]) -> float:

@@ -1,0 +1,183 @@
+"""The Ray backend's transport: trainer slots, the calls pending on them, and a dead trainer's calls retried."""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Deque, Dict, List, Sequence, Tuple
+
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+
+from hasfl_ray.engine.backend import RoundInterrupted, trainer_error
+from hasfl_ray.errors import ActorLostError, ConfigError
+from hasfl_ray.simulation.actors import TaskReport
+from hasfl_ray.training.task import ClientTask
+
+#: The Ray backend's own logger: RUN/log.txt names these lines hasfl_ray.simulation.backend, as it always has.
+logger = logging.getLogger("hasfl_ray.simulation.backend")
+
+#: Tasks queued on one trainer at a time: the next starts as soon as one ends, with no round trip between.
+TASKS_IN_FLIGHT = 2
+#: How often one client may lose its trainer (actor death) in one round before the run gives up.
+MAX_ATTEMPTS = 3
+
+
+@dataclass
+class _Slot:
+    """One trainer position: its current actor, which generation it is, and its tasks in flight."""
+
+    index: int
+    actor: Any
+    generation: int = 0
+    in_flight: int = 0
+
+
+@dataclass
+class _Pending:
+    """A submitted trainer call: its units (``(positions, batched)`` each), their task positions in call order,
+    where it runs, and the reference to its results (one object)."""
+
+    call: List[Tuple[List[int], bool]]
+    positions: List[int]
+    slot: int
+    generation: int
+    result: Any
+
+
+@dataclass
+class RoundTiming:
+    """Where one round's time went on the trainers (for benchmarks and logs).
+
+    Attributes:
+        train_seconds: local training summed over clients (inside Trainer.train).
+        slot_train_seconds: the same per trainer slot (its busiest one bounds the round).
+        replaced_actors: trainers that died and were replaced this round.
+        retrained_clients: clients trained again because their trainer died.
+    """
+
+    train_seconds: float = 0.0
+    slot_train_seconds: Dict[int, float] = field(default_factory=dict)
+    replaced_actors: int = 0
+    retrained_clients: List[int] = field(default_factory=list)
+
+
+class Transport:
+    """How :class:`~hasfl_ray.simulation.backend.RayBackend` reaches its actors (mixed into it): a round's calls
+    sent to the trainer slots and gathered, a dead trainer replaced and its calls sent again, a dead server one
+    sentence. It uses the backend's ``slots``, ``timing``, ``total_train_seconds``, ``replaced_actors``,
+    ``_params_ref``, ``fault_round``, ``_trainer_class``, ``_process``, ``_trainer_args``, ``_submit_queued``,
+    ``while_training`` and ``should_stop``."""
+
+    def _send(self, tasks: Sequence[ClientTask],
+              order: Deque[List[Tuple[List[int], bool]]]) -> Tuple[List[List[int]], List[Any]]:
+        """Send ``order``, a round's planned calls (heaviest first), to the trainers, ``TASKS_IN_FLIGHT`` calls
+        per trainer, whichever trainer is free; a call whose trainer died goes again to its replacement. Returns,
+        per trainer call, the task positions it trained and the reference to its results (one object per call)."""
+        attempts = [0] * len(tasks)
+        layout: List[List[int]] = []
+        results: List[Any] = []
+        pending: Dict[Any, _Pending] = {}
+        inject = self.fault_round is not None and tasks and tasks[0].round == self.fault_round
+        params = [self._params_ref]
+
+        def submit(slot: _Slot, most: int = TASKS_IN_FLIGHT) -> None:
+            while order and slot.in_flight < most:
+                call = order.popleft()
+                positions = [k for unit, _ in call for k in unit]
+                for position in positions:
+                    attempts[position] += 1
+                report, result = slot.actor.run.options(num_returns=2).remote(
+                    params, [([tasks[k] for k in unit], batched) for unit, batched in call])
+                pending[report] = _Pending(call, positions, slot.index, slot.generation, result)
+                slot.in_flight += 1
+
+        for most in range(1, TASKS_IN_FLIGHT + 1):  # the heaviest calls first, one to each trainer in turn
+            for slot in self.slots:
+                submit(slot, most)
+        self._submit_queued()  # the last round's evaluation, behind this round's training
+        if inject:  # testing only: kill the busiest trainer while its call is in flight
+            self._inject_fault(tasks[0].round)
+        self.while_training()  # the engine records the line of two rounds back, evaluated by now
+        while pending:
+            [ready], _ = ray.wait(list(pending), num_returns=1)
+            job = pending.pop(ready)
+            slot = self.slots[job.slot]
+            same_actor = job.generation == slot.generation
+            if same_actor:
+                slot.in_flight -= 1
+            try:
+                report: TaskReport = ray.get(ready)
+            except RayActorError as error:
+                self._lost(tasks, job, attempts, error)
+                order.appendleft(job.call)
+                if same_actor:
+                    self._replace(slot)
+                submit(self.slots[job.slot])
+                continue
+            except RayTaskError as error:
+                cause = error.as_instanceof_cause()
+                if isinstance(cause, ConfigError):
+                    raise cause from None  # bad input met while training: its own sentence
+                raise trainer_error([tasks[k] for k in job.positions], getattr(error, "cause", None) or error,
+                                    str(error)) from None
+            layout.append(job.positions)
+            results.append(job.result)
+            if self.should_stop():
+                raise RoundInterrupted  # before anything reaches the server: the model is the last round's
+            self.timing.train_seconds += report.train_seconds
+            self.timing.slot_train_seconds[job.slot] = \
+                self.timing.slot_train_seconds.get(job.slot, 0.0) + report.train_seconds
+            if same_actor:
+                submit(slot)
+        self.total_train_seconds += self.timing.train_seconds
+        return layout, results
+
+    def _lost(self, tasks: Sequence[ClientTask], job: _Pending, attempts: List[int], error: Exception) -> None:
+        for position in job.positions:
+            task = tasks[position]
+            if attempts[position] >= MAX_ATTEMPTS:
+                raise _lost(f"client {task.client} of round {task.round} lost its trainer actor "
+                            f"{attempts[position]} times", error)
+        for position in job.positions:
+            task = tasks[position]
+            logger.warning("trainer actor %d died while training client %d of round %d; training it again",
+                           job.slot, task.client, task.round)
+            self.timing.retrained_clients.append(task.client)
+
+    def _replace(self, slot: _Slot) -> None:
+        """Start a new trainer in ``slot`` (same resources), give it the round's parameters."""
+        ray.kill(slot.actor, no_restart=True)
+        slot.actor = self._trainer_class.remote(**self._process)
+        slot.actor.setup.remote(*self._trainer_args)
+        slot.generation += 1
+        slot.in_flight = 0
+        self.replaced_actors += 1
+        self.timing.replaced_actors += 1
+
+    def _inject_fault(self, round: int) -> bool:
+        """Kill the trainer with the most clients in flight (testing only); True once one was killed."""
+        busy = [slot for slot in self.slots if slot.in_flight > 0]
+        if not busy:
+            return False
+        victim = max(busy, key=lambda slot: (slot.in_flight, -slot.index))
+        logger.warning("fault injection: killing trainer actor %d with %d clients in flight in round %d",
+                       victim.index, victim.in_flight, round)
+        ray.kill(victim.actor, no_restart=True)
+        return True
+
+    @staticmethod
+    def _from_server(ref):
+        """``ray.get`` of a server call: a dead server actor (killed, out of memory, its node lost) ends the run in
+        one sentence (the run's state lives there; the checkpoint on disk does not)."""
+        try:
+            return ray.get(ref)
+        except RayActorError as error:
+            raise _lost("the Ray server actor died", error) from None
+
+
+def _lost(what: str, error: BaseException) -> ActorLostError:
+    """One sentence for a lost actor (``what`` and Ray's error class); Ray's report goes to RUN/log.txt."""
+    return ActorLostError(f"{what} ({type(error).__name__})",
+                          "".join(traceback.format_exception(type(error), error, error.__traceback__)))
