@@ -195,3 +195,10 @@ def test_floor_of_takes_the_most_specific_entry():
     assert FLOORS[floor_of("hasfl_ray.engine.server", False)][0] == "engine"
     assert FLOORS[floor_of("hasfl_ray", True)][0] == "top"
     assert floor_of("hasfl_ray.nowhere", False) is None
+
+
+def test_no_file_of_the_package_is_over_400_lines():
+    """Issue 36 item 4's measure of a file a reader can hold: at most 400 lines."""
+    long = {name: n for name, path in module_names().items()
+            if (n := sum(1 for _ in open(path, encoding="utf-8"))) > 400}
+    assert long == {}
