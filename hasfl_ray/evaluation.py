@@ -144,6 +144,44 @@ def reference_local_accuracies(labels: np.ndarray, logits: np.ndarray, groups: n
     return np.asarray(masked), np.asarray(unmasked), np.asarray(samples, dtype=np.int64)
 
 
+def shard_local_accuracies(labels: np.ndarray, logits: np.ndarray, shards: Sequence[np.ndarray],
+                           label_split: Sequence[Sequence[int]]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every client's local accuracy as HeteroFL and FedRolex score it (``train_classifier_fed.py::test``,
+    ``main_resnet.py::test``): on its own test shard, the global model's logits with every label outside the
+    client's label split set to 0 (``ResNet.forward``'s ``masked_fill(label_mask == 0, 0)``), top-1 over all C.
+
+    Args:
+        labels, logits: the global model on the scored test samples, int (S,) and float (S, C).
+        shards: per client, the positions of its own test shard among those S samples.
+        label_split: per client, the labels it holds.
+
+    Returns:
+        (masked accuracy, unmasked accuracy, test samples scored) per client, float64, float64, int64 (NaN for an
+        empty shard); the sources' figure is the mean weighted by samples, :func:`weighted_mean`.
+    """
+    labels = np.asarray(labels, dtype=np.int64)
+    logits = np.asarray(logits)
+    masked, unmasked, samples = [], [], []
+    for shard, held in zip(shards, label_split):
+        shard = np.asarray(shard, dtype=np.int64)
+        scores, y = logits[shard], labels[shard]
+        keep = np.zeros(logits.shape[1], dtype=bool)
+        keep[np.asarray(list(held), dtype=np.int64)] = True
+        zero_filled = np.where(keep[None, :], scores, np.zeros((), dtype=scores.dtype))
+        samples.append(len(shard))
+        masked.append(float((zero_filled.argmax(axis=1) == y).mean()) if len(shard) else float("nan"))
+        unmasked.append(float((scores.argmax(axis=1) == y).mean()) if len(shard) else float("nan"))
+    return np.asarray(masked), np.asarray(unmasked), np.asarray(samples, dtype=np.int64)
+
+
+def weighted_mean(accuracies: np.ndarray, samples: np.ndarray) -> Optional[float]:
+    """The sources' local accuracy: clients' accuracies weighted by their test samples (all correct over all
+    scored), None when no client has one."""
+    accuracies, samples = np.asarray(accuracies, dtype=np.float64), np.asarray(samples, dtype=np.float64)
+    scored = samples > 0
+    return float((accuracies[scored] * samples[scored]).sum() / samples[scored].sum()) if scored.any() else None
+
+
 def accuracy_summary(accuracies: np.ndarray, tiers: np.ndarray, width: str, masked: bool) -> Dict[str, object]:
     """summary.json's ``local_accuracy`` (``masked``) or ``local_accuracy_unmasked``: mean, worst, 10th
     percentile (numpy's linear interpolation), median and best over the clients with at least one test sample

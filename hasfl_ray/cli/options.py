@@ -154,6 +154,11 @@ RUN_OPTIONS = (
                       "only)."),
     click.option("--local-eval-width", type=click.Choice(["final", "p-max"]),
                  help="The width of a client's local accuracy: final (default: its p_final) or p-max (its tier)."),
+    click.option("--local-eval-rule", type=click.Choice(["labels", "source"]),
+                 help="How local accuracy is scored: labels (default: the test samples of the client's labels, at "
+                      "its own width, logits off its labels at -inf, mean over clients) or source (HeteroFL's and "
+                      "FedRolex's: its own test shard of a classes:K partition, the global model, logits off its "
+                      "label split set to 0, mean weighted by samples)."),
 )
 
 

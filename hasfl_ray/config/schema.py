@@ -74,11 +74,15 @@ class RunConfigFields:
     # the global model cut to each of these widths is evaluated too (None: the distinct p^max of the run's tiers and
     # 1.0; [1.0]: the full model only), every eval_every rounds (None: the dataset's default, 1 on digits and
     # synthetic, else 5) and after the last; each client's local accuracy after the last round and every
-    # local_eval_every rounds (0: the last only), at its final p or its p^max (local_eval_width)
+    # local_eval_every rounds (0: the last only), at its final p or its p^max (local_eval_width), by the rule
+    # local_eval_rule: labels (its labels' test samples, own width, logits off its labels at -inf, mean over
+    # clients) or source (HeteroFL's and FedRolex's: its own test shard, the global model, logits off its label
+    # split set to 0, mean weighted by samples)
     eval_widths: Optional[List[float]] = None
     eval_every: Optional[int] = None
     local_eval_every: int = 0
     local_eval_width: str = "final"
+    local_eval_rule: str = "labels"
     # the adaptation schedule (HAS-FL's and random-budget's; the engine's post-warm-up avg_p and coverage monitor
     # count from it): warm-up rounds at p^max, then an adaptation at every t >= warmup with t % t_adapt == 0
     t_adapt: int = 5
@@ -247,6 +251,10 @@ class RunConfigFields:
                                                  "0: after the last round only)")
         if self.local_eval_width not in ("final", "p_max"):
             raise bad("local_eval_width", self.local_eval_width, "final or p_max")
+        if self.local_eval_rule not in ("labels", "source"):
+            raise bad("local_eval_rule", self.local_eval_rule, "labels (the client's labels' test samples at its own "
+                                                               "width) or source (HeteroFL's and FedRolex's rule: "
+                                                               "its own test shard, the global model)")
 
     def _check_clock(self) -> None:
         """Validate (and normalise) the device clock's fields (:func:`hasfl_ray.clock.spec.check_clock_keys`)."""

@@ -10,7 +10,7 @@ import torch
 from hasfl_ray.data.base import TextFederatedDataset
 from hasfl_ray.engine.guard import GuardedAlgorithm, PluginError
 from hasfl_ray.evaluation import (accuracy_summary, default_eval_widths, is_eval_round, local_accuracies,
-                                  submodel_groups, width_key)
+                                  shard_local_accuracies, submodel_groups, weighted_mean, width_key)
 from hasfl_ray.models import build_model
 from hasfl_ray.registry import call_plugin, spec_label
 
@@ -18,6 +18,10 @@ from hasfl_ray.registry import call_plugin, spec_label
 TEXT_LOCAL_ACCURACY = ("not defined for this dataset: a text client's labels are the next characters of its text, "
                        "which cover nearly the whole vocabulary, so restricting the logits to them is not a label "
                        "skew to measure")
+#: summary.json's local_accuracy under local_eval_rule source where the partition deals no test shards.
+NO_SHARDS_LOCAL_ACCURACY = ("not defined for this partition: the sources' rule (local_eval_rule source) scores each "
+                            "client on its own test shard, which only classes:K deals (HeteroFL's and FedRolex's "
+                            "non-IID split; their IID rows report global accuracy only)")
 
 
 def eval_widths(engine: Any) -> List[float]:
@@ -89,6 +93,8 @@ def request_local_accuracy(engine: Any):
     if isinstance(engine.dataset, TextFederatedDataset):
         return lambda: TEXT_LOCAL_ACCURACY
     c = engine.config
+    if c.local_eval_rule == "source":
+        return request_shard_local_accuracy(engine)
     if getattr(engine, "_label_counts", None) is None:  # the training partition's label histograms: once a run
         label = f"dataset {spec_label(c.dataset)!r}"
         engine._label_counts = call_plugin(label, "label_histograms",
@@ -131,3 +137,35 @@ def evaluation_summary(engine: Any) -> Dict[str, Any]:
         out["local_accuracy"], out["local_accuracy_unmasked"] = engine.local["summary"], \
             engine.local["summary_unmasked"]
     return out
+
+
+def request_shard_local_accuracy(engine: Any):
+    """Local accuracy as HeteroFL and FedRolex score it (``local_eval_rule: source``; docs/metrics.md): every client
+    on its own test shard (classes:K), the global model at the global width 1, logits outside the client's label
+    split set to 0, and summary.json's mean weighted by samples over all clients. Started now; the function
+    returned gives it."""
+    shards = getattr(engine.dataset, "client_test_indices", None)
+    label_split = getattr(engine.dataset, "label_split", None)
+    if shards is None or label_split is None:
+        return lambda: NO_SHARDS_LOCAL_ACCURACY
+    shards = [np.asarray(ix, dtype=np.int64) for ix in shards]
+    scored = np.unique(np.concatenate(shards)) if shards else np.zeros(0, dtype=np.int64)
+    positions = [np.searchsorted(scored, shard) for shard in shards]
+    p_max = np.array(engine.p_max, dtype=np.float64)
+    requested = engine.backend.request("test_logits", scored, 1.0)
+
+    def finish() -> Dict[str, Any]:
+        labels, logits = requested()
+        masked, unmasked, samples = shard_local_accuracies(labels, logits, positions, label_split)
+        summaries = []
+        for values, is_masked in ((masked, True), (unmasked, False)):
+            summary = accuracy_summary(values, p_max, "global", is_masked)
+            summary.update(mean_over_clients=summary["mean"], mean=weighted_mean(values, samples), rule="source",
+                           weighted=True)
+            summaries.append(summary)
+        return {"masked": masked, "unmasked": unmasked, "samples": samples,
+                "widths": np.ones(len(shards), dtype=np.float64), "summary": summaries[0],
+                "summary_unmasked": summaries[1]}
+
+    finish.ready = getattr(requested, "ready", lambda: True)
+    return finish

@@ -231,6 +231,22 @@ class Server:
             labels = torch.cat(ys).numpy().astype(np.int64)
         return (np.zeros(0, dtype=np.int64) if labels is None else labels), packed
 
+    @torch.no_grad()
+    def test_logits(self, indices: np.ndarray, width: float = 1.0) -> Tuple[np.ndarray, np.ndarray]:
+        """The labels, int64 (S,), and the width-``width`` global model's logits, float32 (S, C), of the test
+        samples ``indices`` (positions in the full test set): the clients' own test shards, for local accuracy as
+        the sources score it (:func:`hasfl_ray.evaluation.shard_local_accuracies`)."""
+        model = self.width_model(width, None, cache=width in self._width_models)
+        model.eval()
+        ys, outs = [], []
+        for x, y in self.dataset.test_subset_batches(torch.as_tensor(np.asarray(indices), dtype=torch.int64),
+                                                     self.eval_batch_size):
+            outs.append(model(x.to(self.device)).float().cpu())
+            ys.append(y.cpu())
+        if not outs:
+            return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
+        return torch.cat(ys).numpy().astype(np.int64), torch.cat(outs).numpy()
+
     def frozen_counts(self) -> Dict[str, int]:
         """Per parameter, how many of its entries are still bit-identical to w^(0) (computed once per update)."""
         if self._frozen_counts is None:

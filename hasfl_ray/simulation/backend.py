@@ -280,6 +280,9 @@ class RayBackend(Transport, Backend):
     def test_beats(self, widths, submodels=None):
         return self.request("test_beats", widths, submodels)()
 
+    def test_logits(self, indices, width=1.0):
+        return self.request("test_logits", indices, width)()
+
     def frozen_fraction(self) -> float:
         value, self._frozen = self._frozen, None  # the round's, read with its summary
         return self._from_server(self.server.frozen_fraction.remote()) if value is None else value
@@ -310,7 +313,10 @@ def evaluation_cost(method: str, args: Sequence[Any]) -> float:
     """A request's evaluation work in passes of the full-width model over the test samples, to spread a round's
     requests evenly over the trainers: ``evaluate`` is 1, ``evaluate_widths`` and ``test_beats`` 1 for width 1 and
     0.3 for each width below it (smaller, and evaluated channels-last: the digits CNN's passes at 0.25-0.75 take
-    0.15-0.3 of the full width's). Only where evaluations run depends on it, never what they give."""
+    0.15-0.3 of the full width's); ``test_logits`` (the clients' test shards, at most the test set) 1. Only where
+    evaluations run depends on it, never what they give."""
+    if method == "test_logits":
+        return 1.0
     widths = list(args[0]) if method != "evaluate" and args and args[0] is not None else [1.0]
     return sum(1.0 if float(width) >= 1.0 else 0.3 for width in widths)
 
