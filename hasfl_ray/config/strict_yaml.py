@@ -98,6 +98,13 @@ def _construct_unique_mapping(loader: StrictLoader, node: yaml.MappingNode):
 
 StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
 
+#: Scientific notation without a dot or without an exponent sign (``5e-2``, ``2.0e8``, ``1E6``): a float in YAML 1.2
+#: and in every config a user writes, a string to PyYAML's YAML 1.1 resolver (which wants ``5.0e-2``, ``2.0e+8``).
+#: Added to this loader only (PyYAML copies the resolver table for a subclass), after the built-in ones, so an int,
+#: a 1.1 float or a timestamp reads as before.
+SCIENTIFIC_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", SCIENTIFIC_FLOAT, list("-+0123456789"))
+
 
 def strict_yaml_load(stream: Any) -> Any:
     """``yaml.safe_load`` that refuses a repeated key (:class:`DuplicateKeyError`) and an alias bomb
