@@ -46,6 +46,12 @@ RUN_OPTIONS = (
     click.option("--model-norm", type=click.Choice(["sbn", "bn", "gn", "none"]),
                  help="--model's normalisation: sbn (static BatchNorm, default; evaluation statistics from a pass "
                       "over the clients' training data), bn (batch statistics), gn (GroupNorm) or none."),
+    click.option("--sbn-statistics", type=click.Choice(["shuffled", "in-order", "test-batch"]),
+                 help="sBN's evaluation statistics: shuffled (default; HeteroFL's pass over a seeded permutation of "
+                      "all clients' training samples in --sbn-batch-size batches), in-order (client after client in "
+                      "evaluation batches) or test-batch (FedRolex's: no pass, each test batch's own statistics)."),
+    click.option("--sbn-batch-size", type=int, help="Samples per batch of the sBN statistics pass (default 10, "
+                                                     "HeteroFL's training batch)."),
     click.option("--model-scaler", type=click.Choice(["on", "off"]),
                  help="--model's Scaler (HeteroFL's: activations divided by the width p in training): on (default) "
                       "or off."),
@@ -192,6 +198,8 @@ def apply_switches(flags: Dict[str, Any], no_coverage: bool, download: bool, fas
     _comma_list(flags, "eval_widths", float, "comma-separated widths in (0, 1], e.g. 0.25,0.5,0.75,1, or full")
     if flags.get("local_eval_width") == "p-max":
         flags["local_eval_width"] = "p_max"
+    if flags.get("sbn_statistics") in ("in-order", "test-batch"):
+        flags["sbn_statistics"] = flags["sbn_statistics"].replace("-", "_")
     if flags.get("budget") is not None and flags.get("budget_from") is not None:
         raise ConfigError(f"--budget {flags['budget']} and --budget-from {flags['budget_from']!r} are both given; "
                           "expected one source for random-budget's target")

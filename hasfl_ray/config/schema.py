@@ -57,6 +57,11 @@ class RunConfigFields:
     model: Optional[str] = None
     model_norm: Optional[str] = None
     model_scaler: Optional[str] = None
+    # sBN's evaluation statistics (docs/models.md): shuffled (HeteroFL's pass: a seeded permutation of all clients'
+    # training samples in batches of sbn_batch_size), in_order (client after client in eval_batch_size batches) or
+    # test_batch (FedRolex: no pass, each test batch normalised with its own statistics)
+    sbn_statistics: str = "shuffled"
+    sbn_batch_size: int = 10
     # FedProx's Synthetic(alpha, beta) data (--dataset synthetic): labeller and input heterogeneity
     synthetic_alpha: float = 1.0
     synthetic_beta: float = 1.0
@@ -198,6 +203,13 @@ class RunConfigFields:
                                            "MODULE:Class (or unset: the dataset's own model)")
         if isinstance(self.model_scaler, bool):
             object.__setattr__(self, "model_scaler", "on" if self.model_scaler else "off")
+        if self.sbn_statistics not in ("shuffled", "in_order", "test_batch"):
+            raise bad("sbn_statistics", self.sbn_statistics, "shuffled (HeteroFL's pass over shuffled training "
+                                                             "batches), in_order or test_batch (FedRolex's)")
+        if not isinstance(self.sbn_batch_size, int) or isinstance(self.sbn_batch_size, bool) or \
+                self.sbn_batch_size < 2:
+            raise bad("sbn_batch_size", self.sbn_batch_size, "an integer of at least 2 (samples per batch of the "
+                                                             "sBN statistics pass; HeteroFL's is 10)")
         for name, allowed in (("model_norm", MODEL_NORMS), ("model_scaler", ("on", "off"))):
             value = getattr(self, name)
             if value is None:

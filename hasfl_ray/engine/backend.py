@@ -15,6 +15,7 @@ from hasfl_ray.config import RunConfig
 from hasfl_ray.engine.server import Server
 from hasfl_ray.errors import ConfigError, TrainerError
 from hasfl_ray.training.batched import group_tasks
+from hasfl_ray.engine.server import statistics_plan
 from hasfl_ray.training.evaluate import evaluation_subset
 from hasfl_ray.training.result import ClientResult
 from hasfl_ray.training.task import ClientTask, OptimizerSettings
@@ -158,7 +159,7 @@ class LocalBackend(Backend):
         self.server = Server(model_name, initial_params, dataset, config.eval_batch_size,
                              config.aggregation_backend, config.device,
                              evaluation_subset(config.seed, dataset.test_size, config.eval_samples),
-                             config.estimator)
+                             config.estimator, statistics_plan(config))
 
     def run_round(self, tasks, weights, server_lr):
         params = self.server.params

@@ -78,6 +78,12 @@ def layer_coverage(specs: Mapping[str, ParamSpec], updates: Sequence[Mapping[str
     return coverage
 
 
+
+def statistics_plan(config) -> Tuple[str, int, int]:
+    """What a :class:`Server` (and every evaluator) needs of a run's config for sBN's evaluation statistics:
+    (``sbn_statistics``, ``sbn_batch_size``, the run seed that orders the shuffled pass)."""
+    return config.sbn_statistics, config.sbn_batch_size, config.seed
+
 class Server:
     """Global model state and the server half of a round; plain Python (a Ray actor wraps it as is).
 
@@ -97,8 +103,11 @@ class Server:
 
     def __init__(self, model_name: str, initial_params: Mapping[str, torch.Tensor], dataset: FederatedDataset,
                  eval_batch_size: int = 500, aggregation_backend: str = "auto", device: str = "cpu",
-                 eval_indices: Optional[torch.Tensor] = None, estimator: str = "masked"):
+                 eval_indices: Optional[torch.Tensor] = None, estimator: str = "masked",
+                 statistics: Optional[Tuple[str, int, int]] = None):
         self.device = torch.device(device)
+        # sBN's evaluation statistics: (sbn_statistics, sbn_batch_size, seed); None: in order, eval batches
+        self.statistics = statistics
         register_model(model_name, getattr(dataset, "model_config", None))  # a dataset plug-in's own model
         self.model = build_model(model_name).to(self.device)
         self.model_name = model_name
@@ -198,7 +207,11 @@ class Server:
         for ``own`` parameters); nothing for a model without sBN."""
         if not own and self._calibrated.get(width) is model:
             return
-        if sbn_statistics(model, training_batches(self.dataset, self.eval_batch_size)) and not own:
+        mode, batch_size, seed = self.statistics or ("in_order", self.eval_batch_size, 0)
+        if mode == "test_batch":  # FedRolex: no pass; each test batch is normalised with its own statistics
+            return
+        batches = training_batches(self.dataset, batch_size, seed if mode == "shuffled" else None)
+        if sbn_statistics(model, batches) and not own:
             self._calibrated[width] = model
 
     def evaluate_widths(self, widths: Sequence[float], submodels: Optional[Mapping[float, Mapping[str, torch.Tensor]]]

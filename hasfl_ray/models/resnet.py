@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -331,10 +332,15 @@ def sbn_statistics(model: nn.Module, batches: Iterable[Tuple[torch.Tensor, torch
     return True
 
 
-def training_batches(dataset, batch_size: int) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+def training_batches(dataset, batch_size: int, seed: Optional[int] = None) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
     """Every client's training samples (the union of the clients' data, the training set the federation holds),
-    client after client, each client's in its sample order, ``batch_size`` at a time across client boundaries; a
-    last batch of fewer than 2 samples is left out (it gives BatchNorm no batch statistics)."""
+    ``batch_size`` at a time; a last batch of fewer than 2 samples is left out (it gives BatchNorm no batch
+    statistics). With ``seed`` (HeteroFL's ``stats``: a shuffled loader over the training set, its batch size 10), in
+    a seeded permutation of all of them, each batch's samples gathered client by client; without, client after
+    client, each client's in its sample order, across client boundaries."""
+    if seed is not None:
+        yield from _shuffled_batches(dataset, batch_size, seed)
+        return
     parts: List[Tuple[torch.Tensor, torch.Tensor]] = []
     held = 0
     for client in range(dataset.num_clients):
@@ -348,6 +354,24 @@ def training_batches(dataset, batch_size: int) -> Iterator[Tuple[torch.Tensor, t
                 parts, held = [], 0
     if held >= 2:
         yield torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
+
+
+def _shuffled_batches(dataset, batch_size: int, seed: int) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+    sizes = [dataset.client_size(client) for client in range(dataset.num_clients)]
+    owner = np.repeat(np.arange(len(sizes)), sizes)
+    position = np.concatenate([np.arange(size) for size in sizes]) if sizes else np.zeros(0, dtype=np.int64)
+    order = np.random.default_rng([seed, SBN_STREAM]).permutation(len(owner))
+    for start in range(0, len(order) - 1, batch_size):
+        chunk = order[start:start + batch_size]
+        if len(chunk) < 2:
+            break
+        pieces = [dataset.client_batch(int(client), torch.as_tensor(position[chunk[owner[chunk] == client]]))
+                  for client in np.unique(owner[chunk])]
+        yield torch.cat([x for x, _ in pieces]), torch.cat([y for _, y in pieces])
+
+
+#: The stream of the sBN statistics pass's permutation (beside the run seed), apart from every other draw.
+SBN_STREAM = 0x5B4E
 
 
 RESNETS = {"preresnet18": PreResNet18, "resnet18": ResNet18}

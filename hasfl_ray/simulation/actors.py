@@ -52,8 +52,9 @@ class Evaluator:
     server, for a trainer lost meanwhile) evaluates the model of a round while the server holds the next one."""
 
     def __init__(self, model_name: str, dataset: FederatedDataset, device: str, threads: int, batch_size: int,
-                 indices: Optional[torch.Tensor]):
+                 indices: Optional[torch.Tensor], statistics: Optional[Tuple[str, int, int]] = None):
         self.args = (model_name, dataset, batch_size, device, indices)
+        self.statistics = statistics
         self.threads = threads
         self.server: Optional[Server] = None
 
@@ -64,7 +65,7 @@ class Evaluator:
         model_name, dataset, batch_size, device, indices = self.args
         if self.server is None:
             self.server = Server(model_name, params, dataset.test_view(), batch_size, "reference", str(device),
-                                 indices)
+                                 indices, statistics=self.statistics)
         else:
             self.server.set_params(params)
         torch.set_num_threads(self.threads)
@@ -84,7 +85,7 @@ class TrainerActor:
 
     def __init__(self, dataset: Optional[FederatedDataset] = None, model_name: str = "", settings=None,
                  device: str = "cpu", threads: int = 1, deterministic: bool = True, cuda_graphs: bool = False,
-                 evaluation: Optional[Tuple[int, Optional[torch.Tensor]]] = None):
+                 evaluation: Optional[Tuple[Any, ...]] = None):
         self.device = _process_setup(device, threads, deterministic)
         self.params: Dict[str, torch.Tensor] = {}
         self.recent_widths: "OrderedDict[float, None]" = OrderedDict()
@@ -166,13 +167,15 @@ class ServerActor:
     def __init__(self, model_name: str = "", initial_params: Optional[Mapping[str, torch.Tensor]] = None,
                  dataset: Optional[FederatedDataset] = None, eval_batch_size: int = 0, aggregation_backend: str = "",
                  device: str = "cpu", threads: int = 1, deterministic: bool = True,
-                 eval_indices: Optional[torch.Tensor] = None, estimator: str = "masked"):
+                 eval_indices: Optional[torch.Tensor] = None, estimator: str = "masked",
+                 statistics: Optional[Tuple[str, int, int]] = None):
         self.device = _process_setup(device, threads, deterministic)
         self.threads = threads
         if dataset is not None:  # None: started early, see TrainerActor.setup
             self.server = Server(model_name, initial_params, dataset, eval_batch_size, aggregation_backend,
-                                 str(self.device), eval_indices, estimator)
-            self.evaluator = Evaluator(model_name, dataset, device, threads, eval_batch_size, eval_indices)
+                                 str(self.device), eval_indices, estimator, statistics)
+            self.evaluator = Evaluator(model_name, dataset, device, threads, eval_batch_size, eval_indices,
+                                       statistics)
 
     def evaluate_at(self, params: Any, method: str, *args: Any) -> Any:
         """:meth:`TrainerActor.evaluate_at` here: the evaluation of a trainer lost before it answered (``params``

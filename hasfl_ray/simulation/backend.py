@@ -15,7 +15,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from hasfl_ray.engine.backend import Backend, optimizer_settings
 from hasfl_ray.engine.config import RunConfig, fault_inject_round
-from hasfl_ray.engine.server import NonFiniteModelError
+from hasfl_ray.engine.server import NonFiniteModelError, statistics_plan
 from hasfl_ray.models import build_model, pads_exactly
 from hasfl_ray.registry import FILE_MODULES
 from hasfl_ray.simulation import connect_ray, warn_auth_off
@@ -155,11 +155,11 @@ class RayBackend(Transport, Backend):
         eval_indices = evaluation_subset(config.seed, dataset.test_size, config.eval_samples)
         self._trainer_args = (dataset_ref, model_name, optimizer_settings(config), self.plan.device,
                               config.trainer_threads, config.deterministic, config.cuda_graphs == "on",
-                              (config.eval_batch_size, eval_indices))
+                              (config.eval_batch_size, eval_indices, statistics_plan(config)))
         setups = [slot.actor.setup.remote(*self._trainer_args) for slot in self.slots] + [self.server.setup.remote(
             model_name, initial_params, ray.put(dataset.test_view()), config.eval_batch_size,
             config.aggregation_backend, self.plan.device, config.trainer_threads, config.deterministic,
-            eval_indices, config.estimator)]
+            eval_indices, config.estimator, statistics_plan(config))]
         try:
             ray.get(setups)
             places = ray.get([slot.actor.ready.remote() for slot in self.slots] + [self.server.ready.remote()])
