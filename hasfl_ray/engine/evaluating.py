@@ -62,9 +62,14 @@ def request_evaluation(engine: Any, t: int):
             out["accuracy_at_width"] = {width_key(w): results[w][0] for w in all_widths}
             out["loss_at_width"] = {width_key(w): results[w][1] for w in all_widths}
         if local is not None:
-            engine.local = local()
-            if not isinstance(engine.local, str):
-                out["local_accuracy_mean"] = engine.local["summary"]["mean"]
+            result = local()
+            # Lines may be completed out of round order (Ray: the last round's at once, an earlier deferred one
+            # after it), so the run's local accuracy (clients.csv, summary.json) is the latest round's, not the
+            # last completed.
+            if t >= getattr(engine, "_local_round", -1):
+                engine.local, engine._local_round = result, t
+            if not isinstance(result, str):
+                out["local_accuracy_mean"] = result["summary"]["mean"]
         return accuracy, loss, out
 
     finish.ready = lambda: all(getattr(part, "ready", lambda: True)() for part in parts)
