@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any, Dict, List, Mapping, Sequence
 
-from hasfl_ray.analysis.runs import _label
+from hasfl_ray.analysis.runs import _label, run_groups
 from hasfl_ray.analysis.statistics import CONFOUND_KEYS, confound_statistics
 from hasfl_ray.analysis.tables.layout import _tex, display_name
 
@@ -22,7 +21,7 @@ def confound_correlations(run: Dict[str, Any]) -> Dict[str, Any]:
 def analyze_runs(runs: Sequence[Dict[str, Any]]) -> Dict[str, List[Dict[str, Any]]]:
     """Table 5 per run (runs with H̃ estimates) and pooled over the seeds of each (dataset, algorithm): the clients
     of every seed's run together. ``{"runs": [...], "pooled": [...]}``, each row naming its run(s)."""
-    per_run, groups = [], defaultdict(list)
+    per_run, analysed = [], []
     for run in runs:
         result = confound_correlations(run)
         if not result:
@@ -30,9 +29,9 @@ def analyze_runs(runs: Sequence[Dict[str, Any]]) -> Dict[str, List[Dict[str, Any
         config = run["config"]
         per_run.append({"run": run["path"], "dataset": config["dataset"], "algorithm": _label(config),
                         "seed": config["seed"], **result})
-        groups[(config["dataset"], _label(config))].append(run)
-    pooled = []
-    for (dataset, algorithm), members in sorted(groups.items()):
+        analysed.append(run)
+    pooled = []  # the seeds of one row only (run_groups: never runs of another variant or protocol)
+    for (dataset, algorithm), members in sorted(run_groups(analysed)):
         clients = [c for r in members for c in r["clients"]]
         pooled.append({"dataset": dataset, "algorithm": algorithm,
                        "seeds": sorted(r["config"]["seed"] for r in members),
