@@ -17,8 +17,9 @@ from hasfl_ray.models import cost_table, resnet_cost_table
 from hasfl_ray.registry import is_spec
 
 COST_MODELS = ("cifar10", "emnist", "shakespeare", "digits", "synthetic")
-#: The ResNets (docs/models.md), costed on a built-in image dataset's inputs and classes.
-RESNET_MODELS = ("preresnet18", "resnet18")
+#: The ResNets (docs/models.md), costed on a built-in image dataset's inputs and classes; preresnet18-1112 is
+#: HeteroFL's published (1, 1, 1, 2) network.
+RESNET_MODELS = ("preresnet18", "resnet18", "preresnet18-1112")
 IMAGE_DATASETS = ("cifar10", "emnist", "digits")
 #: The widths a plug-in model is costed at without --widths: the paper's four (Table 2).
 PLUGIN_WIDTHS = (0.25, 0.5, 0.75, 1.0)
@@ -60,16 +61,17 @@ def plugin_cost_table(spec: str, dataset: str, data_dir: Optional[str] = None,
 @click.command()
 @click.option("--model", "model_name", metavar="MODEL|FILE.py:Class|MODULE:Class", required=True,
               help="Which model's cost table to print: a dataset's own model (cifar10, emnist, shakespeare, digits, "
-                   "synthetic), preresnet18 / resnet18, or a plug-in model, any nn.Module taking a width argument, "
-                   "as simulate's --model takes it (docs/plugins.md#models).")
+                   "synthetic), preresnet18 / resnet18 / preresnet18-1112 (HeteroFL's published network), or a "
+                   "plug-in model, any nn.Module taking a width argument, as simulate's --model takes it "
+                   "(docs/plugins.md#models).")
 @click.option("--dataset", type=click.Choice(DATASETS), default="cifar10", show_default=True,
-              help="preresnet18 / resnet18: the image dataset (cifar10, emnist, digits) whose input shape and classes "
+              help="The ResNets: the image dataset (cifar10, emnist, digits) whose input shape and classes "
                    "they are costed on; a plug-in model: the built-in dataset it is built for, loaded as simulate "
                    "loads it (--data-dir).")
 @click.option("--data-dir", type=click.Path(),
               help="A plug-in model: where --dataset lives, as simulate's --data-dir (digits and synthetic need none).")
 @click.option("--model-norm", type=click.Choice(["sbn", "bn", "gn", "none"]), default=None,
-              help="preresnet18 / resnet18: the normalisation (default sbn; none has no norm parameters).")
+              help="The ResNets: the normalisation (default sbn; none has no norm parameters).")
 @click.option("--widths", metavar="W1,W2,...",
               help="The widths to cost, comma-separated in (0, 1], as simulate's --widths, e.g. "
                    "1,0.5,0.25,0.125,0.0625 (default: 0.25,0.5,0.75,1; HeteroFL's levels a-e for the ResNets).")
@@ -79,7 +81,8 @@ def plugin_cost_table(spec: str, dataset: str, data_dir: Optional[str] = None,
 def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Optional[str], widths: Optional[str],
          as_json: bool) -> None:
     """Print params, MACs per sample and fp32 upload MB at p = 0.25, 0.5, 0.75, 1 (the paper's Table 2) or at
-    --widths; for preresnet18 and resnet18, at HeteroFL's levels a-e (p = 1, 1/2, 1/4, 1/8, 1/16) with FLOPs too.
+    --widths; for the ResNets (preresnet18, resnet18, preresnet18-1112), at HeteroFL's levels a-e (p = 1, 1/2, 1/4,
+    1/8, 1/16) with FLOPs too, as HeteroFL's own counter counts them (src/summary.py; docs/models.md#costs).
 
     A plug-in model (--model FILE.py:Class) is built for --dataset's inputs and classes as simulate builds it; its
     parameters come from its slice description, its MACs per sample from its own macs(p) or else from torch's
@@ -93,7 +96,7 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
             model_name, [*COST_MODELS, *RESNET_MODELS, "FILE.py:Class", "MODULE:Class"]))
     if not resnet and model_norm is not None:
         raise click.UsageError(f"--model-norm is {model_norm!r} but --model is {model_name!r}; expected it only "
-                               f"with {' or '.join(RESNET_MODELS)}")
+                               f"with a ResNet ({', '.join(RESNET_MODELS)})")
     if resnet and dataset not in IMAGE_DATASETS:
         raise click.UsageError(f"--dataset is {dataset!r} but --model is {model_name!r}; expected an image dataset, "
                                f"one of {', '.join(IMAGE_DATASETS)}")

@@ -12,7 +12,7 @@ from hasfl_ray.errors import ConfigError
 from hasfl_ray.federation import PAPER_WIDTHS, WIDTH_ASSIGNMENTS, normalise_ladder, normalise_partition
 
 #: The networks ``model`` may name and their normalisations (hasfl_ray.models.resnet; docs/models.md).
-MODEL_CHOICES = ("preresnet18", "resnet18")
+MODEL_CHOICES = ("preresnet18", "resnet18", "preresnet18-1112")
 MODEL_NORMS = ("sbn", "bn", "gn", "none")
 
 #: FLOAT32_MAX and MAX_LR: the bounds of every real-valued key and option (hasfl_ray.registry, shared with the

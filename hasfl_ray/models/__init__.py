@@ -10,7 +10,7 @@ from hasfl_ray.models.cnn import ImageCNN
 from hasfl_ray.models.lstm import CharLSTM
 from hasfl_ray.models.mlp import MLP
 from hasfl_ray.models.plugin import build_plugin, is_plugin_kind, normalise_config
-from hasfl_ray.models.resnet import NORMS, RESNETS, PreResNet18, ResNet18, resnet_config
+from hasfl_ray.models.resnet import NORMS, RESNETS, PreResNet18, PreResNet1112, ResNet18, resnet_config
 from hasfl_ray.models.slicing import DimSlice, ParamSpec, extract, gate_blocks_of, insert_, mask, region, width_channels
 
 PAPER_STAGES = ((64, 64), (128, 128), (256, 256))
@@ -80,7 +80,8 @@ def pads_exactly(model: nn.Module) -> bool:
 
 def cost_table(name: str, widths=(0.25, 0.5, 0.75, 1.0)) -> List[dict]:
     """Params, MACs per sample and fp32 upload MB of model ``name`` at each width (the paper's Table 2); a model
-    with a ``flops`` method (the ResNets) adds FLOPs per sample."""
+    with a ``flops`` method (the ResNets: HeteroFL's counter, :mod:`hasfl_ray.models.resnet_cost`) adds FLOPs per
+    sample."""
     model = build_model(name)
     specs = model.param_specs()
     rows = []
@@ -94,8 +95,8 @@ def cost_table(name: str, widths=(0.25, 0.5, 0.75, 1.0)) -> List[dict]:
 
 def resnet_cost_table(arch: str, dataset: str = "cifar10", widths=(1.0, 0.5, 0.25, 0.125, 0.0625),
                       norm: Optional[str] = None) -> List[dict]:
-    """:func:`cost_table` of ResNet ``arch`` (preresnet18, resnet18) on the inputs and classes of built-in image
-    dataset ``dataset`` (cifar10: 3x32x32, 10 classes), by default at HeteroFL's levels a-e."""
+    """:func:`cost_table` of ResNet ``arch`` (preresnet18, resnet18, preresnet18-1112) on the inputs and classes of
+    built-in image dataset ``dataset`` (cifar10: 3x32x32, 10 classes), by default at HeteroFL's levels a-e."""
     config = MODEL_CONFIGS[dataset]
     name, model_config = resnet_config(arch, config["in_channels"], config["num_classes"], config["image_size"], norm)
     register_model(name, model_config)
@@ -103,6 +104,6 @@ def resnet_cost_table(arch: str, dataset: str = "cifar10", widths=(1.0, 0.5, 0.2
 
 
 __all__ = ["CharLSTM", "DimSlice", "ImageCNN", "MLP", "MODEL_CONFIGS", "MODEL_KINDS", "MODEL_NAMES", "NORMS",
-           "ParamSpec", "PreResNet18", "RESNETS", "ResNet18", "build_model", "build_model_from", "cost_table",
-           "extract", "gate_blocks_of", "insert_", "mask", "pads_exactly", "region", "register_model", "resnet_config",
-           "resnet_cost_table", "width_channels"]
+           "ParamSpec", "PreResNet1112", "PreResNet18", "RESNETS", "ResNet18", "build_model", "build_model_from",
+           "cost_table", "extract", "gate_blocks_of", "insert_", "mask", "pads_exactly", "region", "register_model",
+           "resnet_config", "resnet_cost_table", "width_channels"]

@@ -4,6 +4,8 @@
   layout). A 3x3 stem conv to 64 channels, four stages of 64, 128, 256, 512 channels, each two pre-activation basic
   blocks (norm, ReLU, 3x3 conv, norm, ReLU, 3x3 conv, plus the shortcut), strides 1, 2, 2, 2, a 1x1 shortcut conv
   applied to the block's pre-activated input where the shape changes, then norm, ReLU, global average pool, linear.
+* :class:`PreResNet1112`: HeteroFL's published network, the same with 1, 1, 1, 2 blocks in the four stages (its
+  ``resnet18`` from 2020-08-28 to 2021-02-18, the network of the authors' CIFAR-10 table).
 * :class:`ResNet18`: the post-activation ResNet-18 of FjORD (Horvath et al., NeurIPS 2021) with the CIFAR 3x3 stem:
   conv, norm, ReLU, then blocks of (3x3 conv, norm, ReLU, 3x3 conv, norm) plus the shortcut (identity, or 1x1 conv
   and norm where the shape changes), ReLU after the sum; global average pool, linear.
@@ -30,6 +32,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from hasfl_ray.models.resnet_cost import ResNetCost, _halve, _sizes, _stage_plan  # noqa: F401 (importable here)
 from hasfl_ray.models.slicing import DimSlice, ParamSpec, width_channels
 
 #: Channels of the four stages at width 1.
@@ -84,28 +87,23 @@ def _check(norm: str, width: float) -> None:
     width_channels(width, 1)  # (0, 1]
 
 
-def _sizes(image_size) -> Tuple[int, int]:
-    return (image_size, image_size) if isinstance(image_size, int) else (int(image_size[0]), int(image_size[1]))
-
-
-def _halve(hw: Tuple[int, int], stride: int) -> Tuple[int, int]:
-    """Output height and width of a 3x3 pad-1 (or 1x1 pad-0) conv of ``stride``."""
-    return tuple((s - 1) // stride + 1 for s in hw)  # type: ignore[return-value]
-
-
-class _Base(nn.Module):
-    """What both ResNets share: widths, the spec of every parameter, and the cost model.
+class _Base(ResNetCost, nn.Module):
+    """What the ResNets share: widths, the spec of every parameter, and the cost model
+    (:class:`~hasfl_ray.models.resnet_cost.ResNetCost`).
 
     Subclasses list their parameters as (name, kind, out channels, in channels, kernel) entries in
     :meth:`_layout` (kind ``conv``, ``norm`` or ``linear``; channels at width 1, ``None`` for an unscaled dim) and
     build themselves from it."""
 
+    #: Basic blocks per stage.
+    blocks: Tuple[int, ...] = BLOCKS
+
     def __init__(self, in_channels: int, num_classes: int, image_size, norm: str, scaler: bool, width: float,
                  stages: Sequence[int] = STAGES):
         super().__init__()
         _check(norm, width)
-        if len(stages) != len(BLOCKS):
-            raise ValueError(f"stages is {list(stages)!r}; expected the width-1 channels of {len(BLOCKS)} stages")
+        if len(stages) != len(self.blocks):
+            raise ValueError(f"stages is {list(stages)!r}; expected the width-1 channels of {len(self.blocks)} stages")
         self.in_channels, self.num_classes, self.image_size = int(in_channels), int(num_classes), image_size
         self.norm, self.scaler, self.width = norm, bool(scaler), float(width)
         self.stages = tuple(int(c) for c in stages)
@@ -144,57 +142,6 @@ class _Base(nn.Module):
                 specs[f"{name}.bias"] = ParamSpec(f"{name}.bias", (classes,))
         return specs
 
-    #: Whether a block's first norm normalises its input (pre-activation) rather than its first conv's output.
-    pre_activation = True
-
-    def _positions(self) -> Dict[str, Tuple[int, int]]:
-        """Output height and width of every conv, and the spatial size of the activation every norm normalises."""
-        hw = _sizes(self.image_size)
-        out = {"conv1": hw, "n1": hw}
-        for stage, block, _, _, stride in _stage_plan(self.stages):
-            prefix, before, hw = f"layer{stage + 1}.{block}", hw, _halve(hw, stride)
-            out[f"{prefix}.n1"] = before if self.pre_activation else hw
-            out.update({f"{prefix}.{part}": hw for part in ("conv1", "n2", "conv2", "shortcut", "shortcut_norm")})
-        out["n4"] = hw
-        return out
-
-    def macs(self, p: float) -> int:
-        """Multiply-accumulates per sample of the width-p network: every conv (k*k*cin*cout per output position)
-        and the linear layer; norms, ReLUs, the residual sums and the pool are not counted (docs/models.md)."""
-        return self._count(p, per_normalised=0)
-
-    def flops(self, p: float) -> int:
-        """Operations per sample as HeteroFL's published figure counts them (docs/models.md): :meth:`macs` plus 4
-        per element each norm layer normalises (subtract, divide, scale, shift; none for ``none``). At level a on
-        CIFAR-10 this is 557,650,944, HeteroFL's 557.7 M."""
-        return self._count(p, per_normalised=0 if self.norm == "none" else 4)
-
-    def _count(self, p: float, per_normalised: int) -> int:
-        positions = self._positions()
-        total = 0
-        for name, kind, out, cin, kernel in self._layout():
-            c_in = self.in_channels if cin is None else width_channels(p, cin)
-            if kind == "conv":
-                h, w = positions[name]
-                total += width_channels(p, out) * c_in * kernel * kernel * h * w
-            elif kind == "norm":
-                h, w = positions[name]
-                total += per_normalised * width_channels(p, out) * h * w
-            else:
-                total += c_in * self.num_classes
-        return total
-
-
-def _stage_plan(stages: Sequence[int]) -> Iterator[Tuple[int, int, int, int, int]]:
-    """(stage, block, in channels, out channels, stride) of every basic block, at width 1."""
-    cin = stages[0]
-    for stage, (channels, blocks) in enumerate(zip(stages, BLOCKS)):
-        for block in range(blocks):
-            stride = 2 if stage > 0 and block == 0 else 1
-            yield stage, block, cin, channels, stride
-            cin = channels
-
-
 class PreResNet18(_Base):
     """HeteroFL's pre-activation ResNet-18 at width p (module docstring). Parameter names: ``conv1``,
     ``layer{1-4}.{0,1}.{n1,conv1,n2,conv2,shortcut}``, ``n4``, ``linear``."""
@@ -205,7 +152,7 @@ class PreResNet18(_Base):
         self.conv1 = nn.Conv2d(self.in_channels, self._c(self.stages[0]), 3, padding=1, bias=False)
         for stage in range(4):
             self.add_module(f"layer{stage + 1}", nn.Sequential())
-        for stage, _, cin, cout, stride in _stage_plan(self.stages):
+        for stage, _, cin, cout, stride in _stage_plan(self.stages, self.blocks):
             getattr(self, f"layer{stage + 1}").append(_PreActBlock(self, cin, cout, stride))
         self.n4 = norm_layer(norm, self._c(self.stages[-1]))
         self.scale = self._scale()
@@ -219,13 +166,21 @@ class PreResNet18(_Base):
 
     def _layout(self):
         layout = [("conv1", "conv", self.stages[0], None, 3)]
-        for stage, block, cin, cout, stride in _stage_plan(self.stages):
+        for stage, block, cin, cout, stride in _stage_plan(self.stages, self.blocks):
             prefix = f"layer{stage + 1}.{block}"
             layout += [(f"{prefix}.n1", "norm", cin, None, 0), (f"{prefix}.conv1", "conv", cout, cin, 3),
                        (f"{prefix}.n2", "norm", cout, None, 0), (f"{prefix}.conv2", "conv", cout, cout, 3)]
             if stride != 1 or cin != cout:
                 layout.append((f"{prefix}.shortcut", "conv", cout, cin, 1))
         return layout + [("n4", "norm", self.stages[-1], None, 0), ("linear", "linear", None, self.stages[-1], 0)]
+
+
+class PreResNet1112(PreResNet18):
+    """HeteroFL's published network (module docstring): :class:`PreResNet18` with one block in each of the first
+    three stages and two in the last, ``Block, [1, 1, 1, 2]`` in HeteroFL's ``src/models/resnet.py``
+    (``resnet18``) from 2020-08-28 to 2021-02-18. Parameter names: ``layer{1-3}.0``, ``layer4.{0,1}``."""
+
+    blocks = (1, 1, 1, 2)
 
 
 class _PreActBlock(nn.Module):
@@ -260,7 +215,7 @@ class ResNet18(_Base):
         self.scale = self._scale()
         for stage in range(4):
             self.add_module(f"layer{stage + 1}", nn.Sequential())
-        for stage, _, cin, cout, stride in _stage_plan(self.stages):
+        for stage, _, cin, cout, stride in _stage_plan(self.stages, self.blocks):
             getattr(self, f"layer{stage + 1}").append(_PostActBlock(self, cin, cout, stride))
         self.linear = nn.Linear(self._c(self.stages[-1]), self.num_classes)
 
@@ -271,7 +226,7 @@ class ResNet18(_Base):
 
     def _layout(self):
         layout = [("conv1", "conv", self.stages[0], None, 3), ("n1", "norm", self.stages[0], None, 0)]
-        for stage, block, cin, cout, stride in _stage_plan(self.stages):
+        for stage, block, cin, cout, stride in _stage_plan(self.stages, self.blocks):
             prefix = f"layer{stage + 1}.{block}"
             layout += [(f"{prefix}.conv1", "conv", cout, cin, 3), (f"{prefix}.n1", "norm", cout, None, 0),
                        (f"{prefix}.conv2", "conv", cout, cout, 3), (f"{prefix}.n2", "norm", cout, None, 0)]
@@ -374,7 +329,7 @@ def _shuffled_batches(dataset, batch_size: int, seed: int) -> Iterator[Tuple[tor
 SBN_STREAM = 0x5B4E
 
 
-RESNETS = {"preresnet18": PreResNet18, "resnet18": ResNet18}
+RESNETS = {"preresnet18": PreResNet18, "resnet18": ResNet18, "preresnet18-1112": PreResNet1112}
 
 
 def resnet_config(arch: str, in_channels: int, num_classes: int, image_size, norm: Optional[str] = None,
@@ -402,5 +357,5 @@ def image_shape(dataset) -> Tuple[int, object]:
     return int(x.shape[1]), (h if h == w else [h, w])
 
 
-__all__ = ["GN_GROUPS", "NORMS", "PreResNet18", "RESNETS", "ResNet18", "Scaler", "StaticBatchNorm2d",
+__all__ = ["GN_GROUPS", "NORMS", "PreResNet1112", "PreResNet18", "RESNETS", "ResNet18", "Scaler", "StaticBatchNorm2d",
            "image_shape", "norm_layer", "resnet_config", "sbn_statistics", "training_batches"]

@@ -117,7 +117,8 @@ def test_the_example_vit_table():
     (["--model", f"{BAD}:FloorWidth", "--dataset", "digits"], "cannot be sliced: dimension 0 of parameter "
                                                               "'fc1.weight' has 7 of its 20 positions at width 0.37"),
     (["--model", VIT, "--dataset", "digits", "--model-norm", "gn"],
-     f"--model-norm is 'gn' but --model is '{VIT}'; expected it only with preresnet18 or resnet18"),
+     f"--model-norm is 'gn' but --model is '{VIT}'; expected it only with a ResNet (preresnet18, resnet18, "
+     "preresnet18-1112)"),
     (["--model", VIT, "--dataset", "synthetic"], "fails on an input of shape [60] float32 at width 0.25"),
     (["--model", "imagenet"], "--model is 'imagenet'; expected one of cifar10"),
     (["--model", "resnet18", "--dataset", "synthetic"], "--dataset is 'synthetic' but --model is 'resnet18'; "

@@ -45,7 +45,8 @@ def test_heterofl_pack_is_the_table():
             assert all((partition, widths, a) in rows for a in assignments), (partition, widths)
         assert {c.rounds for c in configs.values() if c.partition == partition} == {rounds}
     for c in configs.values():
-        assert (c.algorithm, c.model, c.model_norm, c.model_scaler) == ("heterofl", "preresnet18", "sbn", "on")
+        # the authors' table's network, HeteroFL's PreResNet (1,1,1,2) (tests/models/test_heterofl_network.py)
+        assert (c.algorithm, c.model, c.model_norm, c.model_scaler) == ("heterofl", "preresnet18-1112", "sbn", "on")
         assert (c.clients, c.clients_per_round, c.local_epochs, c.batch_size, c.lr) == (100, 10, 5, 10, 0.1)
         assert c.algorithm_options["heterofl_weighting"] == "count"
         # row e's global model is level e: the width-1 model cut to 1/16, evaluated beside width 1
