@@ -258,6 +258,29 @@ class Clock:
         return {"now": self.now, "busy": self.busy.copy(), "waiting": self.waiting.copy(),
                 "invited": self.invited.copy()}
 
+    def state_problem(self, state: Any) -> Optional[str]:
+        """What is wrong with a checkpoint's clock state for this clock, as a phrase ("its now is -3.0"), or None: a
+        mapping holding now (a finite number >= 0) and busy, waiting (finite, >= 0) and invited, one per client."""
+        if not isinstance(state, Mapping):
+            return f"its clock state is a {type(state).__name__}"
+        missing = [key for key in ("now", "busy", "waiting", "invited") if key not in state]
+        if missing:
+            return f"its clock state lacks {', '.join(missing)}"
+        now = state["now"]
+        if isinstance(now, bool) or not isinstance(now, (int, float, np.floating, np.integer)) or \
+                not math.isfinite(float(now)) or float(now) < 0:
+            return f"its clock's simulated time is {now!r}"
+        for key in ("busy", "waiting", "invited"):
+            try:
+                values = np.asarray(state[key], dtype=bool if key == "invited" else np.float64)
+            except (TypeError, ValueError):
+                return f"its clock's {key} is not an array of numbers"
+            if values.shape != (self.num_clients,):
+                return f"its clock's {key} has shape {values.shape} for {self.num_clients} clients"
+            if key != "invited" and (not np.isfinite(values).all() or (values < 0).any()):
+                return f"its clock's {key} holds a negative or non-finite time"
+        return None
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.now = float(state["now"])
         self.busy = np.asarray(state["busy"], dtype=np.float64).copy()

@@ -72,8 +72,14 @@ def prepare(engine: Any) -> None:
                               f"its algorithm_state ({type(error).__name__}: {str(error)[:60]}); expected this "
                               f"run's algorithm state, {START_AGAIN}") from None
         engine.history = [dict(line) for line in engine.checkpoint.history]
-        if engine.clock is not None and engine.checkpoint.clock is not None:
-            engine.clock.load_state_dict(engine.checkpoint.clock)
+        if engine.clock is not None:  # checked whole, as the parameters are: never negative time, never restarted
+            problem = ("it holds no clock state" if engine.checkpoint.clock is None and engine.history else
+                       None if engine.checkpoint.clock is None else engine.clock.state_problem(engine.checkpoint.clock))
+            if problem:
+                raise ConfigError(f"checkpoint {path!r} does not match this run: {problem}; expected the device "
+                                  f"clock's state this run wrote, {START_AGAIN}")
+            if engine.checkpoint.clock is not None:
+                engine.clock.load_state_dict(engine.checkpoint.clock)
         if c.width_assignment == "dynamic" and engine.history:  # the capacities of the last round run
             engine.p_max = round_capacities(c.seed, len(engine.history) - 1, c.clients, engine.ladder)
         engine.elapsed_before = engine.checkpoint.elapsed_s
@@ -106,6 +112,8 @@ def build(engine: Any) -> None:
     label = spec_label(c.algorithm)
     engine.algorithm = GuardedAlgorithm(construct(algorithm_class(c.algorithm), label, c, engine.p_max,
                                                   engine.num_samples), label, c.clients)
+    if getattr(engine.algorithm.algorithm, "model_name", None) is None:  # a plug-in's own model_name stays
+        engine.algorithm.algorithm.model_name = engine.model_name  # what FedRolex's window reads (channel counts)
     engine.initial_params = initial_parameters(engine.model_name, c.seed)
     engine.clock = make_clock(c, engine.model_name, engine.num_samples, engine.p_max, engine.dataset.client_names)
     if engine.clock is not None:  # allocation policies read devices and costs through it (docs/clock.md)
