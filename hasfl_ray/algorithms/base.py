@@ -90,6 +90,9 @@ class Algorithm(ABC):
     #: the engine sets it before the first round. :meth:`device`, :meth:`round_seconds` and ``clock.deadline`` are
     #: what an allocation policy reads to choose widths that meet the deadline.
     clock: Optional[Any] = None
+    #: The name of the run's model (``hasfl_ray.models.build_model(model_name)`` builds it at full width); the engine
+    #: sets it before the first round (FedRolex's window reads the model's channel counts), None before.
+    model_name: Optional[str] = None
 
     def device(self, client: int) -> Optional[Dict[str, float]]:
         """Client ``client``'s device (speed_macs_per_s, down_bytes_per_s, up_bytes_per_s, latency_s), or None

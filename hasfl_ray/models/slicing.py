@@ -113,7 +113,15 @@ def gate_blocks_of(specs: Mapping[str, ParamSpec]) -> Dict[str, int]:
 # Rolling windows (FedRolex): the kept channels of a scaled dim are ``offset, offset + 1, …`` modulo the
 # channel count instead of the leading ones. Offset 0 is exactly the leading slice above. Dims that share a
 # channel space (a layer's outputs and the next layer's inputs) have the same channel count, so one integer
-# offset per client gives a consistent sub-network.
+# offset per client gives a consistent sub-network. Every dim reads the offset modulo its own channel count, so
+# offsets that differ by a multiple of :func:`window_period` give the same windows everywhere.
+
+
+def window_period(specs: Mapping[str, ParamSpec]) -> int:
+    """The least common multiple of the channel counts of every scaled dim of ``specs`` (1 where none is scaled):
+    offsets o and o + k · period give the same window in every parameter, and (−s) mod period is the offset whose
+    window starts at channel −s mod C in every dim of C channels (FedRolex's own direction)."""
+    return math.lcm(1, *(dim.channels for spec in specs.values() for dim in spec.dims if dim.scaled))
 
 
 def window_index(dim: DimSlice, kept: int, offset: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -127,7 +135,7 @@ def window_index(dim: DimSlice, kept: int, offset: int, device: torch.device | s
     """
     if not dim.scaled:
         return torch.arange(dim.size, device=device)
-    channels = (offset + torch.arange(kept, device=device)) % dim.channels
+    channels = (offset % dim.channels + torch.arange(kept, device=device)) % dim.channels
     within = (channels[:, None] * dim.unit + torch.arange(dim.unit, device=device)[None, :]).flatten()
     starts = torch.arange(dim.blocks, device=device) * (dim.channels * dim.unit)
     return (starts[:, None] + within[None, :]).flatten()

@@ -26,10 +26,14 @@ def test_window_positions_hand_checked():
 
 def test_algorithm_rolls_one_step_per_round_for_every_client(config4):
     algorithm = FedRolex(small_config(algorithm="fedrolex"), P_MAX_4, SAMPLES_4)
-    assert [algorithm.window_offset(t, 2) for t in range(4)] == [0, 1, 2, 3]
-    assert algorithm.window_offset(5, 0) == algorithm.window_offset(5, 3) == 5
+    algorithm.model_name = "digits"  # as the engine sets it: 32, 64 and 128 channels
+    assert [algorithm.window_offset(t, 2) for t in range(4)] == [0, 127, 126, 125]  # FedRolex's code: -t mod C
+    assert algorithm.window_offset(5, 0) == algorithm.window_offset(5, 3) == 123
     assert algorithm.allocate(0, [0, 3]) == {0: 0.25, 3: 1.0}  # widths are HeteroFL's
-    assert FedRolex(small_config(algorithm="fedrolex", rolex_step=3), P_MAX_4, SAMPLES_4).window_offset(4, 1) == 12
+    forward = FedRolex(small_config(algorithm="fedrolex", rolex_direction="forward"), P_MAX_4, SAMPLES_4)
+    assert [forward.window_offset(t, 2) for t in range(4)] == [0, 1, 2, 3]  # the former +t window, no model needed
+    assert FedRolex(small_config(algorithm="fedrolex", rolex_step=3, rolex_direction="forward"), P_MAX_4,
+                    SAMPLES_4).window_offset(4, 1) == 12
 
 
 def test_extracted_window_is_the_rolled_leading_slice():
@@ -81,14 +85,14 @@ def test_a_round_changes_exactly_the_participants_windows():
     engine.prepare()
     engine.backend.start(engine.config, engine.dataset, engine.model_name, engine.initial_params)
     specs = build_model("digits").param_specs()
-    for t in range(2):  # the leading slice, then the window at offset 5
+    for t in range(2):  # the leading slice, then the window at offset -5 (FedRolex's direction)
         before = engine.backend.get_params()
         engine.run_round(t)
         after = engine.backend.get_params()
         participants = sample_participants(engine.config.seed, t, 20, 10)
         widest = max(engine.p_max[i] for i in participants)
         for name, spec in specs.items():
-            window = roll_channels(mask(spec, widest), spec, 5 * t)  # the widest window, rolled to offset 5t
+            window = roll_channels(mask(spec, widest), spec, -5 * t)  # the widest window, rolled to offset -5t
             changed = before[name] != after[name]
             assert not (changed & ~window).any(), name  # nothing outside the round's windows moves
             assert changed[window].float().mean() > 0.99, name
@@ -108,6 +112,7 @@ def test_rolling_windows_reach_what_static_capped_widths_would_freeze():
     engine = Engine(RunConfig.from_dict(dict(backend="local", algorithm="fedrolex", rounds=4, rolex_step=48, seed=2)))
     engine.prepare()
     engine.algorithm = CappedRolex(engine.config, engine.p_max, engine.num_samples)
+    engine.algorithm.model_name = engine.model_name  # what the engine gives the algorithm it builds
     engine.run()
     frozen = [line["frozen_fraction"] for line in engine.history]
     assert all(line["avg_p"] <= 0.5 for line in engine.history)
