@@ -65,6 +65,10 @@ RUN_OPTIONS = (
     click.option("--t-adapt", type=int, help="HAS-FL adaptation interval (default 5)."),
     click.option("--warmup", type=int, help="HAS-FL warm-up rounds (default 10)."),
     click.option("--t-norm", type=int, help="HAS-FL normalisation interval (default 20)."),
+    click.option("--classifier-aggregation", type=click.Choice(["all", "label_split"]),
+                 help="The output layer's rows: all (default; the mean over every client covering them) or "
+                      "label_split (row k over only the round's clients holding label k, HeteroFL's and FedRolex's "
+                      "combine; rows no one holds keep their value)."),
     click.option("--estimator", type=click.Choice(["masked", "common-core"]),
                  help="HAS-FL divergence estimator: masked (default; each client's own coordinates) or common-core "
                       "(only the coordinates every participant of the round covers)."),

@@ -95,6 +95,9 @@ class RunConfigFields:
     # divergence estimator Ĥ_i: masked (client i's own coordinates, the paper's Eq. 5) or common-core (only the
     # coordinates every participant of the round covers; Section 4's second variant)
     estimator: str = "masked"
+    # the output layer's rows: all (over every covering client) or label_split (row k over the round's clients holding
+    # label k, HeteroFL's and FedRolex's combine; hasfl_ray/aggregation/label_split.py)
+    classifier_aggregation: str = "all"
     # execution (does not change results); auto: default_backend(), the one rule of the CLI and the Python API
     backend: str = "auto"
     aggregation_backend: str = "auto"
@@ -164,6 +167,8 @@ class RunConfigFields:
         self._check_ladder(bad)
         if self.estimator not in ("masked", "common-core"):
             raise bad("estimator", self.estimator, "masked or common-core")
+        if self.classifier_aggregation not in ("all", "label_split"):
+            raise bad("classifier_aggregation", self.classifier_aggregation, "all or label_split")
         if not isinstance(self.warmup, int) or self.warmup < 0:
             raise bad("warmup", self.warmup, "a non-negative integer")
         if not _positive_number(self.alpha):

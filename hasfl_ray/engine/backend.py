@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from hasfl_ray.aggregation import AggregateResult
+from hasfl_ray.aggregation.label_split import label_masks_for
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.config import RunConfig
 from hasfl_ray.engine.server import Server
@@ -159,7 +160,7 @@ class LocalBackend(Backend):
         self.server = Server(model_name, initial_params, dataset, config.eval_batch_size,
                              config.aggregation_backend, config.device,
                              evaluation_subset(config.seed, dataset.test_size, config.eval_samples),
-                             config.estimator, statistics_plan(config))
+                             config.estimator, statistics_plan(config), label_masks_for(config, dataset, model_name))
 
     def run_round(self, tasks, weights, server_lr):
         params = self.server.params

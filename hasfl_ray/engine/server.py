@@ -14,6 +14,7 @@ from torch import nn
 
 from hasfl_ray.aggregation import AggregateResult, aggregate_updates
 from hasfl_ray.aggregation.common_core import common_core_divergence
+from hasfl_ray.aggregation.label_split import aggregate_label_split, output_layer
 from hasfl_ray.aggregation.windows import aggregate_windows
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.errors import RunError
@@ -99,12 +100,15 @@ class Server:
         estimator: ``masked`` (the divergence norms over each client's own coordinates, from the kernel) or
             ``common-core`` (over the coordinates every accepted participant covers,
             :func:`~hasfl_ray.aggregation.common_core.common_core_divergence`).
+        label_masks: per client, the labels it holds, bool (clients, classes): the output layer is aggregated by
+            label split (``classifier_aggregation: label_split``, :mod:`hasfl_ray.aggregation.label_split`); None:
+            over every covering client.
     """
 
     def __init__(self, model_name: str, initial_params: Mapping[str, torch.Tensor], dataset: FederatedDataset,
                  eval_batch_size: int = 500, aggregation_backend: str = "auto", device: str = "cpu",
                  eval_indices: Optional[torch.Tensor] = None, estimator: str = "masked",
-                 statistics: Optional[Tuple[str, int, int]] = None):
+                 statistics: Optional[Tuple[str, int, int]] = None, label_masks: Optional[np.ndarray] = None):
         self.device = torch.device(device)
         # sBN's evaluation statistics: (sbn_statistics, sbn_batch_size, seed); None: in order, eval batches
         self.statistics = statistics
@@ -122,6 +126,8 @@ class Server:
         self.eval_batch_size, self.aggregation_backend = eval_batch_size, aggregation_backend
         self.eval_indices = None if eval_indices is None else torch.as_tensor(eval_indices, dtype=torch.int64)
         self.estimator = estimator
+        self.label_masks = None if label_masks is None else np.asarray(label_masks, dtype=bool)
+        self.output_layer = () if label_masks is None else output_layer(self.specs, self.label_masks.shape[1])
         self._frozen_counts: Optional[Dict[str, int]] = None  # per parameter, of the current params (None: stale)
         self._calibrated: Dict[float, nn.Module] = {}  # sBN: the width models whose statistics fit the current params
 
@@ -156,7 +162,11 @@ class Server:
             return [], AggregateResult({}, empty, empty, 0.0, dict.fromkeys(self.specs, 0.0))
         updates = [{name: t.to(self.device) for name, t in r.update.items()} for r in accepted]
         offsets = [r.offset for r in accepted]
-        if any(offsets):  # rolling windows (FedRolex); leading slices take the kernel directly
+        if self.label_masks is not None:  # the output layer's rows over their label's holders (HeteroFL's combine)
+            aggregate = aggregate_label_split(self.specs, updates, offsets, accepted_weights,
+                                              self.label_masks[[r.client for r in accepted]], self.output_layer,
+                                              backend=self.aggregation_backend)
+        elif any(offsets):  # rolling windows (FedRolex); leading slices take the kernel directly
             aggregate = aggregate_windows(self.specs, updates, offsets, accepted_weights,
                                           backend=self.aggregation_backend)
         else:
@@ -177,7 +187,7 @@ class Server:
             div_num, div_den = common_core_divergence(self.specs, updates, offsets, aggregate.delta)
         stripped = [dataclasses.replace(r, update={}) for r in accepted]
         stats = AggregateResult({}, div_num.cpu(), div_den.cpu(), aggregate.covered_fraction,
-                                layer_coverage(self.specs, updates, offsets))
+                                {**layer_coverage(self.specs, updates, offsets), **aggregate.covered_by_layer})
         return stripped, stats
 
     def evaluate(self) -> Tuple[float, float]:

@@ -168,12 +168,12 @@ class ServerActor:
                  dataset: Optional[FederatedDataset] = None, eval_batch_size: int = 0, aggregation_backend: str = "",
                  device: str = "cpu", threads: int = 1, deterministic: bool = True,
                  eval_indices: Optional[torch.Tensor] = None, estimator: str = "masked",
-                 statistics: Optional[Tuple[str, int, int]] = None):
+                 statistics: Optional[Tuple[str, int, int]] = None, label_masks: Any = None):
         self.device = _process_setup(device, threads, deterministic)
         self.threads = threads
         if dataset is not None:  # None: started early, see TrainerActor.setup
             self.server = Server(model_name, initial_params, dataset, eval_batch_size, aggregation_backend,
-                                 str(self.device), eval_indices, estimator, statistics)
+                                 str(self.device), eval_indices, estimator, statistics, label_masks)
             self.evaluator = Evaluator(model_name, dataset, device, threads, eval_batch_size, eval_indices,
                                        statistics)
 

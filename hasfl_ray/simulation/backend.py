@@ -13,6 +13,7 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from hasfl_ray.aggregation.label_split import label_masks_for
 from hasfl_ray.engine.backend import Backend, optimizer_settings
 from hasfl_ray.engine.config import RunConfig, fault_inject_round
 from hasfl_ray.engine.server import NonFiniteModelError, statistics_plan
@@ -159,7 +160,7 @@ class RayBackend(Transport, Backend):
         setups = [slot.actor.setup.remote(*self._trainer_args) for slot in self.slots] + [self.server.setup.remote(
             model_name, initial_params, ray.put(dataset.test_view()), config.eval_batch_size,
             config.aggregation_backend, self.plan.device, config.trainer_threads, config.deterministic,
-            eval_indices, config.estimator, statistics_plan(config))]
+            eval_indices, config.estimator, statistics_plan(config), label_masks_for(config, dataset, model_name))]
         try:
             ray.get(setups)
             places = ray.get([slot.actor.ready.remote() for slot in self.slots] + [self.server.ready.remote()])
