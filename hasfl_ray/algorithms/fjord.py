@@ -20,6 +20,7 @@ from hasfl_ray.models.slicing import region
 from hasfl_ray.registry import register_algorithm
 from hasfl_ray.training.local import LocalObjective
 from hasfl_ray.training.seeding import STREAM_ALGORITHM, stream_seed
+from hasfl_ray.training.task import mask_logits
 
 
 def nested_parameters(model: nn.Module, width: float) -> Dict[str, torch.Tensor]:
@@ -40,6 +41,8 @@ def nested_parameters(model: nn.Module, width: float) -> Dict[str, torch.Tensor]
 class OrderedDropoutObjective(LocalObjective):
     """FjORD's local step. With ``kd`` (the default): loss = CE(f_{p_max}(x), y) + λ · KL(softmax f_{p_max}(x)
     detached ‖ softmax f_p(x)); without: loss = CE(f_p(x), y) (FjORD's ordered dropout without distillation).
+    With ``masked_loss`` every f here is the network's output with the logits of the client's absent labels set to
+    0 (:meth:`~hasfl_ray.training.task.LocalObjective.logits`), as HeteroFL masks its forward's output.
 
     At every step a width p is drawn uniformly from ``widths`` (the tiers ≤ p_i^max); f_p is the nested
     sub-network of the client's model (its leading channels), run with the same parameters through
@@ -84,13 +87,15 @@ class OrderedDropoutObjective(LocalObjective):
         """f_width(x): the width-``width`` sub-network of ``model`` on ``x``, differentiable into ``model``'s slices."""
         if self._model_at is None:
             raise RuntimeError("FjORD needs the trainer's model_at to run nested widths")
-        return functional_call(self._model_at(width), nested_parameters(model, width), (x,))
+        return mask_logits(functional_call(self._model_at(width), nested_parameters(model, width), (x,)),
+                           self.masked_labels)
 
     def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if not self.kd:  # ordered dropout without distillation: the drawn width's cross-entropy alone
             width = self.sample_width()
-            return F.cross_entropy(model(x) if width >= self._width else self.nested_logits(model, width, x), y)
-        logits = model(x)
+            return F.cross_entropy(self.logits(model, x) if width >= self._width else
+                                   self.nested_logits(model, width, x), y)
+        logits = self.logits(model, x)
         loss = F.cross_entropy(logits, y)
         width = self.sample_width()
         if width < self._width and self.distill_weight > 0:

@@ -59,6 +59,10 @@ RUN_OPTIONS = (
     click.option("--batch-size", type=int, help="Local batch size (default 32)."),
     click.option("--lr", type=float, help="Initial local learning rate, decayed x0.995 per round."),
     click.option("--momentum", type=float, help="Local SGD momentum (default 0.9; 0 for scaffold)."),
+    click.option("--masked-loss", metavar="[on|off]",
+                 help="Masked cross-entropy in local training (HeteroFL's and FedRolex's mask 1): the logits of the "
+                      "labels a client does not hold in its training data set to 0 in its loss, for every algorithm: "
+                      "on or off (default)."),
     click.option("--p-min", type=float, help="HAS-FL base capacity p_min (default 0.4)."),
     click.option("--gamma", type=float, help="HAS-FL sensitivity gamma (default 0.25)."),
     click.option("--beta", type=float, help="HAS-FL EMA factor beta (default 0.9)."),

@@ -73,6 +73,9 @@ class RunConfigFields:
     momentum: Optional[float] = None
     weight_decay: float = 1e-4
     clip_norm: Optional[float] = None
+    # masked cross-entropy (HeteroFL's and FedRolex's mask 1): the logits of the labels a client does not hold in its
+    # training data set to 0 in its training loss, for every algorithm and training path (on/off read as true/false)
+    masked_loss: bool = False
     eval_batch_size: int = 500
     # evaluate on a seeded subset of this many test samples, the same every round (None or 0: the whole test set)
     eval_samples: Optional[int] = None
@@ -196,6 +199,10 @@ class RunConfigFields:
             raise bad("client_batching", self.client_batching, "auto, on, mixed or off")
         if self.cuda_graphs not in ("auto", "on", "off"):
             raise bad("cuda_graphs", self.cuda_graphs, "auto, on or off")
+        if self.masked_loss in ("on", "off") and isinstance(self.masked_loss, str):  # --masked-loss on|off
+            object.__setattr__(self, "masked_loss", self.masked_loss == "on")
+        if not isinstance(self.masked_loss, bool):
+            raise bad("masked_loss", self.masked_loss, "true or false (on or off)")
         self._check_model(bad)
         self._check_execution(bad)
         self._check_clock()

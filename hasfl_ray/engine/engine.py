@@ -251,7 +251,8 @@ class Engine:
             participants, steps, clocked = self._clocked_round(t, invitation or Invitation(participants), widths)
         lr = c.lr * c.lr_decay ** t
         tasks = [ClientTask(i, t, widths[i], lr, c.seed, self.algorithm.objective(t, i, widths[i]),
-                            offset=self.algorithm.window_offset(t, i), max_steps=steps.get(i))
+                            offset=self.algorithm.window_offset(t, i), max_steps=steps.get(i),
+                            masked_loss=c.masked_loss)
                  for i in participants]
         fault = parse_fault(c.fault_inject) if c.fault_inject else None
         if fault is not None and fault[0] != "kill-trainer" and fault[1] == t and tasks:

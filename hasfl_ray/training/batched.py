@@ -14,6 +14,8 @@ several clients at once, up to float rounding. Every client keeps its own state 
 - local step k trains the clients that have a k-th batch; clients whose k-th batches differ in size (a last,
   short batch) are trained as separate sub-stacks of one batch size each, and clients without a k-th batch
   (fewer samples) stop while the others go on (ragged clients);
+- with ``masked_loss`` each client's logits of the labels it does not hold are set to 0 before its cross-entropy
+  (its stacked row of label masks, :meth:`~hasfl_ray.training.workspace.Workspace.masked_labels`);
 - the objective's gradient terms (FedProx's μ (w − w⁰), SCAFFOLD's c − c_i) are stacked tensor ops; the
   per-client gradient-norm clip and the SGD update are :class:`~hasfl_ray.training.step.StackedSGD`, the stacked
   layout of the one rule :class:`~hasfl_ray.training.step.LocalSGD` also follows.
@@ -40,7 +42,7 @@ from torch.nn import functional as F
 from hasfl_ray.models.lstm import CharLSTM
 from hasfl_ray.training.result import ClientResult
 from hasfl_ray.training.step import StackedSGD, common_or_vector, per_client
-from hasfl_ray.training.task import ClientTask, client_result
+from hasfl_ray.training.task import ClientTask, client_result, mask_logits
 from hasfl_ray.training.workspace import Workspace, client_batches, client_generator, packed_update
 
 #: Most clients trained in one stacked computation (bounds a trainer's memory; a larger group is split in task
@@ -79,12 +81,15 @@ def group_tasks(tasks: Sequence[ClientTask], batching: Union[bool, str], max_gro
     return sorted(units, key=lambda unit: unit[0])
 
 
-StepFunction = Callable[[Params, torch.Tensor, torch.Tensor], Tuple[Params, torch.Tensor]]
+StepFunction = Callable[..., Tuple[Params, torch.Tensor]]
 
 
-def batched_step(model: nn.Module) -> StepFunction:
+def batched_step(model: nn.Module, masked: bool = False) -> StepFunction:
     """``step(params, x, y) -> (grads, losses)`` for stacked clients: ``params`` name -> [C, ...], ``x`` [C, B, ...],
-    ``y`` [C, B]; client c's gradient of its own mean cross-entropy, and the [C] losses.
+    ``y`` [C, B]; client c's gradient of its own mean cross-entropy, and the [C] losses. With ``masked``
+    (``masked_loss``) ``step(params, x, y, masked_labels)``: each client's logits at the True columns of its row of
+    ``masked_labels`` (bool [C, num_classes]) set to 0 before its cross-entropy
+    (:func:`~hasfl_ray.training.task.mask_logits`).
 
     CNN and MLP: ``vmap(grad_and_value(...))`` over ``functional_call`` (convolutions become one grouped
     convolution, BatchNorm takes each client's batch statistics). LSTM: ``aten::lstm`` has no vmap batching rule
@@ -92,20 +97,26 @@ def batched_step(model: nn.Module) -> StepFunction:
     autograd of the summed losses gives each client's gradient (the clients share no parameter).
     """
     if isinstance(model, CharLSTM):
-        return lambda params, x, y: _stacked_lstm_step(model, params, x, y)
+        return lambda params, x, y, masked_labels=None: _stacked_lstm_step(model, params, x, y, masked_labels)
 
     def client_loss(client_params: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(functional_call(model, client_params, (x,)), y)
 
-    return vmap(grad_and_value(client_loss))
+    def masked_client_loss(client_params: Params, x: torch.Tensor, y: torch.Tensor,
+                           masked_labels: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(mask_logits(functional_call(model, client_params, (x,)), masked_labels), y)
+
+    return vmap(grad_and_value(masked_client_loss if masked else client_loss))
 
 
-def _stacked_lstm_step(model: CharLSTM, params: Params, x: torch.Tensor,
-                       y: torch.Tensor) -> Tuple[Params, torch.Tensor]:
+def _stacked_lstm_step(model: CharLSTM, params: Params, x: torch.Tensor, y: torch.Tensor,
+                       masked_labels: Optional[torch.Tensor] = None) -> Tuple[Params, torch.Tensor]:
     names = list(params)
     leaves = {n: params[n].detach().requires_grad_(True) for n in names}
     with torch.enable_grad():
         logits = stacked_lstm_forward(model, leaves, x)
+        if masked_labels is not None:  # [C, V] -> each client's rows of its [B, V] logits
+            logits = mask_logits(logits, masked_labels.unsqueeze(1))
         count, batch = y.shape
         losses = F.cross_entropy(logits.reshape(count * batch, -1), y.reshape(-1), reduction="none")
         losses = losses.reshape(count, batch).mean(dim=1)
@@ -181,7 +192,8 @@ def train_batched(workspace: Workspace, tasks: Sequence[ClientTask],
     with torch.no_grad():
         initial = {n: torch.stack([start[n] for start in starts]) for n in names}
     del starts
-    return train_stacked(workspace, tasks, workspace.model_at(width), initial)
+    masked_labels = workspace.stacked_masked_labels(tasks)
+    return train_stacked(workspace, tasks, workspace.model_at(width), initial, masked_labels=masked_labels)
 
 
 class Layout:
@@ -202,9 +214,11 @@ class Layout:
 
 
 def train_stacked(workspace: Workspace, tasks: Sequence[ClientTask], model: nn.Module, initial: Params,
-                  layout: Optional[Layout] = None) -> List[ClientResult]:
+                  layout: Optional[Layout] = None, masked_labels: Optional[torch.Tensor] = None) -> List[ClientResult]:
     """Train ``tasks`` from their stacked starting points ``initial`` (name -> [C, ...], laid out as ``layout``
-    says: by default each client's packed tensors) with ``model``'s forward; results in task order."""
+    says: by default each client's packed tensors) with ``model``'s forward; results in task order.
+    ``masked_labels``: ``masked_loss``'s stacked label masks
+    (:meth:`~hasfl_ray.training.workspace.Workspace.stacked_masked_labels`), or None."""
     layout = Layout() if layout is None else layout
     device, s = workspace.device, workspace.settings
     names = list(initial)
@@ -228,7 +242,7 @@ def train_stacked(workspace: Workspace, tasks: Sequence[ClientTask], model: nn.M
     sizes = [workspace.dataset.client_size(task.client) for task in tasks]
     schedules = [client_schedule(task, sizes[c], s.batch_size, s.local_epochs) for c, task in enumerate(tasks)]
     model.train()
-    step = batched_step(model)
+    step = batched_step(model, masked=masked_labels is not None)
     losses: List[Tuple[List[int], torch.Tensor]] = []
     longest = max((len(schedule) for schedule in schedules), default=0)
     for k in range(longest):
@@ -247,7 +261,7 @@ def train_stacked(workspace: Workspace, tasks: Sequence[ClientTask], model: nn.M
             x = torch.stack([xb for xb, _ in batches])
             y = torch.stack([yb for _, yb in batches])
             sub = {n: pick(params[n]) for n in names}
-            grads, loss = step(sub, x, y)
+            grads, loss = step(sub, x, y) if masked_labels is None else step(sub, x, y, pick(masked_labels))
             losses.append((members, loss.detach()))
             with torch.no_grad():
                 if has_coef:  # FedProx: μ (w − w⁰)

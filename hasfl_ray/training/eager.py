@@ -30,7 +30,9 @@ def train_eager(workspace: Workspace, task: ClientTask, global_params: Mapping[s
         for name, tensor in initial.items():
             params[name].copy_(tensor)
     generator = client_generator(task)
+    masked = workspace.masked_labels(task)  # masked_loss: the labels the client does not hold (else None)
     objective = task.objective
+    objective.masked_labels = masked
     objective.setup(model, initial, task.width, generator, model_at=workspace.model_at)
     s = workspace.settings
     # clip_grad_norm_ + torch.optim.SGD, bit for bit, without their per-step Python (hasfl_ray.training.step).
@@ -49,8 +51,8 @@ def train_eager(workspace: Workspace, task: ClientTask, global_params: Mapping[s
         x, y = workspace.dataset.client_batch(task.client, positions)
         if graphed:
             if static is None:
-                static = workspace.steps.get(model, task.width, x, y, task.lr, s)
-                static.begin_client()
+                static = workspace.steps.get(model, task.width, x, y, task.lr, s, masked)
+                static.begin_client(masked)
             static.run(x, y)  # a short last batch runs eagerly on the same parameters and buffers
         else:
             optimizer.zero_grad()

@@ -17,7 +17,8 @@ executes that sequence eagerly on the same static tensors; the CPU tests check t
 ``Trainer.train`` without graphs bit for bit, and the CUDA tests check captured against eager.
 
 Per client, outside the graph: the client's parameters are copied into the network's parameters (the trainer
-does it), the momentum buffers and the loss sum are zeroed (:meth:`StaticStep.begin_client`). A batch of another
+does it), the momentum buffers and the loss sum are zeroed and, with ``masked_loss``, the client's label mask is
+copied into the static one the captured ``masked_fill`` reads (:meth:`StaticStep.begin_client`). A batch of another
 size (an epoch's last, short batch) runs eagerly on the same parameters, buffers and loss sum
 (:meth:`StaticStep.eager_step`).
 
@@ -71,15 +72,18 @@ class StaticStep:
         x, y: a first batch of the static shape (copied into the static buffers; the warm-up trains on it).
         lr, momentum, weight_decay, clip_norm: :class:`LocalSGD`'s.
         capture: capture a CUDA graph (the model must be on a CUDA device); False runs the same sequence eagerly.
+        masked_labels: ``masked_loss``'s first client's bool [num_classes] (True: a label whose logit is set to 0);
+            a static copy the step reads, into which :meth:`begin_client` copies each client's. None: no mask.
     """
 
     def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float, momentum: float,
-                 weight_decay: float, clip_norm: float, capture: bool):
+                 weight_decay: float, clip_norm: float, capture: bool, masked_labels: Optional[torch.Tensor] = None):
         self.model = model
         self.params: List[torch.Tensor] = list(model.parameters())
         self.optimizer = LocalSGD(self.params, lr, momentum, weight_decay, clip_norm, zero_buffers=True)
         self.x = x.detach().clone()
         self.y = y.detach().clone()
+        self.masked_labels = None if masked_labels is None else masked_labels.detach().clone()
         self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.x.device)
         self.batch = int(self.x.shape[0])
         self.graph: Optional["torch.cuda.CUDAGraph"] = None
@@ -94,7 +98,10 @@ class StaticStep:
 
     def _body(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """The step's op sequence after zero_grad (on the static tensors: captured, or run eagerly)."""
-        loss = F.cross_entropy(self.model(x), y)
+        logits = self.model(x)
+        if self.masked_labels is not None:  # masked_loss: task.mask_logits's masked_fill, on the static mask
+            logits = logits.masked_fill(self.masked_labels, 0)
+        loss = F.cross_entropy(logits, y)
         loss.backward()
         self.optimizer.step()  # clips first when clip_norm > 0
         self.loss_sum += loss.detach()
@@ -128,9 +135,12 @@ class StaticStep:
                 for param, value in zip(self.params, saved):
                     param.copy_(value)
 
-    def begin_client(self) -> None:
-        """Zero the momentum buffers and the loss sum (outside the graph), before a client's first step."""
+    def begin_client(self, masked_labels: Optional[torch.Tensor] = None) -> None:
+        """Zero the momentum buffers and the loss sum (outside the graph), before a client's first step; with a
+        mask, copy the client's ``masked_labels`` into the static one."""
         with torch.no_grad():
+            if self.masked_labels is not None:
+                self.masked_labels.copy_(masked_labels)
             buffers = [b for b in self.optimizer.buffers if b is not None]
             if buffers:
                 torch._foreach_zero_(buffers)
@@ -160,7 +170,7 @@ class StaticStep:
             self.eager_step(x, y)
 
 
-Key = Tuple[float, Tuple[int, ...], torch.dtype, Tuple[int, ...], float, float, float, float]
+Key = Tuple[float, Tuple[int, ...], torch.dtype, Tuple[int, ...], bool, float, float, float, float]
 
 
 class StepCache:
@@ -183,21 +193,23 @@ class StepCache:
         return len(self._steps)
 
     def get(self, model: nn.Module, width: float, x: torch.Tensor, y: torch.Tensor, lr: float,
-            settings: OptimizerSettings) -> StaticStep:
-        """The step for this width's ``model`` at the shapes of batch ``x``/``y`` and these optimiser scalars,
-        built (and captured) on first use; an entry of the same width and shapes with other scalars (the previous
-        round's learning rate) or another network object is replaced."""
-        shape = (float(width), tuple(x.shape), x.dtype, tuple(y.shape))
+            settings: OptimizerSettings, masked_labels: Optional[torch.Tensor] = None) -> StaticStep:
+        """The step for this width's ``model`` at the shapes of batch ``x``/``y`` and these optimiser scalars, with
+        a static label mask or without (``masked_labels``: this client's, or None), built (and captured) on first
+        use; an entry of the same width and shapes with other scalars (the previous round's learning rate) or
+        another network object is replaced."""
+        shape = (float(width), tuple(x.shape), x.dtype, tuple(y.shape), masked_labels is not None)
         key: Key = shape + (float(lr), float(settings.momentum), float(settings.weight_decay),
                             float(settings.clip_norm))
         step = self._steps.get(key)
         if step is not None and step.model is model:
             self._steps.move_to_end(key)
             return step
-        for old in [k for k in self._steps if k[:4] == shape]:
+        for old in [k for k in self._steps if k[:5] == shape]:
             del self._steps[old]
         capture = self.capture and shape not in self._failed
-        step = StaticStep(model, x, y, lr, settings.momentum, settings.weight_decay, settings.clip_norm, capture)
+        step = StaticStep(model, x, y, lr, settings.momentum, settings.weight_decay, settings.clip_norm, capture,
+                          masked_labels)
         if capture and not step.captured:
             self._failed.add(shape)
         self.built += 1

@@ -111,4 +111,5 @@ def train_mixed(workspace: Workspace, tasks: Sequence[ClientTask],
                            for n, t in start.items()}
             for n, tensor in start.items():
                 padding.write_(initial[n][c], c, n, tensor)
-    return train_stacked(workspace, tasks, workspace.model_at(widest), initial, padding)
+    masked_labels = workspace.stacked_masked_labels(tasks)
+    return train_stacked(workspace, tasks, workspace.model_at(widest), initial, padding, masked_labels)

@@ -41,6 +41,9 @@ class LocalObjective:
 
     #: Whether batched training may train this client stacked with others (see the class docstring).
     batchable = True
+    #: With ``masked_loss`` on: bool [num_classes], True at the labels the client does not hold in its training data,
+    #: set by the trainer before :meth:`setup`; None otherwise. :meth:`logits` applies it.
+    masked_labels: Optional[torch.Tensor] = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -56,8 +59,14 @@ class LocalObjective:
         that also run nested narrower widths through ``torch.func.functional_call`` (FjORD).
         """
 
+    def logits(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """``model(x)``, with ``masked_loss`` the logits of the labels the client does not hold set to 0
+        (:func:`mask_logits`). An objective that overrides :meth:`loss` honours ``masked_loss`` by taking its
+        logits from here."""
+        return mask_logits(model(x), self.masked_labels)
+
     def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(model(x), y)
+        return F.cross_entropy(self.logits(model, x), y)
 
     def adjust_gradients(self, model: nn.Module) -> None:
         """Called after backward, before clipping and the optimiser step."""
@@ -84,6 +93,13 @@ class LocalObjective:
         return {}
 
 
+def mask_logits(logits: torch.Tensor, masked_labels: Optional[torch.Tensor]) -> torch.Tensor:
+    """``logits`` [..., num_classes] with the columns where ``masked_labels`` (bool [num_classes]) is True set to 0:
+    HeteroFL's masked cross-entropy (``masked_loss``; src/models/resnet.py, ``out.masked_fill(label_mask == 0, 0)``
+    with ``label_mask`` 1 at the client's label split). ``logits`` itself where ``masked_labels`` is None."""
+    return logits if masked_labels is None else logits.masked_fill(masked_labels, 0)
+
+
 def graphable(objective: LocalObjective) -> bool:
     """Whether ``objective`` trains with the default loss and no gradient adjustment, so that its whole local step
     can run on static tensors (:mod:`hasfl_ray.training.graphed`)."""
@@ -108,6 +124,9 @@ class ClientTask:
     #: The most local steps the client takes (the device clock's ``partial`` deadline policy: the steps that fit
     #: before the deadline, docs/clock.md); None: every step of its local epochs.
     max_steps: Optional[int] = None
+    #: Masked cross-entropy (``masked_loss``, HeteroFL's and FedRolex's ``mask 1``): the logits of the labels the
+    #: client does not hold in its training data are set to 0 in its training loss, on every training path.
+    masked_loss: bool = False
 
 
 def inject_fault(result: "ClientResult", fault: Optional[str]) -> "ClientResult":

@@ -51,6 +51,7 @@ class Workspace:
         # A dataset that gathers a batch on its device from positions held there gets each epoch's order on the
         # device once (no host-to-device copy, which synchronises, per batch); others get host positions.
         self.device_positions = self.device.type != "cpu" and self.dataset.device_positions
+        self._unheld: Optional[torch.Tensor] = None  # (masked_loss) [clients, classes]: True where a label is absent
 
     def begin(self) -> None:
         """Before training: fix the intra-op thread count on a CPU."""
@@ -77,6 +78,26 @@ class Workspace:
     def cached_widths(self) -> List[float]:
         """Widths whose networks are cached, oldest first."""
         return list(self._models)
+
+    def masked_labels(self, task: ClientTask) -> Optional[torch.Tensor]:
+        """With ``task.masked_loss``: bool [num_classes] on this device, True at the labels client ``task.client``
+        does not hold in its training data (a zero in :meth:`~hasfl_ray.data.base.FederatedDataset.label_histograms`;
+        under ``classes:K`` the complement of its label split), whose logits its loss sets to 0; else None."""
+        if not task.masked_loss:
+            return None
+        if self._unheld is None:
+            self._unheld = torch.from_numpy(self.dataset.label_histograms() == 0).to(self.device)
+        return self._unheld[task.client]
+
+    def stacked_masked_labels(self, tasks: Iterable[ClientTask]) -> Optional[torch.Tensor]:
+        """:meth:`masked_labels` of stacked ``tasks``, bool [C, num_classes] (a client without ``masked_loss``: a
+        row of False), or None where no task has ``masked_loss``."""
+        tasks = list(tasks)
+        if not any(task.masked_loss for task in tasks):
+            return None
+        rows = [self.masked_labels(task) for task in tasks]
+        blank = torch.zeros_like(next(row for row in rows if row is not None))
+        return torch.stack([blank if row is None else row for row in rows])
 
     @torch.no_grad()
     def starting_point(self, task: ClientTask, global_params: Mapping[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
