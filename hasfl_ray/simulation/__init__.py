@@ -68,7 +68,8 @@ def ray_address(address: Optional[str]) -> Tuple[Optional[str], str]:
 
 def connect_ray(address: Optional[str], local: Dict[str, Any], warn: bool = True) -> bool:
     """The one guarded start of Ray (simulate's backend and the sweep's executor): join the cluster at ``address``
-    or RAY_ADDRESS (probed first, :func:`probe_address`), else start Ray on this machine with ``local``'s options
+    or RAY_ADDRESS (probed first, :func:`probe_address`), else start a private Ray on this machine (never joining a
+    cluster already running there, whose installed code would run our cells) with ``local``'s options
     (``ray.init`` keywords). Returns True when this call initialised Ray (the caller shuts it down), False when it
     was already initialised. Every failure is one :class:`ConfigError` sentence, naming where an address came from.
     ``warn``: :func:`warn_auth_off` now (False: the caller does, where the run's log sees it)."""
@@ -85,8 +86,8 @@ def connect_ray(address: Optional[str], local: Dict[str, Any], warn: bool = True
         except Exception as error:  # ConnectionError, a version mismatch, a refused job
             raise _unreachable(source, address, target, error) from None
         return True
-    try:
-        ray.init(include_dashboard=False, logging_level=logging.WARNING, **local)
+    try:  # address "local": a private instance, never the cluster a `ray start` left on this machine (issue 37)
+        ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING, **local)
     except Exception as error:  # Ray's own start-up failures (ports, /dev/shm, permissions, a read-only HOME)
         raise ConfigError(f"Ray could not start on this machine ({_first_line(error)}); expected a machine where "
                           "`ray start --head` works, or --backend local") from None
