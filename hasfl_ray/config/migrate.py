@@ -6,18 +6,36 @@ from typing import Any, Dict, Mapping
 
 from hasfl_ray import registry
 from hasfl_ray.config.routing import option_fields
-from hasfl_ray.config.schema import RunConfigFields
+from hasfl_ray.config.schema import MODEL_CHOICES, RunConfigFields
 from hasfl_ray.errors import ConfigError
 
 #: The version of the config.yaml a run writes (``config_version:``). 1 (no key): every built-in's options as flat keys
 #: beside the protocol's (:data:`LEGACY_OPTION_KEYS`); 2: the algorithm's own options only, in ``algorithm_options``
-#: (:func:`migrate_config` reads 1 as 2).
-CONFIG_VERSION = 2
+#: (:func:`migrate_config` reads 1 as 2); 3 (2026-11-27): the sources' rules became defaults, so a version-2 config
+#: is read with the rules it ran under (:data:`VERSION_2_RULES`).
+CONFIG_VERSION = 3
 
 #: The built-in algorithms' options that were RunConfig fields before config_version 2: a config.yaml of version 1
 #: holds all of them, whichever algorithm ran. Frozen: the migration reads old files, whatever the options are now.
 LEGACY_OPTION_KEYS = ("coverage", "p_min", "gamma", "beta", "t_norm", "epsilon", "mu", "budget", "budget_from",
                       "heterofl_weighting", "fjord_distill_weight", "scaffold_global_lr", "rolex_step")
+
+
+#: What a config of version <= 2 meant where version 3 changed a default or a name (issue 35): its classes:K was the
+#: even rule (now classes-even:K; classes:K is HeteroFL's non_iid), its sBN statistics were taken in order (now
+#: shuffled), and FedRolex's window moved +t (now the source's -t).
+VERSION_2_RULES = "classes:K -> classes-even:K, sbn_statistics in_order, fedrolex rolex_direction forward"
+
+
+def _version_2_rules(out: Dict[str, Any]) -> None:
+    partition = out.get("partition")
+    if isinstance(partition, str) and partition.strip().startswith("classes:"):
+        out["partition"] = "classes-even:" + partition.strip()[len("classes:"):]
+    if out.get("model") in MODEL_CHOICES and out.get("model_norm") in (None, "sbn"):  # a run that had sBN
+        out.setdefault("sbn_statistics", "in_order")
+    options = out.get("algorithm_options")
+    if out.get("algorithm") == "fedrolex" and isinstance(options, Mapping) and "rolex_direction" not in options:
+        out["algorithm_options"] = {**options, "rolex_direction": "forward"}
 
 
 def migrate_config(values: Mapping[str, Any], source: str = "stored config") -> Dict[str, Any]:
@@ -27,13 +45,17 @@ def migrate_config(values: Mapping[str, Any], source: str = "stored config") -> 
     Version 1 (no ``config_version``) stored every built-in's options as flat keys (:data:`LEGACY_OPTION_KEYS`),
     whichever algorithm ran: those of the run's algorithm move into ``algorithm_options`` (an entry already there
     wins), the others are dropped, since that algorithm never read them. A plug-in's options were always in
-    ``algorithm_options``. A version newer than :data:`CONFIG_VERSION` is refused in one sentence."""
+    ``algorithm_options``. Versions 1 and 2 are read with the rules they ran under (:data:`VERSION_2_RULES`). A
+    version newer than :data:`CONFIG_VERSION` is refused in one sentence."""
     version = values.get("config_version", 1)
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= CONFIG_VERSION:
         raise ConfigError(f"{source} has config_version {version!r}; expected 1 to {CONFIG_VERSION} (a newer "
                           "hasfl-ray wrote it?)")
     out = {k: v for k, v in values.items() if k != "config_version"}
-    if version >= 2:
+    if version >= 3:
+        return out
+    if version == 2:
+        _version_2_rules(out)
         return out
     algorithm = values.get("algorithm", RunConfigFields.algorithm)
     own: Dict[str, Any] = {}
@@ -48,4 +70,5 @@ def migrate_config(values: Mapping[str, Any], source: str = "stored config") -> 
     if given is None or isinstance(given, Mapping):  # anything else is left for RunConfig to name
         out["algorithm_options"] = {**{k: values[k] for k in LEGACY_OPTION_KEYS if k in values and k in own},
                                     **(given or {})}
+    _version_2_rules(out)
     return out

@@ -179,7 +179,7 @@ def test_a_version_1_run_with_other_options_is_refused_naming_the_option(tmp_pat
     assert result.exit_code == 2 and "mu 0.3 -> 0.5" in result.output, result.output
 
 
-def test_config_yaml_is_version_2_and_a_newer_version_is_refused(tmp_path):
+def test_config_yaml_is_the_current_version_and_a_newer_version_is_refused(tmp_path):
     out = tmp_path / "run"
     hasfl_ray.simulate({**COMMON, "rounds": 1}, algorithm="fedprox", mu=0.2, out_dir=str(out))
     text = (out / "config.yaml").read_text()
@@ -193,3 +193,20 @@ def test_config_yaml_is_version_2_and_a_newer_version_is_refused(tmp_path):
     stored["config_version"] = CONFIG_VERSION + 1
     with pytest.raises(ConfigError, match=f"config_version {CONFIG_VERSION + 1}; expected 1 to {CONFIG_VERSION}"):
         RunConfig.from_dict(stored)
+
+
+@pytest.mark.parametrize("stored,expected", [
+    ({"partition": "classes:2"}, {"partition": "classes-even:2"}),  # version 2's classes:K was the even rule
+    ({"model": "preresnet18"}, {"model": "preresnet18", "sbn_statistics": "in_order"}),  # its sBN pass went in order
+    ({"model": "preresnet18", "model_norm": "gn"}, {"model": "preresnet18", "model_norm": "gn"}),  # no sBN: nothing
+    ({"algorithm": "fedrolex", "algorithm_options": {"rolex_step": 2}},
+     {"algorithm": "fedrolex", "algorithm_options": {"rolex_step": 2, "rolex_direction": "forward"}}),  # +t window
+    ({"algorithm": "fedrolex", "algorithm_options": {"rolex_direction": "source"}},
+     {"algorithm": "fedrolex", "algorithm_options": {"rolex_direction": "source"}}),  # stated: kept
+    ({"partition": "iid", "algorithm": "hasfl"}, {"partition": "iid", "algorithm": "hasfl"}),
+])
+def test_a_version_2_config_is_read_with_the_rules_it_ran_under(stored, expected):
+    """Version 3 made the sources' rules the defaults (issue 35); a version-2 config.yaml or checkpoint keeps meaning
+    what it ran: the even classes:K, the in-order sBN pass, FedRolex's +t window."""
+    assert migrate_config({"config_version": 2, **stored}) == expected
+    assert migrate_config({"config_version": CONFIG_VERSION, **stored}) == stored
