@@ -93,7 +93,7 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
     resnet = model_name in RESNET_MODELS
     if not plugin and not resnet and model_name not in COST_MODELS:
         raise click.UsageError(f"--model is {model_name!r}; " + expected_one_of(
-            model_name, [*COST_MODELS, *RESNET_MODELS, "FILE.py:Class", "MODULE:Class"]))
+            model_name, [*COST_MODELS, *RESNET_MODELS, "a plug-in"]))
     if not resnet and model_norm is not None:
         raise click.UsageError(f"--model-norm is {model_norm!r} but --model is {model_name!r}; expected it only "
                                f"with a ResNet ({', '.join(RESNET_MODELS)})")

@@ -38,9 +38,10 @@ RUN_OPTIONS = (
                       "McMahan et al.'s, e.g. shards:2); docs/datasets.md."),
     click.option("--synthetic-alpha", type=float, help="Synthetic(alpha, beta): labeller heterogeneity (default 1)."),
     click.option("--synthetic-beta", type=float, help="Synthetic(alpha, beta): input heterogeneity (default 1)."),
-    click.option("--model", metavar="preresnet18|resnet18|FILE.py:Class|MODULE:Class",
+    click.option("--model", metavar="preresnet18|preresnet18-1112|resnet18|FILE.py:Class|MODULE:Class",
                  help="Train this network instead of the dataset's own: preresnet18 (HeteroFL's pre-activation "
-                      "ResNet-18) or resnet18 (FjORD's), on image datasets of 1 or 3 channels (docs/models.md); or "
+                      "ResNet-18), preresnet18-1112 (the (1, 1, 1, 2) network of HeteroFL's published table) or "
+                      "resnet18 (FjORD's), on image datasets of 1 or 3 channels (docs/models.md); or "
                       "a plug-in model, any nn.Module taking a width argument, its slicing derived "
                       "(docs/plugins.md#models)."),
     click.option("--model-norm", type=click.Choice(["sbn", "bn", "gn", "none"]),

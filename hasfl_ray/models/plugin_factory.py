@@ -29,7 +29,8 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
     value, as an algorithm plug-in's is); one ConfigError sentence where there is none."""
     location, _, attribute = spec.rpartition(":")
     if not location or not attribute.isidentifier():
-        raise ConfigError(f"model is {spec!r}; expected preresnet18, resnet18, or FILE.py:Class or MODULE:Class "
+        raise ConfigError(f"model is {spec!r}; expected preresnet18, preresnet18-1112, resnet18, or FILE.py:Class or "
+                          "MODULE:Class "
                           "naming an nn.Module with a width argument")
     module = _load_module("model", spec, location)
     factory = getattr(module, attribute, None)

@@ -126,7 +126,7 @@ def test_measured_macs_of_a_plugin_equal_the_hand_count():
      "parameter 'fc.weight' has shape (8, 64) at width 0.5 but its ParamSpec gives (16, 64)"),
     (f"{PLUGINS}:BadBlocks", "in 3 blocks sliced alike (declared)"),
     ("no_such_module_here:Net", "no module 'no_such_module_here'"),
-    ("model_plugins:9lives", "expected preresnet18, resnet18, or FILE.py:Class or MODULE:Class"),
+    ("model_plugins:9lives", "expected preresnet18, preresnet18-1112, resnet18, or FILE.py:Class or MODULE:Class"),
 ])
 def test_models_that_cannot_be_sliced_are_one_sentence(tmp_path, spec, needle):
     out = tmp_path / "run"
@@ -141,7 +141,7 @@ def test_models_that_cannot_be_sliced_are_one_sentence(tmp_path, spec, needle):
 def test_model_options_are_refused_with_a_plugin_and_bad_names_list_the_plugin_forms():
     with pytest.raises(ConfigError, match="model_norm is 'gn' but model is the plug-in 'x.py:Net'; expected it only"):
         RunConfig(model="x.py:Net", model_norm="gn")
-    with pytest.raises(ConfigError, match="model is 'vit'; expected one of preresnet18, resnet18, or a plug-in model"):
+    with pytest.raises(ConfigError, match="model is 'vit'; expected one of preresnet18, resnet18, preresnet18-1112, or a plug-in model"):
         RunConfig(model="vit")
     with pytest.raises(ConfigError, match="slice_blocks for 'fc.w', which names no parameter"):
         derive_specs(type("Declares", (model_plugins.NoWidth,), {"slice_blocks": {"fc.w": 2},
