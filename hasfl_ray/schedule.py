@@ -1,5 +1,6 @@
-"""The protocol's adaptation schedule (``warmup``, ``t_adapt``): when HAS-FL and random-budget adapt, the first round
-trained with adapted widths, and the post-warm-up mean width the engine reports (``avg_p_post_warmup``).
+"""The protocol's schedules: the adaptation schedule (``warmup``, ``t_adapt``: when HAS-FL and random-budget adapt, the
+first round trained with adapted widths, the post-warm-up mean width the engine reports, ``avg_p_post_warmup``) and
+the learning rate of each round (``lr_decay``, ``lr_milestones``, ``lr_gamma``).
 
 It sits at the bottom of the package beside the run configuration and imports nothing of hasfl_ray: the engine and
 the algorithms both read it, so neither has to import the other for it.
@@ -7,6 +8,7 @@ the algorithms both read it, so neither has to import the other for it.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Optional, Sequence
 
 import numpy as np
@@ -31,4 +33,16 @@ def post_warmup_avg_p(avg_p_per_round: Sequence[float], warmup: int, t_adapt: in
     return float(np.mean(adapted)) if adapted else None
 
 
-__all__ = ["first_adapted_round", "is_adaptation_round", "post_warmup_avg_p"]
+def round_lr(lr: float, decay: float, round: int, milestones: Optional[Sequence[int]] = None,
+             gamma: float = 0.1) -> float:
+    """The local learning rate of round ``round`` (0-based): ``lr`` x ``decay``^round, times ``gamma`` for every
+    milestone at or before the round (a step schedule: PyTorch's MultiStepLR stepped once after each round, as
+    HeteroFL and FedRolex step theirs; ``lr_milestones`` [150, 250] trains rounds 0-149 at lr, 150-249 at lr x
+    gamma, then lr x gamma^2)."""
+    value = lr * decay ** round
+    if milestones:
+        value *= gamma ** bisect_right(sorted(milestones), round)
+    return value
+
+
+__all__ = ["first_adapted_round", "is_adaptation_round", "post_warmup_avg_p", "round_lr"]

@@ -59,6 +59,13 @@ RUN_OPTIONS = (
     click.option("--local-epochs", type=int, help="Local epochs K (default: the dataset's protocol)."),
     click.option("--batch-size", type=int, help="Local batch size (default 32)."),
     click.option("--lr", type=float, help="Initial local learning rate, decayed x0.995 per round."),
+    click.option("--lr-decay", type=float, help="The learning rate's factor a round (default 0.995; 1: constant)."),
+    click.option("--lr-milestones", metavar="R1,R2,...", help="A step schedule: the learning rate times --lr-gamma "
+                                                               "at each of these rounds (HeteroFL: 150,250)."),
+    click.option("--lr-gamma", type=float, help="The factor at each of --lr-milestones (default 0.1)."),
+    click.option("--local-steps", type=int, help="A fixed number of local iterations (batches) a client trains, "
+                                                 "in place of --local-epochs (FIARSE: 100)."),
+    click.option("--weight-decay", type=float, help="Local SGD weight decay (default 1e-4)."),
     click.option("--momentum", type=float, help="Local SGD momentum (default 0.9; 0 for scaffold)."),
     click.option("--masked-loss", metavar="[on|off]",
                  help="Masked cross-entropy in local training (HeteroFL's and FedRolex's mask 1): the logits of the "
@@ -202,6 +209,7 @@ def apply_switches(flags: Dict[str, Any], no_coverage: bool, download: bool, fas
         flags["download"] = True
     _comma_list(flags, "tier_counts", int, "4 comma-separated client counts, e.g. 4,10,3,3")
     _comma_list(flags, "widths", float, "comma-separated widths in (0, 1], e.g. 1,0.5,0.25,0.125,0.0625")
+    _comma_list(flags, "lr_milestones", int, "comma-separated increasing round numbers, e.g. 150,250")
     if isinstance(flags.get("eval_widths"), str) and flags["eval_widths"].strip() == "full":
         flags["eval_widths"] = [1.0]
     _comma_list(flags, "eval_widths", float, "comma-separated widths in (0, 1], e.g. 0.25,0.5,0.75,1, or full")

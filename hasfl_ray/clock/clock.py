@@ -112,7 +112,8 @@ class Clock:
 
     def base_cost(self, client: int, width: float) -> ClientCost:
         """Client ``client``'s round at ``width`` without algorithm extras (``Algorithm.client_cost`` adds them)."""
-        return base_cost(self.costs, width, int(self.num_samples[client]), self.batch_size, self.local_epochs)
+        return base_cost(self.costs, width, int(self.num_samples[client]), self.batch_size, self.local_epochs,
+                         getattr(self, "local_steps", None))
 
     def seconds(self, client: int, cost: ClientCost, steps: Optional[int] = None) -> float:
         """Client ``client``'s seconds for ``cost`` (its first ``steps`` local steps; None: all)."""

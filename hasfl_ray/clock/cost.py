@@ -52,16 +52,19 @@ class WidthCosts:
         return BYTES_PER_PARAM * self.params(width)
 
 
-def local_batches(samples: int, batch_size: int, epochs: int) -> np.ndarray:
+def local_batches(samples: int, batch_size: int, epochs: int, steps: Optional[int] = None) -> np.ndarray:
     """The samples of each local step of a client with ``samples`` samples, in order (what local training does:
     each epoch cut into batches of ``batch_size``, a last batch of one sample skipped unless it is the very first
-    step, :func:`hasfl_ray.training.workspace.client_batches`)."""
+    step, :func:`hasfl_ray.training.workspace.client_batches`); with ``steps`` (``local_steps``) the first ``steps``
+    of as many epochs as it takes."""
     if samples <= 0:
         return np.zeros(0, dtype=np.int64)
     if samples == 1:
         return np.ones(1, dtype=np.int64)
     full, rest = divmod(samples, batch_size)
     epoch = [batch_size] * full + ([rest] if rest >= 2 else [])
+    if steps is not None:
+        return np.array((epoch * -(-steps // len(epoch)))[:steps], dtype=np.int64)
     return np.array(epoch * epochs, dtype=np.int64)
 
 
@@ -95,9 +98,10 @@ class ClientCost:
                                    step_macs=self.step_macs + np.asarray(step_macs, dtype=np.int64))
 
 
-def base_cost(costs: WidthCosts, width: float, samples: int, batch_size: int, epochs: int) -> ClientCost:
-    """The cost of a plain client of width ``width`` (no algorithm extras)."""
-    batches = local_batches(samples, batch_size, epochs)
+def base_cost(costs: WidthCosts, width: float, samples: int, batch_size: int, epochs: int,
+              steps: Optional[int] = None) -> ClientCost:
+    """The cost of a plain client of width ``width`` (no algorithm extras; ``steps``: ``local_steps``)."""
+    batches = local_batches(samples, batch_size, epochs, steps)
     size = costs.model_bytes(width)
     return ClientCost(float(width), size, size, batches, TRAIN_FACTOR * costs.macs(width) * batches)
 

@@ -70,6 +70,11 @@ class RunConfigFields:
     batch_size: Optional[int] = None
     lr: Optional[float] = None
     lr_decay: float = 0.995
+    # a step schedule besides the decay: lr x lr_gamma at each of these rounds (HeteroFL's and FedRolex's MultiStepLR)
+    lr_milestones: Optional[List[int]] = None
+    lr_gamma: float = 0.1
+    # a fixed number of local iterations (batches) instead of local_epochs (FIARSE: 100); None: local_epochs
+    local_steps: Optional[int] = None
     momentum: Optional[float] = None
     weight_decay: float = 1e-4
     clip_norm: Optional[float] = None
@@ -182,6 +187,19 @@ class RunConfigFields:
             value = getattr(self, name)
             if (value is not None or name != "momentum") and (not _number(value) or not low <= value <= high):
                 raise bad(name, value, f"a number in [{low}, {high}]")
+        milestones = self.lr_milestones
+        if milestones is not None:
+            if not isinstance(milestones, (list, tuple)) or not milestones or not all(
+                    isinstance(m, int) and not isinstance(m, bool) and m > 0 for m in milestones) or \
+                    list(milestones) != sorted(set(milestones)):
+                raise bad("lr_milestones", milestones, "increasing positive round numbers, e.g. [150, 250]")
+            object.__setattr__(self, "lr_milestones", list(milestones))
+        if not _number(self.lr_gamma) or not 0 < self.lr_gamma <= 1:
+            raise bad("lr_gamma", self.lr_gamma, "a number in (0, 1] (the factor at each of lr_milestones)")
+        if self.local_steps is not None and (not isinstance(self.local_steps, int) or
+                                             isinstance(self.local_steps, bool) or self.local_steps < 1):
+            raise bad("local_steps", self.local_steps, "a positive number of local iterations (or unset: "
+                                                       "local_epochs)")
         if not _number(self.weight_decay) or self.weight_decay < 0:
             raise bad("weight_decay", self.weight_decay, "a number >= 0")
         if self.clip_norm is not None and (not _number(self.clip_norm) or self.clip_norm < 0):

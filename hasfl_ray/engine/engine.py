@@ -23,6 +23,7 @@ from hasfl_ray.engine.config import RunConfig, parse_fault
 from hasfl_ray.engine.events import RunEvents
 from hasfl_ray.engine.factory import make_backend
 from hasfl_ray.engine.guard import PluginError
+from hasfl_ray.schedule import round_lr
 from hasfl_ray.engine.participants import round_capacities, sample_participants
 from hasfl_ray.engine.records import MAX_PENDING_LINES, complete, kept, open_log, writing
 from hasfl_ray.engine.rundir import RunDirectory, RunLock, remove_made
@@ -249,7 +250,7 @@ class Engine:
         steps: Dict[int, int] = {}  # local steps of the clients a partial deadline cuts short
         if self.clock is not None:  # who the deadline keeps, and how far a partial client gets (docs/clock.md)
             participants, steps, clocked = self._clocked_round(t, invitation or Invitation(participants), widths)
-        lr = c.lr * c.lr_decay ** t
+        lr = round_lr(c.lr, c.lr_decay, t, c.lr_milestones, c.lr_gamma)
         tasks = [ClientTask(i, t, widths[i], lr, c.seed, self.algorithm.objective(t, i, widths[i]),
                             offset=self.algorithm.window_offset(t, i), max_steps=steps.get(i),
                             masked_loss=c.masked_loss)

@@ -32,6 +32,7 @@ client's coordinates lie, and a padded layout's masks zero the gradients outside
 from __future__ import annotations
 
 from collections import OrderedDict
+from types import SimpleNamespace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -43,7 +44,7 @@ from hasfl_ray.models.lstm import CharLSTM
 from hasfl_ray.training.result import ClientResult
 from hasfl_ray.training.step import StackedSGD, common_or_vector, per_client
 from hasfl_ray.training.task import ClientTask, client_result, mask_logits
-from hasfl_ray.training.workspace import Workspace, client_batches, client_generator, packed_update
+from hasfl_ray.training.workspace import Workspace, client_batches, client_generator, local_plan, packed_update
 
 #: Most clients trained in one stacked computation (bounds a trainer's memory; a larger group is split in task
 #: order, so the grouping depends only on the round's tasks, never on the number of trainers).
@@ -155,10 +156,13 @@ def stacked_lstm_forward(model: CharLSTM, params: Params, x: torch.Tensor) -> to
     return torch.baddbmm(params["fc.bias"].unsqueeze(1), h, params["fc.weight"].transpose(1, 2))
 
 
-def client_schedule(task: ClientTask, size: int, batch_size: int, epochs: int) -> List[torch.Tensor]:
+def client_schedule(task: ClientTask, size: int, batch_size: int, epochs: int,
+                    local_steps: Optional[int] = None) -> List[torch.Tensor]:
     """The positions of every batch the client trains on, in order (:func:`~hasfl_ray.training.workspace.client_batches`
-    of its own generator, all at once: batched training's objectives draw nothing from it)."""
-    return list(client_batches(client_generator(task), size, batch_size, epochs, max_steps=task.max_steps))
+    of its own generator, all at once: batched training's objectives draw nothing from it; ``local_steps``: as
+    :func:`~hasfl_ray.training.workspace.local_plan`)."""
+    epochs, most = local_plan(SimpleNamespace(local_epochs=epochs, local_steps=local_steps), task)
+    return list(client_batches(client_generator(task), size, batch_size, epochs, max_steps=most))
 
 
 def check_batchable(tasks: Sequence[ClientTask]) -> None:
@@ -240,7 +244,8 @@ def train_stacked(workspace: Workspace, tasks: Sequence[ClientTask], model: nn.M
     masks = layout.masks
 
     sizes = [workspace.dataset.client_size(task.client) for task in tasks]
-    schedules = [client_schedule(task, sizes[c], s.batch_size, s.local_epochs) for c, task in enumerate(tasks)]
+    schedules = [client_schedule(task, sizes[c], s.batch_size, s.local_epochs, s.local_steps)
+                 for c, task in enumerate(tasks)]
     model.train()
     step = batched_step(model, masked=masked_labels is not None)
     losses: List[Tuple[List[int], torch.Tensor]] = []

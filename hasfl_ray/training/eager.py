@@ -16,7 +16,7 @@ from hasfl_ray.training.graphed import StaticStep
 from hasfl_ray.training.result import ClientResult
 from hasfl_ray.training.step import LocalSGD
 from hasfl_ray.training.task import ClientTask, client_result, graphable
-from hasfl_ray.training.workspace import Workspace, client_batches, client_generator, packed_update
+from hasfl_ray.training.workspace import Workspace, client_batches, client_generator, local_plan, packed_update
 
 
 def train_eager(workspace: Workspace, task: ClientTask, global_params: Mapping[str, torch.Tensor]) -> ClientResult:
@@ -47,7 +47,8 @@ def train_eager(workspace: Workspace, task: ClientTask, global_params: Mapping[s
     graphed = workspace.steps is not None and n >= s.batch_size and graphable(objective)
     static: Optional[StaticStep] = None
     device = workspace.device if workspace.device_positions else None
-    for positions in client_batches(generator, n, s.batch_size, s.local_epochs, device, task.max_steps):
+    epochs, most = local_plan(s, task)
+    for positions in client_batches(generator, n, s.batch_size, epochs, device, most):
         x, y = workspace.dataset.client_batch(task.client, positions)
         if graphed:
             if static is None:

@@ -23,6 +23,7 @@ class OptimizerSettings:
     clip_norm: float = 10.0
     local_epochs: int = 1
     batch_size: int = 32
+    local_steps: Optional[int] = None  # a fixed number of local iterations in place of local_epochs
 
 
 class LocalObjective:

@@ -9,7 +9,7 @@ take a :class:`Workspace`; :class:`~hasfl_ray.training.trainer.Trainer` owns one
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, Iterator, List, Mapping, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 import torch
 from torch import nn
@@ -121,6 +121,16 @@ def packed_update(trained: Mapping[str, torch.Tensor], initial: Mapping[str, tor
 def client_generator(task: ClientTask) -> torch.Generator:
     """The client's own generator: its data order, and whatever its objective draws."""
     return torch_generator(task.seed, STREAM_CLIENT, task.round, task.client)
+
+
+def local_plan(settings: Any, task: ClientTask) -> Tuple[int, Optional[int]]:
+    """(epochs, most steps) a client trains for: ``local_epochs`` and the task's cap (a deadline's partial client),
+    or with ``local_steps`` exactly that many iterations (as many epochs as it takes, each a new permutation; at most
+    the task's cap)."""
+    steps = getattr(settings, "local_steps", None)
+    if steps is None:
+        return settings.local_epochs, task.max_steps
+    return steps, steps if task.max_steps is None else min(steps, task.max_steps)
 
 
 def client_batches(generator: torch.Generator, size: int, batch_size: int, epochs: int,

@@ -80,8 +80,21 @@ def test_fiarse_pack_runs_four_methods_on_one_protocol():
     configs = cells("fiarse-protocol")
     assert set(configs) == {"fjord", "heterofl", "fedrolex", "hasfl"}
     for c in configs.values():
-        assert list(ladder_of(c).widths) == [1.0, 0.25, 0.0625, 0.015625] and c.width_mix == [1.0] * 4
-        assert (c.partition, c.alpha, c.model_norm) == ("dirichlet", 0.3, "sbn")
+        assert list(ladder_of(c).widths) == [1.0, 0.5, 0.25, 0.125] and c.width_mix == [1.0] * 4  # sizes 1 .. 1/64
+        assert (c.partition, c.alpha, c.model_norm, c.model) == ("dirichlet", 0.3, "sbn", "resnet18")
+        assert (c.local_steps, c.batch_size, c.lr, c.lr_decay, c.momentum, c.weight_decay, c.clip_norm) == \
+            (100, 20, 0.1, 1.0, 0.0, 0.0, 0.0)  # FIARSE's plain SGD
+
+
+def test_the_heterofl_and_fedrolex_packs_step_their_learning_rates_as_their_sources():
+    """HeteroFL (src/utils.py, CIFAR10): lr 0.1, x0.1 at [150, 250] IID and [300, 500] non-IID; FedRolex (utils.py and
+    its README command): SGD lr 2e-4, momentum 0.9, weight decay 1e-3, x0.25 at [1200]."""
+    for c in cells("heterofl-cifar10").values():
+        assert (c.lr, c.lr_decay, c.lr_gamma) == (0.1, 1.0, 0.1)
+        assert c.lr_milestones == ([300, 500] if c.partition == "classes:2" else [150, 250])
+    for c in cells("fedrolex-cifar10").values():
+        assert (c.lr, c.lr_decay, c.lr_milestones, c.lr_gamma, c.momentum, c.weight_decay, c.clip_norm) == \
+            (0.0002, 1.0, [1200], 0.25, 0.9, 0.001, 1.0)
 
 
 # one variant per pack, scaled down as docs/reproduction/packs.md runs it, on the digits (no data directory needed)

@@ -54,7 +54,8 @@ DOCUMENTED_PATHS = (
     "hasfl_ray.models", "hasfl_ray.models.cost_table", "hasfl_ray.models.extract", "hasfl_ray.models.pads_exactly",
     "hasfl_ray.models.plugin", "hasfl_ray.models.plugin.describe", "hasfl_ray.models.resnet.StaticBatchNorm2d",
     "hasfl_ray.models.slicing.extract", "hasfl_ray.models.width_channels", "hasfl_ray.ops.aggregate_fused",
-    "hasfl_ray.registry", "hasfl_ray.simulation.connect_ray", "hasfl_ray.training.determinism",
+    "hasfl_ray.registry", "hasfl_ray.schedule.round_lr", "hasfl_ray.simulation.connect_ray",
+    "hasfl_ray.training.determinism",
     "hasfl_ray.training.determinism.machine_type", "hasfl_ray.training.seeding",
 )
 #: Names the documentation gives that are no Python path: the compiled extension (tests/aggregation import it where
