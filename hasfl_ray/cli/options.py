@@ -66,6 +66,9 @@ RUN_OPTIONS = (
     click.option("--local-steps", type=int, help="A fixed number of local iterations (batches) a client trains, "
                                                  "in place of --local-epochs (FIARSE: 100)."),
     click.option("--weight-decay", type=float, help="Local SGD weight decay (default 1e-4)."),
+    click.option("--augmentation", type=click.Choice(["none", "crop-flip"]),
+                 help="Training augmentation of image batches: none (default) or crop-flip (RandomCrop with padding 4 "
+                      "and a horizontal flip, as the sub-model sources train CIFAR-10)."),
     click.option("--momentum", type=float, help="Local SGD momentum (default 0.9; 0 for scaffold)."),
     click.option("--masked-loss", metavar="[on|off]",
                  help="Masked cross-entropy in local training (HeteroFL's and FedRolex's mask 1): the logits of the "
@@ -210,6 +213,8 @@ def apply_switches(flags: Dict[str, Any], no_coverage: bool, download: bool, fas
     _comma_list(flags, "tier_counts", int, "4 comma-separated client counts, e.g. 4,10,3,3")
     _comma_list(flags, "widths", float, "comma-separated widths in (0, 1], e.g. 1,0.5,0.25,0.125,0.0625")
     _comma_list(flags, "lr_milestones", int, "comma-separated increasing round numbers, e.g. 150,250")
+    if flags.get("augmentation") == "crop-flip":
+        flags["augmentation"] = "crop_flip"
     if isinstance(flags.get("eval_widths"), str) and flags["eval_widths"].strip() == "full":
         flags["eval_widths"] = [1.0]
     _comma_list(flags, "eval_widths", float, "comma-separated widths in (0, 1], e.g. 0.25,0.5,0.75,1, or full")

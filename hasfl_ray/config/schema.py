@@ -75,6 +75,9 @@ class RunConfigFields:
     lr_gamma: float = 0.1
     # a fixed number of local iterations (batches) instead of local_epochs (FIARSE: 100); None: local_epochs
     local_steps: Optional[int] = None
+    # training augmentation of image batches: none, or crop_flip (RandomCrop(padding 4) and a horizontal flip, as the
+    # sub-model sources train CIFAR-10; seeded by seed, round, client and step)
+    augmentation: str = "none"
     momentum: Optional[float] = None
     weight_decay: float = 1e-4
     clip_norm: Optional[float] = None
@@ -196,6 +199,9 @@ class RunConfigFields:
             object.__setattr__(self, "lr_milestones", list(milestones))
         if not _number(self.lr_gamma) or not 0 < self.lr_gamma <= 1:
             raise bad("lr_gamma", self.lr_gamma, "a number in (0, 1] (the factor at each of lr_milestones)")
+        if self.augmentation not in ("none", "crop_flip"):
+            raise bad("augmentation", self.augmentation, "none or crop_flip (RandomCrop with padding 4 and a "
+                                                         "horizontal flip of image batches)")
         if self.local_steps is not None and (not isinstance(self.local_steps, int) or
                                              isinstance(self.local_steps, bool) or self.local_steps < 1):
             raise bad("local_steps", self.local_steps, "a positive number of local iterations (or unset: "

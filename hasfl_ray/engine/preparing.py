@@ -95,6 +95,11 @@ def build(engine: Any) -> None:
     # --model: a ResNet in place of the dataset's own network; sBN: the server's view keeps the training data
     engine.dataset = model_dataset(engine.dataset, c, spec_label(c.dataset))  # (docs/models.md)
     engine.model_name = engine.dataset.model
+    images = getattr(engine.dataset, "train_x", None)
+    if c.augmentation != "none" and (images is None or images.dim() != 4):
+        raise ConfigError(f"augmentation is {c.augmentation!r} but dataset {spec_label(c.dataset)!r} has no image "
+                          "batches (inputs N x C x H x W); expected augmentation none, or an image dataset (digits, "
+                          "emnist, cifar10)")
     register_model(engine.model_name, engine.dataset.model_config)  # a dataset plug-in's own model, if any
     if engine.model_name not in MODEL_CONFIGS:
         raise ConfigError(f"dataset {c.dataset!r} names model {engine.model_name!r}; expected a built-in model "

@@ -44,6 +44,7 @@ from hasfl_ray.models.lstm import CharLSTM
 from hasfl_ray.training.result import ClientResult
 from hasfl_ray.training.step import StackedSGD, common_or_vector, per_client
 from hasfl_ray.training.task import ClientTask, client_result, mask_logits
+from hasfl_ray.training.augment import augmented
 from hasfl_ray.training.workspace import Workspace, client_batches, client_generator, local_plan, packed_update
 
 #: Most clients trained in one stacked computation (bounds a trainer's memory; a larger group is split in task
@@ -263,7 +264,7 @@ def train_stacked(workspace: Workspace, tasks: Sequence[ClientTask], model: nn.M
                 return tensor if index is None else tensor.index_select(0, index)
 
             batches = [workspace.dataset.client_batch(tasks[c].client, schedules[c][k]) for c in members]
-            x = torch.stack([xb for xb, _ in batches])
+            x = torch.stack([augmented(workspace, xb, tasks[c], k) for c, (xb, _) in zip(members, batches)])
             y = torch.stack([yb for _, yb in batches])
             sub = {n: pick(params[n]) for n in names}
             grads, loss = step(sub, x, y) if masked_labels is None else step(sub, x, y, pick(masked_labels))

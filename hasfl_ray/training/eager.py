@@ -16,6 +16,7 @@ from hasfl_ray.training.graphed import StaticStep
 from hasfl_ray.training.result import ClientResult
 from hasfl_ray.training.step import LocalSGD
 from hasfl_ray.training.task import ClientTask, client_result, graphable
+from hasfl_ray.training.augment import augmented
 from hasfl_ray.training.workspace import Workspace, client_batches, client_generator, local_plan, packed_update
 
 
@@ -50,6 +51,7 @@ def train_eager(workspace: Workspace, task: ClientTask, global_params: Mapping[s
     epochs, most = local_plan(s, task)
     for positions in client_batches(generator, n, s.batch_size, epochs, device, most):
         x, y = workspace.dataset.client_batch(task.client, positions)
+        x = augmented(workspace, x, task, steps)
         if graphed:
             if static is None:
                 static = workspace.steps.get(model, task.width, x, y, task.lr, s, masked)

@@ -24,6 +24,7 @@ class OptimizerSettings:
     local_epochs: int = 1
     batch_size: int = 32
     local_steps: Optional[int] = None  # a fixed number of local iterations in place of local_epochs
+    augmentation: str = "none"  # crop_flip: RandomCrop(padding 4) and a horizontal flip on image batches
 
 
 class LocalObjective:

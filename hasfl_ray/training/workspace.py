@@ -52,6 +52,7 @@ class Workspace:
         # device once (no host-to-device copy, which synchronises, per batch); others get host positions.
         self.device_positions = self.device.type != "cpu" and self.dataset.device_positions
         self._unheld: Optional[torch.Tensor] = None  # (masked_loss) [clients, classes]: True where a label is absent
+        self._fill: Optional[torch.Tensor] = None  # (augmentation) a black pixel of the standardised batches
 
     def begin(self) -> None:
         """Before training: fix the intra-op thread count on a CPU."""
