@@ -149,7 +149,9 @@ def read_trace(path: str, num_clients: int, names: Optional[Sequence[str]] = Non
 
 
 def _intervals(text: str, path: str, line: int) -> List[Tuple[float, float]]:
-    """``START-END START-END ...`` (seconds, ascending, not overlapping) as pairs; empty: always available."""
+    """``START-END START-END ...`` (seconds, ascending, not overlapping) as pairs, intervals that touch joined into
+    one (``0-0.05 0.05-100`` is ``0-100``: a client on across the joint never goes off there); empty: always
+    available."""
     out: List[Tuple[float, float]] = []
     for part in text.split():
         start, dash, end = part.partition("-")
@@ -162,7 +164,10 @@ def _intervals(text: str, path: str, line: int) -> List[Tuple[float, float]]:
             raise DataError(f"device trace {path!r} has availability interval {part!r} on line {line}; expected "
                             "START-END seconds with 0 <= START < END, ascending and not overlapping, separated by "
                             "spaces (e.g. 0-3600 7200-10800)")
-        out.append(pair)
+        if out and pair[0] == out[-1][1]:
+            out[-1] = (out[-1][0], pair[1])
+        else:
+            out.append(pair)
     return out
 
 

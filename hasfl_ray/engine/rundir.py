@@ -7,6 +7,7 @@ import errno
 import fcntl
 import fnmatch
 import json
+import math
 import os
 import tempfile
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
@@ -280,7 +281,21 @@ class RunDirectory:
             writer.writerows([row[c] for c in columns] if isinstance(row, Mapping) else row for row in rows)
 
     def write_summary(self, summary: Dict[str, Any]) -> None:
-        atomic_write(self.file("summary.json"), (json.dumps(summary, indent=2) + "\n").encode())
+        """summary.json, strict JSON: a number that is not finite (an accuracy never reached, a diverged loss) is
+        written as null, never as Infinity or NaN, which JSON readers other than Python's refuse."""
+        text = json.dumps(_finite(summary), indent=2, allow_nan=False) + "\n"
+        atomic_write(self.file("summary.json"), text.encode())
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every float that is not finite replaced by None, through mappings, lists and tuples."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _protected(path: str) -> Optional[str]:

@@ -297,3 +297,14 @@ def test_markov_availability_keeps_bounded_memory_and_the_same_answers(monkeypat
         assert bounded.next_on(client, t) == reference.next_on(client, t)
         assert len(bounded._chains) <= 5
         assert all(len(chain[3]) <= 3 * 8 for chain in bounded._chains.values())
+
+
+def test_touching_availability_intervals_are_one_interval(tmp_path):
+    """``0-0.05 0.05-100`` is ``0-100`` (issue 37 item 6): a client on across the joint is on there (read as two
+    intervals, a round spanning 0.05 s found the client off and every update was dropped)."""
+    head = "client,speed_macs_per_s,down_bytes_per_s,up_bytes_per_s,latency_s,availability\n"
+    joined, split = tmp_path / "joined.csv", tmp_path / "split.csv"
+    joined.write_text(head + "0,1,1,1,1,0-100\n1,1,1,1,1,0-10 20-100\n")
+    split.write_text(head + "0,1,1,1,1,0-0.05 0.05-100\n1,1,1,1,1,0-5 5-10 20-60 60-100\n")
+    a, b = read_trace(str(joined), 2).intervals, read_trace(str(split), 2).intervals
+    assert all(np.array_equal(x, y) for x, y in zip(a[:3], b[:3])) and a[3] == b[3]
