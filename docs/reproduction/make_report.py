@@ -18,14 +18,13 @@ import argparse
 import csv
 import io
 import os
-import warnings
 from collections import defaultdict
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
-from scipy import stats
 
 from hasfl_ray.analysis.plots import plot_runs
+from hasfl_ray.analysis.statistics import paired_comparison
 from hasfl_ray.analysis.report import (CONFOUND_COLUMNS, CONFOUND_KEYS, analyze_runs, confound_latex,
                                        confound_markdown, display_name, summarise_runs, table_csv, table_latex,
                                        table_markdown)
@@ -161,31 +160,8 @@ def sign_verdict(r: Optional[float], interval: Optional[tuple]) -> str:
 
 
 def compare(a: Sequence[float], b: Sequence[float], margin: float = MARGIN) -> Dict[str, object]:
-    """a − b over seeds (percentage points; a[i] and b[i] share seed i, hence partition and tiers): the mean
-    difference, its paired 95 % t interval, Welch's t and p, and the paired TOST p for equivalence within ±margin
-    (its 90 % interval inside the margin). With 3 seeds the t quantile has 2 degrees of freedom (4.30 for 95 %)."""
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    d = a - b
-    n = len(d)
-    out: Dict[str, object] = {"n_seeds": n, "mean_diff": float(d.mean()) if n else None}
-    if n < 2:
-        return out
-    sd = float(d.std(ddof=1))
-    se = sd / np.sqrt(n)
-    q = float(stats.t.ppf(0.975, n - 1))
-    out.update(ci_low=float(d.mean() - q * se), ci_high=float(d.mean() + q * se))
-    if a.std() > 0 or b.std() > 0:
-        with warnings.catch_warnings():  # near-identical seeds (a tie at the ceiling): the t is still right
-            warnings.simplefilter("ignore", RuntimeWarning)
-            welch = stats.ttest_ind(a, b, equal_var=False)
-        out.update(welch_t=float(welch.statistic), welch_p=float(welch.pvalue))
-    if se > 0:
-        lower = float(stats.t.sf((d.mean() + margin) / se, n - 1))
-        upper = float(stats.t.cdf((d.mean() - margin) / se, n - 1))
-        out["tost_p"] = max(lower, upper)
-    else:
-        out["tost_p"] = 0.0 if abs(d.mean()) < margin else 1.0
-    return out
+    """:func:`hasfl_ray.analysis.statistics.paired_comparison` at this report's TOST margin."""
+    return paired_comparison(a, b, margin)
 
 
 # ----------------------------------------------------------------------------------------------------- the tables
