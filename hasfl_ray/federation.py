@@ -142,9 +142,9 @@ def ladder_of(config: Any) -> WidthLadder:
 
 #: The partition schemes of the image sets (``partition``): Dirichlet(alpha) label skew (the default), IID, k classes
 #: per client (HeteroFL's and FedRolex's non-IID-k) and s label-sorted shards per client (McMahan et al. 2017).
-PARTITION_SCHEMES = ("dirichlet", "iid", "classes:K", "classes-even:K", "shards:S")
+PARTITION_SCHEMES = ("dirichlet", "balanced-dirichlet", "iid", "classes:K", "classes-even:K", "shards:S")
 
-_PARTITION = re.compile(r"(dirichlet|iid)|(classes|classes-even|shards):(\d+)")
+_PARTITION = re.compile(r"(dirichlet|balanced-dirichlet|iid)|(classes|classes-even|shards):(\d+)")
 
 
 def parse_partition(spec: Any) -> Tuple[str, Optional[int]]:
@@ -154,7 +154,8 @@ def parse_partition(spec: Any) -> Tuple[str, Optional[int]]:
     match = _PARTITION.fullmatch(spec.strip()) if isinstance(spec, str) else None
     if match is None or (match.group(3) is not None and int(match.group(3)) < 1):
         raise ConfigError(f"partition is {_shown(spec)}; expected dirichlet (label skew of --alpha, the default), "
-                          "iid, classes:K (HeteroFL's non-IID-K, e.g. classes:2), classes-even:K (exactly K classes "
+                          "balanced-dirichlet (FIARSE's), iid, classes:K (HeteroFL's non-IID-K, e.g. classes:2), "
+                          "classes-even:K (exactly K classes "
                           "per client) or shards:S (S label-sorted shards per client, e.g. shards:2)")
     if match.group(1):
         return match.group(1), None

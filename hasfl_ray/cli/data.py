@@ -51,6 +51,8 @@ def partition_rule(dataset_name: str, partition: str, alpha: float) -> str:
         return "the dataset's own clients (no label partition applies)"
     scheme, k = parse_partition(partition)
     return {"dirichlet": f"Dirichlet label skew, alpha {alpha:g}",
+            "balanced-dirichlet": f"FIARSE's balanced Dirichlet: label proportions Dirichlet(alpha {alpha:g}) a client, "
+                                  "equal client sizes",
             "iid": "IID: one shuffle cut into equal parts",
             "classes": f"HeteroFL's non-IID-{k}: {k}·N/C shards of each class, a shuffled label split of {k} labels "
                        "a client (a repeated label held once), the test set split with the same label split",

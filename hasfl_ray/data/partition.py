@@ -106,6 +106,8 @@ def partition_splits(labels: np.ndarray, test_labels: Optional[np.ndarray], num_
         raise ConfigError(f"{len(labels)} samples cannot give each of {num_clients} clients one; pass fewer --clients")
     if scheme == "iid":
         return iid_partition(len(labels), num_clients, rng), None, None
+    if scheme == "balanced-dirichlet":
+        return balanced_dirichlet_partition(labels, num_clients, alpha, rng), None, None
     if scheme == "classes":
         return label_split_partition(labels, test_labels, num_clients, k, rng)
     if scheme == "classes-even":
@@ -115,6 +117,37 @@ def partition_splits(labels: np.ndarray, test_labels: Optional[np.ndarray], num_
 
 def _sorted_parts(parts: Sequence[np.ndarray]) -> List[np.ndarray]:
     return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
+
+
+def balanced_dirichlet_partition(labels: np.ndarray, num_clients: int, alpha: float,
+                                 rng: np.random.Generator) -> List[np.ndarray]:
+    """FIARSE's balanced Dirichlet (HarliWu/FIARSE ``data/data_utils.py::BalancedDirichlet``; ``balanced-dirichlet``):
+    every client draws its label proportions from Dirichlet(``alpha``) over the C classes (client by client) and
+    holds exactly m = floor(N / clients) samples. Sample by sample, a uniformly drawn client that is not yet full
+    takes the next unused sample (in index order) of a class drawn from its proportions, the class redrawn while it
+    is used up; the N mod clients samples left over are held by no one. Every draw comes from ``rng``."""
+    labels = np.asarray(labels)
+    classes = np.unique(labels)
+    proportions = np.stack([rng.dirichlet(np.repeat(alpha, len(classes))) for _ in range(num_clients)])
+    cdf = np.cumsum(proportions, axis=1)
+    per_client = len(labels) // num_clients
+    by_class = [np.flatnonzero(labels == c) for c in classes]
+    used = [0] * len(classes)
+    parts: List[List[int]] = [[] for _ in range(num_clients)]
+    total = 0
+    while total < per_client * num_clients:
+        client = int(rng.integers(num_clients))
+        if len(parts[client]) >= per_client:
+            continue
+        total += 1
+        while True:
+            label = int(np.argmax(rng.uniform() <= cdf[client]))
+            if used[label] >= len(by_class[label]):
+                continue
+            parts[client].append(int(by_class[label][used[label]]))
+            used[label] += 1
+            break
+    return _sorted_parts(parts)
 
 
 def iid_partition(num_samples: int, num_clients: int, rng: np.random.Generator) -> List[np.ndarray]:

@@ -81,7 +81,7 @@ def test_fiarse_pack_runs_four_methods_on_one_protocol():
     assert set(configs) == {"fjord", "heterofl", "fedrolex", "hasfl"}
     for c in configs.values():
         assert list(ladder_of(c).widths) == [1.0, 0.5, 0.25, 0.125] and c.width_mix == [1.0] * 4  # sizes 1 .. 1/64
-        assert (c.partition, c.alpha, c.model_norm, c.model) == ("dirichlet", 0.3, "sbn", "resnet18")
+        assert (c.partition, c.alpha, c.model_norm, c.model) == ("balanced-dirichlet", 0.3, "sbn", "resnet18")
         assert (c.local_steps, c.batch_size, c.lr, c.lr_decay, c.momentum, c.weight_decay, c.clip_norm) == \
             (100, 20, 0.1, 1.0, 0.0, 0.0, 0.0)  # FIARSE's plain SGD
 

@@ -221,3 +221,59 @@ def test_classes_k_gives_many_label_sets_where_classes_even_pairs_fixed_partners
     assert distinct("classes-even:2") <= 10
     _, _, labels = label_split_partition(LABELS, None, 100, 2, np.random.default_rng(0))
     assert any(len(held) == 1 for held in labels)  # a row that repeats a label: that client holds one class
+
+
+# -- balanced-dirichlet against FIARSE ----------------------------------------------------------------------------
+
+
+def source_balanced_dirichlet(labels, n, alpha, rng):
+    """FIARSE's ``data/data_utils.py::BalancedDirichlet.partition_approach`` (HarliWu/FIARSE at 281519c), transcribed
+    with ``np.random`` replaced by ``rng`` call for call (the final per-client shuffle dropped: indices are sorted)."""
+    labelList_true = np.array(labels)
+    K = len(np.unique(labelList_true))
+    N = len(labelList_true)
+    p_client = np.zeros((n, K))
+    for i in range(n):
+        p_client[i] = rng.dirichlet(np.repeat(alpha, K))
+    p_client_cdf = np.cumsum(p_client, axis=1)
+    idx_batch = [[] for _ in range(n)]
+    m = int(N / n)
+    idx_labels = [np.where(labelList_true == k)[0] for k in range(K)]
+    idx_counter = [0 for k in range(K)]
+    total_cnt = 0
+    while total_cnt < m * n:
+        curr_clnt = rng.integers(n)
+        if len(idx_batch[curr_clnt]) >= m:
+            continue
+        total_cnt += 1
+        curr_prior = p_client_cdf[curr_clnt]
+        while True:
+            cls_label = np.argmax(rng.uniform() <= curr_prior)
+            if idx_counter[cls_label] >= len(idx_labels[cls_label]):
+                continue
+            idx_batch[curr_clnt].append(idx_labels[cls_label][idx_counter[cls_label]])
+            idx_counter[cls_label] += 1
+            break
+    return [sorted(int(i) for i in batch) for batch in idx_batch]
+
+
+@pytest.mark.parametrize("clients,alpha,seed", [(10, 0.3, 0), (20, 0.3, 1), (7, 1.0, 2), (40, 0.1, 3)])
+def test_balanced_dirichlet_is_fiarses(clients, alpha, seed):
+    ours = partition_labels(LABELS, clients, "balanced-dirichlet", alpha, np.random.default_rng(seed))
+    theirs = source_balanced_dirichlet(LABELS, clients, alpha, np.random.default_rng(seed))
+    assert [p.tolist() for p in ours] == theirs
+    assert {len(p) for p in ours} == {len(LABELS) // clients}  # equal client sizes
+    assert len(set(np.concatenate(ours).tolist())) == clients * (len(LABELS) // clients)  # no sample twice
+    held = [np.bincount(LABELS[p], minlength=10) for p in ours]
+    assert max(np.count_nonzero(h) for h in held) < 10 or alpha >= 1.0  # a label skew at small alpha
+
+
+def test_data_inspect_names_the_balanced_dirichlet():
+    import json
+
+    result = CliRunner().invoke(main, ["data", "inspect", "--partition", "balanced-dirichlet", "--clients", "10",
+                                       "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert "FIARSE's balanced Dirichlet" in summary["partition_rule"]
+    assert len({row["num_samples"] for row in summary["clients"]}) == 1
