@@ -13,6 +13,7 @@ from typing import Any, Dict, Mapping
 
 from hasfl_ray import registry
 from hasfl_ray.config.faults import fault_inject_round
+from hasfl_ray.config.inputs import input_hashes
 from hasfl_ray.config.migrate import CONFIG_VERSION, migrate_config
 from hasfl_ray.config.routing import check_algorithm_options, route_options
 from hasfl_ray.config.schema import RunConfigFields
@@ -100,7 +101,9 @@ class RunConfig(RunConfigFields):
             updates["momentum"] = DEFAULT_MOMENTUM
         if self.eval_every is None:  # every round on the small datasets, every 5th on the others (docs/configs.md)
             updates["eval_every"] = EVAL_EVERY.get(self.dataset, 5)
-        return dataclasses.replace(self, **updates)
+        resolved = dataclasses.replace(self, **updates)
+        hashes = input_hashes(resolved)  # the files it reads, by their content
+        return resolved if hashes == resolved.input_sha256 else dataclasses.replace(resolved, input_sha256=hashes)
 
     def to_dict(self) -> Dict[str, Any]:
         """Every field, after ``config_version`` (what config.yaml and a checkpoint store)."""

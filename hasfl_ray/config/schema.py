@@ -78,6 +78,9 @@ class RunConfigFields:
     # training augmentation of image batches: none, or crop_flip (RandomCrop(padding 4) and a horizontal flip, as the
     # sub-model sources train CIFAR-10; seeded by seed, round, client and step)
     augmentation: str = "none"
+    # the sha256 of every file the run reads beside its config (a device trace, a plug-in's FILE.py), set by
+    # RunConfig.resolved (hasfl_ray/config/inputs.py): --resume and a sweep's reuse compare it
+    input_sha256: Optional[Dict[str, str]] = None
     momentum: Optional[float] = None
     weight_decay: float = 1e-4
     clip_norm: Optional[float] = None
@@ -199,6 +202,11 @@ class RunConfigFields:
             object.__setattr__(self, "lr_milestones", list(milestones))
         if not _number(self.lr_gamma) or not 0 < self.lr_gamma <= 1:
             raise bad("lr_gamma", self.lr_gamma, "a number in (0, 1] (the factor at each of lr_milestones)")
+        hashes = self.input_sha256
+        if hashes is not None and (not isinstance(hashes, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) and len(v) == 64 for k, v in hashes.items())):
+            raise bad("input_sha256", hashes, "a mapping of input names to sha256 hex digests (written by hasfl-ray, "
+                                              "not by hand)")
         if self.augmentation not in ("none", "crop_flip"):
             raise bad("augmentation", self.augmentation, "none or crop_flip (RandomCrop with padding 4 and a "
                                                          "horizontal flip of image batches)")

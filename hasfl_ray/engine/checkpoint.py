@@ -349,8 +349,17 @@ def config_differences(stored: Mapping[str, Any], config: RunConfig) -> List[str
     defaults.update(BEFORE_FIELD)
     current = config.result_dict()
     changes = [f"{name} {stored.get(name, defaults[name])!r} -> {value!r}" for name, value in current.items()
-               if name not in EXECUTION_FIELDS and name != "algorithm_options"
+               if name not in EXECUTION_FIELDS and name not in ("algorithm_options", "input_sha256")
                and stored.get(name, defaults[name]) != value]
+    if "input_sha256" in stored:  # a run written before inputs were hashed is not checked on them
+        old, new = stored.get("input_sha256") or {}, current.get("input_sha256") or {}
+        for name in sorted(set(old) | set(new)):
+            if old.get(name) != new.get(name):
+                source = stored.get(name)  # the trace's path, or the plug-in's FILE.py
+                source = source.get("trace") if isinstance(source, Mapping) else \
+                    source.rpartition(":")[0] if isinstance(source, str) and ":" in source else source
+                changes.append(f"{name} file {source!r} changed since the run began (sha256 "
+                               f"{str(old.get(name))[:12]} -> {str(new.get(name))[:12]})")
     if stored.get("algorithm", defaults["algorithm"]) == config.algorithm:
         option_defaults = option_fields(config.algorithm)
         old = stored.get("algorithm_options") or {}
