@@ -34,11 +34,9 @@ def make_clock(config: Any, model_name: str, num_samples: np.ndarray, p_max: np.
         raise ConfigError(f"availability is 'trace' but device trace {spec['trace']!r} has no availability column "
                           "with intervals; expected one, or availability always or markov:ON,OFF")
     availability = make_availability(config.availability, profiles.intervals, config.seed)
-    clock = Clock(profiles, availability, WidthCosts(model_name), np.asarray(num_samples, dtype=np.int64),
-                  config.batch_size, config.local_epochs, config.seed, config.deadline, config.deadline_policy,
-                  config.overselect, config.dropout)
-    clock.local_steps = config.local_steps  # a fixed number of local iterations in place of the epochs
-    return clock
+    return Clock(profiles, availability, WidthCosts(model_name), np.asarray(num_samples, dtype=np.int64),
+                 config.batch_size, config.local_epochs, config.seed, config.deadline, config.deadline_policy,
+                 config.overselect, config.dropout, config.local_steps)
 
 
 __all__ = ["Availability", "BYTES_PER_PARAM", "ClientCost", "Clock", "DeviceProfiles", "Invitation",

@@ -89,8 +89,9 @@ class Clock:
     def __init__(self, profiles: DeviceProfiles, availability: Availability, costs: WidthCosts,
                  num_samples: np.ndarray, batch_size: int, local_epochs: int, seed: int,
                  deadline: Optional[float] = None, policy: str = "drop", overselect: Optional[float] = None,
-                 dropout: float = 0.0):
+                 dropout: float = 0.0, local_steps: Optional[int] = None):
         self.profiles, self.availability, self.costs = profiles, availability, costs
+        self.local_steps = local_steps  # a fixed number of local iterations in place of local_epochs
         self.num_samples = num_samples
         self.batch_size, self.local_epochs, self.seed = batch_size, local_epochs, seed
         self.deadline, self.policy, self.overselect, self.dropout = deadline, policy, overselect, dropout
@@ -113,7 +114,7 @@ class Clock:
     def base_cost(self, client: int, width: float) -> ClientCost:
         """Client ``client``'s round at ``width`` without algorithm extras (``Algorithm.client_cost`` adds them)."""
         return base_cost(self.costs, width, int(self.num_samples[client]), self.batch_size, self.local_epochs,
-                         getattr(self, "local_steps", None))
+                         self.local_steps)
 
     def seconds(self, client: int, cost: ClientCost, steps: Optional[int] = None) -> float:
         """Client ``client``'s seconds for ``cost`` (its first ``steps`` local steps; None: all)."""

@@ -3,6 +3,7 @@ FILE.py), recorded in config.yaml as ``input_sha256`` so that --resume and a swe
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from typing import Any, Dict, Optional
@@ -12,9 +13,17 @@ CHUNK = 1 << 20
 
 
 def file_sha256(path: str) -> Optional[str]:
-    """The sha256 of the file at ``path`` (None where there is no regular file to read: the reader says why)."""
+    """The sha256 of the file at ``path`` (None where there is no regular file to read: the reader says why). A
+    config is resolved several times a run (and once a cell by a sweep): the file is read again only when its path,
+    size or modification time changed."""
     if not isinstance(path, str) or not os.path.isfile(path):
         return None
+    status = os.stat(path)
+    return _sha256(os.path.realpath(path), status.st_size, status.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _sha256(path: str, size: int, mtime_ns: int) -> Optional[str]:
     digest = hashlib.sha256()
     try:
         with open(path, "rb") as handle:

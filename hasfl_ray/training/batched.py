@@ -32,7 +32,6 @@ client's coordinates lie, and a padded layout's masks zero the gradients outside
 from __future__ import annotations
 
 from collections import OrderedDict
-from types import SimpleNamespace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -162,7 +161,7 @@ def client_schedule(task: ClientTask, size: int, batch_size: int, epochs: int,
     """The positions of every batch the client trains on, in order (:func:`~hasfl_ray.training.workspace.client_batches`
     of its own generator, all at once: batched training's objectives draw nothing from it; ``local_steps``: as
     :func:`~hasfl_ray.training.workspace.local_plan`)."""
-    epochs, most = local_plan(SimpleNamespace(local_epochs=epochs, local_steps=local_steps), task)
+    epochs, most = local_plan(epochs, local_steps, task.max_steps)
     return list(client_batches(client_generator(task), size, batch_size, epochs, max_steps=most))
 
 

@@ -48,7 +48,7 @@ def train_eager(workspace: Workspace, task: ClientTask, global_params: Mapping[s
     graphed = workspace.steps is not None and n >= s.batch_size and graphable(objective)
     static: Optional[StaticStep] = None
     device = workspace.device if workspace.device_positions else None
-    epochs, most = local_plan(s, task)
+    epochs, most = local_plan(s.local_epochs, s.local_steps, task.max_steps)
     for positions in client_batches(generator, n, s.batch_size, epochs, device, most):
         x, y = workspace.dataset.client_batch(task.client, positions)
         x = augmented(workspace, x, task, steps)

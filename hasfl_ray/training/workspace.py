@@ -9,7 +9,7 @@ take a :class:`Workspace`; :class:`~hasfl_ray.training.trainer.Trainer` owns one
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 import torch
 from torch import nn
@@ -124,14 +124,13 @@ def client_generator(task: ClientTask) -> torch.Generator:
     return torch_generator(task.seed, STREAM_CLIENT, task.round, task.client)
 
 
-def local_plan(settings: Any, task: ClientTask) -> Tuple[int, Optional[int]]:
-    """(epochs, most steps) a client trains for: ``local_epochs`` and the task's cap (a deadline's partial client),
-    or with ``local_steps`` exactly that many iterations (as many epochs as it takes, each a new permutation; at most
-    the task's cap)."""
-    steps = getattr(settings, "local_steps", None)
-    if steps is None:
-        return settings.local_epochs, task.max_steps
-    return steps, steps if task.max_steps is None else min(steps, task.max_steps)
+def local_plan(epochs: int, local_steps: Optional[int], cap: Optional[int]) -> Tuple[int, Optional[int]]:
+    """(epochs, most steps) a client trains for: ``epochs`` and ``cap`` (a deadline's partial client), or with
+    ``local_steps`` exactly that many iterations (as many epochs as it takes, each a new permutation; at most
+    ``cap``)."""
+    if local_steps is None:
+        return epochs, cap
+    return local_steps, local_steps if cap is None else min(local_steps, cap)
 
 
 def client_batches(generator: torch.Generator, size: int, batch_size: int, epochs: int,
