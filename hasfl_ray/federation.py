@@ -10,6 +10,12 @@ the clients. The paper's tiers are the default ladder, widths 0.25/0.5/0.75/1.0 
 ``width_mix`` takes shares (a list, or a comma string ``1,1,1,1,1``) or HeteroFL's notation ``a1-b1-c1-d1-e1``: a
 level letter a-e (widths 1, 1/2, 1/4, 1/8, 1/16) followed by its share, levels joined by ``-``, which names the
 widths as well.
+
+**The global model's width.** HeteroFL trains a global model of its row's first level (``global_model_rate``: row
+``b1-e1`` trains a width-1/2 network, ``src/utils.py::process_control``). ``global_width`` (a number in (0, 1], or
+``first``: the first level of ``width_mix``'s notation) is that width: the ladder's widths stay widths of the full
+network, and a client of width r trains the width-r/g slice of the global model (HeteroFL's
+``scaler_rate = model_rate / global_model_rate``, ``src/fed.py::split_model``), which :func:`ladder_of` returns.
 """
 
 from __future__ import annotations
@@ -128,13 +134,49 @@ def normalise_ladder(widths: Any, mix: Any) -> Tuple[Optional[List[float]], Opti
     return widths, shares
 
 
+def global_width_of(global_width: Any, widths: Any, mix: Any) -> float:
+    """The global model's width g in (0, 1] of a config's ``global_width`` (a number, or ``first``: the rate of
+    ``width_mix``'s first level in HeteroFL's notation, its ``global_model_rate``; 1 without a ``width_mix``), checked
+    against the ladder
+    (``widths``, ``width_mix``): every width of it at most g. One sentence otherwise."""
+    if global_width is None:
+        return 1.0
+    if isinstance(global_width, str) and global_width.strip() == "first":
+        if mix is None:
+            return 1.0  # no levels named: the full network
+        named, _ = parse_width_mix(mix)
+        if named is None:
+            raise ConfigError(f"global_width is 'first' but width_mix is {_shown(mix)}; expected width_mix in "
+                              "HeteroFL's notation (e.g. b1-e1), whose first level is the global model's width")
+        g = named[0]
+    elif _finite(global_width) and 0 < global_width <= 1:
+        g = float(global_width)
+    else:
+        raise ConfigError(f"global_width is {_shown(global_width)}; expected a width in (0, 1] or first (the first "
+                          "level of width_mix, HeteroFL's global model rate)")
+    if g < 1:
+        ladder, _ = normalise_ladder(widths, mix)
+        ladder = list(PAPER_WIDTHS) if ladder is None else ladder
+        wider = [w for w in ladder if w > g]
+        if wider:
+            raise ConfigError(f"global_width is {_shown(global_width)} (width {g:g}) but the ladder has the wider "
+                              f"width{'s' if len(wider) > 1 else ''} {', '.join(f'{w:g}' for w in wider)}; expected "
+                              "every width of widths or width_mix at most the global model's")
+    return g
+
+
 def ladder_of(config: Any) -> WidthLadder:
     """The width ladder of a config (a RunConfig, or anything with ``widths`` and ``width_mix``, normalised):
-    the paper's tiers when it sets neither."""
+    the paper's tiers when it sets neither. With ``global_width`` g < 1, each width w as the fraction w / g of the
+    global model (module docstring)."""
     widths, shares = normalise_ladder(getattr(config, "widths", None), getattr(config, "width_mix", None))
     if widths is None and shares is None:
         return WidthLadder()
     widths = PAPER_WIDTHS if widths is None else tuple(widths)
+    g = global_width_of(getattr(config, "global_width", None), getattr(config, "widths", None),
+                        getattr(config, "width_mix", None))
+    if g < 1:
+        widths = tuple(w / g for w in widths)
     return WidthLadder(widths, (1.0,) * len(widths) if shares is None else tuple(shares))
 
 
@@ -184,5 +226,5 @@ def shares_text(ladder: WidthLadder) -> str:
 
 
 __all__ = ["HETEROFL_LEVELS", "PAPER_SHARES", "PAPER_WIDTHS", "PARTITION_SCHEMES", "WIDTH_ASSIGNMENTS", "WidthLadder",
-           "check_partition_applies", "ladder_of", "normalise_ladder", "normalise_partition", "parse_partition",
+           "check_partition_applies", "global_width_of", "ladder_of", "normalise_ladder", "normalise_partition", "parse_partition",
            "parse_width_mix", "shares_text"]

@@ -56,6 +56,10 @@ RUN_OPTIONS = (
     click.option("--model-scaler", type=click.Choice(["on", "off"]),
                  help="--model's Scaler (HeteroFL's: activations divided by the width p in training): on (default) "
                       "or off."),
+    click.option("--global-width", metavar="G|first",
+                 help="The global model's width (HeteroFL's global model rate): a number in (0, 1] (default 1) or "
+                      "first (the first level of --width-mix, e.g. 0.5 for b1-e1); --model's stages are scaled to "
+                      "it and a client of ladder width r trains its r/G slice (docs/models.md)."),
     click.option("--local-epochs", type=int, help="Local epochs K (default: the dataset's protocol)."),
     click.option("--batch-size", type=int, help="Local batch size (default 32)."),
     click.option("--lr", type=float, help="Initial local learning rate, decayed x0.995 per round."),
@@ -220,6 +224,12 @@ def apply_switches(flags: Dict[str, Any], no_coverage: bool, download: bool, fas
     _comma_list(flags, "eval_widths", float, "comma-separated widths in (0, 1], e.g. 0.25,0.5,0.75,1, or full")
     if flags.get("local_eval_width") == "p-max":
         flags["local_eval_width"] = "p_max"
+    if isinstance(flags.get("global_width"), str) and flags["global_width"].strip() != "first":
+        try:
+            flags["global_width"] = float(flags["global_width"])
+        except ValueError:
+            raise ConfigError(f"--global-width is {flags['global_width']!r}; expected a width in (0, 1] or first "
+                              "(the first level of --width-mix)") from None
     if flags.get("sbn_statistics") in ("in-order", "test-batch"):
         flags["sbn_statistics"] = flags["sbn_statistics"].replace("-", "_")
     if flags.get("budget") is not None and flags.get("budget_from") is not None:

@@ -9,7 +9,8 @@ from typing import Any, Dict, List, Mapping, Optional
 from hasfl_ray import registry
 from hasfl_ray.config.faults import FAULT_KINDS, parse_fault
 from hasfl_ray.errors import ConfigError
-from hasfl_ray.federation import PAPER_WIDTHS, WIDTH_ASSIGNMENTS, normalise_ladder, normalise_partition
+from hasfl_ray.federation import (PAPER_WIDTHS, WIDTH_ASSIGNMENTS, global_width_of, normalise_ladder,
+                                  normalise_partition)
 
 #: The networks ``model`` may name and their normalisations (hasfl_ray.models.resnet; docs/models.md).
 MODEL_CHOICES = ("preresnet18", "resnet18", "preresnet18-1112")
@@ -57,6 +58,10 @@ class RunConfigFields:
     model: Optional[str] = None
     model_norm: Optional[str] = None
     model_scaler: Optional[str] = None
+    # the global model's width g (HeteroFL's global_model_rate; hasfl_ray/federation.py): a number in (0, 1] or first
+    # (the first level of width_mix's notation: row b1-e1 trains a width-1/2 network); the ResNet's stages are
+    # ceil(g * c) channels and a client of ladder width r trains its width-r/g slice
+    global_width: Any = 1.0  # first becomes the number on validation
     # sBN's evaluation statistics (docs/models.md): shuffled (HeteroFL's pass: a seeded permutation of all clients'
     # training samples in batches of sbn_batch_size), in_order (client after client in eval_batch_size batches) or
     # test_batch (FedRolex: no pass, each test batch normalised with its own statistics)
@@ -269,6 +274,8 @@ class RunConfigFields:
 
     def _check_ladder(self, bad) -> None:
         """Validate (and normalise) widths, width_mix, tier_counts, width_assignment and partition."""
+        # global_width first: the rate of width_mix's first level, read before the notation is normalised away
+        object.__setattr__(self, "global_width", global_width_of(self.global_width, self.widths, self.width_mix))
         widths, mix = normalise_ladder(self.widths, self.width_mix)
         object.__setattr__(self, "widths", widths)
         object.__setattr__(self, "width_mix", mix)
@@ -288,6 +295,10 @@ class RunConfigFields:
             raise bad("width_assignment", self.width_assignment, "fixed (a client's p^max drawn once for the run) or "
                                                                  "dynamic (redrawn from the mix every round)")
         object.__setattr__(self, "partition", normalise_partition(self.partition))
+        if self.global_width < 1 and self.model not in MODEL_CHOICES:
+            raise ConfigError(f"global_width is {self.global_width!r} but model is "
+                              f"{'unset' if self.model is None else repr(self.model)}; expected a narrower global "
+                              f"model only with model {', '.join(MODEL_CHOICES)} (its stages are scaled)")
 
     def _check_evaluation(self, bad) -> None:
         """Validate (and normalise) eval_widths, eval_every, local_eval_every and local_eval_width."""

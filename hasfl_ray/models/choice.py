@@ -8,6 +8,7 @@ import copy
 from typing import Optional
 
 from hasfl_ray.errors import ConfigError
+from hasfl_ray.federation import global_width_of
 from hasfl_ray.models import build_model, register_model
 from hasfl_ray.models.plugin import (accepted_arguments, check_width, dataset_arguments, is_plugin_kind,
                                      load_factory, model_name, plugin_config)
@@ -23,7 +24,8 @@ def model_dataset(dataset, config, label: str):
     if config.model is not None and is_spec(config.model):
         return use_plugin_model(dataset, config.model, label)
     if config.model is not None:
-        return use_resnet(dataset, config.model, config.model_norm, config.model_scaler, label)
+        return use_resnet(dataset, config.model, config.model_norm, config.model_scaler, label,
+                          global_width_of(config.global_width, config.widths, config.width_mix))
     own = dict(dataset.model_config or {})
     if is_plugin_kind(own.get("kind")):
         kind = own.pop("kind")
@@ -34,18 +36,20 @@ def model_dataset(dataset, config, label: str):
     return dataset
 
 
-def use_resnet(dataset, arch: str, norm: Optional[str], scaler: Optional[str], label: str):
+def use_resnet(dataset, arch: str, norm: Optional[str], scaler: Optional[str], label: str,
+               global_width: float = 1.0):
     """A shallow copy of ``dataset`` (a FederatedDataset) that trains ResNet ``arch`` instead of its own model: its
     ``model`` and ``model_config`` name the network (:func:`resnet_config`, built from the dataset's input shape and
     classes), which every trainer and the server register from the dataset they are given; with ``sbn`` its
     :meth:`test_view` keeps the training data for the server's statistics pass. ``scaler``: on, off or None (on).
+    ``global_width`` < 1: the narrower global network of HeteroFL's rows b, c, d, e (:func:`resnet_config`).
     A ConfigError sentence where the dataset's inputs are not 1- or 3-channel images."""
     try:
         channels, size = image_shape(dataset)
     except ValueError as error:
         raise ConfigError(f"model is {arch!r} but dataset {label!r} is not an image dataset: {error}") from None
     name, config = resnet_config(arch, channels, dataset.num_classes, size, norm,
-                                 None if scaler is None else scaler == "on")
+                                 None if scaler is None else scaler == "on", global_width)
     adopted = copy.copy(dataset)
     adopted.model, adopted.model_config = name, config
     adopted.view_keeps_train = config["norm"] == "sbn"

@@ -333,17 +333,22 @@ RESNETS = {"preresnet18": PreResNet18, "resnet18": ResNet18, "preresnet18-1112":
 
 
 def resnet_config(arch: str, in_channels: int, num_classes: int, image_size, norm: Optional[str] = None,
-                  scaler: Optional[bool] = None) -> Tuple[str, dict]:
+                  scaler: Optional[bool] = None, global_width: float = 1.0) -> Tuple[str, dict]:
     """The model name and ``model_config`` of ResNet ``arch`` for these inputs and options (norm default sbn,
-    scaler default on: HeteroFL's). The name says everything the config does, so the same name is the same
-    network in every process."""
+    scaler default on: HeteroFL's). ``global_width`` g < 1: the network of HeteroFL's level g as the global model,
+    its stages ceil(g * c) channels (``resnet18(model_rate=global_model_rate)``, src/models/resnet.py). The name says
+    everything the config does, so the same name is the same network in every process."""
     norm = "sbn" if norm is None else norm
     scaler = True if scaler is None else bool(scaler)
     size = image_size if isinstance(image_size, int) else list(image_size)
     shape = f"{size}x{size}" if isinstance(size, int) else f"{size[0]}x{size[1]}"
     name = f"{arch}[{in_channels}x{shape},{num_classes} classes,{norm},scaler {'on' if scaler else 'off'}]"
-    return name, dict(kind=arch, in_channels=int(in_channels), num_classes=int(num_classes), image_size=size,
-                      norm=norm, scaler=scaler)
+    config = dict(kind=arch, in_channels=int(in_channels), num_classes=int(num_classes), image_size=size,
+                  norm=norm, scaler=scaler)
+    if global_width < 1:
+        config["stages"] = [width_channels(global_width, c) for c in STAGES]
+        name = f"{name[:-1]},stages {'/'.join(map(str, config['stages']))}]"
+    return name, config
 
 
 def image_shape(dataset) -> Tuple[int, object]:

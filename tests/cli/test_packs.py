@@ -37,20 +37,26 @@ def test_the_four_packs_exist_and_state_their_source():
 
 
 def test_heterofl_pack_is_the_table():
+    """All twelve rows of the authors' table, each with the global model of its first level (HeteroFL's
+    global_model_rate): row b-e trains the width-1/2 network, its level-e clients the 1/8 slice of it."""
     configs = cells("heterofl-cifar10")
-    rows = {(c.partition, tuple(ladder_of(c).widths), c.width_assignment) for c in configs.values()}
+    levels = {"a": 1.0, "b": 0.5, "c": 0.25, "d": 0.125, "e": 0.0625}  # HeteroFL src/utils.py: model_split_rate
+    rows = {(c.partition, c.global_width, tuple(ladder_of(c).widths), c.width_assignment) for c in configs.values()}
     for partition, rounds in (("iid", 400), ("classes:2", 800)):
-        for widths in ((1.0,), (1.0, 0.0625), (1.0, 0.5, 0.25, 0.125, 0.0625), (0.0625,)):
-            assignments = ("fixed", "dynamic") if len(widths) > 1 else ("fixed",)
-            assert all((partition, widths, a) in rows for a in assignments), (partition, widths)
+        for row in ("a", "a-e", "a-b-c-d-e", "b", "b-e", "b-c-d-e", "c", "c-e", "c-d-e", "d", "d-e", "e"):
+            rates = [levels[letter] for letter in row.split("-")]
+            relative = tuple(r / rates[0] for r in rates)
+            assignments = ("dynamic",) if len(rates) > 1 else ("fixed",)
+            assignments += ("fixed",) if row in ("a-e", "a-b-c-d-e") else ()
+            assert all((partition, rates[0], relative, a) in rows for a in assignments), (partition, row)
         assert {c.rounds for c in configs.values() if c.partition == partition} == {rounds}
+    assert len(configs) == 28
     for c in configs.values():
         # the authors' table's network, HeteroFL's PreResNet (1,1,1,2) (tests/models/test_heterofl_network.py)
         assert (c.algorithm, c.model, c.model_norm, c.model_scaler) == ("heterofl", "preresnet18-1112", "sbn", "on")
         assert (c.clients, c.clients_per_round, c.local_epochs, c.batch_size, c.lr) == (100, 10, 5, 10, 0.1)
         assert c.algorithm_options["heterofl_weighting"] == "count"
-        # row e's global model is level e: the width-1 model cut to 1/16, evaluated beside width 1
-        assert c.eval_widths == ([0.0625, 1.0] if list(ladder_of(c).widths) == [0.0625] else [1.0])
+        assert c.eval_widths == [1.0]  # the global model only, as HeteroFL reports
 
 
 def test_fjord_pack_evaluates_every_p_with_and_without_distillation():
@@ -98,7 +104,7 @@ def test_the_heterofl_and_fedrolex_packs_step_their_learning_rates_as_their_sour
 
 
 # one variant per pack, scaled down as docs/reproduction/packs.md runs it, on the digits (no data directory needed)
-TRIES = {"heterofl-cifar10": "noniid2-a-b-c-d-e-dynamic", "fjord-cifar10": "fjord-no-kd",
+TRIES = {"heterofl-cifar10": "noniid2-b-e-dynamic", "fjord-cifar10": "fjord-no-kd",
          "fedrolex-cifar10": "fedrolex-devices", "fiarse-protocol": "hasfl"}
 
 

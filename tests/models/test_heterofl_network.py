@@ -15,6 +15,7 @@ Sources, in diaoenmao/HeteroFL-Computation-and-Communication-Efficient-Federated
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -224,3 +225,90 @@ def test_the_published_network_trains_through_the_engine():
     assert {"layer1.0.conv1.weight", "layer4.1.conv2.weight"} <= names and "layer1.1.conv1.weight" not in names
     moved = [n for n, t in engine.backend.get_params().items() if not torch.equal(t, engine.initial_params[n])]
     assert moved and all(math.isfinite(row["test_loss"]) for row in engine.history)
+
+
+# -- a global model of the row's first level (src/utils.py::process_control, src/fed.py::split_model) ---------------
+
+def heterofl_client_slice(global_shapes, rate: float, global_rate: float):
+    """``Federation.split_model`` for 'resnet' at HEAD cc40f3e, re-implemented on shapes: every conv's output
+    channels cut to ``int(np.ceil(output_size * scaler_rate))`` (scaler_rate = model_rate / global_model_rate),
+    its input channels those of the layer before (the shortcut: the block's input; the norms: the channels they
+    follow), the linear layer's input the last conv's output, its rows all kept."""
+    scaler_rate = rate / global_rate
+    kept = {}
+    for name, shape in global_shapes.items():
+        if len(shape) == 4:
+            kept[name] = (int(np.ceil(shape[0] * scaler_rate)), shape[1] if name == "conv1.weight" else
+                          int(np.ceil(shape[1] * scaler_rate)), *shape[2:])
+        elif name.startswith("linear.weight"):
+            kept[name] = (shape[0], int(np.ceil(shape[1] * scaler_rate)))
+        elif name == "linear.bias":
+            kept[name] = shape
+        else:
+            kept[name] = (int(np.ceil(shape[0] * scaler_rate)),)
+    return kept
+
+
+def global_model(global_rate: float):
+    name, config = resnet_config("preresnet18-1112", 3, 10, 32, global_width=global_rate)
+    return name, config
+
+
+@pytest.mark.parametrize("row", ["b-e", "b-c-d-e", "c-d-e", "d-e", "e"])
+def test_a_rows_global_model_is_its_first_level_and_clients_train_heterofls_slices(row):
+    """Row b-e trains the width-1/2 network (``global_model_rate``, its first letter) and a client of rate r the
+    r/g slice of it; the parameters and FLOPs of the global model are the authors' counts of that level."""
+    from hasfl_ray.models import build_model_from
+
+    letters = row.split("-")
+    g = LEVELS[letters[0]]
+    name, config = global_model(g)
+    full = build_model_from(config)
+    assert {n: tuple(t.shape) for n, t in full.named_parameters()} == heterofl_shapes(g)
+    assert summarize(full, torch.randn(1, 3, 32, 32)) == COUNTS["preresnet18-1112"][letters[0]]
+    specs = full.param_specs()
+    for letter in letters:
+        r = LEVELS[letter]
+        theirs = heterofl_client_slice(heterofl_shapes(g), r, g)
+        assert {n: tuple(spec.sliced_shape(r / g)) for n, spec in specs.items()} == theirs, (row, letter)
+        assert theirs == heterofl_shapes(r)  # the split is the client's own resnet18(model_rate=r)
+
+
+@pytest.mark.parametrize("g, r", [(0.5, 0.0625), (0.25, 0.125)])
+def test_a_client_of_a_narrow_global_model_scales_by_rate_over_global_rate(g, r):
+    """The client's network (``resnet18(model_rate=r)`` with ``scaler_rate = model_rate / global_model_rate``)
+    computes what the client's slice of the narrow global model computes here at relative width r / g."""
+    from hasfl_ray.models import build_model_from
+    from hasfl_ray.models.slicing import extract
+
+    torch.manual_seed(1)
+    _, config = global_model(g)
+    full = build_model_from(config)
+    specs = full.param_specs()
+    client = build_model_from(config, r / g).train()
+    with torch.no_grad():
+        for n, t in client.named_parameters():
+            t.copy_(extract(dict(full.named_parameters())[n], specs[n], r / g))
+        x = torch.randn(4, 3, 32, 32)
+        ours = client(x)
+        theirs = heterofl_forward(dict(client.named_parameters()), x, r / g)
+    assert torch.allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_global_width_first_reads_the_first_level_and_refuses_what_does_not_fit():
+    base = dict(dataset="cifar10", model="preresnet18-1112", width_mix="b1-e1")
+    config = RunConfig(**base, global_width="first")
+    assert config.global_width == 0.5
+    from hasfl_ray.federation import ladder_of
+
+    assert ladder_of(config).widths == (1.0, 0.125)
+    assert ladder_of(RunConfig(**base)).widths == (0.5, 0.0625)  # default: the width-1 global model
+    for bad, said in [(dict(global_width=0.25), "wider width 0.5"),
+                      (dict(global_width="first", width_mix=[1, 1]), "HeteroFL's notation"),
+                      (dict(global_width=0), "expected a width in (0, 1]"),
+                      (dict(global_width="half"), "expected a width in (0, 1]"),
+                      (dict(global_width=0.5, model=None, widths=[0.5, 0.25], width_mix=None), "model is unset")]:
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            RunConfig(**{**base, **bad})
+    result = CliRunner().invoke(main, ["simulate", "--dataset", "digits", "--global-width", "x"])
+    assert result.exit_code == 2 and "--global-width is 'x'" in result.output
