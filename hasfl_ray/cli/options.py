@@ -115,7 +115,9 @@ RUN_OPTIONS = (
     click.option("--scaffold-global-lr", type=float, help="SCAFFOLD global learning rate eta_g (default 1.0)."),
     click.option("--rolex-step", type=int, help="FedRolex: channels the window advances per round (default 1)."),
     click.option("--control-variates-dir", type=click.Path(),
-                 help="SCAFFOLD: keep per-client control variates on disk there instead of in memory."),
+                 help="SCAFFOLD: keep per-client control variates on disk there instead of in memory: a new or "
+                      "empty folder (made and marked as hasfl-ray's) or one hasfl-ray marked, outside the run "
+                      "directory; a folder of other files is refused."),
     click.option("--devices", metavar="SPEC",
                  help="Time rounds on a device population (docs/clock.md): a trace PATH.csv (e.g. "
                       "configs/devices/sample-trace.csv), or lognormal or pareto (seeded speeds, mobile bandwidths); "
