@@ -217,9 +217,8 @@ def apply_switches(flags: Dict[str, Any], no_coverage: bool, download: bool, fas
     _comma_list(flags, "lr_milestones", int, "comma-separated increasing round numbers, e.g. 150,250")
     if flags.get("augmentation") == "crop-flip":
         flags["augmentation"] = "crop_flip"
-    if isinstance(flags.get("eval_widths"), str) and flags["eval_widths"].strip() == "full":
-        flags["eval_widths"] = [1.0]
-    _comma_list(flags, "eval_widths", float, "comma-separated widths in (0, 1], e.g. 0.25,0.5,0.75,1, or full")
+    if not (isinstance(flags.get("eval_widths"), str) and flags["eval_widths"].strip() == "full"):  # RunConfig's
+        _comma_list(flags, "eval_widths", float, "comma-separated widths in (0, 1], e.g. 0.25,0.5,0.75,1, or full")
     if flags.get("local_eval_width") == "p-max":
         flags["local_eval_width"] = "p_max"
     if flags.get("sbn_statistics") in ("in-order", "test-batch"):
