@@ -13,7 +13,6 @@ import numpy as np
 from hasfl_ray.analysis.clocked import plot_clock
 from hasfl_ray.analysis.report import _label, display_name, mean_std, protocol_line, summarise_runs, width_of
 from hasfl_ray.analysis.runfiles import _metrics, _save, load_metrics, read_metrics  # noqa: F401 (re-exported)
-from hasfl_ray.files import claim_folder
 
 
 def _curves(runs: Sequence[Dict[str, Any]], key: str, scale: float = 1.0) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -52,7 +51,7 @@ def plot_runs(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str]
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    claim_folder(out_dir, "report")  # made and marked as hasfl-ray's: written again by the next report
+    os.makedirs(out_dir, exist_ok=True)
     written = []
     by_dataset: Dict[str, Dict[str, List[Dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:

@@ -11,7 +11,7 @@ from hasfl_ray.analysis.plots import load_metrics, plot_runs
 from hasfl_ray.analysis.report import (CONFOUND_COLUMNS, analyze_runs, confound_latex, confound_markdown, display_name,
                                        grid_csv, grid_latex, grid_markdown, omitted_lines, summarise_runs, table_csv,
                                        table_latex, table_markdown, width_tables)
-from hasfl_ray.files import atomic_write, claim_folder
+from hasfl_ray.files import atomic_write
 
 
 def write_report(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str] = (),
@@ -22,7 +22,7 @@ def write_report(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[s
     clock), confound.{md,csv,tex} and analysis.json (Table 5, when some run has H̃
     estimates) and the figures (PNG) under ``out_dir``; returns the paths written."""
     load_metrics(runs)
-    claim_folder(out_dir, "report")  # made and marked as hasfl-ray's: written again by the next report
+    os.makedirs(out_dir, exist_ok=True)
     rows = summarise_runs(runs, order)
     datasets = ", ".join(display_name(d) for d in dict.fromkeys(r["dataset"] for r in rows))
     caption = f"{title}, {datasets}" if title else datasets

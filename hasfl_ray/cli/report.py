@@ -87,9 +87,18 @@ def check_out(out_dir):
 
 
 def write_files(write, out_dir):
-    """``write()``'s paths; a write that fails after --out was checked (a full disk) is one sentence, exit 1."""
+    """``write()``'s paths, into --out made (if missing) and marked as hasfl-ray's report folder first (so the
+    next report or plot may write it again); a write that fails after --out was checked (a full disk) is one
+    sentence, exit 1."""
+    from hasfl_ray.files import claim_folder
+
     try:
-        return write()
+        claim = claim_folder(out_dir, "report")
+        try:
+            return write()
+        except ConfigError:  # a run's file refused as it is read, before anything is written: nothing stays
+            claim.undo()
+            raise
     except OSError as error:
         raise OutputError(f"output folder {out_dir!r} could not be written ({error.strerror or type(error).__name__}"
                           "); the files written before it are complete, the others were not written") from None
