@@ -160,8 +160,8 @@ class Engine:
                 self._undo_claim()
 
     def _lock_control_variates(self) -> Optional[RunLock]:
-        """An exclusive lock on ``control_variates_dir`` while the run writes its c_i files there (SCAFFOLD made the
-        folder as it was built): a second run pointed at the same folder is refused in one sentence instead of
+        """An exclusive lock on ``control_variates_dir`` while the run writes its c_i files there (prepare made and
+        marked the folder): a second run pointed at the same folder is refused in one sentence instead of
         overwriting the first one's control variates (a sweep gives each cell a folder of its own). None when the
         run keeps nothing there."""
         folder = self.config.control_variates_dir
