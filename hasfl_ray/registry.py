@@ -1,7 +1,7 @@
 """Plug-in registries: algorithm and dataset names, and ``path.py:Class`` / ``module:Class`` specs, to classes.
 
 This module sits at the bottom of the package beside the run configuration: it imports nothing of hasfl_ray but its
-errors. Built-ins register themselves with :func:`register_algorithm` / :func:`register_dataset` in their own file;
+errors and the careful file checks (:mod:`hasfl_ray.files`, which imports only the errors). Built-ins register themselves with :func:`register_algorithm` / :func:`register_dataset` in their own file;
 their packages (:data:`BUILTIN_PACKAGES`, like an entry-point group) are imported on the first look-up, so nothing
 here depends on an algorithm or a dataset. A user's plug-in is a class named on the command line or in a YAML config
 (``examples/loss_policy.py:LossPolicy``, ``my_package.module:LossPolicy``) or passed to :func:`hasfl_ray.simulate`.
@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from hasfl_ray.errors import ConfigError, PluginError, expected_one_of
+from hasfl_ray.files import check_regular
 
 #: What a plug-in of each kind subclasses ("module:Class") and the package whose import registers the built-ins.
 BASE_CLASSES = {"algorithm": "hasfl_ray.algorithms.base:Algorithm", "dataset": "hasfl_ray.data.base:Dataset"}
@@ -96,6 +97,7 @@ def spec_label(name: str) -> str:
 def _load_module(kind: str, spec: str, location: str) -> ModuleType:
     if location.endswith(".py") or os.sep in location or "/" in location:
         path = os.path.abspath(location)
+        check_regular(location, f"{kind} {spec!r}: its file")  # a FIFO is refused, never imported (blocking)
         if not os.path.isfile(path):
             raise ConfigError(f"{kind} is {spec!r} but the file {location!r} does not exist; expected FILE.py:Class "
                               "naming a Python file")

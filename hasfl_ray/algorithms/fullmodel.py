@@ -15,7 +15,7 @@ from torch import nn
 from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.algorithms.base import Algorithm
 from hasfl_ray.algorithms.options import FLOAT32_MAX, MAX_LR, check_range
-from hasfl_ray.files import atomic_write
+from hasfl_ray.files import atomic_write, claim_folder
 from hasfl_ray.registry import register_algorithm
 from hasfl_ray.training.local import ClientResult, LocalObjective
 
@@ -138,15 +138,15 @@ class ControlVariateStore:
 
     Args:
         directory: keep them on disk there (one ``client_<i>.pt`` each) instead of in memory; for
-            federations where N model copies do not fit in memory.
+            federations where N model copies do not fit in memory. The engine checks, makes and marks the folder
+            before the run starts (``--control-variates-dir``: a folder of the user's files is refused, never
+            written); nothing is made here until a c_i is written.
     """
 
     def __init__(self, directory: Optional[str] = None):
         self.directory = directory
         self._memory: Dict[int, torch.Tensor] = {}
         self._clients: set = set()
-        if directory:
-            os.makedirs(directory, exist_ok=True)
 
     def __contains__(self, client: int) -> bool:
         return client in self._clients
@@ -169,6 +169,8 @@ class ControlVariateStore:
         value = value.detach().to("cpu", torch.float32).contiguous()
         self._clients.add(client)
         if self.directory:
+            if not os.path.isdir(self.directory):  # a store used without the engine: made and marked as the engine does
+                claim_folder(self.directory, "control variates")
             buffer = io.BytesIO()
             torch.save(value, buffer)
             atomic_write(self._path(client), buffer.getvalue())  # never a half-written c_i

@@ -8,7 +8,7 @@ import io
 import os
 from typing import Any, Dict, List, Sequence
 
-from hasfl_ray.analysis.report import check_number_map, check_width_map, number
+from hasfl_ray.analysis.runs import FINITE, FRACTION, NON_NEGATIVE, check_number_map, check_width_map, in_range
 from hasfl_ray.errors import DataError
 from hasfl_ray.files import atomic_write, parse_json, read_text
 
@@ -21,6 +21,12 @@ NUMBER_KEYS = ("local_accuracy_mean",)
 CLOCK_NUMBER_KEYS = ("sim_time_s", "round_time_s", "bytes_down", "bytes_up")
 WIDTH_KEYS = ("accuracy_at_width", "loss_at_width")
 LAYER_KEYS = ("frozen_by_layer", "coverage_by_layer")
+#: The range of each number of a metrics.jsonl line that the report reads (NaN and infinity are refused: a run
+#: writes null for a value it could not compute).
+LINE_RANGES = {"test_accuracy": FRACTION, "test_loss": NON_NEGATIVE, "mean_h": FINITE, "avg_p": FRACTION,
+               "local_accuracy_mean": FRACTION, "sim_time_s": NON_NEGATIVE, "round_time_s": NON_NEGATIVE,
+               "bytes_down": NON_NEGATIVE, "bytes_up": NON_NEGATIVE, "accuracy_at_width": FRACTION,
+               "loss_at_width": NON_NEGATIVE, "frozen_by_layer": FRACTION, "coverage_by_layer": FRACTION}
 
 
 def _metrics(run: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -54,14 +60,15 @@ def read_metrics(path: str) -> List[Dict[str, Any]]:
         if not isinstance(value, dict):
             raise DataError(f"{what} is a JSON {type(value).__name__}, not an object; expected {expected}")
         for key in PLOTTED_KEYS + NUMBER_KEYS + CLOCK_NUMBER_KEYS:
-            if value.get(key) is not None and not number(value[key]):
-                raise DataError(f"{what} has {key} {value[key]!r}; expected a number or null")
+            if value.get(key) is not None and not in_range(value[key], LINE_RANGES[key]):
+                raise DataError(f"{what} has {key} {value[key]!r}; expected {LINE_RANGES[key][2]} or null")
         for key in WIDTH_KEYS:
             if key in value:
-                check_width_map(value[key], f"{what} has {key}", allow_null=True)
+                check_width_map(value[key], f"{what} has {key}", allow_null=True, bounds=LINE_RANGES[key])
         for key in LAYER_KEYS:
             if key in value:
-                check_number_map(value[key], f"{what} has {key}", "an object of parameter names to fractions")
+                check_number_map(value[key], f"{what} has {key}", "an object of parameter names to fractions in "
+                                 "[0, 1]", bounds=LINE_RANGES[key])
         lines.append(value)
     return lines
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 import reprlib
 from collections import defaultdict
@@ -60,18 +61,40 @@ def number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _check_summary(summary: Any, what: str) -> None:
-    """One sentence unless ``summary`` holds the numbers the tables read."""
+#: The ranges of a run file's numbers (what a run writes; NaN, infinity and anything outside refused by name):
+#: (low, high, in words). Accuracies and fractions, widths (an average width may be 0: a round nobody trained),
+#: and counts, losses, seconds and bytes, which are never negative.
+FRACTION = (0.0, 1.0, "a number in [0, 1]")
+NON_NEGATIVE = (0.0, math.inf, "a finite number >= 0")
+FINITE = (-math.inf, math.inf, "a finite number")
+
+
+def in_range(value: Any, bounds: Tuple[float, float, str] = FINITE) -> bool:
+    """A finite real number (not a bool) within ``bounds`` (low and high included)."""
+    try:
+        return number(value) and math.isfinite(value) and bounds[0] <= value <= bounds[1]
+    except OverflowError:  # an integer too large for a float
+        return False
+
+
+#: summary.json's numbers the tables read, and their ranges.
+SUMMARY_NUMBERS = (("best_accuracy", FRACTION), ("final_accuracy", FRACTION), ("avg_p", FRACTION))
+
+
+def check_summary(summary: Any, what: str) -> None:
+    """One sentence unless ``summary`` is a finished run's: an object holding the numbers the tables read, each in
+    its range (:data:`SUMMARY_NUMBERS`; ``{}`` is no finished run); the sweep's reruns read it through here too."""
     if not isinstance(summary, dict):
         raise DataError(f"{what} is a JSON {type(summary).__name__}, not an object; expected the summary of a "
                         "finished hasfl-ray run")
-    for key in ("best_accuracy", "final_accuracy", "avg_p"):
-        if not number(summary.get(key)):
-            raise DataError(f"{what} has {key} {summary[key]!r}; expected a number" if key in summary else
+    for key, bounds in SUMMARY_NUMBERS:
+        if not in_range(summary.get(key), bounds):
+            raise DataError(f"{what} has {key} {_brief(summary[key])}; expected {bounds[2]}" if key in summary else
                             f"{what} has no {key}; expected the summary of a finished hasfl-ray run")
     warning = summary.get("coverage_warning")
-    if warning and not (isinstance(warning, dict) and number(warning.get("frozen_fraction"))):
-        raise DataError(f"{what} has coverage_warning {warning!r}; expected an object with a frozen_fraction number")
+    if warning and not (isinstance(warning, dict) and in_range(warning.get("frozen_fraction"), FRACTION)):
+        raise DataError(f"{what} has coverage_warning {_brief(warning)}; expected an object with a frozen_fraction "
+                        "in [0, 1]")
     for key in ("accuracy_at_width_final", "accuracy_at_width_best"):
         if key in summary:
             check_width_map(summary[key], f"{what} has {key}")
@@ -80,13 +103,16 @@ def _check_summary(summary: Any, what: str) -> None:
             _check_local(summary[key], f"{what} has {key}")
 
 
+_check_summary = check_summary  # its former name
+
+
 #: A field of a run written before it existed: what its table cell says (never an error).
 NOT_RECORDED = "not recorded"
 #: summary.json's local accuracy blocks (issue 25): masked, then unmasked.
 LOCAL_KEYS = ("local_accuracy", "local_accuracy_unmasked")
 #: The statistics of a local accuracy block the fairness table reads.
 LOCAL_STATISTICS = ("mean", "worst", "p10", "median")
-WIDTHS_EXPECTED = 'an object of widths in (0, 1] ("0.25", "1") to numbers'
+WIDTHS_EXPECTED = 'an object of widths in (0, 1] ("0.25", "1") to a number in [0, 1] each'
 
 
 def width_of(key: Any) -> Optional[float]:
@@ -106,21 +132,23 @@ def _brief(value: Any) -> str:
     return brief.repr(value)
 
 
-def check_width_map(value: Any, what: str, allow_null: bool = False) -> None:
-    """One sentence (``what`` names the file and key) unless ``value`` maps widths to numbers (or null, in a
-    metrics.jsonl line: a loss that could not be computed)."""
-    expected = WIDTHS_EXPECTED + (" or null" if allow_null else "")
-    check_number_map(value, what, expected, lambda key: width_of(key) is not None, allow_null)
+def check_width_map(value: Any, what: str, allow_null: bool = False, bounds: Tuple[float, float, str] = FRACTION
+                    ) -> None:
+    """One sentence (``what`` names the file and key) unless ``value`` maps widths to numbers within ``bounds``
+    (accuracies by default; or null, in a metrics.jsonl line: a loss that could not be computed)."""
+    expected = f'an object of widths in (0, 1] ("0.25", "1") to {bounds[2]} each' + (" or null" if allow_null else "")
+    check_number_map(value, what, expected, lambda key: width_of(key) is not None, allow_null, bounds)
 
 
 def check_number_map(value: Any, what: str, expected: str, key_ok=lambda key: True,
-                     allow_null: bool = False) -> None:
+                     allow_null: bool = False, bounds: Tuple[float, float, str] = FINITE) -> None:
     """One sentence ``what <value>; expected <expected>`` unless ``value`` is an object whose keys pass ``key_ok``
-    and whose values are numbers (or null with ``allow_null``); the sentence shows the first bad entry."""
+    and whose values are finite numbers within ``bounds`` (or null with ``allow_null``); the sentence shows the
+    first bad entry."""
     if not isinstance(value, dict):
         raise DataError(f"{what} {_brief(value)}; expected {expected}")
     for key, entry in value.items():
-        if not key_ok(key) or not (number(entry) or (allow_null and entry is None)):
+        if not key_ok(key) or not (in_range(entry, bounds) or (allow_null and entry is None)):
             raise DataError(f"{what} entry {_brief(key)}: {_brief(entry)}; expected {expected}")
 
 
@@ -129,12 +157,12 @@ def _check_local(value: Any, what: str) -> None:
     a dataset where it is not defined."""
     if isinstance(value, str):
         return
-    expected = (f"an object with {', '.join(LOCAL_STATISTICS)} numbers or null (and per_tier widths to numbers), or the "
-                "text \"not defined for this dataset: ...\"")
+    expected = (f"an object with {', '.join(LOCAL_STATISTICS)} numbers in [0, 1] or null (and per_tier widths to "
+                "such numbers), or the text \"not defined for this dataset: ...\"")
     if not isinstance(value, dict):
         raise DataError(f"{what} {_brief(value)}; expected {expected}")
     for key in LOCAL_STATISTICS + ("best",):  # null: no client had a test sample of its labels
-        if (key in value or key in LOCAL_STATISTICS) and not (number(value.get(key)) or
+        if (key in value or key in LOCAL_STATISTICS) and not (in_range(value.get(key), FRACTION) or
                                                               (key in value and value[key] is None)):
             raise DataError(f"{what} {key} {_brief(value.get(key))}; expected {expected}")
     if "per_tier" in value:
@@ -147,6 +175,10 @@ def _check_local(value: Any, what: str) -> None:
 NUMERIC_CLIENT_COLUMNS = (("p_max", False), ("p_final", False), ("tv_distance", True), ("h_tilde", True))
 #: clients.csv columns of issue 25 (per-client local accuracy): numbers or empty, absent from runs written before.
 LOCAL_CLIENT_COLUMNS = ("local_accuracy", "local_accuracy_unmasked", "local_width", "local_test_samples")
+#: The range of each numeric clients.csv column (a width, a distance or accuracy, a count; H-tilde any finite value).
+CLIENT_RANGES = {"p_max": FRACTION, "p_final": FRACTION, "tv_distance": FRACTION, "h_tilde": FINITE,
+                 "local_accuracy": FRACTION, "local_accuracy_unmasked": FRACTION, "local_width": FRACTION,
+                 "local_test_samples": NON_NEGATIVE}
 
 
 def read_clients(file: str) -> List[Dict[str, str]]:
@@ -164,11 +196,14 @@ def read_clients(file: str) -> List[Dict[str, str]]:
                     raise DataError(f"{what} line {reader.line_num} has no {column}; expected the clients.csv columns "
                                     f"hasfl-ray writes ({', '.join(CLIENT_COLUMNS[:3])}, ...)")
                 if not (may_be_empty and value == ""):
+                    bounds = CLIENT_RANGES[column]
                     try:
-                        float(value)
+                        good = in_range(float(value), bounds)
                     except ValueError:
-                        raise DataError(f"{what} line {reader.line_num} has {column} {value!r}; expected a number"
-                                        + (" or nothing" if may_be_empty else "")) from None
+                        good = False
+                    if not good:
+                        raise DataError(f"{what} line {reader.line_num} has {column} {_brief(value)}; expected "
+                                        f"{bounds[2]}" + (" or nothing" if may_be_empty else ""))
             rows.append(row)
     except csv.Error as error:
         raise DataError(f"{what} line {reader.line_num} cannot be parsed ({error}); expected the clients.csv "

@@ -20,13 +20,22 @@ def partition_summary(dataset_name: str, data_dir: str | None, download: bool, c
     and label histogram, plus the class count, the train and test sizes and the partition scheme (``partition``:
     dirichlet, iid, classes:K, classes-even:K, shards:S; with classes:K also each client's label split and the size
     of its own test shard; ``widths`` and ``width_mix``: the width ladder p_max is dealt from)."""
-    from hasfl_ray.data import load_dataset
+    from hasfl_ray.data import load_dataset, load_plugin_dataset
     from hasfl_ray.engine.engine import capacity_tiers
     from hasfl_ray.federation import ladder_of, normalise_partition
+    from hasfl_ray.registry import is_spec, lookup
 
     partition = normalise_partition(partition)
     ladder = ladder_of(SimpleNamespace(widths=widths, width_mix=width_mix))
-    dataset = load_dataset(dataset_name, clients, alpha, seed, data_dir, download, partition=partition)
+    if is_spec(dataset_name):  # a plug-in loads from the resolved config simulate would give it (docs/plugins.md)
+        from hasfl_ray.config import RunConfig
+
+        config = RunConfig.from_dict({"dataset": dataset_name, "clients": clients, "clients_per_round": 1,
+                                      "alpha": alpha, "seed": seed, "data_dir": data_dir, "download": download,
+                                      "partition": partition}, "data inspect").resolved()
+        dataset = load_plugin_dataset(lookup("dataset", dataset_name), config)
+    else:
+        dataset = load_dataset(dataset_name, clients, alpha, seed, data_dir, download, partition=partition)
     p_max = capacity_tiers(seed, dataset.num_clients, ladder=ladder)  # Engine.prepare's draw: the p_max of the run
     histograms = dataset.label_histograms()
     tv = dataset.tv_distances()
@@ -66,8 +75,9 @@ def data() -> None:
 
 
 @data.command()
-@click.option("--dataset", "dataset_name", type=click.Choice(DATASETS), default="digits", show_default=True,
-              help="Which dataset.")
+@click.option("--dataset", "dataset_name", default="digits", show_default=True, metavar="NAME|FILE.py:Class",
+              help=f"Which dataset: {', '.join(DATASETS)}, or a plug-in FILE.py:Class / MODULE:Class "
+                   "(docs/plugins.md#datasets), loaded as simulate loads it.")
 @click.option("--data-dir", type=click.Path(), help="A torchvision root (emnist, cifar10); LEAF JSON, a folder of "
               "per-play texts or one play text (shakespeare). Default: ./data.")
 @click.option("--download", is_flag=True, help="Download the dataset if it is missing (never otherwise).")
@@ -91,6 +101,10 @@ def inspect(dataset_name: str, data_dir: str | None, download: bool, clients: in
             partition: str, widths: str | None, width_mix: str | None, as_json: bool) -> None:
     """Print the partition: per client its name, num_samples, p_max, tv_distance and label histogram (with
     classes:K also its labels and the size of its own test shard)."""
+    from hasfl_ray.registry import is_spec, lookup
+
+    if not is_spec(dataset_name):
+        lookup("dataset", dataset_name)  # one sentence, with the nearest name, for one that is not known
     flags: Dict[str, Any] = {"widths": widths}
     apply_switches(flags, False, False, False)  # --widths as simulate reads it
     summary = partition_summary(dataset_name, data_dir, download, clients, alpha, seed, partition, flags["widths"],
@@ -103,10 +117,10 @@ def inspect(dataset_name: str, data_dir: str | None, download: bool, clients: in
                f"partition {summary['partition']}: {summary['partition_rule']}")
     width = max(len("name"), *(len(row["name"]) for row in summary["clients"]))
     split = "label_split" in summary["clients"][0]
-    click.echo(f"{'client':>6}  {'name':<{width}}  {'num_samples':>11}  {'p_max':>5}  {'tv_distance':>11}  "
+    click.echo(f"{'client':>6}  {'name':<{width}}  {'num_samples':>11}  {'p_max':>6}  {'tv_distance':>11}  "
                + (f"{'labels':<11}  {'test_shard':>10}  " if split else "") + "label_histogram")
     for row in summary["clients"]:
         histogram = " ".join(str(count) for count in row["label_histogram"])
         held = (f"{','.join(map(str, row['label_split'])):<11}  {row['test_samples']:>10,}  " if split else "")
-        click.echo(f"{row['client']:>6}  {row['name']:<{width}}  {row['num_samples']:>11,}  {row['p_max']:>5.2f}  "
+        click.echo(f"{row['client']:>6}  {row['name']:<{width}}  {row['num_samples']:>11,}  {row['p_max']:>6.4g}  "
                    f"{row['tv_distance']:>11.4f}  {held}{histogram}")

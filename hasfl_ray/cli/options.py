@@ -119,7 +119,9 @@ RUN_OPTIONS = (
     click.option("--scaffold-global-lr", type=float, help="SCAFFOLD global learning rate eta_g (default 1.0)."),
     click.option("--rolex-step", type=int, help="FedRolex: channels the window advances per round (default 1)."),
     click.option("--control-variates-dir", type=click.Path(),
-                 help="SCAFFOLD: keep per-client control variates on disk there instead of in memory."),
+                 help="SCAFFOLD: keep per-client control variates on disk there instead of in memory: a new or "
+                      "empty folder (made and marked as hasfl-ray's) or one hasfl-ray marked, outside the run "
+                      "directory; a folder of other files is refused."),
     click.option("--devices", metavar="SPEC",
                  help="Time rounds on a device population (docs/clock.md): a trace PATH.csv (e.g. "
                       "configs/devices/sample-trace.csv), or lognormal or pareto (seeded speeds, mobile bandwidths); "
@@ -219,9 +221,8 @@ def apply_switches(flags: Dict[str, Any], no_coverage: bool, download: bool, fas
     _comma_list(flags, "lr_milestones", int, "comma-separated increasing round numbers, e.g. 150,250")
     if flags.get("augmentation") == "crop-flip":
         flags["augmentation"] = "crop_flip"
-    if isinstance(flags.get("eval_widths"), str) and flags["eval_widths"].strip() == "full":
-        flags["eval_widths"] = [1.0]
-    _comma_list(flags, "eval_widths", float, "comma-separated widths in (0, 1], e.g. 0.25,0.5,0.75,1, or full")
+    if not (isinstance(flags.get("eval_widths"), str) and flags["eval_widths"].strip() == "full"):  # RunConfig's
+        _comma_list(flags, "eval_widths", float, "comma-separated widths in (0, 1], e.g. 0.25,0.5,0.75,1, or full")
     if flags.get("local_eval_width") == "p-max":
         flags["local_eval_width"] = "p_max"
     if isinstance(flags.get("global_width"), str) and flags["global_width"].strip() != "first":

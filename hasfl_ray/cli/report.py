@@ -79,16 +79,26 @@ def sweep_description(paths):
 
 def check_out(out_dir):
     """One sentence (exit 2) unless --out is a folder the files can be written into, or a path where one can be
-    made (not a file, a device, /proc or a read-only place)."""
-    from hasfl_ray.engine.rundir import check_run_directory
+    made (not a file, a device, /proc or a read-only place), and is missing, empty or one hasfl-ray made for a
+    report's files (its mark): a folder of the user's files is never written into."""
+    from hasfl_ray.engine.rundir import check_output_folder
 
-    check_run_directory(out_dir, "output folder")
+    check_output_folder(out_dir, "report", "output folder", "choose another --out")
 
 
 def write_files(write, out_dir):
-    """``write()``'s paths; a write that fails after --out was checked (a full disk) is one sentence, exit 1."""
+    """``write()``'s paths, into --out made (if missing) and marked as hasfl-ray's report folder first (so the
+    next report or plot may write it again); a write that fails after --out was checked (a full disk) is one
+    sentence, exit 1."""
+    from hasfl_ray.files import claim_folder
+
     try:
-        return write()
+        claim = claim_folder(out_dir, "report")
+        try:
+            return write()
+        except ConfigError:  # a run's file refused as it is read, before anything is written: nothing stays
+            claim.undo()
+            raise
     except OSError as error:
         raise OutputError(f"output folder {out_dir!r} could not be written ({error.strerror or type(error).__name__}"
                           "); the files written before it are complete, the others were not written") from None
@@ -101,7 +111,8 @@ def write_files(write, out_dir):
               help="Write table.{md,csv,tex}, widths/local/fairness.{md,csv,tex} (where runs record them), "
                    "clock.{md,csv,tex} (runs with a device clock), "
                    "confound.{md,csv,tex}, analysis.json and the figures (PNG) here (default for a sweep's folder: "
-                   "PATH/report).")
+                   "PATH/report): a new or empty folder, marked as hasfl-ray's, or one hasfl-ray marked; a folder of "
+                   "other files is refused.")
 @user_errors
 def report(paths, as_json, out_dir) -> None:
     """Mean ± std over seeds of best/final accuracy, peak-to-final change and avg p per (dataset, algorithm), and
@@ -210,7 +221,9 @@ def analyze(runs, as_json) -> None:
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--out", "out_dir", default="figures", show_default=True, help="Folder for the PNG files.")
+@click.option("--out", "out_dir", default="figures", show_default=True,
+              help="Folder for the PNG files: a new or empty folder, marked as hasfl-ray's, or one hasfl-ray marked "
+                   "(a report's too); a folder of other files is refused.")
 @user_errors
 def plot(paths, out_dir) -> None:
     """The paper's figures per dataset: convergence, mean H̃ and p per round, per-client p against p max,

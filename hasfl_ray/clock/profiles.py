@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -181,11 +182,11 @@ def _row_of_client(body: Sequence[Sequence[str]], header: Sequence[str], id_colu
     keys = [row[position].strip() for row in body]
     if id_column == "client":
         wanted = [str(i) for i in range(num_clients)]
-        try:
-            keys = [str(int(key)) for key in keys]
-        except ValueError:
-            bad = next(key for key in keys if not key.lstrip("-").isdigit())
-            raise DataError(f"{what} has client {bad!r}; expected client ids 0 to {num_clients - 1}") from None
+        # ASCII digits only: int() takes '١' and '1_0' too, and str.isdigit() takes '²', which int() refuses
+        bad = next((key for key in keys if not re.fullmatch(r"-?[0-9]+", key)), None)
+        if bad is not None:
+            raise DataError(f"{what} has client {bad!r}; expected client ids 0 to {num_clients - 1}")
+        keys = [str(int(key)) for key in keys]
     else:
         wanted = [str(name) for name in (names or [])]
     rows: Dict[str, int] = {}

@@ -11,7 +11,7 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from hasfl_ray.errors import ConfigError
-from hasfl_ray.registry import finite_number
+from hasfl_ray.registry import FLOAT32_MAX, finite_number
 
 #: The seeded distributions a device population may be drawn from (``devices: lognormal``).
 DISTRIBUTIONS = ("lognormal", "pareto")
@@ -45,8 +45,13 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:40] + f"... ({len(text)} characters)"
 
 
-def _refuse(name: str, value: Any, expected: str) -> ConfigError:
-    return ConfigError(f"{name} is {_shown(value)}; expected {expected}")
+def _refuse(name: str, value: Any, expected: str, after: str = "") -> ConfigError:
+    """One sentence refusing ``value`` of ``name``; a number beyond float32's range (``1e39``, ``1e308``) is told the
+    bound, which :func:`~hasfl_ray.registry.finite_number` holds every real-valued key to."""
+    big = isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        (isinstance(value, int) or not math.isnan(value)) and abs(value) > FLOAT32_MAX
+    bound = f" and at most {FLOAT32_MAX:.2g}, float32's largest" if big else ""
+    return ConfigError(f"{name} is {_shown(value)}; expected {expected}{bound}{after}")
 
 
 def _keys(mapping: Mapping[Any, Any]) -> Dict[str, Any]:
@@ -101,8 +106,7 @@ def normalise_devices(value: Any) -> Optional[Dict[str, Any]]:
 def _tiers(value: Any) -> List[Dict[str, float]]:
     """Per-tier devices as a list of {width, speed, down, up, latency} in ascending width (a mapping of width ->
     device is accepted too)."""
-    expected = ("one device per width: a list of {width, speed, down, up, latency} (MACs/s, bytes/s, bytes/s, "
-                "seconds) or a mapping of width -> {speed, down, up, latency}")
+    expected = "a list of {width, speed, down, up, latency}, one a width, or a mapping of width -> {speed, down, up, latency}"
     if isinstance(value, Mapping):
         value = [{"width": width, **(device if isinstance(device, Mapping) else {"speed": device})}
                  for width, device in value.items()]
@@ -116,9 +120,9 @@ def _tiers(value: Any) -> List[Dict[str, float]]:
         if sorted(entry) != sorted(TIER_KEYS):
             raise _refuse("devices.tiers entry", dict(entry), expected)
         for key in TIER_KEYS:
-            number = entry[key]
-            low_ok = number >= 0 if key == "latency" else number > 0
-            if not finite_number(number) or not low_ok or (key == "width" and number > 1):
+            number = entry[key]  # a string, null or list is refused before any comparison (never a TypeError)
+            if not finite_number(number) or not (number >= 0 if key == "latency" else number > 0) or \
+                    (key == "width" and number > 1):
                 what = ("a width in (0, 1]" if key == "width" else "a finite number >= 0" if key == "latency"
                         else "a finite number > 0")
                 raise _refuse(f"devices.tiers {key}", number, what)
@@ -165,7 +169,7 @@ def check_clock_keys(devices: Any, availability: Any, deadline: Any, policy: Any
     devices = normalise_devices(devices)
     availability = normalise_availability(availability)
     if deadline is not None and (not finite_number(deadline) or deadline <= 0):
-        raise _refuse("deadline", deadline, "a number of simulated seconds > 0 (or no deadline)")
+        raise _refuse("deadline", deadline, "a number of simulated seconds > 0", " (or no deadline)")
     if policy not in POLICIES:
         raise _refuse("deadline_policy", policy, " or ".join(POLICIES))
     if overselect is not None:

@@ -303,11 +303,13 @@ class RunConfigFields:
     def _check_evaluation(self, bad) -> None:
         """Validate (and normalise) eval_widths, eval_every, local_eval_every and local_eval_width."""
         widths = self.eval_widths
+        if isinstance(widths, str) and widths.strip() == "full":  # the full model only: a flag's or YAML's word
+            widths = [1.0]
         if widths is not None:
             if not isinstance(widths, (list, tuple)) or not widths or not all(
                     _number(w) and not isinstance(w, bool) and 0 < w <= 1 for w in widths):
                 raise bad("eval_widths", widths, "a list of widths in (0, 1], e.g. [0.25, 0.5, 1.0] (1.0 is always "
-                                                 "evaluated)")
+                                                 "evaluated), or full")
             object.__setattr__(self, "eval_widths", sorted({float(w) for w in widths} | {1.0}))
         value = self.eval_every
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):

@@ -5,8 +5,11 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from hasfl_ray.config.routing import option_fields, option_owners
+from hasfl_ray.config.schema import RunConfigFields
 from hasfl_ray.errors import ConfigError
 
 
@@ -51,7 +54,32 @@ def split_sweep_config(values: Mapping[str, Any], source: str) -> Tuple[Optional
             raise ConfigError(f"{source} has {key} {_shown(shared[key])} and sweep.{key}s "
                               f"{_shown(block[key + 's'])}, but sweep.{key}s names every cell's {key}; expected one "
                               "of them")
+    for name, keys in block["variants"].items():
+        _check_variant_options(name, keys, shared, source)
     return block, shared
+
+
+def _check_variant_options(name: str, keys: Mapping[str, Any], shared: Mapping[str, Any], source: str) -> None:
+    """Refuse, by name, an option a variant sets that its own algorithm does not take (``{algorithm: hasfl, mu:
+    0.5}``): a variant's keys are its own, never a shared file's that other algorithms take, so nothing of it is
+    dropped. Unknown keys are left to the sweep's key check, which names the nearest."""
+    algorithm = keys.get("algorithm", shared.get("algorithm", RunConfigFields.algorithm))
+    if not isinstance(algorithm, str) or not algorithm:
+        return  # RunConfig names the bad value
+    known = {f.name for f in fields(RunConfigFields)}
+    given = keys.get("algorithm_options")
+    flat = [(key, keys[key]) for key in keys if key not in known]
+    nested = [(key, value) for key, value in given.items()] if isinstance(given, Mapping) else []
+    if not flat and not nested:
+        return
+    own, owners = option_fields(algorithm), option_owners()
+    for key, value in flat + nested:
+        if key not in own and (key in owners or (key, value) in nested):
+            takers = owners.get(key)
+            raise ConfigError(f"{source} has {key} {_shown(value)} in sweep.variants.{name}, but its algorithm "
+                              f"{algorithm!r} takes no option {key!r}; expected "
+                              + (f"it only in a variant of {' or '.join(takers)}" if takers else
+                                 f"one of its options: {', '.join(own) or 'it has none'}"))
 
 
 def _shown(value: Any) -> str:

@@ -79,6 +79,7 @@ class Engine:
         self.clock: Any = None  # the device clock (hasfl_ray.clock, docs/clock.md) when devices are configured
         self.events: Optional[RunEvents] = None  # RUN/events/ while run() runs, when tensorboard imports
         self.stop_signals = StopSignals()  # replaced by the active one while run() runs
+        self.claimed: Any = None  # control_variates_dir as prepare made and marked it (hasfl_ray.files.FolderClaim)
 
     def prepare(self) -> None:
         """Load data, draw tiers, build the algorithm and w^(0); raises ConfigError before anything is written (or
@@ -88,7 +89,15 @@ class Engine:
             preparing.prepare(self)
         except BaseException:
             self.backend.shutdown()  # Ray, when warm_up started it while the data loaded
+            self._undo_claim()
             raise
+
+    def _undo_claim(self) -> None:
+        """A start refused: the control-variates folder prepare made (or marked) goes again, with what was written
+        into it since."""
+        if self.claimed is not None:
+            self.claimed.undo()
+            self.claimed = None
 
     def run(self) -> Dict[str, Any]:
         """Run every round, write the run directory, return the summary."""
@@ -96,7 +105,11 @@ class Engine:
         if not self.prepared:
             self.prepare()
         c = self.config
-        lock = RunLock(self.rundir.path).acquire() if self.rundir else None  # before anything is written
+        try:
+            lock = RunLock(self.rundir.path).acquire() if self.rundir else None  # before anything is written
+        except BaseException:
+            self._undo_claim()
+            raise
         log = shared = None
         made_log = started = False  # log.txt made by this start; config.yaml written, the run directory the run's
         try:
@@ -119,6 +132,7 @@ class Engine:
                         with writing(self.rundir, "metrics.jsonl"):
                             self.rundir.reset_metrics(self.history)  # on resume: the lines up to the checkpoint
                         self.events = RunEvents.open(self.rundir.path, first_round=len(self.history))
+                    started = True
                     return self._loop()
                 except (TrainerError, PluginError) as error:
                     if log is not None:  # the sentence goes to the terminal (CLI); the traceback only here
@@ -142,10 +156,12 @@ class Engine:
                 lock.release()
                 if not started:  # a start refused (Ray, the placement) leaves nothing it made
                     remove_made(lock.made, [self.rundir.file("log.txt")] if made_log else [])
+            if not started:
+                self._undo_claim()
 
     def _lock_control_variates(self) -> Optional[RunLock]:
-        """An exclusive lock on ``control_variates_dir`` while the run writes its c_i files there (SCAFFOLD made the
-        folder as it was built): a second run pointed at the same folder is refused in one sentence instead of
+        """An exclusive lock on ``control_variates_dir`` while the run writes its c_i files there (prepare made and
+        marked the folder): a second run pointed at the same folder is refused in one sentence instead of
         overwriting the first one's control variates (a sweep gives each cell a folder of its own). None when the
         run keeps nothing there."""
         folder = self.config.control_variates_dir

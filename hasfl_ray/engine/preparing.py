@@ -18,9 +18,10 @@ from hasfl_ray.engine.checkpoint import (START_AGAIN, check_checkpoint, check_re
 from hasfl_ray.engine.config import RunConfig
 from hasfl_ray.engine.guard import GuardedAlgorithm, PluginError, construct
 from hasfl_ray.engine.participants import capacity_tiers, initial_parameters, round_capacities
-from hasfl_ray.engine.rundir import check_no_links, check_run_directory, check_start
+from hasfl_ray.engine.rundir import check_no_links, check_output_folder, check_run_directory, check_start
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.federation import ladder_of
+from hasfl_ray.files import claim_folder
 from hasfl_ray.models import MODEL_CONFIGS, register_model
 from hasfl_ray.models.choice import model_dataset
 from hasfl_ray.registry import call_plugin, lookup, spec_label
@@ -38,6 +39,7 @@ def prepare(engine: Any) -> None:
         if os.path.isdir(engine.rundir.path):
             check_no_links(engine.rundir.path)  # log.txt and the checkpoint are opened by name: never through a link
         check_start(engine.rundir.path, engine.resume, engine.force)  # a new run only where nothing would be lost
+    check_control_variates_dir(engine)
     check_device(c)
     check_threads(c)
     check_client_memory(c.clients)
@@ -52,6 +54,8 @@ def prepare(engine: Any) -> None:
                               f"completed rounds but rounds is {c.rounds}; expected at least "
                               f"{engine.checkpoint.round} rounds to continue it, {START_AGAIN}")
     engine.backend.warm_up(c)  # Ray and its actors start while the data loads (docs/ray.md, 'Start-up')
+    if c.control_variates_dir:  # made and marked before the algorithm (or a checkpoint's state) writes there;
+        engine.claimed = claim_folder(c.control_variates_dir, CONTROL_VARIATES)  # undone if the start is refused
     try:
         build(engine)
     except MemoryError:
@@ -123,6 +127,28 @@ def build(engine: Any) -> None:
     engine.clock = make_clock(c, engine.model_name, engine.num_samples, engine.p_max, engine.dataset.client_names)
     if engine.clock is not None:  # allocation policies read devices and costs through it (docs/clock.md)
         engine.algorithm.algorithm.clock = engine.clock
+
+
+#: The kind of files SCAFFOLD keeps in ``control_variates_dir`` (hasfl_ray.files.FOLDER_KINDS).
+CONTROL_VARIATES = "control variates"
+
+
+def check_control_variates_dir(engine: Any) -> None:
+    """Refuse, in one sentence, a ``control_variates_dir`` the run may not write (before anything is made): the
+    run directory itself or a folder inside it (which holds only the run's files), and anything
+    :func:`~hasfl_ray.engine.rundir.check_output_folder` refuses: a file, a device, a place that cannot be written,
+    a folder of the user's files (a client_0.pt of theirs is never overwritten)."""
+    folder = engine.config.control_variates_dir
+    if not folder:
+        return
+    fix = "choose another --control-variates-dir"
+    if engine.rundir:
+        run, real = os.path.realpath(engine.rundir.path), os.path.realpath(folder)
+        if real == run or real.startswith(run.rstrip(os.sep) + os.sep):
+            where = "is the run directory" if real == run else f"is inside the run directory {engine.rundir.path!r}"
+            raise ConfigError(f"control_variates_dir {folder!r} {where}, which holds only the run's files; expected "
+                              f"a folder of its own ({fix})")
+    check_output_folder(folder, CONTROL_VARIATES, "control_variates_dir", fix)
 
 
 def check_device(config: RunConfig) -> None:

@@ -15,15 +15,14 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 import yaml
 
 from hasfl_ray.errors import ConfigError
-from hasfl_ray.files import atomic_text_writer, atomic_write
+from hasfl_ray.files import (TEMP_PREFIX, atomic_text_writer, atomic_write, make_folders, ownership_problem,  # noqa: F401
+                             remove_made)
 
 #: What a run writes into its directory: ``--force`` clears a folder only when it holds nothing else.
 RUN_FILES = frozenset({"config.yaml", "metrics.jsonl", "clients.csv", "summary.json", "log.txt"})
 #: The folders a run writes, each with the names of the files a run writes in it: the checkpoint
 #: (``hasfl_ray.engine.checkpoint``) and TensorBoard's event files (``events.out.tfevents.<time>.<host>.<pid>.<n>``).
 RUN_FOLDERS = {"checkpoints": ("latest.pt",), "events": ("events.out.tfevents.*",)}
-#: Temporary files of an atomic write (``hasfl_ray.files``), left by a process killed mid-write.
-TEMP_PREFIX = ".tmp-"
 CLIENT_COLUMNS = ("client", "num_samples", "p_max", "tv_distance", "h_tilde", "p_final", "name",
                   # local accuracy (docs/metrics.md); empty where the dataset does not define it
                   "local_accuracy", "local_accuracy_unmasked", "local_width", "local_test_samples")
@@ -107,6 +106,18 @@ def check_run_directory(path: str, what: str = "run directory", fix: str = "choo
                           f"({fix})")
 
 
+def check_output_folder(path: str, holds: str, what: str, fix: str) -> None:
+    """Raise ConfigError (one sentence, before anything is written) unless hasfl-ray may write its ``holds`` files
+    (``report``, ``control variates``: :data:`hasfl_ray.files.FOLDER_KINDS`) into ``path``: a folder that can be
+    written (:func:`check_run_directory`) and is missing, empty or hasfl-ray's for them
+    (:func:`hasfl_ray.files.ownership_problem`): every folder hasfl-ray writes besides a run directory."""
+    check_run_directory(path, what, fix)
+    problem = ownership_problem(path, holds)
+    if problem:
+        raise ConfigError(f"{what} {path!r} {problem}; expected a new or empty folder, or one hasfl-ray marked "
+                          f"({fix})")
+
+
 def check_no_links(path: str) -> None:
     """Raise ConfigError (one sentence) when a run file of ``path`` (:data:`NO_LINKS`) is a symbolic link, or is
     not what a run writes there: a FIFO, a device or a socket (opening one to read or append would block forever)
@@ -166,44 +177,6 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
-
-
-def make_folders(path: str) -> List[str]:
-    """Make the folder ``path`` and its missing parents; the folders made, outermost first. When one cannot be
-    made, those made before it are removed and the OSError raised."""
-    missing = []
-    folder = path.rstrip(os.sep) or path
-    while folder and not os.path.lexists(folder):
-        missing.append(folder)
-        folder = os.path.dirname(folder)
-    made: List[str] = []
-    try:
-        for folder in reversed(missing):
-            try:
-                os.mkdir(folder)
-            except FileExistsError:  # "a/.." once "a" is made; or made by someone else meanwhile: not ours
-                continue
-            made.append(folder)
-    except OSError:
-        remove_made(made)
-        raise
-    return made
-
-
-def remove_made(folders: Sequence[str], files: Iterable[str] = ()) -> None:
-    """Undo a start that failed: remove ``files``, then ``folders`` (outermost first, as :func:`make_folders`
-    lists them) from the innermost out while they are empty; a folder something else has since written into stays,
-    with its parents."""
-    for name in files:
-        try:
-            os.unlink(name)
-        except FileNotFoundError:
-            pass
-    for folder in reversed(folders):
-        try:
-            os.rmdir(folder)
-        except OSError:
-            break
 
 
 def check_start(path: str, resume: bool = False, force: bool = False) -> None:

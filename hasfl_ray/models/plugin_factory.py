@@ -125,7 +125,22 @@ def _construct(factory: Callable[..., Any], label: str, arguments: Mapping[str, 
     if not isinstance(model, nn.Module):
         raise ConfigError(f"model {label!r} built a {type(model).__name__} at width {width:g}; expected an "
                           "nn.Module")
+    check_materialised(model, label)
     return model
+
+
+def check_materialised(model: nn.Module, label: str) -> None:
+    """Refuse, in one sentence, a network whose parameters or buffers hold no values yet: a lazy module's
+    (``nn.LazyLinear``: no shape until a forward pass) or one on the meta device (shapes, no data). Every build of a
+    plug-in model goes through here, so the slice description, ``cost`` and training never reach them."""
+    for kind, tensors in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
+        for name, tensor in tensors:
+            if isinstance(tensor, nn.parameter.UninitializedTensorMixin):
+                raise ConfigError(f"model {label!r} has {kind} {name!r} uninitialised (a lazy module); expected "
+                                  "its shape given in __init__ (the layer's input size)")
+            if tensor.is_meta:
+                raise ConfigError(f"model {label!r} has {kind} {name!r} on the meta device (no values); expected "
+                                  "it built on the CPU")
 
 
 def model_name(spec: str, sample: dict, num_classes: int) -> str:

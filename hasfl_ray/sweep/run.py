@@ -6,7 +6,6 @@ the end of their current client with a checkpoint (``interrupted``; the next run
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -20,7 +19,7 @@ from hasfl_ray.engine.rundir import RunLock, clear_run_directory
 from hasfl_ray.engine.signals import StopSignals
 from hasfl_ray.errors import ConfigError, RunInterrupted
 from hasfl_ray.sweep.plan import FINISHED, Cell, Sweep
-from hasfl_ray.sweep.state import cell_state, reuse_finished_run, write_sweep_json
+from hasfl_ray.sweep.state import cell_state, read_summary, reuse_finished_run, write_sweep_json
 
 
 def execute_cell(cell: Mapping[str, Any], force: bool = False, progress: bool = False) -> Dict[str, Any]:
@@ -29,10 +28,10 @@ def execute_cell(cell: Mapping[str, Any], force: bool = False, progress: bool = 
     start = time.perf_counter()
     state = cell_state(cell, force)
     run_dir = cell["dir"]
-    if state == "finished":
-        with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as handle:
-            return {"name": cell["name"], "status": "skipped", "summary": json.load(handle), "from_round": None,
-                    "wall_s": 0.0}
+    if state == "finished":  # its summary.json read and checked as cell_state read it
+        return {"name": cell["name"], "status": "skipped",
+                "summary": read_summary(run_dir, "summary.json of the finished cell"), "from_round": None,
+                "wall_s": 0.0}
     if state == "redo":
         clear_run_directory(run_dir)  # only what a run wrote; a folder with anything else is refused
     config = RunConfig.from_dict(cell["values"], f"sweep cell {cell['name']}", foreign="drop").resolved()

@@ -13,6 +13,7 @@ import tempfile
 import time
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
+from hasfl_ray.analysis.runs import check_summary
 from hasfl_ray.engine.checkpoint import CHECKPOINT_DIR, config_differences, stored_config
 from hasfl_ray.config import RunConfig
 from hasfl_ray.engine.rundir import RUN_FILES, RUN_FOLDERS, TEMP_PREFIX, check_clearable
@@ -82,7 +83,9 @@ def cell_state(cell: Mapping[str, Any], force: bool = False) -> str:
 
 def read_summary(run_dir: str, what: str) -> Dict[str, Any]:
     """A finished run's summary.json as a mapping; one sentence (DataError) naming ``what`` and the file when it is
-    a link, not a regular file, not JSON, nested too deeply, or not a JSON object."""
+    a link, not a regular file, not JSON, nested too deeply, not a JSON object, or not a finished run's: the report's
+    own check (:func:`hasfl_ray.analysis.runs.check_summary`: its accuracies and average width numbers in [0, 1],
+    so ``{}`` or a text where a number goes is no finished cell)."""
     path = os.path.join(run_dir, "summary.json")
     if os.path.islink(path):
         raise DataError(f"{what} {path!r} is a link to {os.readlink(path)!r}; expected the run's own file")
@@ -90,6 +93,7 @@ def read_summary(run_dir: str, what: str) -> Dict[str, Any]:
     if not isinstance(summary, dict):
         raise DataError(f"{what} {path!r} holds a JSON {type(summary).__name__}; expected the summary.json a run "
                         "writes (a JSON object)")
+    check_summary(summary, f"{what} {path!r}")
     return summary
 
 

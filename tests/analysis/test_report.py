@@ -63,7 +63,7 @@ def test_plot_writes_the_four_figures(tmp_path):
     Engine(RunConfig(backend="local", rounds=2, clients=8, clients_per_round=4), out_dir=str(tmp_path / "runs" / "a")).run()
     result = CliRunner().invoke(main, ["plot", str(tmp_path / "runs"), "--out", str(tmp_path / "fig")])
     assert result.exit_code == 0, result.output
-    names = sorted(p.name for p in (tmp_path / "fig").iterdir())
+    names = sorted(p.name for p in (tmp_path / "fig").iterdir() if p.name != ".hasfl-ray-folder")  # its mark
     assert names == ["digits-allocations.png", "digits-convergence.png", "digits-frontier.png",
                      "digits-heterogeneity.png", "digits-local.png", "digits-widths.png"]  # the last two: issue 25
     assert all((tmp_path / "fig" / n).read_bytes()[:4] == b"\x89PNG" for n in names)
@@ -82,7 +82,7 @@ def test_report_over_a_sweep_writes_tables_and_figures(tmp_path):
     result = CliRunner().invoke(main, ["report", str(sweep)])
     assert result.exit_code == 0, result.output
     out = sweep / "report"
-    names = sorted(p.name for p in out.iterdir())
+    names = sorted(p.name for p in out.iterdir() if p.name != ".hasfl-ray-folder")  # the folder's mark (issue 37)
     assert names == ["analysis.json", "confound.csv", "confound.md", "confound.tex", "digits-allocations.png",
                      "digits-convergence.png", "digits-frontier.png", "digits-heterogeneity.png", "digits-local.png",
                      "digits-widths.png", "fairness.csv", "fairness.md", "fairness.tex", "local.csv", "local.md",

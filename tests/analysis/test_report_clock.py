@@ -130,7 +130,7 @@ def test_runs_without_a_clock_leave_the_report_as_it_was(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda line: line.update(sim_time_s="soon"), "has sim_time_s 'soon'; expected a number or null"),
+    (lambda line: line.update(sim_time_s="soon"), "has sim_time_s 'soon'; expected a finite number >= 0 or null"),
     (lambda line: line.pop("bytes_up"), "has bytes_up None; expected a number on every line of a clocked run"),
 ])
 def test_a_malformed_clock_line_is_one_sentence(tmp_path, change, message):

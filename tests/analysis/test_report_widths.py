@@ -184,8 +184,8 @@ def test_local_accuracy_not_defined_is_said_not_zero(finished_run, tmp_path):
      "has local_accuracy per_tier entry 'x': 1;"),
     ("metrics.jsonl", {"accuracy_at_width": {"0.5": True}}, "line 1 has accuracy_at_width entry '0.5': True;"),
     ("metrics.jsonl", {"frozen_by_layer": "all"}, "line 1 has frozen_by_layer 'all'; expected an object of parameter"),
-    ("metrics.jsonl", {"local_accuracy_mean": "x"}, "line 1 has local_accuracy_mean 'x'; expected a number or null"),
-    ("clients.csv", "local_accuracy", "line 2 has local_accuracy 'high'; expected a number or nothing"),
+    ("metrics.jsonl", {"local_accuracy_mean": "x"}, "line 1 has local_accuracy_mean 'x'; expected a number in [0, 1] or null"),
+    ("clients.csv", "local_accuracy", "line 2 has local_accuracy 'high'; expected a number in [0, 1] or nothing"),
 ])
 def test_malformed_fields_are_one_sentence_naming_the_file(finished_run, tmp_path, file, change, message):
     """issue 25 item 5: the hardened readers check the new fields like the others: one sentence naming the file

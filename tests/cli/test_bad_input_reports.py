@@ -160,7 +160,7 @@ BAD_FILES = [  # (file in the run, its content, command, words of the sentence)
     ("summary.json", "not json{", "plot", ["summary.json' is not valid JSON (Expecting value: line 1 column 1"]),
     ("summary.json", DEEP_JSON, "report", ["summary.json' is not valid JSON (nested too deeply"]),  # row 23
     ("clients.csv", "client,num_samples,p_max,tv_distance,h_tilde,p_final,name\n0,10,0.5,0.1,garbage,0.5,a\n",
-     "analyze", ["clients.csv' line 2 has h_tilde 'garbage'; expected a number"]),
+     "analyze", ["clients.csv' line 2 has h_tilde 'garbage'; expected a finite number"]),
     ("clients.csv", "client,p_final\n0,0.5\n", "report", ["clients.csv' line 2 has no p_max"]),
     ("config.yaml", CONFIG_WITHOUT_DATASET, "report", ["config.yaml' has no dataset"]),
     ("config.yaml", CONFIG_WITHOUT_DATASET.replace("seed: 42", "dataset: digits\nseed: [1, 2]"), "plot",

@@ -162,12 +162,37 @@ def test_a_copy_that_fails_leaves_no_half_cell(runs, monkeypatch, caplog):
      ["actors 4 in sweep.variants.hv", "local backend"]),
     ({"algorithms": ["hv"], "variants": {"hv": {"algorithm": "hasfl", "backend": "ray"}}}, {},
      ["backend 'ray' in sweep.variants.hv"]),
+    # issue 37 item 8: an option the variant's own algorithm does not take (was: dropped in silence)
+    ({"algorithms": ["hv"], "variants": {"hv": {"algorithm": "hasfl", "mu": 0.5}}}, {},
+     ["mu 0.5 in sweep.variants.hv", "algorithm 'hasfl' takes no option 'mu'", "fedprox"]),
+    ({"algorithms": ["hv"], "variants": {"hv": {"algorithm": "hasfl", "algorithm_options": {"mu": 0.5}}}}, {},
+     ["mu 0.5 in sweep.variants.hv", "takes no option 'mu'"]),
+    ({"algorithms": ["hv"], "variants": {"hv": {"mu": 0.5}}}, {}, ["mu 0.5 in sweep.variants.hv", "'hasfl'"]),
+    ({"algorithms": ["fv"], "variants": {"fv": {"algorithm": "fedavg", "coverage": False}}}, {},
+     ["coverage False in sweep.variants.fv", "'fedavg' takes no option 'coverage'", "hasfl or random-budget"]),
 ])
 def test_a_key_that_cannot_apply_to_a_cell_is_refused_by_name(tmp_path, block, shared, words):
     # issue 24 row 13: a variant's seed/dataset (anything the sweep sets for each cell) was dropped in silence
     config = write_sweep(tmp_path / "S.yaml", block, **shared)
     one_sentence(sweep(config, "--out", str(tmp_path / "o")), *words)
     assert not (tmp_path / "o").exists()
+
+
+def test_a_variants_option_is_refused_by_simulate_config_too_and_taken_where_it_applies(tmp_path, monkeypatch):
+    """issue 37 item 8: the one reader of the sweep block (split_sweep_config) refuses it, for simulate --config
+    as for sweep; a shared ``mu`` still applies to the fedprox cells only, and a fedprox variant takes its own."""
+    monkeypatch.chdir(tmp_path)
+    config = write_sweep(tmp_path / "S.yaml", {"algorithms": ["hv"], "variants": {"hv": {"algorithm": "hasfl",
+                                                                                         "mu": 0.5}}})
+    result = CliRunner().invoke(main, ["simulate", "--config", config, "--algorithm", "hv", "--out", "o"])
+    one_sentence(result, "mu 0.5 in sweep.variants.hv", "takes no option 'mu'")
+    assert not os.path.exists("o")
+    from hasfl_ray.sweep import plan_sweep
+
+    fine = write_sweep(tmp_path / "F.yaml", {"algorithms": ["hasfl", "fedprox", "prox1"],
+                                             "variants": {"prox1": {"algorithm": "fedprox", "mu": 1.0}}}, mu=0.1)
+    planned = {c.algorithm: c.values for c in plan_sweep(fine, {}).cells}
+    assert planned["prox1"]["mu"] == 1.0 and planned["fedprox"]["mu"] == 0.1
 
 
 # ----------------------------------------------------------------------------------------- rows 19, 29: --out

@@ -16,6 +16,7 @@ from hasfl_ray.cli.main import main
 from sweep_files import cells, sha
 from hasfl_ray.engine.rundir import RunLock
 from hasfl_ray.engine.signals import StopSignals
+from hasfl_ray.files import claim_folder
 
 TINY = {"rounds": 2, "clients": 6, "clients_per_round": 3}
 HASFL_RAY = [sys.executable, "-c", "from hasfl_ray.cli.main import main; main()"]
@@ -90,7 +91,7 @@ def test_a_second_run_on_a_control_variates_dir_in_use_is_refused_and_leaves_not
     again."""
     monkeypatch.chdir(tmp_path)
     cv = tmp_path / "cv"
-    cv.mkdir()
+    claim_folder(str(cv), "control variates")  # the first run made and marked it (issue 37 item 2)
     (cv / "client_0.pt").write_bytes(b"the first run's")
     with RunLock(str(cv), "control_variates_dir", "run"):  # a run writing there holds this lock (Engine.run)
         result = CliRunner().invoke(main, ["simulate", "--algorithm", "scaffold", "--rounds", "2", "--clients", "6",

@@ -88,7 +88,8 @@ def test_the_run_configuration_knows_no_algorithm_or_dataset():
     config = set(imports(modules["hasfl_ray.engine.config"], "hasfl_ray.engine.config", modules))
     assert not any(m.startswith(("hasfl_ray.algorithms", "hasfl_ray.data", "hasfl_ray.simulation")) for m in config)
     registry = set(imports(modules["hasfl_ray.registry"], "hasfl_ray.registry", modules))
-    assert registry <= {"hasfl_ray.errors"}
+    assert registry <= {"hasfl_ray.errors", "hasfl_ray.files"}  # files: the FIFO check of a plug-in's FILE.py
+    assert set(imports(modules["hasfl_ray.files"], "hasfl_ray.files", modules)) <= {"hasfl_ray.errors"}
 
 
 def test_type_checking_imports_are_counted(tmp_path):
