@@ -28,9 +28,13 @@ STALENESS_EXPECTED = ("constant, polynomial:A (s = (1 + tau)^-A, A >= 0) or hing
                       "1 / (A (tau - B) + 1), A >= 0, B >= 0)")
 
 
-def _refuse(name: str, value: Any, expected: str) -> ConfigError:
+def _shown(value: Any) -> str:
     text = repr(value)
-    return ConfigError(f"{name} is {text if len(text) <= 60 else text[:40] + '...'}; expected {expected}")
+    return text if len(text) <= 60 else text[:40] + f"... ({len(text)} characters)"
+
+
+def _refuse(name: str, value: Any, expected: str) -> ConfigError:
+    return ConfigError(f"{name} is {_shown(value)}; expected {expected}")
 
 
 def parse_staleness(text: Any) -> Tuple[str, Tuple[float, ...]]:
@@ -78,13 +82,14 @@ def check_async_keys(values: Dict[str, Any], clients: int, devices: Any, deadlin
     if mode == "sync":
         for key in ASYNC_KEYS:
             if values[key] is not None:
-                raise ConfigError(f"{key} is {values[key]!r} but mode is 'sync'; expected it only with mode async")
+                raise ConfigError(f"{key} is {_shown(values[key])} but mode is 'sync'; expected it only with mode "
+                                  "async")
         return {}
     if devices is None:
         raise ConfigError("mode is 'async' but devices is unset; expected a device population (--devices), whose "
                           "clock says when each update arrives")
     if deadline is not None:
-        raise ConfigError(f"deadline is {deadline!r} but mode is 'async'; expected no deadline (an asynchronous "
+        raise ConfigError(f"deadline is {_shown(deadline)} but mode is 'async'; expected no deadline (an asynchronous "
                           "server waits for no round: every update arrives when its device finishes)")
     out: Dict[str, Any] = {}
     concurrency = values["concurrency"] if values["concurrency"] is not None else values["clients_per_round"]
@@ -99,7 +104,7 @@ def check_async_keys(values: Dict[str, Any], clients: int, devices: Any, deadlin
     size = values["buffer_size"]
     if rule == "fedasync":
         if size is not None and size != 1:
-            raise ConfigError(f"buffer_size is {size!r} but async_rule is 'fedasync'; expected it unset or 1 "
+            raise ConfigError(f"buffer_size is {_shown(size)} but async_rule is 'fedasync'; expected it unset or 1 "
                               "(FedAsync applies every arrival)")
         size = 1
     elif size is None:
@@ -113,7 +118,7 @@ def check_async_keys(values: Dict[str, Any], clients: int, devices: Any, deadlin
     out["staleness"] = kind if kind == "constant" else f"{kind}:{','.join(format(p, 'g') for p in params)}"
     alpha = values["async_alpha"]
     if rule == "fedbuff" and alpha is not None:
-        raise ConfigError(f"async_alpha is {alpha!r} but async_rule is 'fedbuff'; expected it only with fedasync "
+        raise ConfigError(f"async_alpha is {_shown(alpha)} but async_rule is 'fedbuff'; expected it only with fedasync "
                           "(FedBuff's step is the algorithm's server learning rate)")
     if rule == "fedasync":
         alpha = DEFAULT_ALPHA if alpha is None else alpha
