@@ -174,3 +174,40 @@ def test_the_example_stale_policy_narrows_widths_and_resumes(tmp_path, monkeypat
     monkeypatch.undo()
     resumed = Engine(RunConfig(**config), out_dir=str(tmp_path / "run"), resume=True).run()
     assert resumed["params_sha256"] == policy["params_sha256"]
+
+
+def test_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(tmp_path):
+    """As the synchronous kill test (tests/engine/test_checkpoint.py): SIGKILL an asynchronous FedAsync run after a
+    few server updates, resume it from its checkpoint (clients in flight, buffer, event queue, kept versions)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    args = ["simulate", "--backend", "local", "--mode", "async", "--async-rule", "fedasync", "--devices",
+            "lognormal", "--concurrency", "4", "--rounds", "24", "--local-epochs", "1", "--clients", "8",
+            "--clients-per-round", "4", "--seed", "11", "--checkpoint-every", "3", "--quiet"]
+    killed = str(tmp_path / "killed")
+    process = subprocess.Popen([sys.executable, "-c", "from hasfl_ray.cli.main import main; main()", *args,
+                                "--out", killed], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    metrics = os.path.join(killed, "metrics.jsonl")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if os.path.exists(metrics) and sum(1 for _ in open(metrics, encoding="utf-8")) >= 7:
+            break
+        time.sleep(0.02)
+    assert process.poll() is None, process.stderr.read().decode()
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    process.stderr.close()
+    assert not os.path.exists(os.path.join(killed, "summary.json"))
+    assert load_checkpoint(killed).round % 3 == 0 and load_checkpoint(killed).round >= 6
+    runner = CliRunner()
+    resumed = runner.invoke(main, ["simulate", "--out", killed, "--resume", "--quiet"])
+    assert resumed.exit_code == 0, resumed.output
+    reference = runner.invoke(main, args + ["--out", str(tmp_path / "reference")])
+    assert reference.exit_code == 0, reference.output
+    with open(os.path.join(killed, "summary.json"), encoding="utf-8") as a, \
+            open(tmp_path / "reference" / "summary.json", encoding="utf-8") as b:
+        assert json.load(a)["params_sha256"] == json.load(b)["params_sha256"]
+    assert lines(killed) == lines(tmp_path / "reference")
