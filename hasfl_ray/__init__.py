@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 #: Public names loaded on first use, so that importing hasfl_ray stays light and layered.
 _LAZY = {
     "Algorithm": "hasfl_ray.algorithms.base",
+    "Arrival": "hasfl_ray.algorithms.base",
     "ClientResult": "hasfl_ray.training.local",
     "LocalObjective": "hasfl_ray.training.local",
     "Dataset": "hasfl_ray.data.base",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Type
 
-from hasfl_ray.algorithms.base import Algorithm
+from hasfl_ray.algorithms.base import Algorithm, Arrival
 from hasfl_ray.registry import lookup, register_algorithm, registered
 
 # The built-ins, in the order of the table in docs/algorithms.md: one import each registers one --algorithm name.
@@ -30,4 +30,4 @@ def algorithm_class(name: str) -> Type[Algorithm]:
     return lookup("algorithm", name)
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "algorithm_class", "register_algorithm"]
+__all__ = ["ALGORITHMS", "Algorithm", "Arrival", "algorithm_class", "register_algorithm"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -17,6 +18,22 @@ if TYPE_CHECKING:  # the run configuration sits below the algorithms; only type 
     from hasfl_ray.clock.cost import ClientCost
 
     from hasfl_ray.config import RunConfig
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """One client's update as an asynchronous server applies it (docs/async.md), what :meth:`Algorithm.arrived`
+    is told: the client, its width, the model version it started from, its staleness τ (server updates applied
+    since it was dispatched), the staleness factor s(τ) its weight was scaled by, and the simulated seconds of its
+    dispatch and of its arrival."""
+
+    client: int
+    width: float
+    version: int
+    staleness: int
+    factor: float
+    dispatch_s: float
+    arrival_s: float
 
 
 class Algorithm(ABC):
@@ -132,6 +149,17 @@ class Algorithm(ABC):
         ``results`` are the accepted participants' results in client order with ``update`` emptied (the
         packed tensors stay on the server); ``aggregate.delta`` is empty for the same reason.
         """
+
+    # -- the asynchronous mode (docs/async.md) -------------------------------------------------------------------
+
+    #: In an asynchronous run: the simulated seconds now, i.e. at the dispatch being allocated (``allocate`` is
+    #: asked once per dispatched client, ``round`` then being the server's model version); None in rounds.
+    now: Optional[float] = None
+
+    def arrived(self, version: int, arrivals: Sequence[Arrival]) -> None:
+        """An asynchronous run's server update ``version`` (0-based) is about to apply ``arrivals`` (in arrival
+        order; :meth:`observe` follows with their results): each update's staleness and its dispatch and arrival
+        times. Never called in rounds. Default: nothing."""
 
     def submodel_for_eval(self, params: Dict[str, "torch.Tensor"], width: float) -> Optional[Dict[str, "torch.Tensor"]]:
         """The width-``width`` sub-model that accuracy at each width and local accuracy evaluate, cut from the

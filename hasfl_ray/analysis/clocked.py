@@ -205,6 +205,10 @@ def _step_curves(runs: Sequence[Dict[str, Any]], axis: int) -> Tuple[np.ndarray,
     grid runs from the earliest first round's end to the end of the seed that finished first, so every seed counts
     at every point from its first round on."""
     paths = [trajectory(run) for run in runs]
+    # lines without an evaluation (an asynchronous run's between its evaluations, docs/async.md) leave the curve
+    # at the last evaluated accuracy
+    paths = [tuple(part[~np.isnan(path[2])] for part in path) if not np.isnan(path[2]).all() else path
+             for path in paths]
     xs = [path[axis] for path in paths]
     grid = np.linspace(min(x[0] for x in xs), min(x[-1] for x in xs), GRID_POINTS)
     values = np.full((len(paths), len(grid)), np.nan)

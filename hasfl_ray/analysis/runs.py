@@ -221,6 +221,8 @@ def _label(config: Dict[str, Any]) -> str:
     label = config["algorithm"]
     if config["algorithm"] == "hasfl" and not run_option(config, "coverage", True):
         label += " (coverage off)"
+    if config.get("mode") == "async":  # an asynchronous run of a config: its own row and line (docs/async.md)
+        label += f" ({config.get('async_rule') or 'fedbuff'})"
     return label
 
 

@@ -138,6 +138,25 @@ RUN_OPTIONS = (
     click.option("--dropout", type=float, metavar="P",
                  help="With --devices: the probability an invited client drops out mid-round (update lost; "
                       "default 0)."),
+    click.option("--mode", metavar="[sync|async]",
+                 help="sync (default): rounds; async: event-driven, C clients in flight, the server updating as "
+                      "updates arrive (FedBuff or FedAsync; needs --devices, whose clock times them; docs/async.md)."),
+    click.option("--concurrency", type=int, metavar="C",
+                 help="With --mode async: clients training at once (default: --clients-per-round)."),
+    click.option("--async-rule", metavar="[fedbuff|fedasync]",
+                 help="With --mode async: fedbuff (default; buffer K updates, apply their staleness-weighted mean) "
+                      "or fedasync (mix each arrival in with alpha s(tau))."),
+    click.option("--buffer-size", type=int, metavar="K",
+                 help="With --async-rule fedbuff: updates per server update (default min(10, C); at most C)."),
+    click.option("--staleness", metavar="FN",
+                 help="With --mode async: the staleness factor s(tau): polynomial:A ((1+tau)^-A; default "
+                      "polynomial:0.5), hinge:A,B or constant."),
+    click.option("--async-alpha", type=float, metavar="ALPHA",
+                 help="With --async-rule fedasync: the mixing weight alpha in (0, 1] (default 0.6)."),
+    click.option("--eval-every-updates", type=int, metavar="N",
+                 help="With --mode async: evaluate every N server updates (default 1; and after the last)."),
+    click.option("--eval-every-seconds", type=float, metavar="S",
+                 help="With --mode async: evaluate whenever S more simulated seconds have passed."),
     click.option("--backend", help="ray or local (one process, no Ray); default auto: ray where Ray is installed, else "
                                    "local (the Python API's rule too)."),
     click.option("--actors", type=int, help="Ray trainer actors (default: one per GPU with --device cuda, else one "

@@ -45,7 +45,8 @@ def clock_summary(history: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     up = sum(line["bytes_up"] for line in history)
     reached: Dict[str, Any] = {}
     for target in ACCURACY_TARGETS:
-        first = next((line["sim_time_s"] for line in history if line["test_accuracy"] >= target), None)
+        first = next((line["sim_time_s"] for line in history
+                      if line["test_accuracy"] is not None and line["test_accuracy"] >= target), None)
         reached[width_label(target)] = NOT_REACHED if first is None else first
     sim_time = history[-1]["sim_time_s"] if history else 0.0
     return {"sim_hours": sim_time / 3600.0, "sim_gb": (down + up) / 1e9, "sim_gb_down": down / 1e9,

@@ -150,6 +150,17 @@ class RunConfigFields:
     deadline_policy: str = "drop"
     overselect: Optional[float] = None
     dropout: float = 0.0
+    # the asynchronous run mode (docs/async.md; sync: rounds, the default, every key below unset): C clients in
+    # flight, FedBuff (K buffered updates) or FedAsync (each arrival mixed in with alpha), the staleness function,
+    # evaluation every N server updates or S simulated seconds (hasfl_ray.config.asynchronous)
+    mode: str = "sync"
+    concurrency: Optional[int] = None
+    async_rule: Optional[str] = None
+    buffer_size: Optional[int] = None
+    staleness: Optional[str] = None
+    async_alpha: Optional[float] = None
+    eval_every_updates: Optional[int] = None
+    eval_every_seconds: Optional[float] = None
 
     def __post_init__(self) -> None:
         def bad(name: str, value: Any, expected: str) -> ConfigError:
@@ -243,6 +254,12 @@ class RunConfigFields:
         self._check_model(bad)
         self._check_execution(bad)
         self._check_clock()
+        from hasfl_ray.config.asynchronous import ASYNC_KEYS, check_async_keys
+
+        values = check_async_keys({k: getattr(self, k) for k in ("mode", "clients_per_round", *ASYNC_KEYS)},
+                                  self.clients, self.devices, self.deadline)
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
 
     def _check_model(self, bad) -> None:
         """Validate model, model_norm and model_scaler (docs/models.md); the dataset's inputs are checked by the

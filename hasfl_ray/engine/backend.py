@@ -129,6 +129,41 @@ class Backend(ABC):
     @abstractmethod
     def params_sha256(self) -> str: ...
 
+    # -- the asynchronous mode (hasfl_ray.engine.asynchronous, docs/async.md) ---------------------------------------
+
+    def dispatch(self, task: ClientTask) -> Any:
+        """Start training ``task`` from the current global model (an asynchronous client dispatched now); returns a
+        handle that :meth:`apply_arrivals` takes once the client's update arrives. Results depend on the task and
+        the model only, never on when or where it trains."""
+        raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
+
+    def apply_arrivals(self, handles: Sequence[Any], weights: Sequence[float], server_lr: float,
+                       bases: Optional[Sequence[Optional[int]]] = None) -> Tuple[List[ClientResult], AggregateResult]:
+        """One server update from the arrived clients ``handles`` (in arrival order): :meth:`Server.apply` with
+        ``weights``, ``server_lr`` and (FedAsync) the model ``bases`` they started from."""
+        raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
+
+    def handle_result(self, handle: Any) -> ClientResult:
+        """The full result (update included) behind a handle: what a checkpoint keeps of a client in flight."""
+        raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
+
+    def restore_handle(self, result: ClientResult) -> Any:
+        """A handle holding ``result`` (a resumed run's client in flight)."""
+        raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
+
+    def keep_version(self, version: int) -> None:
+        """:meth:`Server.keep_version` (FedAsync's clients in flight)."""
+        raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
+
+    def release_version(self, version: int) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
+
+    def kept_versions(self) -> Dict[int, Any]:
+        raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
+
+    def restore_versions(self, versions: Mapping[int, Any]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
+
     def describe(self) -> Dict[str, object]:
         """What to record about the execution (actor counts, threads), for config.yaml/summary.json."""
         return {"backend": self.name}
@@ -220,6 +255,35 @@ class LocalBackend(Backend):
 
     def params_sha256(self):
         return self.server.params_sha256()
+
+    def dispatch(self, task):
+        try:
+            return self.trainer.train(task, self.server.params)
+        except (ConfigError, KeyboardInterrupt):
+            raise
+        except BaseException as error:
+            raise trainer_error([task], error, traceback.format_exc()) from None
+
+    def apply_arrivals(self, handles, weights, server_lr, bases=None):
+        return self.server.apply(list(handles), weights, server_lr, bases)
+
+    def handle_result(self, handle):
+        return handle
+
+    def restore_handle(self, result):
+        return result
+
+    def keep_version(self, version):
+        self.server.keep_version(version)
+
+    def release_version(self, version):
+        self.server.release_version(version)
+
+    def kept_versions(self):
+        return self.server.kept_versions()
+
+    def restore_versions(self, versions):
+        self.server.restore_versions(versions)
 
     def describe(self):
         return {"backend": self.name, "actors": 1, "trainer_threads": self.threads}

@@ -16,7 +16,7 @@ import torch
 from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.clock import Invitation
 from hasfl_ray.clock.records import round_record
-from hasfl_ray.engine import evaluating, preparing, records
+from hasfl_ray.engine import asynchronous, evaluating, preparing, records
 from hasfl_ray.engine.backend import Backend, RoundInterrupted
 from hasfl_ray.engine.checkpoint import SNAPSHOT_BYTES, Checkpoint, Snapshot, save_checkpoint, state_bytes
 from hasfl_ray.engine.config import RunConfig, parse_fault
@@ -80,6 +80,7 @@ class Engine:
         self.events: Optional[RunEvents] = None  # RUN/events/ while run() runs, when tensorboard imports
         self.stop_signals = StopSignals()  # replaced by the active one while run() runs
         self.claimed: Any = None  # control_variates_dir as prepare made and marked it (hasfl_ray.files.FolderClaim)
+        self.asynchronous: Any = None  # the event loop of an asynchronous run (mode async, docs/async.md)
 
     def prepare(self) -> None:
         """Load data, draw tiers, build the algorithm and w^(0); raises ConfigError before anything is written (or
@@ -185,6 +186,8 @@ class Engine:
 
     def _loop(self) -> Dict[str, Any]:
         c = self.config
+        if c.mode == "async":  # the event loop on the device clock, over the same rooms
+            return asynchronous.run(self)
         start = time.perf_counter()
         bar = None
         if self.progress:
@@ -231,6 +234,8 @@ class Engine:
         if snapshot is None:
             params, state = self.backend.get_params(), self.algorithm.state_dict()
             clock = self.clock.state_dict() if self.clock is not None else None
+            if self.asynchronous is not None:  # the clients in flight, the buffer and the event queue
+                clock["async"] = self.asynchronous.state_dict()
         else:
             params, state, clock = snapshot.params(), snapshot.algorithm_state, snapshot.clock
         save_checkpoint(self.rundir.path, Checkpoint(

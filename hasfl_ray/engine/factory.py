@@ -24,7 +24,8 @@ def make_backend(config: RunConfig) -> Backend:
     if config.backend == "ray":
         from hasfl_ray.simulation.placement import handoff_execution
 
-        execution = handoff_execution(config)
+        # an asynchronous run has no round boundary to hand over at (its clients in flight live on one backend)
+        execution = handoff_execution(config) if config.mode != "async" else None
         if execution is not None:
             return HandoffBackend(lambda: _ray_backend(warn_at_warm_up=True), execution, _takeover_round())
         return _ray_backend()

@@ -127,6 +127,9 @@ class GuardedAlgorithm:
     def set_capacities(self, round: int, p_max: np.ndarray) -> None:
         self._call("set_capacities", round, p_max.copy())
 
+    def arrived(self, version: int, arrivals: Sequence[Any]) -> None:
+        self._call("arrived", version, arrivals)
+
     def observe(self, round: int, results: Sequence[Any], aggregate: Any) -> None:
         self._call("observe", round, results, aggregate)
 

@@ -78,8 +78,9 @@ def record(engine: Any, pending: Optional[Tuple[Dict[str, Any], Any, Any, Option
             with writing(engine.rundir, "checkpoints/latest.pt"):
                 engine.save_checkpoint(engine.elapsed_before + time.perf_counter() - start, snapshot)
     if bar:
-        bar.set_postfix(acc=f"{line['test_accuracy']:.3f}", avg_p=f"{line['avg_p']:.2f}",
-                        cov=f"{line['coverage']:.2f}")
+        if line["test_accuracy"] is not None:  # an asynchronous line between evaluations has none
+            bar.set_postfix(acc=f"{line['test_accuracy']:.3f}", avg_p=f"{line['avg_p']:.2f}",
+                            cov=f"{line['coverage']:.2f}")
         bar.update(1)
 
 
@@ -108,7 +109,7 @@ def client_rows(engine: Any) -> Iterator[Tuple[Any, ...]]:
     p_final = np.asarray(engine.algorithm.p_current, dtype=np.float64)
     names = engine.dataset.client_names
     local = engine.local if isinstance(engine.local, dict) else None
-    clocked = list(profile_columns(engine.clock).values()) if engine.clock is not None else []
+    clocked = list(extra_columns(engine).values())
     for start in range(0, engine.config.clients, CLIENT_ROWS_CHUNK):  # Python numbers for one chunk at a time
         part = slice(start, start + CLIENT_ROWS_CHUNK)
         tv_part = [("" if x != x else x) for x in tv[part].tolist()]  # NaN: not computed
@@ -124,7 +125,7 @@ def client_rows(engine: Any) -> Iterator[Tuple[Any, ...]]:
 def finish(engine: Any, wall_s: float) -> Dict[str, Any]:
     """summary.json of the rounds recorded, which ``wall_s`` took; the run directory's clients.csv and summary.json
     written (when the run has one)."""
-    accuracies = [line["test_accuracy"] for line in engine.history]
+    accuracies = [line["test_accuracy"] for line in engine.history if line["test_accuracy"] is not None]
     avg_p = [line["avg_p"] for line in engine.history]
     summary = {"best_accuracy": max(accuracies), "final_accuracy": accuracies[-1],
                "avg_p": float(np.mean(avg_p)),
@@ -139,13 +140,36 @@ def finish(engine: Any, wall_s: float) -> Dict[str, Any]:
     summary.update(engine.evaluation_summary())
     if engine.clock is not None:  # simulated hours, GB and time-to-accuracy (docs/clock.md)
         summary.update(clock_summary(engine.history))
+    if engine.asynchronous is not None:  # server updates, clients dispatched, staleness (docs/async.md)
+        summary.update(async_summary(engine))
     if engine.rundir:
         with writing(engine.rundir, "clients.csv"):
-            engine.rundir.write_clients(engine.client_rows(),
-                                        tuple(profile_columns(engine.clock)) if engine.clock is not None else ())
+            engine.rundir.write_clients(engine.client_rows(), tuple(extra_columns(engine)))
         with writing(engine.rundir, "summary.json"):
             engine.rundir.write_summary(summary)
     return summary
+
+
+def extra_columns(engine: Any) -> Dict[str, np.ndarray]:
+    """clients.csv's columns beyond the protocol's: the clock's (a device population), then an asynchronous run's
+    updates_sent and mean_staleness (empty: none applied)."""
+    columns = dict(profile_columns(engine.clock)) if engine.clock is not None else {}
+    if engine.asynchronous is not None:
+        state = engine.asynchronous.state
+        columns["updates_sent"] = state.sent
+        columns["mean_staleness"] = state.mean_staleness()
+    return columns
+
+
+def async_summary(engine: Any) -> Dict[str, Any]:
+    """summary.json's asynchronous keys: server updates applied, clients dispatched, updates applied, and the
+    staleness of the applied updates (mean over them, and the largest)."""
+    history, state = engine.history, engine.asynchronous.state
+    applied = int(state.sent.sum()) - len(state.buffer)
+    return {"mode": "async", "async_rule": engine.config.async_rule, "server_updates": len(history),
+            "clients_dispatched": state.dispatches, "updates_applied": applied,
+            "staleness_mean": float(state.stale_sum.sum() / applied) if applied else None,
+            "staleness_max": max((line["staleness_max"] for line in history), default=None)}
 
 
 @contextlib.contextmanager

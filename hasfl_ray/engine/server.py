@@ -21,7 +21,7 @@ from hasfl_ray.errors import RunError
 from hasfl_ray.evaluation import beats, pack_bits
 from hasfl_ray.models import build_model, extract, gate_blocks_of, register_model
 from hasfl_ray.models.resnet import sbn_statistics, training_batches
-from hasfl_ray.models.slicing import ParamSpec, window_indices
+from hasfl_ray.models.slicing import ParamSpec, region, window_indices, window_linear_index
 from hasfl_ray.training.evaluate import evaluate
 from hasfl_ray.training.local import ClientResult
 from hasfl_ray.training.result import finite_flags
@@ -130,6 +130,8 @@ class Server:
         self.output_layer = () if label_masks is None else output_layer(self.specs, self.label_masks.shape[1])
         self._frozen_counts: Optional[Dict[str, int]] = None  # per parameter, of the current params (None: stale)
         self._calibrated: Dict[float, nn.Module] = {}  # sBN: the width models whose statistics fit the current params
+        #: FedAsync (docs/async.md): model versions clients in flight started from, version -> [params, holders]
+        self._versions: Dict[int, list] = {}
 
     def get_params(self) -> Dict[str, torch.Tensor]:
         return {name: t.detach().cpu().clone() for name, t in self.params.items()}
@@ -140,15 +142,69 @@ class Server:
         for name, tensor in params.items():
             self.params[name].copy_(tensor)
 
+    def keep_version(self, version: int) -> None:
+        """Keep the current parameters as model ``version`` while a client in flight started from it (FedAsync mixes
+        the client's model w_stale + Δ_i, so the server needs w_stale at the client's coordinates); one holder more
+        when it is kept already."""
+        if version in self._versions:
+            self._versions[version][1] += 1
+        else:
+            self._versions[version] = [{name: t.clone() for name, t in self.params.items()}, 1]
+
+    def release_version(self, version: int) -> None:
+        """One holder of ``version`` fewer; the copy is dropped with the last."""
+        kept = self._versions.get(version)
+        if kept is not None:
+            kept[1] -= 1
+            if kept[1] <= 0:
+                del self._versions[version]
+
+    def kept_versions(self) -> Dict[int, Tuple[Dict[str, torch.Tensor], int]]:
+        """The versions kept and their holders (a checkpoint's), version -> (CPU params, holders)."""
+        return {v: ({n: t.detach().cpu().clone() for n, t in kept[0].items()}, kept[1])
+                for v, kept in self._versions.items()}
+
+    def restore_versions(self, versions: Mapping[int, Tuple[Mapping[str, torch.Tensor], int]]) -> None:
+        self._versions = {int(v): [{n: t.to(self.device, torch.float32).clone() for n, t in params.items()},
+                                   int(holders)] for v, (params, holders) in versions.items()}
+
+    def mixed(self, results: Sequence[ClientResult], bases: Sequence[Optional[int]]) -> List[ClientResult]:
+        """FedAsync's mixing as updates: each result's update u_i = (w_stale + Δ_i) − w at its own coordinates (its
+        packed slice or window), w_stale the kept version ``bases[i]`` (None: the current model, u_i = Δ_i), so
+        that w + α u_i = (1 − α) w + α (w_stale + Δ_i) there."""
+        out = []
+        for result, base in zip(results, bases):
+            if base is None:
+                out.append(result)
+                continue
+            stale = self._versions[base][0]
+            update = {}
+            for name, delta in result.update.items():
+                spec = self.specs[name]
+                shape = tuple(delta.shape)
+                if result.offset:
+                    index = window_linear_index(spec, shape, result.offset, self.device)
+                    gap = stale[name].reshape(-1)[index] - self.params[name].reshape(-1)[index]
+                else:
+                    gap = region(stale[name], shape, spec.gate_blocks).reshape(shape) - \
+                        region(self.params[name], shape, spec.gate_blocks).reshape(shape)
+                update[name] = (delta.to(self.device) + gap.to(delta.dtype)).contiguous()
+            out.append(dataclasses.replace(result, update=update))
+        return out
+
     def apply(self, results: Sequence[ClientResult], weights: Sequence[float],
-              server_lr: float = 1.0) -> Tuple[List[ClientResult], AggregateResult]:
+              server_lr: float = 1.0, bases: Optional[Sequence[Optional[int]]] = None
+              ) -> Tuple[List[ClientResult], AggregateResult]:
         """Aggregate the finite results (in the given client order) and update the global parameters.
 
-        A result holding NaN/Inf is rejected and logged; it never reaches the global model.
+        A result holding NaN/Inf is rejected and logged; it never reaches the global model. ``bases`` (FedAsync):
+        per result, the kept model version it started from, whose mixing :meth:`mixed` turns into its update.
 
         Returns:
             The accepted results with ``update`` emptied, and the aggregate's statistics (``delta`` empty).
         """
+        if bases is not None:
+            results = self.mixed(results, bases)
         accepted, accepted_weights = [], []
         for result, weight, finite in zip(results, weights, finite_flags(results)):
             if finite:

@@ -212,6 +212,29 @@ class ServerActor:
         return pack((accepted, aggregate, self.server.frozen_fraction(), self.server.frozen_by_layer())), \
             self.params()
 
+    def arrivals(self, weights: Sequence[float], server_lr: float, bases: Optional[Sequence[Optional[int]]],
+                 *results: Packed) -> Tuple[Packed, Packed]:
+        """An asynchronous server update (docs/async.md): the arrived clients' results (each one call's packed
+        tuple of one result, in arrival order) applied as :meth:`round` applies a round's, with FedAsync's
+        ``bases``."""
+        torch.set_num_threads(self.threads)
+        arrived = [unpack(call)[0] for call in results]
+        accepted, aggregate = self.server.apply(arrived, weights, server_lr, bases)
+        return pack((accepted, aggregate, self.server.frozen_fraction(), self.server.frozen_by_layer())), \
+            self.params()
+
+    def keep_version(self, version: int) -> None:
+        self.server.keep_version(version)
+
+    def release_version(self, version: int) -> None:
+        self.server.release_version(version)
+
+    def kept_versions(self) -> Packed:
+        return pack(self.server.kept_versions())
+
+    def restore_versions(self, versions: Packed) -> None:
+        self.server.restore_versions(unpack(versions))
+
     def frozen_fraction(self) -> float:
         return self.server.frozen_fraction()
 

@@ -21,6 +21,7 @@ from hasfl_ray.models import build_model, pads_exactly
 from hasfl_ray.registry import FILE_MODULES
 from hasfl_ray.simulation import connect_ray, warn_auth_off
 from hasfl_ray.simulation.actors import ServerActor, TrainerActor
+from hasfl_ray.simulation.asynchronous import AsyncTransport
 from hasfl_ray.simulation.placement import ActorPlan, execution, plan_actors
 from hasfl_ray.simulation.transport import (  # noqa: F401 (re-exported)
     MAX_ATTEMPTS, TASKS_IN_FLIGHT, RoundTiming, Transport, _lost, _Pending, _Slot)
@@ -42,7 +43,7 @@ CALLS_PER_TRAINER = 8
 OBJECT_STORE_BYTES = 2 * 1024 ** 3
 
 
-class RayBackend(Transport, Backend):
+class RayBackend(AsyncTransport, Transport, Backend):
     """Trainer actors (each a :class:`Trainer` on a CPU core, a GPU or a GPU fraction) and one server actor.
 
     Per round: the server's parameters become one object-store object; every trainer reads it once; the

@@ -176,3 +176,24 @@ def test_report_reads_what_a_clocked_engine_run_writes(tmp_path):
     assert cells["bytes"]["mean"] == pytest.approx(1e9 * summary["sim_gb"])
     assert cells["sim_time_s"]["mean"] == pytest.approx(3600 * summary["sim_hours"])
     assert (tmp_path / "out" / "digits-clock.png").exists()
+
+
+def test_sync_and_async_runs_of_one_config_share_the_clock_figure_as_their_own_lines(tmp_path):
+    """docs/async.md: an asynchronous run of a config is its own row and line (``HAS-FL (fedbuff)``) beside the
+    synchronous one, and its unevaluated lines (null accuracy) leave its curve at the last evaluated accuracy."""
+    runs = tmp_path / "runs"
+    make_run(runs / "sync", 1, [0.4, 0.6, 0.8])
+    path = make_run(runs / "async", 1, [0.3, 0.5, 0.7, 0.9], round_time=1.0)
+    config = yaml.safe_load((path / "config.yaml").read_text())
+    (path / "config.yaml").write_text(yaml.safe_dump({**config, "mode": "async", "async_rule": "fedbuff",
+                                                      "deadline": None}))
+    lines = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+    lines[2]["test_accuracy"] = None  # not evaluated at update 2
+    (path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    table = clock_table([read_run(str(runs / "sync")), read_run(str(path))])
+    assert [row["algorithm"] for row in table["rows"]] == ["hasfl", "hasfl (fedbuff)"]
+    async_row = table["rows"][1]["cells"]
+    assert async_row["time_to_0.9_s"]["mean"] == 4.0 and async_row["time_to_0.5_s"]["mean"] == 2.0
+    grid, mean, _ = _step_curves([read_run(str(path))], 0)
+    at_three = mean[np.searchsorted(grid, 3.0, side="right") - 1]
+    assert at_three == pytest.approx(50.0)  # update 2 (3 s) unevaluated: still update 1's 50 %

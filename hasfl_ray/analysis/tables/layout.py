@@ -14,6 +14,9 @@ DATASET_NAMES = {"cifar10": "CIFAR-10", "emnist": "EMNIST", "shakespeare": "Shak
 
 
 def display_name(name: str) -> str:
+    base, opening, rest = name.partition(" (")
+    if name not in DISPLAY_NAMES and opening and base in DISPLAY_NAMES:  # "hasfl (fedbuff)": HAS-FL (fedbuff)
+        return DISPLAY_NAMES[base] + opening + rest
     return DISPLAY_NAMES.get(name, DATASET_NAMES.get(name, name))
 
 

@@ -1,0 +1,252 @@
+"""The asynchronous run mode (docs/async.md): an event loop on the device clock in place of the round loop.
+
+C clients train at once. Each is dispatched from the model the server holds then, at the width its algorithm
+allocates; the clock says when its update arrives (its download, local steps and upload at that width on its
+device, plus latency) or when it drops out. Events are taken in order of (simulated time, client id), so a run is
+the same on every backend and actor count. An arrival goes into the buffer; with K updates buffered the server
+applies them (FedBuff: their staleness-weighted mean; FedAsync, K = 1: the arrival mixed in with α s(τ)), records a
+metrics line and moves the model version on. Then a new client is sampled among those available and not in flight,
+and dispatched from the new model.
+
+The engine's rooms do the rest: the algorithm (allocation, objective, observe), the backend (training, the server),
+evaluation (:mod:`.evaluating`) and the records (:mod:`.records`); :mod:`.async_state` holds the loop's state and
+what a checkpoint keeps of it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from collections import Counter
+from typing import Any, Dict, List
+
+import numpy as np
+
+from hasfl_ray.aggregation.asynchronous import buffered_step, mixing_step
+from hasfl_ray.algorithms import Arrival
+from hasfl_ray.clock.records import width_label
+from hasfl_ray.config.asynchronous import eval_due, parse_staleness, staleness_factor
+from hasfl_ray.engine import records
+from hasfl_ray.engine.async_state import AsyncState, InFlight
+from hasfl_ray.engine.backend import RoundInterrupted
+from hasfl_ray.engine.participants import round_capacities
+from hasfl_ray.schedule import round_lr
+from hasfl_ray.training.seeding import STREAM_CLOCK, numpy_rng
+from hasfl_ray.training.task import ClientTask
+
+logger = logging.getLogger(__name__)
+
+#: The sub-streams of ``rng(seed, STREAM_CLOCK, dispatch, kind)`` an asynchronous run draws from (a synchronous run's
+#: are kinds 0 and 1, keyed by round): the client sampled, and its dropout.
+SAMPLING, DROPOUT = 2, 3
+#: Random candidates tried for a dispatch before every client is asked (the rare path: nearly all are busy or away).
+DRAWS = 1000
+
+
+class AsyncLoop:
+    """The event loop of one asynchronous run, over an :class:`~hasfl_ray.engine.engine.Engine`'s rooms."""
+
+    def __init__(self, engine: Any):
+        self.engine = engine
+        c = engine.config
+        self.config, self.clock, self.backend, self.algorithm = c, engine.clock, engine.backend, engine.algorithm
+        self.concurrency, self.buffer_size = c.concurrency, c.buffer_size
+        self.fedasync = c.async_rule == "fedasync"
+        self.staleness = parse_staleness(c.staleness)
+        self.state = AsyncState.fresh(c.clients)
+
+    # -- sampling and dispatch ------------------------------------------------------------------------------------
+
+    def sample(self, n: int) -> int:
+        """Dispatch ``n``'s client: random candidates from ``rng(seed, STREAM_CLOCK, n, 2)`` until one is available
+        now and not in flight; when DRAWS find none, the lowest id of those that are; when none is, -1."""
+        now, busy, availability = self.clock.now, self.state.in_flight, self.clock.availability
+        rng = numpy_rng(self.config.seed, STREAM_CLOCK, n, SAMPLING)
+        for candidate in rng.integers(0, self.config.clients, size=DRAWS).tolist():
+            if candidate not in busy and availability.window(candidate, now)[0]:
+                return candidate
+            if candidate not in busy:
+                self.state.unavailable += 1
+        free = [i for i in range(self.config.clients) if i not in busy and availability.window(i, now)[0]]
+        return free[0] if free else -1
+
+    def fill(self) -> None:
+        """Dispatch until C clients are in flight (or waiting for one to become available)."""
+        s = self.state
+        while len(s.in_flight) < self.concurrency:
+            n = s.dispatches
+            s.dispatches += 1
+            client = self.sample(n)
+            if client >= 0:
+                self.start(client, n)
+                continue
+            # nobody is available: the slot waits for the first client to come back (ties: the lowest id)
+            now = self.clock.now
+            wake, client = min((self.clock.availability.next_on(i, now), i) for i in range(self.config.clients)
+                               if i not in s.in_flight)
+            s.push(InFlight(client, n, s.version, 0.0, now, wake, wake=True))
+
+    def start(self, client: int, n: int) -> None:
+        """Dispatch ``client`` now as dispatch ``n``: its width, cost and arrival (or drop-out) time; trained now
+        from the current model unless it will drop out (its update never arrives)."""
+        s, c, clock, algorithm = self.state, self.config, self.clock, self.algorithm
+        now, v = clock.now, s.version
+        algorithm.algorithm.now = now
+        width = algorithm.allocate(v, [client])[client]
+        cost = algorithm.client_cost(v, client, width, clock.base_cost(client, width))
+        full = clock.seconds(client, cost)
+        u = numpy_rng(c.seed, STREAM_CLOCK, n, DROPOUT).random(2)
+        until = clock.availability.window(client, now)[1] - now
+        lost = bool(u[0] < c.dropout) or full > until
+        end = now + (float(u[1]) * full if u[0] < c.dropout else until if full > until else full)
+        s.bytes_down += int(cost.bytes_down)
+        s.dispatched += 1
+        clock.invited[client] = True
+        clock.busy[client] += end - now
+        handle = None
+        if not lost:
+            lr = round_lr(c.lr, c.lr_decay, v, c.lr_milestones, c.lr_gamma)
+            task = ClientTask(client, n, width, lr, c.seed, algorithm.objective(v, client, width),
+                              offset=algorithm.window_offset(v, client), masked_loss=c.masked_loss)
+            handle = self.backend.dispatch(task)
+            if self.fedasync:
+                self.backend.keep_version(v)
+        s.push(InFlight(client, n, v, width, now, end, lost=lost, bytes_up=int(cost.bytes_up), handle=handle))
+
+    # -- the loop ---------------------------------------------------------------------------------------------------
+
+    def run(self) -> Dict[str, Any]:
+        engine, c, s = self.engine, self.config, self.state
+        start = time.perf_counter()
+        engine._in_loop, engine._loop_start, engine._bar = True, start, None
+        if c.width_assignment == "dynamic":
+            self.capacities(s.version)
+        update_start = time.perf_counter()
+        while s.version < c.rounds:
+            self.fill()
+            end, client = heapq.heappop(s.queue)
+            entry = s.in_flight.pop(client)
+            self.clock.now = end
+            if entry.wake:
+                self.start(client, entry.dispatch)
+                continue
+            if entry.lost:
+                s.dropped += 1
+                continue
+            s.bytes_up += entry.bytes_up
+            s.sent[client] += 1
+            s.buffer.append(entry)
+            if len(s.buffer) < self.buffer_size:
+                continue
+            try:
+                self.server_update(update_start)
+            except RoundInterrupted:
+                engine._interrupted(start)
+            update_start = time.perf_counter()
+            if engine.stop_signals.requested() and s.version < c.rounds:
+                engine._interrupted(start)
+        engine._in_loop = False
+        return engine.finish(engine.elapsed_before + time.perf_counter() - start)
+
+    def capacities(self, version: int) -> None:
+        """Dynamic width assignment: every client's p^max for the server version ``version`` (as for a round)."""
+        e = self.engine
+        e.p_max = round_capacities(self.config.seed, version, self.config.clients, e.ladder)
+        self.algorithm.set_capacities(version, e.p_max)
+
+    def server_update(self, wall_start: float) -> None:
+        """Apply the buffer: weights n_i s(τ_i), FedBuff's step η_g Σ n_i s(τ_i) / Σ n_i or FedAsync's η_g α s(τ);
+        the algorithm told and observing; the metrics line recorded (evaluated when due); the version moved on."""
+        e, c, s = self.engine, self.config, self.state
+        entries, s.buffer = s.buffer, []
+        v, now = s.version, self.clock.now
+        taus = [v - entry.version for entry in entries]
+        factors = [staleness_factor(*self.staleness, tau) for tau in taus]
+        counts = self.algorithm.aggregation_weights([entry.client for entry in entries])
+        kept = [k for k, weight in enumerate(counts) if weight > 0]
+        if len(kept) < len(entries):
+            logger.warning("server update %d: client(s) %s have aggregation weight 0 and are left out", v,
+                           ", ".join(str(entries[k].client) for k in range(len(entries)) if k not in kept))
+        if self.fedasync and kept:
+            weights, lr = mixing_step(counts[0], factors[0], c.async_alpha, self.algorithm.server_lr)
+        else:
+            weights, lr = buffered_step([counts[k] for k in kept], [factors[k] for k in kept],
+                                        self.algorithm.server_lr)
+        self.algorithm.arrived(v, [Arrival(entries[k].client, entries[k].width, entries[k].version, taus[k],
+                                           factors[k], entries[k].start_s, entries[k].end_s) for k in kept])
+        handles = [entries[k].handle for k in kept]
+        if handles:
+            results, aggregate = self.backend.apply_arrivals(handles, weights, lr, [entries[k].version for k in kept]
+                                                             if self.fedasync else None)
+        else:
+            results, aggregate = [], e._empty_aggregate()
+        if self.fedasync:
+            for entry in entries:
+                self.backend.release_version(entry.version)
+        accepted = {r.client for r in results}
+        rejected = [entries[k].client for k in kept if entries[k].client not in accepted]
+        if rejected:
+            logger.warning("server update %d: rejected the non-finite update of client(s) %s", v,
+                           ", ".join(map(str, rejected)))
+        self.algorithm.observe(v, results, aggregate)
+        for entry, tau in zip(entries, taus):
+            s.stale_sum[entry.client] += tau
+        line = self.line(v, entries, taus, results, aggregate, rejected)
+        due = eval_due(v, v + 1 == c.rounds, now, s.last_update_s, c.eval_every_updates, c.eval_every_seconds)
+        s.version, s.last_update_s = v + 1, now
+        if c.width_assignment == "dynamic" and s.version < c.rounds:
+            self.capacities(s.version)
+        if due:
+            line = records.complete(line, e.request_evaluation(v), wall_start)
+        else:
+            line["wall_s"] = time.perf_counter() - wall_start
+        records.record(e, (line, None, None, None))
+
+    def line(self, v: int, entries: List[InFlight], taus: List[int], results, aggregate, rejected) -> Dict[str, Any]:
+        """Server update ``v``'s metrics line: the synchronous line's keys (round = v), the clock's (since the last
+        update) and the asynchronous ones: version, staleness_mean and staleness_max of the applied updates,
+        buffer_fill (applied / K), in_flight, dispatched."""
+        e, s, now = self.engine, self.state, self.clock.now
+        used = [r.width if r.trained_width is None else r.trained_width for r in results] or \
+            [entry.width for entry in entries]
+        h = self.algorithm.h_tilde()
+        tiers = Counter(width_label(e.p_max[entry.client]) for entry in entries)
+        line = {"round": v, "test_accuracy": None, "test_loss": None, "avg_p": float(np.mean(used)),
+                "coverage": aggregate.covered_fraction, "frozen_fraction": self.backend.frozen_fraction(),
+                "mean_h": float(h.mean()) if h is not None else None, "rejected_updates": len(rejected),
+                "frozen_by_layer": self.backend.frozen_by_layer(), "coverage_by_layer": aggregate.covered_by_layer,
+                "sim_time_s": now, "round_time_s": now - s.last_update_s, "idle_s": 0.0,
+                "bytes_down": s.bytes_down, "bytes_up": s.bytes_up, "invited": s.dispatched, "late_updates": 0,
+                "dropped_updates": s.dropped, "partial_updates": 0, "unavailable_clients": s.unavailable,
+                "participants_by_tier": {key: tiers[key] for key in sorted(tiers, key=float)},
+                "version": v + 1, "staleness_mean": float(np.mean(taus)), "staleness_max": int(max(taus)),
+                "buffer_fill": len(entries) / self.buffer_size, "in_flight": len(s.in_flight),
+                "wall_s": None}
+        s.bytes_down = s.bytes_up = s.dispatched = s.dropped = s.unavailable = 0
+        return line
+
+    # -- checkpoints ------------------------------------------------------------------------------------------------
+
+    def state_dict(self) -> Dict[str, Any]:
+        """What a checkpoint keeps of the loop (:meth:`AsyncState.state_dict`), FedAsync's kept versions included."""
+        return self.state.state_dict(self.backend, self.backend.kept_versions() if self.fedasync else None)
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.state = AsyncState.from_state(state, self.backend)
+        if self.fedasync:
+            self.backend.restore_versions(state["versions"])
+
+
+def run(engine: Any) -> Dict[str, Any]:
+    """Run ``engine``'s asynchronous run to its last server update (``rounds`` of them), continuing a checkpoint's
+    loop where it has one; returns the summary."""
+    loop = AsyncLoop(engine)
+    engine.asynchronous = loop
+    saved = (engine.checkpoint.clock or {}).get("async") if engine.checkpoint is not None else None
+    if saved is not None:
+        loop.load_state_dict(saved)
+    return loop.run()
+
+
+__all__ = ["AsyncLoop", "DRAWS", "DROPOUT", "SAMPLING", "run"]

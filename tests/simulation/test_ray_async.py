@@ -1,0 +1,68 @@
+"""The asynchronous mode on Ray (docs/async.md): events ordered by (simulated time, client id) in the driver and
+every client trained from the model of its dispatch, so one and two trainer actors give the local backend's
+params_sha256, metrics.jsonl and clients.csv bit for bit, under FedBuff and FedAsync, and a resumed Ray run the
+uninterrupted one's."""
+
+import json
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="needs Ray")
+
+from hasfl_ray.engine import Engine, RunConfig  # noqa: E402
+from hasfl_ray.engine.asynchronous import AsyncLoop  # noqa: E402
+
+ASYNC = dict(mode="async", devices="lognormal", availability="markov:3,1", clients=8, clients_per_round=4,
+             local_epochs=1, seed=7, concurrency=4, rounds=4, checkpoint_every=0, algorithm="hasfl", warmup=1,
+             t_adapt=1)
+
+
+def outcome(tmp_path, name, config):
+    out = tmp_path / name
+    summary = Engine(RunConfig(**config), out_dir=str(out)).run()
+    with open(out / "metrics.jsonl", encoding="utf-8") as handle:
+        lines = [{k: v for k, v in json.loads(line).items() if k != "wall_s"} for line in handle]
+    return summary["params_sha256"], lines, (out / "clients.csv").read_text()
+
+
+@pytest.mark.parametrize("rule, buffer", [("fedbuff", 2), ("fedasync", None)])
+def test_local_equals_ray_with_one_and_two_actors(ray_local, tmp_path, rule, buffer):
+    config = {**ASYNC, "async_rule": rule, "buffer_size": buffer}
+    local = outcome(tmp_path, "local", {**config, "backend": "local"})
+    assert outcome(tmp_path, "ray1", {**config, "backend": "ray", "actors": 1}) == local
+    assert outcome(tmp_path, "ray2", {**config, "backend": "ray", "actors": 2}) == local
+    assert max(line["staleness_max"] for line in local[1]) > 0
+
+
+def test_a_ray_run_resumed_mid_run_matches(ray_local, tmp_path, monkeypatch):
+    config = {**ASYNC, "async_rule": "fedasync", "backend": "ray", "actors": 2, "rounds": 5, "checkpoint_every": 2}
+    reference = outcome(tmp_path, "reference", config)
+    original = AsyncLoop.server_update
+
+    def crash(self, wall_start):
+        if self.state.version == 3:
+            raise KeyboardInterrupt
+        return original(self, wall_start)
+
+    monkeypatch.setattr(AsyncLoop, "server_update", crash)
+    with pytest.raises(KeyboardInterrupt):
+        Engine(RunConfig(**config), out_dir=str(tmp_path / "run")).run()
+    monkeypatch.undo()
+    summary = Engine(RunConfig(**config), out_dir=str(tmp_path / "run"), resume=True).run()
+    assert summary["params_sha256"] == reference[0]
+    with open(tmp_path / "run" / "metrics.jsonl", encoding="utf-8") as handle:
+        assert [{k: v for k, v in json.loads(line).items() if k != "wall_s"} for line in handle] == reference[1]
+
+
+def test_an_asynchronous_ray_run_waits_for_ray_instead_of_handing_over():
+    """A synchronous Ray run trains its first rounds here while Ray starts (HandoffBackend); an asynchronous one has
+    no round boundary to hand its clients in flight over at, so it runs on Ray from its first dispatch."""
+    from hasfl_ray.engine.factory import make_backend
+    from hasfl_ray.engine.handoff import HandoffBackend
+    from hasfl_ray.simulation.backend import RayBackend
+
+    ray.shutdown()  # no Ray of this process: the synchronous run would hand over
+    config = {k: v for k, v in ASYNC.items()}
+    assert isinstance(make_backend(RunConfig(**config, backend="ray", device="cpu")), RayBackend)
+    assert isinstance(make_backend(RunConfig(backend="ray", device="cpu", clients=8, clients_per_round=4)),
+                      HandoffBackend)
