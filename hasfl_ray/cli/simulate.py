@@ -14,7 +14,7 @@ import click
 from hasfl_ray.cli.common import setup_logging, user_errors
 from hasfl_ray.cli.options import apply_switches, run_options
 from hasfl_ray.errors import ConfigError, RunInterrupted
-from hasfl_ray.registry import parse_option_assignments, spec_label
+from hasfl_ray.registry import spec_label
 
 #: Fields only the Ray backend uses: given without --backend on a machine without Ray, they ask for Ray.
 _RAY_FIELDS = ("actors", "gpus_per_actor", "address", "fault_inject")
@@ -25,7 +25,7 @@ def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str,
 
     Keys naming the algorithm's options (``mu``, ``--p-min``) go to its ``algorithm_options``; a config file's
     options for other algorithms (a sweep config's shared keys) are dropped, a flag's refused in one sentence."""
-    from hasfl_ray.config import RunConfig, load_yaml_config, merge_layers, single_run_values
+    from hasfl_ray.config import RunConfig, load_yaml_config, merge_layers, parse_option_assignments, single_run_values
 
     source = f"config file {config_file!r}" if config_file else "config"
     flags = dict(flags)

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from hasfl_ray.clock.spec import DEVICE_BOUNDS, MAX_SECONDS, MIN_PERIOD, bound_text
 from hasfl_ray.errors import ConfigError, DataError
 from hasfl_ray.files import read_text
 from hasfl_ray.training.seeding import STREAM_DEVICES, numpy_rng
@@ -25,6 +26,9 @@ from hasfl_ray.training.seeding import STREAM_DEVICES, numpy_rng
 TRACE_ID_COLUMNS = ("client", "name")
 TRACE_NUMBER_COLUMNS = ("speed_macs_per_s", "down_bytes_per_s", "up_bytes_per_s", "latency_s")
 TRACE_AVAILABILITY = "availability"
+
+#: The kind of device value (:data:`hasfl_ray.clock.spec.DEVICE_BOUNDS`) each number column holds.
+DEVICE_KINDS = ("speed", "down", "up", "latency")
 
 #: clients.csv's device columns (written only when a device population is configured).
 PROFILE_COLUMNS = ("speed_macs_per_s", "down_bytes_per_s", "up_bytes_per_s", "latency_s")
@@ -68,12 +72,27 @@ def draw_profiles(spec: Mapping[str, Any], seed: int, num_clients: int) -> Devic
     :func:`hasfl_ray.clock.spec.normalise_devices`) with ``rng(seed, STREAM_DEVICES)``: the speeds, then the
     download, upload and latency draws, each one vector of ``num_clients`` values."""
     rng = numpy_rng(seed, STREAM_DEVICES)
-    if spec["distribution"] == "pareto":  # classic Pareto of minimum x_m and shape alpha
-        speed = spec["speed_min"] * (1.0 + rng.pareto(spec["speed_shape"], num_clients))
-    else:
-        speed = spec["speed_median"] * np.exp(spec["speed_sigma"] * rng.standard_normal(num_clients))
-    down, up, latency = (spec[f"{name}_median"] * np.exp(spec[f"{name}_sigma"] * rng.standard_normal(num_clients))
-                         for name in ("down", "up", "latency"))
+    with np.errstate(over="ignore", under="ignore"):  # a draw beyond the bounds is refused below, by name
+        if spec["distribution"] == "pareto":  # classic Pareto of minimum x_m and shape alpha
+            speed = spec["speed_min"] * (1.0 + rng.pareto(spec["speed_shape"], num_clients))
+        else:
+            speed = spec["speed_median"] * np.exp(spec["speed_sigma"] * rng.standard_normal(num_clients))
+        down, up, latency = (spec[f"{name}_median"] * np.exp(spec[f"{name}_sigma"] *
+                                                              rng.standard_normal(num_clients))
+                             for name in ("down", "up", "latency"))
+    for kind, values in zip(("speed", "down", "up", "latency"), (speed, down, up, latency)):
+        low, high, unit = DEVICE_BOUNDS[kind]
+        outside = (values < low) | (values > high) | ~np.isfinite(values)  # (low is 1 for a rate: never 0)
+        if outside.any():
+            client = int(np.argmax(outside))
+            given = ((f"speed_min {spec['speed_min']:g}, speed_shape {spec['speed_shape']:g}")
+                     if kind == "speed" and spec["distribution"] == "pareto" else
+                     f"{kind}_median {spec[kind + '_median']:g}, {kind}_sigma {spec[kind + '_sigma']:g}")
+            fix = "a larger speed_shape" if kind == "speed" and spec["distribution"] == "pareto" else \
+                f"a smaller {kind}_sigma"
+            raise ConfigError(f"devices ({spec['distribution']}: {given}) drew {kind} {float(values[client]):.3g} "
+                              f"{unit} for client {client}; expected every draw within {bound_text(kind)} "
+                              f"({fix})")
     return DeviceProfiles(speed, down, up, latency, source=f"{spec['distribution']} distribution")
 
 
@@ -124,21 +143,24 @@ def read_trace(path: str, num_clients: int, names: Optional[Sequence[str]] = Non
             raise DataError(f"{what} {path!r} has {len(row)} fields on line {line}; expected {len(header)}, one per "
                             "column")
         cells = dict(zip(header, (cell.strip() for cell in row)))
-        for k, name in enumerate(TRACE_NUMBER_COLUMNS):
+        for k, (name, kind) in enumerate(zip(TRACE_NUMBER_COLUMNS, DEVICE_KINDS)):
             try:
                 value = float(cells[name])
             except ValueError:
                 value = math.nan
-            low_ok = value >= 0 if name == "latency_s" else value > 0
-            if not math.isfinite(value) or not low_ok:
-                raise DataError(f"{what} {path!r} has {name} {cells[name]!r} on line {line}; expected a finite "
-                                f"number {'>= 0' if name == 'latency_s' else '> 0'}")
+            low, high, _ = DEVICE_BOUNDS[kind]
+            if not (math.isfinite(value) and low <= value <= high):  # (low is 1 for a rate: never 0)
+                raise DataError(f"{what} {path!r} has {name} {cells[name]!r} on line {line}; expected a number "
+                                f"within {bound_text(kind)}")
             numbers[line - 2, k] = value
         spans.append(_intervals(cells.get(TRACE_AVAILABILITY, ""), path, line))
     order = _row_of_client(body, header, ids[0] if ids else None, num_clients, names, path)
     intervals = None
     if any(spans):
         period = max(end for client_spans in spans for _, end in client_spans)
+        if period < MIN_PERIOD:  # time / period would overflow the cycle count, or lose every digit of the time
+            raise DataError(f"{what} {path!r} has an availability period of {period:g} s (its largest END); "
+                            f"expected at least {MIN_PERIOD:g} s")
         counts = np.array([len(spans[r]) for r in order], dtype=np.int64)
         offsets = np.concatenate([[0], np.cumsum(counts)])
         flat = [span for r in order for span in spans[r]]
@@ -159,11 +181,11 @@ def _intervals(text: str, path: str, line: int) -> List[Tuple[float, float]]:
             pair = (float(start), float(end)) if dash else None
         except ValueError:
             pair = None
-        if pair is None or not all(math.isfinite(x) for x in pair) or not 0 <= pair[0] < pair[1] or \
-                (out and pair[0] < out[-1][1]):
+        if pair is None or not all(math.isfinite(x) for x in pair) or not 0 <= pair[0] < pair[1] <= MAX_SECONDS \
+                or (out and pair[0] < out[-1][1]):
             raise DataError(f"device trace {path!r} has availability interval {part!r} on line {line}; expected "
-                            "START-END seconds with 0 <= START < END, ascending and not overlapping, separated by "
-                            "spaces (e.g. 0-3600 7200-10800)")
+                            f"START-END seconds, 0 <= START < END <= {MAX_SECONDS:g}, ascending, not overlapping, "
+                            "space-separated (0-3600 7200-10800)")
         if out and pair[0] == out[-1][1]:
             out[-1] = (out[-1][0], pair[1])
         else:

@@ -107,6 +107,8 @@ class Engine:
             log = open_log(self.rundir)
             with StopSignals() as self.stop_signals:
                 self.backend.should_stop = self.stop_signals.requested
+                if self.clock is not None:  # its scan for an available client stops on the first signal too
+                    self.clock.stop_when(self.stop_signals.requested)
                 self.backend.while_training = lambda: self.record_pending(wait=False)
                 self.backend.start(c, self.dataset, self.model_name, self.initial_params)
                 try:
