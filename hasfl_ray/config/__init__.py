@@ -34,6 +34,6 @@ __all__ = [
     "PROTOCOL_FIELDS", "RunConfig", "RunConfigFields", "SWEEP_FIELDS", "SWEEP_KEY", "StrictLoader",
     "auto_training_modes", "check_algorithm_options", "check_alias_expansion", "default_backend",
     "fault_inject_round", "load_yaml_config", "merge_layers", "migrate_config", "option_fields", "option_owners",
-    "parse_fault", "parse_option_assignments", "ray_installed", "route_options", "single_run_values", "split_sweep_config", "strict_yaml_load",
-    "sweep_list",
+    "parse_fault", "parse_option_assignments", "ray_installed", "route_options", "single_run_values",
+    "split_sweep_config", "strict_yaml_load", "sweep_list",
 ]
