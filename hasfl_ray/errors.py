@@ -61,6 +61,12 @@ class RoundInterrupted(Exception):
     the last completed round. (Its former home, ``hasfl_ray.engine.backend``, still exports it.)"""
 
 
+class EvaluationInterrupted(Exception):
+    """A stop was requested (Ctrl-C, SIGTERM) while a round's local-accuracy pass ran, after the round's update was
+    applied: the engine records the round without its local accuracy and stops with a checkpoint; ``--resume``
+    computes the pass first (docs/RELIABILITY.md)."""
+
+
 class RunInterrupted(Exception):
     """SIGINT or SIGTERM stopped a run after a checkpoint was written; the CLI exits with 128 + the signal number.
 

@@ -39,7 +39,8 @@ def _local(block: Any) -> Optional[str]:
         if isinstance(clients, int) else f"mean {_percent(block['mean'])}, worst {_percent(block.get('worst'))}"
     line += f" ({'masked to its labels, ' if block.get('masked') else ''}each at {width})"
     sample = block.get("sample")
-    return line + (f"; {sample}" if isinstance(sample, str) and sample != "every client" else "")
+    return line + (f"\n{'':<{LABEL_WIDTH + 2}}clients: {sample}" if isinstance(sample, str) and sample != "every client"
+                   else "")
 
 
 def _bytes(gigabytes: Any) -> str:
