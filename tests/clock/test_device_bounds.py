@@ -45,8 +45,8 @@ TRACE_CASES = [
 ]
 
 
-def refused(tmp_path, argv):
-    os.chdir(tmp_path)
+def refused(tmp_path, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["simulate", "--backend", "local", "--rounds", "1", "--clients", "1",
                                        "--clients-per-round", "1", "--quiet", "--out", "run", *argv])
     assert result.exit_code == 2, result.output
@@ -57,16 +57,16 @@ def refused(tmp_path, argv):
 
 
 @pytest.mark.parametrize("text, words", YAML_CASES)
-def test_a_config_whose_device_times_overflow_is_refused_with_the_bound(tmp_path, text, words):
+def test_a_config_whose_device_times_overflow_is_refused_with_the_bound(tmp_path, monkeypatch, text, words):
     (tmp_path / "c.yaml").write_text(text)
-    sentence = refused(tmp_path, ["--config", "c.yaml"])
+    sentence = refused(tmp_path, monkeypatch, ["--config", "c.yaml"])
     assert all(word in sentence for word in words), sentence
 
 
 @pytest.mark.parametrize("rows, words", TRACE_CASES)
-def test_a_trace_whose_device_times_overflow_is_refused_with_the_bound(tmp_path, rows, words):
+def test_a_trace_whose_device_times_overflow_is_refused_with_the_bound(tmp_path, monkeypatch, rows, words):
     (tmp_path / "t.csv").write_text(HEADER + rows)
-    sentence = refused(tmp_path, ["--devices", "t.csv"])
+    sentence = refused(tmp_path, monkeypatch, ["--devices", "t.csv"])
     assert all(word in sentence for word in words), sentence
 
 
@@ -83,8 +83,8 @@ def test_every_drawn_value_is_within_its_bounds_and_the_defaults_are_unchanged()
         draw_profiles({**spec, "speed_sigma": 40.0}, 7, 1000)
 
 
-def test_algo_opt_reads_scientific_notation_as_a_float(tmp_path):
-    os.chdir(tmp_path)
+def test_algo_opt_reads_scientific_notation_as_a_float(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["simulate", "--backend", "local", "--rounds", "1", "--quiet", "--algorithm",
                                        "fedprox", "--algo-opt", "mu=5e-2", "--out", "run"])
     assert result.exit_code == 0, result.output
