@@ -56,10 +56,11 @@ def check_trace_memory(path: str, size: int, total: Optional[int] = None) -> Non
 def read_trace_arrays(path: str, num_clients: int, names: Optional[Sequence[str]] = None,
                       total: Optional[int] = None) -> Tuple[List[np.ndarray], Optional[tuple]]:
     """The four device columns in the clients' order (speed, down, up, latency) and the availability intervals
-    (CSR: offsets, starts, ends, period; None without any) of the CSV trace ``path``. With a ``client`` column each client of the run has its row (ids
-    0..N-1, each once); with ``name``, the rows are matched to the dataset's client names; with neither, the rows
-    are a pool of devices dealt in order (client i takes row i mod rows). One :class:`DataError` sentence for a
-    malformed file or one that cannot fit in memory (``total``: the memory to fit in; this machine's by default)."""
+    (CSR: offsets, starts, ends, period; None without any) of the CSV trace ``path``. With a ``client`` column each
+    client of the run has its row (ids 0..N-1, each once); with ``name``, the rows are matched to the dataset's
+    client names; with neither, the rows are a pool of devices dealt in order (client i takes row i mod rows). One
+    :class:`DataError` sentence for a malformed file or one that cannot fit in memory (``total``: the memory to
+    fit in; this machine's by default)."""
     what = "device trace"
     with open_regular(path, what) as handle:
         check_trace_memory(path, os.fstat(handle.fileno()).st_size, total)
