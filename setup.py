@@ -67,7 +67,7 @@ setup(
     extras_require={"ray": [], "test": ["pytest>=8", "hypothesis>=6.100"],
                     # RUN/events/ for `tensorboard --logdir runs/` (written only when tensorboard imports)
                     "tensorboard": ["tensorboard>=2.14"]},
-    entry_points={"console_scripts": ["hasfl-ray=hasfl_ray.cli.main:main"]},
+    entry_points={"console_scripts": ["hasfl-ray=hasfl_ray.cli.entry:main"]},
     ext_modules=ext_modules,
     cmdclass=cmdclass,
 )

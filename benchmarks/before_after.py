@@ -30,11 +30,14 @@ def git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def prepare(before: str, where: str) -> str:
+def prepare(before: str, where: str, reuse_extension: bool = False) -> str:
     """A worktree of ``before`` at ``where`` with a usable extension; returns the commit's short hash."""
     git("worktree", "add", "--detach", where, before)
     changed = git("diff", "--name-only", before, "HEAD", "--", "csrc", "setup.py")
-    if not changed:
+    if changed and reuse_extension:
+        print(f"csrc/ or setup.py changed since {before} ({changed.replace(chr(10), ', ')}); --reuse-extension: "
+              "this checkout's extension is used there anyway", flush=True)
+    if not changed or reuse_extension:
         for built in glob.glob(os.path.join(ROOT, "hasfl_ray", "_C*.so")):
             shutil.copy2(built, os.path.join(where, "hasfl_ray"))
     else:
@@ -66,12 +69,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", required=True, help="the older commit (any git revision)")
     parser.add_argument("--repeats", type=int, default=1, help="alternating repeats of every benchmark (default 1)")
+    parser.add_argument("--reuse-extension", action="store_true",
+                        help="copy this checkout's compiled extension into the older tree even when csrc/ or setup.py "
+                             "changed in between (when what changed is what the benchmark never runs: the CUDA "
+                             "kernel in a CPU benchmark), instead of building it there (minutes)")
     parser.add_argument("benchmarks", nargs="+", help="benchmark command lines, relative to benchmarks/")
     args = parser.parse_args()
     where = tempfile.mkdtemp(prefix="hasfl-before-")
     os.rmdir(where)
     try:
-        short = prepare(args.before, where)
+        short = prepare(args.before, where, args.reuse_extension)
         head = git("rev-parse", "--short", "HEAD")
         dirty = " + uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else ""
         print(f"before = {short} (worktree {where}), after = {head}{dirty} ({ROOT}); "

@@ -40,7 +40,7 @@ def first_round(args: Sequence[str], out: str, timeout: float) -> Dict[str, obje
     run's seconds and its params_sha256."""
     metrics = os.path.join(out, "metrics.jsonl")
     start = time.perf_counter()
-    process = subprocess.Popen([*console_script(), "simulate", *args, "--out", out, "--quiet"],
+    process = subprocess.Popen([*console_script(), "simulate", *args, "--out", out, "--quiet", "--json"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first: Optional[float] = None
     while process.poll() is None and time.perf_counter() - start < timeout:

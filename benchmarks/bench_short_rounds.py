@@ -63,7 +63,7 @@ def run(args: Sequence[str], out: str, timeout: float = 600.0, env: Optional[Dic
     end of each round, the whole run's seconds, and its summary."""
     stamps_file = os.path.join(os.path.dirname(out), os.path.basename(out) + "-stamps.json")
     start = time.perf_counter()
-    process = subprocess.Popen([sys.executable, STAMPED_CLI, "simulate", *args, "--out", out, "--quiet"],
+    process = subprocess.Popen([sys.executable, STAMPED_CLI, "simulate", *args, "--out", out, "--quiet", "--json"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, **(env or {}), "HASFL_ROUND_STAMPS": stamps_file})
     try:

@@ -3,7 +3,7 @@
 ``python cli ...`` from the repository root runs the same CLI as ``hasfl-ray ...``.
 """
 
-from hasfl_ray.cli.main import main
+from hasfl_ray.cli.entry import main
 
 if __name__ == "__main__":
     main()

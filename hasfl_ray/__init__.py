@@ -5,12 +5,14 @@ with :func:`register_algorithm` (:func:`register_dataset`) or name it as ``FILE.
 it with ``hasfl-ray simulate --algorithm ...`` or :func:`simulate`.
 """
 
-from hasfl_ray.aggregation import AggregateResult, aggregate_updates
-
 __version__ = "0.1.0"
 
-#: Public names loaded on first use, so that importing hasfl_ray stays light and layered.
+#: Public names loaded on first use, so that importing hasfl_ray stays light and layered (no torch: the console
+#: script's entry, hasfl_ray.cli.entry, is reached before anything heavy is imported, so a Ctrl-C while the rest
+#: loads is one line, never a traceback).
 _LAZY = {
+    "AggregateResult": "hasfl_ray.aggregation",
+    "aggregate_updates": "hasfl_ray.aggregation",
     "Algorithm": "hasfl_ray.algorithms.base",
     "Arrival": "hasfl_ray.algorithms.base",
     "ClientResult": "hasfl_ray.training.local",
@@ -33,4 +35,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'hasfl_ray' has no attribute {name!r}")
 
 
-__all__ = ["AggregateResult", "aggregate_updates", "__version__", *_LAZY]
+__all__ = ["__version__", *_LAZY]

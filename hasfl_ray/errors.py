@@ -55,6 +55,18 @@ class ActorLostError(TrainerError):
     sentence (the Engine adds how to resume), Ray's report in ``remote_traceback`` for RUN/log.txt."""
 
 
+class RoundInterrupted(Exception):
+    """A stop was requested (Ctrl-C, SIGTERM) while a round ran: raised at the end of a client (or while the clock
+    scanned for an available client), before the round reaches the server, so the global model is still that of
+    the last completed round. (Its former home, ``hasfl_ray.engine.backend``, still exports it.)"""
+
+
+class EvaluationInterrupted(Exception):
+    """A stop was requested (Ctrl-C, SIGTERM) while a round's local-accuracy pass ran, after the round's update was
+    applied: the engine records the round without its local accuracy and stops with a checkpoint; ``--resume``
+    computes the pass first (docs/RELIABILITY.md)."""
+
+
 class RunInterrupted(Exception):
     """SIGINT or SIGTERM stopped a run after a checkpoint was written; the CLI exits with 128 + the signal number.
 

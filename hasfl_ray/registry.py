@@ -323,26 +323,6 @@ def check_options(kind: str, name: str, options_class: Optional[type], values: A
     return dataclasses.asdict(instance)
 
 
-def parse_option_assignments(assignments: Any) -> Dict[str, Any]:
-    """``["key=value", ...]`` (``--algo-opt``) to a mapping; values are read as YAML scalars (0.5, 3, true, text)."""
-    import yaml
-
-    out: Dict[str, Any] = {}
-    for item in assignments or ():
-        key, sep, raw = str(item).partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key:
-            raise ConfigError(f"--algo-opt is {item!r}; expected KEY=VALUE, such as --algo-opt min_width=0.3")
-        try:  # a scalar is read as YAML; anything else (a list, a mapping, aliases) stays the text it was, never
-            # expanded (an alias bomb in one flag would be built before being dropped)
-            node = yaml.compose(raw, Loader=yaml.SafeLoader) if raw.strip() else None
-            value = yaml.safe_load(raw) if isinstance(node, yaml.ScalarNode) else raw if node is not None else ""
-        except (yaml.YAMLError, RecursionError):
-            value = raw
-        out[key] = value if isinstance(value, (int, float, str, bool)) or value is None else raw
-    return out
-
-
 __all__ = ["BASE_CLASSES", "BUILTIN_PACKAGES", "FILE_MODULES", "call_plugin", "check_options", "check_subclass",
-           "is_spec", "lookup", "parse_option_assignments", "register_algorithm", "register_dataset", "registered",
+           "is_spec", "lookup", "register_algorithm", "register_dataset", "registered",
            "shown", "spec_label", "spec_of"]

@@ -2,7 +2,8 @@
 commands that know nothing of the group; they are all added to it here, in one place.
 
 A command imports the subsystem it runs (the engine, the sweep package, the analysis with scipy, Ray) inside the
-command, so `hasfl-ray --help` and every command load only what they use."""
+command, so `hasfl-ray --help` and every command load only what they use. The console script enters through
+:mod:`hasfl_ray.cli.entry`, which answers a Ctrl-C while this module loads."""
 
 from __future__ import annotations
 
@@ -35,7 +36,11 @@ class OneSentenceGroup(click.Group):
         except click.ClickException as error:
             error.show()
             sys.exit(error.exit_code)
-        except click.Abort:
+        except click.Abort as error:
+            if isinstance(error.__cause__, KeyboardInterrupt):  # Ctrl-C outside a run's own handlers: one line
+                from hasfl_ray.cli.interrupts import interrupted
+
+                interrupted("before the command finished")
             click.echo("Aborted.", err=True)
             sys.exit(1)
 

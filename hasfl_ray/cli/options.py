@@ -204,6 +204,10 @@ RUN_OPTIONS = (
                       "only)."),
     click.option("--local-eval-width", type=click.Choice(["final", "p-max"]),
                  help="The width of a client's local accuracy: final (default: its p_final) or p-max (its tier)."),
+    click.option("--local-eval-clients", metavar="N|all|off",
+                 help="Which clients the local-accuracy pass scores: every client up to N clients, a seeded sample "
+                      "of N beyond (summary.json says which; default 10000), all (every client, however many) or off "
+                      "(no local-accuracy pass)."),
     click.option("--local-eval-rule", type=click.Choice(["labels", "source"]),
                  help="How local accuracy is scored: labels (default: the test samples of the client's labels, at "
                       "its own width, logits off its labels at -inf, mean over clients) or source (HeteroFL's and "
@@ -242,6 +246,9 @@ def apply_switches(flags: Dict[str, Any], no_coverage: bool, download: bool, fas
         flags["augmentation"] = "crop_flip"
     if not (isinstance(flags.get("eval_widths"), str) and flags["eval_widths"].strip() == "full"):  # RunConfig's
         _comma_list(flags, "eval_widths", float, "comma-separated widths in (0, 1], e.g. 0.25,0.5,0.75,1, or full")
+    count = flags.get("local_eval_clients")
+    if isinstance(count, str) and count.strip().isdigit():  # N; all and off stay words (anything else: refused)
+        flags["local_eval_clients"] = int(count.strip())
     if flags.get("local_eval_width") == "p-max":
         flags["local_eval_width"] = "p_max"
     if isinstance(flags.get("global_width"), str) and flags["global_width"].strip() != "first":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
@@ -14,7 +13,7 @@ import click
 from hasfl_ray.cli.common import setup_logging, user_errors
 from hasfl_ray.cli.options import apply_switches, run_options
 from hasfl_ray.errors import ConfigError, RunInterrupted
-from hasfl_ray.registry import parse_option_assignments, spec_label
+from hasfl_ray.registry import spec_label
 
 #: Fields only the Ray backend uses: given without --backend on a machine without Ray, they ask for Ray.
 _RAY_FIELDS = ("actors", "gpus_per_actor", "address", "fault_inject")
@@ -25,7 +24,7 @@ def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str,
 
     Keys naming the algorithm's options (``mu``, ``--p-min``) go to its ``algorithm_options``; a config file's
     options for other algorithms (a sweep config's shared keys) are dropped, a flag's refused in one sentence."""
-    from hasfl_ray.config import RunConfig, load_yaml_config, merge_layers, single_run_values
+    from hasfl_ray.config import RunConfig, load_yaml_config, merge_layers, parse_option_assignments, single_run_values
 
     source = f"config file {config_file!r}" if config_file else "config"
     flags = dict(flags)
@@ -45,8 +44,11 @@ def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str,
 def resume_base(stored: Dict[str, Any], flags: Dict[str, Any]) -> Dict[str, Any]:
     """The stored config a resume starts from, without what is not run state: ``fault_inject`` (a test's one-shot
     fault, which would fire again), and, when the flags name another backend, the stored backend's own placement
-    (``actors``, ``gpus_per_actor``, ``address``), so a Ray run can be finished locally and the other way round."""
+    (``actors``, ``gpus_per_actor``, ``address``), so a Ray run can be finished locally and the other way round; a
+    backend named by the flags also drops the stored ``handoff`` (``--backend ray`` is Ray from the first round)."""
     base = {k: v for k, v in stored.items() if k != "fault_inject"}
+    if flags.get("backend") is not None:  # named now: the local-first start is the default backend's only
+        base.pop("handoff", None)
     if flags.get("backend") is not None and flags["backend"] != base.get("backend"):
         for key in ("backend",) + tuple(k for k in _RAY_FIELDS if k != "fault_inject"):
             base.pop(key, None)
@@ -76,9 +78,11 @@ def stored_run_base(out: str, flags: Dict[str, Any]) -> Dict[str, Any] | None:
 @click.option("--force", is_flag=True, help="Overwrite an existing run directory (with --resume: continue it "
                                             "even if its config differs).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--json", "as_json", is_flag=True, help="End by printing summary.json (strict JSON) instead of the "
+                                                      "readable summary.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
 @user_errors
-def simulate(config_file, out, force, resume, quiet, verbose, no_coverage, download, fast_nondeterministic,
+def simulate(config_file, out, force, resume, quiet, as_json, verbose, no_coverage, download, fast_nondeterministic,
              **flags) -> None:
     """Run a federated experiment and write config.yaml, metrics.jsonl, clients.csv and summary.json."""
     setup_logging(verbose)
@@ -105,5 +109,11 @@ def simulate(config_file, out, force, resume, quiet, verbose, no_coverage, downl
         click.echo(f"Stopped by {name} after {stop.rounds_done} completed rounds ({saved}); resume with: "
                    f"hasfl-ray simulate --out {shlex.quote(out)} --resume", err=True)
         sys.exit(128 + stop.signal_number)
-    click.echo(json.dumps(summary, indent=2))
-    click.echo(f"run directory: {out}")
+    if as_json:
+        from hasfl_ray.engine.rundir import summary_json
+
+        click.echo(summary_json(summary), nl=False)
+        return
+    from hasfl_ray.cli.summary import readable_summary
+
+    click.echo(readable_summary(summary, out, spec_label(config.algorithm), spec_label(config.dataset), config.seed))

@@ -11,7 +11,6 @@ from tqdm import tqdm
 from hasfl_ray.cli.common import setup_logging, user_errors
 from hasfl_ray.cli.options import apply_switches, default_backend, run_options
 from hasfl_ray.errors import ConfigError
-from hasfl_ray.registry import parse_option_assignments
 from hasfl_ray.simulation import require_ray
 
 #: Statuses of the cells a stopped sweep leaves to its next run: stopped with a checkpoint, or not started.
@@ -68,6 +67,8 @@ def sweep(config, seeds, algorithms, datasets, out, force, cells_per_gpu, quiet,
             else:
                 dataset_list = [single]
     apply_switches(flags, no_coverage, download, fast_nondeterministic)
+    from hasfl_ray.config import parse_option_assignments  # (imported when a sweep runs: --help stays quick)
+
     options = parse_option_assignments(flags.pop("algo_opt", None))  # merged over the config's algorithm_options
     if options:
         flags["algorithm_options"] = options

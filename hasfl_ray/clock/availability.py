@@ -13,15 +13,27 @@ from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
+from hasfl_ray.errors import RoundInterrupted
 from hasfl_ray.training.seeding import STREAM_AVAILABILITY, numpy_rng
 
 INF = math.inf
+
+#: A long loop of the clock (a Markov chain drawn far ahead, a scan of every client) asks whether a stop was
+#: requested once per this many iterations.
+STOP_CHECK_EVERY = 1024
+
+
+def never() -> bool:
+    """The stop check of a clock no run watches (a benchmark's, a test's): never."""
+    return False
 
 
 class Availability:
     """Always available (the default without availability intervals or a Markov model)."""
 
     always = True
+    #: Asked in long loops; the engine sets it to its stop signals' ``requested`` (:meth:`Clock.stop_when`).
+    should_stop = staticmethod(never)
 
     def window(self, client: int, time: float) -> Tuple[bool, float]:
         """(whether ``client`` is available at ``time``, the time its availability ends: infinity when it never
@@ -103,11 +115,17 @@ class MarkovAvailability(Availability):
         if chain is None or (chain[2] and time < chain[3][0]):  # new, dropped, or asked before what it kept
             chain = self._fresh(client)
         rng, first_on, dropped, changes = chain
+        blocks = 0
         while not len(changes) or changes[-1] <= time:
+            if len(changes) > self.BLOCK:  # all at or before `time`: the last one is all a later answer needs
+                dropped, changes = dropped + len(changes) - 1, changes[-1:]  # (linear, never quadratic, in far)
             done = dropped + len(changes)
             on = (np.arange(done, done + self.BLOCK) % 2 == 0) == first_on  # period j's state
             lengths = rng.standard_exponential(self.BLOCK) * np.where(on, self.mean_on, self.mean_off)
             changes = np.concatenate([changes, (changes[-1] if done else 0.0) + np.cumsum(lengths)])
+            blocks += 1
+            if blocks % STOP_CHECK_EVERY == 0 and self.should_stop():  # a chain drawn far ahead: minutes
+                raise RoundInterrupted(f"stopped while client {client}'s availability was drawn")
         k = int(np.searchsorted(changes, time, side="right"))  # changes at or before `time`
         on, following = first_on == ((dropped + k) % 2 == 0), float(changes[k])
         if k > self.BLOCK:  # keep the change just before `time` and those after it

@@ -16,9 +16,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from hasfl_ray.clock.availability import Availability
+from hasfl_ray.clock.availability import STOP_CHECK_EVERY, Availability, never
 from hasfl_ray.clock.cost import ClientCost, WidthCosts, base_cost, seconds, steps_within
 from hasfl_ray.clock.profiles import DeviceProfiles
+from hasfl_ray.errors import RoundInterrupted
 from hasfl_ray.training.seeding import STREAM_CLOCK, numpy_rng
 
 INF = math.inf
@@ -100,6 +101,13 @@ class Clock:
         self.busy = np.zeros(n, dtype=np.float64)  # seconds each client worked in the rounds it took part in
         self.waiting = np.zeros(n, dtype=np.float64)  # seconds each client waited for its rounds to end
         self.invited = np.zeros(n, dtype=bool)  # whether each client was ever invited
+        self.should_stop = never  # asked in the long loops: a scan of every client, a Markov chain drawn far
+
+    def stop_when(self, requested) -> None:
+        """Ask ``requested()`` (the run's stop signals) in the clock's long loops: a scan of every client for an
+        available one, a Markov chain drawn far ahead. When it answers True they raise
+        :class:`~hasfl_ray.errors.RoundInterrupted`; nothing of the clock's state has changed by then."""
+        self.should_stop = self.availability.should_stop = requested
 
     @property
     def num_clients(self) -> int:
@@ -172,10 +180,18 @@ class Clock:
         for the first to become available when none is."""
         idle = 0.0
         while True:
-            available = [c for c in range(self.num_clients) if self.availability.window(c, self.now + idle)[0]]
+            available = [c for c in self._every_client() if self.availability.window(c, self.now + idle)[0]]
             if available:
                 return Invitation(available[:wanted], self.num_clients - len(available), idle)
-            idle = min(self.availability.next_on(c, self.now + idle) for c in range(self.num_clients)) - self.now
+            idle = min(self.availability.next_on(c, self.now + idle) for c in self._every_client()) - self.now
+
+    def _every_client(self):
+        """0, 1, ..., N - 1, asking :attr:`should_stop` every :data:`STOP_CHECK_EVERY` clients (a scan of ten
+        million clients takes minutes): :class:`~hasfl_ray.errors.RoundInterrupted` when it says so."""
+        for start in range(0, self.num_clients, STOP_CHECK_EVERY):
+            if self.should_stop():
+                raise RoundInterrupted("stopped while the clock scanned for an available client")
+            yield from range(start, min(start + STOP_CHECK_EVERY, self.num_clients))
 
     def settle(self, round: int, invited: Sequence[int], costs: Mapping[int, ClientCost], per_round: int,
                start: Optional[float] = None) -> RoundOutcome:

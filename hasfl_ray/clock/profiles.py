@@ -8,30 +8,19 @@ defaults."""
 
 from __future__ import annotations
 
-import csv
-import io
-import math
-import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from hasfl_ray.errors import ConfigError, DataError
-from hasfl_ray.files import read_text
+from hasfl_ray.clock.spec import DEVICE_BOUNDS, bound_text
+from hasfl_ray.clock.trace import (DEVICE_KINDS, TRACE_AVAILABILITY, TRACE_EXPECTED,  # noqa: F401 (their former home)
+                                   TRACE_ID_COLUMNS, TRACE_NUMBER_COLUMNS, read_trace_arrays)
+from hasfl_ray.errors import ConfigError
 from hasfl_ray.training.seeding import STREAM_DEVICES, numpy_rng
-
-#: The trace's columns (docs/clock.md, "Trace format"): one of the first two may name the client; the four numbers
-#: are required; availability is optional.
-TRACE_ID_COLUMNS = ("client", "name")
-TRACE_NUMBER_COLUMNS = ("speed_macs_per_s", "down_bytes_per_s", "up_bytes_per_s", "latency_s")
-TRACE_AVAILABILITY = "availability"
 
 #: clients.csv's device columns (written only when a device population is configured).
 PROFILE_COLUMNS = ("speed_macs_per_s", "down_bytes_per_s", "up_bytes_per_s", "latency_s")
-
-TRACE_EXPECTED = ("a CSV with a header of speed_macs_per_s, down_bytes_per_s, up_bytes_per_s, latency_s (optional: "
-                  "client or name, availability), docs/clock.md")
 
 
 @dataclass
@@ -69,12 +58,27 @@ def draw_profiles(spec: Mapping[str, Any], seed: int, num_clients: int) -> Devic
     :func:`hasfl_ray.clock.spec.normalise_devices`) with ``rng(seed, STREAM_DEVICES)``: the speeds, then the
     download, upload and latency draws, each one vector of ``num_clients`` values."""
     rng = numpy_rng(seed, STREAM_DEVICES)
-    if spec["distribution"] == "pareto":  # classic Pareto of minimum x_m and shape alpha
-        speed = spec["speed_min"] * (1.0 + rng.pareto(spec["speed_shape"], num_clients))
-    else:
-        speed = spec["speed_median"] * np.exp(spec["speed_sigma"] * rng.standard_normal(num_clients))
-    down, up, latency = (spec[f"{name}_median"] * np.exp(spec[f"{name}_sigma"] * rng.standard_normal(num_clients))
-                         for name in ("down", "up", "latency"))
+    with np.errstate(over="ignore", under="ignore"):  # a draw beyond the bounds is refused below, by name
+        if spec["distribution"] == "pareto":  # classic Pareto of minimum x_m and shape alpha
+            speed = spec["speed_min"] * (1.0 + rng.pareto(spec["speed_shape"], num_clients))
+        else:
+            speed = spec["speed_median"] * np.exp(spec["speed_sigma"] * rng.standard_normal(num_clients))
+        down, up, latency = (spec[f"{name}_median"] * np.exp(spec[f"{name}_sigma"] *
+                                                              rng.standard_normal(num_clients))
+                             for name in ("down", "up", "latency"))
+    for kind, values in zip(("speed", "down", "up", "latency"), (speed, down, up, latency)):
+        low, high, unit = DEVICE_BOUNDS[kind]
+        outside = (values < low) | (values > high) | ~np.isfinite(values)  # (low is 1 for a rate: never 0)
+        if outside.any():
+            client = int(np.argmax(outside))
+            given = ((f"speed_min {spec['speed_min']:g}, speed_shape {spec['speed_shape']:g}")
+                     if kind == "speed" and spec["distribution"] == "pareto" else
+                     f"{kind}_median {spec[kind + '_median']:g}, {kind}_sigma {spec[kind + '_sigma']:g}")
+            fix = "a larger speed_shape" if kind == "speed" and spec["distribution"] == "pareto" else \
+                f"a smaller {kind}_sigma"
+            raise ConfigError(f"devices ({spec['distribution']}: {given}) drew {kind} {float(values[client]):.3g} "
+                              f"{unit} for client {client}; expected every draw within {bound_text(kind)} "
+                              f"({fix})")
     return DeviceProfiles(speed, down, up, latency, source=f"{spec['distribution']} distribution")
 
 
@@ -95,107 +99,12 @@ def tier_profiles(tiers: Sequence[Mapping[str, float]], p_max: np.ndarray) -> De
     return DeviceProfiles(*columns, source="per-tier values")
 
 
-def read_trace(path: str, num_clients: int, names: Optional[Sequence[str]] = None) -> DeviceProfiles:
-    """Profiles from the CSV trace ``path`` (docs/clock.md, "Trace format"). With a ``client`` column each client
-    of the run has its row (ids 0..N-1, each once); with ``name``, the rows are matched to the dataset's client
-    names; with neither, the rows are a pool of devices dealt in order (client i takes row i mod rows). One
-    :class:`DataError` sentence for a malformed file."""
-    what = "device trace"
-    text = read_text(path, what, TRACE_EXPECTED)
-    rows = [row for row in csv.reader(io.StringIO(text)) if row and not row[0].lstrip().startswith("#")]
-    if not rows:
-        raise DataError(f"{what} {path!r} is empty; expected {TRACE_EXPECTED}")
-    header = [name.strip() for name in rows[0]]
-    missing = [name for name in TRACE_NUMBER_COLUMNS if name not in header]
-    unknown = [name for name in header if name not in TRACE_ID_COLUMNS + TRACE_NUMBER_COLUMNS + (TRACE_AVAILABILITY,)]
-    if missing or unknown or len(set(header)) != len(header):
-        problem = (f"has no column {missing[0]!r}" if missing else f"has an unknown column {unknown[0]!r}"
-                   if unknown else "names a column twice")
-        raise DataError(f"{what} {path!r} {problem}; expected {TRACE_EXPECTED}")
-    body = rows[1:]
-    if not body:
-        raise DataError(f"{what} {path!r} has a header but no device rows; expected one row per device")
-    ids = [name for name in TRACE_ID_COLUMNS if name in header]
-    if len(ids) > 1:
-        raise DataError(f"{what} {path!r} has both a client and a name column; expected one of them")
-    numbers = np.empty((len(body), 4), dtype=np.float64)
-    spans: List[List[Tuple[float, float]]] = []
-    for line, row in enumerate(body, start=2):
-        if len(row) != len(header):
-            raise DataError(f"{what} {path!r} has {len(row)} fields on line {line}; expected {len(header)}, one per "
-                            "column")
-        cells = dict(zip(header, (cell.strip() for cell in row)))
-        for k, name in enumerate(TRACE_NUMBER_COLUMNS):
-            try:
-                value = float(cells[name])
-            except ValueError:
-                value = math.nan
-            low_ok = value >= 0 if name == "latency_s" else value > 0
-            if not math.isfinite(value) or not low_ok:
-                raise DataError(f"{what} {path!r} has {name} {cells[name]!r} on line {line}; expected a finite "
-                                f"number {'>= 0' if name == 'latency_s' else '> 0'}")
-            numbers[line - 2, k] = value
-        spans.append(_intervals(cells.get(TRACE_AVAILABILITY, ""), path, line))
-    order = _row_of_client(body, header, ids[0] if ids else None, num_clients, names, path)
-    intervals = None
-    if any(spans):
-        period = max(end for client_spans in spans for _, end in client_spans)
-        counts = np.array([len(spans[r]) for r in order], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(counts)])
-        flat = [span for r in order for span in spans[r]]
-        intervals = (offsets, np.array([s for s, _ in flat], dtype=np.float64),
-                     np.array([e for _, e in flat], dtype=np.float64), float(period))
-    columns = [np.ascontiguousarray(numbers[order, k]) for k in range(4)]
+def read_trace(path: str, num_clients: int, names: Optional[Sequence[str]] = None,
+               total: Optional[int] = None) -> DeviceProfiles:
+    """Profiles from the CSV trace ``path`` (docs/clock.md, "Trace format"), read streamed after a memory estimate
+    (:func:`hasfl_ray.clock.trace.read_trace_arrays`: ``total`` is the memory to fit in, this machine's by
+    default). With a ``client`` column each client of the run has its row (ids 0..N-1, each once); with ``name``,
+    the rows are matched to the dataset's client names; with neither, the rows are a pool of devices dealt in order
+    (client i takes row i mod rows). One :class:`DataError` sentence for a malformed file."""
+    columns, intervals = read_trace_arrays(path, num_clients, names, total)
     return DeviceProfiles(*columns, intervals=intervals, source=f"trace {path}")
-
-
-def _intervals(text: str, path: str, line: int) -> List[Tuple[float, float]]:
-    """``START-END START-END ...`` (seconds, ascending, not overlapping) as pairs, intervals that touch joined into
-    one (``0-0.05 0.05-100`` is ``0-100``: a client on across the joint never goes off there); empty: always
-    available."""
-    out: List[Tuple[float, float]] = []
-    for part in text.split():
-        start, dash, end = part.partition("-")
-        try:
-            pair = (float(start), float(end)) if dash else None
-        except ValueError:
-            pair = None
-        if pair is None or not all(math.isfinite(x) for x in pair) or not 0 <= pair[0] < pair[1] or \
-                (out and pair[0] < out[-1][1]):
-            raise DataError(f"device trace {path!r} has availability interval {part!r} on line {line}; expected "
-                            "START-END seconds with 0 <= START < END, ascending and not overlapping, separated by "
-                            "spaces (e.g. 0-3600 7200-10800)")
-        if out and pair[0] == out[-1][1]:
-            out[-1] = (out[-1][0], pair[1])
-        else:
-            out.append(pair)
-    return out
-
-
-def _row_of_client(body: Sequence[Sequence[str]], header: Sequence[str], id_column: Optional[str], num_clients: int,
-                   names: Optional[Sequence[str]], path: str) -> np.ndarray:
-    """The trace row of every client of the run (see :func:`read_trace`)."""
-    what = f"device trace {path!r}"
-    if id_column is None:
-        return np.arange(num_clients, dtype=np.int64) % len(body)
-    position = header.index(id_column)
-    keys = [row[position].strip() for row in body]
-    if id_column == "client":
-        wanted = [str(i) for i in range(num_clients)]
-        # ASCII digits only: int() takes '١' and '1_0' too, and str.isdigit() takes '²', which int() refuses
-        bad = next((key for key in keys if not re.fullmatch(r"-?[0-9]+", key)), None)
-        if bad is not None:
-            raise DataError(f"{what} has client {bad!r}; expected client ids 0 to {num_clients - 1}")
-        keys = [str(int(key)) for key in keys]
-    else:
-        wanted = [str(name) for name in (names or [])]
-    rows: Dict[str, int] = {}
-    for r, key in enumerate(keys):
-        if key in rows:
-            raise DataError(f"{what} gives {id_column} {key!r} twice; expected each {id_column} once")
-        rows[key] = r
-    absent = [key for key in wanted if key not in rows]
-    if absent:
-        raise DataError(f"{what} has no row for {id_column} {absent[0]!r} ({len(absent)} of the run's "
-                        f"{num_clients} clients have none); expected a row for every client")
-    return np.array([rows[key] for key in wanted], dtype=np.int64)

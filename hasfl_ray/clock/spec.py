@@ -35,6 +35,34 @@ DISTRIBUTION_DEFAULTS: Dict[str, float] = {
 #: A per-tier device's keys (``devices: {tiers: [...]}``): the tier's width, then its device.
 TIER_KEYS = ("width", "speed", "down", "up", "latency")
 
+#: The bounds of every device value, whatever its source (a trace, tiers, a distribution's parameters and each of
+#: its draws; docs/clock.md, "Bounds"): (least, most, unit). Within them every time the clock computes is a finite,
+#: nonzero number of seconds: a subnormal speed made a round take infinite seconds, ``speed_sigma: 1000`` drew
+#: speeds of 0 and infinity. A rate beyond 1e21 (a zetta-MAC or a zettabyte a second) is no device; one below 1 a
+#: second times a model's MACs in years.
+DEVICE_BOUNDS: Dict[str, Tuple[float, float, str]] = {
+    "speed": (1.0, 1e21, "MACs/s"), "down": (1.0, 1e21, "bytes/s"), "up": (1.0, 1e21, "bytes/s"),
+    "latency": (0.0, 1e9, "s")}
+#: The most simulated seconds a latency, an availability interval's end or a Markov period's mean may be (about 32
+#: years): beyond it a trace's cycle or a Markov chain overflows the float range the clock counts time in.
+MAX_SECONDS = 1e9
+#: The least a Markov period's mean and a trace's period (its largest END) may be, seconds: a shorter one falls
+#: below the resolution of the times it is compared with (a chain that never moves past the time asked, a cycle
+#: count that overflows).
+MIN_PERIOD = 1e-3
+
+
+def bound_text(kind: str) -> str:
+    """A device value's bounds in words: ``[1, 1e+21] MACs/s``."""
+    low, high, unit = DEVICE_BOUNDS[kind]
+    return f"[{low:g}, {high:g}] {unit}"
+
+
+def within_bounds(kind: str, value: Any) -> bool:
+    """Whether ``value`` is a number within :data:`DEVICE_BOUNDS` of ``kind`` (> 0 for every kind but latency)."""
+    low, high, _ = DEVICE_BOUNDS[kind]
+    return finite_number(value) and low <= value <= high  # (low is 1 for a rate: never 0)
+
 #: ``devices`` in words, for the sentences that refuse one.
 DEVICES_EXPECTED = ("a trace file PATH.csv, lognormal or pareto, or a mapping with one of trace (a CSV path), tiers "
                     "(one device per width) or distribution (lognormal or pareto and its parameters)")
@@ -93,7 +121,11 @@ def normalise_devices(value: Any) -> Optional[Dict[str, Any]]:
     out: Dict[str, Any] = {"distribution": name}
     for key, default in DISTRIBUTION_DEFAULTS.items():
         given = values.pop(key, default)
-        if not finite_number(given) or given <= 0:
+        kind = key.split("_")[0]
+        if key.endswith(("_median", "_min")):  # a value of the device itself: within its bounds
+            if not within_bounds(kind, given) or given <= 0:  # (a median latency of 0 has no log)
+                raise _refuse(f"devices.{key}", given, f"a number > 0 within {bound_text(kind)}")
+        elif not finite_number(given) or given <= 0:  # a spread (sigma, shape): its draws are checked
             raise _refuse(f"devices.{key}", given, "a finite number > 0")
         out[key] = float(given)
     if values:
@@ -120,12 +152,11 @@ def _tiers(value: Any) -> List[Dict[str, float]]:
         if sorted(entry) != sorted(TIER_KEYS):
             raise _refuse("devices.tiers entry", dict(entry), expected)
         for key in TIER_KEYS:
-            number = entry[key]  # a string, null or list is refused before any comparison (never a TypeError)
-            if not finite_number(number) or not (number >= 0 if key == "latency" else number > 0) or \
-                    (key == "width" and number > 1):
-                what = ("a width in (0, 1]" if key == "width" else "a finite number >= 0" if key == "latency"
-                        else "a finite number > 0")
-                raise _refuse(f"devices.tiers {key}", number, what)
+            number = entry[key]
+            if key == "width" and not (finite_number(number) and 0 < number <= 1):
+                raise _refuse(f"devices.tiers {key}", number, "a width in (0, 1]")
+            if key != "width" and not within_bounds(key, number):
+                raise _refuse(f"devices.tiers {key}", number, f"a number within {bound_text(key)}")
         out.append({key: float(entry[key]) for key in TIER_KEYS})
     widths = [entry["width"] for entry in out]
     if len(set(widths)) != len(widths):
@@ -142,8 +173,8 @@ def parse_markov(text: str) -> Optional[Tuple[float, float]]:
         on, off = float(match.group(1)), float(match.group(2))
     except ValueError:
         return None
-    if not (math.isfinite(on) and math.isfinite(off) and on > 0 and off > 0):
-        return None
+    if not all(math.isfinite(x) and MIN_PERIOD <= x <= MAX_SECONDS for x in (on, off)):
+        return None  # (a mean below MIN_PERIOD or beyond MAX_SECONDS is refused too: docs/clock.md, "Bounds")
     return on, off
 
 
@@ -156,8 +187,9 @@ def normalise_availability(value: Any) -> Optional[str]:
         return value
     markov = parse_markov(value)
     if markov is None:
-        raise _refuse("availability", value, "always, trace, or markov:ON,OFF (mean seconds available and "
-                                             "unavailable, both > 0), e.g. markov:3600,1800")
+        raise _refuse("availability", value, f"always, trace, or markov:ON,OFF (mean seconds available and "
+                                             f"unavailable, each in [{MIN_PERIOD:g}, {MAX_SECONDS:g}]), e.g. "
+                                             "markov:3600,1800")
     return f"markov:{markov[0]:g},{markov[1]:g}"
 
 

@@ -24,7 +24,8 @@ from hasfl_ray.config.runconfig import (DEFAULT_MOMENTUM, EVAL_EVERY, EXECUTION_
                                         auto_training_modes, default_backend, ray_installed)
 from hasfl_ray.config.schema import FLOAT32_MAX, MAX_LR, MODEL_CHOICES, MODEL_NORMS, RunConfigFields
 from hasfl_ray.config.strict_yaml import (MAX_ALIAS_EXPANSION, AliasExpansionError, DuplicateKeyError, StrictLoader,
-                                          check_alias_expansion, load_yaml_config, strict_yaml_load)
+                                          check_alias_expansion, load_yaml_config, parse_option_assignments,
+                                          strict_yaml_load)
 from hasfl_ray.config.sweep_block import SWEEP_FIELDS, SWEEP_KEY, single_run_values, split_sweep_config, sweep_list
 
 __all__ = [
@@ -33,6 +34,6 @@ __all__ = [
     "PROTOCOL_FIELDS", "RunConfig", "RunConfigFields", "SWEEP_FIELDS", "SWEEP_KEY", "StrictLoader",
     "auto_training_modes", "check_algorithm_options", "check_alias_expansion", "default_backend",
     "fault_inject_round", "load_yaml_config", "merge_layers", "migrate_config", "option_fields", "option_owners",
-    "parse_fault", "ray_installed", "route_options", "single_run_values", "split_sweep_config", "strict_yaml_load",
-    "sweep_list",
+    "parse_fault", "parse_option_assignments", "ray_installed", "route_options", "single_run_values",
+    "split_sweep_config", "strict_yaml_load", "sweep_list",
 ]

@@ -30,7 +30,7 @@ EXECUTION_FIELDS = frozenset({"backend", "actors", "gpus_per_actor", "address", 
                               "data_dir", "download", "control_variates_dir",
                               # evaluation beside test_accuracy (docs/metrics.md): never changes the model or it
                               "eval_widths", "eval_every", "local_eval_every", "local_eval_width",
-                              "eval_every_updates", "eval_every_seconds"})
+                              "eval_every_updates", "eval_every_seconds", "local_eval_clients", "handoff"})
 
 #: eval_every's default per dataset (a dataset not named here, a plug-in's included: 5).
 EVAL_EVERY = {"digits": 1, "synthetic": 1}
@@ -85,6 +85,8 @@ class RunConfig(RunConfigFields):
             if updates["backend"] == "local" and ray_only:
                 raise ConfigError(f"{ray_only[0]} is {getattr(self, ray_only[0])!r} but Ray is not installed; install "
                                   f"it with `{RAY_INSTALL}`, or run with --backend local and without it")
+        if self.handoff is None:  # the local-first start is the default backend's choice only: a named ray is Ray's
+            updates["handoff"] = self.backend == "auto" and updates["backend"] == "ray"
         auto = auto_training_modes(updates.get("device", self.device))
         for name in ("client_batching", "cuda_graphs"):
             if getattr(self, name) == "auto":

@@ -8,13 +8,12 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from hasfl_ray import registry
 from hasfl_ray.config.faults import FAULT_KINDS, parse_fault
+from hasfl_ray.config.model_keys import MODEL_CHOICES, MODEL_NORMS, check_model_keys
 from hasfl_ray.errors import ConfigError
+from hasfl_ray.evaluation import LOCAL_EVAL_CLIENTS
 from hasfl_ray.federation import (PAPER_WIDTHS, WIDTH_ASSIGNMENTS, global_width_of, normalise_ladder,
                                   normalise_partition)
 
-#: The networks ``model`` may name and their normalisations (hasfl_ray.models.resnet; docs/models.md).
-MODEL_CHOICES = ("preresnet18", "resnet18", "preresnet18-1112")
-MODEL_NORMS = ("sbn", "bn", "gn", "none")
 
 #: FLOAT32_MAX and MAX_LR: the bounds of every real-valued key and option (hasfl_ray.registry, shared with the
 #: algorithms' options).
@@ -107,6 +106,9 @@ class RunConfigFields:
     local_eval_every: int = 0
     local_eval_width: str = "final"
     local_eval_rule: str = "labels"
+    # which clients the local-accuracy pass scores: every client up to this many (an int), a seeded sample of this
+    # many beyond it (summary.json says so), all (every client, however many) or off (no local-accuracy pass)
+    local_eval_clients: Any = LOCAL_EVAL_CLIENTS
     # the adaptation schedule (HAS-FL's and random-budget's; the engine's post-warm-up avg_p and coverage monitor
     # count from it): warm-up rounds at p^max, then an adaptation at every t >= warmup with t % t_adapt == 0
     t_adapt: int = 5
@@ -132,6 +134,9 @@ class RunConfigFields:
     cuda_graphs: str = "auto"
     # bit-identical CUDA runs (deterministic cuBLAS/cuDNN, no autotuning); False = --fast-nondeterministic
     deterministic: bool = True
+    # a Ray run that starts Ray here trains its first rounds in this process while Ray starts (docs/ray.md,
+    # 'Start-up'); None: yes when backend auto chose Ray, no when backend ray is given (resolved() decides)
+    handoff: Optional[bool] = None
     # Ray backend, checkpoints and fault injection (never change results; not compared by --resume)
     actors: Optional[int] = None
     gpus_per_actor: Optional[float] = None
@@ -262,32 +267,8 @@ class RunConfigFields:
             object.__setattr__(self, name, value)
 
     def _check_model(self, bad) -> None:
-        """Validate model, model_norm and model_scaler (docs/models.md); the dataset's inputs are checked by the
-        Engine once it is loaded."""
-        if self.model is not None and self.model not in MODEL_CHOICES and not registry.is_spec(self.model):
-            raise bad("model", self.model, f"one of {', '.join(MODEL_CHOICES)}, or a plug-in model FILE.py:Class or "
-                                           "MODULE:Class (or unset: the dataset's own model)")
-        if isinstance(self.model_scaler, bool):
-            object.__setattr__(self, "model_scaler", "on" if self.model_scaler else "off")
-        if self.sbn_statistics not in ("shuffled", "in_order", "test_batch"):
-            raise bad("sbn_statistics", self.sbn_statistics, "shuffled (HeteroFL's pass over shuffled training "
-                                                             "batches), in_order or test_batch (FedRolex's)")
-        if not isinstance(self.sbn_batch_size, int) or isinstance(self.sbn_batch_size, bool) or \
-                self.sbn_batch_size < 2:
-            raise bad("sbn_batch_size", self.sbn_batch_size, "an integer of at least 2 (samples per batch of the "
-                                                             "sBN statistics pass; HeteroFL's is 10)")
-        for name, allowed in (("model_norm", MODEL_NORMS), ("model_scaler", ("on", "off"))):
-            value = getattr(self, name)
-            if value is None:
-                continue
-            if value not in allowed:
-                raise bad(name, value, f"one of {', '.join(allowed)}")
-            if self.model is None:
-                raise ConfigError(f"{name} is {value!r} but model is unset; expected it only with model "
-                                  f"{' or '.join(MODEL_CHOICES)} (the datasets' own models have fixed layers)")
-            if self.model not in MODEL_CHOICES:  # a plug-in model (docs/plugins.md#models) has its own layers
-                raise ConfigError(f"{name} is {value!r} but model is the plug-in {self.model!r}; expected it only "
-                                  f"with model {' or '.join(MODEL_CHOICES)}")
+        """Validate model, model_norm, model_scaler and the sBN keys (:func:`check_model_keys`)."""
+        check_model_keys(self, bad)
 
     def _check_ladder(self, bad) -> None:
         """Validate (and normalise) widths, width_mix, tier_counts, width_assignment and partition."""
@@ -341,6 +322,13 @@ class RunConfigFields:
             raise bad("local_eval_rule", self.local_eval_rule, "labels (the client's labels' test samples at its own "
                                                                "width) or source (HeteroFL's and FedRolex's rule: "
                                                                "its own test shard, the global model)")
+        value = self.local_eval_clients
+        if not (value in ("all", "off") or (isinstance(value, int) and not isinstance(value, bool) and value > 0)):
+            raise bad("local_eval_clients", value, "a positive number of clients (exact up to it, a seeded sample "
+                                                   "of it beyond), all or off")
+        if value == "off" and self.local_eval_every:
+            raise ConfigError(f"local_eval_every is {self.local_eval_every} but local_eval_clients is 'off'; expected "
+                              "local_eval_every 0, or local_eval_clients N or all")
 
     def _check_clock(self) -> None:
         """Validate (and normalise) the device clock's fields (:func:`hasfl_ray.clock.spec.check_clock_keys`)."""
@@ -356,8 +344,9 @@ class RunConfigFields:
         for name in ("synthetic_alpha", "synthetic_beta"):
             if not _number(getattr(self, name)) or getattr(self, name) < 0:
                 raise bad(name, getattr(self, name), "a number >= 0")
-        if not isinstance(self.deterministic, bool):
-            raise bad("deterministic", self.deterministic, "true or false")
+        for name in ("deterministic", "handoff"):
+            if not isinstance(getattr(self, name), bool) and (name == "deterministic" or self.handoff is not None):
+                raise bad(name, getattr(self, name), "true or false")
         if not isinstance(self.device, str) or not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
             raise bad("device", self.device, "auto, cpu, cuda, cuda:N or mps")
         if self.actors is not None and (not isinstance(self.actors, int) or isinstance(self.actors, bool)

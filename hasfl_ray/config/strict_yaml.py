@@ -1,4 +1,5 @@
-"""Reading YAML strictly: no key given twice, alias expansion bounded, regular files only; one sentence if bad."""
+"""Reading YAML strictly: no key given twice, alias expansion bounded, regular files only, ``5e-2`` a float; one
+sentence if bad. ``--algo-opt KEY=VALUE`` reads its values with the same loader."""
 
 from __future__ import annotations
 
@@ -113,6 +114,27 @@ def strict_yaml_load(stream: Any) -> Any:
         return yaml.load(stream, Loader=StrictLoader)
     except RecursionError:  # [[[[...]]]] thousands deep: the composer recurses once a level
         raise yaml.YAMLError("it is nested too deeply to read") from None
+
+
+def parse_option_assignments(assignments: Any) -> Dict[str, Any]:
+    """``["key=value", ...]`` (``--algo-opt``) to a mapping; each value is read as a YAML scalar by the config files'
+    own loader (:class:`StrictLoader`: ``0.5``, ``5e-2``, ``3``, ``true``, text), so a flag reads a number as a
+    config file does. Anything else (a list, a mapping, aliases) stays the text it was, never expanded (an alias
+    bomb in one flag would be built before being dropped)."""
+    out: Dict[str, Any] = {}
+    for item in assignments or ():
+        key, sep, raw = str(item).partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise ConfigError(f"--algo-opt is {item!r}; expected KEY=VALUE, such as --algo-opt min_width=0.3")
+        try:
+            node = yaml.compose(raw, Loader=StrictLoader) if raw.strip() else None
+            value = yaml.load(raw, Loader=StrictLoader) if isinstance(node, yaml.ScalarNode) else \
+                raw if node is not None else ""
+        except (yaml.YAMLError, RecursionError):
+            value = raw
+        out[key] = value if isinstance(value, (int, float, str, bool)) or value is None else raw
+    return out
 
 
 def load_yaml_config(path: str) -> Dict[str, Any]:

@@ -169,13 +169,20 @@ class SyntheticFederatedDataset(FederatedDataset):
     def label_histograms(self) -> np.ndarray:
         """Label counts per client, int64 (num_clients, 10): regenerates every client's labels once (streaming,
         O(num_clients x 10) memory; a few seconds per 10,000 clients)."""
+        return self._histograms(np.arange(self.num_clients))
+
+    def client_label_histograms(self, clients: np.ndarray) -> np.ndarray:
+        """Label counts of ``clients`` only, int64 (len(clients), 10): each one's labels regenerated."""
+        return self._histograms(clients)
+
+    def _histograms(self, clients: np.ndarray) -> np.ndarray:
         from threadpoolctl import threadpool_limits
 
-        hist = np.zeros((self.num_clients, NUM_CLASSES), dtype=np.int64)
+        clients = np.asarray(clients, dtype=np.int64)
+        hist = np.zeros((len(clients), NUM_CLASSES), dtype=np.int64)
         with threadpool_limits(1, user_api="blas"):  # thousands of tiny matmuls: threads only add overhead
-            for client in range(self.num_clients):
-                _, y = self._samples(client, STREAM_SYNTHETIC_TRAIN, self.client_size(client))
-                hist[client] = np.bincount(y, minlength=NUM_CLASSES)
+            for k, client in enumerate(clients.tolist()):
+                hist[k] = self._label_histogram(client)
         return hist
 
     def _label_histogram(self, client: int) -> np.ndarray:

@@ -14,7 +14,7 @@ from hasfl_ray.aggregation.label_split import label_masks_for
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.config import RunConfig
 from hasfl_ray.engine.server import Server
-from hasfl_ray.errors import ConfigError, TrainerError
+from hasfl_ray.errors import ConfigError, RoundInterrupted, TrainerError
 from hasfl_ray.training.batched import group_tasks
 from hasfl_ray.engine.server import statistics_plan
 from hasfl_ray.training.evaluate import evaluation_subset
@@ -27,11 +27,6 @@ def optimizer_settings(config: RunConfig) -> OptimizerSettings:
     return OptimizerSettings(momentum=config.momentum, weight_decay=config.weight_decay, clip_norm=config.clip_norm,
                              local_epochs=config.local_epochs, batch_size=config.batch_size,
                              local_steps=config.local_steps, augmentation=config.augmentation)
-
-
-class RoundInterrupted(Exception):
-    """A stop was requested (Ctrl-C, SIGTERM) while a round trained: raised at the end of a client, before the
-    round reaches the server, so the global model is still that of the last completed round."""
 
 
 def trainer_error(tasks: Sequence[ClientTask], error: BaseException, remote_traceback: str) -> "TrainerError":

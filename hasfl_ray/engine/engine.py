@@ -28,7 +28,7 @@ from hasfl_ray.engine.participants import round_capacities, sample_participants
 from hasfl_ray.engine.records import MAX_PENDING_LINES, complete, kept, open_log, writing
 from hasfl_ray.engine.rundir import RunDirectory, RunLock, remove_made
 from hasfl_ray.engine.signals import StopSignals
-from hasfl_ray.errors import ActorLostError, ConfigError, RunInterrupted, TrainerError
+from hasfl_ray.errors import ActorLostError, ConfigError, EvaluationInterrupted, RunInterrupted, TrainerError
 from hasfl_ray.models import build_model
 from hasfl_ray.registry import spec_label
 from hasfl_ray.training.determinism import apply_determinism
@@ -70,6 +70,7 @@ class Engine:
         self.checkpoint: Optional[Checkpoint] = None
         self.elapsed_before = 0.0
         self.local: Any = None  # the last local-accuracy evaluation (Engine.local_accuracy)
+        self.local_owed: Optional[int] = None  # the round whose local-accuracy pass a stop cut short
         #: Rounds' lines waiting for their evaluation, oldest first, each with the function completing it, its
         #: wall_s and, for a round that checkpoints, the run's state as the round ended (see run_round).
         self._pending: List[Tuple[Dict[str, Any], Any, float, Optional[Snapshot]]] = []
@@ -121,11 +122,18 @@ class Engine:
             log = open_log(self.rundir)
             with StopSignals() as self.stop_signals:
                 self.backend.should_stop = self.stop_signals.requested
+                if self.clock is not None:  # its scan for an available client stops on the first signal too
+                    self.clock.stop_when(self.stop_signals.requested)
                 self.backend.while_training = lambda: self.record_pending(wait=False)
                 self.backend.start(c, self.dataset, self.model_name, self.initial_params)
                 try:
                     if self.checkpoint is not None:
                         self.backend.set_params(self.checkpoint.params)
+                        try:  # a local-accuracy pass a stop cut short: its line as if never stopped
+                            evaluating.settle_owed_local(self)
+                        except EvaluationInterrupted:  # stopped again: the checkpoint stays as it was
+                            raise RunInterrupted(self.stop_signals.signal_number, len(self.history),
+                                                 self.rundir.path if self.rundir else None) from None
                     if self.rundir:
                         with writing(self.rundir, "config.yaml"):
                             self.rundir.create(c.to_dict(), self.backend.describe())
@@ -213,7 +221,7 @@ class Engine:
                 records.record(self, (line, None, None, None))
             while len(self._pending) > MAX_PENDING_LINES:  # never more than a few rounds behind
                 records.record(self, self._pending.pop(0))
-            if self.stop_signals.requested() and t + 1 < c.rounds:
+            if self.stop_signals.requested() and (t + 1 < c.rounds or self.local_owed is not None):
                 self.record_pending()
                 if bar:
                     bar.close()

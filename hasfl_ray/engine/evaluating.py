@@ -1,7 +1,9 @@
-"""Evaluation planning: which widths a round evaluates and when, plug-in sub-models, the local-accuracy pass."""
+"""Evaluation planning: which widths a round evaluates and when, plug-in sub-models, the local-accuracy pass (over
+every client up to ``local_eval_clients``, a seeded sample beyond it, stopped by the first signal; docs/metrics.md)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -9,10 +11,14 @@ import torch
 
 from hasfl_ray.data.base import TextFederatedDataset
 from hasfl_ray.engine.guard import GuardedAlgorithm, PluginError
+from hasfl_ray.errors import EvaluationInterrupted
 from hasfl_ray.evaluation import (accuracy_summary, default_eval_widths, is_eval_round, local_accuracies,
                                   shard_local_accuracies, submodel_groups, weighted_mean, width_key)
 from hasfl_ray.models import build_model
 from hasfl_ray.registry import call_plugin, spec_label
+from hasfl_ray.training.seeding import STREAM_LOCAL_EVAL, numpy_rng
+
+logger = logging.getLogger(__name__)
 
 #: summary.json's local_accuracy on a text dataset (docs/metrics.md).
 TEXT_LOCAL_ACCURACY = ("not defined for this dataset: a text client's labels are the next characters of its text, "
@@ -22,6 +28,12 @@ TEXT_LOCAL_ACCURACY = ("not defined for this dataset: a text client's labels are
 NO_SHARDS_LOCAL_ACCURACY = ("not defined for this partition: the sources' rule (local_eval_rule source) scores each "
                             "client on its own test shard, which only classes:K deals (HeteroFL's and FedRolex's "
                             "non-IID split; their IID rows report global accuracy only)")
+#: summary.json's local_accuracy under local_eval_clients off.
+OFF_LOCAL_ACCURACY = "not computed: local_eval_clients is off"
+#: Clients a dataset that computes label histograms client by client (it defines ``client_label_histograms(ids)``,
+#: as the synthetic one does: docs/plugins.md) is asked at a time; between two chunks the pass asks whether a stop
+#: was requested.
+LOCAL_CHUNK = 2048
 
 
 def eval_widths(engine: Any) -> List[float]:
@@ -48,7 +60,12 @@ def request_evaluation(engine: Any, t: int):
         at_widths = (all_widths, engine.backend.request("evaluate_widths", widths, submodels(engine, widths))
                      if widths else (lambda: {}))
     if is_eval_round(t, c.rounds, c.local_eval_every):
-        local = engine.request_local_accuracy()
+        try:
+            local = engine.request_local_accuracy()
+        except EvaluationInterrupted as stop:  # the first signal: the round is recorded without it, the run stops
+            engine.local_owed = t  # (and --resume computes it first: settle_owed_local)
+            logger.warning("round %d's local-accuracy pass %s; the round is recorded without it and --resume "
+                           "computes it", t, stop)
 
     parts = [full] + ([at_widths[1]] if at_widths is not None else []) + ([local] if local is not None else [])
 
@@ -93,23 +110,92 @@ def submodels(engine: Any, widths: Sequence[float]) -> Optional[Dict[float, Dict
     return out or None
 
 
+def scored_clients(engine: Any) -> Optional[np.ndarray]:
+    """The clients a local-accuracy pass scores: None for every client (at most ``local_eval_clients`` clients, or
+    ``all``), else a seeded sample of ``local_eval_clients`` of them, ascending, the same at every pass of the run
+    and on every backend (``rng(seed, STREAM_LOCAL_EVAL)``)."""
+    c = engine.config
+    if c.local_eval_clients == "all" or c.clients <= c.local_eval_clients:
+        return None
+    if getattr(engine, "_local_sample", None) is None:
+        engine._local_sample = np.sort(numpy_rng(c.seed, STREAM_LOCAL_EVAL).choice(c.clients, c.local_eval_clients,
+                                                                                   replace=False))
+    return engine._local_sample
+
+
+def sample_words(engine: Any, clients: Optional[np.ndarray]) -> str:
+    """summary.json's ``sample`` of a local accuracy block: which clients it was computed over."""
+    if clients is None:
+        return "every client"
+    return (f"a seeded sample of {len(clients):,} of the {engine.config.clients:,} clients (local_eval_clients "
+            f"{engine.config.local_eval_clients})")
+
+
+def label_counts(engine: Any, clients: Optional[np.ndarray]) -> np.ndarray:
+    """The training label histograms of ``clients`` (None: every client), int64 (clients, classes), once a run. A
+    dataset that computes them client by client is asked :data:`LOCAL_CHUNK` clients at a time, and a stop
+    requested before a chunk raises :class:`EvaluationInterrupted` (ten million synthetic clients take an hour)."""
+    if getattr(engine, "_label_counts", None) is not None:
+        return engine._label_counts
+    c, dataset = engine.config, engine.dataset
+    label = f"dataset {spec_label(c.dataset)!r}"
+    if not callable(getattr(dataset, "client_label_histograms", None)):  # all at once: a dataset holding its labels
+        counts = call_plugin(label, "label_histograms", lambda: np.asarray(dataset.label_histograms(), dtype=np.int64))
+        if counts.ndim != 2 or counts.shape[0] != c.clients:
+            raise PluginError(f"{label} returned label histograms of shape {counts.shape} from label_histograms(); "
+                              f"expected (clients, classes) = ({c.clients}, classes)")
+        counts = counts if clients is None else counts[clients]
+    else:
+        ids = np.arange(c.clients, dtype=np.int64) if clients is None else clients
+        parts = []
+        for start in range(0, len(ids), LOCAL_CHUNK):
+            if engine.stop_signals.requested():
+                raise EvaluationInterrupted(f"stopped after {start:,} of {len(ids):,} clients' label histograms")
+            chunk = ids[start:start + LOCAL_CHUNK]
+            part = call_plugin(label, "client_label_histograms",
+                               lambda: np.asarray(dataset.client_label_histograms(chunk), dtype=np.int64))
+            if part.ndim != 2 or part.shape[0] != len(chunk) or (parts and part.shape[1] != parts[0].shape[1]):
+                raise PluginError(f"{label} returned label histograms of shape {part.shape} from "
+                                  f"client_label_histograms(); expected ({len(chunk)}, classes), one row a client")
+            parts.append(part)
+        counts = np.concatenate(parts)
+    engine._label_counts = counts
+    return counts
+
+
+def settle_owed_local(engine: Any) -> None:
+    """On ``--resume``: the local-accuracy pass a stop cut short (:class:`EvaluationInterrupted`), computed now from
+    the checkpoint's state (the state of that round's end) and put into its line of the history, where a run never
+    interrupted has it; nothing when the last line's pass is not owed."""
+    c = engine.config
+    line = engine.history[-1] if engine.history else None
+    if line is None or "local_accuracy_mean" in line or c.local_eval_clients == "off" or \
+            not is_eval_round(line["round"], c.rounds, c.local_eval_every):
+        return
+    result = engine.local_accuracy()
+    engine.local, engine._local_round = result, line["round"]
+    if isinstance(result, dict):
+        wall_s = line.pop("wall_s")
+        line.update(local_accuracy_mean=result["summary"]["mean"], wall_s=wall_s)  # the order complete() gives
+
+
 def request_local_accuracy(engine: Any):
-    """:meth:`Engine.local_accuracy`, started now (the widths and tiers are today's), given by the function returned."""
+    """:meth:`Engine.local_accuracy`, started now (the widths and tiers are today's), given by the function returned:
+    over :func:`scored_clients` (every client, or a seeded sample), its arrays one entry per client scored
+    (``clients``: their ids, None for every client)."""
+    c = engine.config
+    if c.local_eval_clients == "off":
+        return lambda: OFF_LOCAL_ACCURACY
     if isinstance(engine.dataset, TextFederatedDataset):
         return lambda: TEXT_LOCAL_ACCURACY
-    c = engine.config
+    clients = scored_clients(engine)
     if c.local_eval_rule == "source":
-        return request_shard_local_accuracy(engine)
-    if getattr(engine, "_label_counts", None) is None:  # the training partition's label histograms: once a run
-        label = f"dataset {spec_label(c.dataset)!r}"
-        engine._label_counts = call_plugin(label, "label_histograms",
-                                           lambda: np.asarray(engine.dataset.label_histograms(), dtype=np.int64))
-        if engine._label_counts.ndim != 2 or engine._label_counts.shape[0] != c.clients:
-            raise PluginError(f"{label} returned label histograms of shape {engine._label_counts.shape} from "
-                              f"label_histograms(); expected (clients, classes) = ({c.clients}, classes)")
+        return request_shard_local_accuracy(engine, clients)
+    held = label_counts(engine, clients)
+    every = slice(None) if clients is None else clients
     widths = np.array(engine.algorithm.p_current if c.local_eval_width == "final" else engine.p_max,
-                      dtype=np.float64)
-    p_max, label_counts = np.array(engine.p_max, dtype=np.float64), engine._label_counts
+                      dtype=np.float64)[every]
+    p_max = np.array(engine.p_max, dtype=np.float64)[every]
     specs = build_model(engine.model_name).param_specs()
     chosen, groups = submodel_groups(widths, lambda w: tuple(s.sliced_shape(w) for s in specs.values()))
     requested = engine.backend.request("test_beats", chosen, submodels(engine, chosen))
@@ -117,13 +203,21 @@ def request_local_accuracy(engine: Any):
     def finish() -> Dict[str, Any]:
         labels, beats = requested()
         masked, unmasked, samples = local_accuracies(labels, np.stack([beats[w] for w in chosen]), groups,
-                                                     label_counts)
-        return {"masked": masked, "unmasked": unmasked, "samples": samples, "widths": widths,
-                "summary": accuracy_summary(masked, p_max, c.local_eval_width, True),
-                "summary_unmasked": accuracy_summary(unmasked, p_max, c.local_eval_width, False)}
+                                                     held)
+        return {"masked": masked, "unmasked": unmasked, "samples": samples, "widths": widths, "clients": clients,
+                "summary": _sampled(accuracy_summary(masked, p_max, c.local_eval_width, True), engine, clients),
+                "summary_unmasked": _sampled(accuracy_summary(unmasked, p_max, c.local_eval_width, False), engine,
+                                             clients)}
 
     finish.ready = getattr(requested, "ready", lambda: True)
     return finish
+
+
+def _sampled(summary: Dict[str, Any], engine: Any, clients: Optional[np.ndarray]) -> Dict[str, Any]:
+    """A local accuracy block with the clients it was computed over: ``evaluated_clients`` and ``sample``."""
+    summary.update(evaluated_clients=engine.config.clients if clients is None else len(clients),
+                   sample=sample_words(engine, clients))
+    return summary
 
 
 def evaluation_summary(engine: Any) -> Dict[str, Any]:
@@ -144,19 +238,21 @@ def evaluation_summary(engine: Any) -> Dict[str, Any]:
     return out
 
 
-def request_shard_local_accuracy(engine: Any):
+def request_shard_local_accuracy(engine: Any, clients: Optional[np.ndarray] = None):
     """Local accuracy as HeteroFL and FedRolex score it (``local_eval_rule: source``; docs/metrics.md): every client
     on its own test shard (classes:K), the global model at the global width 1, logits outside the client's label
     split set to 0, and summary.json's mean weighted by samples over all clients. Started now; the function
-    returned gives it."""
+    returned gives it. ``clients``: the clients scored (None: every client)."""
     shards = getattr(engine.dataset, "client_test_indices", None)
     label_split = getattr(engine.dataset, "label_split", None)
     if shards is None or label_split is None:
         return lambda: NO_SHARDS_LOCAL_ACCURACY
-    shards = [np.asarray(ix, dtype=np.int64) for ix in shards]
+    ids = range(len(shards)) if clients is None else clients.tolist()
+    shards = [np.asarray(shards[i], dtype=np.int64) for i in ids]
+    label_split = [label_split[i] for i in ids]
     scored = np.unique(np.concatenate(shards)) if shards else np.zeros(0, dtype=np.int64)
     positions = [np.searchsorted(scored, shard) for shard in shards]
-    p_max = np.array(engine.p_max, dtype=np.float64)
+    p_max = np.array(engine.p_max, dtype=np.float64)[slice(None) if clients is None else clients]
     requested = engine.backend.request("test_logits", scored, 1.0)
 
     def finish() -> Dict[str, Any]:
@@ -167,8 +263,8 @@ def request_shard_local_accuracy(engine: Any):
             summary = accuracy_summary(values, p_max, "global", is_masked)
             summary.update(mean_over_clients=summary["mean"], mean=weighted_mean(values, samples), rule="source",
                            weighted=True)
-            summaries.append(summary)
-        return {"masked": masked, "unmasked": unmasked, "samples": samples,
+            summaries.append(_sampled(summary, engine, clients))
+        return {"masked": masked, "unmasked": unmasked, "samples": samples, "clients": clients,
                 "widths": np.ones(len(shards), dtype=np.float64), "summary": summaries[0],
                 "summary_unmasked": summaries[1]}
 

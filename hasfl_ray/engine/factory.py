@@ -18,16 +18,18 @@ TAKEOVER_ROUND_ENV = "HASFL_HANDOFF_ROUND"
 
 def make_backend(config: RunConfig) -> Backend:
     """The backend ``config.backend`` names; Ray is imported only for ``ray`` (one sentence when it is missing).
-    A Ray run that starts Ray on this machine trains here while Ray starts, in the background, and hands over to it
+    A Ray run chosen by the default backend (``handoff``, set by :meth:`RunConfig.resolved` for ``backend: auto``)
+    that starts Ray on this machine trains here while Ray starts, in the background, and hands over to it
     (docs/ray.md, 'Start-up'; :func:`hasfl_ray.simulation.placement.handoff_execution` says when): Ray is imported
-    there too."""
-    if config.backend == "ray":
+    there too. ``backend: ray`` given by name trains on Ray from its first round."""
+    if config.backend == "ray" and config.handoff:
         from hasfl_ray.simulation.placement import handoff_execution
 
         # an asynchronous run has no round boundary to hand over at (its clients in flight live on one backend)
         execution = handoff_execution(config) if config.mode != "async" else None
         if execution is not None:
             return HandoffBackend(lambda: _ray_backend(warn_at_warm_up=True), execution, _takeover_round())
+    if config.backend == "ray":
         return _ray_backend()
     return LocalBackend()
 

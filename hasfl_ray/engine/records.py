@@ -6,7 +6,7 @@ import contextlib
 import logging
 import os
 import time
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -114,12 +114,31 @@ def client_rows(engine: Any) -> Iterator[Tuple[Any, ...]]:
         part = slice(start, start + CLIENT_ROWS_CHUNK)
         tv_part = [("" if x != x else x) for x in tv[part].tolist()]  # NaN: not computed
         h_part = h[part].tolist() if h is not None else [""] * len(tv_part)
-        empty = [""] * len(tv_part)
-        local_part = [[("" if x != x else x) for x in local[k][part].tolist()] if local else empty
-                      for k in ("masked", "unmasked", "widths", "samples")]
+        local_part = local_columns(local, start, len(tv_part))
         yield from zip(range(start, start + len(tv_part)), engine.num_samples[part].tolist(),
                        engine.p_max[part].tolist(), tv_part, h_part, p_final[part].tolist(), names[part],
                        *local_part, *[[("" if x != x else x) for x in column[part].tolist()] for column in clocked])
+
+
+def local_columns(local: Optional[Dict[str, Any]], start: int, count: int) -> List[List[Any]]:
+    """clients.csv's four local columns for clients ``start`` .. ``start + count - 1``: the values of the clients the
+    last local-accuracy pass scored (``local["clients"]``: their ids, None for every client), empty for the others
+    and where a value is NaN (no test sample of its labels)."""
+    keys = ("masked", "unmasked", "widths", "samples")
+    if local is None:
+        return [[""] * count for _ in keys]
+    clients = local.get("clients")
+    if clients is None:
+        return [[("" if x != x else x) for x in local[k][start:start + count].tolist()] for k in keys]
+    low, high = np.searchsorted(clients, [start, start + count])
+    at = (clients[low:high] - start).tolist()
+    columns = []
+    for k in keys:
+        column: List[Any] = [""] * count
+        for position, x in zip(at, local[k][low:high].tolist()):
+            column[position] = "" if x != x else x
+        columns.append(column)
+    return columns
 
 
 def finish(engine: Any, wall_s: float) -> Dict[str, Any]:

@@ -256,8 +256,13 @@ class RunDirectory:
     def write_summary(self, summary: Dict[str, Any]) -> None:
         """summary.json, strict JSON: a number that is not finite (an accuracy never reached, a diverged loss) is
         written as null, never as Infinity or NaN, which JSON readers other than Python's refuse."""
-        text = json.dumps(_finite(summary), indent=2, allow_nan=False) + "\n"
-        atomic_write(self.file("summary.json"), text.encode())
+        atomic_write(self.file("summary.json"), summary_json(summary).encode())
+
+
+def summary_json(summary: Mapping[str, Any]) -> str:
+    """summary.json's text: strict JSON, indented, a number that is not finite written as null (what the file holds
+    and ``simulate --json`` prints)."""
+    return json.dumps(_finite(summary), indent=2, allow_nan=False) + "\n"
 
 
 def _finite(value: Any) -> Any:

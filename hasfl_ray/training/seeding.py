@@ -9,6 +9,7 @@ import torch
 STREAM_SAMPLING, STREAM_CLIENT, STREAM_ALGORITHM, STREAM_INIT, STREAM_TIERS = 1, 2, 3, 4, 5
 STREAM_EVAL = 6  # the test subset of eval_samples (drawn once per run)
 STREAM_WIDTHS = 7  # width_assignment dynamic: every client's p^max redrawn from the ladder's mix, keyed by round
+STREAM_LOCAL_EVAL = 9  # the clients a local-accuracy pass scores beyond local_eval_clients (drawn once per run)
 # The device clock (hasfl_ray/clock, docs/clock.md): device profiles drawn once per run, each client's availability
 # (keyed by client), and each round's invitations and dropouts (keyed by round); numbers far from the others' so
 # that new kinds elsewhere never collide with them.

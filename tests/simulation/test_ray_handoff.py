@@ -43,12 +43,16 @@ def test_a_run_handed_over_to_ray_at_round_2_equals_local_and_ray_runs(ray_local
 def test_the_handoff_applies_only_to_a_ray_this_run_starts_on_cpu(ray_local, monkeypatch):
     # issue 24 item 8: a Ray already running (here, this process's), an address, a fault aimed at Ray, a GPU, or
     # actors that do not fit keep the run waiting for Ray before its first round
-    config = RunConfig(backend="ray", **SMALL).resolved()
+    config = RunConfig(**SMALL).resolved()  # backend auto: Ray, where it is installed
+    assert config.backend == "ray" and config.handoff
     assert type(make_backend(config)) is RayBackend  # this process runs Ray
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     assert type(make_backend(config)) is HandoffBackend
     for waiting in (dict(address="127.0.0.1:1"), dict(fault_inject="kill-trainer@1"), dict(actors=1000),
                     dict(trainer_threads=1000)):
-        assert type(make_backend(RunConfig(backend="ray", **SMALL, **waiting).resolved())) is RayBackend, waiting
+        assert type(make_backend(RunConfig(**SMALL, **waiting).resolved())) is RayBackend, waiting
+    # issue 37 item 10: what a user names is what runs: backend ray given by name is Ray from its first round
+    named = RunConfig(backend="ray", **SMALL).resolved()
+    assert named.handoff is False and type(make_backend(named)) is RayBackend
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
     assert type(make_backend(config)) is RayBackend
