@@ -4,48 +4,15 @@ kind of file; anything else is one sentence, exit 2, nothing of the user's touch
 `report --out` and `plot --out`."""
 
 import os
-import shutil
 
 import pytest
-from click.testing import CliRunner
 
-from hasfl_ray.cli.main import main
-from hasfl_ray.engine import Engine, RunConfig
 from hasfl_ray.engine.rundir import RunLock
 from hasfl_ray.files import OWNER_MARK, claim_folder, folder_owner, ownership_problem
+from sentences import invoke, refused
 
 SCAFFOLD = ["simulate", "--algorithm", "scaffold", "--rounds", "1", "--clients", "4", "--clients-per-round", "2",
             "--backend", "local", "--quiet"]
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def refused(result, *words):
-    """One sentence on one line, under 200 characters, exit 2, no traceback."""
-    message = result.output.strip()
-    assert result.exit_code == 2, message
-    assert result.exception is None or isinstance(result.exception, SystemExit), message
-    assert len(message.splitlines()) == 1 and message.startswith("Error: "), message
-    assert len(message) < 200 + len("Error: "), message
-    for word in words:
-        assert word in message, (word, message)
-    return message
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    path = tmp_path_factory.mktemp("finished") / "run-a"
-    Engine(RunConfig(backend="local", rounds=2, clients=6, clients_per_round=3), out_dir=str(path)).run()
-    return path
-
-
-@pytest.fixture
-def run(finished, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    shutil.copytree(finished, "runs/run-a")
-    return "runs/run-a"
 
 
 # --------------------------------------------------------------------------------------------- the one rule

@@ -6,48 +6,13 @@ written; reading a run directory never imports code."""
 import errno
 import json
 import os
-import shutil
 
 import pytest
-from click.testing import CliRunner
 
-from hasfl_ray.cli.main import main
-from hasfl_ray.engine import Engine, RunConfig
+from sentences import invoke, refused
 
 #: JSON nested deeper than Python's parser can recurse (a RecursionError before the fix).
 DEEP_JSON = "[" * 200000 + "]" * 200000
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    """One finished run (2 rounds, 6 clients, 3 a round, local), made once for the module and copied per test."""
-    path = tmp_path_factory.mktemp("finished") / "run-a"
-    Engine(RunConfig(backend="local", rounds=2, clients=6, clients_per_round=3), out_dir=str(path)).run()
-    return path
-
-
-@pytest.fixture
-def run(finished, tmp_path, monkeypatch):
-    """A copy of the finished run at runs/run-a, in a working directory of its own (short paths in sentences)."""
-    monkeypatch.chdir(tmp_path)
-    shutil.copytree(finished, "runs/run-a")
-    return "runs/run-a"
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def refused(result, *words, status=2):
-    """One sentence on one line, under 200 characters, with the exit status and no traceback; returns it."""
-    message = result.output.strip()
-    assert result.exit_code == status, message
-    assert result.exception is None or isinstance(result.exception, SystemExit), message
-    assert len(message.splitlines()) == 1 and message.startswith("Error: "), message
-    assert len(message) < 200 + len("Error: "), message
-    for word in words:
-        assert word in message, (word, message)
-    return message
 
 
 def listing(root="."):
