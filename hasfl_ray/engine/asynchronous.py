@@ -27,6 +27,7 @@ from hasfl_ray.aggregation.asynchronous import buffered_step, mixing_step
 from hasfl_ray.algorithms import Arrival
 from hasfl_ray.clock.records import width_label
 from hasfl_ray.config.asynchronous import eval_due, parse_staleness, staleness_factor
+from hasfl_ray.config.faults import parse_fault
 from hasfl_ray.engine import records
 from hasfl_ray.engine.async_state import AsyncState, InFlight
 from hasfl_ray.engine.backend import RoundInterrupted
@@ -55,6 +56,10 @@ class AsyncLoop:
         self.fedasync = c.async_rule == "fedasync"
         self.staleness = parse_staleness(c.staleness)
         self.state = AsyncState.fresh(c.clients)
+        # --fault-inject KIND@N (testing): N counts dispatches; nan-update, inf-update and trainer-error go with
+        # dispatch N's task (every backend); kill-trainer is the Ray backend's (it kills dispatch N's trainer)
+        fault = parse_fault(c.fault_inject) if c.fault_inject else None
+        self.fault = (fault[1], fault[0].split("-")[0]) if fault is not None and fault[0] != "kill-trainer" else None
 
     # -- sampling and dispatch ------------------------------------------------------------------------------------
 
@@ -109,6 +114,8 @@ class AsyncLoop:
             lr = round_lr(c.lr, c.lr_decay, v, c.lr_milestones, c.lr_gamma)
             task = ClientTask(client, n, width, lr, c.seed, algorithm.objective(v, client, width),
                               offset=algorithm.window_offset(v, client), masked_loss=c.masked_loss)
+            if self.fault is not None and self.fault[0] == n:
+                task.fault = self.fault[1]
             handle = self.backend.dispatch(task)
             if self.fedasync:
                 self.backend.keep_version(v)
