@@ -8,7 +8,7 @@ that model until the client's training is known to have ended), so the run ends 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
