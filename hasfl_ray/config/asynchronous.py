@@ -23,6 +23,12 @@ DEFAULT_ALPHA = 0.6
 #: The keys only an asynchronous run takes.
 ASYNC_KEYS = ("concurrency", "async_rule", "buffer_size", "staleness", "async_alpha", "eval_every_updates",
               "eval_every_seconds")
+#: Synchronous keys an asynchronous run cannot take: the values it accepts (their defaults; ``auto`` batching is
+#: off) and what it expects instead, refused in one sentence rather than ignored.
+SYNC_ONLY = {"deadline_policy": (("drop",), "it unset (a policy for late updates; an asynchronous server has no "
+                                            "deadline)"),
+             "client_batching": (("auto", "off"), "auto or off (each asynchronous client trains alone, from the "
+                                                  "model of its dispatch)")}
 
 STALENESS_EXPECTED = ("constant, polynomial:A (s = (1 + tau)^-A, A >= 0) or hinge:A,B (s = 1 for tau <= B, else "
                       "1 / (A (tau - B) + 1), A >= 0, B >= 0)")
@@ -91,6 +97,10 @@ def check_async_keys(values: Dict[str, Any], clients: int, devices: Any, deadlin
     if deadline is not None:
         raise ConfigError(f"deadline is {_shown(deadline)} but mode is 'async'; expected no deadline (an asynchronous "
                           "server waits for no round: every update arrives when its device finishes)")
+    for key, (allowed, expected) in SYNC_ONLY.items():
+        if values.get(key, allowed[0]) not in allowed:
+            raise ConfigError(f"{key} is {_shown(values[key])} but mode is 'async', which does not take it; expected "
+                              f"{expected}")
     out: Dict[str, Any] = {}
     concurrency = values["concurrency"] if values["concurrency"] is not None else values["clients_per_round"]
     out["concurrency"] = _count("concurrency", concurrency, "a positive integer (clients training at once)")

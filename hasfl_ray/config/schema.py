@@ -259,9 +259,9 @@ class RunConfigFields:
         self._check_model(bad)
         self._check_execution(bad)
         self._check_clock()
-        from hasfl_ray.config.asynchronous import ASYNC_KEYS, check_async_keys
+        from hasfl_ray.config.asynchronous import ASYNC_KEYS, SYNC_ONLY, check_async_keys
 
-        values = check_async_keys({k: getattr(self, k) for k in ("mode", "clients_per_round", *ASYNC_KEYS)},
+        values = check_async_keys({k: getattr(self, k) for k in ("mode", "clients_per_round", *ASYNC_KEYS, *SYNC_ONLY)},
                                   self.clients, self.devices, self.deadline)
         for name, value in values.items():
             object.__setattr__(self, name, value)

@@ -27,6 +27,7 @@ from hasfl_ray.aggregation.asynchronous import buffered_step, mixing_step
 from hasfl_ray.algorithms import Arrival
 from hasfl_ray.clock.records import width_label
 from hasfl_ray.config.asynchronous import eval_due, parse_staleness, staleness_factor
+from hasfl_ray.config.faults import parse_fault
 from hasfl_ray.engine import records
 from hasfl_ray.engine.async_state import AsyncState, InFlight
 from hasfl_ray.engine.backend import RoundInterrupted
@@ -42,6 +43,9 @@ logger = logging.getLogger(__name__)
 SAMPLING, DROPOUT = 2, 3
 #: Random candidates tried for a dispatch before every client is asked (the rare path: nearly all are busy or away).
 DRAWS = 1000
+#: Candidates drawn at first (then twice as many each time, up to DRAWS): nearly always the first fits. Drawing in
+#: pieces gives the same candidates as drawing DRAWS at once (numpy draws bounded integers one by one).
+FIRST_DRAWS = 4
 
 
 class AsyncLoop:
@@ -55,6 +59,10 @@ class AsyncLoop:
         self.fedasync = c.async_rule == "fedasync"
         self.staleness = parse_staleness(c.staleness)
         self.state = AsyncState.fresh(c.clients)
+        # --fault-inject KIND@N (testing): N counts dispatches; nan-update, inf-update and trainer-error go with
+        # dispatch N's task (every backend); kill-trainer is the Ray backend's (it kills dispatch N's trainer)
+        fault = parse_fault(c.fault_inject) if c.fault_inject else None
+        self.fault = (fault[1], fault[0].split("-")[0]) if fault is not None and fault[0] != "kill-trainer" else None
 
     # -- sampling and dispatch ------------------------------------------------------------------------------------
 
@@ -63,11 +71,15 @@ class AsyncLoop:
         now and not in flight; when DRAWS find none, the lowest id of those that are; when none is, -1."""
         now, busy, availability = self.clock.now, self.state.in_flight, self.clock.availability
         rng = numpy_rng(self.config.seed, STREAM_CLOCK, n, SAMPLING)
-        for candidate in rng.integers(0, self.config.clients, size=DRAWS).tolist():
-            if candidate not in busy and availability.window(candidate, now)[0]:
-                return candidate
-            if candidate not in busy:
-                self.state.unavailable += 1
+        drawn, size = 0, FIRST_DRAWS
+        while drawn < DRAWS:
+            size = min(size, DRAWS - drawn)
+            for candidate in rng.integers(0, self.config.clients, size=size).tolist():
+                if candidate not in busy:
+                    if availability.window(candidate, now)[0]:
+                        return candidate
+                    self.state.unavailable += 1
+            drawn, size = drawn + size, 2 * size
         free = [i for i in range(self.config.clients) if i not in busy and availability.window(i, now)[0]]
         return free[0] if free else -1
 
@@ -96,7 +108,8 @@ class AsyncLoop:
         width = algorithm.allocate(v, [client])[client]
         cost = algorithm.client_cost(v, client, width, clock.base_cost(client, width))
         full = clock.seconds(client, cost)
-        u = numpy_rng(c.seed, STREAM_CLOCK, n, DROPOUT).random(2)
+        # (without dropout its stream decides nothing, and is not drawn)
+        u = numpy_rng(c.seed, STREAM_CLOCK, n, DROPOUT).random(2) if c.dropout > 0 else (1.0, 0.0)
         until = clock.availability.window(client, now)[1] - now
         lost = bool(u[0] < c.dropout) or full > until
         end = now + (float(u[1]) * full if u[0] < c.dropout else until if full > until else full)
@@ -109,6 +122,8 @@ class AsyncLoop:
             lr = round_lr(c.lr, c.lr_decay, v, c.lr_milestones, c.lr_gamma)
             task = ClientTask(client, n, width, lr, c.seed, algorithm.objective(v, client, width),
                               offset=algorithm.window_offset(v, client), masked_loss=c.masked_loss)
+            if self.fault is not None and self.fault[0] == n:
+                task.fault = self.fault[1]
             handle = self.backend.dispatch(task)
             if self.fedasync:
                 self.backend.keep_version(v)
@@ -249,4 +264,4 @@ def run(engine: Any) -> Dict[str, Any]:
     return loop.run()
 
 
-__all__ = ["AsyncLoop", "DRAWS", "DROPOUT", "SAMPLING", "run"]
+__all__ = ["AsyncLoop", "DRAWS", "DROPOUT", "FIRST_DRAWS", "SAMPLING", "run"]

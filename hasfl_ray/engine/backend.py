@@ -29,11 +29,13 @@ def optimizer_settings(config: RunConfig) -> OptimizerSettings:
                              local_steps=config.local_steps, augmentation=config.augmentation)
 
 
-def trainer_error(tasks: Sequence[ClientTask], error: BaseException, remote_traceback: str) -> "TrainerError":
-    """One sentence naming the client(s) and round of a trainer that raised; the traceback travels with it."""
+def trainer_error(tasks: Sequence[ClientTask], error: BaseException, remote_traceback: str,
+                  unit: str = "round") -> "TrainerError":
+    """One sentence naming the client(s) and round (``unit``: an asynchronous client's is its dispatch) of a trainer
+    that raised; the traceback travels with it."""
     clients = ", ".join(str(task.client) for task in tasks)
     detail = " ".join(str(error).split())[:120] or type(error).__name__
-    return TrainerError(f"training client {clients} of round {tasks[0].round} failed ({type(error).__name__}: "
+    return TrainerError(f"training client {clients} of {unit} {tasks[0].round} failed ({type(error).__name__}: "
                         f"{detail}); the trainer's traceback is in RUN/log.txt", remote_traceback)
 
 
@@ -257,7 +259,7 @@ class LocalBackend(Backend):
         except (ConfigError, KeyboardInterrupt):
             raise
         except BaseException as error:
-            raise trainer_error([task], error, traceback.format_exc()) from None
+            raise trainer_error([task], error, traceback.format_exc(), "dispatch") from None
 
     def apply_arrivals(self, handles, weights, server_lr, bases=None):
         return self.server.apply(list(handles), weights, server_lr, bases)

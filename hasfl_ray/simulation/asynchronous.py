@@ -1,12 +1,14 @@
 """The Ray backend's asynchronous clients (docs/async.md): each dispatched client goes, as its own call, to the
 trainer with the fewest calls in flight, training from the global model of its dispatch (an object-store object every
 trainer reads once); its result stays in the object store until its update arrives in simulated time, when the
-server actor applies the arrived ones in arrival order. Where a client trains never changes what it returns."""
+server actor applies the arrived ones in arrival order. Where a client trains never changes what it returns: a client
+whose trainer died is trained again, on a new trainer, from the same model and task (the handle keeps a reference to
+that model until the client's training is known to have ended), so the run ends with the bits it would have had."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
@@ -14,6 +16,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from hasfl_ray.engine.backend import trainer_error
 from hasfl_ray.engine.server import NonFiniteModelError
 from hasfl_ray.errors import ConfigError
+from hasfl_ray.simulation.transport import MAX_ATTEMPTS, _lost, logger
 from hasfl_ray.simulation.wire import pack, unpack
 from hasfl_ray.training.result import ClientResult
 from hasfl_ray.training.task import ClientTask
@@ -21,14 +24,18 @@ from hasfl_ray.training.task import ClientTask
 
 @dataclass
 class AsyncHandle:
-    """A dispatched client: its task, the trainer slot and generation it went to, and its two returns (the small
-    report; the result, one packed object for the server). ``report`` is None for a restored client."""
+    """A dispatched client: its task, the model it trains from (``params``: a reference, held until its training is
+    known to have ended), the trainer slot and generation it went to, its two returns (the small report; the
+    result, one packed object for the server) and how often it was sent. ``report`` is None once the training
+    ended, and for a restored client."""
 
     task: Optional[ClientTask]
     slot: int
     generation: int
     report: Any
     result: Any
+    params: Any = None
+    attempts: int = 1
 
 
 class AsyncTransport:
@@ -38,30 +45,52 @@ class AsyncTransport:
     def dispatch(self, task: ClientTask) -> AsyncHandle:
         if self._params_ref is None:
             self._params_ref = self.server.params.remote()
+        handle = AsyncHandle(task, 0, 0, None, None, self._params_ref, 0)
+        self._send_client(handle)
+        if self.fault_round is not None and task.round == self.fault_round:  # testing: --fault-inject kill-trainer@N
+            logger.warning("fault injection: killing trainer actor %d with dispatch %d in flight", handle.slot,
+                           task.round)
+            ray.kill(self.slots[handle.slot].actor, no_restart=True)
+        return handle
+
+    def _send_client(self, handle: AsyncHandle) -> None:
+        """Send ``handle``'s client to the trainer with the fewest calls in flight, from the model it holds."""
         slot = min(self.slots, key=lambda s: (s.in_flight, s.index))
-        report, result = slot.actor.run.options(num_returns=2).remote([self._params_ref], [([task], False)])
+        handle.report, handle.result = slot.actor.run.options(num_returns=2).remote([handle.params],
+                                                                                   [([handle.task], False)])
+        handle.slot, handle.generation = slot.index, slot.generation
+        handle.attempts += 1
         slot.in_flight += 1
-        return AsyncHandle(task, slot.index, slot.generation, report, result)
 
     def _arrived(self, handle: AsyncHandle) -> None:
-        """Wait for the client's training; a trainer's error in one sentence, a lost trainer as the run's loss."""
-        if handle.report is None:
-            return
-        slot = self.slots[handle.slot]
-        try:
-            report = ray.get(handle.report)
-        except RayActorError as error:
-            from hasfl_ray.simulation.transport import _lost
-            raise _lost(f"client {handle.task.client} lost its trainer actor", error) from None
-        except RayTaskError as error:
-            cause = error.as_instanceof_cause()
-            if isinstance(cause, ConfigError):
-                raise cause from None
-            raise trainer_error([handle.task], getattr(error, "cause", None) or error, str(error)) from None
-        if handle.generation == slot.generation:
-            slot.in_flight -= 1
-        self.total_train_seconds += report.train_seconds
-        handle.report = None
+        """Wait for the client's training: a trainer that died is replaced and the client trained again (at most
+        MAX_ATTEMPTS times in all); a trainer's error is one sentence."""
+        while handle.report is not None:
+            slot = self.slots[handle.slot]
+            same_actor = handle.generation == slot.generation
+            try:
+                report = ray.get(handle.report)
+            except RayActorError as error:
+                if handle.attempts >= MAX_ATTEMPTS:
+                    raise _lost(f"client {handle.task.client} of dispatch {handle.task.round} lost its trainer actor "
+                                f"{handle.attempts} times", error) from None
+                logger.warning("trainer actor %d died while training client %d of dispatch %d; training it again",
+                               handle.slot, handle.task.client, handle.task.round)
+                self.timing.retrained_clients.append(handle.task.client)
+                if same_actor:
+                    self._replace(slot)
+                self._send_client(handle)
+                continue
+            except RayTaskError as error:
+                cause = error.as_instanceof_cause()
+                if isinstance(cause, ConfigError):
+                    raise cause from None
+                raise trainer_error([handle.task], getattr(error, "cause", None) or error, str(error),
+                                    "dispatch") from None
+            if same_actor:
+                slot.in_flight -= 1
+            self.total_train_seconds += report.train_seconds
+            handle.report = handle.params = None
 
     def apply_arrivals(self, handles: Sequence[AsyncHandle], weights: Sequence[float], server_lr: float,
                        bases: Optional[Sequence[Optional[int]]] = None):
@@ -82,7 +111,7 @@ class AsyncTransport:
         return unpack(ray.get(handle.result))[0]
 
     def restore_handle(self, result: ClientResult) -> AsyncHandle:
-        return AsyncHandle(None, 0, 0, None, ray.put(pack((result,))))
+        return AsyncHandle(None, 0, 0, None, ray.put(pack((result,))), attempts=0)
 
     def keep_version(self, version: int) -> None:
         self.server.keep_version.remote(version)  # in order before any later call to the server

@@ -98,6 +98,8 @@ def unpack(packed: Packed) -> Any:
     typed: Dict[torch.dtype, torch.Tensor] = {}  # the buffer as each dtype met (length: k * ALIGN)
 
     def view(where: _Slot) -> torch.Tensor:
+        if not where.nbytes:  # an empty tensor (a buffer of no bytes cannot be viewed as a wider dtype)
+            return torch.empty(where.shape, dtype=where.dtype)
         whole = typed.get(where.dtype)
         if whole is None:
             whole = typed[where.dtype] = flat.view(where.dtype)

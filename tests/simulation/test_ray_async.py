@@ -66,3 +66,26 @@ def test_an_asynchronous_ray_run_waits_for_ray_instead_of_handing_over():
     assert isinstance(make_backend(RunConfig(**config, backend="ray", device="cpu")), RayBackend)
     assert isinstance(make_backend(RunConfig(backend="ray", device="cpu", clients=8, clients_per_round=4)),
                       HandoffBackend)
+
+
+def test_a_trainer_killed_mid_run_is_replaced_and_its_clients_trained_again(ray_local, tmp_path, caplog):
+    """--fault-inject kill-trainer@N kills the trainer dispatch N went to while it trains: the trainer is replaced,
+    every client that was on it is trained again from the model of its dispatch, and the run ends with the local
+    backend's bits, as a synchronous round does (tests/simulation/test_backend.py)."""
+    config = {**ASYNC, "async_rule": "fedbuff", "buffer_size": 2}
+    local = outcome(tmp_path, "local", {**config, "backend": "local"})
+    engine = Engine(RunConfig(**config, backend="ray", actors=2, fault_inject="kill-trainer@2"),
+                    out_dir=str(tmp_path / "killed"))
+    summary = engine.run()
+    assert engine.backend.replaced_actors == 1 and engine.backend.timing.retrained_clients
+    assert "training it again" in caplog.text
+    killed = outcome(tmp_path, "killed-again", {**config, "backend": "ray", "actors": 2,
+                                                "fault_inject": "kill-trainer@5"})
+    assert summary["params_sha256"] == local[0] and killed == local
+
+
+def test_a_poisoned_update_is_rejected_on_ray_as_on_the_local_backend(ray_local, tmp_path):
+    config = {**ASYNC, "async_rule": "fedasync", "buffer_size": None, "fault_inject": "nan-update@3"}
+    local = outcome(tmp_path, "local", {**config, "backend": "local"})
+    assert sum(line["rejected_updates"] for line in local[1]) == 1
+    assert outcome(tmp_path, "ray", {**config, "backend": "ray", "actors": 2}) == local

@@ -73,3 +73,11 @@ def test_unpacked_tensors_are_private_aligned_and_writable():
     assert torch.equal(out["b"], torch.full((5,), 2.0, dtype=torch.float64))
     assert all(slot.offset % ALIGN == 0 for slot in packed.skeleton.values())
     assert not np.shares_memory(out["b"].numpy(), packed.buffer)
+
+
+def test_a_structure_of_only_empty_tensors_survives():
+    # a server update whose every arrival was rejected (FedAsync's one NaN update) returns empty float64 tensors only:
+    # a buffer of no bytes, which once failed to unpack ("self.stride(-1) must be 1 to view Byte as Double")
+    value = {"covered": torch.zeros(0, dtype=torch.float64), "norms": torch.zeros(0, 2, dtype=torch.float64)}
+    out = unpack(pack(value))
+    assert {k: (t.shape, t.dtype) for k, t in out.items()} == {k: (t.shape, t.dtype) for k, t in value.items()}
