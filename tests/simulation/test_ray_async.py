@@ -55,17 +55,18 @@ def test_a_ray_run_resumed_mid_run_matches(ray_local, tmp_path, monkeypatch):
 
 
 def test_an_asynchronous_ray_run_waits_for_ray_instead_of_handing_over():
-    """A synchronous Ray run trains its first rounds here while Ray starts (HandoffBackend); an asynchronous one has
-    no round boundary to hand its clients in flight over at, so it runs on Ray from its first dispatch."""
+    """A synchronous Ray run the default backend chose trains its first rounds here while Ray starts
+    (HandoffBackend); an asynchronous one has no round boundary to hand its clients in flight over at, so it runs on Ray from its first dispatch."""
     from hasfl_ray.engine.factory import make_backend
     from hasfl_ray.engine.handoff import HandoffBackend
     from hasfl_ray.simulation.backend import RayBackend
 
     ray.shutdown()  # no Ray of this process: the synchronous run would hand over
     config = {k: v for k, v in ASYNC.items()}
-    assert isinstance(make_backend(RunConfig(**config, backend="ray", device="cpu")), RayBackend)
-    assert isinstance(make_backend(RunConfig(backend="ray", device="cpu", clients=8, clients_per_round=4)),
-                      HandoffBackend)
+    # handoff: the default backend chose Ray (a named --backend ray trains on Ray from its first round anyway)
+    assert isinstance(make_backend(RunConfig(**config, backend="ray", handoff=True, device="cpu")), RayBackend)
+    assert isinstance(make_backend(RunConfig(backend="ray", handoff=True, device="cpu", clients=8,
+                                             clients_per_round=4)), HandoffBackend)
 
 
 def test_a_trainer_killed_mid_run_is_replaced_and_its_clients_trained_again(ray_local, tmp_path, caplog):
