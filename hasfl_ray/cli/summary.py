@@ -88,6 +88,9 @@ def readable_summary(summary: Mapping[str, Any], run_dir: str, algorithm: str, d
         rows.append(("warning", str(summary["coverage_warning"])))
     rows += [("params_sha256", str(summary.get("params_sha256"))), ("run directory", run_dir)]
     wall = summary.get("wall_s")
-    head = f"{algorithm} on {dataset}, seed {seed}: {summary.get('rounds')} rounds" + \
+    done = f"{summary.get('rounds')} rounds" if summary.get("mode") != "async" else \
+        (f"{summary.get('server_updates')} server updates ({summary.get('async_rule')}, "
+         f"staleness mean {summary.get('staleness_mean', 0):.2f}, max {summary.get('staleness_max')})")
+    head = f"{algorithm} on {dataset}, seed {seed}: {done}" + \
         (f" in {wall:.1f} s" if isinstance(wall, (int, float)) else "")
     return "\n".join([head] + [f"  {label:<{LABEL_WIDTH}}{text}" for label, text in rows])

@@ -49,3 +49,12 @@ def test_a_clocked_run_shows_simulated_time_and_bytes_and_text_blocks_their_reas
     assert "at each width" not in text  # one width only: the accuracy line says it
     infinite = readable_summary({**summary, "sim_hours": None, "sim_gb": 0.0004}, "runs/x", "fedavg", "d", 7)
     assert "simulated time  n/a; 400 kB moved" in infinite
+
+
+def test_an_asynchronous_run_counts_server_updates_not_rounds():
+    summary = {"final_accuracy": 0.5, "best_accuracy": 0.6, "rounds": 5, "params_sha256": "ab", "wall_s": 1.0,
+               "accuracy_at_width_final": {"1": 0.5}, "mode": "async", "async_rule": "fedbuff", "server_updates": 5,
+               "staleness_mean": 0.45, "staleness_max": 2, "sim_hours": 0.001, "sim_gb": 0.002, "sim_gb_down": 0.001,
+               "sim_gb_up": 0.001}
+    head = readable_summary(summary, "runs/x", "hasfl", "digits", 42).splitlines()[0]
+    assert head == "hasfl on digits, seed 42: 5 server updates (fedbuff, staleness mean 0.45, max 2) in 1.0 s"
