@@ -160,7 +160,7 @@ def test_mixed_widths_equal_one_at_a_time_in_float32(model, objective):
     tasks = make_tasks(trainer, widths, objective)
     reference = [trainer.train(task, params) for task in tasks]
     mixed = trainer.train_group(tasks, params, batching="mixed")
-    # On CUDA the stacked convolutions and the one-client ones are different cuDNN problems, solved with different
+    # On CUDA the stacked convolutions and the one-client ones are different cuDNN problems, free to use different
     # algorithms and summation orders: on an H100 the EMNIST losses parted by 6e-5 relative after 2 epochs (issue
     # 39), while the float64 test above holds to 1e-12, so the padding itself is exact.
     loss_tolerance = 1e-4 if trainer.device.type == "cuda" else 1e-5
