@@ -1,9 +1,17 @@
 """Shared fixtures: deterministic torch settings and paths to the real data samples beside the repo."""
 
 import os
+import signal
 
 import pytest
 import torch
+
+# A shell without job control starts a background job (`pytest ... &`, nohup) with SIGINT ignored, and a child
+# process inherits an ignored signal across exec: the tests that send Ctrl-C to a `hasfl-ray` they start would then
+# see it ignored. The suite's own process takes Python's handler back, so its children start with SIGINT as from a
+# terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")

@@ -7,6 +7,7 @@ from torch import nn
 
 from algorithm_runs import P_MAX_4, SAMPLES_4, small_config
 from hasfl_ray.aggregation import AggregateResult
+from hasfl_ray.files import OWNER_MARK
 from hasfl_ray.algorithms.fullmodel import (SCAFFOLD, SCAFFOLD_DRIFT, ControlVariateObjective, ControlVariateStore,
                                             FedAvg, FedProx, ProximalObjective)
 from hasfl_ray.training.local import ClientResult
@@ -98,7 +99,9 @@ def test_control_variate_store_on_disk_matches_memory(tmp_path):
     assert disk.clients() == memory.clients() == [2, 7] and disk.get(0) is None
     for client in (2, 7):
         torch.testing.assert_close(disk.get(client), memory.get(client))
-    assert sorted(p.name for p in (tmp_path / "cv").iterdir()) == ["client_2.pt", "client_7.pt"]
+    # the c_i files, and the mark of a folder hasfl-ray made (hasfl_ray.files.claim_folder: a store used without the
+    # engine makes and marks its folder as the engine does)
+    assert sorted(p.name for p in (tmp_path / "cv").iterdir()) == sorted([OWNER_MARK, "client_2.pt", "client_7.pt"])
     restored = ControlVariateStore(str(tmp_path / "other"))
     restored.load_state_dict(memory.state_dict())
     torch.testing.assert_close(restored.get(7), torch.full((5,), 3.0))

@@ -210,7 +210,8 @@ def test_a_refused_backend_start_removes_the_folders_and_log_it_made(here):
 def ray_local():
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=128 * 1024 ** 2, logging_level="warning")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=128 * 1024 ** 2,
+             logging_level="warning")
     yield
     ray.shutdown()
 

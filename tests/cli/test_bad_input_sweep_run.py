@@ -74,7 +74,8 @@ def test_ray_cells_running_at_once_do_not_share_control_variates(tmp_path, monke
 
     monkeypatch.chdir(tmp_path)
     config = write_sweep(tmp_path / "s.yaml", {"algorithms": ["scaffold"], "seeds": [42, 43]}, rounds=3)
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 ** 2, logging_level="warning")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 ** 2,
+             logging_level="warning")
     try:
         result = sweep(config, "--backend", "ray", "--quiet", "--control-variates-dir", "cv", "--out", "out")
     finally:
@@ -240,7 +241,8 @@ def test_a_ray_cell_asking_for_more_cpus_than_any_node_has_is_refused(tmp_path, 
 
     monkeypatch.chdir(tmp_path)
     config = write_sweep(tmp_path / "s.yaml", {"algorithms": ["hasfl"], "seeds": [42]}, trainer_threads=3)
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 ** 2, logging_level="warning")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 ** 2,
+             logging_level="warning")
     try:
         result = sweep(config, "--backend", "ray", "--quiet", "--out", "out")
     finally:

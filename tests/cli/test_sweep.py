@@ -183,7 +183,8 @@ def test_every_table_and_figure_has_a_config():
 
 def test_cells_run_as_ray_tasks(tmp_path):
     ray = pytest.importorskip("ray", reason="needs Ray")
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 ** 2, logging_level="warning")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 ** 2,
+             logging_level="warning")
     try:
         config = tmp_path / "two.yaml"
         config.write_text(yaml.safe_dump({"sweep": {"datasets": ["digits"], "algorithms": ["hasfl"],

@@ -148,7 +148,8 @@ def test_two_ray_actors_equal_the_local_backend(tmp_path):  # issue 25 item 7
     ray = pytest.importorskip("ray", reason="needs Ray")
     kw = dict(eval_widths=[0.25, 0.5], local_eval_every=2, rounds=2)
     local, local_lines, _ = run(tmp_path, "local", **kw)
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 ** 2, logging_level="warning")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 ** 2,
+             logging_level="warning")
     try:
         remote, remote_lines, _ = run(tmp_path, "ray", backend="ray", actors=2, **kw)
     finally:

@@ -132,7 +132,8 @@ def test_fedrolex_on_ray_with_two_actors_equals_the_local_backend(tmp_path):
     local, rounds = recorded(config)
     for line, participants in zip(local.history, rounds):
         assert line["coverage_by_layer"] == pytest.approx(reference_coverage(participants), abs=1e-12)
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 ** 2, logging_level="warning")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 ** 2,
+             logging_level="warning")
     try:
         on_ray, _ = recorded({**config, "backend": "ray", "actors": 2})
     finally:

@@ -9,6 +9,7 @@ def ray_local():
     module."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 ** 2, logging_level="warning")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 ** 2,
+             logging_level="warning")
     yield
     ray.shutdown()

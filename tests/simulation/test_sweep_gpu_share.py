@@ -13,7 +13,7 @@ ray = pytest.importorskip("ray", reason="needs Ray")
 
 @pytest.fixture(scope="module")
 def one_gpu_cluster():
-    ray.init(num_cpus=8, num_gpus=1, include_dashboard=False, object_store_memory=128 * 1024 ** 2,
+    ray.init(address="local", num_cpus=8, num_gpus=1, include_dashboard=False, object_store_memory=128 * 1024 ** 2,
              logging_level="warning")
     yield
     ray.shutdown()
