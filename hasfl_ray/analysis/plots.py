@@ -59,7 +59,9 @@ def plot_runs(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str]
     for dataset, groups in sorted(by_dataset.items()):
         rows = summarise_runs([r for members in groups.values() for r in members], order)
         labels = [row["algorithm"] for row in rows]  # the table's order
-        first = next(iter(groups.values()))[0]["config"]
+        configs = [members[0]["config"] for members in groups.values()]
+        # the synchronous protocol where a sweep holds both (its asynchronous runs are drawn against it)
+        first = next((c for c in configs if c.get("mode") != "async"), configs[0])
         seeds = sorted({r["config"]["seed"] for members in groups.values() for r in members})
         heading = f"{display_name(dataset)} ({protocol_line(first)}, seeds {', '.join(map(str, seeds))})"
 

@@ -197,3 +197,12 @@ def test_sync_and_async_runs_of_one_config_share_the_clock_figure_as_their_own_l
     grid, mean, _ = _step_curves([read_run(str(path))], 0)
     at_three = mean[np.searchsorted(grid, 3.0, side="right") - 1]
     assert at_three == pytest.approx(50.0)  # update 2 (3 s) unevaluated: still update 1's 50 %
+
+
+def test_the_protocol_line_of_an_asynchronous_run_counts_server_updates():
+    from hasfl_ray.analysis.tables.layout import protocol_line
+
+    sync = {"clients": 20, "clients_per_round": 10, "rounds": 40, "local_epochs": 2, "alpha": 0.3, "dataset": "digits"}
+    assert protocol_line(sync) == "N=20, 10/round, T=40, K=2, α=0.3"
+    assert protocol_line({**sync, "mode": "async", "concurrency": 10, "rounds": 740}) == \
+        "N=20, C=10 in flight, T=740 server updates, K=2, α=0.3"

@@ -21,9 +21,14 @@ def display_name(name: str) -> str:
 
 
 def protocol_line(config: Mapping[str, Any]) -> str:
-    """The protocol of a run in a few symbols: N clients, per round, T rounds, K local epochs, Dirichlet alpha."""
-    line = (f"N={config.get('clients')}, {config.get('clients_per_round')}/round, T={config.get('rounds')}, "
-            f"K={config.get('local_epochs')}")
+    """The protocol of a run in a few symbols: N clients, per round, T rounds, K local epochs, Dirichlet alpha (an
+    asynchronous run: C clients in flight and T server updates)."""
+    if config.get("mode") == "async":
+        line = (f"N={config.get('clients')}, C={config.get('concurrency')} in flight, "
+                f"T={config.get('rounds')} server updates, K={config.get('local_epochs')}")
+    else:
+        line = (f"N={config.get('clients')}, {config.get('clients_per_round')}/round, T={config.get('rounds')}, "
+                f"K={config.get('local_epochs')}")
     if config.get("dataset") not in ("shakespeare",):
         line += f", α={config.get('alpha')}"
     return line
