@@ -42,3 +42,22 @@ def shared_data():
     if not os.path.isdir(SHARED_DATA):
         pytest.skip(reason="needs ../shared/data (real dataset samples beside the repository)")
     return SHARED_DATA
+
+
+@pytest.fixture
+def crash_async_at(monkeypatch):
+    """``crash_async_at(v)``: an asynchronous run (hasfl_ray.engine.asynchronous) raises KeyboardInterrupt when it is
+    about to make server update ``v``, as a crash would; ``monkeypatch.undo()`` disarms it before the resume."""
+    from hasfl_ray.engine.asynchronous import AsyncLoop
+
+    original = AsyncLoop.server_update
+
+    def arm(version: int) -> None:
+        def crash(self, wall_start):
+            if self.state.version == version:
+                raise KeyboardInterrupt
+            return original(self, wall_start)
+
+        monkeypatch.setattr(AsyncLoop, "server_update", crash)
+
+    return arm

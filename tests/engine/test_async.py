@@ -11,7 +11,6 @@ from click.testing import CliRunner
 
 from hasfl_ray.cli.main import main
 from hasfl_ray.engine import Engine, RunConfig
-from hasfl_ray.engine.asynchronous import AsyncLoop
 from hasfl_ray.engine.checkpoint import load_checkpoint
 from hasfl_ray.errors import ConfigError
 
@@ -125,18 +124,11 @@ def test_bad_values_exit_2_at_the_cli(tmp_path, flags, words):
 
 
 @pytest.mark.parametrize("rule", ["fedbuff", "fedasync"])
-def test_resume_mid_run_is_bit_identical(tmp_path, monkeypatch, rule):
+def test_resume_mid_run_is_bit_identical(tmp_path, monkeypatch, crash_async_at, rule):
     config = RunConfig(**{**ASYNC, "async_rule": rule, "buffer_size": None if rule == "fedasync" else 2,
                           "rounds": 7, "checkpoint_every": 2, "algorithm": "scaffold"})
     reference = Engine(config, out_dir=str(tmp_path / "reference")).run()
-    original = AsyncLoop.server_update
-
-    def crash_at_update_5(self, wall_start):
-        if self.state.version == 5:
-            raise KeyboardInterrupt
-        return original(self, wall_start)
-
-    monkeypatch.setattr(AsyncLoop, "server_update", crash_at_update_5)
+    crash_async_at(5)
     with pytest.raises(KeyboardInterrupt):
         Engine(config, out_dir=str(tmp_path / "run")).run()
     monkeypatch.undo()
@@ -151,7 +143,7 @@ def test_resume_mid_run_is_bit_identical(tmp_path, monkeypatch, rule):
 STALE_POLICY = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "stale_policy.py") + ":StalePolicy"
 
 
-def test_the_example_stale_policy_narrows_widths_and_resumes(tmp_path, monkeypatch):
+def test_the_example_stale_policy_narrows_widths_and_resumes(tmp_path, monkeypatch, crash_async_at):
     """examples/stale_policy.py reads the staleness and dispatch times the Algorithm API gives an asynchronous run:
     with a tight max_staleness its updates are narrower and less stale than HAS-FL's p^max, and it resumes bit for
     bit (its state holds what it learnt of the arrivals)."""
@@ -161,14 +153,7 @@ def test_the_example_stale_policy_narrows_widths_and_resumes(tmp_path, monkeypat
     plain = Engine(RunConfig(**{**config, "algorithm": "heterofl", "algorithm_options": {}})).run()
     assert policy["avg_p"] < plain["avg_p"]
     assert policy["staleness_mean"] <= plain["staleness_mean"]
-    original = AsyncLoop.server_update
-
-    def crash(self, wall_start):
-        if self.state.version == 5:
-            raise KeyboardInterrupt
-        return original(self, wall_start)
-
-    monkeypatch.setattr(AsyncLoop, "server_update", crash)
+    crash_async_at(5)
     with pytest.raises(KeyboardInterrupt):
         Engine(RunConfig(**config), out_dir=str(tmp_path / "run")).run()
     monkeypatch.undo()

@@ -10,7 +10,6 @@ import pytest
 ray = pytest.importorskip("ray", reason="needs Ray")
 
 from hasfl_ray.engine import Engine, RunConfig  # noqa: E402
-from hasfl_ray.engine.asynchronous import AsyncLoop  # noqa: E402
 
 ASYNC = dict(mode="async", devices="lognormal", availability="markov:3,1", clients=8, clients_per_round=4,
              local_epochs=1, seed=7, concurrency=4, rounds=4, checkpoint_every=0, algorithm="hasfl", warmup=1,
@@ -34,17 +33,10 @@ def test_local_equals_ray_with_one_and_two_actors(ray_local, tmp_path, rule, buf
     assert max(line["staleness_max"] for line in local[1]) > 0
 
 
-def test_a_ray_run_resumed_mid_run_matches(ray_local, tmp_path, monkeypatch):
+def test_a_ray_run_resumed_mid_run_matches(ray_local, tmp_path, monkeypatch, crash_async_at):
     config = {**ASYNC, "async_rule": "fedasync", "backend": "ray", "actors": 2, "rounds": 5, "checkpoint_every": 2}
     reference = outcome(tmp_path, "reference", config)
-    original = AsyncLoop.server_update
-
-    def crash(self, wall_start):
-        if self.state.version == 3:
-            raise KeyboardInterrupt
-        return original(self, wall_start)
-
-    monkeypatch.setattr(AsyncLoop, "server_update", crash)
+    crash_async_at(3)
     with pytest.raises(KeyboardInterrupt):
         Engine(RunConfig(**config), out_dir=str(tmp_path / "run")).run()
     monkeypatch.undo()
