@@ -15,7 +15,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from hasfl_ray.analysis.runfiles import _metrics, _save
-from hasfl_ray.analysis.report import (_latex_grid, _markdown_grid, _tex, display_name, mean_std, number, run_groups)
+from hasfl_ray.analysis.report import _latex_grid, _markdown_grid, _tex, display_name, mean_std, number
+from hasfl_ray.analysis.rows import row_members, run_groups
 from hasfl_ray.clock.records import ACCURACY_TARGETS, NOT_REACHED, width_label
 from hasfl_ray.errors import DataError
 
@@ -89,8 +90,8 @@ def clock_table(runs: Sequence[Dict[str, Any]], order: Sequence[str] = (),
     clocked = [run for run in runs if is_clocked(run)]
     if not clocked:
         return None
-    rows = []
-    for (dataset, algorithm), members in run_groups(clocked, order):
+    rows = []  # the report's rows (keys over every run), of their clocked runs
+    for (dataset, algorithm), members in row_members(run_groups(runs, order), is_clocked):
         cells: Dict[str, Any] = {}
         for target in targets:
             hits = [first_reached(run, target) for run in members]

@@ -11,7 +11,8 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 import numpy as np
 
 from hasfl_ray.analysis.clocked import plot_clock
-from hasfl_ray.analysis.report import _label, display_name, mean_std, protocol_line, summarise_runs, width_of
+from hasfl_ray.analysis.report import display_name, mean_std, protocol_line, summarise_runs, width_of
+from hasfl_ray.analysis.rows import run_groups
 from hasfl_ray.analysis.runfiles import _metrics, _save, load_metrics, read_metrics  # noqa: F401 (re-exported)
 
 
@@ -43,8 +44,9 @@ def _band(ax, runs, key, label, scale=1.0, **style):
 def plot_runs(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str] = ()) -> List[str]:
     """Write <dataset>-convergence.png, -heterogeneity.png, -allocations.png and -frontier.png per dataset, and
     -widths.png, -local.png and -clock.png where its runs record accuracy at each width, client local accuracies and
-    a device clock; return
-    the paths. Curves are the mean over seeds with a ± std band; titles name the dataset and the protocol."""
+    a device clock; return the paths. A line (box, point) per row of the report's table (the same runs: a sweep
+    variant is a line of its own); curves are the mean over seeds with a ± std band; titles name the dataset and the
+    protocol."""
     load_metrics(runs)
     import matplotlib
 
@@ -53,12 +55,13 @@ def plot_runs(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str]
 
     os.makedirs(out_dir, exist_ok=True)
     written = []
-    by_dataset: Dict[str, Dict[str, List[Dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
-    for run in runs:
-        by_dataset[run["config"]["dataset"]][_label(run["config"])].append(run)
+    table = summarise_runs(runs, order)  # the table's rows, in its order: a line or box per row
+    by_dataset: Dict[str, Dict[str, List[Dict[str, Any]]]] = defaultdict(dict)
+    for (dataset, label), members in run_groups(runs, order):
+        by_dataset[dataset][label] = members
     for dataset, groups in sorted(by_dataset.items()):
-        rows = summarise_runs([r for members in groups.values() for r in members], order)
-        labels = [row["algorithm"] for row in rows]  # the table's order
+        rows = [row for row in table if row["dataset"] == dataset]
+        labels = [row["algorithm"] for row in rows]
         configs = [members[0]["config"] for members in groups.values()]
         # the synchronous protocol where a sweep holds both (its asynchronous runs are drawn against it)
         first = next((c for c in configs if c.get("mode") != "async"), configs[0])

@@ -1,5 +1,5 @@
 """Read run directories and reduce them the way the paper reports them: the names the report has always been imported
-by (reading and checking runs: :mod:`~hasfl_ray.analysis.runs`; statistics: :mod:`~hasfl_ray.analysis.statistics`;
+by (reading and checking runs: :mod:`~hasfl_ray.analysis.runs`; the runs of each row: :mod:`~hasfl_ray.analysis.rows`; statistics: :mod:`~hasfl_ray.analysis.statistics`;
 each table: :mod:`hasfl_ray.analysis.tables`), and a run's Table 5 written into its summary.json."""
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ from typing import Any, Dict, Optional
 
 from hasfl_ray.analysis.runs import (  # noqa: F401 (re-exported)
     LOCAL_CLIENT_COLUMNS, LOCAL_KEYS, LOCAL_STATISTICS, NOT_RECORDED, NUMERIC_CLIENT_COLUMNS, WIDTHS_EXPECTED, _brief,
-    _check_local, _check_summary, _label, _read_config, _sweep_name, check_number_map, check_width_map, number,
-    read_clients, read_run, run_groups, run_option, width_of)
+    _check_local, _check_summary, _read_config, check_number_map, check_width_map, number, read_clients, read_run,
+    run_option, width_of)
+from hasfl_ray.analysis.rows import (  # noqa: F401 (re-exported)
+    ROW_FREE_KEYS, check_row, row_keys, row_protocol, run_groups, run_label, sweep_name)
 from hasfl_ray.analysis.statistics import (  # noqa: F401 (re-exported)
     ALPHA, CONFOUND_KEYS, _client_arrays, _finite, confound_statistics, confound_verdict, correlation_test, mean_std,
     partial_correlation, partial_correlation_test)

@@ -1,4 +1,5 @@
-"""A finished run directory read and checked (config.yaml, summary.json, clients.csv); runs grouped for the tables."""
+"""A finished run directory read and checked (config.yaml, summary.json, clients.csv); which runs are the seeds of one
+row is :mod:`hasfl_ray.analysis.rows`."""
 
 from __future__ import annotations
 
@@ -7,12 +8,10 @@ import io
 import math
 import os
 import reprlib
-from collections import defaultdict
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
-from hasfl_ray.config.runconfig import EXECUTION_FIELDS
 from hasfl_ray.engine.config import migrate_config, strict_yaml_load
 from hasfl_ray.engine.rundir import CLIENT_COLUMNS
 from hasfl_ray.errors import ConfigError, DataError
@@ -215,80 +214,3 @@ def run_option(config: Mapping[str, Any], name: str, default: Any = None) -> Any
     """An algorithm option of a run's (migrated) config: ``algorithm_options[name]``, else ``default``."""
     options = config.get("algorithm_options")
     return options.get(name, default) if isinstance(options, Mapping) else default
-
-
-def _label(config: Dict[str, Any]) -> str:
-    label = config["algorithm"]
-    if config["algorithm"] == "hasfl" and not run_option(config, "coverage", True):
-        label += " (coverage off)"
-    if config.get("mode") == "async":  # an asynchronous run of a config: its own row and line (docs/async.md)
-        label += f" ({config.get('async_rule') or 'fedbuff'})"
-    return label
-
-
-#: Keys of a run's config that may differ between the seeds of one row: the seed and how the run was executed
-#: (backend, actors, devices of the host, threads, training and aggregation modes, evaluation beside the model).
-ROW_FREE_KEYS = EXECUTION_FIELDS | {"seed", "config_version", "device", "trainer_threads", "client_batching",
-                                    "cuda_graphs", "aggregation_backend", "deterministic"}
-
-
-def run_groups(runs: Sequence[Dict[str, Any]], order: Sequence[str] = ()) -> List[Tuple[Tuple[str, str], List]]:
-    """The runs by (dataset, algorithm label), in the tables' row order: ``order`` (algorithm labels or sweep names,
-    e.g. a sweep's algorithm list) within each dataset, then the rest alphabetically.
-
-    A row never pools what differs: runs of one label from different sweep variants (pack-fjord's KD and no-KD,
-    pack-heterofl's rows, device mixes) are one row per variant, named by it; runs of one row whose configs differ in
-    anything but :data:`ROW_FREE_KEYS` (rounds, lr, epochs, devices, deadline, partition, widths, ...), or that
-    repeat a seed, are refused in one sentence naming the field (:func:`check_row`)."""
-    labelled: Dict[tuple, List[Dict[str, Any]]] = defaultdict(list)
-    for run in runs:
-        labelled[(run["config"]["dataset"], _label(run["config"]))].append(run)
-    groups: Dict[tuple, List[Dict[str, Any]]] = {}
-    for (dataset, label), members in labelled.items():
-        variants: Dict[str, List[Dict[str, Any]]] = defaultdict(list)
-        for run in members:
-            variants[_sweep_name(run)].append(run)
-        if len(variants) == 1:
-            groups[(dataset, label)] = members
-        else:  # one label, several sweep variants: a row each, under the variant's name
-            for name, variant in variants.items():
-                groups[(dataset, name)] = variant
-    for (dataset, label), members in groups.items():
-        check_row(dataset, label, members)
-    rank = {name: i for i, name in enumerate(order)}
-
-    def key(item):
-        (dataset, algorithm), members = item
-        names = [algorithm] + [_sweep_name(r) for r in members]
-        return dataset, min((rank[n] for n in names if n in rank), default=len(rank)), algorithm
-
-    return sorted(groups.items(), key=key)
-
-
-def check_row(dataset: str, label: str, members: Sequence[Dict[str, Any]]) -> None:
-    """Refuse, in one sentence naming the field, a row whose runs differ in anything but their seed (and how they
-    were executed), or that holds one seed twice: never averaged as seeds."""
-    first = members[0]
-    protocol = {k: v for k, v in first["config"].items() if k not in ROW_FREE_KEYS}
-    seen: Dict[Any, str] = {}
-    for run in members:
-        seed = run["config"].get("seed")
-        if seed in seen:
-            raise DataError(f"runs {seen[seed]} and {run['path']} of row {dataset} / {label} are both seed {seed}; "
-                            "expected one run per seed in a row (report them separately)")
-        seen[seed] = run["path"]
-        other = {k: v for k, v in run["config"].items() if k not in ROW_FREE_KEYS}
-        for key in sorted(set(protocol) | set(other)):
-            if protocol.get(key) != other.get(key):
-                raise DataError(f"runs {first['path']} and {run['path']} of row {dataset} / {label} differ in {key} "
-                                f"({_brief(protocol.get(key))} against {_brief(other.get(key))}); expected the seeds "
-                                "of one row to share every setting but the seed (report them separately)")
-
-
-def _sweep_name(run: Dict[str, Any]) -> str:
-    """The algorithm name a sweep gave the run's cell (``<dataset>-<name>-seed<seed>``), else its algorithm."""
-    base = os.path.basename(os.path.normpath(run["path"]))
-    prefix, suffix = f"{run['config']['dataset']}-", f"-seed{run['config']['seed']}"
-    if base.startswith(prefix) and base.endswith(suffix) and len(base) > len(prefix) + len(suffix):
-        return base[len(prefix):-len(suffix)]
-    return run["config"]["algorithm"]

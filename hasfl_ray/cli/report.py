@@ -232,6 +232,7 @@ def plot(paths, out_dir) -> None:
     from hasfl_ray.analysis.plots import plot_runs
 
     runs = find_runs(paths)
+    order = sweep_description(paths).get("algorithms") or ()  # a sweep's: its lines in its tables' order
     check_out(out_dir)
-    for path in write_files(lambda: plot_runs(runs, out_dir), out_dir):
+    for path in write_files(lambda: plot_runs(runs, out_dir, order), out_dir):
         click.echo(path)

@@ -13,7 +13,7 @@ import tempfile
 import time
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from hasfl_ray.analysis.runs import check_summary
+from hasfl_ray.analysis.runs import _brief, check_summary
 from hasfl_ray.engine.checkpoint import CHECKPOINT_DIR, config_differences, stored_config
 from hasfl_ray.config import RunConfig
 from hasfl_ray.engine.rundir import RUN_FILES, RUN_FOLDERS, TEMP_PREFIX, check_clearable
@@ -85,7 +85,8 @@ def read_summary(run_dir: str, what: str) -> Dict[str, Any]:
     """A finished run's summary.json as a mapping; one sentence (DataError) naming ``what`` and the file when it is
     a link, not a regular file, not JSON, nested too deeply, not a JSON object, or not a finished run's: the report's
     own check (:func:`hasfl_ray.analysis.runs.check_summary`: its accuracies and average width numbers in [0, 1],
-    so ``{}`` or a text where a number goes is no finished cell)."""
+    so ``{}`` or a text where a number goes is no finished cell) and the final model's ``params_sha256`` (a summary
+    without it is no finished run: the cell runs again, or is not reused)."""
     path = os.path.join(run_dir, "summary.json")
     if os.path.islink(path):
         raise DataError(f"{what} {path!r} is a link to {os.readlink(path)!r}; expected the run's own file")
@@ -94,6 +95,11 @@ def read_summary(run_dir: str, what: str) -> Dict[str, Any]:
         raise DataError(f"{what} {path!r} holds a JSON {type(summary).__name__}; expected the summary.json a run "
                         "writes (a JSON object)")
     check_summary(summary, f"{what} {path!r}")
+    digest = summary.get("params_sha256")  # the final model's hash: every finished run writes it (engine/records.py)
+    if not (isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)):
+        raise DataError(f"{what} {path!r} has params_sha256 {_brief(digest)}; expected the 64 hexadecimal digits a "
+                        "finished run writes" if "params_sha256" in summary else
+                        f"{what} {path!r} has no params_sha256; expected the summary of a finished hasfl-ray run")
     return summary
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Sequence
 
-from hasfl_ray.analysis.runs import _label, run_groups
+from hasfl_ray.analysis.rows import row_members, run_groups
 from hasfl_ray.analysis.statistics import CONFOUND_KEYS, confound_statistics
 from hasfl_ray.analysis.tables.layout import _tex, display_name
 
@@ -19,19 +19,16 @@ def confound_correlations(run: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def analyze_runs(runs: Sequence[Dict[str, Any]]) -> Dict[str, List[Dict[str, Any]]]:
-    """Table 5 per run (runs with H̃ estimates) and pooled over the seeds of each (dataset, algorithm): the clients
-    of every seed's run together. ``{"runs": [...], "pooled": [...]}``, each row naming its run(s)."""
-    per_run, analysed = [], []
-    for run in runs:
-        result = confound_correlations(run)
-        if not result:
-            continue
-        config = run["config"]
-        per_run.append({"run": run["path"], "dataset": config["dataset"], "algorithm": _label(config),
-                        "seed": config["seed"], **result})
-        analysed.append(run)
-    pooled = []  # the seeds of one row only (run_groups: never runs of another variant or protocol)
-    for (dataset, algorithm), members in sorted(run_groups(analysed)):
+    """Table 5 per run (runs with H̃ estimates) and pooled over the seeds of each row of the report (the clients of
+    every seed's run together; rows as every table's, :func:`~hasfl_ray.analysis.rows.run_groups` over all ``runs``:
+    never runs of another variant or protocol). ``{"runs": [...], "pooled": [...]}``, each row naming its run(s)."""
+    results = {id(run): confound_correlations(run) for run in runs}
+    groups = row_members(run_groups(runs), lambda run: bool(results[id(run)]))
+    labels = {id(run): label for (_, label), members in groups for run in members}
+    per_run = [{"run": run["path"], "dataset": run["config"]["dataset"], "algorithm": labels[id(run)],
+                "seed": run["config"]["seed"], **results[id(run)]} for run in runs if results[id(run)]]
+    pooled = []
+    for (dataset, algorithm), members in sorted(groups, key=lambda item: item[0]):
         clients = [c for r in members for c in r["clients"]]
         pooled.append({"dataset": dataset, "algorithm": algorithm,
                        "seeds": sorted(r["config"]["seed"] for r in members),

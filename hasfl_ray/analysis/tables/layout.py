@@ -57,6 +57,11 @@ def _latex_grid(rows: Sequence[Dict[str, Any]], body: Sequence[Sequence[str]], c
     return "\n".join(lines) + "\n"
 
 
+#: TeX's special characters in text, each as it prints itself (one pass: a replacement is never replaced again).
+TEX_ESCAPES = str.maketrans({"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "$": r"\$",
+                             "{": r"\{", "}": r"\}", "^": r"\textasciicircum{}", "~": r"\textasciitilde{}"})
+
+
 def _tex(text: str) -> str:
-    return text.replace("\\", r"\textbackslash{}").replace("&", r"\&").replace("%", r"\%").replace("_", r"\_") \
-        .replace("#", r"\#")
+    """``text`` (a run's or variant's name, a caption) as TeX text: every special character printed as itself."""
+    return text.translate(TEX_ESCAPES)

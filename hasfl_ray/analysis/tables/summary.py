@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Mapping, Sequence, Union
 
 import numpy as np
 
-from hasfl_ray.analysis.runs import run_groups
+from hasfl_ray.analysis.rows import run_groups
 from hasfl_ray.analysis.statistics import mean_std
 from hasfl_ray.analysis.tables.layout import _latex_grid, _markdown_grid, _tex, display_name
 
@@ -23,19 +23,28 @@ TABLE_COLUMNS = ("dataset", "algorithm", "type", "seeds", "best_mean", "best_std
                  "peak_to_final", "avg_p", "coverage_warnings", "frozen_fraction")
 
 
-def algorithm_type(label: str) -> str:
-    return ALGORITHM_TYPES.get(label, "Sub-model (plug-in)" if ":" in label else "Sub-model")
+def algorithm_type(method: Union[str, Mapping[str, Any]]) -> str:
+    """What a method trains (Table 6's Type column): of a run's config (its ``algorithm``, whatever its row is named:
+    a sweep variant, an asynchronous rule), or of an algorithm name."""
+    name = method["algorithm"] if isinstance(method, Mapping) else method
+    return ALGORITHM_TYPES.get(name, "Sub-model (plug-in)" if ":" in name else "Sub-model")
+
+
+def _row_type(row: Mapping[str, Any]) -> str:
+    """A table row's type: the one :func:`summarise_runs` found from its runs, else its label's."""
+    return row.get("type") or algorithm_type(row["algorithm"])
 
 
 def summarise_runs(runs: Sequence[Dict[str, Any]], order: Sequence[str] = ()) -> List[Dict[str, Any]]:
-    """Rows of (dataset, algorithm): seeds, best/final accuracy mean and sample std (×100), the peak-to-final change
-    of the means (final − best, the paper's Table 4 column), mean avg_p. Rows follow ``order`` (see
-    :func:`run_groups`)."""
+    """Rows of (dataset, algorithm): the method's type (Table 6's column), seeds, best/final accuracy mean and sample
+    std (×100), the peak-to-final change of the means (final − best, the paper's Table 4 column), mean avg_p. Rows
+    follow ``order`` (see :func:`~hasfl_ray.analysis.rows.run_groups`)."""
     rows = []
     for (dataset, algorithm), members in run_groups(runs, order):
         best_mean, best_std = mean_std([100 * r["summary"]["best_accuracy"] for r in members])
         final_mean, final_std = mean_std([100 * r["summary"]["final_accuracy"] for r in members])
-        rows.append({"dataset": dataset, "algorithm": algorithm, "seeds": sorted(r["config"]["seed"] for r in members),
+        rows.append({"dataset": dataset, "algorithm": algorithm, "type": algorithm_type(members[0]["config"]),
+                     "seeds": sorted(r["config"]["seed"] for r in members),
                      "best_mean": best_mean, "best_std": best_std, "final_mean": final_mean, "final_std": final_std,
                      "peak_to_final": final_mean - best_mean,
                      "avg_p": float(np.mean([r["summary"]["avg_p"] for r in members])),
@@ -56,7 +65,7 @@ def table_markdown(rows: Sequence[Dict[str, Any]]) -> str:
     whose runs kept part of the model untrained after warm-up (the coverage monitor) is marked ‡ and explained."""
     body = [[display_name(row["dataset"]), display_name(row["algorithm"]) + (" ‡" if row.get("coverage_warnings")
                                                                                else ""),
-             algorithm_type(row["algorithm"]), ", ".join(str(s) for s in row["seeds"]),
+             _row_type(row), ", ".join(str(s) for s in row["seeds"]),
              f"{row['best_mean']:.1f} ± {row['best_std']:.1f}", f"{row['final_mean']:.1f} ± {row['final_std']:.1f}",
              f"{row['peak_to_final']:+.1f}", f"{row['avg_p']:.2f}"] for row in rows]
     lines = _markdown_grid(["Dataset", "Algorithm", "Type", "Seeds", "Best acc. (%)", "Final acc. (%)",
@@ -72,7 +81,7 @@ def table_csv(rows: Sequence[Dict[str, Any]], columns: Sequence[str] = TABLE_COL
     writer = csv.DictWriter(buffer, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        row = {**row, "type": algorithm_type(row["algorithm"])} if "algorithm" in row else row
+        row = {**row, "type": _row_type(row)} if "algorithm" in row else row
         writer.writerow({k: (" ".join(str(s) for s in v) if isinstance(v, list) else ("" if v is None else v))
                          for k, v in row.items()})
     return buffer.getvalue()
@@ -80,7 +89,7 @@ def table_csv(rows: Sequence[Dict[str, Any]], columns: Sequence[str] = TABLE_COL
 
 def table_latex(rows: Sequence[Dict[str, Any]], caption: str) -> str:
     """A booktabs table in the paper's layout (the dataset named on its first row, a rule between datasets)."""
-    body = [[_tex(display_name(row["algorithm"])), _tex(algorithm_type(row["algorithm"])),
+    body = [[_tex(display_name(row["algorithm"])), _tex(_row_type(row)),
              rf"{row['best_mean']:.1f} $\pm$ {row['best_std']:.1f}\%",
              rf"{row['final_mean']:.1f} $\pm$ {row['final_std']:.1f}\%", f"${row['peak_to_final']:+.1f}$",
              f"{row['avg_p']:.2f}"] for row in rows]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Sequence
 
-from hasfl_ray.analysis.runs import (LOCAL_KEYS, LOCAL_STATISTICS, NOT_RECORDED, number, run_groups, width_of)
+from hasfl_ray.analysis.rows import run_groups
+from hasfl_ray.analysis.runs import LOCAL_KEYS, LOCAL_STATISTICS, NOT_RECORDED, number, width_of
 from hasfl_ray.analysis.statistics import mean_std
 from hasfl_ray.analysis.tables.layout import _latex_grid, _markdown_grid, _tex, display_name
 from hasfl_ray.analysis.tables.summary import table_csv
