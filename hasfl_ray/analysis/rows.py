@@ -100,7 +100,8 @@ def row_protocol(config: Mapping[str, Any]) -> Dict[str, Any]:
     """What the seeds of one row must share: the config but :data:`ROW_FREE_KEYS`, each algorithm option as
     ``algorithm_options.<name>``. Options derived per seed are the same setting for every seed: random-budget's
     ``budget_from`` naming the HAS-FL run of its own seed (the matched-budget control a sweep makes) is compared
-    without the seed and the folder, and the ``budget`` that run realised is its own per seed."""
+    without the seed and the folder, and the ``budget`` a ``budget_from`` run realised is not compared (the run it
+    names is the setting: each seed's realised its own)."""
     protocol = {k: v for k, v in config.items() if k not in ROW_FREE_KEYS and k != "algorithm_options"}
     options = config.get("algorithm_options")
     if not isinstance(options, Mapping):
@@ -109,10 +110,9 @@ def row_protocol(config: Mapping[str, Any]) -> Dict[str, Any]:
         return protocol
     options = dict(options)
     source = options.get("budget_from")
-    derived = _seed_free(source, config.get("seed")) if isinstance(source, str) and source else None
-    if derived is not None:
-        options["budget_from"] = derived
-        options.pop("budget", None)
+    if isinstance(source, str) and source:
+        options.pop("budget", None)  # what budget_from's run realised: that run is the setting
+        options["budget_from"] = _seed_free(source, config.get("seed")) or source
     protocol.update({f"algorithm_options.{name}": value for name, value in options.items()})
     return protocol
 

@@ -246,6 +246,32 @@ def test_a_finished_cell_with_a_corrupt_summary_runs_again(runs, caplog, text):
     assert sha(os.path.join(out, CELL)) == before
 
 
+@pytest.mark.parametrize("digest", [None, "x", 42, "AB" * 32])
+def test_a_finished_cell_whose_summary_lacks_params_sha256_runs_again(runs, caplog, digest):
+    # battery 5's smaller notes (A131): a summary.json without params_sha256 (or a malformed one) was skipped as a
+    # finished cell; every finished run writes it, so the cell resumes from its checkpoint (bit-identical) and a
+    # sibling sweep does not reuse it
+    out = os.path.join("runs", "theirs")
+    before = sha(os.path.join(out, CELL))
+    summary_file = os.path.join(out, CELL, "summary.json")
+    with open(summary_file, encoding="utf-8") as handle:
+        summary = json.load(handle)
+    summary.pop("params_sha256")
+    if digest is not None:
+        summary["params_sha256"] = digest
+    with open(summary_file, "w", encoding="utf-8") as handle:
+        json.dump(summary, handle)
+    with caplog.at_level(logging.WARNING):
+        assert sweep("S.yaml", "--out", "runs/mine").exit_code == 0
+        assert cells("runs/mine") == {CELL: "done"}  # not reused
+        result = sweep("S.yaml", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output and cells(out) == {CELL: "resumed"}
+    assert f"summary.json of the finished cell {summary_file!r}" in caplog.text and "runs again" in caplog.text
+    assert ("has no params_sha256" if digest is None else "expected the 64 hexadecimal digits") in caplog.text
+    assert sha(os.path.join(out, CELL)) == before == sha(os.path.join("runs", "mine", CELL))
+
+
 def test_a_corrupt_summary_of_the_cell_random_budget_takes_its_budget_from(tmp_path, monkeypatch):
     # issue 24 row 21 (cousin): the random-budget cell's check read its HAS-FL cell's corrupt summary.json before
     # anything ran (the sweep could not go on); now the HAS-FL cell runs again first and the budget comes after
