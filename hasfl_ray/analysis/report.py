@@ -1,6 +1,7 @@
 """Read run directories and reduce them the way the paper reports them: the names the report has always been imported
-by (reading and checking runs: :mod:`~hasfl_ray.analysis.runs`; the runs of each row: :mod:`~hasfl_ray.analysis.rows`; statistics: :mod:`~hasfl_ray.analysis.statistics`;
-each table: :mod:`hasfl_ray.analysis.tables`), and a run's Table 5 written into its summary.json."""
+by (reading and checking runs: :mod:`~hasfl_ray.analysis.runs`; the runs of each row: :mod:`~hasfl_ray.analysis.rows`;
+statistics: :mod:`~hasfl_ray.analysis.statistics`; each table: :mod:`hasfl_ray.analysis.tables`), and a run's Table 5
+written into its summary.json."""
 
 from __future__ import annotations
 
