@@ -76,9 +76,21 @@ class RunInterrupted(Exception):
         run_dir: the run directory (None when the run wrote none).
     """
 
-    def __init__(self, signal_number: int, rounds_done: int, run_dir=None):
-        super().__init__(f"interrupted by signal {signal_number} after {rounds_done} rounds")
-        self.signal_number, self.rounds_done, self.run_dir = signal_number, rounds_done, run_dir
+    def __init__(self, signal_number: int, rounds_done: int, run_dir=None, mode: str = "sync"):
+        super().__init__(f"interrupted by signal {signal_number} after {progress_phrase(rounds_done, mode)}")
+        self.signal_number, self.rounds_done, self.run_dir, self.mode = signal_number, rounds_done, run_dir, mode
+
+    @property
+    def done(self) -> str:
+        """What the run completed: "8 completed rounds", or an asynchronous run's "8 server updates"."""
+        return progress_phrase(self.rounds_done, self.mode)
+
+
+def progress_phrase(count: int, mode: str = "sync") -> str:
+    """``count`` rounds completed, in the words of the run's ``mode``: "8 completed rounds" (sync), "8 server
+    updates" (async: its history counts server updates, docs/async.md), singular for 1."""
+    unit = "server update" if mode == "async" else "completed round"
+    return f"{count} {unit}{'' if count == 1 else 's'}"
 
 
 def expected_one_of(value: object, choices: Iterable[str], what: str = "one of") -> str:

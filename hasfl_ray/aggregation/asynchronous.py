@@ -12,20 +12,38 @@ coordinate j, the mean of the updates covering j with weights w_i = n_i s(τ_i),
 
 from __future__ import annotations
 
+import math
 from typing import List, Sequence, Tuple
+
+#: Kernel weights whose largest is below this are scaled up by a power of two (exactly) before the kernel sees them:
+#: the weighted mean is the same, but sums and quotients of weights near the smallest doubles lose every digit or
+#: divide by zero (a steep staleness function: polynomial:1070 gives s(1) = 2^-1070). No run with weights n_i s(τ_i)
+#: of everyday sizes comes near it, so their weights reach the kernel as they are.
+TINY_WEIGHT = 2.0 ** -64
+
+
+def kernel_weights(weights: Sequence[float]) -> List[float]:
+    """``weights`` as the kernel takes them: the same when the largest is at least :data:`TINY_WEIGHT`, else
+    multiplied by the power of two that brings the largest into [0.5, 1) (exact: the mean they give is theirs)."""
+    top = max(weights, default=0.0)
+    if not 0 < top < TINY_WEIGHT:
+        return list(weights)
+    shift = -math.frexp(top)[1]  # (2^shift itself may be beyond the doubles: each weight is shifted)
+    return [math.ldexp(weight, shift) for weight in weights]
 
 
 def buffered_step(counts: Sequence[float], factors: Sequence[float], server_lr: float) -> Tuple[List[float], float]:
-    """FedBuff: the kernel's weights n_i s(τ_i) and the server step η_g Σ n_i s(τ_i) / Σ n_i."""
+    """FedBuff: the kernel's weights n_i s(τ_i) (:func:`kernel_weights`) and the server step
+    η_g Σ n_i s(τ_i) / Σ n_i."""
     weights = [float(n) * float(s) for n, s in zip(counts, factors)]
     total = float(sum(float(n) for n in counts))
-    return weights, (float(server_lr) * sum(weights) / total if total > 0 else 0.0)
+    return kernel_weights(weights), (float(server_lr) * sum(weights) / total if total > 0 else 0.0)
 
 
 def mixing_step(count: float, factor: float, alpha: float, server_lr: float) -> Tuple[List[float], float]:
     """FedAsync: the kernel's weight n s(τ) (one update: any positive weight gives the update itself) and the
     step η_g α s(τ)."""
-    return [float(count) * float(factor)], float(server_lr) * float(alpha) * float(factor)
+    return kernel_weights([float(count) * float(factor)]), float(server_lr) * float(alpha) * float(factor)
 
 
-__all__ = ["buffered_step", "mixing_step"]
+__all__ = ["TINY_WEIGHT", "buffered_step", "kernel_weights", "mixing_step"]

@@ -106,7 +106,7 @@ def simulate(config_file, out, force, resume, quiet, as_json, verbose, no_covera
     except RunInterrupted as stop:
         name = signal.Signals(stop.signal_number).name
         saved = "checkpoint written" if stop.rounds_done else "nothing to checkpoint yet"
-        click.echo(f"Stopped by {name} after {stop.rounds_done} completed rounds ({saved}); resume with: "
+        click.echo(f"Stopped by {name} after {stop.done} ({saved}); resume with: "
                    f"hasfl-ray simulate --out {shlex.quote(out)} --resume", err=True)
         sys.exit(128 + stop.signal_number)
     if as_json:

@@ -156,4 +156,9 @@ def eval_due(version: int, last: bool, time_s: float, previous_s: float, every: 
         return True
     if every is not None and (version + 1) % every == 0:
         return True
-    return seconds is not None and math.floor(time_s / seconds) > math.floor(previous_s / seconds)
+    if seconds is None:
+        return False
+    now, before = float(time_s) / float(seconds), float(previous_s) / float(seconds)  # (Python floats: inf, silently)
+    if not math.isfinite(now):  # seconds below time_s / 1.8e308 (5e-324): multiples far finer than time_s's own
+        return time_s > previous_s  # resolution, so any later time crosses one (never an OverflowError)
+    return math.floor(now) > math.floor(before)

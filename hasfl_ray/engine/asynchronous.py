@@ -80,37 +80,44 @@ class AsyncLoop:
                         return candidate
                     self.state.unavailable += 1
             drawn, size = drawn + size, 2 * size
-        free = [i for i in range(self.config.clients) if i not in busy and availability.window(i, now)[0]]
-        return free[0] if free else -1
+        # every client asked, the run's stop asked every STOP_CHECK_EVERY of them (Clock._every_client)
+        return next((i for i in self.clock._every_client() if i not in busy and availability.window(i, now)[0]), -1)
 
     def fill(self) -> None:
-        """Dispatch until C clients are in flight (or waiting for one to become available)."""
+        """Dispatch until C clients are in flight (or waiting for one to become available). A stop asked while it
+        looks for a client (:class:`RoundInterrupted`) leaves the state as before that dispatch: a resumed run
+        draws it again, as a run never stopped does."""
         s = self.state
         while len(s.in_flight) < self.concurrency:
-            n = s.dispatches
+            n, unavailable = s.dispatches, s.unavailable
             s.dispatches += 1
-            client = self.sample(n)
-            if client >= 0:
-                self.start(client, n)
-                continue
-            # nobody is available: the slot waits for the first client to come back (ties: the lowest id)
-            now = self.clock.now
-            wake, client = min((self.clock.availability.next_on(i, now), i) for i in range(self.config.clients)
-                               if i not in s.in_flight)
+            try:
+                client = self.sample(n)
+                if client >= 0:
+                    self.start(client, n)
+                    continue
+                # nobody is available: the slot waits for the first client to come back (ties: the lowest id)
+                now = self.clock.now
+                wake, client = min((self.clock.availability.next_on(i, now), i) for i in self.clock._every_client()
+                                   if i not in s.in_flight)
+            except RoundInterrupted:
+                s.dispatches, s.unavailable = n, unavailable
+                raise
             s.push(InFlight(client, n, s.version, 0.0, now, wake, wake=True))
 
     def start(self, client: int, n: int) -> None:
         """Dispatch ``client`` now as dispatch ``n``: its width, cost and arrival (or drop-out) time; trained now
-        from the current model unless it will drop out (its update never arrives)."""
+        from the current model unless it will drop out (its update never arrives). Its availability is asked
+        first, before anything changes (a Markov chain drawn far ahead may stop the run there)."""
         s, c, clock, algorithm = self.state, self.config, self.clock, self.algorithm
         now, v = clock.now, s.version
+        until = clock.availability.window(client, now)[1] - now
         algorithm.algorithm.now = now
         width = algorithm.allocate(v, [client])[client]
         cost = algorithm.client_cost(v, client, width, clock.base_cost(client, width))
         full = clock.seconds(client, cost)
         # (without dropout its stream decides nothing, and is not drawn)
         u = numpy_rng(c.seed, STREAM_CLOCK, n, DROPOUT).random(2) if c.dropout > 0 else (1.0, 0.0)
-        until = clock.availability.window(client, now)[1] - now
         lost = bool(u[0] < c.dropout) or full > until
         end = now + (float(u[1]) * full if u[0] < c.dropout else until if full > until else full)
         s.bytes_down += int(cost.bytes_down)
@@ -135,16 +142,28 @@ class AsyncLoop:
         engine, c, s = self.engine, self.config, self.state
         start = time.perf_counter()
         engine._in_loop, engine._loop_start, engine._bar = True, start, None
-        if c.width_assignment == "dynamic":
+        if c.width_assignment == "dynamic" and s.version < c.rounds:  # (after the last: the last update's stay)
             self.capacities(s.version)
         update_start = time.perf_counter()
         while s.version < c.rounds:
-            self.fill()
+            # a stop is asked at every event (a run may dispatch for long without a server update: clients that
+            # drop out, or are rarely available) and inside the scans of every client (RoundInterrupted)
+            if engine.stop_signals.requested():
+                engine._interrupted(start)
+            try:
+                self.fill()
+            except RoundInterrupted:
+                engine._interrupted(start)
             end, client = heapq.heappop(s.queue)
             entry = s.in_flight.pop(client)
-            self.clock.now = end
+            before, self.clock.now = self.clock.now, end
             if entry.wake:
-                self.start(client, entry.dispatch)
+                try:
+                    self.start(client, entry.dispatch)
+                except RoundInterrupted:  # as before the event: the slot still waits
+                    self.clock.now = before
+                    s.push(entry)
+                    engine._interrupted(start)
                 continue
             if entry.lost:
                 s.dropped += 1
@@ -159,7 +178,8 @@ class AsyncLoop:
             except RoundInterrupted:
                 engine._interrupted(start)
             update_start = time.perf_counter()
-            if engine.stop_signals.requested() and s.version < c.rounds:
+            # (after the last update too when its local-accuracy pass was cut short: --resume computes it)
+            if engine.stop_signals.requested() and (s.version < c.rounds or engine.local_owed is not None):
                 engine._interrupted(start)
         engine._in_loop = False
         return engine.finish(engine.elapsed_before + time.perf_counter() - start)
@@ -190,9 +210,19 @@ class AsyncLoop:
                                         self.algorithm.server_lr)
         self.algorithm.arrived(v, [Arrival(entries[k].client, entries[k].width, entries[k].version, taus[k],
                                            factors[k], entries[k].start_s, entries[k].end_s) for k in kept])
-        handles = [entries[k].handle for k in kept]
+        # an update whose weight n_i s(τ_i) underflows to 0 (a steep staleness function: polynomial:1e300 at τ = 1)
+        # counts for nothing: left out of the mean, whose step still counts its n_i (FedBuff's Σ n_i)
+        applied = [k for k, weight in zip(kept, weights) if weight > 0]
+        if len(applied) < len(kept):
+            logger.warning("server update %d: the weight n s(tau) of client(s) %s is 0 in floating point "
+                           "(staleness %s under %s), so their updates count for nothing", v,
+                           ", ".join(str(entries[k].client) for k in kept if k not in applied),
+                           ", ".join(str(taus[k]) for k in kept if k not in applied), c.staleness)
+            weights = [weight for weight in weights if weight > 0]
+        handles = [entries[k].handle for k in applied]
         if handles:
-            results, aggregate = self.backend.apply_arrivals(handles, weights, lr, [entries[k].version for k in kept]
+            results, aggregate = self.backend.apply_arrivals(handles, weights, lr, [entries[k].version
+                                                                                   for k in applied]
                                                              if self.fedasync else None)
         else:
             results, aggregate = [], e._empty_aggregate()
@@ -200,7 +230,7 @@ class AsyncLoop:
             for entry in entries:
                 self.backend.release_version(entry.version)
         accepted = {r.client for r in results}
-        rejected = [entries[k].client for k in kept if entries[k].client not in accepted]
+        rejected = [entries[k].client for k in applied if entries[k].client not in accepted]
         if rejected:
             logger.warning("server update %d: rejected the non-finite update of client(s) %s", v,
                            ", ".join(map(str, rejected)))

@@ -187,10 +187,10 @@ class Engine:
         if self.rundir and self.history:
             with writing(self.rundir, "checkpoints/latest.pt"):
                 self.save_checkpoint(self.elapsed_before + time.perf_counter() - start)
-        logger.warning("stopped by signal %d after %d completed rounds", self.stop_signals.signal_number,
-                       len(self.history))
-        raise RunInterrupted(self.stop_signals.signal_number, len(self.history),
-                             self.rundir.path if self.rundir else None)
+        stop = RunInterrupted(self.stop_signals.signal_number, len(self.history),
+                              self.rundir.path if self.rundir else None, self.config.mode)
+        logger.warning("stopped by signal %d after %s", stop.signal_number, stop.done)
+        raise stop
 
     def _loop(self) -> Dict[str, Any]:
         c = self.config

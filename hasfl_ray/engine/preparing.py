@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -15,11 +15,12 @@ from hasfl_ray.data import load_plugin_dataset
 from hasfl_ray.data.base import BYTES_PER_CLIENT, check_client_memory, physical_memory
 from hasfl_ray.engine.checkpoint import (START_AGAIN, check_checkpoint, check_resume_config, checkpoint_path,
                                          load_checkpoint, stored_config)
+from hasfl_ray.engine.async_state import state_problem
 from hasfl_ray.engine.config import RunConfig
 from hasfl_ray.engine.guard import GuardedAlgorithm, PluginError, construct
 from hasfl_ray.engine.participants import capacity_tiers, initial_parameters, round_capacities
 from hasfl_ray.engine.rundir import check_no_links, check_output_folder, check_run_directory, check_start
-from hasfl_ray.errors import ConfigError
+from hasfl_ray.errors import ConfigError, progress_phrase
 from hasfl_ray.federation import ladder_of
 from hasfl_ray.files import claim_folder
 from hasfl_ray.models import MODEL_CONFIGS, register_model
@@ -49,10 +50,11 @@ def prepare(engine: Any) -> None:
         engine.checkpoint = load_checkpoint(engine.rundir.path)
         if not engine.force:
             check_resume_config(engine.rundir.path, stored_config(engine.rundir.path, engine.checkpoint), c)
+        check_same_mode(engine)
         if engine.checkpoint is not None and engine.checkpoint.round > c.rounds:  # --force with fewer rounds
-            raise ConfigError(f"checkpoint {checkpoint_path(engine.rundir.path)!r} holds {engine.checkpoint.round} "
-                              f"completed rounds but rounds is {c.rounds}; expected at least "
-                              f"{engine.checkpoint.round} rounds to continue it, {START_AGAIN}")
+            raise ConfigError(f"checkpoint {checkpoint_path(engine.rundir.path)!r} holds "
+                              f"{progress_phrase(engine.checkpoint.round, c.mode)} but rounds is {c.rounds}; expected "
+                              f"at least {engine.checkpoint.round} rounds to continue it, {START_AGAIN}")
     engine.backend.warm_up(c)  # Ray and its actors start while the data loads (docs/ray.md, 'Start-up')
     if c.control_variates_dir:  # made and marked before the algorithm (or a checkpoint's state) writes there;
         engine.claimed = claim_folder(c.control_variates_dir, CONTROL_VARIATES)  # undone if the start is refused
@@ -76,14 +78,9 @@ def prepare(engine: Any) -> None:
                               f"its algorithm_state ({type(error).__name__}: {str(error)[:60]}); expected this "
                               f"run's algorithm state, {START_AGAIN}") from None
         engine.history = [dict(line) for line in engine.checkpoint.history]
-        if engine.clock is not None:  # checked whole, as the parameters are: never negative time, never restarted
-            problem = ("it holds no clock state" if engine.checkpoint.clock is None and engine.history else
-                       None if engine.checkpoint.clock is None else engine.clock.state_problem(engine.checkpoint.clock))
-            if problem:
-                raise ConfigError(f"checkpoint {path!r} does not match this run: {problem}; expected the device "
-                                  f"clock's state this run wrote, {START_AGAIN}")
-            if engine.checkpoint.clock is not None:
-                engine.clock.load_state_dict(engine.checkpoint.clock)
+        check_clock_state(engine, path)
+        if engine.clock is not None and engine.checkpoint.clock is not None:
+            engine.clock.load_state_dict(engine.checkpoint.clock)
         if c.width_assignment == "dynamic" and engine.history:  # the capacities of the last round run
             engine.p_max = round_capacities(c.seed, len(engine.history) - 1, c.clients, engine.ladder)
         engine.elapsed_before = engine.checkpoint.elapsed_s
@@ -127,6 +124,60 @@ def build(engine: Any) -> None:
     engine.clock = make_clock(c, engine.model_name, engine.num_samples, engine.p_max, engine.dataset.client_names)
     if engine.clock is not None:  # allocation policies read devices and costs through it (docs/clock.md)
         engine.algorithm.algorithm.clock = engine.clock
+
+
+def check_same_mode(engine: Any) -> None:
+    """Refuse, in one sentence, ``--resume --force`` of a checkpoint in the other run mode (sync to async or back):
+    rounds and server updates are not one history, and an asynchronous loop has no state to start from in a
+    synchronous checkpoint (nor a synchronous round in the clients an asynchronous one has in flight)."""
+    checkpoint = engine.checkpoint
+    if checkpoint is None:
+        return
+    stored = stored_config(engine.rundir.path, checkpoint) or {}
+    mode = stored.get("mode", "sync")
+    if mode != engine.config.mode:
+        done = progress_phrase(checkpoint.round, mode)
+        raise ConfigError(f"checkpoint {checkpoint_path(engine.rundir.path)!r} holds a run in mode {mode!r} ({done}) "
+                          f"but mode is {engine.config.mode!r}; expected mode {mode!r} to continue it (--force "
+                          f"continues a changed config within one mode), {START_AGAIN}")
+
+
+def check_clock_state(engine: Any, path: str) -> None:
+    """Refuse, in one sentence, a checkpoint whose device clock or asynchronous loop does not fit this run, checked
+    whole as its parameters are (never negative time, never a restart at version 0, never a run ending at once):
+    the clock's fields (:meth:`~hasfl_ray.clock.Clock.state_problem`), then an asynchronous run's loop state
+    (:func:`~hasfl_ray.engine.async_state.state_problem`) and its history of server updates."""
+    c, checkpoint = engine.config, engine.checkpoint
+    clock = checkpoint.clock
+    problem = None
+    if engine.clock is not None:
+        problem = "it holds no clock state" if clock is None and engine.history else \
+            None if clock is None else engine.clock.state_problem(clock)
+    if problem is None and isinstance(clock, dict) and "async" in clock and c.mode != "async":
+        problem = "its clock state holds an asynchronous loop's state but mode is 'sync'"
+    if problem is None and c.mode == "async" and engine.history:
+        problem = async_history_problem(engine.history)
+        if problem is None:
+            saved = clock.get("async") if isinstance(clock, dict) else None
+            problem = "it holds no asynchronous loop state" if saved is None else state_problem(
+                saved, checkpoint.round, float(clock["now"]), c.clients, c.concurrency, c.buffer_size,
+                c.async_rule == "fedasync", engine.initial_params)
+    if problem:
+        what = "asynchronous loop's" if c.mode == "async" else "device clock's"
+        raise ConfigError(f"checkpoint {path!r} does not match this run: {problem}; expected the {what} state this "
+                          f"run wrote, {START_AGAIN}")
+
+
+def async_history_problem(history: Any) -> Optional[str]:
+    """What makes a checkpoint's history not an asynchronous run's (each line server update ``round``'s, with its
+    version and staleness), None when nothing does."""
+    for index, line in enumerate(history):
+        for key in ("version", "staleness_max"):
+            value = line.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0 or \
+                    (key == "version" and value != index + 1):
+                return f"its history line {index} has {key} {value!r}, not server update {index}'s"
+    return None
 
 
 #: The kind of files SCAFFOLD keeps in ``control_variates_dir`` (hasfl_ray.files.FOLDER_KINDS).

@@ -211,8 +211,7 @@ class Server:
                 accepted.append(result)
                 accepted_weights.append(weight)
             else:
-                logger.warning("client %d returned a non-finite update (loss %s); rejected", result.client,
-                               result.loss)
+                logger.warning("client %d returned %s; rejected", result.client, result.non_finite())
         if not accepted:
             empty = torch.zeros(0, dtype=torch.float64)
             return [], AggregateResult({}, empty, empty, 0.0, dict.fromkeys(self.specs, 0.0))

@@ -17,7 +17,7 @@ from hasfl_ray.engine import Engine
 from hasfl_ray.config import RunConfig
 from hasfl_ray.engine.rundir import RunLock, clear_run_directory
 from hasfl_ray.engine.signals import StopSignals
-from hasfl_ray.errors import ConfigError, RunInterrupted
+from hasfl_ray.errors import ConfigError, RunInterrupted, progress_phrase
 from hasfl_ray.sweep.plan import FINISHED, Cell, Sweep
 from hasfl_ray.sweep.state import cell_state, read_summary, reuse_finished_run, write_sweep_json
 
@@ -240,7 +240,7 @@ def describe_result(cell: Cell, result: Mapping[str, Any]) -> str:
         return f"{cell.name}: not started (the next run of the sweep starts it)"
     if status == "interrupted":
         rounds = result.get("rounds_done")
-        after = f" after {rounds} completed round(s)" if rounds is not None else ""
+        after = f" after {progress_phrase(rounds, cell.values.get('mode') or 'sync')}" if rounds is not None else ""
         return f"{cell.name}: interrupted{after} (the next run of the sweep resumes it from its checkpoint)"
     summary = result.get("summary") or {}
     numbers = (f"best {summary.get('best_accuracy', float('nan')):.4f}, final "

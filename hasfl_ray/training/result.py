@@ -37,6 +37,30 @@ class ClientResult:
 
         return math.isfinite(self.loss) and finite(self.update) and finite(self.extras)
 
+    def non_finite(self) -> str:
+        """What is not finite in it, for a log line: "a NaN or infinite value in its update of 'fc.weight' (2 of
+        640; its loss 1.502 is finite)", or "a loss of nan"; "" when everything is finite."""
+        if not math.isfinite(self.loss):
+            return f"a loss of {self.loss}"
+        for kind, values in (("update", self.update), ("extras", self.extras)):
+            for name, value in _named_floats(values):
+                bad = int((~torch.isfinite(value)).sum()) if isinstance(value, torch.Tensor) else \
+                    int(not math.isfinite(value))
+                if bad:
+                    size = value.numel() if isinstance(value, torch.Tensor) else 1
+                    return (f"a NaN or infinite value in its {kind} {name!r} ({bad:,} of {size:,}; its loss "
+                            f"{self.loss:.4g} is finite)")
+        return ""
+
+
+def _named_floats(value: Any, prefix: str = ""):
+    """(name, floating tensor or float) for every one inside ``value`` (dicts nested: names joined with dots)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _named_floats(item, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(value, torch.Tensor) and value.is_floating_point() or isinstance(value, float):
+        yield prefix, value
+
 
 def _floats(value: Any, out: List[Any]) -> None:
     """Every floating tensor and float inside ``value`` (dicts nested), appended to ``out``."""

@@ -70,3 +70,13 @@ def test_synchronous_only_keys_are_refused_in_the_config_and_their_defaults_pass
     assert RunConfig(**ASYNC, deadline_policy="drop").deadline_policy == "drop"
     assert RunConfig(**{**ASYNC, "mode": "sync", "concurrency": None, "buffer_size": None},
                      client_batching="on").client_batching == "on"
+
+
+@pytest.mark.parametrize("kind, value", [("nan-update", "nan"), ("inf-update", "inf")])
+def test_the_rejection_says_what_is_not_finite(tmp_path, caplog, kind, value):
+    """Battery 5's note: the log said "a non-finite update (loss 1.50…)", naming a finite loss. It names the
+    tensor holding the NaN or infinity, how many of its values, and says the loss is finite."""
+    run(tmp_path, kind, fault_inject=f"{kind}@4")
+    said = [r.message for r in caplog.records if r.name == "hasfl_ray.engine.server" and "rejected" in r.message]
+    assert len(said) == 1 and "returned a NaN or infinite value in its update '" in said[0], said
+    assert "(1 of " in said[0] and "is finite); rejected" in said[0]
