@@ -167,8 +167,7 @@ class RunConfigFields:
     buffer_size: Optional[int] = None
     staleness: Optional[str] = None
     async_alpha: Optional[float] = None
-    # FedBuff's server step w <- w + eta_g * mean + beta * (the last step) and FedAsync's (Xie et al.) local proximal
-    # term rho/2 ||w - w_received||^2, for any algorithm (hasfl_ray.config.asynchronous)
+    # FedBuff's server step (eta_g, momentum beta) and FedAsync's local proximal weight rho (config/asynchronous.py)
     server_lr: Optional[float] = None
     server_momentum: Optional[float] = None
     async_rho: Optional[float] = None

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from hasfl_ray.aggregation import AggregateResult, aggregate_updates
+from hasfl_ray.aggregation.asynchronous import server_step
 from hasfl_ray.aggregation.common_core import common_core_divergence
 from hasfl_ray.aggregation.label_split import aggregate_label_split, output_layer
 from hasfl_ray.aggregation.windows import aggregate_windows
@@ -202,23 +203,6 @@ class Server:
         self.momentum = None if state is None else {n: t.to(self.device, torch.float32).clone()
                                                      for n, t in state.items()}
 
-    def _steps(self, delta: Mapping[str, torch.Tensor], server_lr: float, momentum: float
-               ) -> Tuple[Dict[str, torch.Tensor], Optional[Dict[str, torch.Tensor]]]:
-        """The new parameters and the new momentum buffer: w + η Δ̄ (no buffer), or with ``momentum`` β > 0
-        (FedBuff's server momentum) w + m with m ← β m + η Δ̄ over every parameter (m the last step; Δ̄ 0 where
-        nothing covers): the heavy-ball form of SGD with momentum at a constant learning rate."""
-        if not momentum:
-            return {name: self.params[name].add(d, alpha=server_lr) for name, d in delta.items()}, None
-        last = self.momentum or {}
-        steps = {}
-        for name in self.params:
-            step = last[name].mul(momentum) if name in last else None
-            if name in delta:
-                step = delta[name].mul(server_lr) if step is None else step.add(delta[name], alpha=server_lr)
-            if step is not None:
-                steps[name] = step
-        return {name: self.params[name].add(step) for name, step in steps.items()}, steps
-
     def apply(self, results: Sequence[ClientResult], weights: Sequence[float],
               server_lr: float = 1.0, bases: Optional[Sequence[Optional[int]]] = None, momentum: float = 0.0
               ) -> Tuple[List[ClientResult], AggregateResult]:
@@ -226,7 +210,8 @@ class Server:
 
         A result holding NaN/Inf is rejected and logged; it never reaches the global model. ``bases`` (FedAsync):
         per result, the kept model version it started from, whose mixing :meth:`mixed` turns into its update.
-        ``momentum`` (FedBuff's server momentum β): the step is m ← β m + η Δ̄ (:meth:`_steps`).
+        ``momentum`` (FedBuff's server momentum β): the step is m ← β m + η Δ̄
+        (:func:`~hasfl_ray.aggregation.asynchronous.server_step`).
 
         Returns:
             The accepted results with ``update`` emptied, and the aggregate's statistics (``delta`` empty).
@@ -257,7 +242,7 @@ class Server:
             aggregate = aggregate_updates(self.shapes, updates, accepted_weights, self.gate_blocks,
                                           backend=self.aggregation_backend)
         with torch.no_grad():  # w + η_g Δ̄ for every parameter first: the global model never holds a non-finite value
-            updated, steps = self._steps(aggregate.delta, server_lr, momentum)
+            updated, steps = server_step(self.params, aggregate.delta, server_lr, momentum, self.momentum)
             broken = [name for name, tensor in updated.items() if not bool(torch.isfinite(tensor).all())]
             if broken:
                 raise NonFiniteModelError(f"the round's aggregate would make the global model non-finite (parameter "
