@@ -13,9 +13,10 @@ The source, for the output weight (its bias alike, without the column index)::
     v[count[k] > 0] = tmp_v[count[k] > 0].to(v.dtype)
 
 so a coordinate (k, j) is the mean over the clients that hold label k and cover column j, and one no such client
-covers keeps the global value. Here the count is the round's weight (``heterofl_weighting: count`` gives the
-source's 1 a client; samples n_i otherwise), the mean is of the updates Δ_i (w + Δ̄ with η_g = 1 is the mean of the
-local models), and an uncovered coordinate gets Δ̄ = 0: the global value is kept. Every other parameter is the
+covers keeps the global value. Here the count is the round's weight (``aggregation_weights: count``, or heterofl's
+``heterofl_weighting: count``, gives the source's 1 a client; samples n_i otherwise), the mean is of the updates Δ_i
+(w + Δ̄ with η_g = 1 is the mean of the local models), and an uncovered coordinate gets Δ̄ = 0: the global value is
+kept. Every other parameter is the
 fused kernel's mean (:func:`hasfl_ray.aggregation.aggregate_updates`, or its windows for FedRolex).
 
 The divergence norms keep the paper's Eq. 5 with m_i client i's own coordinates (all rows of the output layer it

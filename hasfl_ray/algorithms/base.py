@@ -41,7 +41,8 @@ class Algorithm(ABC):
 
     1. :meth:`allocate` — width p_i in (0, 1] for each participant (sorted client ids);
     2. :meth:`objective` — the :class:`LocalObjective` each participant trains with;
-    3. :meth:`aggregation_weights` — the weights of the coordinate-wise mean (default n_i);
+    3. :meth:`aggregation_weights` — the weights of the coordinate-wise mean (default n_i, or 1 each with
+       ``aggregation_weights: count``);
     4. :meth:`observe` — the aggregate's statistics and the clients' results, after w ← w + η_g Δ̄.
 
     Everything random must come from ``hasfl_ray.training.seeding`` streams keyed by (seed, round, …)
@@ -140,7 +141,10 @@ class Algorithm(ABC):
         return 0
 
     def aggregation_weights(self, clients: Sequence[int]) -> List[float]:
-        """Weights of the coordinate-wise mean, one per participant (default the sample counts n_i)."""
+        """Weights of the coordinate-wise mean, one per participant: the sample counts n_i (the default), or 1 each
+        with the run's ``aggregation_weights: count`` (HeteroFL's and FedRolex's combine; FedBuff's (1/K) mean)."""
+        if getattr(self.config, "aggregation_weights", "samples") == "count":
+            return [1.0] * len(clients)
         return [float(self.num_samples[i]) for i in clients]
 
     def observe(self, round: int, results: Sequence[ClientResult], aggregate: AggregateResult) -> None:

@@ -24,7 +24,8 @@ class HeteroFL(Algorithm):
     """Every client always trains its capacity p_i^max (the base allocation, never changed).
 
     Aggregation is the paper's coordinate-wise mean weighted by n_i; ``heterofl_weighting="count"``
-    restores HeteroFL's original unweighted mean over the clients covering each coordinate.
+    restores HeteroFL's original unweighted mean over the clients covering each coordinate (the same as the run's
+    ``aggregation_weights: count``, which every algorithm takes; this option stays for the configs that name it).
     """
 
     options_class = HeteroFLOptions

@@ -88,6 +88,10 @@ RUN_OPTIONS = (
                  help="The output layer's rows: all (default; the mean over every client covering them) or "
                       "label_split (row k over only the round's clients holding label k, HeteroFL's and FedRolex's "
                       "combine; rows no one holds keep their value)."),
+    click.option("--aggregation-weights", type=click.Choice(["samples", "count"]),
+                 help="Each client's weight in the coordinate-wise mean, for every algorithm: samples (default; "
+                      "n_i) or count (1 a client: HeteroFL's and FedRolex's combine, and FedBuff's equal-weight "
+                      "(1/K) form in --mode async)."),
     click.option("--estimator", type=click.Choice(["masked", "common-core"]),
                  help="HAS-FL divergence estimator: masked (default; each client's own coordinates) or common-core "
                       "(only the coordinates every participant of the round covers)."),
@@ -153,6 +157,15 @@ RUN_OPTIONS = (
                       "polynomial:0.5), hinge:A,B or constant."),
     click.option("--async-alpha", type=float, metavar="ALPHA",
                  help="With --async-rule fedasync: the mixing weight alpha in (0, 1] (default 0.6)."),
+    click.option("--server-lr", type=float, metavar="ETA",
+                 help="With --async-rule fedbuff: FedBuff's server learning rate eta_g (default 1; times the "
+                      "algorithm's own, scaffold's --scaffold-global-lr)."),
+    click.option("--server-momentum", type=float, metavar="BETA",
+                 help="With --async-rule fedbuff: FedBuff's server momentum beta in [0, 1) (default 0): each server "
+                      "step is beta times the last plus eta_g times the buffer's mean."),
+    click.option("--async-rho", type=float, metavar="RHO",
+                 help="With --mode async: FedAsync's local proximal weight rho >= 0 (Xie et al.'s worker minimises "
+                      "f(w) + rho/2 ||w - w_received||^2), for any algorithm (default 0: none)."),
     click.option("--eval-every-updates", type=int, metavar="N",
                  help="With --mode async: evaluate every N server updates (default 1; and after the last)."),
     click.option("--eval-every-seconds", type=float, metavar="S",

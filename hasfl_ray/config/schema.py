@@ -119,6 +119,9 @@ class RunConfigFields:
     # the output layer's rows: all (over every covering client) or label_split (row k over the round's clients holding
     # label k, HeteroFL's and FedRolex's combine; hasfl_ray/aggregation/label_split.py)
     classifier_aggregation: str = "all"
+    # the weight of each client's update in the coordinate-wise mean: samples (n_i, the default) or count (1 a
+    # client: HeteroFL's and FedRolex's combine; FedBuff's equal-weight (1/K) form in an asynchronous run)
+    aggregation_weights: str = "samples"
     # execution (does not change results); auto: default_backend(), the one rule of the CLI and the Python API
     backend: str = "auto"
     aggregation_backend: str = "auto"
@@ -164,6 +167,10 @@ class RunConfigFields:
     buffer_size: Optional[int] = None
     staleness: Optional[str] = None
     async_alpha: Optional[float] = None
+    # FedBuff's server step (eta_g, momentum beta) and FedAsync's local proximal weight rho (config/asynchronous.py)
+    server_lr: Optional[float] = None
+    server_momentum: Optional[float] = None
+    async_rho: Optional[float] = None
     eval_every_updates: Optional[int] = None
     eval_every_seconds: Optional[float] = None
 
@@ -204,6 +211,8 @@ class RunConfigFields:
             raise bad("estimator", self.estimator, "masked or common-core")
         if self.classifier_aggregation not in ("all", "label_split"):
             raise bad("classifier_aggregation", self.classifier_aggregation, "all or label_split")
+        if self.aggregation_weights not in ("samples", "count"):
+            raise bad("aggregation_weights", self.aggregation_weights, "samples (n_i) or count (1 a client)")
         if not isinstance(self.warmup, int) or self.warmup < 0:
             raise bad("warmup", self.warmup, "a non-negative integer")
         if not _positive_number(self.alpha):

@@ -115,6 +115,8 @@ class AsyncLoop:
         algorithm.algorithm.now = now
         width = algorithm.allocate(v, [client])[client]
         cost = algorithm.client_cost(v, client, width, clock.base_cost(client, width))
+        if c.async_rho:  # the proximal gradient ρ (w − w_received): one multiply-add a parameter a step, as FedProx's
+            cost = cost.plus(step_macs=clock.costs.params(width))
         full = clock.seconds(client, cost)
         # (without dropout its stream decides nothing, and is not drawn)
         u = numpy_rng(c.seed, STREAM_CLOCK, n, DROPOUT).random(2) if c.dropout > 0 else (1.0, 0.0)
@@ -128,7 +130,8 @@ class AsyncLoop:
         if not lost:
             lr = round_lr(c.lr, c.lr_decay, v, c.lr_milestones, c.lr_gamma)
             task = ClientTask(client, n, width, lr, c.seed, algorithm.objective(v, client, width),
-                              offset=algorithm.window_offset(v, client), masked_loss=c.masked_loss)
+                              offset=algorithm.window_offset(v, client), masked_loss=c.masked_loss,
+                              proximal=c.async_rho or 0.0)
             if self.fault is not None and self.fault[0] == n:
                 task.fault = self.fault[1]
             handle = self.backend.dispatch(task)
@@ -191,7 +194,9 @@ class AsyncLoop:
         self.algorithm.set_capacities(version, e.p_max)
 
     def server_update(self, wall_start: float) -> None:
-        """Apply the buffer: weights n_i s(τ_i), FedBuff's step η_g Σ n_i s(τ_i) / Σ n_i or FedAsync's η_g α s(τ);
+        """Apply the buffer: weights n_i s(τ_i) (1 s(τ_i) with ``aggregation_weights: count``), FedBuff's step
+        η_g Σ n_i s(τ_i) / Σ n_i (η_g the algorithm's times ``server_lr``; ``server_momentum`` β: m ← β m + that
+        step, w ← w + m) or FedAsync's η_g α s(τ);
         the algorithm told and observing; the metrics line recorded (evaluated when due); the version moved on."""
         e, c, s = self.engine, self.config, self.state
         entries, s.buffer = s.buffer, []
@@ -207,7 +212,7 @@ class AsyncLoop:
             weights, lr = mixing_step(counts[0], factors[0], c.async_alpha, self.algorithm.server_lr)
         else:
             weights, lr = buffered_step([counts[k] for k in kept], [factors[k] for k in kept],
-                                        self.algorithm.server_lr)
+                                        self.algorithm.server_lr * (c.server_lr or 1.0))
         self.algorithm.arrived(v, [Arrival(entries[k].client, entries[k].width, entries[k].version, taus[k],
                                            factors[k], entries[k].start_s, entries[k].end_s) for k in kept])
         # an update whose weight n_i s(τ_i) underflows to 0 (a steep staleness function: polynomial:1e300 at τ = 1)
@@ -223,7 +228,7 @@ class AsyncLoop:
         if handles:
             results, aggregate = self.backend.apply_arrivals(handles, weights, lr, [entries[k].version
                                                                                    for k in applied]
-                                                             if self.fedasync else None)
+                                                             if self.fedasync else None, c.server_momentum or 0.0)
         else:
             results, aggregate = [], e._empty_aggregate()
         if self.fedasync:
@@ -274,13 +279,18 @@ class AsyncLoop:
     # -- checkpoints ------------------------------------------------------------------------------------------------
 
     def state_dict(self) -> Dict[str, Any]:
-        """What a checkpoint keeps of the loop (:meth:`AsyncState.state_dict`), FedAsync's kept versions included."""
-        return self.state.state_dict(self.backend, self.backend.kept_versions() if self.fedasync else None)
+        """What a checkpoint keeps of the loop (:meth:`AsyncState.state_dict`), FedAsync's kept versions and FedBuff's
+        server momentum buffer included."""
+        state = self.state.state_dict(self.backend, self.backend.kept_versions() if self.fedasync else None)
+        state["server_momentum"] = self.backend.server_momentum() if self.config.server_momentum else None
+        return state
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.state = AsyncState.from_state(state, self.backend)
         if self.fedasync:
             self.backend.restore_versions(state["versions"])
+        if self.config.server_momentum:
+            self.backend.restore_server_momentum(state.get("server_momentum"))
 
 
 def run(engine: Any) -> Dict[str, Any]:

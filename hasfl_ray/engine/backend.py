@@ -135,9 +135,18 @@ class Backend(ABC):
         raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
 
     def apply_arrivals(self, handles: Sequence[Any], weights: Sequence[float], server_lr: float,
-                       bases: Optional[Sequence[Optional[int]]] = None) -> Tuple[List[ClientResult], AggregateResult]:
+                       bases: Optional[Sequence[Optional[int]]] = None, momentum: float = 0.0
+                       ) -> Tuple[List[ClientResult], AggregateResult]:
         """One server update from the arrived clients ``handles`` (in arrival order): :meth:`Server.apply` with
-        ``weights``, ``server_lr`` and (FedAsync) the model ``bases`` they started from."""
+        ``weights``, ``server_lr``, (FedAsync) the model ``bases`` they started from and (FedBuff) the server
+        ``momentum``."""
+        raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
+
+    def server_momentum(self) -> Optional[Dict[str, torch.Tensor]]:
+        """:meth:`Server.momentum_state` (FedBuff's server momentum buffer, a checkpoint's)."""
+        raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
+
+    def restore_server_momentum(self, state: Optional[Mapping[str, torch.Tensor]]) -> None:
         raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
 
     def handle_result(self, handle: Any) -> ClientResult:
@@ -261,8 +270,14 @@ class LocalBackend(Backend):
         except BaseException as error:
             raise trainer_error([task], error, traceback.format_exc(), "dispatch") from None
 
-    def apply_arrivals(self, handles, weights, server_lr, bases=None):
-        return self.server.apply(list(handles), weights, server_lr, bases)
+    def apply_arrivals(self, handles, weights, server_lr, bases=None, momentum=0.0):
+        return self.server.apply(list(handles), weights, server_lr, bases, momentum)
+
+    def server_momentum(self):
+        return self.server.momentum_state()
+
+    def restore_server_momentum(self, state):
+        self.server.restore_momentum(state)
 
     def handle_result(self, handle):
         return handle

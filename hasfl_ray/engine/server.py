@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from hasfl_ray.aggregation import AggregateResult, aggregate_updates
+from hasfl_ray.aggregation.asynchronous import server_step
 from hasfl_ray.aggregation.common_core import common_core_divergence
 from hasfl_ray.aggregation.label_split import aggregate_label_split, output_layer
 from hasfl_ray.aggregation.windows import aggregate_windows
@@ -132,6 +133,8 @@ class Server:
         self._calibrated: Dict[float, nn.Module] = {}  # sBN: the width models whose statistics fit the current params
         #: FedAsync (docs/async.md): model versions clients in flight started from, version -> [params, holders]
         self._versions: Dict[int, list] = {}
+        #: FedBuff's server momentum (docs/async.md): the last step applied, name -> full shape (None: no step yet)
+        self.momentum: Optional[Dict[str, torch.Tensor]] = None
 
     def get_params(self) -> Dict[str, torch.Tensor]:
         return {name: t.detach().cpu().clone() for name, t in self.params.items()}
@@ -192,13 +195,23 @@ class Server:
             out.append(dataclasses.replace(result, update=update))
         return out
 
+    def momentum_state(self) -> Optional[Dict[str, torch.Tensor]]:
+        """The server momentum's buffer (CPU copies; a checkpoint's), None before its first step."""
+        return None if self.momentum is None else {n: t.detach().cpu().clone() for n, t in self.momentum.items()}
+
+    def restore_momentum(self, state: Optional[Mapping[str, torch.Tensor]]) -> None:
+        self.momentum = None if state is None else {n: t.to(self.device, torch.float32).clone()
+                                                     for n, t in state.items()}
+
     def apply(self, results: Sequence[ClientResult], weights: Sequence[float],
-              server_lr: float = 1.0, bases: Optional[Sequence[Optional[int]]] = None
+              server_lr: float = 1.0, bases: Optional[Sequence[Optional[int]]] = None, momentum: float = 0.0
               ) -> Tuple[List[ClientResult], AggregateResult]:
         """Aggregate the finite results (in the given client order) and update the global parameters.
 
         A result holding NaN/Inf is rejected and logged; it never reaches the global model. ``bases`` (FedAsync):
         per result, the kept model version it started from, whose mixing :meth:`mixed` turns into its update.
+        ``momentum`` (FedBuff's server momentum β): the step is m ← β m + η Δ̄
+        (:func:`~hasfl_ray.aggregation.asynchronous.server_step`).
 
         Returns:
             The accepted results with ``update`` emptied, and the aggregate's statistics (``delta`` empty).
@@ -228,7 +241,7 @@ class Server:
             aggregate = aggregate_updates(self.shapes, updates, accepted_weights, self.gate_blocks,
                                           backend=self.aggregation_backend)
         with torch.no_grad():  # w + η_g Δ̄ for every parameter first: the global model never holds a non-finite value
-            updated = {name: self.params[name].add(delta, alpha=server_lr) for name, delta in aggregate.delta.items()}
+            updated, steps = server_step(self.params, aggregate.delta, server_lr, momentum, self.momentum)
             broken = [name for name, tensor in updated.items() if not bool(torch.isfinite(tensor).all())]
             if broken:
                 raise NonFiniteModelError(f"the round's aggregate would make the global model non-finite (parameter "
@@ -237,6 +250,8 @@ class Server:
             self._calibrated.clear()
             for name, tensor in updated.items():
                 self.params[name].copy_(tensor)
+            if steps is not None:  # kept only once the step is accepted
+                self.momentum = steps
         div_num, div_den = aggregate.div_num, aggregate.div_den
         if self.estimator == "common-core":
             div_num, div_den = common_core_divergence(self.specs, updates, offsets, aggregate.delta)

@@ -213,13 +213,13 @@ class ServerActor:
             self.params()
 
     def arrivals(self, weights: Sequence[float], server_lr: float, bases: Optional[Sequence[Optional[int]]],
-                 *results: Packed) -> Tuple[Packed, Packed]:
+                 momentum: float, *results: Packed) -> Tuple[Packed, Packed]:
         """An asynchronous server update (docs/async.md): the arrived clients' results (each one call's packed
         tuple of one result, in arrival order) applied as :meth:`round` applies a round's, with FedAsync's
-        ``bases``."""
+        ``bases`` and FedBuff's server ``momentum``."""
         torch.set_num_threads(self.threads)
         arrived = [unpack(call)[0] for call in results]
-        accepted, aggregate = self.server.apply(arrived, weights, server_lr, bases)
+        accepted, aggregate = self.server.apply(arrived, weights, server_lr, bases, momentum)
         return pack((accepted, aggregate, self.server.frozen_fraction(), self.server.frozen_by_layer())), \
             self.params()
 
@@ -234,6 +234,12 @@ class ServerActor:
 
     def restore_versions(self, versions: Packed) -> None:
         self.server.restore_versions(unpack(versions))
+
+    def momentum_state(self) -> Packed:
+        return pack(self.server.momentum_state())
+
+    def restore_momentum(self, state: Packed) -> None:
+        self.server.restore_momentum(unpack(state))
 
     def frozen_fraction(self) -> float:
         return self.server.frozen_fraction()

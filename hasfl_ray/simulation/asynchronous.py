@@ -93,11 +93,11 @@ class AsyncTransport:
             handle.report = handle.params = None
 
     def apply_arrivals(self, handles: Sequence[AsyncHandle], weights: Sequence[float], server_lr: float,
-                       bases: Optional[Sequence[Optional[int]]] = None):
+                       bases: Optional[Sequence[Optional[int]]] = None, momentum: float = 0.0):
         for handle in handles:
             self._arrived(handle)
         summary, params = self.server.arrivals.options(num_returns=2).remote(
-            list(weights), server_lr, None if bases is None else list(bases), *[h.result for h in handles])
+            list(weights), server_lr, None if bases is None else list(bases), momentum, *[h.result for h in handles])
         self._params_ref = params
         try:
             accepted, aggregate, self._frozen, self._frozen_layers = unpack(self._from_server(summary))
@@ -124,6 +124,12 @@ class AsyncTransport:
 
     def restore_versions(self, versions: Mapping[int, Any]) -> None:
         self._from_server(self.server.restore_versions.remote(pack(dict(versions))))
+
+    def server_momentum(self) -> Optional[Dict[str, Any]]:
+        return unpack(self._from_server(self.server.momentum_state.remote()))
+
+    def restore_server_momentum(self, state: Optional[Mapping[str, Any]]) -> None:
+        self._from_server(self.server.restore_momentum.remote(pack(state)))
 
 
 __all__ = ["AsyncHandle", "AsyncTransport"]

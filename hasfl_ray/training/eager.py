@@ -45,7 +45,8 @@ def train_eager(workspace: Workspace, task: ClientTask, global_params: Mapping[s
     loss_sum = torch.zeros((), dtype=torch.float64, device=workspace.device)
     # A whole step on static tensors (a CUDA graph on CUDA) for a client with at least one full batch (its
     # first batch then has the static shape) whose objective is the default one (hasfl_ray.training.graphed).
-    graphed = workspace.steps is not None and n >= s.batch_size and graphable(objective)
+    graphed = workspace.steps is not None and n >= s.batch_size and graphable(objective) and not task.proximal
+    anchors = [(p, initial[name]) for name, p in params.items()] if task.proximal else []
     static: Optional[StaticStep] = None
     device = workspace.device if workspace.device_positions else None
     epochs, most = local_plan(s.local_epochs, s.local_steps, task.max_steps)
@@ -62,6 +63,11 @@ def train_eager(workspace: Workspace, task: ClientTask, global_params: Mapping[s
             loss = objective.loss(model, x, y)
             loss.backward()
             objective.adjust_gradients(model)
+            if anchors:  # the task's proximal term: ρ (w − w_received) (FedAsync's worker)
+                with torch.no_grad():
+                    for param, anchor in anchors:
+                        if param.grad is not None:
+                            param.grad.add_(param - anchor, alpha=task.proximal)
             optimizer.step()  # clips first when s.clip_norm > 0
             loss_sum += loss.detach()
         steps += 1

@@ -129,6 +129,10 @@ class ClientTask:
     #: Masked cross-entropy (``masked_loss``, HeteroFL's and FedRolex's ``mask 1``): the logits of the labels the
     #: client does not hold in its training data are set to 0 in its training loss, on every training path.
     masked_loss: bool = False
+    #: The weight ρ of a proximal term ρ/2 ||w − w_received||² added to the objective's (FedAsync's worker, Xie et al.
+    #: 2019, Algorithm 1: ``async_rho``): ρ (w − w_received) joins each local gradient after the objective's
+    #: ``adjust_gradients``, before clipping. Such a client trains one at a time, eagerly.
+    proximal: float = 0.0
 
 
 def inject_fault(result: "ClientResult", fault: Optional[str]) -> "ClientResult":

@@ -19,6 +19,17 @@ def test_sample_weighting_by_default_count_weighting_as_an_option():
     assert count.aggregation_weights([0, 2, 3]) == [1.0, 1.0, 1.0]
 
 
+def test_the_runs_count_weighting_is_heterofls_count_and_every_algorithms():
+    """``aggregation_weights: count`` (every algorithm's) and heterofl's own ``heterofl_weighting: count`` are one
+    rule: 1 a client."""
+    from hasfl_ray.algorithms.fullmodel import FedAvg
+
+    run = HeteroFL(small_config(algorithm="heterofl", aggregation_weights="count"), P_MAX_4, SAMPLES_4)
+    assert run.aggregation_weights([0, 2, 3]) == [1.0, 1.0, 1.0]
+    assert FedAvg(small_config(algorithm="fedavg", aggregation_weights="count"), P_MAX_4,
+                  SAMPLES_4).aggregation_weights([1, 3]) == [1.0, 1.0]
+
+
 def test_avg_p_is_mean_capacity_of_participants_and_coverage_is_full_once_the_top_tier_trained():
     run = recorded_run(algorithm="heterofl", **LEARNING_RUN)
     p_max = run.engine.p_max

@@ -24,17 +24,25 @@ def outcome(tmp_path, name, config):
     return summary["params_sha256"], lines, (out / "clients.csv").read_text()
 
 
-@pytest.mark.parametrize("rule, buffer", [("fedbuff", 2), ("fedasync", None)])
-def test_local_equals_ray_with_one_and_two_actors(ray_local, tmp_path, rule, buffer):
-    config = {**ASYNC, "async_rule": rule, "buffer_size": buffer}
+#: FedBuff's server learning rate and momentum, its equal-weight form and FedAsync's local proximal term.
+SERVER_OPTIONS = dict(server_lr=0.8, server_momentum=0.9, aggregation_weights="count", async_rho=0.2)
+
+
+@pytest.mark.parametrize("rule, buffer, options", [("fedbuff", 2, {}), ("fedasync", None, {}),
+                                                   ("fedbuff", 2, SERVER_OPTIONS)])
+def test_local_equals_ray_with_one_and_two_actors(ray_local, tmp_path, rule, buffer, options):
+    config = {**ASYNC, "async_rule": rule, "buffer_size": buffer, **options}
     local = outcome(tmp_path, "local", {**config, "backend": "local"})
     assert outcome(tmp_path, "ray1", {**config, "backend": "ray", "actors": 1}) == local
     assert outcome(tmp_path, "ray2", {**config, "backend": "ray", "actors": 2}) == local
     assert max(line["staleness_max"] for line in local[1]) > 0
 
 
-def test_a_ray_run_resumed_mid_run_matches(ray_local, tmp_path, monkeypatch, crash_async_at):
-    config = {**ASYNC, "async_rule": "fedasync", "backend": "ray", "actors": 2, "rounds": 5, "checkpoint_every": 2}
+@pytest.mark.parametrize("rule, options", [("fedasync", {}), ("fedbuff", SERVER_OPTIONS)])
+def test_a_ray_run_resumed_mid_run_matches(ray_local, tmp_path, monkeypatch, crash_async_at, rule, options):
+    """FedAsync's kept versions, and FedBuff's server momentum buffer, go through the checkpoint on Ray too."""
+    config = {**ASYNC, "async_rule": rule, "backend": "ray", "actors": 2, "rounds": 5, "checkpoint_every": 2,
+              **options}
     reference = outcome(tmp_path, "reference", config)
     crash_async_at(3)
     with pytest.raises(KeyboardInterrupt):
