@@ -1,0 +1,47 @@
+"""Battery 5's smaller rows (issue 49 item 6): a model plug-in whose w^(0) holds a NaN, a sweep's control-variates
+folder inside its own output, a Ray cluster that answers but refuses us, options accepted that do nothing, and the
+sentences that named the wrong thing. Each ends in one sentence and exit status 2 before anything is made."""
+
+import os
+
+import pytest
+
+from sentences import invoke, refused
+
+TINY = ["--backend", "local", "--rounds", "2", "--clients", "6", "--clients-per-round", "3", "--quiet"]
+
+NAN_MODEL = '''
+import math
+import torch
+from torch import nn
+
+
+class NanInit(nn.Module):
+    def __init__(self, width=1.0, num_classes=10, in_features=64, bad=float("nan")):
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, math.ceil(width * 16))
+        self.fc2 = nn.Linear(math.ceil(width * 16), num_classes)
+        with torch.no_grad():
+            self.fc1.weight[0, 0] = bad
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+
+class InfInit(NanInit):
+    def __init__(self, width=1.0, num_classes=10):
+        super().__init__(width, num_classes, bad=float("inf"))
+'''
+
+
+@pytest.mark.parametrize("name, value", [("NanInit", "nan"), ("InfInit", "inf")])
+@pytest.mark.parametrize("command", ["simulate", "cost"])
+def test_a_model_plugin_with_a_nan_in_its_initial_weights_is_refused(tmp_path, monkeypatch, name, value, command):
+    """Battery 5's problem 4: every update of every round was rejected and the run ended rc 0 with local
+    accuracy 100 % (a NaN beat nothing); now one sentence before anything is made."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models.py").write_text(NAN_MODEL)
+    args = ["simulate", *TINY, "--out", "run"] if command == "simulate" else ["cost", "--dataset", "digits"]
+    refused(invoke(*args, "--model", f"models.py:{name}"), f"model 'models.py:{name}'", "'fc1.weight'",
+            f"holding {value}", "expected finite")
+    assert sorted(os.listdir(".")) == ["models.py"]
