@@ -278,5 +278,23 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
             raise ConfigError(f"{source} gives sweep cell {name!r} twice (datasets {datasets}, algorithms "
                               f"{algorithms}, seeds {seeds}); expected each dataset, algorithm and seed once, and "
                               "algorithms whose cell names differ")
+    check_control_variates_dirs(cells)
     sweep.cells = cells
     return sweep
+
+
+def check_control_variates_dirs(cells: List[Cell]) -> None:
+    """Refuse, before any cell starts, a sweep whose cells' control-variates folders (``control_variates_dir``/CELL)
+    are, or lie inside, a cell's run directory (``--control-variates-dir`` equal to the sweep's ``--out``, or to a
+    cell's folder): each cell would refuse it at its start (simulate's rule), every rerun alike."""
+    runs = [(c, os.path.realpath(c.dir)) for c in cells]
+    for cell in cells:
+        folder = cell.values.get("control_variates_dir")
+        if not folder:
+            continue
+        real = os.path.realpath(folder)
+        for other, run in runs:
+            if real == run or real.startswith(run.rstrip(os.sep) + os.sep):
+                given = os.path.dirname(folder)
+                raise ConfigError(f"control_variates_dir {given!r} would keep control variates in the run directory "
+                                  f"{other.dir!r}; expected a folder outside every cell's run directory")

@@ -45,3 +45,20 @@ def test_a_model_plugin_with_a_nan_in_its_initial_weights_is_refused(tmp_path, m
     refused(invoke(*args, "--model", f"models.py:{name}"), f"model 'models.py:{name}'", "'fc1.weight'",
             f"holding {value}", "expected finite")
     assert sorted(os.listdir(".")) == ["models.py"]
+
+
+# ------------------------------------------------------------------ problem 15: a sweep's cv folder in its run dirs
+
+@pytest.mark.parametrize("cv", ["scx", "./scx/", "scx/digits-scaffold-seed43", "scx/digits-scaffold-seed42/sub"])
+def test_a_sweeps_control_variates_dir_in_a_cells_run_directory_is_refused_before_any_cell(tmp_path, monkeypatch,
+                                                                                           cv):
+    """Battery 5's problem 15 (battery 4's row 21 for the sweep): --control-variates-dir equal to the sweep's --out
+    started every cell, each failed, exit 1, and the advised rerun failed the same way; now one sentence naming the
+    run directory before any cell starts (nothing made)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text("sweep:\n  algorithms: [scaffold]\n  seeds: [42, 43]\n"
+                                     "rounds: 2\nclients: 6\nclients_per_round: 3\n")
+    refused(invoke("sweep", "s.yaml", "--backend", "local", "--quiet", "--out", "scx",
+                   "--control-variates-dir", cv), "control_variates_dir", "run directory 'scx/digits-scaffold-seed4",
+            "expected a folder outside every cell's run directory")
+    assert sorted(os.listdir(".")) == ["s.yaml"]
