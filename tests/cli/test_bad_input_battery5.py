@@ -62,3 +62,15 @@ def test_a_sweeps_control_variates_dir_in_a_cells_run_directory_is_refused_befor
                    "--control-variates-dir", cv), "control_variates_dir", "run directory 'scx/digits-scaffold-seed4",
             "expected a folder outside every cell's run directory")
     assert sorted(os.listdir(".")) == ["s.yaml"]
+
+
+# ----------------------------------------------------------------- problem 17: --global-width first without levels
+
+@pytest.mark.parametrize("extra, shown", [([], "unset"), (["--width-mix", "1,1"], "'1,1'")])
+def test_global_width_first_without_a_width_ladder_is_refused(tmp_path, monkeypatch, extra, shown):
+    """Battery 5's problem 17: without --width-mix, `first` was taken as 1 (config.yaml global_width: 1.0), though
+    docs/models.md says `first` without HeteroFL's notation is refused in one sentence."""
+    monkeypatch.chdir(tmp_path)
+    refused(invoke("simulate", *TINY, "--model", "preresnet18", "--global-width", "first", *extra, "--out", "run"),
+            f"global_width is 'first' but width_mix is {shown}", "HeteroFL's notation")
+    assert os.listdir(".") == []
