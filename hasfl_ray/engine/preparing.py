@@ -99,6 +99,7 @@ def build(engine: Any) -> None:
     # --model: a ResNet in place of the dataset's own network; sBN: the server's view keeps the training data
     engine.dataset = model_dataset(engine.dataset, c, spec_label(c.dataset))  # (docs/models.md)
     engine.model_name = engine.dataset.model
+    check_statistics_keys(engine)
     images = getattr(engine.dataset, "train_x", None)
     if c.augmentation != "none" and (images is None or images.dim() != 4):
         raise ConfigError(f"augmentation is {c.augmentation!r} but dataset {spec_label(c.dataset)!r} has no image "
@@ -127,6 +128,31 @@ def build(engine: Any) -> None:
     engine.clock = make_clock(c, engine.model_name, engine.num_samples, engine.p_max, engine.dataset.client_names)
     if engine.clock is not None:  # allocation policies read devices and costs through it (docs/clock.md)
         engine.algorithm.algorithm.clock = engine.clock
+
+
+def check_statistics_keys(engine: Any) -> None:
+    """Refuse, in one sentence, sBN statistics keys that cannot apply (once the model is known, before anything is
+    made): ``sbn_statistics``/``sbn_batch_size`` other than their defaults on a model without static BatchNorm (they
+    did nothing; a resumed run is not asked again: version-2 configs carry ``in_order``), and ``test_batch`` where an
+    evaluation batch holds one sample (``eval_batch_size`` 1, or ``eval_samples`` leaving a last batch of one),
+    whose own statistics normalise nothing: it failed at the first evaluation, after training."""
+    c = engine.config
+    if not engine.dataset.view_keeps_train:  # the model has no static BatchNorm (hasfl_ray.models.choice)
+        if engine.resume:
+            return
+        for name, default in (("sbn_statistics", "shuffled"), ("sbn_batch_size", 10)):
+            if getattr(c, name) != default:
+                raise ConfigError(f"{name} is {getattr(c, name)!r} but model {spec_label(engine.model_name)!r} has "
+                                  "no static BatchNorm (sBN), so it does nothing; expected it only with sBN layers "
+                                  "(--model-norm sbn)")
+        return
+    if c.sbn_statistics != "test_batch":
+        return
+    scored = engine.dataset.test_size if c.eval_samples is None else min(c.eval_samples, engine.dataset.test_size)
+    if c.eval_batch_size == 1 or scored % c.eval_batch_size == 1:
+        raise ConfigError(f"sbn_statistics is 'test_batch' but {scored} test samples in batches of "
+                          f"{c.eval_batch_size} leave a batch of one, which its own statistics cannot normalise; "
+                          "expected another --eval-batch-size or --eval-samples")
 
 
 #: The kind of files SCAFFOLD keeps in ``control_variates_dir`` (hasfl_ray.files.FOLDER_KINDS).

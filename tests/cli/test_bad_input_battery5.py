@@ -74,3 +74,44 @@ def test_global_width_first_without_a_width_ladder_is_refused(tmp_path, monkeypa
     refused(invoke("simulate", *TINY, "--model", "preresnet18", "--global-width", "first", *extra, "--out", "run"),
             f"global_width is 'first' but width_mix is {shown}", "HeteroFL's notation")
     assert os.listdir(".") == []
+
+
+# ------------------------------------------------- problem 18 and the sBN keys: statistics that cannot apply
+
+@pytest.mark.parametrize("args, words", [
+    (["--eval-samples", "101", "--eval-batch-size", "100"], ["101 test samples in batches of 100"]),
+    (["--eval-batch-size", "1"], ["in batches of 1 leave a batch of one"]),
+])
+def test_test_batch_statistics_with_a_batch_of_one_sample_are_refused_before_the_run(tmp_path, monkeypatch, args,
+                                                                                      words):
+    """Battery 5's problem 18: FedRolex's test-batch statistics with a last test batch of one sample failed at the
+    first evaluation, after training, exit 1, with no checkpoint; the size is known before the run starts."""
+    monkeypatch.chdir(tmp_path)
+    refused(invoke("simulate", *TINY, "--model", "preresnet18", "--sbn-statistics", "test-batch", *args, "--out",
+                   "run"), "sbn_statistics is 'test_batch'", *words, "expected another --eval-batch-size")
+    assert os.listdir(".") == []
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--sbn-statistics", "test-batch"], ["sbn_statistics is 'test_batch'", "model 'digits'"]),
+    (["--sbn-batch-size", "20"], ["sbn_batch_size is 20"]),
+    (["--model", "preresnet18", "--model-norm", "gn", "--sbn-statistics", "in-order"], ["sbn_statistics is 'in_order'"]),
+])
+def test_sbn_keys_on_a_model_without_sbn_are_refused(tmp_path, monkeypatch, args, words):
+    """Battery 5's smaller notes (A155, A236): sbn_statistics and sbn_batch_size on a model without static BatchNorm
+    were accepted and did nothing."""
+    monkeypatch.chdir(tmp_path)
+    refused(invoke("simulate", *TINY, *args, "--out", "run"), *words, "no static BatchNorm", "does nothing")
+    assert os.listdir(".") == []
+
+
+def test_a_batch_that_is_not_one_sample_and_the_default_sbn_keys_still_run(tmp_path, monkeypatch):
+    """The refusals above leave what applies alone: test-batch statistics whose last batch holds two samples, and
+    the sBN keys at their defaults on a model without sBN."""
+    monkeypatch.chdir(tmp_path)
+    result = invoke("simulate", *TINY, "--rounds", "1", "--model", "preresnet18", "--sbn-statistics", "test-batch",
+                    "--eval-samples", "102", "--eval-batch-size", "100", "--out", "run")
+    assert result.exit_code == 0, result.output
+    result = invoke("simulate", *TINY, "--rounds", "1", "--sbn-statistics", "shuffled", "--sbn-batch-size", "10",
+                    "--out", "plain")
+    assert result.exit_code == 0, result.output
