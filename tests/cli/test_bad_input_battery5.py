@@ -115,3 +115,57 @@ def test_a_batch_that_is_not_one_sample_and_the_default_sbn_keys_still_run(tmp_p
     result = invoke("simulate", *TINY, "--rounds", "1", "--sbn-statistics", "shuffled", "--sbn-batch-size", "10",
                     "--out", "plain")
     assert result.exit_code == 0, result.output
+
+
+# ---------------------------------------------------- smaller notes: keys accepted that did nothing
+
+@pytest.mark.parametrize("args, words", [
+    (["--lr-gamma", "0.5"], ["lr_gamma is 0.5", "lr_milestones is unset", "does nothing"]),
+    (["--local-epochs", "2", "--local-steps", "3"], ["local_epochs is 2 beside local_steps 3", "does nothing"]),
+])
+def test_keys_that_do_nothing_are_refused_in_simulate(tmp_path, monkeypatch, args, words):
+    """Battery 5's smaller notes (A146, A237): --lr-gamma without --lr-milestones and --local-epochs beside
+    --local-steps were accepted and did nothing."""
+    monkeypatch.chdir(tmp_path)
+    refused(invoke("simulate", *TINY, *args, "--out", "run"), *words)
+    (tmp_path / "c.yaml").write_text("local_steps: 3\n")  # a config file's key and a flag's meet the same way
+    refused(invoke("simulate", *TINY, "--config", "c.yaml", "--local-epochs", "2", "--out", "run"),
+            "local_epochs is 2 beside local_steps 3")
+    assert sorted(os.listdir(".")) == ["c.yaml"]
+
+
+@pytest.mark.parametrize("yaml_text, args, words", [
+    ("sweep:\n  algorithms: [fast]\n  variants:\n    fast: {algorithm: fedavg, local_epochs: 2}\nlocal_steps: 3\n",
+     [], ["local_epochs is 2 beside local_steps 3 (sweep cell digits-fast-seed42)"]),
+    ("sweep:\n  algorithms: [fedavg]\nlocal_steps: 3\n", ["--local-epochs", "1"], ["local_epochs is 1 beside"]),
+    ("sweep:\n  algorithms: [fedavg]\nlr_gamma: 0.5\n", [], ["lr_gamma is 0.5 but lr_milestones is unset (sweep cell"]),
+])
+def test_keys_that_do_nothing_are_refused_in_a_sweep(tmp_path, monkeypatch, yaml_text, args, words):
+    """The same in a sweep (A261: a variant's local_epochs beside the shared local_steps), before any cell starts."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(yaml_text + "rounds: 1\nclients: 6\nclients_per_round: 3\n")
+    refused(invoke("sweep", "s.yaml", "--backend", "local", "--quiet", "--seeds", "42", *args, "--out", "sw"), *words)
+    assert sorted(os.listdir(".")) == ["s.yaml"]
+
+
+def test_the_keys_with_what_they_act_on_and_a_resumed_runs_own_keys_still_run(tmp_path, monkeypatch):
+    """What applies is untouched: lr_gamma with milestones, local_steps alone, and a --resume whose stored config
+    holds the resolved local_epochs beside local_steps (and the default lr_gamma without milestones), that
+    config.yaml given as --config, and the Python API given a RunConfig."""
+    monkeypatch.chdir(tmp_path)
+    result = invoke("simulate", *TINY, "--lr-milestones", "1", "--lr-gamma", "0.5", "--out", "a")
+    assert result.exit_code == 0, result.output
+    result = invoke("simulate", *TINY, "--local-steps", "2", "--out", "b")
+    assert result.exit_code == 0, result.output
+    result = invoke("simulate", "--out", "b", "--resume", "--rounds", "3", "--force", "--quiet")
+    assert result.exit_code == 0, result.output
+    result = invoke("simulate", "--config", "b/config.yaml", "--out", "c", "--quiet")  # a run's config.yaml as a file
+    assert result.exit_code == 0, result.output
+    from hasfl_ray.api import simulate
+    from hasfl_ray.config import RunConfig
+    from hasfl_ray.errors import ConfigError
+    simulate(RunConfig(backend="local", rounds=1, clients=6, clients_per_round=3, local_steps=2), out_dir="d",
+             progress=False)  # a RunConfig holds every default (lr_gamma 0.1): none of them given by the user
+    with pytest.raises(ConfigError, match="lr_gamma is 0.5 but lr_milestones is unset"):
+        simulate({"backend": "local", "lr_gamma": 0.5}, out_dir="e", progress=False)
+    assert sorted(os.listdir(".")) == ["a", "b", "c", "d"]
