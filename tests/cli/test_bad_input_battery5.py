@@ -169,3 +169,21 @@ def test_the_keys_with_what_they_act_on_and_a_resumed_runs_own_keys_still_run(tm
     with pytest.raises(ConfigError, match="lr_gamma is 0.5 but lr_milestones is unset"):
         simulate({"backend": "local", "lr_gamma": 0.5}, out_dir="e", progress=False)
     assert sorted(os.listdir(".")) == ["a", "b", "c", "d"]
+
+
+# ------------------------------------------------------------------ smaller notes: help texts and sentences
+
+@pytest.mark.parametrize("command", [["simulate"], ["sweep"], ["data", "inspect"]])
+def test_every_partition_scheme_is_in_each_commands_help(command):
+    """Battery 5's smaller notes: simulate --help and sweep --help listed --partition without classes-even:K and
+    balanced-dirichlet, data inspect --help without balanced-dirichlet; one help text now serves all three."""
+    from click.testing import CliRunner
+
+    from hasfl_ray.cli.main import main
+    from hasfl_ray.federation import PARTITION_SCHEMES
+
+    result = CliRunner(env={"COLUMNS": "400"}).invoke(main, [*command, "--help"], terminal_width=400)
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.output.splitlines() if "--partition" in line)
+    for scheme in PARTITION_SCHEMES:
+        assert scheme in line, (scheme, line)
