@@ -187,3 +187,30 @@ def test_every_partition_scheme_is_in_each_commands_help(command):
     line = next(line for line in result.output.splitlines() if "--partition" in line)
     for scheme in PARTITION_SCHEMES:
         assert scheme in line, (scheme, line)
+
+
+def test_a_fifo_as_the_control_variates_dir_is_named_a_fifo(tmp_path, monkeypatch):
+    """Battery 5's smaller notes (A189): a FIFO as --control-variates-dir was "not a folder (a device or socket)"."""
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo("cv")
+    refused(invoke("simulate", *TINY, "--algorithm", "scaffold", "--control-variates-dir", "cv", "--out", "run"),
+            "control_variates_dir 'cv' is a FIFO (named pipe); expected a folder")
+    refused(invoke("simulate", *TINY, "--out", "cv"), "run directory 'cv' is a FIFO (named pipe)")
+    assert os.listdir(".") == ["cv"]
+
+
+def test_a_trace_field_over_the_csv_limit_is_named_as_such(tmp_path, monkeypatch):
+    """Battery 5's smaller notes (A230): a trace whose availability field is over the CSV reader's 131,072
+    characters was "not a CSV file"; it is one, with a field too long: the sentence names the limit and the line."""
+    import csv
+
+    monkeypatch.chdir(tmp_path)
+    limit = csv.field_size_limit()
+    long = " ".join(f"{2 * k}-{2 * k + 1}" for k in range(limit // 8))
+    assert len(long) > limit
+    rows = [f"{i},1e9,1e6,1e6,0.01,{long if i == 3 else '0-1'}" for i in range(6)]
+    (tmp_path / "t.csv").write_text("client,speed_macs_per_s,down_bytes_per_s,up_bytes_per_s,latency_s,availability\n"
+                                    + "\n".join(rows) + "\n")
+    refused(invoke("simulate", *TINY, "--devices", "t.csv", "--out", "run"),
+            f"device trace 't.csv' has a field longer than {limit:,} characters on line 5")
+    assert sorted(os.listdir(".")) == ["t.csv"]
