@@ -58,4 +58,5 @@ def check_inert_keys(explicit: Mapping[str, Any], merged: Mapping[str, Any], sou
                           "nothing; expected it with --lr-milestones (the rounds at which lr is multiplied by it)")
     if explicit.get("local_epochs") is not None and merged.get("local_steps") is not None:
         raise ConfigError(f"local_epochs is {explicit['local_epochs']!r} beside local_steps "
-                          f"{merged['local_steps']!r}{where}, which replaces it, so it does nothing; expected one of them")
+                          f"{merged['local_steps']!r}{where}, which replaces it, so it does nothing; expected one of "
+                          "them")

@@ -12,7 +12,7 @@ import torch
 from hasfl_ray.algorithms import algorithm_class
 from hasfl_ray.clock import make_clock
 from hasfl_ray.data import load_plugin_dataset
-from hasfl_ray.data.base import BYTES_PER_CLIENT, check_client_memory, physical_memory
+from hasfl_ray.data.base import bytes_per_client, check_client_memory, physical_memory
 from hasfl_ray.engine.checkpoint import (START_AGAIN, check_checkpoint, check_resume_config, checkpoint_path,
                                          load_checkpoint, stored_config)
 from hasfl_ray.engine.config import RunConfig
@@ -42,7 +42,7 @@ def prepare(engine: Any) -> None:
     check_control_variates_dir(engine)
     check_device(c)
     check_threads(c)
-    check_client_memory(c.clients)
+    check_client_memory(c.clients, bytes_per_client(c))
     if engine.rundir and engine.force and not engine.resume:
         engine.rundir.check_clearable()  # --force clears only a run directory: refused before anything runs
     if engine.resume and engine.rundir:
@@ -61,7 +61,7 @@ def prepare(engine: Any) -> None:
     except MemoryError:
         total = physical_memory()
         raise ConfigError(f"clients is {c.clients} and memory ran out building the per-client state (about "
-                          f"{c.clients * BYTES_PER_CLIENT / 1e9:.3g} GB at {BYTES_PER_CLIENT} bytes a client"
+                          f"{c.clients * bytes_per_client(c) / 1e9:.3g} GB at {bytes_per_client(c)} bytes a client"
                           + (f", of {total / 1e9:.3g} GB here" if total else "") + "); expected fewer clients, or "
                           "more free memory") from None
     if engine.checkpoint is not None:

@@ -95,7 +95,8 @@ def test_test_batch_statistics_with_a_batch_of_one_sample_are_refused_before_the
 @pytest.mark.parametrize("args, words", [
     (["--sbn-statistics", "test-batch"], ["sbn_statistics is 'test_batch'", "model 'digits'"]),
     (["--sbn-batch-size", "20"], ["sbn_batch_size is 20"]),
-    (["--model", "preresnet18", "--model-norm", "gn", "--sbn-statistics", "in-order"], ["sbn_statistics is 'in_order'"]),
+    (["--model", "preresnet18", "--model-norm", "gn", "--sbn-statistics", "in-order"],
+     ["sbn_statistics is 'in_order'"]),
 ])
 def test_sbn_keys_on_a_model_without_sbn_are_refused(tmp_path, monkeypatch, args, words):
     """Battery 5's smaller notes (A155, A236): sbn_statistics and sbn_batch_size on a model without static BatchNorm
