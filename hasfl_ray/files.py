@@ -95,10 +95,10 @@ def open_regular(path: str, what: str) -> BinaryIO:
 
 
 def kind_of(mode: int) -> str:
-    """What a file of ``mode`` (``os.stat``'s ``st_mode``) is, for sentences: a file, a folder, a FIFO (named pipe),
+    """What a file of ``mode`` (``os.stat``'s ``st_mode``) is, for sentences: a file, a folder, a FIFO (a named pipe),
     a device, a socket."""
     return "a file" if stat.S_ISREG(mode) else "a folder" if stat.S_ISDIR(mode) else \
-        "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
+        "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
         else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
 
 

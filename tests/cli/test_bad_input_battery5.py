@@ -195,8 +195,8 @@ def test_a_fifo_as_the_control_variates_dir_is_named_a_fifo(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     os.mkfifo("cv")
     refused(invoke("simulate", *TINY, "--algorithm", "scaffold", "--control-variates-dir", "cv", "--out", "run"),
-            "control_variates_dir 'cv' is a FIFO (named pipe); expected a folder")
-    refused(invoke("simulate", *TINY, "--out", "cv"), "run directory 'cv' is a FIFO (named pipe)")
+            "control_variates_dir 'cv' is a FIFO; expected a folder")
+    refused(invoke("simulate", *TINY, "--out", "cv"), "run directory 'cv' is a FIFO")
     assert os.listdir(".") == ["cv"]
 
 
