@@ -13,25 +13,9 @@ import torch
 from hasfl_ray.errors import ConfigError, DataError
 
 #: Peak memory a run needs per client for its per-client arrays (sizes, tiers, the algorithm's state, the sampled
-#: mask, the local-accuracy pass's histograms, clients.csv's columns): 166 bytes measured (peak RSS of a two-round
-#: synthetic HAS-FL run of 10^7 clients, 1.66 GB; battery 5, A181), rounded up. The former 64 (from a one-round run
-#: of 4 x 10^6) let runs that needed 2.6-4.8x the estimate start.
+#: mask, the local-accuracy histograms, clients.csv's columns): 166 bytes measured on 10^7 synthetic clients (1.66
+#: GB, battery 5's A181; the former 64 came from one round of 4 x 10^6), rounded up. A clock adds more (preparing.py).
 BYTES_PER_CLIENT = 176
-#: What a device clock adds a client (the profiles, availability, the clock's per-client times): 2.52 GB for the same
-#: 10^7 clients with ``--devices lognormal`` (A183), rounded up.
-CLOCK_BYTES_PER_CLIENT = 96
-#: What the asynchronous loop adds a client beside its clock (Markov availability's state, per-client versions):
-#: 3.08 GB for 10^7 clients (A184), rounded up.
-ASYNC_BYTES_PER_CLIENT = 64
-
-
-def bytes_per_client(config: Any) -> int:
-    """The per-client memory :func:`check_client_memory` assumes for a run config: :data:`BYTES_PER_CLIENT`, plus
-    :data:`CLOCK_BYTES_PER_CLIENT` with a device clock (``devices``) and :data:`ASYNC_BYTES_PER_CLIENT` in
-    asynchronous mode."""
-    clocked = getattr(config, "devices", None) is not None
-    asynchronous = getattr(config, "mode", "sync") == "async"
-    return BYTES_PER_CLIENT + CLOCK_BYTES_PER_CLIENT * (clocked or asynchronous) + ASYNC_BYTES_PER_CLIENT * asynchronous
 
 
 def physical_memory() -> Optional[int]:

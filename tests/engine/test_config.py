@@ -191,7 +191,7 @@ def test_the_client_memory_estimate_is_the_measured_one_with_a_clock_and_async()
     """Battery 5's smaller notes (A181, A183, A184): the estimate assumed 64 bytes a client while 10^7 synthetic
     clients took 1.66 GB (166 bytes a client) without a clock, 2.52 GB with --devices lognormal and 3.08 GB
     asynchronous with Markov availability; it is now at least each measurement."""
-    from hasfl_ray.data.base import bytes_per_client
+    from hasfl_ray.engine.preparing import bytes_per_client
 
     plain = RunConfig(backend="local", dataset="synthetic")
     clocked = RunConfig(backend="local", dataset="synthetic", devices="lognormal")
