@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Mapping, Optional, Union
 
-from hasfl_ray.config import RunConfig, load_yaml_config, merge_layers, migrate_config
+from hasfl_ray.config import (RunConfig, check_inert_keys, given_keys, load_yaml_config, merge_layers,
+                              migrate_config)
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.registry import spec_of
 
@@ -54,6 +55,10 @@ def simulate(config: Union[RunConfig, Mapping[str, Any], str, None] = None, *, a
     if algorithm_options is not None:
         layers.append(({"algorithm_options": dataclasses.asdict(algorithm_options)
                         if dataclasses.is_dataclass(algorithm_options) else dict(algorithm_options)}, "refuse"))
-    values = merge_layers(layers, "config" if not isinstance(config, str) else f"config file {config!r}")
-    engine = Engine(RunConfig.from_dict(values), out_dir=out_dir, progress=progress, resume=resume, force=force)
+    source = "config" if not isinstance(config, str) else f"config file {config!r}"
+    values = merge_layers(layers, source)
+    given_layers = [layer for layer, _ in layers[isinstance(config, RunConfig):]]  # a RunConfig holds every key
+    run_config = RunConfig.from_dict(values)
+    check_inert_keys(given_keys(given_layers), values, source)
+    engine = Engine(run_config, out_dir=out_dir, progress=progress, resume=resume, force=force)
     return engine.run()

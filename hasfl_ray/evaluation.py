@@ -70,10 +70,21 @@ def submodel_groups(widths: np.ndarray, channel_shapes) -> Tuple[List[float], np
 
 
 def beats(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """bool (B, C): class c beats label y_s of sample s (logit_c > logit_y, or equal with c < y)."""
+    """bool (B, C): class c beats label y_s of sample s (logit_c > logit_y, or equal with c < y).
+
+    A NaN is never a right answer: a class whose logit is NaN beats the label (argmax takes a NaN for the largest
+    value), and a sample whose label's logit is NaN is beaten by every class, its label included, so it is wrong
+    under any label mask (a NaN compares false with everything: the plain rule let a NaN model score 100 %)."""
     label_logit = logits.gather(1, labels.view(-1, 1))
     lower = torch.arange(logits.shape[1], device=logits.device).view(1, -1) < labels.view(-1, 1)
-    return (logits > label_logit) | ((logits == label_logit) & lower)
+    return (logits > label_logit) | ((logits == label_logit) & lower) | torch.isnan(logits) | \
+        torch.isnan(label_logit)
+
+
+def right(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """bool (B,): the top-1 prediction of sample s is its label: no class beats it (:func:`beats`; argmax's
+    first-index rule for ties, a NaN never right)."""
+    return ~beats(logits, labels).any(dim=1)
 
 
 def pack_bits(bits: np.ndarray) -> np.ndarray:
@@ -144,8 +155,9 @@ def reference_local_accuracies(labels: np.ndarray, logits: np.ndarray, groups: n
         scores, y = logits_t[group][chosen], labels_t[chosen]
         samples.append(int(chosen.sum()))
         restricted = scores.masked_fill(~held.view(1, -1), -torch.inf)
-        masked.append(float((restricted.argmax(1) == y).double().mean()) if len(y) else float("nan"))
-        unmasked.append(float((scores.argmax(1) == y).double().mean()) if len(y) else float("nan"))
+        finite = ~torch.isnan(scores.gather(1, y.view(-1, 1)).view(-1))  # a NaN label logit is never right
+        masked.append(float(((restricted.argmax(1) == y) & finite).double().mean()) if len(y) else float("nan"))
+        unmasked.append(float(((scores.argmax(1) == y) & finite).double().mean()) if len(y) else float("nan"))
     return np.asarray(masked), np.asarray(unmasked), np.asarray(samples, dtype=np.int64)
 
 
@@ -173,9 +185,10 @@ def shard_local_accuracies(labels: np.ndarray, logits: np.ndarray, shards: Seque
         keep = np.zeros(logits.shape[1], dtype=bool)
         keep[np.asarray(list(held), dtype=np.int64)] = True
         zero_filled = np.where(keep[None, :], scores, np.zeros((), dtype=scores.dtype))
+        finite = ~np.isnan(scores[np.arange(len(shard)), y])  # a NaN label logit is never right
         samples.append(len(shard))
-        masked.append(float((zero_filled.argmax(axis=1) == y).mean()) if len(shard) else float("nan"))
-        unmasked.append(float((scores.argmax(axis=1) == y).mean()) if len(shard) else float("nan"))
+        masked.append(float(((zero_filled.argmax(axis=1) == y) & finite).mean()) if len(shard) else float("nan"))
+        unmasked.append(float(((scores.argmax(axis=1) == y) & finite).mean()) if len(shard) else float("nan"))
     return np.asarray(masked), np.asarray(unmasked), np.asarray(samples, dtype=np.int64)
 
 

@@ -136,18 +136,16 @@ def normalise_ladder(widths: Any, mix: Any) -> Tuple[Optional[List[float]], Opti
 
 def global_width_of(global_width: Any, widths: Any, mix: Any) -> float:
     """The global model's width g in (0, 1] of a config's ``global_width`` (a number, or ``first``: the rate of
-    ``width_mix``'s first level in HeteroFL's notation, its ``global_model_rate``; 1 without a ``width_mix``), checked
-    against the ladder
-    (``widths``, ``width_mix``): every width of it at most g. One sentence otherwise."""
+    ``width_mix``'s first level in HeteroFL's notation, its ``global_model_rate``; refused without one), checked
+    against the ladder (``widths``, ``width_mix``): every width of it at most g. One sentence otherwise."""
     if global_width is None:
         return 1.0
     if isinstance(global_width, str) and global_width.strip() == "first":
-        if mix is None:
-            return 1.0  # no levels named: the full network
-        named, _ = parse_width_mix(mix)
-        if named is None:
-            raise ConfigError(f"global_width is 'first' but width_mix is {_shown(mix)}; expected width_mix in "
-                              "HeteroFL's notation (e.g. b1-e1), whose first level is the global model's width")
+        named, _ = parse_width_mix(mix) if mix is not None else (None, None)
+        if named is None:  # no levels named (no width_mix, or plain numbers): no first level to read
+            raise ConfigError(f"global_width is 'first' but width_mix is {'unset' if mix is None else _shown(mix)}; "
+                              "expected width_mix in HeteroFL's notation (e.g. b1-e1), whose first level is the "
+                              "global model's width")
         g = named[0]
     elif _finite(global_width) and 0 < global_width <= 1:
         g = float(global_width)

@@ -94,11 +94,25 @@ def open_regular(path: str, what: str) -> BinaryIO:
         raise
 
 
+def kind_of(mode: int) -> str:
+    """What a file of ``mode`` (``os.stat``'s ``st_mode``) is, for sentences: a file, a folder, a FIFO (a named pipe),
+    a device, a socket."""
+    return "a file" if stat.S_ISREG(mode) else "a folder" if stat.S_ISDIR(mode) else \
+        "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
+        else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+
+
+def path_kind(path: str) -> str:
+    """:func:`kind_of` of ``path`` (following a link), or "a link to nothing"."""
+    try:
+        return kind_of(os.stat(path).st_mode)
+    except OSError:
+        return "a link to nothing" if os.path.islink(path) else "not readable"
+
+
 def _not_regular(path: str, what: str, mode: int) -> DataError:
     """The one sentence for a path that is not a regular file: a FIFO, a folder, a device or a socket."""
-    kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else \
-        "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
-    return DataError(f"{what} {path!r} is {kind}; expected a regular file")
+    return DataError(f"{what} {path!r} is {kind_of(mode)}; expected a regular file")
 
 
 def check_regular(path: str, what: str) -> None:

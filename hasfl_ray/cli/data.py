@@ -9,7 +9,7 @@ from typing import Any, Dict
 import click
 
 from hasfl_ray.cli.common import user_errors
-from hasfl_ray.cli.options import apply_switches
+from hasfl_ray.cli.options import PARTITION_HELP, apply_switches
 from hasfl_ray.data import DATASETS
 
 
@@ -87,9 +87,7 @@ def data() -> None:
 @click.option("--seed", type=click.IntRange(min=0), default=42, show_default=True,
               help="Run seed: redraws the partition and the capacity tiers.")
 @click.option("--partition", default="dirichlet", show_default=True, metavar="SCHEME",
-              help="Label partition of the image sets: dirichlet (--alpha), iid, classes:K (HeteroFL's non-IID-K, "
-                   "each client with its own test shard), classes-even:K (exactly K classes per client) or shards:S "
-                   "(S label-sorted shards per client).")
+              help=PARTITION_HELP.format(default="") + ".")
 @click.option("--widths", metavar="W1,W2,...", help="The width ladder p_max is dealt from (default: the paper's "
               "tiers 0.25,0.5,0.75,1), as simulate's --widths.")
 @click.option("--width-mix", metavar="MIX", help="Each width's share, or HeteroFL's a1-b1-c1-d1-e1, as simulate's "

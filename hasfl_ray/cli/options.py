@@ -10,6 +10,14 @@ import click
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.simulation import require_ray
 
+#: ``--partition``'s help, simulate's, sweep's and ``data inspect``'s (every scheme of
+#: hasfl_ray.federation.PARTITION_SCHEMES; tests/cli/test_bad_input_battery5.py checks that none is missing).
+PARTITION_HELP = ("Label partition of the image sets: dirichlet ({default}--alpha), balanced-dirichlet (FIARSE's: "
+                  "Dirichlet(--alpha) proportions, equal client sizes), iid, classes:K (K classes per client, "
+                  "HeteroFL's non-IID-K with each client's own test shard, e.g. classes:2), classes-even:K (exactly K "
+                  "classes per client, each class split evenly over its holders) or shards:S (S label-sorted shards "
+                  "per client, McMahan et al.'s, e.g. shards:2); docs/datasets.md")
+
 #: Where a command's own options go among the shared ones (:func:`run_options`): after --checkpoint-every, where
 #: simulate's --resume always stood in its --help.
 _OWN = object()
@@ -32,10 +40,7 @@ RUN_OPTIONS = (
     click.option("--seed", type=int,
                  help="Seed of partition, tiers, initialisation, sampling and training (default 42)."),
     click.option("--alpha", type=float, help="Dirichlet label-skew concentration (default 0.3)."),
-    click.option("--partition", metavar="SCHEME",
-                 help="Label partition of the image sets: dirichlet (default; --alpha), iid, classes:K (K classes per "
-                      "client, HeteroFL's non-IID-K, e.g. classes:2) or shards:S (S label-sorted shards per client, "
-                      "McMahan et al.'s, e.g. shards:2); docs/datasets.md."),
+    click.option("--partition", metavar="SCHEME", help=PARTITION_HELP.format(default="default; ") + "."),
     click.option("--synthetic-alpha", type=float, help="Synthetic(alpha, beta): labeller heterogeneity (default 1)."),
     click.option("--synthetic-beta", type=float, help="Synthetic(alpha, beta): input heterogeneity (default 1)."),
     click.option("--model", metavar="preresnet18|preresnet18-1112|resnet18|FILE.py:Class|MODULE:Class",

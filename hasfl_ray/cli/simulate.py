@@ -24,7 +24,8 @@ def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str,
 
     Keys naming the algorithm's options (``mu``, ``--p-min``) go to its ``algorithm_options``; a config file's
     options for other algorithms (a sweep config's shared keys) are dropped, a flag's refused in one sentence."""
-    from hasfl_ray.config import RunConfig, load_yaml_config, merge_layers, parse_option_assignments, single_run_values
+    from hasfl_ray.config import (RunConfig, check_inert_keys, given_keys, load_yaml_config, merge_layers,
+                                  parse_option_assignments, single_run_values)
 
     source = f"config file {config_file!r}" if config_file else "config"
     flags = dict(flags)
@@ -38,7 +39,10 @@ def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str,
     layers = [(base or {}, "drop"), (values, "drop"), (given, "refuse")]
     if options:
         layers.append(({"algorithm_options": options}, "refuse"))
-    return RunConfig.from_dict(merge_layers(layers, source), source)
+    merged = merge_layers(layers, source)
+    config = RunConfig.from_dict(merged, source)  # each value checked first
+    check_inert_keys(given_keys([values, given]), merged, source)  # the user's keys, never a stored run's
+    return config
 
 
 def resume_base(stored: Dict[str, Any], flags: Dict[str, Any]) -> Dict[str, Any]:

@@ -69,11 +69,17 @@ def read_trace_arrays(path: str, num_clients: int, names: Optional[Sequence[str]
     with open_regular(path, what) as handle:
         check_trace_memory(path, os.fstat(handle.fileno()).st_size, total)
         text = io.TextIOWrapper(handle, encoding="utf-8", newline="")
+        reader = csv.reader(text)
         try:
-            rows = _Rows(path, csv.reader(text))
+            rows = _Rows(path, reader)
         except UnicodeDecodeError:
             raise DataError(f"{what} {path!r} is not UTF-8 text; expected {TRACE_EXPECTED}") from None
         except csv.Error as error:
+            limit = csv.field_size_limit()
+            if "field limit" in str(error):  # a well-formed CSV whose field is longer than the reader takes
+                raise DataError(f"{what} {path!r} has a field longer than {limit:,} characters on line "
+                                f"{reader.line_num}; expected fields of at most {limit:,} characters (an "
+                                "availability column is a few intervals)") from None
             raise DataError(f"{what} {path!r} is not a CSV file ({error}); expected {TRACE_EXPECTED}") from None
     order = rows.order(num_clients, names)
     numbers = np.frombuffer(rows.numbers, dtype=np.float64).reshape(-1, 4)

@@ -17,7 +17,7 @@ code (:mod:`hasfl_ray.sweep` plans the cells). One concept a module:
 """
 
 from hasfl_ray.config.faults import FAULT_KINDS, fault_inject_round, parse_fault
-from hasfl_ray.config.layers import merge_layers
+from hasfl_ray.config.layers import check_inert_keys, given_keys, merge_layers
 from hasfl_ray.config.migrate import CONFIG_VERSION, LEGACY_OPTION_KEYS, migrate_config
 from hasfl_ray.config.routing import check_algorithm_options, option_fields, option_owners, route_options
 from hasfl_ray.config.runconfig import (DEFAULT_MOMENTUM, EVAL_EVERY, EXECUTION_FIELDS, PROTOCOL_FIELDS, RunConfig,
@@ -33,7 +33,7 @@ __all__ = [
     "FAULT_KINDS", "FLOAT32_MAX", "LEGACY_OPTION_KEYS", "MAX_ALIAS_EXPANSION", "MAX_LR", "MODEL_CHOICES", "MODEL_NORMS",
     "PROTOCOL_FIELDS", "RunConfig", "RunConfigFields", "SWEEP_FIELDS", "SWEEP_KEY", "StrictLoader",
     "auto_training_modes", "check_algorithm_options", "check_alias_expansion", "default_backend",
-    "fault_inject_round", "load_yaml_config", "merge_layers", "migrate_config", "option_fields", "option_owners",
+    "check_inert_keys", "fault_inject_round", "given_keys", "load_yaml_config", "merge_layers", "migrate_config", "option_fields", "option_owners",
     "parse_fault", "parse_option_assignments", "ray_installed", "route_options", "single_run_values",
     "split_sweep_config", "strict_yaml_load", "sweep_list",
 ]

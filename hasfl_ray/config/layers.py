@@ -7,6 +7,7 @@ from typing import Any, Dict, Mapping, Sequence, Tuple
 from hasfl_ray.config.migrate import migrate_config
 from hasfl_ray.config.routing import route_options
 from hasfl_ray.config.schema import RunConfigFields
+from hasfl_ray.errors import ConfigError
 
 
 def merge_layers(layers: Sequence[Tuple[Mapping[str, Any], str]], source: str = "config") -> Dict[str, Any]:
@@ -38,3 +39,24 @@ def merge_layers(layers: Sequence[Tuple[Mapping[str, Any], str]], source: str = 
     if have_options:
         out["algorithm_options"] = options
     return out
+
+
+def given_keys(layers: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    """The keys the user gave in ``layers`` (later over earlier), leaving out a run's stored config.yaml given as a
+    layer (it holds ``config_version`` and every key, defaults and resolved values included)."""
+    return {k: v for layer in layers if "config_version" not in layer for k, v in layer.items()}
+
+
+def check_inert_keys(explicit: Mapping[str, Any], merged: Mapping[str, Any], source: str = "config") -> None:
+    """Refuse, in one sentence, a key the user gave (``explicit``: a config file's, the flags', a sweep cell's keys;
+    never a resumed run's stored config nor a default) that the merged config leaves without effect: ``lr_gamma``
+    without ``lr_milestones`` (no round multiplies the rate by it) and ``local_epochs`` beside ``local_steps`` (which
+    replaces it). Both were accepted and did nothing (battery 5, A146, A237, A261)."""
+    where = "" if source == "config" else f" ({source})"
+    if explicit.get("lr_gamma") is not None and not merged.get("lr_milestones"):
+        raise ConfigError(f"lr_gamma is {explicit['lr_gamma']!r} but lr_milestones is unset{where}, so it does "
+                          "nothing; expected it with --lr-milestones (the rounds at which lr is multiplied by it)")
+    if explicit.get("local_epochs") is not None and merged.get("local_steps") is not None:
+        raise ConfigError(f"local_epochs is {explicit['local_epochs']!r} beside local_steps "
+                          f"{merged['local_steps']!r}{where}, which replaces it, so it does nothing; expected one of "
+                          "them")

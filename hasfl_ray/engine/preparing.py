@@ -29,6 +29,19 @@ from hasfl_ray.registry import call_plugin, lookup, spec_label
 
 logger = logging.getLogger(__name__)
 
+#: What a device clock (profiles, availability, per-client times) and the asynchronous loop (Markov state, versions)
+#: add to :data:`BYTES_PER_CLIENT`: 10^7 synthetic clients took 2.52 GB with ``--devices lognormal`` and 3.08 GB
+#: asynchronous with Markov availability, against 1.66 GB without a clock (battery 5's A183, A184), rounded up.
+CLOCK_BYTES_PER_CLIENT, ASYNC_BYTES_PER_CLIENT = 96, 64
+
+
+def bytes_per_client(config: Any) -> int:
+    """The bytes a client :func:`check_client_memory` assumes for a run config: more with a clock (``devices``),
+    more again asynchronous."""
+    asynchronous = getattr(config, "mode", "sync") == "async"
+    clocked = asynchronous or getattr(config, "devices", None) is not None
+    return BYTES_PER_CLIENT + CLOCK_BYTES_PER_CLIENT * clocked + ASYNC_BYTES_PER_CLIENT * asynchronous
+
 
 def prepare(engine: Any) -> None:
     """:meth:`Engine.prepare`: the refusals before anything is made (the run directory, the device, the threads,
@@ -43,7 +56,7 @@ def prepare(engine: Any) -> None:
     check_control_variates_dir(engine)
     check_device(c)
     check_threads(c)
-    check_client_memory(c.clients)
+    check_client_memory(c.clients, bytes_per_client(c))
     if engine.rundir and engine.force and not engine.resume:
         engine.rundir.check_clearable()  # --force clears only a run directory: refused before anything runs
     if engine.resume and engine.rundir:
@@ -63,7 +76,7 @@ def prepare(engine: Any) -> None:
     except MemoryError:
         total = physical_memory()
         raise ConfigError(f"clients is {c.clients} and memory ran out building the per-client state (about "
-                          f"{c.clients * BYTES_PER_CLIENT / 1e9:.3g} GB at {BYTES_PER_CLIENT} bytes a client"
+                          f"{c.clients * bytes_per_client(c) / 1e9:.3g} GB at {bytes_per_client(c)} bytes a client"
                           + (f", of {total / 1e9:.3g} GB here" if total else "") + "); expected fewer clients, or "
                           "more free memory") from None
     if engine.checkpoint is not None:
@@ -96,6 +109,7 @@ def build(engine: Any) -> None:
     # --model: a ResNet in place of the dataset's own network; sBN: the server's view keeps the training data
     engine.dataset = model_dataset(engine.dataset, c, spec_label(c.dataset))  # (docs/models.md)
     engine.model_name = engine.dataset.model
+    check_statistics_keys(engine)
     images = getattr(engine.dataset, "train_x", None)
     if c.augmentation != "none" and (images is None or images.dim() != 4):
         raise ConfigError(f"augmentation is {c.augmentation!r} but dataset {spec_label(c.dataset)!r} has no image "
@@ -178,6 +192,31 @@ def async_history_problem(history: Any) -> Optional[str]:
                     (key == "version" and value != index + 1):
                 return f"its history line {index} has {key} {value!r}, not server update {index}'s"
     return None
+
+
+def check_statistics_keys(engine: Any) -> None:
+    """Refuse, in one sentence, sBN statistics keys that cannot apply (once the model is known, before anything is
+    made): ``sbn_statistics``/``sbn_batch_size`` other than their defaults on a model without static BatchNorm (they
+    did nothing; a resumed run is not asked again: version-2 configs carry ``in_order``), and ``test_batch`` where an
+    evaluation batch holds one sample (``eval_batch_size`` 1, or ``eval_samples`` leaving a last batch of one),
+    whose own statistics normalise nothing: it failed at the first evaluation, after training."""
+    c = engine.config
+    if not engine.dataset.view_keeps_train:  # the model has no static BatchNorm (hasfl_ray.models.choice)
+        if engine.resume:
+            return
+        for name, default in (("sbn_statistics", "shuffled"), ("sbn_batch_size", 10)):
+            if getattr(c, name) != default:
+                raise ConfigError(f"{name} is {getattr(c, name)!r} but model {spec_label(engine.model_name)!r} has "
+                                  "no static BatchNorm (sBN), so it does nothing; expected it only with sBN layers "
+                                  "(--model-norm sbn)")
+        return
+    if c.sbn_statistics != "test_batch":
+        return
+    scored = engine.dataset.test_size if c.eval_samples is None else min(c.eval_samples, engine.dataset.test_size)
+    if c.eval_batch_size == 1 or scored % c.eval_batch_size == 1:
+        raise ConfigError(f"sbn_statistics is 'test_batch' but {scored} test samples in batches of "
+                          f"{c.eval_batch_size} leave a batch of one, which its own statistics cannot normalise; "
+                          "expected another --eval-batch-size or --eval-samples")
 
 
 #: The kind of files SCAFFOLD keeps in ``control_variates_dir`` (hasfl_ray.files.FOLDER_KINDS).

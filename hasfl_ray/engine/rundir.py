@@ -16,7 +16,7 @@ import yaml
 
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.files import (TEMP_PREFIX, atomic_text_writer, atomic_write, make_folders, ownership_problem,  # noqa: F401
-                             remove_made)
+                             path_kind, remove_made)
 
 #: What a run writes into its directory: ``--force`` clears a folder only when it holds nothing else.
 RUN_FILES = frozenset({"config.yaml", "metrics.jsonl", "clients.csv", "summary.json", "log.txt"})
@@ -80,18 +80,15 @@ def check_run_directory(path: str, what: str = "run directory", fix: str = "choo
         raise ConfigError(f"{what} {path!r} is the root folder; expected a folder of its own ({fix})")
     if os.path.lexists(path):
         if not os.path.isdir(path):
-            kind = "a link to nothing" if os.path.islink(path) and not os.path.exists(path) else \
-                "a file" if os.path.isfile(path) else "not a folder (a device or socket)"
-            raise ConfigError(f"{what} {path!r} is {kind}; expected a folder ({fix})")
+            raise ConfigError(f"{what} {path!r} is {path_kind(path)}; expected a folder ({fix})")
         where = path
     else:
         where = os.path.dirname(path.rstrip(os.sep)) or os.curdir  # the nearest folder that exists
         while not os.path.lexists(where):
             where = os.path.dirname(where) or os.curdir
         if not os.path.isdir(where):
-            kind = "a file" if os.path.isfile(where) else "not a folder"
-            raise ConfigError(f"{what} {path!r} cannot be made: {where!r} is {kind}; expected a path under "
-                              f"folders ({fix})")
+            raise ConfigError(f"{what} {path!r} cannot be made: {where!r} is {path_kind(where)}; expected a path "
+                              f"under folders ({fix})")
         _check_lengths(path, where, what, fix)
     problem = None if os.access(where, os.W_OK | os.X_OK) else "permission denied"
     if problem is None:
@@ -129,8 +126,7 @@ def check_no_links(path: str) -> None:
                               "run's own file, never followed (remove the link, or choose another --out)")
         folder = name in RUN_FOLDERS
         if os.path.exists(entry) and not (os.path.isdir(entry) if folder else os.path.isfile(entry)):
-            kind = "a folder" if os.path.isdir(entry) else "a file" if os.path.isfile(entry) else \
-                "not a regular file (a FIFO, a device or a socket)"
+            kind = path_kind(entry)
             raise ConfigError(f"run directory {path!r} has {name} that is {kind}; expected the run's own "
                               f"{'folder' if folder else 'file'} (remove it, or choose another --out)")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
+import torch
 from torch import nn
 
 from hasfl_ray.errors import ConfigError, expected_one_of
@@ -131,8 +132,10 @@ def _construct(factory: Callable[..., Any], label: str, arguments: Mapping[str, 
 
 def check_materialised(model: nn.Module, label: str) -> None:
     """Refuse, in one sentence, a network whose parameters or buffers hold no values yet: a lazy module's
-    (``nn.LazyLinear``: no shape until a forward pass) or one on the meta device (shapes, no data). Every build of a
-    plug-in model goes through here, so the slice description, ``cost`` and training never reach them."""
+    (``nn.LazyLinear``: no shape until a forward pass) or one on the meta device (shapes, no data), and one whose
+    values are not finite (a NaN in w^(0) made every update non-finite, each rejected, and the run "succeeded"
+    with its first model). Every build of a plug-in model goes through here, so the slice description, ``cost``
+    and training never reach them."""
     for kind, tensors in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
         for name, tensor in tensors:
             if isinstance(tensor, nn.parameter.UninitializedTensorMixin):
@@ -141,6 +144,12 @@ def check_materialised(model: nn.Module, label: str) -> None:
             if tensor.is_meta:
                 raise ConfigError(f"model {label!r} has {kind} {name!r} on the meta device (no values); expected "
                                   "it built on the CPU")
+            values = tensor.detach().reshape(-1)
+            finite = torch.isfinite(values) if values.is_floating_point() or values.is_complex() else None
+            if finite is not None and not bool(finite.all()):
+                bad = values[~finite][0].item()
+                raise ConfigError(f"model {label!r} has {kind} {name!r} holding {bad} in its initial values; "
+                                  "expected finite numbers (a NaN or inf trains nothing)")
 
 
 def model_name(spec: str, sample: dict, num_classes: int) -> str:

@@ -125,7 +125,42 @@ def probe_address(address: str, source: str, seconds: Optional[float] = None) ->
     except OSError as error:
         raise _unreachable(source, address, target, "timed out" if isinstance(error, socket.timeout) else
                            error.strerror or str(error)) from None
+    if "://" not in address and os.environ.get("RAY_USE_TLS", "0").lower() not in ("1", "true"):
+        check_admitted(target, address, source, seconds or PROBE_SECONDS)
     return target
+
+
+#: gRPC status names of a cluster that answered but will not let this process in (its token, its permissions).
+_REFUSALS = ("UNAUTHENTICATED", "PERMISSION_DENIED")
+
+
+def check_admitted(target: str, address: str, source: str, seconds: float) -> None:
+    """Ask the GCS at ``target`` (HOST:PORT) for its cluster id, with the authentication ``ray.init`` would send
+    (Ray's own channel: a token only when RAY_AUTH_MODE=token, or for ``auto`` when a token is on this machine):
+    one ConfigError sentence when it refuses us. Ray's own connect retried a refused token for ~20 s, printing a
+    raw C++ log line a second, then blamed the address ("no Ray cluster answered"). Any other answer (or a Ray
+    without these helpers) is left to ``ray.init``."""
+    try:
+        import grpc
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available)
+        from ray._private.grpc_utils import init_grpc_channel
+    except ImportError:
+        return
+    if address == "auto":  # what ray.init does next for "auto" (an explicit address never turns tokens on)
+        maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+    channel = init_grpc_channel(target)
+    try:
+        channel.unary_unary("/ray.rpc.NodeInfoGcsService/GetClusterId")(b"", timeout=seconds)
+    except grpc.RpcError as error:
+        code = getattr(error.code(), "name", "") if callable(getattr(error, "code", None)) else ""
+        if code in _REFUSALS:
+            detail = (error.details() or code).split(":")[0].strip()[:60]
+            unset = "no --address" if source == "address" else "RAY_ADDRESS unset"
+            raise ConfigError(f"{source} is {address!r}: a Ray cluster answered but refused the connection ({detail}); "
+                              f"expected RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN), or {unset}") from None
+    finally:
+        channel.close()
 
 
 def _unreachable(source: str, address: str, target: str, detail: object) -> ConfigError:

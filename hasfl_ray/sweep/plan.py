@@ -30,8 +30,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from hasfl_ray.config import (RunConfig, load_yaml_config, option_fields, option_owners, split_sweep_config,
-                              sweep_list)
+from hasfl_ray.config import (RunConfig, check_inert_keys, load_yaml_config, option_fields, option_owners,
+                              split_sweep_config, sweep_list)
 from hasfl_ray.errors import ConfigError, expected_one_of
 from hasfl_ray.registry import is_spec, lookup, registered, spec_label
 
@@ -146,8 +146,10 @@ def check_layer(values: Mapping[str, Any], source: str, block: Mapping[str, Any]
     algorithm the sweep runs (a plug-in's too) or of a built-in (a flat ``mu`` applies to the fedprox cells, if any:
     a config file is shared, and configs/ list the whole protocol)."""
     known = {f.name for f in dataclasses.fields(RunConfig)}
-    RunConfig.from_dict({k: v for k, v in values.items() if k in known and k != "algorithm_options"}, source,
-                        check_options=False)
+    fields = {k: v for k, v in values.items() if k in known and k != "algorithm_options"}
+    if fields.get("global_width") == "first" and "width_mix" not in fields:  # the variants name the levels: each
+        fields.pop("global_width")  # cell's whole config is checked when it is planned
+    RunConfig.from_dict(fields, source, check_options=False)
     variants = block.get("variants") or {}
     names = [variants.get(a, {}).get("algorithm", a) for a in sweep_list(block.get("algorithms"), "algorithms", source)]
     names = names or [values.get("algorithm", RunConfig.algorithm)]
@@ -249,6 +251,7 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
             raise ConfigError(f"sweep cell {name!r} (algorithm {algorithm!r}, dataset {dataset!r}), {problem}; "
                               "expected a name that is one folder under --out")
         RunConfig.from_dict(values, f"sweep cell {name}", foreign="drop")  # another algorithm's options: dropped
+        check_inert_keys(values, values, f"sweep cell {name}")
         if values.get("control_variates_dir"):  # cells run at once: each keeps its c_i files in a folder of its own
             values["control_variates_dir"] = os.path.join(values["control_variates_dir"], name)
         return Cell(name=name, dataset=dataset, algorithm=algorithm, seed=seed, dir=os.path.join(out, name),
@@ -278,5 +281,23 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
             raise ConfigError(f"{source} gives sweep cell {name!r} twice (datasets {datasets}, algorithms "
                               f"{algorithms}, seeds {seeds}); expected each dataset, algorithm and seed once, and "
                               "algorithms whose cell names differ")
+    check_control_variates_dirs(cells)
     sweep.cells = cells
     return sweep
+
+
+def check_control_variates_dirs(cells: List[Cell]) -> None:
+    """Refuse, before any cell starts, a sweep whose cells' control-variates folders (``control_variates_dir``/CELL)
+    are, or lie inside, a cell's run directory (``--control-variates-dir`` equal to the sweep's ``--out``, or to a
+    cell's folder): each cell would refuse it at its start (simulate's rule), every rerun alike."""
+    runs = [(c, os.path.realpath(c.dir)) for c in cells]
+    for cell in cells:
+        folder = cell.values.get("control_variates_dir")
+        if not folder:
+            continue
+        real = os.path.realpath(folder)
+        for other, run in runs:
+            if real == run or real.startswith(run.rstrip(os.sep) + os.sep):
+                given = os.path.dirname(folder)
+                raise ConfigError(f"control_variates_dir {given!r} would keep control variates in the run directory "
+                                  f"{other.dir!r}; expected a folder outside every cell's run directory")

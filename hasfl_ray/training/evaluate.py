@@ -10,6 +10,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from hasfl_ray.data.base import FederatedDataset
+from hasfl_ray.evaluation import right
 from hasfl_ray.training.seeding import STREAM_EVAL, numpy_rng
 
 
@@ -45,6 +46,6 @@ def evaluate(model: nn.Module, dataset: FederatedDataset, batch_size: int = 500,
         x, y = x.to(device), y.to(device)
         logits = model(x)
         loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
-        correct += int((logits.argmax(1) == y).sum())
+        correct += int(right(logits, y).sum())
         total += int(y.numel())
     return correct / max(total, 1), loss_sum / max(total, 1)

@@ -12,7 +12,7 @@ from hasfl_ray.cli.main import main
 BASE = ["--backend", "local", "--quiet"]
 LOCAL = [*BASE, "--out", "run"]
 POLICY = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "loss_policy.py") + ":LossPolicy"
-#: More clients than any machine's memory holds (64 bytes a client: 640 TB).
+#: More clients than any machine's memory holds (176 bytes a client: 1.76 PB).
 TOO_MANY = "10000000000000"
 
 # (arguments, words the sentence must contain); run in an empty working directory holding the files made below
@@ -72,12 +72,12 @@ CASES = [
     (["simulate", "--algorithm", POLICY, "--algo-opt", "min_width=.inf", *LOCAL],
      ["min_width is inf", "(0, 1]"]),
     (["simulate", "--dataset", "synthetic", "--clients", TOO_MANY, "--clients-per-round", "2", *LOCAL],
-     [f"clients is {TOO_MANY}", "640 TB of memory", "64 bytes a client"]),
+     [f"clients is {TOO_MANY}", "1.76 PB of memory", "176 bytes a client"]),
     # simulate: where the run directory cannot be (nothing made, not even the folder)
     (["simulate", *BASE, "--out", "afile.txt"], ["'afile.txt' is a file", "expected a folder"]),
     (["simulate", *BASE, "--out", "afile.txt/run"], ["'afile.txt/run' cannot be made", "'afile.txt' is a file"]),
     (["simulate", *BASE, "--out", "/proc/hasfl-ray-run"], ["'/proc/hasfl-ray-run' cannot be made in '/proc'"]),
-    (["simulate", *BASE, "--out", "/dev/full"], ["'/dev/full' is not a folder"]),
+    (["simulate", *BASE, "--out", "/dev/full"], ["'/dev/full' is a device; expected a folder"]),
     (["simulate", *BASE, "--out", "/"], ["'/' is the root folder"]),
     (["simulate", *BASE, "--out", ""], ["--out is ''", "folder path"]),
     *([(["simulate", "--device", "cuda", *LOCAL], ["device is 'cuda'", "no GPU"])]

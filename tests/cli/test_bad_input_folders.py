@@ -80,7 +80,7 @@ def test_a_users_client_file_is_never_replaced(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("target, words", [
-    ("/dev/full", ["'/dev/full'", "not a folder"]),
+    ("/dev/full", ["'/dev/full'", "is a device"]),
     ("afile", ["'afile'", "is a file"]),
     ("run", ["'run'", "is the run directory"]),
     ("run/cv", ["'run/cv'", "inside the run directory"]),

@@ -200,7 +200,7 @@ def test_a_variants_option_is_refused_by_simulate_config_too_and_taken_where_it_
 @pytest.mark.parametrize("out, words", [
     ("FILE", ["sweep folder 'FILE' is a file"]),
     ("FILE/sub", ["sweep folder 'FILE/sub' cannot be made", "is a file"]),
-    ("/dev/full", ["sweep folder '/dev/full' is not a folder"]),
+    ("/dev/full", ["sweep folder '/dev/full' is a device"]),
     ("/proc/hasfl-ray-sweep", ["sweep folder '/proc/hasfl-ray-sweep' cannot be made in '/proc'"]),
     ("", ["--out is ''", "expected a folder path"]),
     ("  ", ["--out is '  '", "expected a folder path"]),

@@ -13,7 +13,7 @@ from hasfl_ray.data import load_plugin_dataset
 from hasfl_ray.engine import Engine, RunConfig
 from hasfl_ray.engine.engine import TEXT_LOCAL_ACCURACY
 from hasfl_ray.evaluation import (accuracy_summary, beats, local_accuracies, pack_bits, reference_local_accuracies,
-                                  submodel_groups)
+                                  right, submodel_groups)
 from hasfl_ray.models import build_model, extract
 from hasfl_ray.registry import lookup
 
@@ -41,6 +41,37 @@ def test_the_bitmask_computation_equals_the_float64_reference(classes):  # issue
     for a, b in zip(got[:2], want[:2]):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-15, equal_nan=True)
     assert np.isnan(got[0][0]) and got[0][1] == 1.0
+
+
+@pytest.mark.parametrize("classes", [10, 64])
+def test_a_nan_logit_is_never_right(classes):  # issue 49 item 6 (battery 5's problem 4)
+    """Was: a NaN beat nothing, so a NaN model scored 100 % local accuracy; now a NaN label logit is wrong under any
+    mask (a one-label client included), a NaN elsewhere beats the label as argmax says, and the bitmask
+    computation still equals the float64 reference."""
+    rng = np.random.default_rng(classes)
+    groups_n, samples, clients = 2, 300, 80
+    logits = rng.integers(0, 4, (groups_n, samples, classes)).astype(np.float32)
+    logits[rng.random(logits.shape) < 0.05] = np.nan
+    logits[1, :20] = np.nan  # whole rows of NaN: argmax says class 0, which is never right here
+    labels = rng.integers(0, classes, samples)
+    labels[20:30] = 0
+    logits[1, 25, 0] = np.nan  # a label-0 sample the one-label client below gets wrong
+    groups = rng.integers(0, groups_n, clients)
+    counts = rng.integers(1, 4, (clients, classes)) * (rng.random((clients, classes)) < 0.3)
+    counts[:, 0] += 1
+    counts[1, :] = 0
+    counts[1, 0] = 5  # one label only: right unless its logit is NaN
+    groups[1] = 1
+    got = local_accuracies(labels, packed_beats(logits, labels), groups, counts)
+    want = reference_local_accuracies(labels, logits, groups, counts)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-15, equal_nan=True)
+    zero = labels == 0
+    assert got[0][1] == np.mean(~np.isnan(logits[1][zero, 0])) < 1.0
+    all_nan = np.full((1, samples, classes), np.nan, dtype=np.float32)
+    nothing = local_accuracies(labels, packed_beats(all_nan, labels), np.zeros(clients, dtype=np.int64), counts)
+    assert np.all(nothing[0][counts.sum(1) > 0] == 0) and np.all(nothing[1][counts.sum(1) > 0] == 0)
+    assert not right(torch.as_tensor(all_nan[0]), torch.as_tensor(labels)).any()
 
 
 def test_clients_whose_widths_give_the_same_channels_share_a_pass():  # issue 25 item 3

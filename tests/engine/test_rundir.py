@@ -98,7 +98,7 @@ def test_run_directory_problems_are_one_sentence_before_anything_is_made(tmp_pat
     (tmp_path / "afile.txt").write_text("x")
     for path, words in [("afile.txt", "is a file"), ("afile.txt/run", "'afile.txt' is a file"),
                         ("afile.txt/a/b", "'afile.txt' is a file"), ("/proc/hasfl-ray-x/run", "cannot be made in"),
-                        ("/dev/full", "is not a folder"), ("/", "root folder"), ("", "expected a folder path")]:
+                        ("/dev/full", "is a device"), ("/", "root folder"), ("", "expected a folder path")]:
         try:
             check_run_directory(path)
         except ConfigError as error:

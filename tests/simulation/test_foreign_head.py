@@ -11,6 +11,7 @@ The foreign head lives in a temp folder of its own (RAY_TMPDIR, for it and for o
 /tmp/ray or another user's Ray; it is stopped by killing its own process group, never by `ray stop` (which stops
 every Ray on the machine). The unit test of the call is tests/simulation/test_private_ray.py."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -55,11 +56,12 @@ def environment(ray_tmpdir: str, **extra: str) -> dict:
 class ForeignHead:
     """`ray start --head --block` in a session of its own (every process it starts is in its process group)."""
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, **auth: str):
         self.root, self.port = root, free_port()
-        # auth off, explicitly: whether `ray start` turns token auth on depends on a ~/.ray/auth_token of this
-        # machine; our runs join nothing, and a driver that did join (the former code) is let in either way
-        self.env = environment(root, RAY_AUTH_MODE="disabled")
+        # auth off, explicitly (unless ``auth`` says otherwise): whether `ray start` turns token auth on depends on a
+        # ~/.ray/auth_token of this machine; our runs join nothing, and a driver that did join (the former code) is
+        # let in either way
+        self.env = environment(root, **(auth or {"RAY_AUTH_MODE": "disabled"}))
         self.env.pop("PYTHONPATH")  # the foreign cluster's code is its own
         command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
                    f"--port={self.port}", "--num-cpus=1", "--include-dashboard=false",
@@ -109,18 +111,24 @@ class ForeignHead:
         self.log.close()
 
 
-@pytest.fixture(scope="module")
-def foreign_head():
+@contextlib.contextmanager
+def started_head(**auth):
     root = tempfile.mkdtemp(prefix="hrf-")  # short: Ray's unix sockets live under it
     head = None
     try:
-        head = ForeignHead(root)
+        head = ForeignHead(root, **auth)
         assert head.wait_up().endswith(f":{head.port}")  # what a bare ray.init() joins
         yield head
     finally:
         if head is not None:
             head.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def foreign_head():
+    with started_head() as head:
+        yield head
 
 
 def run_cli(head, cwd, *args, **env):
@@ -155,3 +163,31 @@ def test_a_sweep_on_ray_starts_a_ray_of_its_own(foreign_head, tmp_path):
     cells = json.loads((out / "sweep.json").read_text())["cells"]
     assert [(c["name"], c["status"]) for c in cells] == [("digits-fedavg-seed42", "done")]
     assert foreign_head.jobs() == []
+
+
+#: The token of the head started with token authentication (another user's, or another shell's `ray start`).
+HEAD_TOKEN = "a" * 64
+
+
+def test_a_cluster_that_answers_but_refuses_us_is_one_sentence():
+    """Battery 5's problem 16: RAY_ADDRESS of a head that refuses our token printed ~20 raw lines of Ray's C++ log
+    ("gcs_client.cc: Failed to get cluster ID ... InvalidAuthToken") over 24 s, then said no cluster answered there;
+    now one sentence saying it answered but refused us, with no Ray log line. With its token the probe lets the
+    run through (it sends what ray.init would send)."""
+    with started_head(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=HEAD_TOKEN) as head:
+        address = f"127.0.0.1:{head.port}"
+        for auth in ({}, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "b" * 64}):  # no token; a wrong one
+            with tempfile.TemporaryDirectory() as cwd:
+                done = run_cli(head, cwd, "simulate", *TINY, "--backend", "ray", "--actors", "1", "--out", "run",
+                               RAY_ADDRESS=address, **auth)
+                assert done.returncode == 2, done.stderr[-3000:]
+                lines = (done.stdout + done.stderr).strip().splitlines()
+                assert len(lines) == 1, lines
+                assert lines[0].startswith(f"Error: RAY_ADDRESS in the environment is '{address}': a Ray cluster "
+                                           "answered but refused the connection (InvalidAuthToken)"), lines[0]
+                assert os.listdir(cwd) == []
+        probe = ("import sys\nfrom hasfl_ray.simulation import probe_address\n"
+                 "print(probe_address(sys.argv[1], 'RAY_ADDRESS in the environment'))\n")
+        done = subprocess.run([sys.executable, "-c", probe, address], capture_output=True, text=True, timeout=120,
+                              env=environment(head.root, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=HEAD_TOKEN))
+        assert done.returncode == 0 and done.stdout.strip() == address, done.stderr[-3000:]
