@@ -12,9 +12,8 @@ import torch
 
 from hasfl_ray.errors import ConfigError, DataError
 
-#: Peak memory a run needs per client for its per-client arrays (sizes, tiers, the algorithm's state, the sampled
-#: mask, clients.csv's columns): 56 bytes measured (peak RSS of a one-round synthetic HAS-FL run, 20,000 vs
-#: 4,000,000 clients), rounded up.
+#: Peak memory a run needs per client for its per-client arrays (sizes, tiers, the algorithm's state, the sampled mask,
+#: clients.csv's columns): 56 bytes measured (peak RSS of a one-round synthetic HAS-FL run, 20,000 vs 4M), rounded up.
 BYTES_PER_CLIENT = 64
 
 
@@ -264,6 +263,10 @@ class TensorFederatedDataset(FederatedDataset):
         for start in range(0, indices.numel(), batch_size):
             ix = indices[start:start + batch_size]
             yield self._inputs(self.test_x[ix]), self.test_y[ix]
+
+    def training_set_batch(self, indices: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Training samples ``indices`` (int64, any client's or none's): ``sbn_statistics_data: training_set``."""
+        return self._inputs(self.train_x[indices]), self.train_y[indices]
 
     def label_histograms(self) -> np.ndarray:
         labels = self.train_y.cpu().numpy()

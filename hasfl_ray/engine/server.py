@@ -20,7 +20,8 @@ from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.errors import RunError
 from hasfl_ray.evaluation import beats, pack_bits
 from hasfl_ray.models import build_model, extract, gate_blocks_of, register_model
-from hasfl_ray.models.resnet import sbn_statistics, training_batches
+from hasfl_ray.engine.statistics import StatisticsPlan, pass_batches, statistics_plan  # noqa: F401 (importable here)
+from hasfl_ray.models.resnet import sbn_statistics
 from hasfl_ray.models.slicing import ParamSpec, region, window_indices, window_linear_index
 from hasfl_ray.training.evaluate import evaluate
 from hasfl_ray.training.local import ClientResult
@@ -79,12 +80,6 @@ def layer_coverage(specs: Mapping[str, ParamSpec], updates: Sequence[Mapping[str
     return coverage
 
 
-
-def statistics_plan(config) -> Tuple[str, int, int]:
-    """What a :class:`Server` (and every evaluator) needs of a run's config for sBN's evaluation statistics:
-    (``sbn_statistics``, ``sbn_batch_size``, the run seed that orders the shuffled pass)."""
-    return config.sbn_statistics, config.sbn_batch_size, config.seed
-
 class Server:
     """Global model state and the server half of a round; plain Python (a Ray actor wraps it as is).
 
@@ -108,10 +103,11 @@ class Server:
     def __init__(self, model_name: str, initial_params: Mapping[str, torch.Tensor], dataset: FederatedDataset,
                  eval_batch_size: int = 500, aggregation_backend: str = "auto", device: str = "cpu",
                  eval_indices: Optional[torch.Tensor] = None, estimator: str = "masked",
-                 statistics: Optional[Tuple[str, int, int]] = None, label_masks: Optional[np.ndarray] = None):
+                 statistics: Optional[Sequence] = None, label_masks: Optional[np.ndarray] = None):
         self.device = torch.device(device)
-        # sBN's evaluation statistics: (sbn_statistics, sbn_batch_size, seed); None: in order, eval batches
-        self.statistics = statistics
+        # sBN's evaluation statistics (a StatisticsPlan, or its first three fields); None: in order, eval batches
+        self.statistics = StatisticsPlan(*statistics) if statistics is not None else \
+            StatisticsPlan("in_order", eval_batch_size, 0)
         register_model(model_name, getattr(dataset, "model_config", None))  # a dataset plug-in's own model
         self.model = build_model(model_name).to(self.device)
         self.model_name = model_name
@@ -273,11 +269,9 @@ class Server:
         for ``own`` parameters); nothing for a model without sBN."""
         if not own and self._calibrated.get(width) is model:
             return
-        mode, batch_size, seed = self.statistics or ("in_order", self.eval_batch_size, 0)
-        if mode == "test_batch":  # FedRolex: no pass; each test batch is normalised with its own statistics
+        if self.statistics.mode == "test_batch":  # FedRolex, FIARSE: no pass; each test batch's own statistics
             return
-        batches = training_batches(self.dataset, batch_size, seed if mode == "shuffled" else None)
-        if sbn_statistics(model, batches) and not own:
+        if sbn_statistics(model, pass_batches(self.dataset, self.statistics)) and not own:
             self._calibrated[width] = model
 
     def evaluate_widths(self, widths: Sequence[float], submodels: Optional[Mapping[float, Mapping[str, torch.Tensor]]]
