@@ -132,3 +132,16 @@ def test_a_run_reads_the_training_set_and_trains_as_before(tmp_path):
         losses[data] = (summary["params_sha256"], line["loss_at_width"])
     assert losses["clients"][0] == losses["training_set"][0]  # the pass changes evaluation only
     assert all(losses["clients"][1][w] != losses["training_set"][1][w] for w in ("0.5", "1"))
+
+
+def test_the_flag_reaches_the_config_and_a_bad_pairing_is_one_sentence_at_the_cli(tmp_path):
+    from click.testing import CliRunner
+
+    from hasfl_ray.cli.main import main
+
+    result = CliRunner().invoke(main, ["simulate", "--backend", "local", "--dataset", "digits", "--model", "preresnet18",
+                                       "--sbn-statistics", "in-order", "--sbn-statistics-data", "training-set",
+                                       "--out", str(tmp_path / "run"), "--quiet"])
+    assert result.exit_code == 2 and "sbn_statistics_data is 'training_set' but sbn_statistics is 'in_order'" in \
+        result.output and "Traceback" not in result.output, result.output
+    assert not (tmp_path / "run").exists()
