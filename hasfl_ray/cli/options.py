@@ -55,9 +55,14 @@ RUN_OPTIONS = (
     click.option("--sbn-statistics", type=click.Choice(["shuffled", "in-order", "test-batch"]),
                  help="sBN's evaluation statistics: shuffled (default; HeteroFL's pass over a seeded permutation of "
                       "all clients' training samples in --sbn-batch-size batches), in-order (client after client in "
-                      "evaluation batches) or test-batch (FedRolex's: no pass, each test batch's own statistics)."),
+                      "--eval-batch-size batches, the earlier pass) or test-batch (FedRolex's and FIARSE's: no pass, "
+                      "each test batch's own statistics)."),
     click.option("--sbn-batch-size", type=int, help="Samples per batch of the sBN statistics pass (default 10, "
                                                      "HeteroFL's training batch)."),
+    click.option("--sbn-statistics-data", type=click.Choice(["clients", "training-set"]),
+                 help="What the shuffled sBN pass reads: clients (default; the clients' training samples as loaded) "
+                      "or training-set (HeteroFL's stats: the whole training set, held by a client or not, through "
+                      "--augmentation)."),
     click.option("--model-scaler", type=click.Choice(["on", "off"]),
                  help="--model's Scaler (HeteroFL's: activations divided by the width p in training): on (default) "
                       "or off."),
@@ -275,8 +280,9 @@ def apply_switches(flags: Dict[str, Any], no_coverage: bool, download: bool, fas
         except ValueError:
             raise ConfigError(f"--global-width is {flags['global_width']!r}; expected a width in (0, 1] or first "
                               "(the first level of --width-mix)") from None
-    if flags.get("sbn_statistics") in ("in-order", "test-batch"):
-        flags["sbn_statistics"] = flags["sbn_statistics"].replace("-", "_")
+    for key in ("sbn_statistics", "sbn_statistics_data"):
+        if flags.get(key) in ("in-order", "test-batch", "training-set"):
+            flags[key] = flags[key].replace("-", "_")
     if flags.get("budget") is not None and flags.get("budget_from") is not None:
         raise ConfigError(f"--budget {flags['budget']} and --budget-from {flags['budget_from']!r} are both given; "
                           "expected one source for random-budget's target")

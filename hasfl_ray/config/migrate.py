@@ -31,7 +31,10 @@ def _version_2_rules(out: Dict[str, Any]) -> None:
     partition = out.get("partition")
     if isinstance(partition, str) and partition.strip().startswith("classes:"):
         out["partition"] = "classes-even:" + partition.strip()[len("classes:"):]
-    if out.get("model") in MODEL_CHOICES and out.get("model_norm") in (None, "sbn"):  # a run that had sBN
+    model, dataset = out.get("model"), out.get("dataset")
+    plugin = registry.is_spec(model) if isinstance(model, str) else (
+        model is None and isinstance(dataset, str) and registry.is_spec(dataset))  # its model may have sBN
+    if (model in MODEL_CHOICES or plugin) and out.get("model_norm") in (None, "sbn"):  # a run that had sBN
         out.setdefault("sbn_statistics", "in_order")
     options = out.get("algorithm_options")
     if out.get("algorithm") == "fedrolex" and isinstance(options, Mapping) and "rolex_direction" not in options:

@@ -27,6 +27,12 @@ def check_model_keys(config, bad) -> None:
             config.sbn_batch_size < 2:
         raise bad("sbn_batch_size", config.sbn_batch_size, "an integer of at least 2 (samples per batch of the "
                                                            "sBN statistics pass; HeteroFL's is 10)")
+    if config.sbn_statistics_data not in ("clients", "training_set"):
+        raise bad("sbn_statistics_data", config.sbn_statistics_data, "clients (the union of the clients' samples) or "
+                                                                     "training_set (HeteroFL's whole training set)")
+    if config.sbn_statistics_data == "training_set" and config.sbn_statistics != "shuffled":
+        raise ConfigError(f"sbn_statistics_data is 'training_set' but sbn_statistics is {config.sbn_statistics!r}; "
+                          "expected training_set only with the shuffled pass (HeteroFL's stats)")
     for name, allowed in (("model_norm", MODEL_NORMS), ("model_scaler", ("on", "off"))):
         value = getattr(config, name)
         if value is None:

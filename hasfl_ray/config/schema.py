@@ -63,9 +63,11 @@ class RunConfigFields:
     global_width: Any = 1.0  # first becomes the number on validation
     # sBN's evaluation statistics (docs/models.md): shuffled (HeteroFL's pass: a seeded permutation of all clients'
     # training samples in batches of sbn_batch_size), in_order (client after client in eval_batch_size batches) or
-    # test_batch (FedRolex: no pass, each test batch normalised with its own statistics)
+    # test_batch (FedRolex, FIARSE: no pass, each test batch normalised with its own statistics); the shuffled pass
+    # reads the clients' samples as loaded, or (training_set) HeteroFL's whole training set through the augmentation
     sbn_statistics: str = "shuffled"
     sbn_batch_size: int = 10
+    sbn_statistics_data: str = "clients"
     # FedProx's Synthetic(alpha, beta) data (--dataset synthetic): labeller and input heterogeneity
     synthetic_alpha: float = 1.0
     synthetic_beta: float = 1.0

@@ -265,6 +265,10 @@ class TensorFederatedDataset(FederatedDataset):
             ix = indices[start:start + batch_size]
             yield self._inputs(self.test_x[ix]), self.test_y[ix]
 
+    def training_set_batch(self, indices: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Training samples ``indices`` (int64, any client's or none's): ``sbn_statistics_data: training_set``."""
+        return self._inputs(self.train_x[indices]), self.train_y[indices]
+
     def label_histograms(self) -> np.ndarray:
         labels = self.train_y.cpu().numpy()
         return np.stack([np.bincount(labels[ix.numpy()], minlength=self.num_classes)

@@ -100,7 +100,8 @@ class Backend(ABC):
                    = None) -> Tuple[np.ndarray, Dict[float, np.ndarray]]:
         """The test labels and each width's beats bitmasks, for local accuracy (:meth:`Server.test_beats`)."""
 
-    def test_logits(self, indices: np.ndarray, width: float = 1.0) -> Tuple[np.ndarray, np.ndarray]:
+    def test_logits(self, indices: np.ndarray, width: float = 1.0,
+                    groups: Optional[Sequence[int]] = None) -> Tuple[np.ndarray, np.ndarray]:
         """The labels and the global model's logits on the test samples ``indices`` (:meth:`Server.test_logits`)."""
         raise NotImplementedError(f"{type(self).__name__} does not evaluate test logits")
 
@@ -231,8 +232,8 @@ class LocalBackend(Backend):
     def test_beats(self, widths, submodels=None):
         return self._evaluating(self.server.test_beats, widths, submodels)
 
-    def test_logits(self, indices, width=1.0):
-        return self._evaluating(self.server.test_logits, indices, width)
+    def test_logits(self, indices, width=1.0, groups=None):
+        return self._evaluating(self.server.test_logits, indices, width, groups)
 
     def _evaluating(self, method, *args):
         """``method(*args)``, an evaluation on the server, with the trainers' thread count; a failure in one

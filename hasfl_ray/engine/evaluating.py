@@ -250,10 +250,13 @@ def request_shard_local_accuracy(engine: Any, clients: Optional[np.ndarray] = No
     ids = range(len(shards)) if clients is None else clients.tolist()
     shards = [np.asarray(shards[i], dtype=np.int64) for i in ids]
     label_split = [label_split[i] for i in ids]
-    scored = np.unique(np.concatenate(shards)) if shards else np.zeros(0, dtype=np.int64)
-    positions = [np.searchsorted(scored, shard) for shard in shards]
+    # each client's shard apart, as the sources' per-client loaders (its own batches: with test-batch statistics
+    # a batch is normalised over that client's samples only)
+    scored = np.concatenate(shards) if shards else np.zeros(0, dtype=np.int64)
+    ends = np.cumsum([len(shard) for shard in shards], dtype=np.int64)
+    positions = [np.arange(end - len(shard), end) for shard, end in zip(shards, ends)]
     p_max = np.array(engine.p_max, dtype=np.float64)[slice(None) if clients is None else clients]
-    requested = engine.backend.request("test_logits", scored, 1.0)
+    requested = engine.backend.request("test_logits", scored, 1.0, [len(shard) for shard in shards])
 
     def finish() -> Dict[str, Any]:
         labels, logits = requested()

@@ -186,8 +186,8 @@ class HandoffBackend(Backend):
     def test_beats(self, widths, submodels=None):
         return self.active.test_beats(widths, submodels)
 
-    def test_logits(self, indices, width=1.0):
-        return self.active.test_logits(indices, width)
+    def test_logits(self, indices, width=1.0, groups=None):
+        return self.active.test_logits(indices, width, groups)
 
     def frozen_fraction(self):
         return self.active.frozen_fraction()

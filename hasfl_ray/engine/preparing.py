@@ -115,6 +115,9 @@ def build(engine: Any) -> None:
         raise ConfigError(f"augmentation is {c.augmentation!r} but dataset {spec_label(c.dataset)!r} has no image "
                           "batches (inputs N x C x H x W); expected augmentation none, or an image dataset (digits, "
                           "emnist, cifar10)")
+    if c.sbn_statistics_data == "training_set" and not callable(getattr(engine.dataset, "training_set_batch", None)):
+        raise ConfigError(f"sbn_statistics_data is 'training_set' but dataset {spec_label(c.dataset)!r} holds no "
+                          "training set as tensors; expected sbn_statistics_data clients, or a built-in image dataset")
     register_model(engine.model_name, engine.dataset.model_config)  # a dataset plug-in's own model, if any
     if engine.model_name not in MODEL_CONFIGS:
         raise ConfigError(f"dataset {c.dataset!r} names model {engine.model_name!r}; expected a built-in model "

@@ -21,7 +21,8 @@ from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.errors import RunError
 from hasfl_ray.evaluation import beats, pack_bits
 from hasfl_ray.models import build_model, extract, gate_blocks_of, register_model
-from hasfl_ray.models.resnet import sbn_statistics, training_batches
+from hasfl_ray.engine.statistics import StatisticsPlan, pass_batches, statistics_plan  # noqa: F401 (importable here)
+from hasfl_ray.models.resnet import sbn_statistics
 from hasfl_ray.models.slicing import ParamSpec, region, window_indices, window_linear_index
 from hasfl_ray.training.evaluate import evaluate
 from hasfl_ray.training.local import ClientResult
@@ -80,12 +81,6 @@ def layer_coverage(specs: Mapping[str, ParamSpec], updates: Sequence[Mapping[str
     return coverage
 
 
-
-def statistics_plan(config) -> Tuple[str, int, int]:
-    """What a :class:`Server` (and every evaluator) needs of a run's config for sBN's evaluation statistics:
-    (``sbn_statistics``, ``sbn_batch_size``, the run seed that orders the shuffled pass)."""
-    return config.sbn_statistics, config.sbn_batch_size, config.seed
-
 class Server:
     """Global model state and the server half of a round; plain Python (a Ray actor wraps it as is).
 
@@ -109,10 +104,11 @@ class Server:
     def __init__(self, model_name: str, initial_params: Mapping[str, torch.Tensor], dataset: FederatedDataset,
                  eval_batch_size: int = 500, aggregation_backend: str = "auto", device: str = "cpu",
                  eval_indices: Optional[torch.Tensor] = None, estimator: str = "masked",
-                 statistics: Optional[Tuple[str, int, int]] = None, label_masks: Optional[np.ndarray] = None):
+                 statistics: Optional[Sequence] = None, label_masks: Optional[np.ndarray] = None):
         self.device = torch.device(device)
-        # sBN's evaluation statistics: (sbn_statistics, sbn_batch_size, seed); None: in order, eval batches
-        self.statistics = statistics
+        # sBN's evaluation statistics (a StatisticsPlan, or its first three fields); None: in order, eval batches
+        self.statistics = StatisticsPlan(*statistics) if statistics is not None else \
+            StatisticsPlan("in_order", eval_batch_size, 0)
         register_model(model_name, getattr(dataset, "model_config", None))  # a dataset plug-in's own model
         self.model = build_model(model_name).to(self.device)
         self.model_name = model_name
@@ -287,11 +283,9 @@ class Server:
         for ``own`` parameters); nothing for a model without sBN."""
         if not own and self._calibrated.get(width) is model:
             return
-        mode, batch_size, seed = self.statistics or ("in_order", self.eval_batch_size, 0)
-        if mode == "test_batch":  # FedRolex: no pass; each test batch is normalised with its own statistics
+        if self.statistics.mode == "test_batch":  # FedRolex, FIARSE: no pass; each test batch's own statistics
             return
-        batches = training_batches(self.dataset, batch_size, seed if mode == "shuffled" else None)
-        if sbn_statistics(model, batches) and not own:
+        if sbn_statistics(model, pass_batches(self.dataset, self.statistics)) and not own:
             self._calibrated[width] = model
 
     def evaluate_widths(self, widths: Sequence[float], submodels: Optional[Mapping[float, Mapping[str, torch.Tensor]]]
@@ -325,17 +319,41 @@ class Server:
         return (np.zeros(0, dtype=np.int64) if labels is None else labels), packed
 
     @torch.no_grad()
-    def test_logits(self, indices: np.ndarray, width: float = 1.0) -> Tuple[np.ndarray, np.ndarray]:
+    def test_logits(self, indices: np.ndarray, width: float = 1.0,
+                    groups: Optional[Sequence[int]] = None) -> Tuple[np.ndarray, np.ndarray]:
         """The labels, int64 (S,), and the width-``width`` global model's logits, float32 (S, C), of the test
-        samples ``indices`` (positions in the full test set): the clients' own test shards, for local accuracy as
-        the sources score it (:func:`hasfl_ray.evaluation.shard_local_accuracies`)."""
+        samples ``indices`` (positions in the full test set), in batches of ``eval_batch_size``: the clients' own test
+        shards, for local accuracy as the sources score it (:func:`hasfl_ray.evaluation.shard_local_accuracies`).
+        ``groups``: the sizes of consecutive runs of ``indices`` (each sorted: one client's shard) evaluated apart, as
+        the sources' per-client test loaders do (HeteroFL ``train_classifier_fed.py::test``, FedRolex
+        ``resnet_client.py::test_model_for_user``), each run in their order (by label, then by position: a client's
+        shards one label after another, ``non_iid``) so that a batch normalised with its own statistics (``test_batch``,
+        batch-statistics norms) holds what theirs holds (a last batch of one sample, which has no batch statistics,
+        joins the batch before it); the rows returned follow ``indices``."""
         model = self.width_model(width, None, cache=width in self._width_models)
         model.eval()
-        ys, outs = [], []
-        for x, y in self.dataset.test_subset_batches(torch.as_tensor(np.asarray(indices), dtype=torch.int64),
-                                                     self.eval_batch_size):
-            outs.append(model(x.to(self.device)).float().cpu())
-            ys.append(y.cpu())
+        indices = np.asarray(indices, dtype=np.int64)
+        ys, outs, start = [], [], 0
+        for size in ([len(indices)] if groups is None else [int(g) for g in groups]):
+            part, start = torch.as_tensor(indices[start:start + size]), start + size
+            if groups is None:
+                for x, y in self.dataset.test_subset_batches(part, self.eval_batch_size):
+                    outs.append(model(x.to(self.device)).float().cpu())
+                    ys.append(y.cpu())
+            elif size:
+                x, y = next(iter(self.dataset.test_subset_batches(part, size)))
+                order = torch.argsort(y.cpu(), stable=True)
+                logits = [None] * size
+                cuts = list(range(0, size, self.eval_batch_size)) + [size]
+                if len(cuts) > 2 and cuts[-1] - cuts[-2] == 1:  # one sample has no batch statistics: with the one before
+                    del cuts[-2]
+                for first, end in zip(cuts, cuts[1:]):
+                    chosen = order[first:end]
+                    out = model(x[chosen.to(x.device)].to(self.device)).float().cpu()
+                    for row, position in zip(out, chosen.tolist()):
+                        logits[position] = row
+                outs.append(torch.stack(logits))
+                ys.append(y.cpu())
         if not outs:
             return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
         return torch.cat(ys).numpy().astype(np.int64), torch.cat(outs).numpy()

@@ -52,7 +52,7 @@ class Evaluator:
     server, for a trainer lost meanwhile) evaluates the model of a round while the server holds the next one."""
 
     def __init__(self, model_name: str, dataset: FederatedDataset, device: str, threads: int, batch_size: int,
-                 indices: Optional[torch.Tensor], statistics: Optional[Tuple[str, int, int]] = None):
+                 indices: Optional[torch.Tensor], statistics: Optional[Sequence] = None):
         self.args = (model_name, dataset, batch_size, device, indices)
         self.statistics = statistics
         self.threads = threads
@@ -168,7 +168,7 @@ class ServerActor:
                  dataset: Optional[FederatedDataset] = None, eval_batch_size: int = 0, aggregation_backend: str = "",
                  device: str = "cpu", threads: int = 1, deterministic: bool = True,
                  eval_indices: Optional[torch.Tensor] = None, estimator: str = "masked",
-                 statistics: Optional[Tuple[str, int, int]] = None, label_masks: Any = None):
+                 statistics: Optional[Sequence] = None, label_masks: Any = None):
         self.device = _process_setup(device, threads, deterministic)
         self.threads = threads
         if dataset is not None:  # None: started early, see TrainerActor.setup

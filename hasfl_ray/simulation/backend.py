@@ -282,8 +282,8 @@ class RayBackend(AsyncTransport, Transport, Backend):
     def test_beats(self, widths, submodels=None):
         return self.request("test_beats", widths, submodels)()
 
-    def test_logits(self, indices, width=1.0):
-        return self.request("test_logits", indices, width)()
+    def test_logits(self, indices, width=1.0, groups=None):
+        return self.request("test_logits", indices, width, groups)()
 
     def frozen_fraction(self) -> float:
         value, self._frozen = self._frozen, None  # the round's, read with its summary

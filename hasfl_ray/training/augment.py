@@ -41,6 +41,16 @@ def augment_batch(x: torch.Tensor, seed: int, round: int, client: int, step: int
     return crop_flip(x, torch_generator(seed, STREAM_AUGMENT, round, client, step), fill)
 
 
+def black_pixel(dataset, channels: int, device) -> torch.Tensor:
+    """A black pixel of ``dataset``'s standardised image batches, per channel: the padding torchvision's RandomCrop
+    puts around a uint8 image before it is standardised (0 for inputs the dataset stores standardised already)."""
+    inputs = getattr(dataset, "_inputs", None)
+    raw = getattr(dataset, "train_x", None)
+    if inputs is not None and raw is not None and raw.dtype == torch.uint8:
+        return inputs(torch.zeros((1, channels, 1, 1), dtype=torch.uint8, device=device)).reshape(channels)
+    return torch.zeros(channels, device=device)
+
+
 def augmented(workspace, x: torch.Tensor, task, step: int) -> torch.Tensor:
     """Local step ``step``'s batch ``x`` of ``task``'s client on ``workspace``
     (:class:`~hasfl_ray.training.workspace.Workspace`) as training sees it: as loaded, or with ``augmentation``
@@ -49,10 +59,5 @@ def augmented(workspace, x: torch.Tensor, task, step: int) -> torch.Tensor:
     if getattr(workspace.settings, "augmentation", "none") == "none":
         return x
     if workspace._fill is None:
-        channels = x.shape[1]
-        inputs = getattr(workspace.dataset, "_inputs", None)
-        raw = getattr(workspace.dataset, "train_x", None)
-        workspace._fill = inputs(torch.zeros((1, channels, 1, 1), dtype=torch.uint8, device=workspace.device)).reshape(
-            channels) if inputs is not None and raw is not None and raw.dtype == torch.uint8 else \
-            torch.zeros(channels, device=workspace.device)
+        workspace._fill = black_pixel(workspace.dataset, x.shape[1], workspace.device)
     return augment_batch(x, task.seed, task.round, task.client, step, workspace._fill)

@@ -57,6 +57,9 @@ def test_heterofl_pack_is_the_table():
         assert (c.clients, c.clients_per_round, c.local_epochs, c.batch_size, c.lr) == (100, 10, 5, 10, 0.1)
         assert c.algorithm_options["heterofl_weighting"] == "count"
         assert c.eval_widths == [1.0]  # the global model only, as HeteroFL reports
+        # HeteroFL's stats(dataset['train'], ..): the whole training set through the training transform
+        assert (c.sbn_statistics, c.sbn_batch_size, c.sbn_statistics_data, c.augmentation) == \
+            ("shuffled", 10, "training_set", "crop_flip")
 
 
 def test_fjord_pack_evaluates_every_p_with_and_without_distillation():
@@ -90,6 +93,9 @@ def test_fiarse_pack_runs_four_methods_on_one_protocol():
         assert (c.partition, c.alpha, c.model_norm, c.model) == ("balanced-dirichlet", 0.3, "sbn", "resnet18")
         assert (c.local_steps, c.batch_size, c.lr, c.lr_decay, c.momentum, c.weight_decay, c.clip_norm) == \
             (100, 20, 0.1, 1.0, 0.0, 0.0, 0.0)  # FIARSE's plain SGD
+        # FIARSE's evaluation (test-batch statistics, --bsz 20) and its client loader's crop-flip
+        # (tests/engine/test_source_evaluation.py checks the evaluation against fiarse/utils.py::check_accuracy)
+        assert (c.sbn_statistics, c.eval_batch_size, c.augmentation) == ("test_batch", 20, "crop_flip")
 
 
 def test_the_heterofl_and_fedrolex_packs_step_their_learning_rates_as_their_sources():

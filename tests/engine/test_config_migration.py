@@ -199,6 +199,10 @@ def test_config_yaml_is_the_current_version_and_a_newer_version_is_refused(tmp_p
     ({"partition": "classes:2"}, {"partition": "classes-even:2"}),  # version 2's classes:K was the even rule
     ({"model": "preresnet18"}, {"model": "preresnet18", "sbn_statistics": "in_order"}),  # its sBN pass went in order
     ({"model": "preresnet18", "model_norm": "gn"}, {"model": "preresnet18", "model_norm": "gn"}),  # no sBN: nothing
+    # a plug-in dataset's own model (a model_config with norm sbn had the same in-order pass) or a plug-in model
+    ({"dataset": "my_data.py:Data"}, {"dataset": "my_data.py:Data", "sbn_statistics": "in_order"}),
+    ({"model": "my_net.py:Net"}, {"model": "my_net.py:Net", "sbn_statistics": "in_order"}),
+    ({"dataset": "digits"}, {"dataset": "digits"}),  # a built-in dataset's own network has no sBN
     ({"algorithm": "fedrolex", "algorithm_options": {"rolex_step": 2}},
      {"algorithm": "fedrolex", "algorithm_options": {"rolex_step": 2, "rolex_direction": "forward"}}),  # +t window
     ({"algorithm": "fedrolex", "algorithm_options": {"rolex_direction": "source"}},
