@@ -22,7 +22,9 @@ def main(argv=None) -> None:
     """Run `hasfl-ray` (``argv``: the arguments, default sys.argv[1:])."""
     interrupts.watch()
     insisted = interrupts.when_insisted(ended_at_once)
-    previous = {number: signal.signal(number, interrupts.handle) for number in SIGNALS}
+    # (a signal the process was started with ignored stays ignored: a background job of a shell without job control)
+    previous = {number: signal.signal(number, interrupts.handle) for number in SIGNALS
+                if signal.getsignal(number) != signal.SIG_IGN}
     try:
         try:
             from hasfl_ray.cli.main import main as group
