@@ -17,6 +17,7 @@ that never came ends the process with status 99 and a line saying so. Standard l
 imported before the command starts but what the console script itself imports."""
 
 import importlib.abc
+import importlib.util
 import signal
 import sys
 
@@ -73,7 +74,7 @@ class Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name != TARGET.split(":")[0]:
             return None
-        sys.meta_path.remove(self)  # the real finders find it; the hook then steps aside
+        sys.meta_path.remove(self)  # the real finders find it, this one wraps its loader
         try:
             spec = importlib.util.find_spec(name)
         finally:
@@ -81,8 +82,6 @@ class Finder(importlib.abc.MetaPathFinder):
         spec.loader = Loader(spec.loader)
         return spec
 
-
-import importlib.util  # noqa: E402 (after the parsing, which fails before anything is imported)
 
 sys.meta_path.insert(0, Finder())
 sys.argv = ["hasfl-ray"] + ARGUMENTS
