@@ -40,7 +40,7 @@ class OneSentenceGroup(click.Group):
             if isinstance(error.__cause__, KeyboardInterrupt):  # Ctrl-C outside a run's own handlers: one line
                 from hasfl_ray.cli.interrupts import interrupted
 
-                interrupted("before the command finished")
+                interrupted("before the command finished", error.__cause__)
             click.echo("Aborted.", err=True)
             sys.exit(1)
 

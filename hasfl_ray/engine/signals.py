@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 import threading
 from typing import Optional
+
+from hasfl_ray.interrupts import interrupt, noted, watch
 
 logger = logging.getLogger(__name__)
 
@@ -16,7 +17,8 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 class StopSignals:
     """While active (a ``with`` block in the main thread), SIGINT and SIGTERM set :meth:`requested` instead of
-    killing the process; the second signal raises KeyboardInterrupt at once (``finally`` blocks still run, so the
+    killing the process; the second signal raises KeyboardInterrupt at once, an :class:`hasfl_ray.interrupts.Interrupt`
+    naming the signal (inside an import, as soon as the import has ended; ``finally`` blocks still run, so the
     Ray processes of the run are shut down). Outside the main thread it does nothing (signals go to the main
     thread only), and the previous handlers come back on exit.
 
@@ -32,19 +34,17 @@ class StopSignals:
         return self.signal_number is not None
 
     def _handle(self, number: int, frame) -> None:
+        insisted = noted(number)  # (Ray's 3-second abort alarm on SIGTERM cancelled: the run needs longer to stop)
         if self.signal_number is not None:
-            raise KeyboardInterrupt  # the second signal: stop now
+            interrupt(number, frame, insisted)  # the second signal: stop now (inside an import: as it ends)
+            return
         self.signal_number = number
-        if number == signal.SIGTERM and "ray" in sys.modules:
-            # Ray's native failure handler (absl's, installed by ray.init) answers SIGTERM, before passing it on here,
-            # by arming a 3-second alarm whose native handler aborts the process (exit 134): the run needs longer to
-            # checkpoint and stop what it started (a Ray start under way, its actors)
-            signal.alarm(0)
         logger.warning("%s received: stopping after the current client and writing a checkpoint (send it again to "
                        "stop at once)", signal.Signals(number).name)
 
     def __enter__(self) -> "StopSignals":
         if threading.current_thread() is threading.main_thread():
+            watch()
             for number in STOP_SIGNALS:
                 self._previous[number] = signal.signal(number, self._handle)
         outer = self._outer()

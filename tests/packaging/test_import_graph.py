@@ -138,7 +138,8 @@ def test_the_engine_names_no_single_algorithm_and_the_schedule_sits_at_the_botto
 #:   below it, and ``engine.factory`` imports ``simulation`` only for ``backend: ray``;
 #: - ``simulation.sweep`` (the sweep's Ray executor) on the sweep's floor, whose cells it runs.
 FLOORS = (
-    ("bottom", ("errors", "files", "schedule", "registry", "federation", "evaluation", "training.seeding")),
+    ("bottom", ("errors", "files", "schedule", "registry", "federation", "evaluation", "training.seeding",
+                "interrupts")),
     ("parts", ("config", "engine.config", "models", "aggregation", "ops", "data", "clock")),
     ("training", ("training",)),
     ("algorithms", ("algorithms",)),
