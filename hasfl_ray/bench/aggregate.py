@@ -24,7 +24,7 @@ from hasfl_ray.aggregation.reference import aggregate_reference
 from hasfl_ray.bench.torch_aggregations import (Shapes, Updates, aggregate_dense, aggregate_heterofl_loop,
                                                 aggregate_torch_per_client, aggregate_torch_sliced,
                                                 aggregate_torch_stacked)
-from hasfl_ray.data.base import check_client_memory
+from hasfl_ray.data.memory import check_client_memory
 from hasfl_ray.data.partition import TIER_PROBABILITIES, TIERS
 from hasfl_ray.models import build_model, gate_blocks_of
 from hasfl_ray.ops import aggregate as ops

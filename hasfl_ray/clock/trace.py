@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from hasfl_ray.clock.spec import DEVICE_BOUNDS, MAX_SECONDS, MIN_PERIOD, bound_text
-from hasfl_ray.data.base import _size, physical_memory
+from hasfl_ray.data.memory import _size, physical_memory
 from hasfl_ray.errors import DataError
 from hasfl_ray.files import open_regular
 

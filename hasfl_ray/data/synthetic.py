@@ -8,7 +8,8 @@ from typing import Dict, Iterator, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from hasfl_ray.data.base import Dataset, FederatedDataset, check_client_memory
+from hasfl_ray.data.base import Dataset, FederatedDataset
+from hasfl_ray.data.memory import check_client_memory
 from hasfl_ray.registry import register_dataset
 from hasfl_ray.training.seeding import numpy_rng
 

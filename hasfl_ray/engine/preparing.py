@@ -12,7 +12,7 @@ import torch
 from hasfl_ray.algorithms import algorithm_class
 from hasfl_ray.clock import make_clock
 from hasfl_ray.data import load_plugin_dataset
-from hasfl_ray.data.base import BYTES_PER_CLIENT, check_client_memory, physical_memory
+from hasfl_ray.data.memory import BYTES_PER_CLIENT, check_client_memory, physical_memory
 from hasfl_ray.engine.checkpoint import (START_AGAIN, check_checkpoint, check_resume_config, checkpoint_path,
                                          load_checkpoint, stored_config)
 from hasfl_ray.engine.async_state import state_problem

@@ -382,12 +382,12 @@ def test_bench_aggregate_refuses_a_client_count_that_cannot_fit(tmp_path):
 
 def test_bench_aggregate_memory_estimate_follows_simulates_rule(monkeypatch):
     # issue 24 row 18: the estimate is simulate's check_client_memory with a case's bytes per client
-    import hasfl_ray.data.base as base
+    import hasfl_ray.data.memory as memory
     from hasfl_ray.bench.aggregate import bytes_per_client, check_case_memory
 
     per_client = bytes_per_client("emnist")
     assert 4e6 < per_client < 40e6  # ~4.6 MB of packed float32 updates a client, times the working copies
-    monkeypatch.setattr(base, "physical_memory", lambda: 100 * per_client)
+    monkeypatch.setattr(memory, "physical_memory", lambda: 100 * per_client)
     check_case_memory(["emnist"], [10, 100])
     with pytest.raises(ConfigError, match="clients is 101"):
         check_case_memory(["emnist", "shakespeare"], [101])

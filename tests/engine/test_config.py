@@ -177,14 +177,14 @@ def test_plug_in_float_options_refuse_nan_and_infinity():
 
 
 def test_a_client_count_beyond_memory_is_one_sentence_with_the_estimate(monkeypatch):
-    from hasfl_ray.data import base
+    from hasfl_ray.data import memory
 
-    monkeypatch.setattr(base, "physical_memory", lambda: 176 * 10 ** 8)
-    base.check_client_memory(100_000_000)  # 17.6 GB exactly: fits
+    monkeypatch.setattr(memory, "physical_memory", lambda: 176 * 10 ** 8)
+    memory.check_client_memory(100_000_000)  # 17.6 GB exactly: fits
     with pytest.raises(ConfigError, match=r"^clients is 100000001, which needs about 17.6 GB of memory \(176 bytes "
                                           r"a client\) but this machine has 17.6 GB; expected at most about "
                                           r"100,000,000 clients$"):
-        base.check_client_memory(100_000_001)
+        memory.check_client_memory(100_000_001)
 
 
 def test_the_client_memory_estimate_is_the_measured_one_with_a_clock_and_async():
