@@ -1,0 +1,162 @@
+"""ScaleFL (Ilhan et al., CVPR 2023): width and depth scaled together per level, early exits and self-distillation,
+as git-disl/scale-fl's code computes it.
+
+Source: github.com/git-disl/scale-fl, commit c2084e461cef83751b99a958198aced66c1d7d7c: ``args.py`` (the levels'
+defaults), ``fed.py::Federator`` (``fed_train``: the clients' levels; ``execute_round``; ``average_weights``),
+``train.py::execute_epoch`` (the loss), ``models/model_utils.py::KDLoss``, ``models/resnet.py`` (``int(C · scale)``
+channels, ``Scaler``, the exits), ``utils/grad_traceback.py::filter`` (the kept channels: the leading ones).
+
+The rule, read from that code:
+
+- **Levels.** Level ℓ has a width scale v_ℓ (``--vertical_scale_ratios``, default 0.7 0.7 0.75 1) and a number of
+  exits h_ℓ (``--horizontal_scale_ratios``, default 1 2 3 4): its model is the global one cut to the leading
+  ``int(C · v_ℓ)`` channels of every layer (``Scaler``: x / v_ℓ before every norm) and run to its h_ℓ-th exit (the
+  blocks after it are not run, so they get no gradient). Clients are assigned levels once: a permutation of the
+  client ids drawn with ``np.random.seed(seed)``, cut into consecutive groups of ``int(N · r_ℓ)``
+  (``--client_split_ratios``, default 0.25 each); clients left over by the truncation have no level and are skipped
+  whenever sampled.
+- **Loss** of a batch with exits' logits f_1 .. f_n (n = h_ℓ): Σ_j (j + 1) · L_j / (n (n + 1) / 2) with
+  L_n = CE(f_n, y) and, for j < n, L_j = CE(f_j, y) + γ T² · KLDivLoss()(log_softmax(f_j / T), softmax(f_n / T)) when
+  γ ≠ 0 and the round index (0-based) exceeds 0.25 · rounds, else CE alone. ``nn.KLDivLoss()``'s default reduction is
+  the mean over every element (batch × classes), not over the batch; the teacher f_n is *not* detached, so the
+  distillation term also trains the deepest exit toward the shallow ones. γ (``--KD_gamma``) defaults to 0 (no
+  distillation) and T (``--KD_T``) to 3; the README's BERT runs use γ = 0.05.
+- **Aggregation** (``average_weights``): per tensor, the unweighted mean over the clients whose copy of it received a
+  gradient, each client's values placed at its level's coordinates; a coordinate no such client holds keeps the global
+  value; running statistics are the plain mean over all clients; ``num_batches_tracked`` the first client's.
+
+hasfl-ray's nested slices are ceil(p · C); ScaleFL's are int(v · C) (floor): :func:`scaled_channels` keeps the
+source's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from hasfl_ray.algorithms.league.common import masked_mean
+from hasfl_ray.algorithms.options import FLOAT32_MAX, check_range
+from hasfl_ray.errors import ConfigError
+
+
+def parse_exits(text: str) -> List[int]:
+    """The exits of each level from ``"1,2,3,4"``: positive whole numbers, non-decreasing."""
+    try:
+        exits = [int(part) for part in str(text).split(",")]
+    except ValueError:
+        exits = []
+    if not exits or any(e < 1 for e in exits) or exits != sorted(exits):
+        raise ConfigError(f"scalefl_exits is {text!r}; expected comma-separated numbers of exits per level, each >= 1 "
+                          "and non-decreasing (ScaleFL's default 1,2,3,4)")
+    return exits
+
+
+@dataclass
+class ScaleFLOptions:
+    scalefl_exits: str = "1,2,3,4"  # exits per level, shallowest level first (--horizontal_scale_ratios)
+    scalefl_kd_gamma: float = 0.0  # weight of the distillation term (--KD_gamma; 0 = CE alone, the source's default)
+    scalefl_kd_temperature: float = 3.0  # T (--KD_T)
+    scalefl_kd_start: float = 0.25  # distillation from round index > this fraction of the rounds
+
+    def __post_init__(self) -> None:
+        parse_exits(self.scalefl_exits)
+        check_range("scalefl_kd_gamma", self.scalefl_kd_gamma, 0, FLOAT32_MAX, "a number >= 0")
+        check_range("scalefl_kd_temperature", self.scalefl_kd_temperature, 0, FLOAT32_MAX, "a temperature > 0",
+                    low_open=True)
+        check_range("scalefl_kd_start", self.scalefl_kd_start, 0, 1, "a fraction of the rounds in [0, 1]")
+
+
+def level_groups(num_clients: int, split_ratios: Sequence[float], seed: int) -> List[np.ndarray]:
+    """``fed_train``'s groups: a permutation drawn after ``np.random.seed(seed)``, cut into ``int(N · r)`` runs."""
+    shuffled = np.random.RandomState(seed).permutation(np.arange(num_clients))
+    groups, start = [], 0
+    for ratio in split_ratios:
+        end = start + int(len(shuffled) * ratio)
+        groups.append(shuffled[start:end])
+        start = end
+    return groups
+
+
+def level_of(client: int, groups: Sequence[np.ndarray]) -> int:
+    """The level of ``client`` (0 the first), or −1 when it has none (skipped, as ``get_level`` answers)."""
+    for level, group in enumerate(groups):
+        if client in group:
+            return level
+    return -1
+
+
+def scaled_channels(channels: int, scale: float) -> int:
+    """int(C · scale): the channels a level keeps (the leading ones)."""
+    return channels if scale == 1 else int(channels * scale)
+
+
+def leading_mask(global_shape: Sequence[int], local_shape: Sequence[int]) -> torch.Tensor:
+    """The coordinates of a level's tensor in the global one: the leading ``local_shape`` block."""
+    if len(global_shape) != len(local_shape) or any(l > g for l, g in zip(local_shape, global_shape)):
+        raise ConfigError(f"a level's tensor of shape {tuple(local_shape)} does not fit in the global "
+                          f"{tuple(global_shape)}; expected as many dims, none larger")
+    mask = torch.zeros(tuple(global_shape), dtype=torch.bool)
+    mask[tuple(slice(0, n) for n in local_shape)] = True
+    return mask
+
+
+def distillation_active(round_index: int, num_rounds: int, start: float = 0.25) -> bool:
+    """``gamma_active = round > args.num_rounds * 0.25`` (round 0-based)."""
+    return round_index > num_rounds * start
+
+
+def kl_elementwise_mean(pred: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``nn.KLDivLoss()(log_softmax(pred / T), softmax(teacher / T))`` with the source's reduction ``'mean'``: the
+    sum over every element divided by batch × classes (written out, since PyTorch plans to make ``'mean'`` act as
+    ``'batchmean'``)."""
+    log_p = F.log_softmax(pred / temperature, dim=1)
+    return F.kl_div(log_p, F.softmax(teacher / temperature, dim=1), reduction="sum") / log_p.numel()
+
+
+def exit_loss(outputs: Sequence[torch.Tensor], target: torch.Tensor, gamma: float = 0.0, temperature: float = 3.0,
+              active: bool = True) -> torch.Tensor:
+    """``execute_epoch``'s loss over the exits' logits (shallowest first), normalised by n (n + 1) / 2."""
+    n = len(outputs)
+    loss = torch.zeros((), dtype=outputs[-1].dtype)
+    for j, out in enumerate(outputs):
+        if j == n - 1:
+            loss = loss + F.cross_entropy(out, target) * (j + 1)
+            continue
+        term = F.cross_entropy(out, target)
+        if gamma and active:  # the teacher outputs[-1] is not detached, as in the source
+            term = term + kl_elementwise_mean(out, outputs[-1], temperature) * gamma * temperature ** 2
+        loss = loss + term * (j + 1)
+    return loss / (n * (n + 1) / 2)
+
+
+def aggregate(global_params: Mapping[str, torch.Tensor], clients: Sequence[Mapping[str, torch.Tensor]],
+              trained: Sequence[Mapping[str, bool]]) -> Dict[str, torch.Tensor]:
+    """``average_weights``: per tensor the count mean over the clients whose copy got a gradient (``trained``), at
+    their leading block; running statistics the mean over all; ``num_batches_tracked`` the first client's."""
+    out = {}
+    for name, value in global_params.items():
+        if "num_batches_tracked" in name:
+            out[name] = clients[0][name].clone()
+            continue
+        if "running" in name:
+            out[name] = (sum(c[name].to(torch.float64) for c in clients) / len(clients)).to(value.dtype)
+            continue
+        values, masks = [], []
+        for client, flags in zip(clients, trained):
+            if flags.get(name, False):
+                local = client[name]
+                mask = leading_mask(value.shape, local.shape)
+                full = torch.zeros(value.shape, dtype=local.dtype)
+                full[mask] = local.reshape(-1)
+                values.append(full)
+                masks.append(mask)
+        out[name] = masked_mean(value, values, masks, None, name).to(value.dtype)
+    return out
+
+
+__all__ = ["ScaleFLOptions", "aggregate", "distillation_active", "exit_loss", "kl_elementwise_mean", "leading_mask", "level_groups",
+           "level_of", "parse_exits", "scaled_channels"]
