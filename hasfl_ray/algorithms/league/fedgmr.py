@@ -71,7 +71,8 @@ def kept_count(numel: int, fraction: float) -> int:
     return max(1, min(numel, math.ceil(fraction * numel - 1e-9)))
 
 
-def restore_mask(current: torch.Tensor, scores: torch.Tensor, fraction: float, name: str = "the parameter") -> torch.Tensor:
+def restore_mask(current: torch.Tensor, scores: torch.Tensor, fraction: float,
+                 name: str = "the parameter") -> torch.Tensor:
     """The mask at density ``fraction``: ``current`` plus the highest-scoring coordinates it lacks, up to
     ceil(fraction · numel) (ties broken by the lower flat index); never drops a coordinate (stand-in)."""
     check_mask(name, current, scores)

@@ -95,7 +95,8 @@ def _next_rows(next_tensor: torch.Tensor, neurons: int, spatial: int) -> torch.T
     return moved.reshape(neurons, -1)
 
 
-def neuron_change(weight: torch.Tensor, bias: torch.Tensor, next_weight: torch.Tensor, spatial: int = 1) -> torch.Tensor:
+def neuron_change(weight: torch.Tensor, bias: torch.Tensor, next_weight: torch.Tensor,
+                  spatial: int = 1) -> torch.Tensor:
     """Per neuron: the max of a per-weight quantity over its weights, its bias and its next-layer inputs."""
     neurons = weight.shape[0]
     own = weight.reshape(neurons, -1).amax(dim=1)
@@ -134,7 +135,8 @@ def advance(rnd: int, thresholds: List[float], stopped: List[bool], counter: int
     return thresholds, counter
 
 
-def invariant_votes(global_weight: torch.Tensor, client_weights: Sequence[torch.Tensor], threshold: float) -> torch.Tensor:
+def invariant_votes(global_weight: torch.Tensor, client_weights: Sequence[torch.Tensor],
+                    threshold: float) -> torch.Tensor:
     """Per weight, how many clients left it within |θ · w| of the global weight (``find_stable``'s count)."""
     base = global_weight.to(torch.float64)
     votes = torch.zeros(base.shape, dtype=torch.int64)

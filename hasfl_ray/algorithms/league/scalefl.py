@@ -158,5 +158,5 @@ def aggregate(global_params: Mapping[str, torch.Tensor], clients: Sequence[Mappi
     return out
 
 
-__all__ = ["ScaleFLOptions", "aggregate", "distillation_active", "exit_loss", "kl_elementwise_mean", "leading_mask", "level_groups",
-           "level_of", "parse_exits", "scaled_channels"]
+__all__ = ["ScaleFLOptions", "aggregate", "distillation_active", "exit_loss", "kl_elementwise_mean", "leading_mask",
+           "level_groups", "level_of", "parse_exits", "scaled_channels"]

@@ -1,5 +1,6 @@
 """FedGMR's stand-in rules (issue 44 item 2). The authors' code could not be read here: the stored copy of
-github.com/shenhao66666/FedGMR (commits 8206b83f22cf0bfba1880a348a0fe45a8c24f615, 60cef1c6af4b079bb886870ac85e9ec219702f2b)
+github.com/shenhao66666/FedGMR (commits 8206b83f22cf0bfba1880a348a0fe45a8c24f615,
+60cef1c6af4b079bb886870ac85e9ec219702f2b)
 holds a 16-character README and an unrelated MoE-LSTM project, and the paper (arXiv 2512.05372v1) was reachable as
 its abstract only. So these tests check the properties the abstract states ("progressively increases each client's
 sub-model density", "mask-aware aggregation") and the stand-ins' own definitions, against float64 dense references

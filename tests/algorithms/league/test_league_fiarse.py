@@ -217,3 +217,17 @@ def test_a_size_that_keeps_no_parameter_is_refused_in_one_sentence():
         fiarse.threshold(torch.rand(10), 0.05)
     with pytest.raises(ConfigError, match="model size is 1.5; expected a fraction"):
         fiarse.threshold(torch.rand(10), 1.5)
+
+
+def test_on_hasfl_rays_cnn_the_norms_are_left_whole_and_a_quarter_is_kept():
+    from hasfl_ray.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model("cifar10", 0.25)
+    params = dict(model.named_parameters())
+    names = fiarse.scored_names(model)
+    norms = {n for n, m in model.named_modules() if isinstance(m, nn.BatchNorm2d)}
+    assert names and not any(n.rsplit(".", 1)[0] in norms for n in names)
+    assert set(params) - set(names) == {f"{m}.{p}" for m in norms for p in ("weight", "bias")}
+    limits = fiarse.thresholds(params, names, 0.25)
+    assert fiarse.kept_fraction(params, limits) == pytest.approx(0.25, abs=1e-4)
