@@ -45,8 +45,8 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -207,6 +207,45 @@ def full_time_estimate(duration: float, p: float, margin: float = 1.15) -> float
     return duration / p * margin
 
 
+@dataclass
+class Stragglers:
+    """``aggregate_fit``'s straggler bookkeeping: the stragglers in insertion order with their (estimated full-model)
+    times, the sub-model size p, and whether the last round replaced a straggler (the next round skips the check)."""
+
+    times: Dict[str, float] = field(default_factory=dict)
+    p: float = 0.95
+    just_updated: bool = False
+
+
+def track_stragglers(rnd: int, durations: Sequence[Tuple[str, float]], state: Stragglers,
+                     margin: float = 1.15) -> Tuple[Stragglers, List[str]]:
+    """The end of ``aggregate_fit`` in round ``rnd``: (the new state, the stragglers dropped from it).
+
+    ``durations`` are the round's (client, seconds) in result order (the sort is stable, as ``list.sort``)."""
+    times, p, just_updated, removed = dict(state.times), state.p, state.just_updated, []
+    ranked = sorted(durations, key=lambda item: item[1])
+    if not times and rnd > 1:
+        slowest = ranked[-1]
+        times[slowest[0]] = slowest[1]
+        p = straggler_fraction(ranked[-2][1], slowest[1])
+    elif times and rnd > 1 and not just_updated:
+        slowest = ranked[-1]
+        if slowest[0] not in times:
+            for client, seconds in ranked:
+                if client in times:
+                    times[client] = full_time_estimate(seconds, p, margin)
+            first, first_time = next(iter(times.items()))
+            if slowest[1] > first_time:
+                times[slowest[0]] = slowest[1]
+                p = straggler_fraction(first_time, slowest[1])
+                just_updated = True
+                del times[first]
+                removed.append(first)
+    else:
+        just_updated = False
+    return Stragglers(times, p, just_updated), removed
+
+
 def held_mask(shape: Sequence[int], dropped_out: Sequence[int] = (), dropped_in: Sequence[int] = (),
               spatial_in: int = 1) -> torch.Tensor:
     """A straggler's held coordinates of a PyTorch-layout tensor (outputs on dim 0, inputs on dim 1): everything but
@@ -232,6 +271,6 @@ def draws(seed: int, rnd: int, client: int) -> random.Random:
     return random.Random(stream_seed(int(seed), STREAM_ALGORITHM, int(rnd), int(client)))
 
 
-__all__ = ["FLuIDOptions", "P_TABLE", "advance", "aggregate", "calibrate", "certain_drops", "choose_dropped",
+__all__ = ["FLuIDOptions", "P_TABLE", "Stragglers", "advance", "aggregate", "calibrate", "certain_drops", "choose_dropped",
            "draws", "dropped_count", "full_time_estimate", "held_mask", "invariant_neurons", "invariant_votes",
-           "neuron_change", "relative_change", "smallest_change", "straggler_fraction"]
+           "neuron_change", "relative_change", "smallest_change", "straggler_fraction", "track_stragglers"]

@@ -171,6 +171,82 @@ def test_straggler_p_is_aggregate_fits_table(ratio, p):
     assert fluid.straggler_fraction(ratio * 10.0, 10.0) == p
 
 
+class _Source:
+    """``aggregate_fit``'s straggler block, as the source writes it (results: [(cid, duration)])."""
+
+    def __init__(self):
+        self.straggler, self.p_val, self.JustUpdatedStrag = {}, 0.95, False
+
+    def _p(self, percentDiff):
+        if (percentDiff >= 0.90):
+            return 0.95
+        elif (percentDiff < 0.90 and percentDiff >= 0.80):
+            return 0.85
+        elif (percentDiff < 0.80 and percentDiff >= 0.70):
+            return 0.75
+        elif (percentDiff < 0.70 and percentDiff >= 0.60):
+            return 0.65
+        return 0.5
+
+    def step(self, rnd, results):
+        results = list(results)
+        if (len(self.straggler) == 0) and rnd > 1:
+            results.sort(key=lambda e: e[1])
+            self.straggler[results[len(results) - 1][0]] = results[len(results) - 1][1]
+            self.p_val = self._p(results[len(results) - 2][1] / results[len(results) - 1][1])
+        elif (len(self.straggler) != 0) and rnd > 1 and self.JustUpdatedStrag == False:  # noqa: E712
+            results.sort(key=lambda e: e[1])
+            slowest = results[len(results) - 1]
+            if (slowest[0] not in self.straggler):
+                for i in range(len(results)):
+                    if results[i][0] in self.straggler:
+                        self.straggler[results[i][0]] = (results[i][1] / self.p_val) * 1.15
+                stragglerList = list(self.straggler.items())
+                if (slowest[1] > stragglerList[0][1]):
+                    self.straggler[slowest[0]] = slowest[1]
+                    self.p_val = self._p(stragglerList[0][1] / slowest[1])
+                    self.JustUpdatedStrag = True
+                    self.straggler.pop(stragglerList[0][0])
+        else:
+            self.JustUpdatedStrag = False
+
+
+def test_stragglers_are_chosen_and_re_chosen_as_aggregate_fit_does():
+    rng = np.random.default_rng(4)
+    source, state = _Source(), fluid.Stragglers()
+    changes = 0
+    for rnd in range(1, 40):
+        durations = [(str(c), float(t)) for c, t in enumerate(rng.uniform(5, 10, size=5))]
+        if rnd % 7 == 0:
+            durations[rnd % 5] = (durations[rnd % 5][0], 30.0)  # a client turns slow
+        source.step(rnd, durations)
+        before = list(state.times)
+        state, removed = fluid.track_stragglers(rnd, durations, state)
+        changes += bool(removed)
+        assert state.times == source.straggler and list(state.times) == list(source.straggler)
+        assert state.p == source.p_val and state.just_updated == source.JustUpdatedStrag
+        assert removed == [c for c in before if c not in state.times]
+    assert changes >= 2
+
+
+def test_threshold_schedule_is_aggregate_fits_loop():
+    idxlist = [0, 2, 4]
+    change, stop, counter = {0: 0.1, 2: 0.2, 4: 0.3}, {0: False, 2: True, 4: False}, 0
+    mine, my_counter = [0.1, 0.2, 0.3], 0
+    for rnd in range(1, 30):
+        if rnd == 17:
+            stop[0] = True  # a layer stops growing midway (drop_dynamic's side effect)
+        if (rnd > 10):  # the source's lines
+            counter += 1
+            if (counter >= 2):
+                for idx in idxlist:
+                    if not stop[idx]:
+                        change[idx] += 0.2
+                        counter = 0
+        mine, my_counter = fluid.advance(rnd, mine, [stop[i] for i in idxlist], my_counter)
+        assert mine == [change[i] for i in idxlist] and my_counter == counter
+
+
 def test_threshold_schedule_adds_the_increment_every_second_round_after_round_ten():
     thresholds, counter, seen = [0.1, 0.2], 0, []
     for rnd in range(1, 17):
