@@ -11,6 +11,7 @@ import torch
 
 from hasfl_ray.algorithms import algorithm_class
 from hasfl_ray.clock import make_clock
+from hasfl_ray.config.inputs import unverified_inputs
 from hasfl_ray.data import load_plugin_dataset
 from hasfl_ray.data.base import BYTES_PER_CLIENT, check_client_memory, physical_memory
 from hasfl_ray.engine.checkpoint import (START_AGAIN, check_checkpoint, check_resume_config, checkpoint_path,
@@ -53,6 +54,7 @@ def prepare(engine: Any) -> None:
             raise ConfigError(f"checkpoint {checkpoint_path(engine.rundir.path)!r} holds {engine.checkpoint.round} "
                               f"completed rounds but rounds is {c.rounds}; expected at least "
                               f"{engine.checkpoint.round} rounds to continue it, {START_AGAIN}")
+    engine.inputs_unverified = unverified_inputs(c)  # what input_sha256 cannot vouch for: said once the log is open
     engine.backend.warm_up(c)  # Ray and its actors start while the data loads (docs/ray.md, 'Start-up')
     if c.control_variates_dir:  # made and marked before the algorithm (or a checkpoint's state) writes there;
         engine.claimed = claim_folder(c.control_variates_dir, CONTROL_VARIATES)  # undone if the start is refused
