@@ -108,6 +108,24 @@ class TraceAvailability(Availability):
         return begin + float(starts[k]) if k < len(starts) else (cycle + 1) * self.period + float(starts[0])
 
 
+    def longest_on(self) -> np.ndarray:
+        """Per client, its longest stretch on in seconds (an interval ending at the period joined with one starting
+        at 0; infinity for a client always on)."""
+        counts = np.diff(self.offsets)
+        longest = np.full(len(counts), INF)
+        has = counts > 0
+        if not has.any():
+            return longest
+        lengths = self.ends - self.starts
+        firsts, lasts = self.offsets[:-1][has], self.offsets[1:][has] - 1
+        best = np.maximum.reduceat(lengths, firsts)  # each client's intervals are one run of the arrays
+        wrap = (self.ends[lasts] == self.period) & (self.starts[firsts] == 0.0)
+        best = np.where(wrap, np.maximum(best, lengths[lasts] + lengths[firsts]), best)
+        best[wrap & (counts[has] == 1)] = INF  # on from 0 to the period: always
+        longest[has] = best
+        return longest
+
+
 class MarkovAvailability(Availability):
     """A two-state (on/off) continuous-time Markov chain per client: exponential on and off periods of means
     ``mean_on`` and ``mean_off`` seconds, started in its stationary state (on with probability

@@ -129,6 +129,25 @@ def build(engine: Any) -> None:
     engine.clock = make_clock(c, engine.model_name, engine.num_samples, engine.p_max, engine.dataset.client_names)
     if engine.clock is not None:  # allocation policies read devices and costs through it (docs/clock.md)
         engine.algorithm.algorithm.clock = engine.clock
+        if c.mode == "async":
+            check_deliverable(engine.clock, c.devices)
+
+
+def check_deliverable(clock: Any, devices: Any) -> None:
+    """Refuse an asynchronous run in which no update can ever arrive: every client's longest stretch on is no
+    longer than its latency alone, so each dispatch is lost and the loop would dispatch for ever (in rounds, each
+    round ends with every update dropped)."""
+    longest = getattr(clock.availability, "longest_on", None)
+    if longest is None:
+        return
+    spare = longest() - clock.profiles.latency
+    if len(spare) and not (spare > 0).any():
+        k = int(np.argmax(spare))
+        source = devices.get("trace") if isinstance(devices, dict) else devices
+        raise ConfigError(f"the trace {source!r} gives no client a stretch of availability longer than its latency "
+                          f"(client {k}: on for at most {longest()[k]:.3g} s, latency {clock.profiles.latency[k]:.3g} "
+                          "s), so in mode async no update would ever arrive and no server update happen; expected "
+                          "longer availability intervals, or mode sync")
 
 
 #: The kind of files SCAFFOLD keeps in ``control_variates_dir`` (hasfl_ray.files.FOLDER_KINDS).

@@ -100,3 +100,22 @@ def test_an_asynchronous_run_with_fractional_bounds_ends(tmp_path, text):
                                                   "--rounds", "6", "--out", str(tmp_path / "run")])
     assert result.exit_code == 0, (result.output, result.exception)
     assert (tmp_path / "run" / "summary.json").exists()
+
+
+def test_longest_on_joins_the_wrap_and_an_always_on_client_is_infinite():
+    avail = TraceAvailability(np.array([0, 2, 2, 3, 4]), np.array([0.0, 0.6, 0.0, 0.2]),
+                              np.array([0.4, 1.0, 1.0, 0.3]), 1.0)
+    assert np.allclose(avail.longest_on(), [0.8, np.inf, np.inf, 0.1])  # no intervals, or 0 to the period: always
+
+
+def test_an_asynchronous_run_no_update_can_reach_is_refused_in_one_sentence(tmp_path):
+    """``0-0.0004 0.0006-0.001`` with a latency of 0.01 s: on for 0.8 ms at most, every dispatch is lost; the loop
+    would dispatch for ever (simulated time moving, no server update). Refused before anything is written."""
+    with deadline(60):
+        result = CliRunner().invoke(main, TINY + ["--mode", "async", "--devices", trace(tmp_path, BOUNDS[3]),
+                                                  "--rounds", "6", "--out", str(tmp_path / "run")])
+    message = result.output.strip()
+    assert result.exit_code == 2 and len(message.splitlines()) == 1, (message, result.exception)
+    assert "gives no client a stretch of availability longer than its latency (client 0: on for at most 0.0008 s, " \
+           "latency 0.01 s)" in message and "mode sync" in message, message
+    assert not (tmp_path / "run").exists()
