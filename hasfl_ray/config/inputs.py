@@ -267,3 +267,23 @@ def input_name(name: str, stored: Any) -> str:
         by_path = location.endswith(".py") or os.sep in location or "/" in location
         return f"{name} {'file' if by_path else 'module'} {location!r}"
     return f"{name} file {source!r}"
+
+
+def changed_inputs(old: Any, new: Any) -> List[str]:
+    """The ``input_sha256`` keys whose hash differs between a stored run's ``old`` and the current ``new``, in sorted
+    order. A key the stored run lacks is a change unless that run predates its kind of hash: a plug-in's own key
+    where the run hashed nothing of that plug-in (a MODULE:Class run of before), a module or data key where the
+    plug-in's own source is unchanged (the same file imports the same modules and lists the same files)."""
+    old, new = dict(old or {}), dict(new or {})
+    changed = []
+    for name in sorted(set(old) | set(new)):
+        if old.get(name) == new.get(name):
+            continue
+        if name not in old:
+            kind = name.partition(" ")[0]
+            if name == kind and not any(k.partition(" ")[0] == kind for k in old) and kind != "devices":
+                continue
+            if name != kind and kind in old and old.get(kind) == new.get(kind):
+                continue
+        changed.append(name)
+    return changed

@@ -160,3 +160,18 @@ def test_a_folder_listed_is_known_by_every_file_under_it(tmp_path):
     assert folder_sha256(str(data)) != before
     os.remove(data / "sub" / "b.csv")
     assert folder_sha256(str(data)) not in (before,)
+
+
+def test_a_run_that_predates_a_kind_of_hash_is_not_refused_for_it_but_any_change_is():
+    from hasfl_ray.config.inputs import changed_inputs
+
+    a, b, c = "a" * 64, "b" * 64, "c" * 64
+    now = {"algorithm": a, "algorithm imports wmod": b, "dataset": a, "dataset data x.csv": c}
+    # written before modules, data files and MODULE:Class plug-ins were hashed: their keys absent, nothing changed
+    assert changed_inputs({"algorithm": a, "dataset": a}, now) == []
+    assert changed_inputs({}, {"algorithm": a}) == []  # a MODULE:Class run of before (input_sha256: null)
+    # its own file changed: reported, and the modules it imports now with it
+    assert changed_inputs({"algorithm": c, "dataset": a}, now) == ["algorithm", "algorithm imports wmod"]
+    assert changed_inputs({**now, "algorithm imports wmod": c}, now) == ["algorithm imports wmod"]
+    assert changed_inputs(now, {"algorithm": a, "dataset": a}) == ["algorithm imports wmod", "dataset data x.csv"]
+    assert changed_inputs({}, {"devices": a}) == ["devices"]
