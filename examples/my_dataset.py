@@ -23,6 +23,10 @@ class MyDataset(Dataset):
     # protocol defaults for the config fields left unset
     defaults = dict(rounds=20, local_epochs=1, lr=0.05, clip_norm=10.0, batch_size=16)
 
+    def data_files(self, config):
+        # the files load() reads: hashed into config.yaml, so --resume and a sweep's reuse notice an edit
+        return [config.data_dir or CSV]
+
     def load(self, config):
         path = config.data_dir or CSV
         try:

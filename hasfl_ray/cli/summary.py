@@ -86,6 +86,8 @@ def readable_summary(summary: Mapping[str, Any], run_dir: str, algorithm: str, d
         rows.append(("simulated time", clock))
     if summary.get("coverage_warning"):
         rows.append(("warning", str(summary["coverage_warning"])))
+    if summary.get("inputs_unverified"):
+        rows.append(("inputs", str(summary["inputs_unverified"])))
     rows += [("params_sha256", str(summary.get("params_sha256"))), ("run directory", run_dir)]
     wall = summary.get("wall_s")
     done = f"{summary.get('rounds')} rounds" if summary.get("mode") != "async" else \

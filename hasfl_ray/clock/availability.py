@@ -28,6 +28,17 @@ def never() -> bool:
     return False
 
 
+def wait_until(now: float, time: float) -> float:
+    """The wait from ``now`` to ``time`` as the clock adds it (``now + wait``): ``time - now``, one ulp longer where
+    that sum would round to just before ``time`` (a client that ``next_on`` says is on at ``time`` is on then)."""
+    wait = time - now
+    for _ in range(4):  # a rounded difference is off by at most an ulp or two
+        if now + wait >= time:
+            break
+        wait = math.nextafter(wait, INF)
+    return wait
+
+
 class Availability:
     """Always available (the default without availability intervals or a Markov model)."""
 
@@ -58,29 +69,61 @@ class TraceAvailability(Availability):
         low, high = self.offsets[client], self.offsets[client + 1]
         return self.starts[low:high], self.ends[low:high]
 
+    def _cycle(self, time: float) -> Tuple[int, float]:
+        """(the cycle ``time`` falls in, the time that cycle begins): the one place the phase is computed. An
+        interval's bounds are the times ``begin + start`` and ``begin + end``, and both :meth:`window` and
+        :meth:`next_on` compare ``time`` with those sums, never ``time - begin`` with the bounds: the two differ in
+        the last bit for fractional bounds (1.9 - 1.0 is 0.8999999999999999), and then the time ``next_on`` gives
+        would not be on by ``window``'s reckoning, nor a window's end after the time it is asked at (the clock
+        waited for ever)."""
+        cycle = math.floor(time / self.period)
+        if time < cycle * self.period:  # the quotient rounded up to the next cycle
+            cycle -= 1
+        elif time >= (cycle + 1) * self.period:  # or down to the one before
+            cycle += 1
+        return cycle, cycle * self.period
+
     def window(self, client: int, time: float) -> Tuple[bool, float]:
         starts, ends = self._spans(client)
         if not len(starts):
             return True, INF
-        cycle = math.floor(time / self.period)
-        within = time - cycle * self.period
-        k = int(np.searchsorted(ends, within, side="right"))  # the first interval ending after `within`
-        if k == len(starts) or starts[k] > within:
+        _, begin = self._cycle(time)
+        k = int(np.searchsorted(begin + ends, time, side="right"))  # the first interval ending after `time`
+        if k == len(starts) or begin + float(starts[k]) > time:
             return False, time
-        until = cycle * self.period + float(ends[k])
+        until = begin + float(ends[k])  # > time: on is never "until now"
         if ends[k] == self.period and starts[0] == 0.0:  # on across the wrap: into the next cycle's first interval
             until += float(ends[0]) if len(starts) > 1 or ends[0] < self.period else INF
         return True, until
 
     def next_on(self, client: int, time: float) -> float:
+        """The first start after ``time`` where ``client`` is off then: always later than ``time``, so a wait for it
+        moves on."""
         available, _ = self.window(client, time)
         if available:
             return time
-        starts, ends = self._spans(client)
-        cycle = math.floor(time / self.period)
-        within = time - cycle * self.period
-        k = int(np.searchsorted(starts, within, side="right"))
-        return cycle * self.period + float(starts[k]) if k < len(starts) else (cycle + 1) * self.period + float(starts[0])
+        starts, _ = self._spans(client)
+        cycle, begin = self._cycle(time)
+        k = int(np.searchsorted(begin + starts, time, side="right"))
+        return begin + float(starts[k]) if k < len(starts) else (cycle + 1) * self.period + float(starts[0])
+
+
+    def longest_on(self) -> np.ndarray:
+        """Per client, its longest stretch on in seconds (an interval ending at the period joined with one starting
+        at 0; infinity for a client always on)."""
+        counts = np.diff(self.offsets)
+        longest = np.full(len(counts), INF)
+        has = counts > 0
+        if not has.any():
+            return longest
+        lengths = self.ends - self.starts
+        firsts, lasts = self.offsets[:-1][has], self.offsets[1:][has] - 1
+        best = np.maximum.reduceat(lengths, firsts)  # each client's intervals are one run of the arrays
+        wrap = (self.ends[lasts] == self.period) & (self.starts[firsts] == 0.0)
+        best = np.where(wrap, np.maximum(best, lengths[lasts] + lengths[firsts]), best)
+        best[wrap & (counts[has] == 1)] = INF  # on from 0 to the period: always
+        longest[has] = best
+        return longest
 
 
 class MarkovAvailability(Availability):

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from hasfl_ray.clock.availability import STOP_CHECK_EVERY, Availability, never
+from hasfl_ray.clock.availability import STOP_CHECK_EVERY, Availability, never, wait_until
 from hasfl_ray.clock.cost import ClientCost, WidthCosts, base_cost, seconds, steps_within
 from hasfl_ray.clock.profiles import DeviceProfiles
 from hasfl_ray.errors import RoundInterrupted
@@ -183,7 +183,8 @@ class Clock:
             available = [c for c in self._every_client() if self.availability.window(c, self.now + idle)[0]]
             if available:
                 return Invitation(available[:wanted], self.num_clients - len(available), idle)
-            idle = min(self.availability.next_on(c, self.now + idle) for c in self._every_client()) - self.now
+            wake = min(self.availability.next_on(c, self.now + idle) for c in self._every_client())
+            idle = wait_until(self.now, wake)
 
     def _every_client(self):
         """0, 1, ..., N - 1, asking :attr:`should_stop` every :data:`STOP_CHECK_EVERY` clients (a scan of ten

@@ -341,14 +341,12 @@ class Dataset(ABC):
             :class:`~hasfl_ray.models.ImageCNN` / :class:`~hasfl_ray.models.CharLSTM`. Every hidden width slices.
         defaults: protocol defaults for the config fields left unset: ``rounds``, ``local_epochs``, ``lr``,
             ``clip_norm``, ``batch_size``.
-        label_partitions: True when :meth:`load` splits labelled samples by ``config.partition`` (dirichlet, iid,
-            classes:K, shards:S: :func:`hasfl_ray.data.partition.partition_labels`), as the image sets do; False
-            (the default: Shakespeare's roles, Synthetic's generated clients) refuses any partition but the
-            default in one sentence.
+        label_partitions: True when :meth:`load` splits labelled samples by ``config.partition``
+            (:func:`hasfl_ray.data.partition.partition_labels`), as the image sets do; False (the default:
+            Shakespeare's roles, Synthetic's clients) refuses any partition but the default in one sentence.
 
-    The ground truth of heterogeneity (``tv_distance`` in clients.csv, ``hasfl-ray data inspect``) is the TV
-    distance of each client's label histogram to the global one: :meth:`FederatedDataset.label_histograms` of what
-    :meth:`load` returns (a :class:`TensorFederatedDataset` computes it from its labels).
+    The ground truth of heterogeneity (``tv_distance`` in clients.csv, ``data inspect``) is the TV distance of each
+    client's label histogram to the global one: :meth:`FederatedDataset.label_histograms` of :meth:`load`'s result.
     """
 
     name: ClassVar[str] = "base"
@@ -356,6 +354,11 @@ class Dataset(ABC):
     model_config: ClassVar[Optional[Dict[str, Any]]] = None
     defaults: ClassVar[Dict[str, Any]] = {}
     label_partitions: ClassVar[bool] = False
+
+    def data_files(self, config: Any) -> Optional[List[str]]:
+        """The files (folders: every file under them) :meth:`load` reads for ``config``, hashed into ``input_sha256``
+        (docs/plugins.md); None (the default) where it cannot list them, which the run says in one sentence."""
+        return None
 
     @abstractmethod
     def load(self, config: Any) -> FederatedDataset:

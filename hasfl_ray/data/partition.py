@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -119,35 +120,97 @@ def _sorted_parts(parts: Sequence[np.ndarray]) -> List[np.ndarray]:
     return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
 
 
+#: The most times :func:`balanced_dirichlet_partition` redraws one sample's class before it refuses the partition:
+#: FIARSE's rule redraws until the class has samples left, which at a small alpha can take for ever.
+MAX_REDRAWS = 100_000_000
+
+
 def balanced_dirichlet_partition(labels: np.ndarray, num_clients: int, alpha: float,
                                  rng: np.random.Generator) -> List[np.ndarray]:
     """FIARSE's balanced Dirichlet (HarliWu/FIARSE ``data/data_utils.py::BalancedDirichlet``; ``balanced-dirichlet``):
     every client draws its label proportions from Dirichlet(``alpha``) over the C classes (client by client) and
     holds exactly m = floor(N / clients) samples. Sample by sample, a uniformly drawn client that is not yet full
     takes the next unused sample (in index order) of a class drawn from its proportions, the class redrawn while it
-    is used up; the N mod clients samples left over are held by no one. Every draw comes from ``rng``."""
+    is used up; the N mod clients samples left over are held by no one. Every draw comes from ``rng``, exactly as the
+    source draws them wherever the source ends.
+
+    The source's redraw has no bound: once a client's likely classes are used up it loops for ever (at alpha 0.1
+    over 20 clients of the digits, or whenever its proportions put no mass at all on the classes left). Here a
+    client whose proportions can draw none of the classes left, or a sample whose class took more than
+    :data:`MAX_REDRAWS` redraws, is refused in one sentence (ConfigError) naming alpha, the clients and the bound."""
     labels = np.asarray(labels)
     classes = np.unique(labels)
     proportions = np.stack([rng.dirichlet(np.repeat(alpha, len(classes))) for _ in range(num_clients)])
     cdf = np.cumsum(proportions, axis=1)
+    rows = cdf.tolist()  # bisect on each row: the first class whose cumulative share reaches u (numpy's argmax)
+    # the chance that a draw lands on each class: its step of the cdf, and class 0 also past the last entry
+    # (argmax of all-False is 0 where rounding left the cdf's end below u)
+    chance = np.diff(cdf, axis=1, prepend=0.0)
+    chance[:, 0] += np.maximum(0.0, 1.0 - cdf[:, -1])
     per_client = len(labels) // num_clients
     by_class = [np.flatnonzero(labels == c) for c in classes]
     used = [0] * len(classes)
+    left = np.array([len(b) > 0 for b in by_class])
+    mass = chance[:, left].sum(axis=1)  # per client, the chance that one draw lands on a class with samples left
     parts: List[List[int]] = [[] for _ in range(num_clients)]
-    total = 0
+    total, last = 0, len(classes) - 1
     while total < per_client * num_clients:
         client = int(rng.integers(num_clients))
         if len(parts[client]) >= per_client:
             continue
         total += 1
-        while True:
-            label = int(np.argmax(rng.uniform() <= cdf[client]))
-            if used[label] >= len(by_class[label]):
-                continue
-            parts[client].append(int(by_class[label][used[label]]))
-            used[label] += 1
-            break
+        if mass[client] <= 0.0:
+            raise _unbounded_draw(alpha, num_clients, client, 0.0)
+        label = _draw_class(rng, rows[client], cdf[client], used, by_class, left)
+        if label < 0:
+            raise _unbounded_draw(alpha, num_clients, client, float(mass[client]))
+        parts[client].append(int(by_class[label][used[label]]))
+        used[label] += 1
+        if used[label] == len(by_class[label]):  # the class is used up: no draw of it counts any more
+            left[label] = False
+            mass = chance[:, left].sum(axis=1)
     return _sorted_parts(parts)
+
+
+#: Redraws of a sample's class made one at a time before :func:`_draw_class` draws them in blocks.
+ONE_BY_ONE = 64
+
+
+def _draw_class(rng: np.random.Generator, row: List[float], cdf: np.ndarray, used: List[int],
+                by_class: Sequence[np.ndarray], left: np.ndarray) -> int:
+    """The class FIARSE's loop settles on for one sample (``u = rng.uniform()``, the first class whose cumulative
+    share reaches u, redrawn while that class is used up), leaving ``rng`` exactly where that loop leaves it; -1
+    past :data:`MAX_REDRAWS` redraws. Past the first few, the uniforms are drawn in blocks (``rng.random(n)`` gives
+    the doubles n calls of ``rng.uniform()`` give), and the generator is then set back and moved by exactly the
+    draws the loop would have made: a class with 1e-8 of the chance takes 10^8 redraws, seconds rather than hours."""
+    last = len(row) - 1
+    for _ in range(ONE_BY_ONE):
+        label = bisect.bisect_left(row, rng.uniform())
+        label = 0 if label > last else label
+        if used[label] < len(by_class[label]):
+            return label
+    drawn, block = ONE_BY_ONE, 4096
+    while drawn < MAX_REDRAWS:
+        block = min(block, MAX_REDRAWS - drawn)
+        state = rng.bit_generator.state
+        labels = np.searchsorted(cdf, rng.random(block), side="left")
+        labels[labels > last] = 0
+        hits = np.flatnonzero(left[labels])
+        if len(hits):
+            rng.bit_generator.state = state
+            rng.random(int(hits[0]) + 1)  # the draws up to the first class with samples left, none after it
+            return int(labels[hits[0]])
+        drawn, block = drawn + block, min(2 * block, 1 << 20)
+    return -1
+
+
+def _unbounded_draw(alpha: float, num_clients: int, client: int, mass: float) -> ConfigError:
+    share = "none of their mass" if mass == 0.0 else f"only {mass:.2g} of their mass"
+    return ConfigError(f"partition 'balanced-dirichlet' with alpha {alpha:g} over {num_clients} clients cannot be "
+                       f"drawn: client {client}'s label proportions put {share} on the classes that still have "
+                       f"samples, and FIARSE's rule redraws a sample's class until it has one (bound: "
+                       f"{MAX_REDRAWS:,} redraws a sample); expected a larger --alpha or fewer --clients (or "
+                       "--partition dirichlet)")
 
 
 def iid_partition(num_samples: int, num_clients: int, rng: np.random.Generator) -> List[np.ndarray]:

@@ -15,6 +15,7 @@ import yaml
 
 from hasfl_ray.config import (EXECUTION_FIELDS, DuplicateKeyError, RunConfig, migrate_config, option_fields,
                               strict_yaml_load)
+from hasfl_ray.config.inputs import changed_inputs, input_name
 from hasfl_ray.engine.rundir import METRIC_KEYS
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.files import atomic_write
@@ -354,13 +355,9 @@ def config_differences(stored: Mapping[str, Any], config: RunConfig) -> List[str
                and stored.get(name, defaults[name]) != value]
     if "input_sha256" in stored:  # a run written before inputs were hashed is not checked on them
         old, new = stored.get("input_sha256") or {}, current.get("input_sha256") or {}
-        for name in sorted(set(old) | set(new)):
-            if old.get(name) != new.get(name):
-                source = stored.get(name)  # the trace's path, or the plug-in's FILE.py
-                source = source.get("trace") if isinstance(source, Mapping) else \
-                    source.rpartition(":")[0] if isinstance(source, str) and ":" in source else source
-                changes.append(f"{name} file {source!r} changed since the run began (sha256 "
-                               f"{str(old.get(name))[:12]} -> {str(new.get(name))[:12]})")
+        for name in changed_inputs(old, new):
+            changes.append(f"{input_name(name, stored)} changed since the run began (sha256 "
+                           f"{str(old.get(name))[:12]} -> {str(new.get(name))[:12]})")
     if stored.get("algorithm", defaults["algorithm"]) == config.algorithm:
         option_defaults = option_fields(config.algorithm)
         old = stored.get("algorithm_options") or {}

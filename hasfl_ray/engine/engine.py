@@ -81,6 +81,7 @@ class Engine:
         self.events: Optional[RunEvents] = None  # RUN/events/ while run() runs, when tensorboard imports
         self.stop_signals = StopSignals()  # replaced by the active one while run() runs
         self.claimed: Any = None  # control_variates_dir as prepare made and marked it (hasfl_ray.files.FolderClaim)
+        self.inputs_unverified: Any = None  # the sentence of inputs known by their path only (config/inputs.py)
         self.asynchronous: Any = None  # the event loop of an asynchronous run (mode async, docs/async.md)
 
     def prepare(self) -> None:
@@ -120,6 +121,8 @@ class Engine:
                 self.rundir.clear()
             made_log = bool(self.rundir) and not os.path.lexists(self.rundir.file("log.txt"))
             log = open_log(self.rundir)
+            if self.inputs_unverified:  # inputs known by their path only: on the terminal and in RUN/log.txt
+                logger.warning("%s", self.inputs_unverified)
             with StopSignals() as self.stop_signals:
                 self.backend.should_stop = self.stop_signals.requested
                 if self.clock is not None:  # its scan for an available client stops on the first signal too

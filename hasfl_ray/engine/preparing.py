@@ -11,6 +11,7 @@ import torch
 
 from hasfl_ray.algorithms import algorithm_class
 from hasfl_ray.clock import make_clock
+from hasfl_ray.config.inputs import unverified_inputs
 from hasfl_ray.data import load_plugin_dataset
 from hasfl_ray.data.memory import BYTES_PER_CLIENT, check_client_memory, physical_memory
 from hasfl_ray.engine.checkpoint import (START_AGAIN, check_checkpoint, check_resume_config, checkpoint_path,
@@ -68,6 +69,7 @@ def prepare(engine: Any) -> None:
             raise ConfigError(f"checkpoint {checkpoint_path(engine.rundir.path)!r} holds "
                               f"{progress_phrase(engine.checkpoint.round, c.mode)} but rounds is {c.rounds}; expected "
                               f"at least {engine.checkpoint.round} rounds to continue it, {START_AGAIN}")
+    engine.inputs_unverified = unverified_inputs(c)  # what input_sha256 cannot vouch for: said once the log is open
     engine.backend.warm_up(c)  # Ray and its actors start while the data loads (docs/ray.md, 'Start-up')
     if c.control_variates_dir:  # made and marked before the algorithm (or a checkpoint's state) writes there;
         engine.claimed = claim_folder(c.control_variates_dir, CONTROL_VARIATES)  # undone if the start is refused
@@ -141,6 +143,25 @@ def build(engine: Any) -> None:
     engine.clock = make_clock(c, engine.model_name, engine.num_samples, engine.p_max, engine.dataset.client_names)
     if engine.clock is not None:  # allocation policies read devices and costs through it (docs/clock.md)
         engine.algorithm.algorithm.clock = engine.clock
+        if c.mode == "async":
+            check_deliverable(engine.clock, c.devices)
+
+
+def check_deliverable(clock: Any, devices: Any) -> None:
+    """Refuse an asynchronous run in which no update can ever arrive: every client's longest stretch on is no
+    longer than its latency alone, so each dispatch is lost and the loop would dispatch for ever (in rounds, each
+    round ends with every update dropped)."""
+    longest = getattr(clock.availability, "longest_on", None)
+    if longest is None:
+        return
+    spare = longest() - clock.profiles.latency
+    if len(spare) and not (spare > 0).any():
+        k = int(np.argmax(spare))
+        source = devices.get("trace") if isinstance(devices, dict) else devices
+        raise ConfigError(f"the trace {source!r} gives no client a stretch of availability longer than its latency "
+                          f"(client {k}: on for at most {longest()[k]:.3g} s, latency {clock.profiles.latency[k]:.3g} "
+                          "s), so in mode async no update would ever arrive and no server update happen; expected "
+                          "longer availability intervals, or mode sync")
 
 
 def check_same_mode(engine: Any) -> None:

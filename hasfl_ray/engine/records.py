@@ -154,6 +154,8 @@ def finish(engine: Any, wall_s: float) -> Dict[str, Any]:
     warning = coverage_warning(engine.history, engine.config.warmup)
     if warning is not None:
         summary["coverage_warning"] = warning
+    if getattr(engine, "inputs_unverified", None):  # inputs known by their path only (config/inputs.py)
+        summary["inputs_unverified"] = engine.inputs_unverified
     if engine.config.eval_samples is not None:  # the test samples each round evaluated (a seeded subset)
         summary["eval_samples"] = min(engine.config.eval_samples, engine.dataset.test_size)
     summary.update(engine.evaluation_summary())
