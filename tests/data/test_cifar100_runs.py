@@ -177,3 +177,13 @@ def test_preresnet18_on_the_shared_sample(shared_data, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["rounds"] == 1 and 0 <= summary["final_accuracy"] <= 1
     assert 0 <= summary["local_accuracy"]["mean"] <= 1  # every client scored on the test samples of its own labels
+
+
+def test_a_fifo_or_a_file_where_the_data_go_is_refused(tmp_path, root):
+    fifo = root / "cifar-100-python" / "train"
+    fifo.unlink()
+    os.mkfifo(fifo)  # refused before it is opened, not read (which would block) nor reported missing
+    one_sentence(invoke("data", "inspect", "--dataset", "cifar100", "--data-dir", root), "train", "is a FIFO")
+    (tmp_path / "afile.txt").write_text("x")
+    one_sentence(invoke("data", "inspect", "--dataset", "cifar100", "--data-dir", tmp_path / "afile.txt"),
+                 "afile.txt", "is a file", "cifar100")
