@@ -215,7 +215,7 @@ def check_partition_applies(dataset: Any, name: str, spec: str) -> None:
     if spec != "dirichlet" and not getattr(dataset, "label_partitions", False):
         raise ConfigError(f"partition is {spec!r} but dataset {name!r} has its own clients (no label partition "
                           "applies to it); expected the default, dirichlet, or an image dataset (digits, emnist, "
-                          "cifar10)")
+                          "cifar10, cifar100)")
 
 
 def shares_text(ladder: WidthLadder) -> str:

@@ -13,7 +13,8 @@ from hasfl_ray.ops import aggregate as ops
 from hasfl_ray.bench.aggregate import MODELS, CaseResult, check_case_memory, run_case
 from hasfl_ray.cli.common import user_errors
 
-MODEL_LABELS = {"emnist": "EMNIST CNN", "cifar10": "CIFAR-10 CNN", "shakespeare": "Shakespeare LSTM"}
+MODEL_LABELS = {"emnist": "EMNIST CNN", "cifar10": "CIFAR-10 CNN", "cifar100": "CIFAR-100 CNN",
+                "shakespeare": "Shakespeare LSTM"}
 
 
 def _int_list(ctx, param, value: str) -> List[int]:

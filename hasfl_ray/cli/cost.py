@@ -16,11 +16,11 @@ from hasfl_ray.federation import normalise_ladder
 from hasfl_ray.models import cost_table, resnet_cost_table
 from hasfl_ray.registry import is_spec
 
-COST_MODELS = ("cifar10", "emnist", "shakespeare", "digits", "synthetic")
+COST_MODELS = ("cifar10", "cifar100", "emnist", "shakespeare", "digits", "synthetic")
 #: The ResNets (docs/models.md), costed on a built-in image dataset's inputs and classes; preresnet18-1112 is
 #: HeteroFL's published (1, 1, 1, 2) network.
 RESNET_MODELS = ("preresnet18", "resnet18", "preresnet18-1112")
-IMAGE_DATASETS = ("cifar10", "emnist", "digits")
+IMAGE_DATASETS = ("cifar10", "cifar100", "emnist", "digits")
 #: The widths a plug-in model is costed at without --widths: the paper's four (Table 2).
 PLUGIN_WIDTHS = (0.25, 0.5, 0.75, 1.0)
 
@@ -60,12 +60,12 @@ def plugin_cost_table(spec: str, dataset: str, data_dir: Optional[str] = None,
 
 @click.command()
 @click.option("--model", "model_name", metavar="MODEL|FILE.py:Class|MODULE:Class", required=True,
-              help="Which model's cost table to print: a dataset's own model (cifar10, emnist, shakespeare, digits, "
-                   "synthetic), preresnet18 / resnet18 / preresnet18-1112 (HeteroFL's published network), or a "
+              help="Which model's cost table to print: a dataset's own model (cifar10, cifar100, emnist, shakespeare, "
+                   "digits, synthetic), preresnet18 / resnet18 / preresnet18-1112 (HeteroFL's published network), or a "
                    "plug-in model, any nn.Module taking a width argument, as simulate's --model takes it "
                    "(docs/plugins.md#models).")
 @click.option("--dataset", type=click.Choice(DATASETS), default="cifar10", show_default=True,
-              help="The ResNets: the image dataset (cifar10, emnist, digits) whose input shape and classes "
+              help="The ResNets: the image dataset (cifar10, cifar100, emnist, digits) whose input shape and classes "
                    "they are costed on; a plug-in model: the built-in dataset it is built for, loaded as simulate "
                    "loads it (--data-dir).")
 @click.option("--data-dir", type=click.Path(),

@@ -78,8 +78,8 @@ def data() -> None:
 @click.option("--dataset", "dataset_name", default="digits", show_default=True, metavar="NAME|FILE.py:Class",
               help=f"Which dataset: {', '.join(DATASETS)}, or a plug-in FILE.py:Class / MODULE:Class "
                    "(docs/plugins.md#datasets), loaded as simulate loads it.")
-@click.option("--data-dir", type=click.Path(), help="A torchvision root (emnist, cifar10); LEAF JSON, a folder of "
-              "per-play texts or one play text (shakespeare). Default: ./data.")
+@click.option("--data-dir", type=click.Path(), help="A torchvision root (emnist, cifar10, cifar100); LEAF JSON, a "
+              "folder of per-play texts or one play text (shakespeare). Default: ./data.")
 @click.option("--download", is_flag=True, help="Download the dataset if it is missing (never otherwise).")
 @click.option("--clients", type=click.IntRange(min=1), default=20, show_default=True, help="Number of clients N.")
 @click.option("--alpha", type=click.FloatRange(min=0, min_open=True), default=0.3, show_default=True,

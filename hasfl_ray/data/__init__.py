@@ -13,6 +13,7 @@ from hasfl_ray.registry import call_plugin, lookup, register_dataset, registered
 from hasfl_ray.data import digits  # noqa: F401,E402
 from hasfl_ray.data import emnist  # noqa: F401,E402
 from hasfl_ray.data import cifar10  # noqa: F401,E402
+from hasfl_ray.data import cifar100  # noqa: F401,E402
 from hasfl_ray.data import shakespeare  # noqa: F401,E402
 from hasfl_ray.data import synthetic  # noqa: F401,E402
 
@@ -26,8 +27,8 @@ def load_dataset(name: str, num_clients: int, alpha: float, seed: int, data_dir:
     """The federated dataset ``name`` (a registered name or a ``FILE.py:Class`` / ``MODULE:Class`` plug-in)
     partitioned over ``num_clients`` for run seed ``seed``.
 
-    Image sets (emnist, cifar10) read a torchvision root at ``data_dir`` and are split by
-    Dirichlet(``alpha``) label skew drawn from ``seed`` (or the ``partition`` scheme: iid, classes:K, shards:S; it
+    Image sets (emnist, cifar10, cifar100) read a torchvision root at ``data_dir`` and are split by
+    Dirichlet(``alpha``) label skew drawn from ``seed`` (or the ``partition`` scheme: iid, classes:K, shards:S, ...; it
     applies to digits too, and to no other built-in: one sentence); shakespeare reads LEAF JSON or play text at
     ``data_dir`` and keeps its natural one-client-per-role partition (``alpha`` and ``seed`` unused);
     digits is embedded; synthetic is FedProx's Synthetic(``synthetic_alpha``, ``synthetic_beta``), generated

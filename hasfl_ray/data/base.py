@@ -46,7 +46,7 @@ class FederatedDataset(ABC):
     0..client_size(i)-1. Loaders may materialise samples lazily (text windows, synthetic data).
 
     Attributes:
-        name: dataset key (``digits``, ``emnist``, ``cifar10``, ``shakespeare``, ``synthetic``).
+        name: dataset key (``digits``, ``emnist``, ``cifar10``, ``cifar100``, ``shakespeare``, ``synthetic``).
         model: key of the model it trains in :data:`hasfl_ray.models.MODEL_CONFIGS`.
         num_classes: number of labels.
         client_names: display name per client (a role for Shakespeare).
@@ -334,8 +334,8 @@ class Dataset(ABC):
     model it trains and its protocol defaults. Built-ins register with ``@register_dataset("name")``.
 
     Attributes:
-        model: the model to train: a built-in model (``digits``, ``emnist``, ``cifar10``, ``shakespeare``,
-            ``synthetic``) or a new name described by :attr:`model_config`.
+        model: the model to train: a built-in model (``digits``, ``emnist``, ``cifar10``, ``cifar100``,
+            ``shakespeare``, ``synthetic``) or a new name described by :attr:`model_config`.
         model_config: the architecture of a new model: ``dict(kind="mlp", in_features=.., num_classes=..,
             hidden=(..,))`` or ``kind="cnn"`` / ``"lstm"`` with the arguments of
             :class:`~hasfl_ray.models.ImageCNN` / :class:`~hasfl_ray.models.CharLSTM`. Every hidden width slices.

@@ -65,45 +65,53 @@ class BatchUnpickler(pickle.Unpickler):
         return resolver()
 
 
-def read_batch(path: Path) -> Tuple[np.ndarray, np.ndarray]:
-    """Images (N, 3, 32, 32) uint8 and labels (N,) int64 of one pickled CIFAR-10 batch.
+def read_batch(path: Path, labels_key: str = "labels", num_classes: int = NUM_CLASSES,
+               what: str = "CIFAR-10 batch") -> Tuple[np.ndarray, np.ndarray]:
+    """Images (N, 3, 32, 32) uint8 and labels (N,) int64 of one pickled CIFAR-10 batch (or, with ``labels_key``
+    ``fine_labels``, 100 classes and ``what`` "CIFAR-100 file", of CIFAR-100's ``train`` or ``test``: the same
+    format, :mod:`hasfl_ray.data.cifar100`).
 
     Accepts the official batches (Python 2 pickles, numpy 1) and re-pickled ones (Python 3, numpy 2),
-    with no MD5 check. Raises DataError naming the file when it is corrupt, truncated, not a CIFAR-10
-    batch, or references anything a batch never needs (such a file is not executed).
+    with no MD5 check. Raises DataError naming the file when it is corrupt, truncated, not a ``what``,
+    or references anything a batch never needs (such a file is not executed).
     """
     hint = "replace it with an intact copy (delete it and pass --download) or pass --data-dir pointing at one"
-    payload = read_regular(str(path), "CIFAR-10 batch")  # a FIFO or a device: refused, never read
+    payload = read_regular(str(path), what)  # a FIFO or a device: refused, never read
     try:
         batch = BatchUnpickler(io.BytesIO(payload), encoding="latin1").load()
     except RefusedGlobal as error:
-        raise DataError(f"{path} was refused unexecuted: it asks to load {error.qualified_name}, which a CIFAR-10 "
-                        f"batch never needs, so it may be malicious; {hint}") from error
+        raise DataError(f"{path} was refused unexecuted: it asks to load {error.qualified_name}, which a {what} "
+                        f"never needs, so it may be malicious; {hint}") from error
     except Exception as error:  # a damaged pickle can fail in any of a dozen ways; all mean the same thing
         raise DataError(f"{path} is corrupt or truncated ({type(error).__name__}: {short_reason(error)}); {hint}"
                         ) from error
-    data, labels = _fields(batch)
+    data, labels = _fields(batch, labels_key)
     if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 2 and data.shape[1] == _PIXELS):
         described = f"{data.dtype} array of shape {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
-        raise DataError(f"{path} is not a CIFAR-10 batch: its data is a {described}, expected uint8 N x {_PIXELS}; "
+        raise DataError(f"{path} is not a {what}: its data is a {described}, expected uint8 N x {_PIXELS}; "
                         f"{hint}")
+    if labels is None:  # e.g. a CIFAR-10 batch (labels) where CIFAR-100's file (fine_labels) belongs
+        raise DataError(f"{path} is not a {what}: it holds no {labels_key}; {hint}")
     try:
         labels = np.asarray(labels, dtype=np.int64).reshape(-1)
     except (TypeError, ValueError) as error:
-        raise DataError(f"{path} is not a CIFAR-10 batch: its labels are not integers; {hint}") from error
-    if len(labels) != len(data) or (labels.size and (labels.min() < 0 or labels.max() >= NUM_CLASSES)):
-        raise DataError(f"{path} is not a CIFAR-10 batch: {len(labels)} labels for {len(data)} images, or labels "
-                        f"outside 0..{NUM_CLASSES - 1}; {hint}")
+        raise DataError(f"{path} is not a {what}: its {labels_key} are not integers; {hint}") from error
+    if len(labels) != len(data):
+        raise DataError(f"{path} is not a {what}: {len(labels)} {labels_key} for {len(data)} images; {hint}")
+    outside = labels[(labels < 0) | (labels >= num_classes)]
+    if outside.size:
+        raise DataError(f"{path} is not a {what}: its {labels_key} include {int(outside[0])}, outside "
+                        f"0..{num_classes - 1}; {hint}")
     # Rows are the R, G and B planes of a 32 x 32 image, row-major.
     return data.reshape(-1, 3, 32, 32), labels
 
 
-def _fields(batch: Any) -> Tuple[Any, Any]:
+def _fields(batch: Any, labels_key: str) -> Tuple[Any, Any]:
     if not isinstance(batch, dict):
         return None, None
     # Official batches have bytes keys decoded as latin1 text; tolerate raw bytes keys too.
     keys: Dict[str, Any] = {(k.decode("latin1") if isinstance(k, bytes) else k): v for k, v in batch.items()}
-    return keys.get("data"), keys.get("labels")
+    return keys.get("data"), keys.get(labels_key)
 
 
 def _missing(folder: Path) -> List[str]:

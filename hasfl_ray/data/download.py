@@ -68,20 +68,32 @@ def download_emnist(root: Path) -> None:
 
 
 def download_cifar10(root: Path) -> None:
-    """Fetch CIFAR-10 (python batches) with torchvision's own downloader into root/cifar-10-batches-py.
-
-    Calls torchvision's download-and-extract directly rather than constructing ``CIFAR10``, whose
-    constructor would unpickle the batches without restriction.
-    """
+    """Fetch CIFAR-10 (python batches) with torchvision's own downloader into root/cifar-10-batches-py."""
     from torchvision.datasets import CIFAR10
+
+    _download_cifar(root, CIFAR10, "CIFAR-10")
+
+
+def download_cifar100(root: Path) -> None:
+    """Fetch CIFAR-100 (python version: ``train``, ``test``, ``meta``) with torchvision's own downloader into
+    root/cifar-100-python."""
+    from torchvision.datasets import CIFAR100
+
+    _download_cifar(root, CIFAR100, "CIFAR-100")
+
+
+def _download_cifar(root: Path, dataset: type, what: str) -> None:
+    """Download and unpack torchvision's archive of ``dataset`` (CIFAR10 or CIFAR100: its url, filename and tgz_md5)
+    into ``root``. Calls torchvision's download-and-extract directly rather than constructing the dataset, whose
+    constructor would unpickle the files without restriction."""
     from torchvision.datasets.utils import download_and_extract_archive
 
     def action() -> None:
         root.mkdir(parents=True, exist_ok=True)
-        download_and_extract_archive(CIFAR10.url, download_root=str(root), filename=CIFAR10.filename,
-                                     md5=CIFAR10.tgz_md5)
+        download_and_extract_archive(dataset.url, download_root=str(root), filename=dataset.filename,
+                                     md5=dataset.tgz_md5)
 
-    fetch("CIFAR-10", CIFAR10.url, root, action)
+    fetch(what, dataset.url, root, action)
 
 
 def download_shakespeare(root: Path) -> Path:

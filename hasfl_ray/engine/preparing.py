@@ -116,7 +116,7 @@ def build(engine: Any) -> None:
     if c.augmentation != "none" and (images is None or images.dim() != 4):
         raise ConfigError(f"augmentation is {c.augmentation!r} but dataset {spec_label(c.dataset)!r} has no image "
                           "batches (inputs N x C x H x W); expected augmentation none, or an image dataset (digits, "
-                          "emnist, cifar10)")
+                          "emnist, cifar10, cifar100)")
     if c.sbn_statistics_data == "training_set" and not callable(getattr(engine.dataset, "training_set_batch", None)):
         raise ConfigError(f"sbn_statistics_data is 'training_set' but dataset {spec_label(c.dataset)!r} holds no "
                           "training set as tensors; expected sbn_statistics_data clients, or a built-in image dataset")

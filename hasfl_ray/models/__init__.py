@@ -18,6 +18,7 @@ PAPER_STAGES = ((64, 64), (128, 128), (256, 256))
 #: Architecture of the model each dataset trains (docs/design.md, "Models").
 MODEL_CONFIGS: Dict[str, dict] = {
     "cifar10": dict(kind="cnn", in_channels=3, num_classes=10, image_size=32, stages=PAPER_STAGES, fc_width=512),
+    "cifar100": dict(kind="cnn", in_channels=3, num_classes=100, image_size=32, stages=PAPER_STAGES, fc_width=512),
     "emnist": dict(kind="cnn", in_channels=1, num_classes=62, image_size=28, stages=PAPER_STAGES, fc_width=512),
     "digits": dict(kind="cnn", in_channels=1, num_classes=10, image_size=8, stages=((32,), (64,)), fc_width=128),
     "shakespeare": dict(kind="lstm", vocab_size=95, embed_dim=8, hidden=256, layers=2, seq_len=80),
@@ -96,7 +97,8 @@ def cost_table(name: str, widths=(0.25, 0.5, 0.75, 1.0)) -> List[dict]:
 def resnet_cost_table(arch: str, dataset: str = "cifar10", widths=(1.0, 0.5, 0.25, 0.125, 0.0625),
                       norm: Optional[str] = None) -> List[dict]:
     """:func:`cost_table` of ResNet ``arch`` (preresnet18, resnet18, preresnet18-1112) on the inputs and classes of
-    built-in image dataset ``dataset`` (cifar10: 3x32x32, 10 classes), by default at HeteroFL's levels a-e."""
+    built-in image dataset ``dataset`` (cifar10: 3x32x32, 10 classes; cifar100: 100 classes), by default at HeteroFL's
+    levels a-e."""
     config = MODEL_CONFIGS[dataset]
     name, model_config = resnet_config(arch, config["in_channels"], config["num_classes"], config["image_size"], norm)
     register_model(name, model_config)

@@ -62,6 +62,36 @@ def make_cifar_root(root, per_batch=20, numpy1_names=False, bytes_keys=False):
     return batches
 
 
+
+def make_cifar100_root(root, per_class_train=2, per_class_test=1, seed=0, numpy1_names=False, bytes_keys=False):
+    """A torchvision root with cifar-100-python holding ``train``, ``test`` and ``meta`` in the official format: dicts
+    pickled at protocol 2 with ``filenames``, ``batch_label``, ``fine_labels`` (every one of the 100 classes
+    ``per_class_*`` times, shuffled), ``coarse_labels`` (fine // 5, a stand-in for the official superclasses) and
+    ``data`` (N x 3072 uint8, the R, G, B planes). ``numpy1_names`` and ``bytes_keys`` as :func:`make_cifar_root`.
+    Returns {file name: the dict pickled}."""
+    rng = np.random.default_rng(seed)
+    folder = root / "cifar-100-python"
+    folder.mkdir(parents=True)
+    keys = (lambda s: s.encode()) if bytes_keys else str
+    written = {}
+    for split, per_class in (("train", per_class_train), ("test", per_class_test)):
+        fine = np.repeat(np.arange(100), per_class)
+        rng.shuffle(fine)
+        n = len(fine)
+        batch = {keys("filenames"): [keys(f"img_{split}_{i}.png") for i in range(n)],
+                 keys("batch_label"): keys(f"{split}ing batch 1 of 1"),
+                 keys("fine_labels"): [int(v) for v in fine], keys("coarse_labels"): [int(v) // 5 for v in fine],
+                 keys("data"): rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)}
+        payload = pickle.dumps(batch, protocol=2)
+        if numpy1_names:
+            payload = payload.replace(b"numpy._core.multiarray", b"numpy.core.multiarray")
+        (folder / split).write_bytes(payload)
+        written[split] = batch
+    meta = {keys("fine_label_names"): [keys(f"class_{c}") for c in range(100)],
+            keys("coarse_label_names"): [keys(f"super_{c}") for c in range(20)]}
+    (folder / "meta").write_bytes(pickle.dumps(meta, protocol=2))
+    return written
+
 PLAY_TEXT = """THE TRAGEDY OF TESTING
 by William Shakespeare
 

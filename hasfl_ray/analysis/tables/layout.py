@@ -9,7 +9,8 @@ from typing import Any, Dict, List, Mapping, Sequence
 DISPLAY_NAMES = {"hasfl": "HAS-FL", "hasfl (coverage off)": "HAS-FL, coverage off", "heterofl": "HeteroFL",
                  "fjord": "FjORD", "uniform": "Uniform", "random-budget": "Random-budget", "fedavg": "FedAvg",
                  "fedprox": "FedProx", "scaffold": "SCAFFOLD", "fedrolex": "FedRolex"}
-DATASET_NAMES = {"cifar10": "CIFAR-10", "emnist": "EMNIST", "shakespeare": "Shakespeare", "digits": "Digits",
+DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "emnist": "EMNIST", "shakespeare": "Shakespeare",
+                 "digits": "Digits",
                  "synthetic": "Synthetic"}
 
 
