@@ -29,12 +29,21 @@ from hasfl_ray.analysis.plots import figure_heading
 from hasfl_ray.analysis.report import grid_csv, run_groups
 from hasfl_ray.analysis.statistics import paired_comparison
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+
 #: Group of clock-runs.csv -> (the files' stem, the comparison's or None).
 GROUPS = {"async-lognormal": ("async-digits", True), "async-trace": ("async-digits-trace", True),
           "clocked": ("clocked-digits", False)}
 METHODS = (("hasfl", "HAS-FL"), ("heterofl", "HeteroFL"), ("fedavg", "FedAvg"))
 MODES = (("sync", "sync, deadline"), ("fedbuff", "FedBuff"), ("fedasync", "FedAsync"))
-TARGET = 0.9
+#: The comparisons of async-digits-tests.csv: every pair of modes of a method, every pair of methods in a mode.
+PAIRS = [(f"{m}-{a}", f"{m}-{b}") for m, _ in METHODS for a, b in (("fedbuff", "sync"), ("fedasync", "sync"),
+                                                                    ("fedbuff", "fedasync"))]
+PAIRS += [(f"{a}-{mode}", f"{b}-{mode}") for mode, _ in MODES for a, b in (("hasfl", "heterofl"), ("fedavg", "hasfl"),
+                                                                           ("fedavg", "heterofl"))]
+#: Populations whose runs are not in results/ yet: their comparisons come from the committed means (the files
+#: make_report.py does not rebuild until the runs are exported).
+FROM_MEANS = {"trace": ("async-digits-trace.csv", "async-digits-trace-clock.csv")}
 
 
 def _float(value: str):
@@ -108,14 +117,9 @@ def comparisons(population: str, seeds: List[Dict]) -> List[Dict]:
     every pair of modes of a method and every pair of methods within a mode: mean, paired 95 % interval and p,
     Welch's p."""
     value = {(r["variant"], r["seed"]): r for r in seeds}
-    pairs = [(f"{m}-{a}", f"{m}-{b}") for m, _ in METHODS for a, b in (("fedbuff", "sync"), ("fedasync", "sync"),
-                                                                        ("fedbuff", "fedasync"))]
-    pairs += [(f"{a}-{mode}", f"{b}-{mode}") for mode, _ in MODES for a, b in (("hasfl", "heterofl"),
-                                                                               ("fedavg", "hasfl"),
-                                                                               ("fedavg", "heterofl"))]
     rows = []
     for measure in ("acc_at_T", "acc_at_B", "time_to_0.9_s"):
-        for a, b in pairs:
+        for a, b in PAIRS:
             keys = sorted({s for v, s in value if v == a} & {s for v, s in value if v == b})
             va = [value[a, s][measure] for s in keys]
             vb = [value[b, s][measure] for s in keys]
@@ -124,11 +128,35 @@ def comparisons(population: str, seeds: List[Dict]) -> List[Dict]:
             va, vb = [float(v) for v in va], [float(v) for v in vb]
             result = paired_comparison(va, vb)
             paired = stats.ttest_rel(va, vb).pvalue if np.std(np.subtract(va, vb)) > 0 else float("nan")
-            rows.append({"population": population, "measure": measure, "a": a, "b": b, "seeds": " ".join(keys),
+            rows.append({"population": population, "measure": measure, "a": a, "b": b, "basis": "per seed",
+                         "seeds": " ".join(keys),
                          "a_per_seed": " ".join(f"{v:.2f}" for v in va), "b_per_seed": " ".join(f"{v:.2f}" for v in vb),
                          "mean_diff": f"{result['mean_diff']:+.2f}", "ci_low": f"{result['ci_low']:+.2f}",
                          "ci_high": f"{result['ci_high']:+.2f}", "paired_p": f"{paired:.3f}",
                          "welch_p": f"{result['welch_p']:.3f}" if "welch_p" in result else ""})
+    return rows
+
+
+def welch_from_means(population: str, equal_text: str, clock_rows: List[Dict[str, str]]) -> List[Dict]:
+    """The comparisons of :func:`comparisons` for a population whose per-seed runs are not in results/: Welch's t
+    from the committed means and sample sds (n seeds each); no paired interval."""
+    equal_rows = {r["variant"]: r for r in csv.DictReader(io.StringIO(equal_text))}
+    label = {f"{m}-{mode}": (f"{m} ({mode})" if mode != "sync" else m) for m, _ in METHODS for mode, _ in MODES}
+    clock = {r["algorithm"]: r for r in clock_rows}
+    rows = []
+    for measure in ("acc_at_T", "acc_at_B", "time_to_0.9_s"):
+        for a, b in PAIRS:
+            if measure == "time_to_0.9_s":
+                ca, cb = clock[label[a]], clock[label[b]]
+                stats_a = (float(ca["time_to_0.9_s_mean"]), float(ca["time_to_0.9_s_std"]), int(ca["time_to_0.9_s_seeds"]))
+                stats_b = (float(cb["time_to_0.9_s_mean"]), float(cb["time_to_0.9_s_std"]), int(cb["time_to_0.9_s_seeds"]))
+            else:
+                ra, rb = equal_rows[a], equal_rows[b]
+                stats_a = (100 * float(ra[f"{measure}_mean"]), 100 * float(ra[f"{measure}_std"]), int(ra["seeds"]))
+                stats_b = (100 * float(rb[f"{measure}_mean"]), 100 * float(rb[f"{measure}_std"]), int(rb["seeds"]))
+            welch = stats.ttest_ind_from_stats(*stats_a, *stats_b, equal_var=False)
+            rows.append({"population": population, "measure": measure, "a": a, "b": b, "basis": "means and sds",
+                         "mean_diff": f"{stats_a[0] - stats_b[0]:+.2f}", "welch_p": f"{welch.pvalue:.3f}"})
     return rows
 
 
@@ -152,7 +180,8 @@ def markdown_table(text: str, heading_time: str, heading_bytes: str) -> str:
 def write(results: str, out_root: str, read_csv, write_csv, write_text) -> Dict[str, str]:
     """Every clock file under ``out_root``; returns the generated page sections ({marker name: text})."""
     sections, tests = {}, []
-    for group, runs in load(results, read_csv).items():
+    groups = load(results, read_csv)
+    for group, runs in groups.items():
         stem, compared = GROUPS[group]
         order = list(dict.fromkeys(run["row"]["variant"] for run in runs))
         write_text(os.path.join(out_root, f"{stem}{'-clock' if compared else ''}.csv"),
@@ -174,7 +203,14 @@ def write(results: str, out_root: str, read_csv, write_csv, write_text) -> Dict[
             f"{len(runs)} runs at commit {runs[0]['row']['commit'][:7]} on {runs[0]['row']['machine']}: "
             f"{sum(walls) / 60:.1f} minutes of run time in all ({min(walls):.1f}-{max(walls):.1f} s a run; "
             f"results/clock-runs.csv, `wall_s`).\n")
+    for population, (equal_file, clock_file) in FROM_MEANS.items():
+        if f"async-{population}" not in groups and os.path.exists(os.path.join(HERE, equal_file)):
+            with open(os.path.join(HERE, equal_file), encoding="utf-8", newline="") as handle:
+                text = handle.read()
+            tests += welch_from_means(population, text, read_csv(os.path.join(HERE, clock_file)))
     if tests:
-        write_csv(os.path.join(out_root, "async-digits-tests.csv"), tests)
+        columns = ["population", "measure", "a", "b", "basis", "seeds", "a_per_seed", "b_per_seed", "mean_diff",
+                   "ci_low", "ci_high", "paired_p", "welch_p"]
+        write_csv(os.path.join(out_root, "async-digits-tests.csv"), tests, columns)
     return sections
 
