@@ -40,7 +40,7 @@ DOCUMENTED_IMPORTS = {
     "hasfl_ray.engine.coverage": ("coverage_warning",),
     "hasfl_ray.errors": ("ConfigError", "DataError"),
     "hasfl_ray.federation": ("ladder_of",),
-    "hasfl_ray.models": ("cost_table", "width_channels"),
+    "hasfl_ray.models": ("cost_table", "resnet_cost_table", "width_channels"),
     "hasfl_ray.models.plugin": ("derive_specs", "describe", "load_factory"),
     "hasfl_ray.registry": ("register_algorithm",),
     "hasfl_ray.training.determinism": ("machine_type",),
@@ -50,7 +50,8 @@ DOCUMENTED_IMPORTS = {
 DOCUMENTED_PATHS = (
     "hasfl_ray.Algorithm", "hasfl_ray.Arrival", "hasfl_ray.Dataset", "hasfl_ray.aggregate_updates",
     "hasfl_ray.simulate",
-    "hasfl_ray.analysis", "hasfl_ray.analysis.plots", "hasfl_ray.analysis.report", "hasfl_ray.cli.entry",
+    "hasfl_ray.analysis", "hasfl_ray.analysis.clocked", "hasfl_ray.analysis.plots", "hasfl_ray.analysis.report",
+    "hasfl_ray.cli.entry",
     "hasfl_ray.cli.main",
     "hasfl_ray.config.default_backend", "hasfl_ray.config.migrate_config", "hasfl_ray.data",
     "hasfl_ray.data.partition_labels", "hasfl_ray.engine.coverage", "hasfl_ray.engine.factory.make_backend",
