@@ -214,9 +214,18 @@ def confound_rule_lines(analysis: Dict[str, list]) -> List[str]:
     return lines
 
 
+def _stable(value):
+    """A float to 12 significant digits (anything else as it is)."""
+    return float(f"{value:.12g}") if isinstance(value, float) else value
+
+
 def confound_files(out: str, analysis: Dict[str, list], note: str) -> List[Dict]:
     """confound.{md,csv,tex}: the correlations (p-values shown, no p-threshold verdict), the 95 % intervals and the
-    sign rule's verdicts; returns the pooled rows with their intervals."""
+    sign rule's verdicts; returns the pooled rows with their intervals. Correlations and p-values are kept to 12
+    significant digits where computed here (a partial correlation's last bits depend on the machine's BLAS kernel);
+    rows carried over (with a ``source``) keep their digits as first reported."""
+    analysis = {part: [row if "source" in row else {k: _stable(v) for k, v in row.items()} for row in rows]
+                for part, rows in analysis.items()}
     plain = {"runs": analysis["runs"], "pooled": [{k: v for k, v in r.items() if k != "verdict"}
                                                   for r in analysis["pooled"]]}
     text = confound_markdown(plain).rstrip("\n") + "\n" + "\n".join(confound_rule_lines(analysis)) + "\n"

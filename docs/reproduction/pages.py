@@ -10,7 +10,7 @@ from typing import Dict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: The pages holding generated sections.
-PAGES = ("async-digits.md", "packs.md")
+PAGES = ("async-digits.md", "clocked-digits.md", "packs.md")
 MARKER = re.compile(r"(<!-- make_report\.py: ([\w-]+) -->\n)(.*?)(<!-- end \2 -->)", re.S)
 
 

@@ -187,6 +187,11 @@ def write(results: str, out_root: str, read_csv, write_csv, write_text) -> Dict[
         write_text(os.path.join(out_root, f"{stem}{'-clock' if compared else ''}.csv"),
                    grid_csv(clock_table(runs, order)))
         figure(runs, order, os.path.join(out_root, f"{stem}.png"))
+        walls = [float(run["row"]["wall_s"]) for run in runs]
+        sections[f"{stem}-runs"] = (
+            f"{len(runs)} runs at commit {runs[0]['row']['commit'][:7]} on {runs[0]['row']['machine']}: "
+            f"{sum(walls) / 60:.1f} minutes of run time in all ({min(walls):.1f}-{max(walls):.1f} s a run; "
+            f"results/clock-runs.csv, `wall_s`).\n")
         if not compared:
             continue
         points = equal_points(runs)
@@ -198,11 +203,6 @@ def write(results: str, out_root: str, read_csv, write_csv, write_text) -> Dict[
         tests += comparisons(group.split("-", 1)[1], seeds)
         end_time, end_bytes = equal.ends(points)
         sections[stem] = markdown_table(buffer.getvalue(), f"{end_time:.1f}", f"{end_bytes / 1e6:.1f}")
-        walls = [float(run["row"]["wall_s"]) for run in runs]
-        sections[f"{stem}-runs"] = (
-            f"{len(runs)} runs at commit {runs[0]['row']['commit'][:7]} on {runs[0]['row']['machine']}: "
-            f"{sum(walls) / 60:.1f} minutes of run time in all ({min(walls):.1f}-{max(walls):.1f} s a run; "
-            f"results/clock-runs.csv, `wall_s`).\n")
     for population, (equal_file, clock_file) in FROM_MEANS.items():
         if f"async-{population}" not in groups and os.path.exists(os.path.join(HERE, equal_file)):
             with open(os.path.join(HERE, equal_file), encoding="utf-8", newline="") as handle:
