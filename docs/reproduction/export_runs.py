@@ -28,6 +28,7 @@ import glob
 import json
 import os
 import subprocess
+from collections import defaultdict
 from typing import Dict, List
 
 from hasfl_ray.analysis import read_run
@@ -121,6 +122,11 @@ def ablation_rows(folder: str, stamp: Dict[str, str]):
                          "local_accuracy": local(summary, "local_accuracy"),
                          "local_accuracy_unmasked": local(summary, "local_accuracy_unmasked"),
                          "params_sha256": summary.get("params_sha256", ""), **stamp})
+    seeds = defaultdict(set)
+    for row in rows:
+        seeds[row["rounds"], row["masked_loss"]].add(row["seed"])
+    # a length counts when both arms have finished the same seeds (a comparison paired by seed)
+    rows = [r for r in rows if seeds[r["rounds"], "on"] == seeds[r["rounds"], "off"] and len(seeds[r["rounds"], "on"]) > 1]
     return sorted(rows, key=lambda r: (int(r["rounds"]), r["masked_loss"] != "on", int(r["seed"])))
 
 

@@ -127,12 +127,13 @@ def comparisons(population: str, seeds: List[Dict]) -> List[Dict]:
                 continue
             va, vb = [float(v) for v in va], [float(v) for v in vb]
             result = paired_comparison(va, vb)
-            paired = stats.ttest_rel(va, vb).pvalue if np.std(np.subtract(va, vb)) > 0 else float("nan")
+            spread = np.ptp(np.subtract(va, vb)) > 1e-9  # the same difference on every seed: no paired test
+            paired = f"{stats.ttest_rel(va, vb).pvalue:.3f}" if spread else ""
             rows.append({"population": population, "measure": measure, "a": a, "b": b, "basis": "per seed",
                          "seeds": " ".join(keys),
                          "a_per_seed": " ".join(f"{v:.2f}" for v in va), "b_per_seed": " ".join(f"{v:.2f}" for v in vb),
                          "mean_diff": f"{result['mean_diff']:+.2f}", "ci_low": f"{result['ci_low']:+.2f}",
-                         "ci_high": f"{result['ci_high']:+.2f}", "paired_p": f"{paired:.3f}",
+                         "ci_high": f"{result['ci_high']:+.2f}", "paired_p": paired,
                          "welch_p": f"{result['welch_p']:.3f}" if "welch_p" in result else ""})
     return rows
 

@@ -122,7 +122,10 @@ def cell_cost(cell: Dict) -> Dict[str, float]:
 
 def gpu_hours() -> str:
     """packs.md's GPU-hours table: per row, the mean cell's local steps and evaluation FLOPs, hours a cell at
-    STEP_S a step and FLOPS, cells (variants x SEEDS) and GPU-hours."""
+    STEP_S a step and FLOPS, cells (variants x SEEDS) and GPU-hours; under it, the measured variant against its
+    projection, the HeteroFL pack at the measured step time and row a's training FLOPs."""
+    from hasfl_ray.models import resnet_cost_table
+
     lines = ["| pack | local steps a cell | evaluation a cell | hours a cell | cells | GPU-hours |",
              "|---|---|---|---|---|---|"]
     total_cells = total = 0.0
@@ -155,6 +158,13 @@ def gpu_hours() -> str:
               f"- At {1000 * step:.1f} ms a step, the HeteroFL pack's {steps / 1e6:.0f} M local steps ({SEEDS} seeds) "
               f"cost about {sum(slow.values()):,.0f} GPU-hours ({slow['iid-']:,.0f} IID + {slow['noniid2-']:,.0f} "
               f"non-IID-2, the evaluation unchanged), {sum(slow.values()) / sum(fast.values()):.0f}x its projection."]
+    row_a = next(c for c in pack_cells("pack-heterofl-cifar10") if c["variant"] == "noniid2-a")
+    steps, batch = cell_cost(row_a)["steps"], row_a["batch_size"]
+    flops = resnet_cost_table(row_a["model"], widths=(1.0,))[0]["flops"]
+    train = steps * batch * 3 * flops
+    lines.append(f"- Training FLOPs, row a non-IID-2: {steps / 1e6:.1f} M steps x {batch} samples x 3 x "
+                 f"{flops / 1e6:.1f} MFLOP = {train / 1e15:.1f} PFLOP, {train / FLOPS / 3600:.2f} h at "
+                 f"{FLOPS / 1e12:.0f} TFLOP/s against {steps * STEP_S / 3600:.2f} h of {1000 * STEP_S:.0f} ms steps.")
     return "\n".join(lines) + "\n"
 
 

@@ -7,6 +7,7 @@ The generated sections of the pages (between ``<!-- make_report.py: NAME -->`` m
 count as a source for the prose: the rebuild test holds them byte for byte to make_report.py's output."""
 
 import csv
+import math
 import pathlib
 import re
 import sys
@@ -50,6 +51,8 @@ def claims(page):
 def renderings(value):
     """How a committed number can be written on a page: at 0-4 decimals, as a fraction, a percentage or in
     millions, with and without thousands separators."""
+    if not math.isfinite(value):  # digits of a hash read as an exponent
+        return set()
     out = {f"{abs(value):.0f}", f"{abs(value):,.0f}"} if value == round(value) else set()
     for scaled in (value, 100 * value, value / 1e6, value / 60):
         for decimals in range(1, 5):
