@@ -49,38 +49,43 @@ def claims(page):
 
 
 def renderings(value):
-    """How a committed number can be written on a page: at 0-4 decimals, as a fraction, a percentage or in
-    millions, with and without thousands separators."""
+    """How a committed number can be written on a page: at 1-4 decimals (whole numbers also at none), as it is,
+    as a percentage, in millions or in billions, with and without thousands separators."""
     if not math.isfinite(value):  # digits of a hash read as an exponent
         return set()
-    out = {f"{abs(value):.0f}", f"{abs(value):,.0f}"} if value == round(value) else set()
-    for scaled in (value, 100 * value, value / 1e6, value / 60):
+    out = set()
+    for scaled in (value, 100 * value, value / 1e6, value / 1e9):
+        if abs(scaled - round(scaled)) < 1e-9:  # whole numbers (counts, 90 % of 0.9) also without decimals
+            out |= {f"{abs(scaled):.0f}", f"{abs(scaled):,.0f}"}
         for decimals in range(1, 5):
             out |= {f"{abs(scaled):.{decimals}f}", f"{abs(scaled):,.{decimals}f}"}
     return out
 
 
 def committed_numbers(page):
-    """Every rendering of every number of the page's committed files, and the numbers of its own generated sections
-    (the rebuild test holds those to make_report.py's output)."""
+    """Every rendering of every number of the page's committed files (a CSV's cells, a config's text), and the
+    numbers of its own generated sections (the rebuild test holds those to make_report.py's output)."""
     generated = "".join(m.group(0) for m in NOT_CLAIMS[0].finditer((FOLDER / page).read_text(encoding="utf-8")))
     found = set(NUMBER.findall(generated))
     for pattern in SOURCES[page]:
         for path in sorted(ROOT.glob(pattern)):
-            text = path.read_text(encoding="utf-8")
-            if path.suffix == ".csv":
-                with open(path, encoding="utf-8", newline="") as handle:
-                    for row in csv.reader(handle):
-                        for cell in row:
-                            for part in re.split(r"[ /:,;]+", cell):
-                                try:
-                                    found |= renderings(float(part.replace("−", "-")))
-                                except ValueError:
-                                    pass
-                            if path.name == "published-numbers.csv":
-                                found.add(row[0])
-            for number in re.findall(r"\d+(?:\.\d+)?(?:e-?\d+)?", text.replace(",", "")):
-                found |= renderings(float(number))
+            if path.suffix != ".csv":
+                text = path.read_text(encoding="utf-8").replace(",", "")
+                for number in re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?:e-?\d+)?", text):
+                    found |= renderings(float(number))
+                continue
+            with open(path, encoding="utf-8", newline="") as handle:
+                for row in csv.reader(handle):
+                    if path.name == "published-numbers.csv":
+                        found.add(row[0])
+                    for cell in row:
+                        if re.fullmatch(r"[0-9a-f]{16,}", cell):  # a params_sha256
+                            continue
+                        for part in re.findall(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?", cell.replace(",", "")):
+                            try:
+                                found |= renderings(float(part))
+                            except ValueError:
+                                pass
     return found
 
 
@@ -97,12 +102,12 @@ def test_the_check_fails_on_a_number_no_file_holds(tmp_path, monkeypatch):
     page = "async-digits.md"
     text = (FOLDER / page).read_text(encoding="utf-8")
     monkeypatch.setattr(sys.modules[__name__], "FOLDER", tmp_path)
-    (tmp_path / page).write_text(text + "\nThe runs took 23 minutes and 13.37 s; T = 12.12 s, 1,250 updates.\n",
+    (tmp_path / page).write_text(text + "\nThe runs moved 4,321.9 MB in 13.37 s; T = 12.12 s, 1,250 updates.\n",
                                  encoding="utf-8")
     found = committed_numbers(page)
     added = [number for line, number in claims(page) if line > text.count("\n")]
-    assert added == ["23", "13.37", "12.12", "1,250"]
-    assert [n for n in added if n not in found and n.replace(",", "") not in found] == ["23", "13.37"]
+    assert added == ["4,321.9", "13.37", "12.12", "1,250"]
+    assert [n for n in added if n not in found and n.replace(",", "") not in found] == ["4,321.9", "13.37"]
 
 
 def test_every_published_number_names_a_repository_and_a_path():
