@@ -57,7 +57,8 @@ case "${1:-digits}" in
       done
     done ;;
   export)
-    python docs/reproduction/export_cells.py "$RUNS" docs/reproduction/results ;;
+    python docs/reproduction/export_cells.py "$RUNS" docs/reproduction/results
+    python docs/reproduction/export_runs.py "$RUNS" docs/reproduction/results ;;
   report)
     python docs/reproduction/make_report.py docs/reproduction ;;
   *) echo "usage: $0 digits|emnist|cifar10|async|async-lognormal|async-trace|clocked|packs|ablation|export|report" >&2; exit 2 ;;
