@@ -18,7 +18,8 @@ row naming the machine (:func:`hasfl_ray.training.determinism.machine_type`) and
 - ``packs-ablation.csv``: a row per cell of the masked-loss ablation (rounds, masked loss on or off, seed, final
   global and local accuracies, params_sha256).
 
-A group whose folder is missing keeps its rows as they are, so a partial rerun refreshes only what it reran.
+A group whose folder is missing, or whose sweep has not finished every cell, keeps its rows as they are, so a
+partial rerun refreshes only what it finished.
 """
 
 from __future__ import annotations
@@ -57,13 +58,23 @@ def full(value) -> str:
     return "" if value is None else repr(value) if isinstance(value, float) else str(value)
 
 
+def planned(folder: str) -> Dict:
+    """The folder's sweep.json ({} when there is none)."""
+    if not os.path.exists(os.path.join(folder, "sweep.json")):
+        return {}
+    with open(os.path.join(folder, "sweep.json"), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
 def finished_runs(folder: str) -> List[Dict]:
-    """The finished runs of one sweep folder, in the sweep's cell order (sweep.json), else by name."""
+    """The finished runs of one sweep folder, in the sweep's cell order (sweep.json), else by name; [] while some
+    cell of the sweep has not finished (a table over part of its seeds would read as the whole)."""
     runs = [read_run(os.path.dirname(p)) for p in glob.glob(os.path.join(folder, "*", "summary.json"))]
-    order = []
-    if os.path.exists(os.path.join(folder, "sweep.json")):
-        with open(os.path.join(folder, "sweep.json"), encoding="utf-8") as handle:
-            order = json.load(handle).get("algorithms") or []
+    sweep = planned(folder)
+    if len(runs) < len(sweep.get("cells") or []):
+        print(f"{folder}: {len(runs)} of {len(sweep['cells'])} cells finished; left out until the sweep ends")
+        return []
+    order = sweep.get("algorithms") or []
     rank = {name: i for i, name in enumerate(order)}
     return sorted(runs, key=lambda run: (rank.get(variant(run), len(rank)), variant(run), run["config"]["seed"]))
 
@@ -155,19 +166,22 @@ def main(argv=None) -> None:
     for group, sweep in CLOCK_GROUPS.items():
         if os.path.isdir(os.path.join(args.runs, sweep)):
             new_runs, new_lines = clock_rows(group, os.path.join(args.runs, sweep), stamp)
-            runs, lines, found = runs + new_runs, lines + new_lines, found | {group}
-            print(f"{group}: {len(new_runs)} runs, {len(new_lines)} lines")
+            if new_runs:
+                runs, lines, found = runs + new_runs, lines + new_lines, found | {group}
+                print(f"{group}: {len(new_runs)} runs, {len(new_lines)} lines")
     replace(results["clock-runs"], runs, RUN_COLUMNS, found, "group")
     replace(results["clock-lines"], lines, LINE_COLUMNS, found, "group")
     packs, found = [], set()
     for pack, sweep in PACKS.items():
-        if os.path.isdir(os.path.join(args.runs, sweep)):
-            packs += pack_rows(pack, os.path.join(args.runs, sweep), stamp)
-            found.add(pack)
+        rows = pack_rows(pack, os.path.join(args.runs, sweep), stamp) if os.path.isdir(os.path.join(args.runs,
+                                                                                                    sweep)) else []
+        if rows:
+            packs, found = packs + rows, found | {pack}
     replace(results["packs-sample"], packs, PACK_COLUMNS, found, "pack")
-    if os.path.isdir(os.path.join(args.runs, "ablation")):
-        write_csv(results["packs-ablation"], ablation_rows(os.path.join(args.runs, "ablation"), stamp),
-                  ABLATION_COLUMNS)
+    ablation = ablation_rows(os.path.join(args.runs, "ablation"), stamp) if os.path.isdir(
+        os.path.join(args.runs, "ablation")) else []
+    if ablation:
+        write_csv(results["packs-ablation"], ablation, ABLATION_COLUMNS)
 
 
 if __name__ == "__main__":
