@@ -161,6 +161,29 @@ def welch_from_means(population: str, equal_text: str, clock_rows: List[Dict[str
     return rows
 
 
+def clocked_table(runs: List[dict], order: List[str]) -> str:
+    """clocked-digits.md's table: time and data to 90 and 95 % (mean ± sample std over seeds), the round each seed
+    first reached 95 %, the run's time and data, and each seed's late updates."""
+    def cell(values, digits):
+        values = [v for v in values if v is not None]
+        return f"{np.mean(values):.{digits}f} ± {np.std(values, ddof=1):.{digits}f}" if len(values) > 1 else "-"
+
+    names = {"hasfl": "HAS-FL", "fjord": "FjORD", "uniform": "Uniform"}
+    lines = ["| Algorithm | Time to 90 % (s) | Data to 90 % (MB) | Time to 95 % (s) | Data to 95 % (MB) | Rounds to 95 % "
+             "(per seed) | Run's time (s) | Run's data (MB) | Late updates (per seed) |", "|---|" + "---|" * 8]
+    for (_, label), members in run_groups(runs, order):
+        hits = {t: [first_reached(r, t) for r in members] for t in (0.9, 0.95)}
+        rounds = [next((line["round"] + 1 for line in r["metrics"] if (line["test_accuracy"] or 0) >= 0.95), None)
+                  for r in members]
+        ends = [r["metrics"][-1]["sim_time_s"] for r in members]
+        moved = [sum(line["bytes_down"] for line in r["metrics"]) / 1e6 for r in members]
+        lines.append(f"| {names.get(label, label)} | {cell([h and h[0] for h in hits[0.9]], 2)} | "
+                     f"{cell([h and h[1] / 1e6 for h in hits[0.9]], 1)} | {cell([h and h[0] for h in hits[0.95]], 2)} | "
+                     f"{cell([h and h[1] / 1e6 for h in hits[0.95]], 1)} | {', '.join(map(str, rounds))} | "
+                     f"{cell(ends, 1)} | {cell(moved, 0)} | {', '.join(r['row']['late_updates'] for r in members)} |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown_table(text: str, heading_time: str, heading_bytes: str) -> str:
     """async-digits.md's table from the equal-time CSV: a row per (method, mode), mean ± sample std in %."""
     rows = {r["variant"]: r for r in csv.DictReader(io.StringIO(text))}
@@ -194,6 +217,7 @@ def write(results: str, out_root: str, read_csv, write_csv, write_text) -> Dict[
             f"{sum(walls) / 60:.1f} minutes of run time in all ({min(walls):.1f}-{max(walls):.1f} s a run; "
             f"results/clock-runs.csv, `wall_s`).\n")
         if not compared:
+            sections[stem] = clocked_table(runs, order)
             continue
         points = equal_points(runs)
         buffer = io.StringIO(newline="")
