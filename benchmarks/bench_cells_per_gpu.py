@@ -7,7 +7,7 @@ rounds after the first, from metrics.jsonl) and the slowdown: the steady round a
 The slowdown is what ``bench_protocol.py --share-slowdown`` takes for the Table 3 projection at that K.
 
     python benchmarks/bench_cells_per_gpu.py --k 1,2,4,8 --out /tmp/cells -- \
-        --dataset emnist --data-dir ../shared/data/torchvision --rounds 6 --device cuda
+        --dataset emnist --data-dir DATA --rounds 6 --device cuda
 
 Everything after ``--`` goes to ``simulate`` as it is (``--backend local --quiet --force --out --seed`` are added).
 What it does not include: Ray's placement of the cells (the sweep's driver, a few seconds per sweep, not per cell).

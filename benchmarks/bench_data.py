@@ -9,7 +9,7 @@ DataLoader side gets its most favourable set-up: pre-standardised float32 tensor
 Prints samples/s for the data path alone and for full SGD steps of the dataset's CNN at width p.
 
     python benchmarks/bench_data.py                                   # digits, CPU
-    python benchmarks/bench_data.py --dataset emnist --data-dir ../shared/data/torchvision --width 0.25
+    python benchmarks/bench_data.py --dataset emnist --data-dir DATA --width 0.25
 """
 
 from __future__ import annotations

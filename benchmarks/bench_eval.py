@@ -15,7 +15,7 @@ the final local accuracy, which no flag removes.
 
 - digits: the `hasfl-ray simulate` defaults (digits, HAS-FL, 20 clients, 10 a round; eval_every 1), ``--rounds``
   rounds, the first ``--drop`` dropped; the last round holds the local accuracy at the end.
-- EMNIST sample: `--dataset emnist --data-dir DIR` (default ../shared/data/torchvision, the small real sample;
+- EMNIST sample: `--dataset emnist --data-dir DIR` (default `data`, the CLI's root; a small real sample works too;
   skipped with a line where its files are absent), eval_every 5 (its default), ``--emnist-rounds`` rounds (5: one
   evaluation round, the last, which also holds the local accuracy); a round takes ~30-60 s on 2 CPU cores, so it
   is timed once, by the timers alone, unless ``--emnist-ab``.
@@ -189,7 +189,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--drop", type=int, default=2, help="Rounds dropped at the start of each run.")
     parser.add_argument("--eval-every", type=int, default=None,
                         help="The digits runs' eval_every (default: the protocol's, 1).")
-    parser.add_argument("--data-dir", default=os.path.join("..", "shared", "data", "torchvision"))
+    parser.add_argument("--data-dir", default="data")
     parser.add_argument("--emnist-rounds", type=int, default=5)
     parser.add_argument("--emnist-ab", action="store_true", help="Also time EMNIST with --eval-widths full.")
     parser.add_argument("--synthetic-clients", type=int, default=10_000)

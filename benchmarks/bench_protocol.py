@@ -6,7 +6,7 @@ pixel values), built in memory in seconds, so no dataset has to be downloaded:
 - EMNIST byclass: 697,932 training images 1x28x28 over 62 classes, 116,323 test images, 20 clients by Dirichlet
   alpha 0.3 label skew, batch 32, 1 local epoch, the paper's CNN (the same partition code as the real loader);
 - Shakespeare: the 20 largest (play, role) clients of the complete works (LEAF's construction; sizes measured on
-  the plays in ../shared/data, 20,629 to 53,414 windows of 80 characters), batch 10, 1 local epoch, the LSTM.
+  a sample of the plays, 20,629 to 53,414 windows of 80 characters), batch 10, 1 local epoch, the LSTM.
 
 Each algorithm runs ROUNDS rounds through the Engine (local backend, the defaults a user gets: ``auto`` training
 modes, the fused kernel, deterministic exact float32); the last round's wall time is the steady figure (the first
@@ -32,7 +32,7 @@ and ``--clients``/``--clients-per-round`` shrink the federation for it:
 
     python benchmarks/bench_protocol.py --pack configs/pack-heterofl-cifar10.yaml --device cuda   # the GPU-hours
     python benchmarks/bench_protocol.py --pack configs/pack-heterofl-cifar10.yaml --variants iid-a-b-c-d-e-fix \
-        --data-dir ../shared/data/torchvision --clients 10 --clients-per-round 10 --device cpu --rounds 7  # a round
+        --data-dir DATA --clients 10 --clients-per-round 10 --device cpu --rounds 7  # a round
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ updated every round: the cost that may grow with N is exactly what these rounds 
 
     python benchmarks/bench_scale.py                                   # 10^3 .. 10^6, local; ray at 10^6
     python benchmarks/bench_scale.py --sizes 1000,100000 --backends local,ray --rounds 4
-    python benchmarks/bench_scale.py --dataset shakespeare --data-dir ../shared/data/shakespeare/plays \
+    python benchmarks/bench_scale.py --dataset shakespeare --data-dir PLAYS \
         --sizes 635 --backends ray --ray-sizes "" --per-round 10 --rounds 3 \
         --eval-samples 10000                                             # every role of every play
 
@@ -354,7 +354,7 @@ def main() -> None:
     parser.add_argument("--ray-sizes", default="1000000", help="sizes also run on the ray backend ('' for none)")
     parser.add_argument("--dataset", default="synthetic", help="dataset (default synthetic)")
     parser.add_argument("--algorithm", default="hasfl", help="algorithm (default hasfl, adapting every round)")
-    parser.add_argument("--data-dir", help="--data-dir of the dataset (shakespeare: ../shared/data/shakespeare/plays)")
+    parser.add_argument("--data-dir", help="--data-dir of the dataset (shakespeare: a folder of the Gutenberg *_gut.txt plays)")
     parser.add_argument("--address", help="join this running Ray cluster (ray backend)")
     parser.add_argument("--per-round", type=int, default=100, help="clients per round (default 100)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per run (default 3; the first is dropped)")

@@ -8,7 +8,7 @@
 #
 #   benchmarks/gpu_check.sh [DATA_DIR] [OUT_DIR]
 #
-# DATA_DIR holds torchvision/EMNIST and shakespeare/ as ../shared/data does (default ../shared/data, else data/).
+# DATA_DIR holds torchvision/EMNIST and shakespeare/ (default data/, the CLI's root).
 # Environment: PYTHON (default python3), DEVICE (default cuda; cpu rehearses the script anywhere), QUICK=1 for a
 # short rehearsal, SHAKESPEARE_EAGER=1 (step 5). Ray is optional: without it the Ray step and Ray tests are skipped
 # with their reason; with it (gpu-prep.sh carries Ray 2.60) step 6 runs the default backend on the GPU.
@@ -16,8 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}
-DATA=${1:-../shared/data}
-[ -d "$DATA" ] || DATA=data
+DATA=${1:-data}
 OUT=${2:-gpu-check}
 QUICK=${QUICK:-0}
 mkdir -p "$OUT"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a lent GPU machine (issue 39): the phases named on the command line, in order, each bounded, all
 # inside BUDGET seconds (default 540), everything written under $OUT/lease.tar.gz plus a short summary printed last.
-# Prepare on the CPU machine first: ../shared/tools/gpu-prep.sh, then `tar -cJf .gpu-carry/data.tar.xz -C
+# Prepare on the CPU machine first (a torch build and Ray 2.60 for the GPU machine under .gpu-carry/), then `tar -cJf .gpu-carry/data.tar.xz -C
 # .gpu-carry data` (the samples travel compressed); carry .gpu-carry/raysite.tar.xz, .gpu-carry/data.tar.xz,
 # .gpu-carry/variants (kernel variants built with HASFL_NVCC_EXTRA, optional) and hasfl_ray/_C.cpython-312-*.so.
 #

@@ -4,6 +4,9 @@ the server held at T seconds (the last evaluated line with sim_time_s <= T) and 
 cumulative), T and B the smallest end of any run (so every run counts at both); also updates and staleness.
 
     python docs/reproduction/async_at_equal_time.py runs/digits-async > docs/reproduction/async-digits.csv
+
+make_report.py writes the same CSV from the committed results/clock-lines.csv (report_clock.py); this script reads
+the run folders themselves.
 """
 
 import csv
@@ -15,12 +18,17 @@ import sys
 
 def trajectory(run):
     with open(os.path.join(run, "metrics.jsonl"), encoding="utf-8") as handle:
-        lines = [json.loads(line) for line in handle]
-    moved, points = 0, []
+        return points([json.loads(line) for line in handle])
+
+
+def points(lines):
+    """(simulated seconds, bytes moved by then (down and up, cumulative), test accuracy, mean staleness) per
+    metrics.jsonl line."""
+    moved, out = 0, []
     for line in lines:
         moved += line["bytes_down"] + line["bytes_up"]
-        points.append((line["sim_time_s"], moved, line["test_accuracy"], line.get("staleness_mean")))
-    return points
+        out.append((line["sim_time_s"], moved, line["test_accuracy"], line.get("staleness_mean")))
+    return out
 
 
 def at(points, limit, axis):
@@ -34,15 +42,22 @@ def at(points, limit, axis):
     return value
 
 
-def main(root):
-    runs = {}
-    for name in sorted(os.listdir(root)):
-        if os.path.exists(os.path.join(root, name, "summary.json")):
-            variant = name.split("-seed")[0].removeprefix("digits-")
-            runs.setdefault(variant, []).append(trajectory(os.path.join(root, name)))
-    end_time = min(points[-1][0] for group in runs.values() for points in group)
-    end_bytes = min(points[-1][1] for group in runs.values() for points in group)
-    writer = csv.writer(sys.stdout)
+def ends(runs):
+    """(T, B): the earliest end of any run in simulated seconds and in bytes."""
+    return (min(points[-1][0] for group in runs.values() for points in group),
+            min(points[-1][1] for group in runs.values() for points in group))
+
+
+def per_run(points, end_time, end_bytes):
+    """One run at T and B: accuracy at T and at B, server updates and bytes moved by T."""
+    return (at(points, end_time, 0), at(points, end_bytes, 1), sum(1 for p in points if p[0] <= end_time),
+            max((p[1] for p in points if p[0] <= end_time), default=0))
+
+
+def table(runs, out):
+    """The CSV (csv.writer's dialect) of ``runs`` ({variant: [points of each seed]}, in row order) into ``out``."""
+    end_time, end_bytes = ends(runs)
+    writer = csv.writer(out)
     writer.writerow(["variant", "seeds", "T_s", "acc_at_T_mean", "acc_at_T_std", "B_MB", "acc_at_B_mean",
                      "acc_at_B_std", "updates_by_T", "MB_by_T", "staleness_mean"])
     for variant, group in runs.items():
@@ -56,6 +71,15 @@ def main(root):
                f"{statistics.stdev(by_bytes):.4f}", f"{updates:.0f}", f"{moved / 1e6:.1f}",
                f"{statistics.mean(stale):.2f}" if stale else ""]
         writer.writerow(row)
+
+
+def main(root):
+    runs = {}
+    for name in sorted(os.listdir(root)):
+        if os.path.exists(os.path.join(root, name, "summary.json")):
+            variant = name.split("-seed")[0].removeprefix("digits-")
+            runs.setdefault(variant, []).append(trajectory(os.path.join(root, name)))
+    table(runs, sys.stdout)
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ CLIENT_COLUMNS = ("group", "dataset", "algorithm", "seed", "client", "p_max", "p
 CURVE_COLUMNS = ("group", "dataset", "algorithm", "seed", "round", "test_accuracy", "test_loss", "mean_h", "avg_p",
                  "frozen_fraction")
 #: Test images of each dataset as run here (the embedded digits: a fifth of scikit-learn's 1,797; the samples in
-#: ../shared/data): what one image is worth in accuracy.
+#: CPU sample subsets of docs/datasets.md): what one image is worth in accuracy.
 TEST_SAMPLES = {"digits": 359, "emnist": 3420, "cifar10": 200}
 
 

@@ -9,7 +9,10 @@ as first reported) and ``aggregates-carried.csv`` (a table's means over seeds as
 writes table.{md,csv,tex}, confound.{md,csv,tex} (every correlation with its 95 % interval and the verdict rule of the
 README), paper-vs-ours.{md,csv} and the figures of the cells that have curves; beside them avg-p.{md,csv} (the Avg-p
 column under both tier mixes), cost.{md,csv} (Table 2 against `hasfl-ray cost`), comparisons.{md,csv} (every accuracy
-comparison of the README with its test) and dynamics.{md,csv} (Figures 4, 5 and 8's numbers).
+comparison of the README with its test) and dynamics.{md,csv} (Figures 4, 5 and 8's numbers). From
+``clock-runs.csv``/``clock-lines.csv`` and ``packs-sample.csv``/``packs-ablation.csv`` (export_runs.py) it writes
+the files of async-digits.md, clocked-digits.md and packs.md (report_clock.py, report_packs.py) and those pages'
+generated tables (pages.py).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import argparse
 import csv
 import io
 import os
+import sys
 from collections import defaultdict
 from typing import Dict, List, Optional, Sequence
 
@@ -32,6 +36,10 @@ from hasfl_ray.engine.coverage import coverage_warning
 from hasfl_ray.models import cost_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)  # report_clock, report_packs and pages beside this script
+import pages  # noqa: E402
+import report_clock  # noqa: E402
+import report_packs  # noqa: E402
 ORDER = ["hasfl", "fjord", "uniform", "hasfl (coverage off)", "heterofl", "random-budget", "fedavg", "scaffold",
          "fedprox"]
 #: Report folder -> (results group, algorithms kept (None: all), title, the paper's dataset to set beside it).
@@ -206,9 +214,18 @@ def confound_rule_lines(analysis: Dict[str, list]) -> List[str]:
     return lines
 
 
+def _stable(value):
+    """A float to 12 significant digits (anything else as it is)."""
+    return float(f"{value:.12g}") if isinstance(value, float) else value
+
+
 def confound_files(out: str, analysis: Dict[str, list], note: str) -> List[Dict]:
     """confound.{md,csv,tex}: the correlations (p-values shown, no p-threshold verdict), the 95 % intervals and the
-    sign rule's verdicts; returns the pooled rows with their intervals."""
+    sign rule's verdicts; returns the pooled rows with their intervals. Correlations and p-values are kept to 12
+    significant digits where computed here (a partial correlation's last bits depend on the machine's BLAS kernel);
+    rows carried over (with a ``source``) keep their digits as first reported."""
+    analysis = {part: [row if "source" in row else {k: _stable(v) for k, v in row.items()} for row in rows]
+                for part, rows in analysis.items()}
     plain = {"runs": analysis["runs"], "pooled": [{k: v for k, v in r.items() if k != "verdict"}
                                                   for r in analysis["pooled"]]}
     text = confound_markdown(plain).rstrip("\n") + "\n" + "\n".join(confound_rule_lines(analysis)) + "\n"
@@ -437,6 +454,10 @@ def main(results: str, out_root: str) -> None:
     cost_files(out_root)
     comparison_files(groups, out_root)
     dynamics_files(groups, out_root)
+    # async-digits.md, clocked-digits.md and packs.md: their CSVs, figures and the tables between the pages' markers
+    sections = report_clock.write(results, out_root, read_csv, write_csv, write_text)
+    sections.update(report_packs.write(results, read_csv))
+    pages.fill(sections, out_root)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,15 @@ def _band(ax, runs, key, label, scale=1.0, **style):
     return True
 
 
+def figure_heading(dataset: str, runs: Sequence[Dict[str, Any]]) -> str:
+    """A figure's heading: the dataset, the protocol of its first synchronous run (a sweep holding both modes draws
+    its asynchronous runs against it), and the seeds."""
+    configs = [r["config"] for r in runs]
+    first = next((c for c in configs if c.get("mode") != "async"), configs[0])
+    seeds = sorted({c["seed"] for c in configs})
+    return f"{display_name(dataset)} ({protocol_line(first)}, seeds {', '.join(map(str, seeds))})"
+
+
 def plot_runs(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str] = ()) -> List[str]:
     """Write <dataset>-convergence.png, -heterogeneity.png, -allocations.png and -frontier.png per dataset, and
     -widths.png, -local.png and -clock.png where its runs record accuracy at each width, client local accuracies and
@@ -61,12 +70,8 @@ def plot_runs(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str]
         by_dataset[dataset][label] = members
     for dataset, groups in sorted(by_dataset.items()):
         rows = [row for row in table if row["dataset"] == dataset]
-        labels = [row["algorithm"] for row in rows]
-        configs = [members[0]["config"] for members in groups.values()]
-        # the synchronous protocol where a sweep holds both (its asynchronous runs are drawn against it)
-        first = next((c for c in configs if c.get("mode") != "async"), configs[0])
-        seeds = sorted({r["config"]["seed"] for members in groups.values() for r in members})
-        heading = f"{display_name(dataset)} ({protocol_line(first)}, seeds {', '.join(map(str, seeds))})"
+        labels = [row["algorithm"] for row in rows]  # the table's order
+        heading = figure_heading(dataset, [r for members in groups.values() for r in members])
 
         fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
         for label in labels:
