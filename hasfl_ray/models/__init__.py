@@ -55,16 +55,19 @@ def register_model(name: str, config: Optional[Mapping[str, Any]]) -> None:
     MODEL_CONFIGS[name] = config
 
 
-def build_model_from(config: Mapping[str, Any], width: float = 1.0) -> nn.Module:
+def build_model_from(config: Mapping[str, Any], width: float = 1.0, depth: Optional[int] = None) -> nn.Module:
     config = dict(config)
+    if depth is not None:  # a depth sub-model of a model with exits (hasfl_ray.models.depth)
+        config["depth"] = depth
     return MODEL_KINDS[config.pop("kind")](width=width, **config)
 
 
-def build_model(name: str, width: float = 1.0) -> nn.Module:
-    """The model of dataset ``name`` as a physically width-``width`` network."""
+def build_model(name: str, width: float = 1.0, depth: Optional[int] = None) -> nn.Module:
+    """The model of dataset ``name`` as a physically width-``width`` network (``depth``: its first ``depth`` stages
+    and their exits, a model with exits only: :mod:`hasfl_ray.models.depth`)."""
     if name not in MODEL_CONFIGS:
         raise ValueError(f"model {name!r} is unknown; expected one of {', '.join(MODEL_CONFIGS)}")
-    return build_model_from(MODEL_CONFIGS[name], width)
+    return build_model_from(MODEL_CONFIGS[name], width, depth)
 
 
 def pads_exactly(model: nn.Module) -> bool:
