@@ -24,7 +24,7 @@ def train_eager(workspace: Workspace, task: ClientTask, global_params: Mapping[s
     """Extract the width-p sub-model from ``global_params``, run K local epochs, return Δ_i (packed). The task's
     testing faults are the caller's (:func:`~hasfl_ray.training.task.with_faults`)."""
     workspace.begin()
-    model = workspace.model_at(task.width)
+    model = workspace.model_at(task.width, task.depth)
     params = dict(model.named_parameters())
     initial = workspace.starting_point(task, global_params)
     with torch.no_grad():
