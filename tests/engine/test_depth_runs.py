@@ -1,0 +1,92 @@
+"""Runs of depth sub-models (issue 44 item 1c, ``--sub-model depth|width_depth``): what a client trains and sends,
+the same result on every backend and after a resume, and a depth the model lacks refused in one sentence."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from hasfl_ray.cli.main import main
+from hasfl_ray.data import load_dataset
+from hasfl_ray.engine.participants import initial_parameters
+from hasfl_ray.models import build_model, register_model
+from hasfl_ray.models.choice import with_exits
+from hasfl_ray.training.task import ClientTask, ExitsObjective, OptimizerSettings
+from hasfl_ray.training.trainer import Trainer
+
+RUN = ["simulate", "--dataset", "digits", "--rounds", "3", "--clients", "6", "--clients-per-round", "3",
+       "--sub-model", "width_depth", "--checkpoint-every", "1", "--quiet"]
+
+
+def sha(out):
+    return json.loads((out / "summary.json").read_text())["params_sha256"]
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("depth") / "run"
+    result = CliRunner().invoke(main, RUN + ["--backend", "local", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_a_depth_client_trains_and_sends_only_its_stages_and_exits():
+    """The digits CNN with exits: a depth-1 client at width 1/2 sends the width-1/2 slices of stage 1 and exit 1,
+    nothing of stage 2 or the final head; a depth-2 client sends every parameter."""
+    dataset = with_exits(load_dataset("digits", num_clients=6, alpha=0.3, seed=0))
+    name = dataset.model
+    assert name == "digits+exits"
+    register_model(name, dataset.model_config)
+    full = build_model(name)
+    specs = full.param_specs()
+    params = initial_parameters(name, 0)
+    trainer = Trainer(dataset, name, OptimizerSettings(batch_size=16))
+    shallow = trainer.train(ClientTask(0, 0, 0.5, 0.05, 0, ExitsObjective(), depth=1), params)
+    assert set(shallow.update) == {n for n, d in full.param_depths().items() if d == 1}
+    assert "fc1.weight" not in shallow.update and "exit1.weight" in shallow.update
+    assert all(tuple(t.shape) == specs[n].sliced_shape(0.5) for n, t in shallow.update.items())
+    assert all(bool(t.abs().sum() > 0) for t in shallow.update.values())  # every held tensor trained
+    deep = trainer.train(ClientTask(1, 0, 1.0, 0.05, 0, ExitsObjective(), depth=2), params)
+    assert set(deep.update) == set(specs)
+
+
+def test_the_run_trains_the_model_with_exits(local_run):
+    """Every round aggregates exit 1 (every depth holds it) beside the backbone, and the run says its sub_model."""
+    lines = [json.loads(line) for line in (local_run / "metrics.jsonl").read_text().splitlines()]
+    assert "sub_model: width_depth" in (local_run / "config.yaml").read_text()
+    rounds = [line for line in lines if "coverage_by_layer" in line]
+    assert len(rounds) == 3
+    for line in rounds:
+        coverage = line["coverage_by_layer"]
+        assert coverage["exit1.weight"] > 0 and coverage["features.0.weight"] >= coverage["features.4.weight"]
+
+
+def test_ray_gives_the_local_result_bit_for_bit(tmp_path, local_run):
+    pytest.importorskip("ray", reason="needs Ray")
+    out = tmp_path / "ray"
+    result = CliRunner().invoke(main, RUN + ["--backend", "ray", "--actors", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert sha(out) == sha(local_run)
+
+
+def test_a_resumed_depth_run_gives_the_uninterrupted_result(tmp_path, local_run):
+    out = tmp_path / "run"
+    crashed = CliRunner().invoke(main, RUN + ["--backend", "local", "--fault-inject", "trainer-error@2",
+                                              "--out", str(out)])
+    assert crashed.exit_code == 1 and "injected trainer failure" in crashed.output, crashed.output
+    resumed = CliRunner().invoke(main, ["simulate", "--out", str(out), "--resume", "--quiet"])
+    assert resumed.exit_code == 0, resumed.output
+    assert sha(out) == sha(local_run)
+
+
+def test_a_depth_the_model_lacks_is_one_sentence_and_exit_2(tmp_path):
+    out = tmp_path / "bad"
+    result = CliRunner().invoke(main, RUN + ["--backend", "local", "--depths", "1,2,3,3", "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    text = result.output.strip()
+    assert "depths is [1, 2, 3, 3] but model 'digits+exits' has 2 depths (one a stage); expected each from 1 to 2" \
+        in text and "Traceback" not in text, text
+    assert not (out / "summary.json").exists() and not (out / "metrics.jsonl").exists()
