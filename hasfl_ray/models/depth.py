@@ -204,7 +204,7 @@ def counted_cost(model: nn.Module, sample: torch.Tensor) -> Tuple[int, int]:
 
 def depth_cost_table(name: str, depths: Sequence[int], widths: Sequence[float]) -> List[dict]:
     """Params, MACs and FLOPs per sample and fp32 upload MB of the depth-d sub-model at width p of model ``name``
-    (built with exits) for every (d, p), deepest first: the parameters it holds (:func:`depth_names`, each its
+    (built with exits) for every (d, p), in the order given: the parameters it holds (:func:`depth_names`, each its
     width-p slice) and its training forward (every exit up to d)."""
     from hasfl_ray.models import build_model, build_model_from, MODEL_CONFIGS
 
