@@ -54,11 +54,13 @@ def sub_models(algorithm, round: int, widths: Dict[int, float]) -> Dict[int, Tup
     out = {}
     for client, width in widths.items():
         shape = algorithm.sub_model(round, client, width)
-        ok = isinstance(shape, tuple) and len(shape) == 2 and 0 < float(shape[0]) <= 1 and (
+        ok = isinstance(shape, tuple) and len(shape) == 2 and isinstance(shape[0], (int, float)) and \
+            0 < float(shape[0]) <= 1 and (
             (shape[1] is None and plan is None) or (plan is not None and isinstance(shape[1], int)
                                                     and 1 <= shape[1] <= plan.num_depths))
         if not ok:
-            raise PluginError(f"algorithm returned {shape!r} from sub_model(); expected (width in (0, 1], depth) with "
+            raise PluginError(f"algorithm {getattr(algorithm, 'label', type(algorithm).__name__)!r} returned {shape!r} "
+                              f"from sub_model(); expected (width in (0, 1], depth) with "
                               "a depth from 1 to the model's depths where the run has sub_model depth or width_depth, "
                               "else depth None")
         out[client] = (float(shape[0]), shape[1])

@@ -70,6 +70,9 @@ def check_sub_model_keys(config, bad) -> None:
     if config.sub_model not in SUB_MODELS:
         raise bad("sub_model", config.sub_model, "width (the default: width-p slices), depth (DepthFL's depth "
                                                  "sub-models) or width_depth (width and depth, ScaleFL's)")
+    if config.sub_model != "width" and getattr(config, "classifier_aggregation", "all") == "label_split":
+        raise ConfigError(f"classifier_aggregation is 'label_split' but sub_model is {config.sub_model!r}; expected "
+                          "classifier_aggregation all with depth sub-models (their exits are several classifiers)")
     depths = config.depths
     if depths is None:
         return

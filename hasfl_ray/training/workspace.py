@@ -117,6 +117,9 @@ class Workspace:
         not 0; of the parameters its depth holds where it has one), name -> tensor on this device, in spec order."""
         if task.depth is not None:
             held = self.depth_names(task.depth)
+            if task.offset:
+                return {name: extract_window(global_params[name], self.specs[name], task.width, task.offset)
+                        .to(self.device) for name in held}
             return {name: extract(global_params[name], self.specs[name], task.width).to(self.device) for name in held}
         if task.offset:
             return {name: extract_window(global_params[name], spec, task.width, task.offset).to(self.device)

@@ -90,3 +90,26 @@ def test_a_depth_the_model_lacks_is_one_sentence_and_exit_2(tmp_path):
     assert "depths is [1, 2, 3, 3] but model 'digits+exits' has 2 depths (one a stage); expected each from 1 to 2" \
         in text and "Traceback" not in text, text
     assert not (out / "summary.json").exists() and not (out / "metrics.jsonl").exists()
+
+
+def test_an_algorithm_may_hand_out_depths_and_a_bad_one_is_one_sentence():
+    """``Algorithm.sub_model`` is the policy's hook: its (width, depth) is checked against the run's depth plan."""
+    from hasfl_ray.engine.guard import GuardedAlgorithm
+    from hasfl_ray.engine.participants import sub_models
+    from hasfl_ray.errors import PluginError
+    from hasfl_ray.models.depth_plan import DepthPlan
+
+    class Policy:
+        depth_plan = DepthPlan((0.5, 1.0), (1, 2), 2, False)
+
+        def __init__(self, answer):
+            self.answer = answer
+
+        def sub_model(self, round, client, width):
+            return self.answer(width)
+
+    chosen = sub_models(GuardedAlgorithm(Policy(lambda w: (w, 2 if w > 0.3 else 1)), "policy"), 0, {0: 0.25, 1: 0.5})
+    assert chosen == {0: (0.25, 1), 1: (0.5, 2)}
+    for answer in (lambda w: (w, 3), lambda w: (w, None), lambda w: (0.0, 1), lambda w: w):
+        with pytest.raises(PluginError, match=r"^algorithm 'policy' returned .* from sub_model\(\); expected"):
+            sub_models(GuardedAlgorithm(Policy(answer), "policy"), 0, {0: 0.5})

@@ -133,6 +133,8 @@ def test_the_depth_plan_maps_ladder_widths_to_depths():
     (dict(sub_model="depth", depths=[1, 2]), r"^depths is \[1, 2\]; expected 4 positive integers"),
     (dict(sub_model="depth", depths="1,x,2,3"), "^depths is '1,x,2,3'; expected a comma list"),
     (dict(depths=[1, 2, 3, 4]), r"^depths is \[1, 2, 3, 4\] but sub_model is 'width'"),
+    (dict(sub_model="depth", classifier_aggregation="label_split"),
+     "^classifier_aggregation is 'label_split' but sub_model is 'depth'"),
 ])
 def test_bad_sub_model_keys_are_one_sentence(keys, message):
     with pytest.raises(ConfigError, match=message):
