@@ -45,15 +45,13 @@ class SepConv(nn.Module):
 
     def __init__(self, owner, cin: int, cout: int):
         super().__init__()
-        from hasfl_ray.models.resnet import norm_layer
-
         c, o = owner._c(cin), owner._c(cout)
         self.dw1 = nn.Conv2d(c, c, 3, stride=2, padding=1, groups=c, bias=False)
         self.pw1 = nn.Conv2d(c, c, 1, bias=False)
-        self.n1 = norm_layer(owner.norm, c)
+        self.n1 = owner._norm(c)
         self.dw2 = nn.Conv2d(c, c, 3, padding=1, groups=c, bias=False)
         self.pw2 = nn.Conv2d(c, o, 1, bias=False)
-        self.n2 = norm_layer(owner.norm, o)
+        self.n2 = owner._norm(o)
         self.scale = owner._scale()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -202,45 +200,5 @@ def counted_cost(model: nn.Module, sample: torch.Tensor) -> Tuple[int, int]:
     return macs, flops
 
 
-def depth_cost_table(name: str, depths: Sequence[int], widths: Sequence[float]) -> List[dict]:
-    """Params, MACs and FLOPs per sample and fp32 upload MB of the depth-d sub-model at width p of model ``name``
-    (built with exits) for every (d, p), in the order given: the parameters it holds (:func:`depth_names`, each its
-    width-p slice) and its training forward (every exit up to d)."""
-    from hasfl_ray.models import build_model, build_model_from, MODEL_CONFIGS
-
-    full = build_model(name)
-    total = exit_depths(full)
-    specs = full.param_specs()
-    config = MODEL_CONFIGS[name]
-    size = config.get("image_size", 32)
-    h, w = (size, size) if isinstance(size, int) else tuple(size)
-    sample = torch.zeros(2, config.get("in_channels", 3), h, w)
-    rows = []
-    for depth in depths:
-        check_depth(depth, total, f"model {name!r}")
-        held = depth_names(full, depth)
-        for p in widths:
-            params = sum(specs[n].numel(p) for n in held)
-            model = build_model_from(config, p, depth=depth)
-            macs, flops = counted_cost(model, sample)
-            rows.append({"depth": depth, "p": p, "params": params, "macs": macs, "flops": flops,
-                         "upload_mb": params * 4 / 1e6})
-    return rows
-
-
-def dense_masks(specs: Mapping[str, ParamSpec], held: Mapping[str, Tuple[int, ...]]) -> Dict[str, torch.Tensor]:
-    """Full-shape 0/1 float64 masks of a packed sub-model (``held``: name -> packed shape, leading slices); a
-    parameter not held is all 0. The dense description the oracle tests compare against."""
-    from hasfl_ray.models.slicing import region
-
-    out = {}
-    for name, spec in specs.items():
-        m = torch.zeros(spec.shape, dtype=torch.float64)
-        if name in held:
-            region(m, held[name], spec.gate_blocks).fill_(1)
-        out[name] = m
-    return out
-
-
-__all__ = ["ResNetExit", "ResNetExits", "SepConv", "check_depth", "counted_cost", "dense_masks", "depth_cost_table", "depth_names",
+__all__ = ["ResNetExit", "ResNetExits", "SepConv", "check_depth", "counted_cost", "depth_names",
            "dwconv_spec", "exit_depths", "resnet_exit_layout", "resnet_param_depth"]

@@ -127,6 +127,9 @@ class _Base(ResNetExits, ResNetCost, nn.Module):
         GroupNorm (a group's statistics, and the groups themselves, span the padded channels)."""
         return not self.scaler and self.norm != "gn"
 
+    def _norm(self, channels: int) -> nn.Module:
+        return norm_layer(self.norm, channels)
+
     def _scale(self) -> nn.Module:
         return Scaler(self.width) if self.scaler else nn.Identity()
 
