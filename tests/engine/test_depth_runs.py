@@ -113,3 +113,20 @@ def test_an_algorithm_may_hand_out_depths_and_a_bad_one_is_one_sentence():
     for answer in (lambda w: (w, 3), lambda w: (w, None), lambda w: (0.0, 1), lambda w: w):
         with pytest.raises(PluginError, match=r"^algorithm 'policy' returned .* from sub_model\(\); expected"):
             sub_models(GuardedAlgorithm(Policy(answer), "policy"), 0, {0: 0.5})
+
+
+def test_the_clock_charges_a_depth_client_for_what_it_holds(tmp_path):
+    """A clocked run where every client trains depth 1 at full width: each round moves, each way, 4 bytes a
+    parameter of the depth-1 sub-model per participant (its stage and exit), not the whole model's."""
+    from hasfl_ray.clock.cost import WidthCosts
+
+    out = tmp_path / "clocked"
+    result = CliRunner().invoke(main, ["simulate", "--dataset", "digits", "--rounds", "2", "--clients", "6",
+                                       "--clients-per-round", "3", "--sub-model", "depth", "--depths", "1,1,1,1",
+                                       "--devices", "lognormal", "--backend", "local", "--quiet", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    costs = WidthCosts("digits+exits")
+    expected = 3 * 4 * costs.params(1.0, 1)
+    assert costs.params(1.0, 1) < costs.params(1.0) / 10
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [(line["bytes_down"], line["bytes_up"]) for line in lines] == [(expected, expected)] * 2
