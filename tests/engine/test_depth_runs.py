@@ -130,3 +130,21 @@ def test_the_clock_charges_a_depth_client_for_what_it_holds(tmp_path):
     assert costs.params(1.0, 1) < costs.params(1.0) / 10
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [(line["bytes_down"], line["bytes_up"]) for line in lines] == [(expected, expected)] * 2
+
+
+def test_an_objectives_nested_widths_are_of_the_clients_depth():
+    """FjORD-like objectives run narrower widths through ``model_at``: a depth client's are of its own depth, so no
+    stage it does not hold (and whose parameters it never received) takes part in its loss."""
+    dataset = with_exits(load_dataset("digits", num_clients=6, alpha=0.3, seed=0))
+    register_model(dataset.model, dataset.model_config)
+    seen = []
+
+    class Spy(ExitsObjective):
+        def setup(self, model, initial, width, generator, model_at=None):
+            seen.append((model.depth, model_at(0.25).depth, set(initial)))
+
+    params = initial_parameters(dataset.model, 0)
+    trainer = Trainer(dataset, dataset.model, OptimizerSettings(batch_size=16))
+    trainer.train(ClientTask(0, 0, 0.5, 0.05, 0, Spy(), depth=1), params)
+    full = build_model(dataset.model)
+    assert seen == [(1, 1, set(n for n, d in full.param_depths().items() if d == 1))]
