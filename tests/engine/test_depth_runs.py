@@ -70,6 +70,23 @@ def test_ray_gives_the_local_result_bit_for_bit(tmp_path, local_run):
     result = CliRunner().invoke(main, RUN + ["--backend", "ray", "--actors", "1", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert sha(out) == sha(local_run)
+    assert depth_accuracies(out) == depth_accuracies(local_run)
+
+
+def depth_accuracies(out):
+    return [line.get("accuracy_at_depth") for line in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())]
+
+
+def test_every_exit_is_evaluated(local_run):
+    """accuracy_at_depth: the global model's depth-d sub-model (exit d) for every depth, the deepest being the full
+    model's test_accuracy; summary.json keeps the last and the best."""
+    lines = [json.loads(line) for line in (local_run / "metrics.jsonl").read_text().splitlines()]
+    evaluated = [line for line in lines if line.get("accuracy_at_depth")]
+    assert evaluated and all(set(line["accuracy_at_depth"]) == {"1", "2"} for line in evaluated)
+    assert all(line["accuracy_at_depth"]["2"] == line["test_accuracy"] for line in evaluated)
+    assert all(0 <= line["accuracy_at_depth"]["1"] <= 1 for line in evaluated)
+    summary = json.loads((local_run / "summary.json").read_text())
+    assert summary["accuracy_at_depth_final"] == evaluated[-1]["accuracy_at_depth"]
 
 
 def test_a_resumed_depth_run_gives_the_uninterrupted_result(tmp_path, local_run):
@@ -80,6 +97,7 @@ def test_a_resumed_depth_run_gives_the_uninterrupted_result(tmp_path, local_run)
     resumed = CliRunner().invoke(main, ["simulate", "--out", str(out), "--resume", "--quiet"])
     assert resumed.exit_code == 0, resumed.output
     assert sha(out) == sha(local_run)
+    assert depth_accuracies(out) == depth_accuracies(local_run)
 
 
 def test_a_depth_the_model_lacks_is_one_sentence_and_exit_2(tmp_path):
