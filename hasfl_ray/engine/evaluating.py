@@ -38,9 +38,12 @@ LOCAL_CHUNK = 2048
 
 def eval_widths(engine: Any) -> List[float]:
     """The widths evaluated on evaluation rounds, ascending, 1.0 last (``eval_widths``, else the tiers' p^max;
-    with dynamic assignment every width of the ladder)."""
+    with dynamic assignment every width of the ladder; with ``sub_model: depth``, whose clients all train at full
+    width, 1.0 alone: its accuracy at each depth is evaluated instead)."""
     if engine.config.eval_widths:
         return engine.config.eval_widths
+    if getattr(engine.config, "sub_model", "width") == "depth":
+        return [1.0]
     if engine.config.width_assignment == "dynamic":
         return default_eval_widths(np.asarray(engine.ladder.widths))
     return default_eval_widths(engine.p_max)
