@@ -104,3 +104,18 @@ def test_depth_update_is_packed_never_dense():
     assert set(update) == {n for n, d in model.param_depths().items() if d == 1}
     assert all(tuple(t.shape) == specs[n].sliced_shape(0.25) for n, t in update.items())
     assert sent < sum(math.prod(s.shape) for s in specs.values()) / 10
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and fused_available("cuda")),
+                    reason="needs a CUDA device and hasfl_ray._C built with its CUDA kernel")
+def test_mixed_widths_and_depths_on_cuda_match_the_dense_masked_definition():
+    model = small_models()["preresnet18"]
+    specs, updates = packed_updates(model, [(1.0, 4), (0.5, 2), (0.25, 1), (0.75, 3)], seed=7)
+    weights = [1.0, 2.0, 3.0, 4.0]
+    on_gpu = [{n: t.cuda() for n, t in u.items()} for u in updates]
+    result = aggregate_updates({n: s.shape for n, s in specs.items()}, on_gpu, weights, backend="fused")
+    delta, num, den = dense_masked(specs, updates, weights)
+    for name in specs:
+        assert torch.allclose(result.delta[name].cpu().to(torch.float64), delta[name], rtol=1e-6, atol=1e-6), name
+    assert torch.allclose(result.div_num.cpu(), num, rtol=1e-9, atol=1e-6)
+    assert torch.allclose(result.div_den.cpu(), den, rtol=1e-9, atol=1e-6)
