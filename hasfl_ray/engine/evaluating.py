@@ -232,7 +232,8 @@ def _sampled(summary: Dict[str, Any], engine: Any, clients: Optional[np.ndarray]
 
 def evaluation_summary(engine: Any) -> Dict[str, Any]:
     """summary.json's accuracy at each width (and depth, with depth sub-models: the last evaluation's and the best
-    over the run's evaluations) and local accuracy (computed here when the last round's was not: a resumed run that had finished)."""
+    over the run's evaluations) and local accuracy (computed here when the last round's was not: a resumed run that
+    had finished)."""
     out: Dict[str, Any] = {}
     for kind in ("width", "depth"):  # depth: runs with depth sub-models only
         evaluated = [line[f"accuracy_at_{kind}"] for line in engine.history if f"accuracy_at_{kind}" in line]

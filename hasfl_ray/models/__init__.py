@@ -133,5 +133,5 @@ def resnet_cost_table(arch: str, dataset: str = "cifar10", widths=(1.0, 0.5, 0.2
 
 __all__ = ["CharLSTM", "DimSlice", "ImageCNN", "MLP", "MODEL_CONFIGS", "MODEL_KINDS", "MODEL_NAMES", "NORMS",
            "ParamSpec", "PreResNet1112", "PreResNet18", "RESNETS", "ResNet18", "build_model", "build_model_from",
-           "cost_table", "depth_cost_table", "extract", "gate_blocks_of", "insert_", "mask", "pads_exactly", "region", "register_model",
-           "resnet_config", "resnet_cost_table", "width_channels"]
+           "cost_table", "depth_cost_table", "extract", "gate_blocks_of", "insert_", "mask", "pads_exactly", "region",
+           "register_model", "resnet_config", "resnet_cost_table", "width_channels"]
