@@ -95,6 +95,13 @@ class ResNetExits:
             logits.append(self._head(out) if last else getattr(self, f"exit{stage + 1}")(out))
         return logits
 
+    def deepest_exit(self, x: torch.Tensor) -> torch.Tensor:
+        """The deepest exit's logits alone (``forward``; the earlier exits are not computed)."""
+        out = self._stem(x)
+        for stage in self._stages_built():
+            out = getattr(self, f"layer{stage + 1}")(out)
+        return self._head(out) if self.depth == self.num_depths else getattr(self, f"exit{self.depth}")(out)
+
     def param_depths(self) -> Dict[str, int]:
         """Parameter name -> the shallowest depth holding it (hasfl_ray.models.depth)."""
         return {name: resnet_param_depth(name, self.num_depths) for name in self.param_specs()}

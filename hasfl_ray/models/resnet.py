@@ -178,7 +178,7 @@ class PreResNet18(_Base):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.exits:
-            return self.forward_exits(x)[-1]
+            return self.deepest_exit(x)
         out = self.conv1(x)
         out = self.layer4(self.layer3(self.layer2(self.layer1(out))))
         out = F.relu(self.n4(self.scale(out)))
@@ -253,7 +253,7 @@ class ResNet18(_Base):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.exits:
-            return self.forward_exits(x)[-1]
+            return self.deepest_exit(x)
         out = F.relu(self.n1(self.scale(self.conv1(x))))
         out = self.layer4(self.layer3(self.layer2(self.layer1(out))))
         return self.linear(torch.flatten(F.adaptive_avg_pool2d(out, 1), 1))
