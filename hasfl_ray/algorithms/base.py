@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -135,6 +135,17 @@ class Algorithm(ABC):
     def objective(self, round: int, client: int, width: float) -> LocalObjective:
         """The local objective of ``client``. Default: cross-entropy."""
         return LocalObjective()
+
+    #: The run's :class:`~hasfl_ray.models.depth_plan.DepthPlan` (``sub_model: depth`` or ``width_depth``), set by the
+    #: engine before the first round; None: every client trains a width-p slice of the whole network.
+    depth_plan: Optional[Any] = None
+
+    def sub_model(self, round: int, client: int, width: float) -> "Tuple[float, Optional[int]]":
+        """(width, depth) of the sub-model ``client`` trains when allocated ``width``: by default ``(width, None)``,
+        or with a depth plan its depth on the run's ladder, at full width (``depth``) or at ``width``
+        (``width_depth``). An allocation policy may override it to hand out depths its own way (depths from 1 to
+        ``depth_plan.num_depths``)."""
+        return (width, None) if self.depth_plan is None else self.depth_plan.shape(width)
 
     def window_offset(self, round: int, client: int) -> int:
         """First channel of the client's window in every scaled dim (wrapping). Default 0: the leading slice."""

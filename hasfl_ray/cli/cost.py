@@ -75,11 +75,16 @@ def plugin_cost_table(spec: str, dataset: str, data_dir: Optional[str] = None,
 @click.option("--widths", metavar="W1,W2,...",
               help="The widths to cost, comma-separated in (0, 1], as simulate's --widths, e.g. "
                    "1,0.5,0.25,0.125,0.0625 (default: 0.25,0.5,0.75,1; HeteroFL's levels a-e for the ResNets).")
+@click.option("--depths", metavar="D1,D2,...",
+              help="Price depth sub-models (docs/models.md#depth-sub-models): the model with an exit after every "
+                   "stage, one row per depth and width (its first D stages and exits 1..D: parameters, MACs and "
+                   "FLOPs per sample of its training forward, every exit counted, and upload MB). The ResNets and the "
+                   "image CNNs (cifar10, emnist, digits).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {p, params, macs, upload_mb} "
                                                       "(and flops for the ResNets and plug-in models).")
 @user_errors
 def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Optional[str], widths: Optional[str],
-         as_json: bool) -> None:
+         depths: Optional[str], as_json: bool) -> None:
     """Print params, MACs per sample and fp32 upload MB at p = 0.25, 0.5, 0.75, 1 (the paper's Table 2) or at
     --widths; for the ResNets (preresnet18, resnet18, preresnet18-1112), at HeteroFL's levels a-e (p = 1, 1/2, 1/4,
     1/8, 1/16) with FLOPs too, as HeteroFL's own counter counts them (src/summary.py; docs/models.md#costs).
@@ -101,6 +106,16 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
         raise click.UsageError(f"--dataset is {dataset!r} but --model is {model_name!r}; expected an image dataset, "
                                f"one of {', '.join(IMAGE_DATASETS)}")
     chosen = {} if ladder is None else {"widths": tuple(ladder)}
+    if depths is not None:
+        rows = depth_rows(model_name, dataset, model_norm, depths, ladder)
+        if as_json:
+            click.echo(json.dumps(rows))
+            return
+        click.echo(f"{'depth':>5} {'p':>7} {'params':>12} {'MACs/sample':>14} {'FLOPs/sample':>14} {'upload MB':>10}")
+        for row in rows:
+            click.echo(f"{row['depth']:>5} {row['p']:>7g} {row['params']:>12,} {row['macs']:>14,} "
+                       f"{row['flops']:>14,} {row['upload_mb']:>10.2f}")
+        return
     if plugin:
         rows = plugin_cost_table(model_name, dataset, data_dir, **chosen)
     elif resnet:
@@ -121,3 +136,33 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
     for row in rows:
         click.echo(f"{row['p']:>{width}g} {row['params']:>12,} {row['macs']:>14,}"
                    + (f" {row['flops']:>14,}" if flops else "") + f" {row['upload_mb']:>10.2f}")
+
+
+def depth_rows(model_name: str, dataset: str, norm: Optional[str], depths: str,
+               ladder: Optional[List[float]]) -> List[dict]:
+    """:func:`~hasfl_ray.models.depth.depth_cost_table` of ``model_name`` with exits at ``depths`` (a comma list)
+    and ``ladder`` (default width 1): a ResNet on ``dataset``'s images, or a built-in image CNN; one ConfigError
+    sentence for a depth the model lacks or a model without stages."""
+    from hasfl_ray.errors import ConfigError
+    from hasfl_ray.models import MODEL_CONFIGS, depth_cost_table, register_model
+    from hasfl_ray.models.resnet import resnet_config
+
+    try:
+        chosen = [int(part) for part in depths.split(",")]
+    except ValueError:
+        raise ConfigError(f"--depths is {depths!r}; expected a comma list of depths, e.g. 1,2,3,4") from None
+    if model_name in RESNET_MODELS:
+        config = MODEL_CONFIGS[dataset]
+        name, built = resnet_config(model_name, config["in_channels"], config["num_classes"], config["image_size"],
+                                    norm)
+        name, built = f"{name[:-1]},exits]", {**built, "exits": True}
+    elif MODEL_CONFIGS.get(model_name, {}).get("kind") == "cnn":
+        name, built = f"{model_name}+exits", {**MODEL_CONFIGS[model_name], "exits": True}
+    else:
+        raise ConfigError(f"--depths is {depths!r} but --model {model_name!r} has no stages with exits; expected a "
+                          f"ResNet ({', '.join(RESNET_MODELS)}) or an image CNN ({', '.join(IMAGE_DATASETS)})")
+    register_model(name, built)
+    try:
+        return depth_cost_table(name, chosen, tuple(ladder or (1.0,)))
+    except ValueError as error:
+        raise ConfigError(f"--depths is {depths!r}: {error}") from None

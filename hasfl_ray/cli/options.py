@@ -66,6 +66,13 @@ RUN_OPTIONS = (
     click.option("--model-scaler", type=click.Choice(["on", "off"]),
                  help="--model's Scaler (HeteroFL's: activations divided by the width p in training): on (default) "
                       "or off."),
+    click.option("--sub-model", type=click.Choice(["width", "depth", "width_depth"]),
+                 help="The sub-model a client trains: width (default: the width-p slice of the whole network), depth "
+                      "(the model with exits, its first stages and their exits at full width: DepthFL's) or "
+                      "width_depth (both, as ScaleFL scales them); docs/models.md#depth-sub-models."),
+    click.option("--depths", metavar="D1,D2,...",
+                 help="With --sub-model depth or width_depth: the depth of each ladder width, in --widths order "
+                      "(default: ceil(p x the model's stages), 1,2,3,4 for a ResNet on the paper's tiers)."),
     click.option("--global-width", metavar="G|first",
                  help="The global model's width (HeteroFL's global model rate): a number in (0, 1] (default 1) or "
                       "first (the first level of --width-mix, e.g. 0.5 for b1-e1); --model's stages are scaled to "

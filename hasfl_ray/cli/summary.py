@@ -78,6 +78,9 @@ def readable_summary(summary: Mapping[str, Any], run_dir: str, algorithm: str, d
         rows.append(("at each width", f"{final} (final)"))
         if best and best != final:
             rows.append(("", f"{best} (best)"))
+    depths = summary.get("accuracy_at_depth_final")  # depth sub-models: every exit
+    if isinstance(depths, Mapping) and depths:
+        rows.append(("at each depth", ", ".join(f"d={d} {_percent(v)}" for d, v in depths.items()) + " (final)"))
     local = _local(summary.get("local_accuracy"))
     if local:
         rows.append(("local accuracy", local))

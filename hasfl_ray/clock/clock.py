@@ -119,10 +119,11 @@ class Clock:
         """Client ``client``'s device: speed_macs_per_s, down_bytes_per_s, up_bytes_per_s, latency_s."""
         return self.profiles.row(client)
 
-    def base_cost(self, client: int, width: float) -> ClientCost:
-        """Client ``client``'s round at ``width`` without algorithm extras (``Algorithm.client_cost`` adds them)."""
+    def base_cost(self, client: int, width: float, depth: Optional[int] = None) -> ClientCost:
+        """Client ``client``'s round at ``width`` without algorithm extras (``Algorithm.client_cost`` adds them);
+        ``depth``: its depth sub-model's (:mod:`hasfl_ray.models.depth`)."""
         return base_cost(self.costs, width, int(self.num_samples[client]), self.batch_size, self.local_epochs,
-                         self.local_steps)
+                         self.local_steps, depth)
 
     def seconds(self, client: int, cost: ClientCost, steps: Optional[int] = None) -> float:
         """Client ``client``'s seconds for ``cost`` (its first ``steps`` local steps; None: all)."""

@@ -16,6 +16,7 @@ from typing import Dict, Optional, Tuple, Union
 import numpy as np
 
 from hasfl_ray.models import build_model
+from hasfl_ray.models.depth import depth_names
 
 #: Bytes a parameter moves in each direction (float32).
 BYTES_PER_PARAM = 4
@@ -31,25 +32,32 @@ class WidthCosts:
         model = build_model(model_name)
         self.model_name = model_name
         self._model, self._specs = model, model.param_specs()
-        self._cache: Dict[float, Tuple[int, int]] = {}
+        self._cache: Dict[object, Tuple[int, int]] = {}  # width, or (width, depth)
 
-    def _entry(self, width: float) -> Tuple[int, int]:
-        width = float(width)
-        if width not in self._cache:
-            self._cache[width] = (sum(spec.numel(width) for spec in self._specs.values()), int(self._model.macs(width)))
-        return self._cache[width]
+    def _entry(self, width: float, depth: Optional[int] = None) -> Tuple[int, int]:
+        key = float(width) if depth is None else (float(width), int(depth))
+        if key not in self._cache:
+            if depth is None:
+                self._cache[key] = (sum(spec.numel(width) for spec in self._specs.values()),
+                                    int(self._model.macs(width)))
+            else:  # a depth sub-model: the parameters it holds, the forward of its stages and exits
+                held = depth_names(self._model, depth, self._specs)
+                self._cache[key] = (sum(self._specs[name].numel(width) for name in held),
+                                    int(build_model(self.model_name, 1.0, depth).macs(width)))
+        return self._cache[key]
 
-    def params(self, width: float) -> int:
-        """Parameters of the width-``width`` sub-model."""
-        return self._entry(width)[0]
+    def params(self, width: float, depth: Optional[int] = None) -> int:
+        """Parameters of the width-``width`` sub-model (``depth``: of its depth sub-model)."""
+        return self._entry(width, depth)[0]
 
-    def macs(self, width: float) -> int:
-        """Forward multiply-accumulates per sample of the width-``width`` sub-model."""
-        return self._entry(width)[1]
+    def macs(self, width: float, depth: Optional[int] = None) -> int:
+        """Forward multiply-accumulates per sample of the width-``width`` sub-model (``depth``: of its depth
+        sub-model, every exit up to it)."""
+        return self._entry(width, depth)[1]
 
-    def model_bytes(self, width: float) -> int:
+    def model_bytes(self, width: float, depth: Optional[int] = None) -> int:
         """Bytes of the width-``width`` sub-model (or of an update of its shape): 4 a parameter."""
-        return BYTES_PER_PARAM * self.params(width)
+        return BYTES_PER_PARAM * self.params(width, depth)
 
 
 def local_batches(samples: int, batch_size: int, epochs: int, steps: Optional[int] = None) -> np.ndarray:
@@ -99,11 +107,12 @@ class ClientCost:
 
 
 def base_cost(costs: WidthCosts, width: float, samples: int, batch_size: int, epochs: int,
-              steps: Optional[int] = None) -> ClientCost:
-    """The cost of a plain client of width ``width`` (no algorithm extras; ``steps``: ``local_steps``)."""
+              steps: Optional[int] = None, depth: Optional[int] = None) -> ClientCost:
+    """The cost of a plain client of width ``width`` (no algorithm extras; ``steps``: ``local_steps``; ``depth``: a
+    depth sub-model's, what it holds and trains)."""
     batches = local_batches(samples, batch_size, epochs, steps)
-    size = costs.model_bytes(width)
-    return ClientCost(float(width), size, size, batches, TRAIN_FACTOR * costs.macs(width) * batches)
+    size = costs.model_bytes(width, depth)
+    return ClientCost(float(width), size, size, batches, TRAIN_FACTOR * costs.macs(width, depth) * batches)
 
 
 def seconds(cost: ClientCost, speed: float, down: float, up: float, latency: float,

@@ -18,6 +18,9 @@ def check_model_keys(config, bad) -> None:
     if config.model is not None and config.model not in MODEL_CHOICES and not registry.is_spec(config.model):
         raise bad("model", config.model, f"one of {', '.join(MODEL_CHOICES)}, or a plug-in model FILE.py:Class or "
                                           "MODULE:Class (or unset: the dataset's own model)")
+    from hasfl_ray.models.depth_plan import check_sub_model_keys
+
+    check_sub_model_keys(config, bad)
     if isinstance(config.model_scaler, bool):
         object.__setattr__(config, "model_scaler", "on" if config.model_scaler else "off")
     if config.sbn_statistics not in ("shuffled", "in_order", "test_batch"):

@@ -52,11 +52,14 @@ class RunConfigFields:
     # HeteroFL's non-IID-K) or shards:S (S label-sorted shards per client, McMahan et al.); docs/datasets.md
     partition: str = "dirichlet"
     # the network trained (docs/models.md): None = the dataset's own model; preresnet18 (HeteroFL's pre-activation
-    # ResNet-18) or resnet18 (FjORD's post-activation ResNet-18), on an image dataset, with model_norm sbn (static
-    # BatchNorm, the default), bn (batch statistics), gn (GroupNorm) or none, and model_scaler on (default) or off
+    # ResNet-18) or resnet18 (FjORD's), on an image dataset, with model_norm sbn (default), bn, gn or none, model_scaler
+    # on (default) or off; sub_model width (default), depth or width_depth (docs/models.md#depth-sub-models: the model
+    # with exits, a client of ladder width p trains depth depths[p]; depths None: ceil(p x its stages))
     model: Optional[str] = None
     model_norm: Optional[str] = None
     model_scaler: Optional[str] = None
+    sub_model: str = "width"
+    depths: Optional[List[int]] = None
     # the global model's width g (HeteroFL's global_model_rate; hasfl_ray/federation.py): a number in (0, 1] or first
     # (the first level of width_mix's notation: row b1-e1 trains a width-1/2 network); the ResNet's stages are
     # ceil(g * c) channels and a client of ladder width r trains its width-r/g slice
@@ -84,14 +87,14 @@ class RunConfigFields:
     # training augmentation of image batches: none, or crop_flip (RandomCrop(padding 4) and a horizontal flip, as the
     # sub-model sources train CIFAR-10; seeded by seed, round, client and step)
     augmentation: str = "none"
-    # the sha256 of every file the run reads beside its config (a device trace, a plug-in's FILE.py), set by
-    # RunConfig.resolved (hasfl_ray/config/inputs.py): --resume and a sweep's reuse compare it
+    # the sha256 of every file the run reads beside its config (a device trace, a plug-in's FILE.py), set by RunConfig
+    # .resolved (hasfl_ray/config/inputs.py): --resume and a sweep's reuse compare it
     input_sha256: Optional[Dict[str, str]] = None
     momentum: Optional[float] = None
     weight_decay: float = 1e-4
     clip_norm: Optional[float] = None
-    # masked cross-entropy (HeteroFL's and FedRolex's mask 1): the logits of the labels a client does not hold in its
-    # training data set to 0 in its training loss, for every algorithm and training path (on/off read as true/false)
+    # masked cross-entropy (HeteroFL's and FedRolex's mask 1): the logits of the labels a client does not hold set to
+    # 0 in its training loss, for every algorithm and training path (on/off read as true/false)
     masked_loss: bool = False
     eval_batch_size: int = 500
     # evaluate on a seeded subset of this many test samples, the same every round (None or 0: the whole test set)
@@ -129,18 +132,17 @@ class RunConfigFields:
     aggregation_backend: str = "auto"
     trainer_threads: int = 1
     device: str = "auto"
-    # local training of the clients of one width as one batched computation (auto = off: auto_training_modes;
-    # mixed: of every width, padded to the widest); agrees with one-at-a-time training to float tolerance, so it is
-    # compared by --resume
+    # local training of the clients of one width as one batched computation (auto = off: auto_training_modes; mixed:
+    # of every width, padded to the widest); agrees with one-at-a-time training to float tolerance (--resume compares)
     client_batching: str = "auto"
     # a whole local step captured once as a CUDA graph and replayed, for the clients trained one at a time whose
-    # objective allows it (auto = on for CUDA, off on CPU; on with a CPU device runs the same static-buffer step
-    # eagerly, with identical results); compared by --resume (a run written before it existed trained eagerly: off)
+    # objective allows it (auto = on for CUDA, off on CPU, where on runs the same static-buffer step eagerly, with
+    # identical results); compared by --resume (a run written before it existed trained eagerly: off)
     cuda_graphs: str = "auto"
     # bit-identical CUDA runs (deterministic cuBLAS/cuDNN, no autotuning); False = --fast-nondeterministic
     deterministic: bool = True
-    # a Ray run that starts Ray here trains its first rounds in this process while Ray starts (docs/ray.md,
-    # 'Start-up'); None: yes when backend auto chose Ray, no when backend ray is given (resolved() decides)
+    # a Ray run that starts Ray here trains its first rounds in this process while Ray starts (docs/ray.md, 'Start-up');
+    # None: yes when backend auto chose Ray, no when backend ray is given (resolved() decides)
     handoff: Optional[bool] = None
     # Ray backend, checkpoints and fault injection (never change results; not compared by --resume)
     actors: Optional[int] = None
@@ -149,11 +151,10 @@ class RunConfigFields:
     checkpoint_every: int = 10
     fault_inject: Optional[str] = None
     control_variates_dir: Optional[str] = None
-    # the device clock (docs/clock.md; off while devices is None): the device population (a trace PATH.csv,
-    # lognormal or pareto, or a mapping with trace, tiers or distribution), the availability model (None: the
-    # trace's intervals where it gives them, else always; always, trace or markov:ON,OFF), the deadline in simulated
-    # seconds and what becomes of a late update (drop, partial or overselect with its fraction F), and the
-    # probability an invited client drops out mid-round
+    # the device clock (docs/clock.md; off while devices is None): the device population (a trace PATH.csv, lognormal
+    # or pareto, or a mapping with trace, tiers or distribution), the availability model (None: the trace's intervals
+    # where it gives them, else always; always, trace or markov:ON,OFF), the deadline in simulated seconds and what
+    # becomes of a late update (drop, partial or overselect with fraction F), the chance a client drops out mid-round
     devices: Optional[Any] = None
     availability: Optional[str] = None
     deadline: Optional[float] = None

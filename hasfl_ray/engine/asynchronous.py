@@ -31,7 +31,7 @@ from hasfl_ray.config.faults import parse_fault
 from hasfl_ray.engine import records
 from hasfl_ray.engine.async_state import AsyncState, InFlight
 from hasfl_ray.engine.backend import RoundInterrupted
-from hasfl_ray.engine.participants import round_capacities
+from hasfl_ray.engine.participants import round_capacities, sub_models, task_objective
 from hasfl_ray.schedule import round_lr
 from hasfl_ray.training.seeding import STREAM_CLOCK, numpy_rng
 from hasfl_ray.training.task import ClientTask
@@ -114,9 +114,10 @@ class AsyncLoop:
         until = clock.availability.window(client, now)[1] - now
         algorithm.algorithm.now = now
         width = algorithm.allocate(v, [client])[client]
-        cost = algorithm.client_cost(v, client, width, clock.base_cost(client, width))
+        shape = sub_models(algorithm, v, {client: width})[client]  # (width, depth) trained
+        cost = algorithm.client_cost(v, client, shape[0], clock.base_cost(client, *shape))
         if c.async_rho:  # the proximal gradient ρ (w − w_received): one multiply-add a parameter a step, as FedProx's
-            cost = cost.plus(step_macs=clock.costs.params(width))
+            cost = cost.plus(step_macs=clock.costs.params(*shape))
         full = clock.seconds(client, cost)
         # (without dropout its stream decides nothing, and is not drawn)
         u = numpy_rng(c.seed, STREAM_CLOCK, n, DROPOUT).random(2) if c.dropout > 0 else (1.0, 0.0)
@@ -129,9 +130,9 @@ class AsyncLoop:
         handle = None
         if not lost:
             lr = round_lr(c.lr, c.lr_decay, v, c.lr_milestones, c.lr_gamma)
-            task = ClientTask(client, n, width, lr, c.seed, algorithm.objective(v, client, width),
+            task = ClientTask(client, n, shape[0], lr, c.seed, task_objective(algorithm, v, client, width, shape),
                               offset=algorithm.window_offset(v, client), masked_loss=c.masked_loss,
-                              proximal=c.async_rho or 0.0)
+                              proximal=c.async_rho or 0.0, depth=shape[1])
             if self.fault is not None and self.fault[0] == n:
                 task.fault = self.fault[1]
             handle = self.backend.dispatch(task)

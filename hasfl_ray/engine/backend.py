@@ -232,6 +232,9 @@ class LocalBackend(Backend):
     def test_beats(self, widths, submodels=None):
         return self._evaluating(self.server.test_beats, widths, submodels)
 
+    def evaluate_depths(self, depths):
+        return self._evaluating(self.server.evaluate_depths, depths)
+
     def test_logits(self, indices, width=1.0, groups=None):
         return self._evaluating(self.server.test_logits, indices, width, groups)
 

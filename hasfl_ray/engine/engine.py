@@ -24,7 +24,7 @@ from hasfl_ray.engine.events import RunEvents
 from hasfl_ray.engine.factory import make_backend
 from hasfl_ray.engine.guard import PluginError
 from hasfl_ray.schedule import round_lr
-from hasfl_ray.engine.participants import round_capacities, sample_participants
+from hasfl_ray.engine.participants import round_capacities, sample_participants, sub_models, task_objective
 from hasfl_ray.engine.records import MAX_PENDING_LINES, complete, kept, open_log, writing
 from hasfl_ray.engine.rundir import RunDirectory, RunLock, remove_made
 from hasfl_ray.engine.signals import StopSignals
@@ -278,14 +278,15 @@ class Engine:
             self.p_max = round_capacities(c.seed, t, c.clients, self.ladder)
             self.algorithm.set_capacities(t, self.p_max)
         widths = self.algorithm.allocate(t, participants)
+        shapes = sub_models(self.algorithm, t, widths)  # (width, depth) each trains: depth None but with sub_model
         clocked: Dict[str, Any] = {}  # the clock's keys of the line (none without a device population)
         steps: Dict[int, int] = {}  # local steps of the clients a partial deadline cuts short
         if self.clock is not None:  # who the deadline keeps, and how far a partial client gets (docs/clock.md)
-            participants, steps, clocked = self._clocked_round(t, invitation or Invitation(participants), widths)
+            participants, steps, clocked = self._clocked_round(t, invitation or Invitation(participants), shapes)
         lr = round_lr(c.lr, c.lr_decay, t, c.lr_milestones, c.lr_gamma)
-        tasks = [ClientTask(i, t, widths[i], lr, c.seed, self.algorithm.objective(t, i, widths[i]),
+        tasks = [ClientTask(i, t, shapes[i][0], lr, c.seed, task_objective(self.algorithm, t, i, widths[i], shapes[i]),
                             offset=self.algorithm.window_offset(t, i), max_steps=steps.get(i),
-                            masked_loss=c.masked_loss)
+                            masked_loss=c.masked_loss, depth=shapes[i][1])
                  for i in participants]
         fault = parse_fault(c.fault_inject) if c.fault_inject else None
         if fault is not None and fault[0] != "kill-trainer" and fault[1] == t and tasks:
@@ -326,13 +327,13 @@ class Engine:
                 return line
         return complete(line, evaluation, round_start)
 
-    def _clocked_round(self, t: int, invitation: Invitation, widths: Dict[int, float]
+    def _clocked_round(self, t: int, invitation: Invitation, shapes: Dict[int, Tuple[float, Optional[int]]]
                        ) -> Tuple[List[int], Dict[int, int], Dict[str, Any]]:
-        """Round ``t`` on the device clock (docs/clock.md): each invited client's cost at its width (the algorithm's
-        extras included), the deadline policy's verdict, the clock moved past the round. Returns the clients kept
-        (sorted), the local steps of those cut short, and the clock's keys of the metrics line."""
+        """Round ``t`` on the device clock (docs/clock.md): each invited client's cost at its (width, depth) (the
+        algorithm's extras included), the deadline policy's verdict, the clock moved past the round. Returns the
+        clients kept (sorted), the local steps of those cut short, and the clock's keys of the metrics line."""
         clock, invited = self.clock, invitation.clients
-        costs = {i: self.algorithm.client_cost(t, i, widths[i], clock.base_cost(i, widths[i])) for i in invited}
+        costs = {i: self.algorithm.client_cost(t, i, shapes[i][0], clock.base_cost(i, *shapes[i])) for i in invited}
         outcome = clock.settle(t, invited, costs, self.config.clients_per_round, start=clock.now + invitation.idle_s)
         clock.advance(invitation, outcome, invited)
         if outcome.late or outcome.dropped:

@@ -38,9 +38,12 @@ LOCAL_CHUNK = 2048
 
 def eval_widths(engine: Any) -> List[float]:
     """The widths evaluated on evaluation rounds, ascending, 1.0 last (``eval_widths``, else the tiers' p^max;
-    with dynamic assignment every width of the ladder)."""
+    with dynamic assignment every width of the ladder; with ``sub_model: depth``, whose clients all train at full
+    width, 1.0 alone: its accuracy at each depth is evaluated instead)."""
     if engine.config.eval_widths:
         return engine.config.eval_widths
+    if getattr(engine.config, "sub_model", "width") == "depth":
+        return [1.0]
     if engine.config.width_assignment == "dynamic":
         return default_eval_widths(np.asarray(engine.ladder.widths))
     return default_eval_widths(engine.p_max)
@@ -53,12 +56,15 @@ def request_evaluation(engine: Any, t: int):
     fields); everything it reads of the run is read now, so it may be called after the next round."""
     c = engine.config
     full = engine.backend.request("evaluate")
-    at_widths = local = None
+    at_widths = at_depths = local = None
     if is_eval_round(t, c.rounds, c.eval_every):
         all_widths = list(engine.eval_widths)
         widths = [w for w in all_widths if w != 1.0]
         at_widths = (all_widths, engine.backend.request("evaluate_widths", widths, submodels(engine, widths))
                      if widths else (lambda: {}))
+        plan = getattr(engine.algorithm, "depth_plan", None)  # depth sub-models: every exit's accuracy too
+        if plan is not None:
+            at_depths = (plan.num_depths, engine.backend.request("evaluate_depths", list(range(1, plan.num_depths))))
     if is_eval_round(t, c.rounds, c.local_eval_every):
         try:
             local = engine.request_local_accuracy()
@@ -67,7 +73,7 @@ def request_evaluation(engine: Any, t: int):
             logger.warning("round %d's local-accuracy pass %s; the round is recorded without it and --resume "
                            "computes it", t, stop)
 
-    parts = [full] + ([at_widths[1]] if at_widths is not None else []) + ([local] if local is not None else [])
+    parts = [full] + [at[1] for at in (at_widths, at_depths) if at is not None] + ([local] if local is not None else [])
 
     def finish() -> Tuple[float, float, Dict[str, Any]]:
         accuracy, loss = full()
@@ -78,6 +84,10 @@ def request_evaluation(engine: Any, t: int):
             results[1.0] = (accuracy, loss)
             out["accuracy_at_width"] = {width_key(w): results[w][0] for w in all_widths}
             out["loss_at_width"] = {width_key(w): results[w][1] for w in all_widths}
+        if at_depths is not None:  # the deepest exit is the full model's output: test_accuracy
+            deepest, requested = at_depths
+            results = {**requested(), deepest: (accuracy, loss)}
+            out["accuracy_at_depth"] = {str(d): results[d][0] for d in sorted(results)}
         if local is not None:
             result = local()
             # Lines may be completed out of round order (Ray: the last round's at once, an earlier deferred one
@@ -221,13 +231,15 @@ def _sampled(summary: Dict[str, Any], engine: Any, clients: Optional[np.ndarray]
 
 
 def evaluation_summary(engine: Any) -> Dict[str, Any]:
-    """summary.json's accuracy at each width (the last evaluation's and the best over the run's evaluations)
-    and local accuracy (computed here when the last round's was not: a resumed run that had finished)."""
+    """summary.json's accuracy at each width (and depth, with depth sub-models: the last evaluation's and the best
+    over the run's evaluations) and local accuracy (computed here when the last round's was not: a resumed run that
+    had finished)."""
     out: Dict[str, Any] = {}
-    evaluated = [line["accuracy_at_width"] for line in engine.history if "accuracy_at_width" in line]
-    if evaluated:
-        out["accuracy_at_width_final"] = dict(evaluated[-1])
-        out["accuracy_at_width_best"] = {k: max(e[k] for e in evaluated if k in e) for k in evaluated[-1]}
+    for kind in ("width", "depth"):  # depth: runs with depth sub-models only
+        evaluated = [line[f"accuracy_at_{kind}"] for line in engine.history if f"accuracy_at_{kind}" in line]
+        if evaluated:
+            out[f"accuracy_at_{kind}_final"] = dict(evaluated[-1])
+            out[f"accuracy_at_{kind}_best"] = {k: max(e[k] for e in evaluated if k in e) for k in evaluated[-1]}
     if engine.local is None:
         engine.local = engine.local_accuracy()
     if isinstance(engine.local, str):

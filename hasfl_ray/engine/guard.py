@@ -76,6 +76,12 @@ class GuardedAlgorithm:
 
         return self._call("objective", round, client, width, check=check, expected="a LocalObjective")
 
+    def sub_model(self, round: int, client: int, width: float) -> Any:
+        """(width, depth) the client trains; checked by :func:`~hasfl_ray.engine.participants.sub_models`."""
+        if not hasattr(self.algorithm, "sub_model"):  # an object that is no Algorithm subclass (tests' doubles)
+            return width, None
+        return self._call("sub_model", round, client, width)
+
     def window_offset(self, round: int, client: int) -> int:
         def check(offset: Any) -> int:
             if not isinstance(offset, numbers.Integral) or isinstance(offset, bool) or offset < 0:

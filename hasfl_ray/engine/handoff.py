@@ -183,6 +183,9 @@ class HandoffBackend(Backend):
     def evaluate_widths(self, widths, submodels=None):
         return self.active.evaluate_widths(widths, submodels)
 
+    def evaluate_depths(self, depths):
+        return self.active.evaluate_depths(depths)
+
     def test_beats(self, widths, submodels=None):
         return self.active.test_beats(widths, submodels)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -42,3 +42,35 @@ def initial_parameters(model_name: str, seed: int) -> Dict[str, torch.Tensor]:
         torch.manual_seed(stream_seed(seed, STREAM_INIT))
         model = build_model(model_name)
     return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def sub_models(algorithm, round: int, widths: Dict[int, float]) -> Dict[int, Tuple[float, Optional[int]]]:
+    """Per client of ``widths`` (its allocation), the (width, depth) of the sub-model it trains
+    (``Algorithm.sub_model``; depth None: the whole network's width-p slice), checked: a width in (0, 1] and a depth
+    the run's depth plan has, else one PluginError sentence naming the algorithm."""
+    from hasfl_ray.errors import PluginError
+
+    plan = getattr(algorithm, "depth_plan", None)
+    out = {}
+    for client, width in widths.items():
+        shape = algorithm.sub_model(round, client, width)
+        ok = isinstance(shape, tuple) and len(shape) == 2 and isinstance(shape[0], (int, float)) and \
+            0 < float(shape[0]) <= 1 and (
+            (shape[1] is None and plan is None) or (plan is not None and isinstance(shape[1], int)
+                                                    and 1 <= shape[1] <= plan.num_depths))
+        if not ok:
+            raise PluginError(f"algorithm {getattr(algorithm, 'label', type(algorithm).__name__)!r} returned {shape!r} "
+                              f"from sub_model(); expected (width in (0, 1], depth) with "
+                              "a depth from 1 to the model's depths where the run has sub_model depth or width_depth, "
+                              "else depth None")
+        out[client] = (float(shape[0]), shape[1])
+    return out
+
+
+def task_objective(algorithm, round: int, client: int, width: float, shape: Tuple[float, Optional[int]]):
+    """The objective ``client`` trains with: the algorithm's, except that a depth sub-model trained with the plain
+    cross-entropy trains every exit up to its depth (:class:`~hasfl_ray.training.task.ExitsObjective`)."""
+    from hasfl_ray.training.task import ExitsObjective, LocalObjective
+
+    objective = algorithm.objective(round, client, width)
+    return ExitsObjective() if shape[1] is not None and type(objective) is LocalObjective else objective

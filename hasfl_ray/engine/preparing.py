@@ -26,6 +26,7 @@ from hasfl_ray.federation import ladder_of
 from hasfl_ray.files import claim_folder
 from hasfl_ray.models import MODEL_CONFIGS, register_model
 from hasfl_ray.models.choice import model_dataset
+from hasfl_ray.models.depth_plan import depth_plan
 from hasfl_ray.registry import call_plugin, lookup, spec_label
 
 logger = logging.getLogger(__name__)
@@ -139,6 +140,7 @@ def build(engine: Any) -> None:
                                                   engine.num_samples), label, c.clients)
     if getattr(engine.algorithm.algorithm, "model_name", None) is None:  # a plug-in's own model_name stays
         engine.algorithm.algorithm.model_name = engine.model_name  # what FedRolex's window reads (channel counts)
+    engine.algorithm.algorithm.depth_plan = depth_plan(c, engine.model_name)  # sub_model depth, width_depth
     engine.initial_params = initial_parameters(engine.model_name, c.seed)
     engine.clock = make_clock(c, engine.model_name, engine.num_samples, engine.p_max, engine.dataset.client_names)
     if engine.clock is not None:  # allocation policies read devices and costs through it (docs/clock.md)

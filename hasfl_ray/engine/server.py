@@ -21,6 +21,7 @@ from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.errors import RunError
 from hasfl_ray.evaluation import beats, pack_bits
 from hasfl_ray.models import build_model, extract, gate_blocks_of, register_model
+from hasfl_ray.engine.depth_eval import evaluate_depths
 from hasfl_ray.engine.statistics import StatisticsPlan, pass_batches, statistics_plan  # noqa: F401 (importable here)
 from hasfl_ray.models.resnet import sbn_statistics
 from hasfl_ray.models.slicing import ParamSpec, region, window_indices, window_linear_index
@@ -296,6 +297,9 @@ class Server:
         return {w: evaluate(self.width_model(w, submodels.get(w)), self.dataset, self.eval_batch_size,
                             self.eval_indices) for w in widths}
 
+    def evaluate_depths(self, depths: Sequence[int]) -> Dict[int, Tuple[float, float]]:
+        return evaluate_depths(self, depths)  # (accuracy, loss) at each depth: hasfl_ray.engine.depth_eval
+
     @torch.no_grad()
     def test_beats(self, widths: Sequence[float], submodels: Optional[Mapping[float, Mapping[str, torch.Tensor]]]
                    = None) -> Tuple[np.ndarray, Dict[float, np.ndarray]]:
@@ -366,9 +370,7 @@ class Server:
 
     def frozen_fraction(self) -> float:
         """Fraction of trainable parameters still bit-identical to their initial value."""
-        frozen = sum(self.frozen_counts().values())
-        total = sum(t.numel() for t in self.params.values())
-        return frozen / total
+        return sum(self.frozen_counts().values()) / sum(t.numel() for t in self.params.values())
 
     def frozen_by_layer(self) -> Dict[str, float]:
         """Parameter name -> fraction of its entries still bit-identical to their initial value."""

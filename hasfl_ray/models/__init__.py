@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Mapping, Optional
 from torch import nn
 
 from hasfl_ray.models.cnn import ImageCNN
+from hasfl_ray.models.depth import check_depth, counted_cost, depth_names, exit_depths
 from hasfl_ray.models.lstm import CharLSTM
 from hasfl_ray.models.mlp import MLP
 from hasfl_ray.models.plugin import build_plugin, is_plugin_kind, normalise_config
@@ -56,16 +57,19 @@ def register_model(name: str, config: Optional[Mapping[str, Any]]) -> None:
     MODEL_CONFIGS[name] = config
 
 
-def build_model_from(config: Mapping[str, Any], width: float = 1.0) -> nn.Module:
+def build_model_from(config: Mapping[str, Any], width: float = 1.0, depth: Optional[int] = None) -> nn.Module:
     config = dict(config)
+    if depth is not None:  # a depth sub-model of a model with exits (hasfl_ray.models.depth)
+        config["depth"] = depth
     return MODEL_KINDS[config.pop("kind")](width=width, **config)
 
 
-def build_model(name: str, width: float = 1.0) -> nn.Module:
-    """The model of dataset ``name`` as a physically width-``width`` network."""
+def build_model(name: str, width: float = 1.0, depth: Optional[int] = None) -> nn.Module:
+    """The model of dataset ``name`` as a physically width-``width`` network (``depth``: its first ``depth`` stages
+    and their exits, a model with exits only: :mod:`hasfl_ray.models.depth`)."""
     if name not in MODEL_CONFIGS:
         raise ValueError(f"model {name!r} is unknown; expected one of {', '.join(MODEL_CONFIGS)}")
-    return build_model_from(MODEL_CONFIGS[name], width)
+    return build_model_from(MODEL_CONFIGS[name], width, depth)
 
 
 def pads_exactly(model: nn.Module) -> bool:
@@ -94,6 +98,30 @@ def cost_table(name: str, widths=(0.25, 0.5, 0.75, 1.0)) -> List[dict]:
     return rows
 
 
+def depth_cost_table(name: str, depths, widths) -> List[dict]:
+    """Params, MACs and FLOPs per sample and fp32 upload MB of the depth-d sub-model at width p of model ``name``
+    (built with exits, :mod:`hasfl_ray.models.depth`) for every (d, p), in the order given: the parameters it holds
+    (:func:`~hasfl_ray.models.depth.depth_names`, each its width-p slice) and its training forward (every exit up to
+    d, :func:`~hasfl_ray.models.depth.counted_cost`); a ValueError sentence for a depth the model lacks."""
+    import torch
+
+    full = build_model(name)
+    total, specs, config = exit_depths(full), full.param_specs(), MODEL_CONFIGS[name]
+    size = config.get("image_size", 32)
+    h, w = (size, size) if isinstance(size, int) else tuple(size)
+    sample = torch.zeros(2, config.get("in_channels", 3), h, w)
+    rows = []
+    for depth in depths:
+        check_depth(depth, total, f"model {name!r}")
+        held = depth_names(full, depth)
+        for p in widths:
+            params = sum(specs[n].numel(p) for n in held)
+            macs, flops = counted_cost(build_model_from(config, p, depth=depth), sample)
+            rows.append({"depth": depth, "p": p, "params": params, "macs": macs, "flops": flops,
+                         "upload_mb": params * 4 / 1e6})
+    return rows
+
+
 def resnet_cost_table(arch: str, dataset: str = "cifar10", widths=(1.0, 0.5, 0.25, 0.125, 0.0625),
                       norm: Optional[str] = None) -> List[dict]:
     """:func:`cost_table` of ResNet ``arch`` (preresnet18, resnet18, preresnet18-1112) on the inputs and classes of
@@ -107,5 +135,5 @@ def resnet_cost_table(arch: str, dataset: str = "cifar10", widths=(1.0, 0.5, 0.2
 
 __all__ = ["CharLSTM", "DimSlice", "ImageCNN", "MLP", "MODEL_CONFIGS", "MODEL_KINDS", "MODEL_NAMES", "NORMS",
            "ParamSpec", "PreResNet1112", "PreResNet18", "RESNETS", "ResNet18", "build_model", "build_model_from",
-           "cost_table", "extract", "gate_blocks_of", "insert_", "mask", "pads_exactly", "region", "register_model",
-           "resnet_config", "resnet_cost_table", "width_channels"]
+           "cost_table", "depth_cost_table", "extract", "gate_blocks_of", "insert_", "mask", "pads_exactly", "region",
+           "register_model", "resnet_config", "resnet_cost_table", "width_channels"]

@@ -9,7 +9,7 @@ from typing import Optional
 
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.federation import global_width_of
-from hasfl_ray.models import build_model, register_model
+from hasfl_ray.models import MODEL_CONFIGS, build_model, register_model
 from hasfl_ray.models.plugin import (accepted_arguments, check_width, dataset_arguments, is_plugin_kind,
                                      load_factory, model_name, plugin_config)
 from hasfl_ray.models.resnet import StaticBatchNorm2d, image_shape, resnet_config
@@ -23,9 +23,12 @@ def model_dataset(dataset, config, label: str):
     :meth:`test_view` keeps the training data; anything else unchanged."""
     if config.model is not None and is_spec(config.model):
         return use_plugin_model(dataset, config.model, label)
+    exits = getattr(config, "sub_model", "width") != "width"  # depth sub-models: the model with exits
     if config.model is not None:
         return use_resnet(dataset, config.model, config.model_norm, config.model_scaler, label,
-                          global_width_of(config.global_width, config.widths, config.width_mix))
+                          global_width_of(config.global_width, config.widths, config.width_mix), exits)
+    if exits:
+        dataset = with_exits(dataset)
     own = dict(dataset.model_config or {})
     if is_plugin_kind(own.get("kind")):
         kind = own.pop("kind")
@@ -36,8 +39,20 @@ def model_dataset(dataset, config, label: str):
     return dataset
 
 
+def with_exits(dataset):
+    """A shallow copy of ``dataset`` whose image CNN has exits (``NAME+exits``, :mod:`hasfl_ray.models.depth`); the
+    dataset itself where its model is no image CNN (the run's depth plan then refuses it in one sentence)."""
+    own = dict(dataset.model_config or MODEL_CONFIGS.get(dataset.model) or {})
+    if own.get("kind") != "cnn":
+        return dataset
+    adopted = copy.copy(dataset)
+    adopted.model, adopted.model_config = f"{dataset.model}+exits", {**own, "exits": True}
+    register_model(adopted.model, adopted.model_config)
+    return adopted
+
+
 def use_resnet(dataset, arch: str, norm: Optional[str], scaler: Optional[str], label: str,
-               global_width: float = 1.0):
+               global_width: float = 1.0, exits: bool = False):
     """A shallow copy of ``dataset`` (a FederatedDataset) that trains ResNet ``arch`` instead of its own model: its
     ``model`` and ``model_config`` name the network (:func:`resnet_config`, built from the dataset's input shape and
     classes), which every trainer and the server register from the dataset they are given; with ``sbn`` its
@@ -50,6 +65,8 @@ def use_resnet(dataset, arch: str, norm: Optional[str], scaler: Optional[str], l
         raise ConfigError(f"model is {arch!r} but dataset {label!r} is not an image dataset: {error}") from None
     name, config = resnet_config(arch, channels, dataset.num_classes, size, norm,
                                  None if scaler is None else scaler == "on", global_width)
+    if exits:  # depth sub-models (hasfl_ray.models.depth)
+        name, config = f"{name[:-1]},exits]", {**config, "exits": True}
     adopted = copy.copy(dataset)
     adopted.model, adopted.model_config = name, config
     adopted.view_keeps_train = config["norm"] == "sbn"

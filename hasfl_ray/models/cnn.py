@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Dict, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 from torch import nn
 
+from hasfl_ray.models.depth import check_depth, counted_cost
 from hasfl_ray.models.slicing import DimSlice, ParamSpec, width_channels
 
 
@@ -50,30 +51,59 @@ class ImageCNN(nn.Module):
     pads_exactly = True
 
     def __init__(self, in_channels: int, num_classes: int, image_size: int,
-                 stages: Sequence[Sequence[int]], fc_width: int, width: float = 1.0):
+                 stages: Sequence[Sequence[int]], fc_width: int, width: float = 1.0, exits: bool = False,
+                 depth: Optional[int] = None):
         super().__init__()
         self.in_channels, self.num_classes, self.image_size = in_channels, num_classes, image_size
         self.stages = [list(s) for s in stages]
         self.fc_width, self.width = fc_width, width
-        layers = []
+        # depth sub-models (hasfl_ray.models.depth): an exit (global average pool, linear) after every stage but the
+        # last, whose exit is fc1, fc2; built at depth d, the first d stages and exits 1..d only
+        self.exits, self.num_depths = bool(exits), len(self.stages)
+        if depth is not None and not self.exits:
+            raise ValueError(f"depth is {depth!r} but the model has no exits; expected depth only with exits")
+        self.depth = check_depth(depth, self.num_depths) or self.num_depths
+        layers, self._ends = [], []
         cin = in_channels
         spatial = image_size
-        for stage in self.stages:
+        for stage in self.stages[:self.depth]:
             for w in stage:
                 cout = width_channels(width, w)
                 layers += [nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout, track_running_stats=False),
                            nn.ReLU(inplace=True)]
                 cin = cout
             layers.append(MaxPool2d(2, ceil_mode=True))
+            self._ends.append(len(layers))
             spatial = math.ceil(spatial / 2)
         self.features = nn.Sequential(*layers)
         self.spatial = spatial
-        self.fc1 = nn.Linear(cin * spatial * spatial, width_channels(width, fc_width))
-        self.fc2 = nn.Linear(width_channels(width, fc_width), num_classes)
+        if self.depth == self.num_depths:
+            self.fc1 = nn.Linear(cin * spatial * spatial, width_channels(width, fc_width))
+            self.fc2 = nn.Linear(width_channels(width, fc_width), num_classes)
+        for k in range(min(self.depth, self.num_depths - 1)) if self.exits else ():
+            self.add_module(f"exit{k + 1}", nn.Linear(width_channels(width, self.stages[k][-1]), num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.exits:  # the deepest exit alone
+            x = self.features(x)
+            if self.depth < self.num_depths:
+                return getattr(self, f"exit{self.depth}")(x.mean(dim=(2, 3)))
+            return self.fc2(torch.relu(self.fc1(x.flatten(1))))
         x = self.features(x).flatten(1)
         return self.fc2(torch.relu(self.fc1(x)))
+
+    def forward_exits(self, x: torch.Tensor) -> List[torch.Tensor]:
+        """Every exit's logits up to the model's depth, shallowest first (the model with exits)."""
+        logits, start = [], 0
+        for k, end in enumerate(self._ends):
+            for layer in self.features[start:end]:
+                x = layer(x)
+            start = end
+            if k + 1 < self.num_depths:
+                logits.append(getattr(self, f"exit{k + 1}")(x.mean(dim=(2, 3))))
+            else:
+                logits.append(self.fc2(torch.relu(self.fc1(x.flatten(1)))))
+        return logits
 
     def param_specs(self) -> Dict[str, ParamSpec]:
         """Slice descriptions of every trainable parameter, at full width."""
@@ -91,15 +121,48 @@ class ImageCNN(nn.Module):
                 cin, scaled_in = w, True
                 index += 3
             index += 1
-        area = self.spatial * self.spatial
+        area = self._full_spatial() ** 2
         specs["fc1.weight"] = ParamSpec("fc1.weight", (DimSlice(self.fc_width), DimSlice(cin * area, unit=area)))
         specs["fc1.bias"] = ParamSpec("fc1.bias", (DimSlice(self.fc_width),))
         specs["fc2.weight"] = ParamSpec("fc2.weight", (DimSlice(self.num_classes, False), DimSlice(self.fc_width)))
         specs["fc2.bias"] = ParamSpec("fc2.bias", (DimSlice(self.num_classes, False),))
+        for k in range(self.num_depths - 1) if self.exits else ():
+            classes, channels = DimSlice(self.num_classes, False), DimSlice(self.stages[k][-1])
+            specs[f"exit{k + 1}.weight"] = ParamSpec(f"exit{k + 1}.weight", (classes, channels))
+            specs[f"exit{k + 1}.bias"] = ParamSpec(f"exit{k + 1}.bias", (classes,))
+        if self.depth < self.num_depths:  # a depth sub-model's own parameters only
+            return {name: spec for name, spec in specs.items() if self._depth_of(name) <= self.depth}
         return specs
 
+    def _full_spatial(self) -> int:
+        spatial = self.image_size
+        for _ in self.stages:
+            spatial = math.ceil(spatial / 2)
+        return spatial
+
+    def _depth_of(self, name: str) -> int:
+        head, _, rest = name.partition(".")
+        if head.startswith("exit"):
+            return int(head[4:])
+        if head == "features":
+            index, position = int(rest.split(".")[0]), 0
+            for k, stage in enumerate(self.stages):
+                position += 3 * len(stage) + 1
+                if index < position:
+                    return k + 1
+        return self.num_depths
+
+    def param_depths(self) -> Dict[str, int]:
+        """Parameter name -> the shallowest depth holding it (hasfl_ray.models.depth)."""
+        return {name: self._depth_of(name) for name in self.param_specs()}
+
     def macs(self, p: float) -> int:
-        """Multiply-accumulates per sample of the width-p network (conv and FC weights)."""
+        """Multiply-accumulates per sample of the width-p network (conv and FC weights; with exits, every exit up to
+        its depth, :func:`~hasfl_ray.models.depth.counted_cost`)."""
+        if self.exits:
+            model = ImageCNN(self.in_channels, self.num_classes, self.image_size, self.stages, self.fc_width, p, True,
+                             self.depth)
+            return counted_cost(model, torch.zeros(2, self.in_channels, self.image_size, self.image_size))[0]
         total, cin, spatial = 0, self.in_channels, self.image_size
         for stage in self.stages:
             for w in stage:

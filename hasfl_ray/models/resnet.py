@@ -34,6 +34,7 @@ from torch.nn import functional as F
 
 from hasfl_ray.models.resnet_cost import ResNetCost, _halve, _sizes, _stage_plan  # noqa: F401 (importable here)
 from hasfl_ray.models.sbn_pass import SBN_STREAM, training_batches  # noqa: F401 (importable here)
+from hasfl_ray.models.depth import ResNetExits, check_depth, dwconv_spec
 from hasfl_ray.models.slicing import DimSlice, ParamSpec, width_channels
 
 #: Channels of the four stages at width 1.
@@ -88,7 +89,7 @@ def _check(norm: str, width: float) -> None:
     width_channels(width, 1)  # (0, 1]
 
 
-class _Base(ResNetCost, nn.Module):
+class _Base(ResNetExits, ResNetCost, nn.Module):
     """What the ResNets share: widths, the spec of every parameter, and the cost model
     (:class:`~hasfl_ray.models.resnet_cost.ResNetCost`).
 
@@ -100,7 +101,7 @@ class _Base(ResNetCost, nn.Module):
     blocks: Tuple[int, ...] = BLOCKS
 
     def __init__(self, in_channels: int, num_classes: int, image_size, norm: str, scaler: bool, width: float,
-                 stages: Sequence[int] = STAGES):
+                 stages: Sequence[int] = STAGES, exits: bool = False, depth: Optional[int] = None):
         super().__init__()
         _check(norm, width)
         if len(stages) != len(self.blocks):
@@ -108,6 +109,13 @@ class _Base(ResNetCost, nn.Module):
         self.in_channels, self.num_classes, self.image_size = int(in_channels), int(num_classes), image_size
         self.norm, self.scaler, self.width = norm, bool(scaler), float(width)
         self.stages = tuple(int(c) for c in stages)
+        # depth sub-models (hasfl_ray.models.depth): an exit after every stage; built at depth d, stages 1..d only
+        self.exits, self.num_depths = bool(exits), len(self.stages)
+        if depth is not None and not self.exits:
+            raise ValueError(f"depth is {depth!r} but the model has no exits; expected depth only with exits")
+        self.depth = check_depth(depth, self.num_depths) or self.num_depths
+        self._arguments = dict(in_channels=in_channels, num_classes=num_classes, image_size=image_size, norm=norm,
+                               scaler=scaler, stages=stages, exits=exits, depth=depth)
 
     def _c(self, channels: int) -> int:
         return width_channels(self.width, channels)
@@ -118,6 +126,9 @@ class _Base(ResNetCost, nn.Module):
         (:func:`hasfl_ray.models.pads_exactly`): not with the Scaler (it divides by the network's own p) nor with
         GroupNorm (a group's statistics, and the groups themselves, span the padded channels)."""
         return not self.scaler and self.norm != "gn"
+
+    def _norm(self, channels: int) -> nn.Module:
+        return norm_layer(self.norm, channels)
 
     def _scale(self) -> nn.Module:
         return Scaler(self.width) if self.scaler else nn.Identity()
@@ -133,6 +144,8 @@ class _Base(ResNetCost, nn.Module):
                 dims = (DimSlice(out), DimSlice(cin or self.in_channels, cin is not None),
                         DimSlice(kernel, False), DimSlice(kernel, False))
                 specs[f"{name}.weight"] = ParamSpec(f"{name}.weight", dims)
+            elif kind == "dwconv":
+                specs[f"{name}.weight"] = dwconv_spec(f"{name}.weight", out, kernel)
             elif kind == "norm":
                 if self.norm != "none":
                     for field in ("weight", "bias"):
@@ -148,20 +161,33 @@ class PreResNet18(_Base):
     ``layer{1-4}.{0,1}.{n1,conv1,n2,conv2,shortcut}``, ``n4``, ``linear``."""
 
     def __init__(self, in_channels: int = 3, num_classes: int = 10, image_size=32, norm: str = "sbn",
-                 scaler: bool = True, width: float = 1.0, stages: Sequence[int] = STAGES):
-        super().__init__(in_channels, num_classes, image_size, norm, scaler, width, stages)
+                 scaler: bool = True, width: float = 1.0, stages: Sequence[int] = STAGES, exits: bool = False,
+                 depth: Optional[int] = None):
+        super().__init__(in_channels, num_classes, image_size, norm, scaler, width, stages, exits, depth)
         self.conv1 = nn.Conv2d(self.in_channels, self._c(self.stages[0]), 3, padding=1, bias=False)
-        for stage in range(4):
+        for stage in self._stages_built():
             self.add_module(f"layer{stage + 1}", nn.Sequential())
         for stage, _, cin, cout, stride in _stage_plan(self.stages, self.blocks):
-            getattr(self, f"layer{stage + 1}").append(_PreActBlock(self, cin, cout, stride))
-        self.n4 = norm_layer(norm, self._c(self.stages[-1]))
+            if stage < self.depth:
+                getattr(self, f"layer{stage + 1}").append(_PreActBlock(self, cin, cout, stride))
         self.scale = self._scale()
-        self.linear = nn.Linear(self._c(self.stages[-1]), self.num_classes)
+        if self.depth == self.num_depths:
+            self.n4 = norm_layer(norm, self._c(self.stages[-1]))
+            self.linear = nn.Linear(self._c(self.stages[-1]), self.num_classes)
+        self._add_exits()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.exits:
+            return self.deepest_exit(x)
         out = self.conv1(x)
         out = self.layer4(self.layer3(self.layer2(self.layer1(out))))
+        out = F.relu(self.n4(self.scale(out)))
+        return self.linear(torch.flatten(F.adaptive_avg_pool2d(out, 1), 1))
+
+    def _stem(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv1(x)
+
+    def _head(self, out: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.n4(self.scale(out)))
         return self.linear(torch.flatten(F.adaptive_avg_pool2d(out, 1), 1))
 
@@ -173,7 +199,8 @@ class PreResNet18(_Base):
                        (f"{prefix}.n2", "norm", cout, None, 0), (f"{prefix}.conv2", "conv", cout, cout, 3)]
             if stride != 1 or cin != cout:
                 layout.append((f"{prefix}.shortcut", "conv", cout, cin, 1))
-        return layout + [("n4", "norm", self.stages[-1], None, 0), ("linear", "linear", None, self.stages[-1], 0)]
+        return self._with_exits(layout + [("n4", "norm", self.stages[-1], None, 0),
+                                          ("linear", "linear", None, self.stages[-1], 0)])
 
 
 class PreResNet1112(PreResNet18):
@@ -209,20 +236,32 @@ class ResNet18(_Base):
     pre_activation = False
 
     def __init__(self, in_channels: int = 3, num_classes: int = 10, image_size=32, norm: str = "sbn",
-                 scaler: bool = True, width: float = 1.0, stages: Sequence[int] = STAGES):
-        super().__init__(in_channels, num_classes, image_size, norm, scaler, width, stages)
+                 scaler: bool = True, width: float = 1.0, stages: Sequence[int] = STAGES, exits: bool = False,
+                 depth: Optional[int] = None):
+        super().__init__(in_channels, num_classes, image_size, norm, scaler, width, stages, exits, depth)
         self.conv1 = nn.Conv2d(self.in_channels, self._c(self.stages[0]), 3, padding=1, bias=False)
         self.n1 = norm_layer(norm, self._c(self.stages[0]))
         self.scale = self._scale()
-        for stage in range(4):
+        for stage in self._stages_built():
             self.add_module(f"layer{stage + 1}", nn.Sequential())
         for stage, _, cin, cout, stride in _stage_plan(self.stages, self.blocks):
-            getattr(self, f"layer{stage + 1}").append(_PostActBlock(self, cin, cout, stride))
-        self.linear = nn.Linear(self._c(self.stages[-1]), self.num_classes)
+            if stage < self.depth:
+                getattr(self, f"layer{stage + 1}").append(_PostActBlock(self, cin, cout, stride))
+        if self.depth == self.num_depths:
+            self.linear = nn.Linear(self._c(self.stages[-1]), self.num_classes)
+        self._add_exits()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.exits:
+            return self.deepest_exit(x)
         out = F.relu(self.n1(self.scale(self.conv1(x))))
         out = self.layer4(self.layer3(self.layer2(self.layer1(out))))
+        return self.linear(torch.flatten(F.adaptive_avg_pool2d(out, 1), 1))
+
+    def _stem(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.n1(self.scale(self.conv1(x))))
+
+    def _head(self, out: torch.Tensor) -> torch.Tensor:
         return self.linear(torch.flatten(F.adaptive_avg_pool2d(out, 1), 1))
 
     def _layout(self):
@@ -234,7 +273,7 @@ class ResNet18(_Base):
             if stride != 1 or cin != cout:
                 layout += [(f"{prefix}.shortcut", "conv", cout, cin, 1),
                            (f"{prefix}.shortcut_norm", "norm", cout, None, 0)]
-        return layout + [("linear", "linear", None, self.stages[-1], 0)]
+        return self._with_exits(layout + [("linear", "linear", None, self.stages[-1], 0)])
 
 
 

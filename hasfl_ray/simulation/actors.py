@@ -59,9 +59,9 @@ class Evaluator:
         self.server: Optional[Server] = None
 
     def __call__(self, params: Mapping[str, torch.Tensor], method: str, *args: Any) -> Any:
-        if method not in ("evaluate", "evaluate_widths", "test_beats", "test_logits"):
-            raise ValueError(f"evaluation method {method!r}; expected evaluate, evaluate_widths, test_beats or "
-                             "test_logits")
+        if method not in ("evaluate", "evaluate_widths", "test_beats", "test_logits", "evaluate_depths"):
+            raise ValueError(f"evaluation method {method!r}; expected evaluate, evaluate_widths, test_beats, "
+                             "test_logits or evaluate_depths")
         model_name, dataset, batch_size, device, indices = self.args
         if self.server is None:
             self.server = Server(model_name, params, dataset.test_view(), batch_size, "reference", str(device),

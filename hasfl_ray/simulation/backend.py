@@ -282,6 +282,9 @@ class RayBackend(AsyncTransport, Transport, Backend):
     def test_beats(self, widths, submodels=None):
         return self.request("test_beats", widths, submodels)()
 
+    def evaluate_depths(self, depths):
+        return self.request("evaluate_depths", depths)()
+
     def test_logits(self, indices, width=1.0, groups=None):
         return self.request("test_logits", indices, width, groups)()
 
@@ -317,7 +320,7 @@ def evaluation_cost(method: str, args: Sequence[Any]) -> float:
     0.3 for each width below it (smaller, and evaluated channels-last: the digits CNN's passes at 0.25-0.75 take
     0.15-0.3 of the full width's); ``test_logits`` (the clients' test shards, at most the test set) 1. Only where
     evaluations run depends on it, never what they give."""
-    if method == "test_logits":
+    if method in ("test_logits", "evaluate_depths"):
         return 1.0
     widths = list(args[0]) if method != "evaluate" and args and args[0] is not None else [1.0]
     return sum(1.0 if float(width) >= 1.0 else 0.3 for width in widths)

@@ -62,8 +62,8 @@ def group_tasks(tasks: Sequence[ClientTask], batching: Union[bool, str], max_gro
     width together; with ``"mixed"``, the batchable clients of every width together (trained padded to the widest:
     :mod:`hasfl_ray.training.mixed`), or of one width where the model's forward depends on its width
     (``pads_exactly`` False: :func:`hasfl_ray.models.pads_exactly`); in task order, at most ``max_group`` per unit.
-    Every other client (a task with a ``proximal`` term among them), and every client with ``batching`` False or
-    ``"off"``, alone. Units are ordered by their first position, so results can be put back in task order."""
+    Every other client (a task with a ``proximal`` term or a ``depth`` among them), and every client with ``batching``
+    False or ``"off"``, alone. Units are ordered by their first position, so results can be put back in task order."""
     mode = ("on" if batching else "off") if isinstance(batching, bool) else batching
     if mode not in BATCHING_MODES:
         raise ValueError(f"batching is {batching!r}; expected one of {', '.join(BATCHING_MODES)} (or a bool)")
@@ -73,7 +73,7 @@ def group_tasks(tasks: Sequence[ClientTask], batching: Union[bool, str], max_gro
     units: List[List[int]] = []
     by_width: "OrderedDict[Optional[float], List[int]]" = OrderedDict()
     for k, task in enumerate(tasks):
-        if getattr(task.objective, "batchable", False) and not task.proximal:
+        if getattr(task.objective, "batchable", False) and not task.proximal and task.depth is None:
             by_width.setdefault(None if mixed else float(task.width), []).append(k)
         else:
             units.append([k])

@@ -24,7 +24,7 @@ def train_eager(workspace: Workspace, task: ClientTask, global_params: Mapping[s
     """Extract the width-p sub-model from ``global_params``, run K local epochs, return Δ_i (packed). The task's
     testing faults are the caller's (:func:`~hasfl_ray.training.task.with_faults`)."""
     workspace.begin()
-    model = workspace.model_at(task.width)
+    model = workspace.model_at(task.width, task.depth)
     params = dict(model.named_parameters())
     initial = workspace.starting_point(task, global_params)
     with torch.no_grad():
@@ -34,7 +34,9 @@ def train_eager(workspace: Workspace, task: ClientTask, global_params: Mapping[s
     masked = workspace.masked_labels(task)  # masked_loss: the labels the client does not hold (else None)
     objective = task.objective
     objective.masked_labels = masked
-    objective.setup(model, initial, task.width, generator, model_at=workspace.model_at)
+    # an objective's nested widths (FjORD) are of the client's own depth sub-model where it has one
+    model_at = workspace.model_at if task.depth is None else (lambda w: workspace.model_at(w, task.depth))
+    objective.setup(model, initial, task.width, generator, model_at=model_at)
     s = workspace.settings
     # clip_grad_norm_ + torch.optim.SGD, bit for bit, without their per-step Python (hasfl_ray.training.step).
     optimizer = LocalSGD(list(model.parameters()), task.lr, s.momentum, s.weight_decay, s.clip_norm)

@@ -133,6 +133,17 @@ class ClientTask:
     #: 2019, Algorithm 1: ``async_rho``): ρ (w − w_received) joins each local gradient after the objective's
     #: ``adjust_gradients``, before clipping. Such a client trains one at a time, eagerly.
     proximal: float = 0.0
+    #: A depth sub-model (``sub_model: depth``, :mod:`hasfl_ray.models.depth`): the client trains the first ``depth``
+    #: stages of a model with exits and the exits up to it; None: the whole network (every other run).
+    depth: Optional[int] = None
+
+
+class ExitsObjective(LocalObjective):
+    """A depth sub-model's loss (DepthFL's, without its self-distillation): the sum over the model's exits up to its
+    depth of each exit's cross-entropy (``forward_exits``; the task's masked labels applied to each)."""
+
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return sum(F.cross_entropy(mask_logits(out, self.masked_labels), y) for out in model.forward_exits(x))
 
 
 def inject_fault(result: "ClientResult", fault: Optional[str]) -> "ClientResult":

@@ -16,6 +16,7 @@ from torch import nn
 
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.models import build_model, extract, pads_exactly, register_model
+from hasfl_ray.models.depth import depth_names
 from hasfl_ray.models.slicing import ParamSpec, extract_window
 from hasfl_ray.training.graphed import StepCache
 from hasfl_ray.training.seeding import STREAM_CLIENT, torch_generator
@@ -46,7 +47,8 @@ class Workspace:
         #: Whether clients of different widths may train as one stack padded to the widest (``mixed``).
         self.pads_exactly = pads_exactly(full)
         del full
-        self._models: Dict[float, nn.Module] = {}
+        self._models: Dict[object, nn.Module] = {}  # width, or (width, depth) for a depth sub-model
+        self._depth_names: Dict[int, List[str]] = {}
         self.steps: Optional[StepCache] = StepCache(capture=self.device.type == "cuda") if cuda_graphs else None
         # A dataset that gathers a batch on its device from positions held there gets each epoch's order on the
         # device once (no host-to-device copy, which synchronises, per batch); others get host positions.
@@ -59,21 +61,30 @@ class Workspace:
         if self.device.type == "cpu":
             torch.set_num_threads(self.threads)
 
-    def model_at(self, width: float) -> nn.Module:
-        """A cached width-``width`` network on this device (buffers reused across rounds)."""
-        if width not in self._models:
-            self._models[width] = build_model(self.model_name, width).to(self.device)
-        return self._models[width]
+    def model_at(self, width: float, depth: Optional[int] = None) -> nn.Module:
+        """A cached width-``width`` network on this device (buffers reused across rounds); ``depth``: its depth
+        sub-model (:mod:`hasfl_ray.models.depth`), cached under (width, depth)."""
+        key = width if depth is None else (width, depth)
+        if key not in self._models:
+            self._models[key] = build_model(self.model_name, width, depth).to(self.device)
+        return self._models[key]
 
     def release(self, keep: Iterable[float] = ()) -> None:
         """Drop cached models (and their device memory), except those of the widths in ``keep``."""
         keep = set(keep)
-        for width in [w for w in self._models if w not in keep]:
-            del self._models[width]
+        for key in [k for k in self._models if (k[0] if isinstance(k, tuple) else k) not in keep]:
+            del self._models[key]
         if self.steps is not None:
             self.steps.release(keep)
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+    def depth_names(self, depth: int) -> List[str]:
+        """The parameters a depth-``depth`` sub-model holds, in spec order (:func:`~hasfl_ray.models.depth
+        .depth_names`)."""
+        if depth not in self._depth_names:
+            self._depth_names[depth] = depth_names(build_model(self.model_name), depth, self.specs)
+        return self._depth_names[depth]
 
     @property
     def cached_widths(self) -> List[float]:
@@ -103,7 +114,13 @@ class Workspace:
     @torch.no_grad()
     def starting_point(self, task: ClientTask, global_params: Mapping[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """The client's width-p sub-model cut from ``global_params`` (its window at ``task.offset`` where that is
-        not 0), name -> tensor on this device, in spec order."""
+        not 0; of the parameters its depth holds where it has one), name -> tensor on this device, in spec order."""
+        if task.depth is not None:
+            held = self.depth_names(task.depth)
+            if task.offset:
+                return {name: extract_window(global_params[name], self.specs[name], task.width, task.offset)
+                        .to(self.device) for name in held}
+            return {name: extract(global_params[name], self.specs[name], task.width).to(self.device) for name in held}
         if task.offset:
             return {name: extract_window(global_params[name], spec, task.width, task.offset).to(self.device)
                     for name, spec in self.specs.items()}

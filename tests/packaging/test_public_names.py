@@ -58,6 +58,7 @@ DOCUMENTED_PATHS = (
     "hasfl_ray.engine.handoff.HandoffBackend", "hasfl_ray.errors", "hasfl_ray.errors.ConfigError",
     "hasfl_ray.federation", "hasfl_ray.files.open_regular", "hasfl_ray.files.ownership_problem",
     "hasfl_ray.files.read_json", "hasfl_ray.files.read_regular",
+    "hasfl_ray.training.task.ExitsObjective",
     "hasfl_ray.models", "hasfl_ray.models.cost_table", "hasfl_ray.models.extract", "hasfl_ray.models.pads_exactly",
     "hasfl_ray.models.plugin", "hasfl_ray.models.plugin.describe", "hasfl_ray.models.resnet.StaticBatchNorm2d",
     "hasfl_ray.models.slicing.extract", "hasfl_ray.models.width_channels", "hasfl_ray.ops.aggregate_fused",

@@ -1,0 +1,96 @@
+"""Which depth sub-model each client trains (``sub_model: depth`` or ``width_depth``, docs/models.md#depth-sub-models).
+
+A run with ``sub_model: depth`` trains the model with exits (:mod:`hasfl_ray.models.depth`); a client the algorithm
+allocates width p trains the depth of p on the run's ladder (``depths``, one per ladder width; without it ceil(p x
+the model's stages), so the paper's tiers 0.25/0.5/0.75/1 on a ResNet's four stages give DepthFL's depths 1/2/3/4)
+at full width (``depth``, DepthFL), or at width p too (``width_depth``, width and depth scaled together as ScaleFL
+scales them). A width between two ladder widths takes the depth of the next one up. ``sub_model: width`` (the
+default) has no plan: every client trains its width-p slice of the whole network, as every run before."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from hasfl_ray.errors import ConfigError
+from hasfl_ray.federation import ladder_of
+from hasfl_ray.models import build_model
+from hasfl_ray.models.depth import exit_depths
+
+SUB_MODELS = ("width", "depth", "width_depth")
+
+
+@dataclass(frozen=True)
+class DepthPlan:
+    """The ladder's widths (ascending), the depth of each, the model's depths, and whether width scales too."""
+
+    widths: Tuple[float, ...]
+    depths: Tuple[int, ...]
+    num_depths: int
+    scale_width: bool
+
+    def depth_of(self, width: float) -> int:
+        """The depth of allocated width ``width``: that of the least ladder width >= it (the deepest above all)."""
+        for w, d in zip(self.widths, self.depths):
+            if width <= w + 1e-12:
+                return d
+        return self.depths[-1]
+
+    def shape(self, width: float) -> Tuple[float, int]:
+        """(width trained, depth) of a client allocated ``width``."""
+        return (float(width) if self.scale_width else 1.0), self.depth_of(width)
+
+
+def depth_plan(config, model_name: str) -> Optional[DepthPlan]:
+    """The run's :class:`DepthPlan` (None with ``sub_model: width``); one ConfigError sentence where the model has no
+    exits or ``depths`` names a depth the model lacks."""
+    if config.sub_model == "width":
+        return None
+    total = exit_depths(build_model(model_name))
+    if not total:
+        raise ConfigError(f"sub_model is {config.sub_model!r} but model {model_name!r} has no exits; expected a "
+                          "ResNet (model preresnet18, resnet18) or a dataset's image CNN (digits, emnist, cifar10)")
+    ladder = ladder_of(config).widths
+    depths = config.depths
+    if depths is None:
+        depths = [max(1, min(total, math.ceil(round(w * total, 9)))) for w in ladder]
+    bad = [d for d in depths if not 1 <= d <= total]
+    if bad:
+        raise ConfigError(f"depths is {list(depths)!r} but model {model_name!r} has {total} depths (one a stage); "
+                          f"expected each from 1 to {total}")
+    pairs = sorted(zip(ladder, depths))
+    return DepthPlan(tuple(w for w, _ in pairs), tuple(d for _, d in pairs), total, config.sub_model == "width_depth")
+
+
+def check_sub_model_keys(config, bad) -> None:
+    """Validate sub_model and depths (a comma list from the command line becomes a list of integers): depths only
+    with a depth sub-model, one positive integer per ladder width. Whether the model has those depths is
+    :func:`depth_plan`'s check, once the model is known."""
+    if config.sub_model not in SUB_MODELS:
+        raise bad("sub_model", config.sub_model, "width (the default: width-p slices), depth (DepthFL's depth "
+                                                 "sub-models) or width_depth (width and depth, ScaleFL's)")
+    if config.sub_model != "width" and getattr(config, "classifier_aggregation", "all") == "label_split":
+        raise ConfigError(f"classifier_aggregation is 'label_split' but sub_model is {config.sub_model!r}; expected "
+                          "classifier_aggregation all with depth sub-models (their exits are several classifiers)")
+    depths = config.depths
+    if depths is None:
+        return
+    if isinstance(depths, str):
+        try:
+            depths = [int(part) for part in depths.split(",")]
+        except ValueError:
+            raise bad("depths", config.depths, "a comma list of positive integers, one depth per ladder width") \
+                from None
+    widths = ladder_of(config).widths
+    if not isinstance(depths, (list, tuple)) or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0
+                                                        for d in depths) or len(depths) != len(widths):
+        raise bad("depths", depths, f"{len(widths)} positive integers, one depth per ladder width "
+                                    f"({', '.join(f'{w:g}' for w in widths)})")
+    if config.sub_model == "width":
+        raise ConfigError(f"depths is {list(depths)!r} but sub_model is 'width'; expected depths only with sub_model "
+                          "depth or width_depth")
+    object.__setattr__(config, "depths", list(depths))
+
+
+__all__ = ["DepthPlan", "SUB_MODELS", "check_sub_model_keys", "depth_plan"]
