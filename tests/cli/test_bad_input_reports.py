@@ -54,7 +54,7 @@ def test_runs_behind_links_are_still_found(run, tmp_path):
 
 # ------------------------------------------------------------------------------------------ row 19: --out
 
-BAD_OUTS = [("FILE", "is a file"), ("/dev/full", "not a folder"), ("/proc/x", "cannot be made"), ("", "is ''")]
+BAD_OUTS = [("FILE", "is a file"), ("/dev/full", "is a device; expected a folder"), ("/proc/x", "cannot be made"), ("", "is ''")]
 
 
 @pytest.mark.parametrize("command", ["report", "plot"])
