@@ -1,0 +1,210 @@
+// The per-chunk CPU kernel of the fused aggregation for index-set and mask parameters. No include guard on
+// purpose: aggregate_cpu.cpp includes it twice, inside namespaces `avx512` and `generic`, with
+// HASFL_SPARSE_AVX512 set to 1 (AVX-512 target attribute) or 0 (portable). It must include nothing itself.
+//
+// A sparse entry holds, of its parameter's canonical shape (rows x length), the rows whose every row dim
+// index is in the entry's sorted index list of that dim (row_map: full index -> local index or -1), and in
+// each such row the columns whose bit is set in the entry's column bitmask (little bit order, bit c of byte
+// c / 8 is column c). Its packed tensor is row-major over exactly those coordinates, so the packed run of a
+// tile starts at local_row * packed_last + (set bits before the tile), `tile_prefix`. A mask is the case of
+// one row (the canonical shape is the flat tensor); a per-layer channel index set keeps the conv/linear
+// dims, with the column bitmask spelling out its last (merged) dim.
+//
+// Per item (one row, one tile of <= kCpuTile columns): pass 1 expands each covering entry's packed run
+// into the tile (acc += w x, den += w over its set bits), the mean is acc / den (0 where den is 0), pass 2
+// expands again (the bytes are in L1/L2) for sum (x - mean)^2 and sum mean^2 over the entry's set bits.
+// The AVX-512 build expands 16 columns at a time (a masked load of popcount(bits) values, then vexpandps);
+// norm partials are 16 lanes (column mod 16) combined in a fixed tree per tile, in both builds.
+
+// SparseScratch and SparseArgs are defined in aggregate_cpu.cpp, outside the two namespaces.
+
+#if HASFL_SPARSE_AVX512
+// 16 columns [j, j + 16) of one entry: values expanded to doubles (0 where the bit is clear) in lo/hi.
+template <typename scalar_t>
+HASFL_SPARSE_TARGET inline void expand16(const scalar_t* x, unsigned bits, __m512d* lo, __m512d* hi) {
+  const __mmask16 m = static_cast<__mmask16>(bits);
+  const int count = __builtin_popcount(bits);
+  if constexpr (sizeof(scalar_t) == 4) {
+    const __m512 v = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << count) - 1u), x);
+    const __m512 e = _mm512_maskz_expand_ps(m, v);
+    *lo = _mm512_cvtps_pd(_mm512_castps512_ps256(e));
+    *hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+  } else {
+    const int first = count < 8 ? count : 8;
+    const __m512d a = _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << first) - 1u), x);
+    const __m512d b = _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << (count - first)) - 1u), x + first);
+    *lo = _mm512_maskz_expand_pd(static_cast<__mmask8>(bits & 0xFFu), a);
+    *hi = _mm512_maskz_expand_pd(static_cast<__mmask8>(bits >> 8), b);
+  }
+}
+#endif
+
+// The bits of columns [j, j + 16) of a tile of n columns (j a multiple of 16; bits past n cleared).
+HASFL_SPARSE_TARGET inline unsigned bits16(const uint8_t* m, int64_t j, int64_t n) {
+  unsigned bits = m[j / 8];
+  if (j + 8 < n) bits |= static_cast<unsigned>(m[j / 8 + 1]) << 8;
+  if (n - j < 16) bits &= (1u << (n - j)) - 1u;
+  return bits;
+}
+
+// acc[c] += w x(c) and den[c] += w over the set bits c < n of the tile's bitmask m; x is the packed run.
+template <typename scalar_t>
+HASFL_SPARSE_TARGET inline void sparse_accumulate(const scalar_t* x, const uint8_t* m, int64_t n, double w,
+                                                  double* acc, double* den) {
+#if HASFL_SPARSE_AVX512
+  const __m512d wv = _mm512_set1_pd(w);
+  for (int64_t j = 0; j < n; j += 16) {
+    const unsigned bits = bits16(m, j, n);
+    if (bits == 0) continue;
+    __m512d lo, hi;
+    expand16(x, bits, &lo, &hi);
+    x += __builtin_popcount(bits);
+    const __mmask8 mlo = static_cast<__mmask8>(bits & 0xFFu), mhi = static_cast<__mmask8>(bits >> 8);
+    // acc and den are kCpuTile + 16 long: the full 16 lanes may be read and written back unchanged.
+    _mm512_storeu_pd(acc + j, _mm512_fmadd_pd(wv, lo, _mm512_loadu_pd(acc + j)));
+    _mm512_storeu_pd(acc + j + 8, _mm512_fmadd_pd(wv, hi, _mm512_loadu_pd(acc + j + 8)));
+    const __m512d d0 = _mm512_loadu_pd(den + j), d1 = _mm512_loadu_pd(den + j + 8);
+    _mm512_storeu_pd(den + j, _mm512_mask_add_pd(d0, mlo, d0, wv));
+    _mm512_storeu_pd(den + j + 8, _mm512_mask_add_pd(d1, mhi, d1, wv));
+  }
+#else
+  for (int64_t j = 0; j < n; j += 16) {
+    unsigned bits = bits16(m, j, n);
+    while (bits) {
+      const int l = __builtin_ctz(bits);
+      bits &= bits - 1u;
+      acc[j + l] = w * static_cast<double>(*x) + acc[j + l];
+      den[j + l] += w;
+      ++x;
+    }
+  }
+#endif
+}
+
+// Over the set bits c < n: sums[0] += (x(c) - mean[c])^2, sums[1] += mean[c]^2, in 16 lanes (c mod 16)
+// added up in a fixed tree.
+template <typename scalar_t>
+HASFL_SPARSE_TARGET inline void sparse_squares(const scalar_t* x, const uint8_t* m, int64_t n, const double* mean,
+                                               double* sums) {
+  double diff[16] = {0}, square[16] = {0};
+#if HASFL_SPARSE_AVX512
+  __m512d a0 = _mm512_setzero_pd(), a1 = a0, b0 = a0, b1 = a0;
+  for (int64_t j = 0; j < n; j += 16) {
+    const unsigned bits = bits16(m, j, n);
+    if (bits == 0) continue;
+    __m512d lo, hi;
+    expand16(x, bits, &lo, &hi);
+    x += __builtin_popcount(bits);
+    const __mmask8 mlo = static_cast<__mmask8>(bits & 0xFFu), mhi = static_cast<__mmask8>(bits >> 8);
+    const __m512d m0 = _mm512_loadu_pd(mean + j), m1 = _mm512_loadu_pd(mean + j + 8);
+    const __m512d d0 = _mm512_sub_pd(lo, m0), d1 = _mm512_sub_pd(hi, m1);
+    a0 = _mm512_mask3_fmadd_pd(d0, d0, a0, mlo);
+    a1 = _mm512_mask3_fmadd_pd(d1, d1, a1, mhi);
+    b0 = _mm512_mask3_fmadd_pd(m0, m0, b0, mlo);
+    b1 = _mm512_mask3_fmadd_pd(m1, m1, b1, mhi);
+  }
+  _mm512_storeu_pd(diff, a0);
+  _mm512_storeu_pd(diff + 8, a1);
+  _mm512_storeu_pd(square, b0);
+  _mm512_storeu_pd(square + 8, b1);
+#else
+  for (int64_t j = 0; j < n; j += 16) {
+    unsigned bits = bits16(m, j, n);
+    while (bits) {
+      const int l = __builtin_ctz(bits);
+      bits &= bits - 1u;
+      const double d = static_cast<double>(*x) - mean[j + l];
+      diff[l] += d * d;
+      square[l] += mean[j + l] * mean[j + l];
+      ++x;
+    }
+  }
+#endif
+  for (int width = 8; width >= 1; width /= 2)
+    for (int l = 0; l < width; ++l) {
+      diff[l] += diff[l + width];
+      square[l] += square[l + width];
+    }
+  sums[0] += diff[0];
+  sums[1] += square[0];
+}
+
+template <typename scalar_t>
+HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs& sp, int64_t chunk,
+                                          const SparseScratch& s) {
+  const int64_t* chunk_row = args.chunks + chunk * kChunkCols;
+  const int64_t p = chunk_row[kChunkParam];
+  const int64_t* param = args.params + p * kParamCols;
+  const int64_t ndim = param[kParamNdim];
+  const int64_t length = row_length(param);
+  const int64_t tiles = tiles_per_row(param, kCpuTile);
+  const int64_t entry_begin = param[kParamEntryBegin], entry_end = param[kParamEntryEnd];
+  double* part_num = args.partial_num + chunk_row[kChunkPartialBase];
+  double* part_den = args.partial_den + chunk_row[kChunkPartialBase];
+  scalar_t* out = static_cast<scalar_t*>(args.out) + param[kParamOutOffset];
+  int64_t covered = 0;
+  int64_t current_row = -1;
+  int64_t row_count = 0;
+  for (int64_t item = chunk_row[kChunkItemBegin]; item < chunk_row[kChunkItemEnd]; ++item) {
+    const int64_t row = item / tiles, tile = item % tiles;
+    const int64_t c0 = tile * kCpuTile;
+    const int64_t n = min64(c0 + kCpuTile, length) - c0;
+    scalar_t* out_tile = out + row * length + c0;
+    if (row != current_row) {
+      current_row = row;
+      row_count = 0;
+      for (int64_t e = entry_begin; e < entry_end; ++e) {
+        const int64_t* entry = args.entries + e * kEntryCols;
+        int64_t local = 0, stride = 1, rest = row;
+        bool hit = true;
+        for (int64_t d = ndim - 2; d >= 0; --d) {
+          const int64_t full = param[kParamFull + d];
+          const int32_t index = sp.row_map[sp.row_map_begin[e * kMaxDims + d] + rest % full];
+          rest /= full;
+          if (index < 0) {
+            hit = false;
+            break;
+          }
+          local += index * stride;
+          stride *= entry[kEntryPacked + d];
+        }
+        if (!hit) continue;
+        s.row_entry[row_count] = e;
+        s.row_start[row_count] = local * entry[kEntryPacked + ndim - 1];
+        ++row_count;
+      }
+    }
+    if (row_count == 0) {
+      for (int64_t j = 0; j < n; ++j) out_tile[j] = scalar_t(0);
+      continue;
+    }
+    for (int64_t j = 0; j < n; ++j) s.acc[j] = 0.0;
+    for (int64_t j = 0; j < n; ++j) s.den[j] = 0.0;
+    for (int64_t k = 0; k < row_count; ++k) {
+      const int64_t e = s.row_entry[k];
+      const scalar_t* x = static_cast<const scalar_t*>(args.data[e]) + s.row_start[k] +
+                          sp.tile_prefix[sp.prefix_begin[e] + tile];
+      sparse_accumulate(x, sp.bits[e] + c0 / 8, n, args.entry_weight[e], s.acc, s.den);
+    }
+    int64_t tile_covered = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const bool any = s.den[j] > 0.0;
+      const double mean = any ? s.acc[j] / s.den[j] : 0.0;
+      s.mean[j] = mean;
+      out_tile[j] = static_cast<scalar_t>(mean);
+      tile_covered += any ? 1 : 0;
+    }
+    for (int64_t j = n; j < n + 16; ++j) s.mean[j] = 0.0;  // the lanes past n of the last 16 are read, masked off
+    covered += tile_covered;
+    for (int64_t k = 0; k < row_count; ++k) {
+      const int64_t e = s.row_entry[k];
+      const scalar_t* x = static_cast<const scalar_t*>(args.data[e]) + s.row_start[k] +
+                          sp.tile_prefix[sp.prefix_begin[e] + tile];
+      double sums[2] = {0.0, 0.0};
+      sparse_squares(x, sp.bits[e] + c0 / 8, n, s.mean, sums);
+      part_num[e - entry_begin] += sums[0];
+      part_den[e - entry_begin] += sums[1];
+    }
+  }
+  args.chunk_covered[chunk] = covered;
+}
