@@ -30,7 +30,7 @@ HASFL_SPARSE_TARGET inline void expand16(const scalar_t* x, unsigned bits, __m51
     *lo = _mm512_cvtps_pd(_mm512_castps512_ps256(e));
     *hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
   } else {
-    const int first = count < 8 ? count : 8;
+    const int first = __builtin_popcount(bits & 0xFFu);  // values of the low 8 lanes
     const __m512d a = _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << first) - 1u), x);
     const __m512d b = _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << (count - first)) - 1u), x + first);
     *lo = _mm512_maskz_expand_pd(static_cast<__mmask8>(bits & 0xFFu), a);
