@@ -82,14 +82,18 @@ HASFL_SPARSE_TARGET inline void sparse_accumulate(const scalar_t* x, const uint8
 }
 
 // Over the set bits c < n: sums[0] += (x(c) - mean[c])^2, sums[1] += mean[c]^2, in 16 lanes (c mod 16)
-// added up in a fixed tree.
+// added up in a fixed tree. Meanwhile it prefetches `next`, what pass 1 of the next item reads from this
+// entry (its packed run continues there): this pass computes from L1/L2, so memory would idle, and the hardware
+// prefetchers give up on dozens of interleaved streams.
 template <typename scalar_t>
 HASFL_SPARSE_TARGET inline void sparse_squares(const scalar_t* x, const uint8_t* m, int64_t n, const double* mean,
-                                               double* sums) {
+                                               double* sums, const scalar_t* next) {
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(scalar_t));
   double diff[16] = {0}, square[16] = {0};
 #if HASFL_SPARSE_AVX512
   __m512d a0 = _mm512_setzero_pd(), a1 = a0, b0 = a0, b1 = a0;
   for (int64_t j = 0; j < n; j += 16) {
+    __builtin_prefetch(next + j / 16 * kLine);
     const unsigned bits = bits16(m, j, n);
     if (bits == 0) continue;
     __m512d lo, hi;
@@ -109,6 +113,7 @@ HASFL_SPARSE_TARGET inline void sparse_squares(const scalar_t* x, const uint8_t*
   _mm512_storeu_pd(square + 8, b1);
 #else
   for (int64_t j = 0; j < n; j += 16) {
+    __builtin_prefetch(next + j / 16 * kLine);
     unsigned bits = bits16(m, j, n);
     while (bits) {
       const int l = __builtin_ctz(bits);
@@ -198,10 +203,12 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
     covered += tile_covered;
     for (int64_t k = 0; k < row_count; ++k) {
       const int64_t e = s.row_entry[k];
-      const scalar_t* x = static_cast<const scalar_t*>(args.data[e]) + s.row_start[k] +
-                          sp.tile_prefix[sp.prefix_begin[e] + tile];
+      const int64_t* prefix = sp.tile_prefix + sp.prefix_begin[e];
+      const int64_t held = (tile + 1 < tiles ? prefix[tile + 1] : args.entries[e * kEntryCols + kEntryPacked + ndim - 1]) -
+                           prefix[tile];
+      const scalar_t* x = static_cast<const scalar_t*>(args.data[e]) + s.row_start[k] + prefix[tile];
       double sums[2] = {0.0, 0.0};
-      sparse_squares(x, sp.bits[e] + c0 / 8, n, s.mean, sums);
+      sparse_squares(x, sp.bits[e] + c0 / 8, n, s.mean, sums, x + held);
       part_num[e - entry_begin] += sums[0];
       part_den[e - entry_begin] += sums[1];
     }

@@ -152,10 +152,11 @@ def check_packed(where: str, full: Tuple[int, ...], packed: Union[IndexedUpdate,
                          f"(ceil({numel} / 8)) for the global shape {full}")
     if bits.device.type != "cpu" or not bits.is_contiguous():
         raise ValueError(f"{where}.bits is on {bits.device}; expected a contiguous CPU tensor")
-    flat = np.unpackbits(bits.numpy(), bitorder="little")
-    if flat[numel:].any():
+    array = bits.numpy()
+    spare = expected * 8 - numel
+    if spare and int(array[-1]) >> (8 - spare):
         raise ValueError(f"{where}.bits sets padding bits past coordinate {numel}; expected them clear")
-    held = int(flat[:numel].sum())
+    held = int(np.bitwise_count(array).sum(dtype=np.int64))
     if values.dim() != 1 or values.numel() != held:
         raise ValueError(f"{where}.values has shape {tuple(values.shape)} but its mask holds {held} coordinates; "
                          f"expected a 1-D tensor of {held} values")

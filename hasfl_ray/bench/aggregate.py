@@ -33,7 +33,8 @@ from hasfl_ray.ops import aggregate as ops
 MODELS = ("emnist", "cifar10", "shakespeare")
 
 #: The pure-torch implementations that compete for "best torch" in the headline ratios.
-TORCH_IMPLEMENTATIONS = ("torch sliced", "torch stacked", "torch per client")
+TORCH_IMPLEMENTATIONS = ("torch sliced", "torch stacked", "torch per client", "torch index_add", "torch dense",
+                         "torch window scatter")
 
 Aggregator = Callable[[Shapes, Updates, torch.Tensor, Dict[str, int]], object]
 
@@ -55,7 +56,8 @@ class Federation:
 
     @property
     def output_bytes(self) -> int:
-        element = next(iter(self.updates[0].values())).element_size()
+        first = next(iter(self.updates[0].values()))
+        element = (first if isinstance(first, torch.Tensor) else first.values).element_size()
         return sum(math.prod(shape) for shape in self.shapes.values()) * element
 
 
@@ -122,6 +124,7 @@ class CaseResult:
     copy_gbps: float  # a large torch copy: (read + written bytes) / time
     sum_gbps: float  # a large torch sum: read bytes / time
     timings: List[Timing]
+    layout: str = "slice"
 
     def time_of(self, implementation: str) -> Optional[float]:
         return next((t.median_s for t in self.timings if t.implementation == implementation), None)
@@ -214,15 +217,26 @@ def implementations(federation: Federation, include_slow: bool = True) -> Dict[s
 
 
 def run_case(model: str, num_clients: int, device: str = "cpu", repeats: int = 5, budget_s: float = 4.0,
-             include_slow: bool = True, seed: int = 0) -> CaseResult:
+             include_slow: bool = True, seed: int = 0, layout: str = "slice") -> CaseResult:
     """Time every implementation on one federation, interleaved round-robin with the bandwidth probes.
 
     Each round times the copy, the sum and then every implementation once, so all of them see the same machine
     state (this matters on a shared machine); after one untimed warm-up each, ``repeats`` rounds, except
     that an implementation stops repeating once its timed runs exceed ``budget_s``. Medians are reported.
     """
-    federation = make_federation(model, num_clients, device=device, seed=seed)
-    runs = implementations(federation, include_slow)
+    if layout == "slice":
+        federation = make_federation(model, num_clients, device=device, seed=seed)
+        runs = implementations(federation, include_slow)
+        packed_bytes = federation.packed_bytes
+    else:
+        from hasfl_ray.bench.layouts import layout_implementations, make_layout_federation, wire_bytes
+
+        if device != "cpu":
+            raise ValueError(f"--layout {layout} runs on the CPU only (its CUDA kernel is not written yet); "
+                             "expected --device cpu")
+        federation = make_layout_federation(model, num_clients, layout, seed=seed)
+        runs = layout_implementations(federation, layout, include_slow)
+        packed_bytes = wire_bytes(federation)
     time_copy, time_sum, probe_bytes = bandwidth_probes(device)
     time_copy(), time_sum()
     for run in runs.values():
@@ -242,9 +256,9 @@ def run_case(model: str, num_clients: int, device: str = "cpu", repeats: int = 5
             run()
             _synchronize(device)
             samples[name].append(time.perf_counter() - start)
-    moved = federation.packed_bytes + federation.output_bytes
+    moved = packed_bytes + federation.output_bytes
     timings = [Timing(model, num_clients, name, statistics.median(times), len(times),
                       moved / statistics.median(times) / 1e9) for name, times in samples.items()]
-    return CaseResult(model, num_clients, device, federation.packed_bytes / 1e6, federation.output_bytes / 1e6,
+    return CaseResult(model, num_clients, device, packed_bytes / 1e6, federation.output_bytes / 1e6,
                       2 * probe_bytes / statistics.median(copy_samples) / 1e9,
-                      probe_bytes / statistics.median(sum_samples) / 1e9, timings)
+                      probe_bytes / statistics.median(sum_samples) / 1e9, timings, layout)
