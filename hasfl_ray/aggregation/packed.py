@@ -182,3 +182,21 @@ def dense_of(packed: Union[IndexedUpdate, MaskedUpdate], full: Tuple[int, ...]) 
         dense.fill_(float(packed.values))
         mask.fill_(True)
     return dense, mask
+
+
+def to_plain(packed: Packed):
+    """``packed`` as plain values a checkpoint holds (``torch.load(weights_only=True)`` reads them back)."""
+    if isinstance(packed, IndexedUpdate):
+        return {"packed_kind": "index", "values": packed.values, "index": list(packed.index)}
+    if isinstance(packed, MaskedUpdate):
+        return {"packed_kind": "mask", "values": packed.values, "bits": packed.bits}
+    return packed
+
+
+def from_plain(value) -> Packed:
+    """The inverse of :func:`to_plain`."""
+    if isinstance(value, dict) and value.get("packed_kind") == "index":
+        return IndexedUpdate(value["values"], tuple(value["index"]))
+    if isinstance(value, dict) and value.get("packed_kind") == "mask":
+        return MaskedUpdate(value["values"], value["bits"])
+    return value

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 import torch
 
+from hasfl_ray.aggregation.packed import from_plain, to_plain
 from hasfl_ray.training.result import ClientResult
 
 #: The counters of the metrics line under way (since the last server update).
@@ -43,10 +44,14 @@ class InFlight:
 
 def result_to_dict(result: ClientResult) -> Dict[str, Any]:
     """A client's result as plain values a checkpoint holds (torch.load with weights_only)."""
-    return {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+    values = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+    values["update"] = {name: to_plain(packed) for name, packed in result.update.items()}  # index sets, masks
+    return values
 
 
 def result_from_dict(values: Dict[str, Any]) -> ClientResult:
+    values = dict(values)
+    values["update"] = {name: from_plain(packed) for name, packed in values["update"].items()}
     return ClientResult(**values)
 
 

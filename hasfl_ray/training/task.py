@@ -133,6 +133,11 @@ class ClientTask:
     #: 2019, Algorithm 1: ``async_rho``): ρ (w − w_received) joins each local gradient after the objective's
     #: ``adjust_gradients``, before clipping. Such a client trains one at a time, eagerly.
     proximal: float = 0.0
+    #: Per channel group of the model (a sequential conv/linear chain, :func:`hasfl_ray.models.index_slicing.
+    #: channel_groups`), the sorted channels the client holds, ceil(width x C) of each (FLuID-style sets): it trains
+    #: the width-p network on those channels (the next layer's inputs follow) and returns
+    #: :class:`~hasfl_ray.aggregation.packed.IndexedUpdate` s. None: its leading slice (or window). Trains eagerly.
+    channels: Optional[Tuple[Tuple[int, ...], ...]] = None
 
 
 def inject_fault(result: "ClientResult", fault: Optional[str]) -> "ClientResult":
