@@ -200,3 +200,12 @@ def from_plain(value) -> Packed:
     if isinstance(value, dict) and value.get("packed_kind") == "mask":
         return MaskedUpdate(value["values"], value["bits"])
     return value
+
+
+def to_device(packed: Packed, device) -> Packed:
+    """``packed`` with its values on ``device`` (index lists and bitmasks stay where they are: the CPU)."""
+    if isinstance(packed, IndexedUpdate):
+        return IndexedUpdate(packed.values.to(device), packed.index)
+    if isinstance(packed, MaskedUpdate):
+        return MaskedUpdate(packed.values.to(device), packed.bits)
+    return packed.to(device)

@@ -84,6 +84,19 @@ class GuardedAlgorithm:
 
         return self._call("window_offset", round, client, check=check, expected="a non-negative integer")
 
+    def channel_sets(self, round: int, client: int, width: float) -> Any:
+        def check(sets: Any) -> Any:
+            if sets is None:
+                return None
+            try:
+                return tuple(tuple(int(c) for c in chosen) for chosen in sets)
+            except (TypeError, ValueError):
+                raise self._bad("channel_sets", f"channel sets for client {client}:", sets,
+                                "None or one list of channel numbers per channel group") from None
+
+        return self._call("channel_sets", round, client, width, check=check,
+                          expected="None or one list of channel numbers per channel group")
+
     def client_cost(self, round: int, client: int, width: float, cost: Any) -> Any:
         """The algorithm's :class:`~hasfl_ray.clock.cost.ClientCost` of ``client`` (device clock runs only): the
         same local steps as ``cost``, non-negative bytes and MACs."""
