@@ -131,11 +131,12 @@ def check_packed(where: str, full: Tuple[int, ...], packed: Union[IndexedUpdate,
                            else f"dtype {chosen.dtype} and {chosen.dim()} dims")
                     raise TypeError(f"{where}.index[{dim}] is {got}; expected a 1-D torch.int64 tensor or None")
                 length = chosen.numel()
-                if length and (int(chosen.min()) < 0 or int(chosen.max()) >= size):
-                    bad = int(chosen.min()) if int(chosen.min()) < 0 else int(chosen.max())
+                array = chosen.numpy() if chosen.device.type == "cpu" else chosen.cpu().numpy()
+                if length and (array[0] < 0 or array[-1] >= size or array.min() < 0 or array.max() >= size):
+                    bad = int(array.min()) if array.min() < 0 else int(array.max())
                     raise ValueError(f"{where}.index[{dim}] holds index {bad}, outside dim {dim} of size {size} "
                                      f"of the global shape {full}; expected indices in [0, {size})")
-                if length > 1 and not bool((chosen[1:] > chosen[:-1]).all()):
+                if length > 1 and not (array[1:] > array[:-1]).all():
                     raise ValueError(f"{where}.index[{dim}] is {chosen.tolist()[:8]}{'...' if length > 8 else ''}, "
                                      "which is not strictly increasing; expected sorted indices without duplicates")
             if values.shape[dim] != length:

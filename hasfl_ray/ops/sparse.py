@@ -79,15 +79,31 @@ def _flat_bits(packed, full: Tuple[int, ...], blocks: int) -> torch.Tensor:
     return torch.from_numpy(np.packbits(mask.ravel(), bitorder="little"))
 
 
-def _merge(dims: List[int], lists: List[List[np.ndarray]]) -> Tuple[List[int], List[List[np.ndarray]]]:
-    """Merge the last two dims while the last is shorter than MERGE_BELOW; every holder's lists alike."""
+def _indicators(packed, full: Tuple[int, ...], blocks: int) -> List[np.ndarray]:
+    """Per dim, the bool vector of the indices a holder has (an index set's or a slice's)."""
+    vectors = []
+    for dim, size in enumerate(full):
+        chosen = packed.index[dim] if isinstance(packed, IndexedUpdate) else None
+        if isinstance(packed, IndexedUpdate) and chosen is None:
+            vectors.append(np.ones(size, dtype=bool))
+            continue
+        vector = np.zeros(size, dtype=bool)
+        if chosen is not None:
+            vector[chosen.cpu().numpy()] = True
+        else:
+            vector[_slice_lists(full, tuple(packed.shape), blocks)[dim]] = True
+        vectors.append(vector)
+    return vectors
+
+
+def _merge(dims: List[int], vectors: List[List[np.ndarray]]) -> Tuple[List[int], List[List[np.ndarray]]]:
+    """Merge the last two dims while the last is shorter than MERGE_BELOW; every holder's indicators alike (the
+    merged dim's indicator is the outer AND, row-major)."""
     while len(dims) > 1 and dims[-1] < MERGE_BELOW:
-        inner = dims[-1]
-        for holder in lists:
-            outer, last = holder[-2], holder[-1]
-            holder[-2:] = [(outer[:, None] * inner + last[None, :]).ravel()]
-        dims = dims[:-2] + [dims[-2] * inner]
-    return dims, lists
+        for holder in vectors:
+            holder[-2:] = [np.logical_and.outer(holder[-2], holder[-1]).ravel()]
+        dims = dims[:-2] + [dims[-2] * dims[-1]]
+    return dims, vectors
 
 
 def build_sparse_layout(global_shapes: Mapping[str, Tuple[int, ...]], updates: Sequence[Mapping[str, object]],
@@ -123,14 +139,11 @@ def build_sparse_layout(global_shapes: Mapping[str, Tuple[int, ...]], updates: S
             last_sizes = [_values_of(p).numel() for _, p in holders]
         else:
             dims = list(full) if full else [1]
-            lists = [_lists_of(p, full, blocks) if full else [np.zeros(1, np.int64)] for _, p in holders]
-            dims, lists = _merge(dims, lists)
-            last_bits, last_sizes = [], []
-            for holder in lists:
-                line = np.zeros(dims[-1], dtype=bool)
-                line[holder[-1]] = True
-                last_bits.append(torch.from_numpy(np.packbits(line, bitorder="little")))
-                last_sizes.append(len(holder[-1]))
+            vectors = [_indicators(p, full, blocks) if full else [np.ones(1, dtype=bool)] for _, p in holders]
+            dims, vectors = _merge(dims, vectors)
+            lists = [[np.flatnonzero(v) for v in holder[:-1]] for holder in vectors]
+            last_bits = [torch.from_numpy(np.packbits(holder[-1], bitorder="little")) for holder in vectors]
+            last_sizes = [int(np.count_nonzero(holder[-1])) for holder in vectors]
         if len(dims) > dense_ops.MAX_DIMS:
             raise ValueError(f"global_shapes[{name!r}] keeps {len(dims)} dims; the fused kernel handles at most "
                              f"{dense_ops.MAX_DIMS}")
