@@ -7,9 +7,9 @@ parameter is described alike, in the parameter's canonical shape (rows x last di
 
 * some holder is a mask: the canonical shape is the flat tensor (one row); every holder gets a flat
   bitmask (a mask's own; an index set's or a slice's spelled out);
-* else (index sets and slices): the full shape, its last two dims merged while the last is shorter than
-  ``MERGE_BELOW`` (a conv weight (o, i, 3, 3) becomes (o, i * 9), or one row when i * 9 is short); per holder
-  the sorted index list of every row dim (a slice's is a range, per gate block) and the bitmask of the last.
+* else (index sets and slices): the full shape, its last two dims merged while every holder holds the last in
+  full or it is shorter than ``MERGE_BELOW`` (a conv weight (o, i, 3, 3) becomes (o, i * 9)); per holder the
+  sorted index list of every row dim (a slice's is a range, per gate block) and the bitmask of the last.
 
 The packed tensors are used as they are: row-major over the held coordinates, which is row-major over the
 canonical shape (merging dims keeps that order).
@@ -28,8 +28,9 @@ from hasfl_ray.aggregation.packed import IndexedUpdate, MaskedUpdate, SPARSE_TYP
 from hasfl_ray.aggregation.result import AggregateResult
 from hasfl_ray.ops import aggregate as dense_ops
 
-#: Merge the last two canonical dims of an index-set parameter while the last is shorter than this.
-MERGE_BELOW = 4096
+#: Merge the last two canonical dims of an index-set parameter while the last is shorter than this (or held in
+#: full by every holder).
+MERGE_BELOW = 512
 
 
 @dataclass(frozen=True)
@@ -97,9 +98,10 @@ def _indicators(packed, full: Tuple[int, ...], blocks: int) -> List[np.ndarray]:
 
 
 def _merge(dims: List[int], vectors: List[List[np.ndarray]]) -> Tuple[List[int], List[List[np.ndarray]]]:
-    """Merge the last two dims while the last is shorter than MERGE_BELOW; every holder's indicators alike (the
-    merged dim's indicator is the outer AND, row-major)."""
-    while len(dims) > 1 and dims[-1] < MERGE_BELOW:
+    """Merge the last two dims while every holder holds the last one in full (a conv's kernel positions) or it is
+    shorter than MERGE_BELOW; every holder's indicators alike (the merged dim's is the outer AND, row-major).
+    Rows stay rows otherwise: the kernel skips a row an entry does not hold at the cost of one lookup."""
+    while len(dims) > 1 and (dims[-1] < MERGE_BELOW or all(holder[-1].all() for holder in vectors)):
         for holder in vectors:
             holder[-2:] = [np.logical_and.outer(holder[-2], holder[-1]).ravel()]
         dims = dims[:-2] + [dims[-2] * dims[-1]]
