@@ -24,7 +24,7 @@ import torch
 from hasfl_ray.aggregation import aggregate_updates, validate_inputs
 from hasfl_ray.aggregation.packed import IndexedUpdate, MaskedUpdate
 from hasfl_ray.aggregation.reference import aggregate_reference
-from hasfl_ray.bench.aggregate import Federation
+from hasfl_ray.bench.federation import Federation
 from hasfl_ray.data.partition import TIER_PROBABILITIES, TIERS
 from hasfl_ray.models import build_model, gate_blocks_of
 from hasfl_ray.models.index_slicing import index_sets, random_channel_sets
@@ -66,9 +66,7 @@ def make_layout_federation(model: str, num_clients: int, layout: str, seed: int 
             offsets.append({name: tuple((offset % dim.channels) * dim.unit if dim.scaled else 0 for dim in spec.dims)
                             for name, spec in specs.items()})
     weights = torch.as_tensor(rng.integers(20, 500, num_clients), dtype=torch.float64)
-    federation = Federation(model, shapes, updates, weights, gate_blocks_of(specs), widths)
-    object.__setattr__(federation, "offsets", offsets or None)
-    return federation
+    return Federation(model, shapes, updates, weights, gate_blocks_of(specs), widths, offsets or None)
 
 
 def wire_bytes(federation: Federation) -> int:
