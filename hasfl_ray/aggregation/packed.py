@@ -210,3 +210,17 @@ def to_device(packed: Packed, device) -> Packed:
     if isinstance(packed, MaskedUpdate):
         return MaskedUpdate(packed.values.to(device), packed.bits)
     return packed.to(device)
+
+
+def gather_like(packed: Union[IndexedUpdate, MaskedUpdate], full: torch.Tensor) -> torch.Tensor:
+    """The coordinates of ``full`` that ``packed`` holds, in its values' order and shape."""
+    if isinstance(packed, MaskedUpdate):
+        return full[unpack_bits(packed.bits, full.shape).to(full.device)]
+    return IndexedUpdate.gather(full, packed.index).values
+
+
+def with_values(packed: Union[IndexedUpdate, MaskedUpdate], values: torch.Tensor) -> Union[IndexedUpdate, MaskedUpdate]:
+    """``packed`` holding ``values`` instead (same coordinates)."""
+    if isinstance(packed, MaskedUpdate):
+        return MaskedUpdate(values, packed.bits)
+    return IndexedUpdate(values, packed.index)

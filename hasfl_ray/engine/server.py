@@ -14,7 +14,7 @@ from torch import nn
 
 from hasfl_ray.aggregation import AggregateResult, aggregate_updates
 from hasfl_ray.aggregation.asynchronous import server_step
-from hasfl_ray.aggregation.packed import to_device
+from hasfl_ray.aggregation.packed import SPARSE_TYPES, gather_like, to_device, with_values
 from hasfl_ray.aggregation.common_core import common_core_divergence
 from hasfl_ray.aggregation.label_split import aggregate_label_split, output_layer
 from hasfl_ray.aggregation.windows import aggregate_windows
@@ -148,6 +148,10 @@ class Server:
             update = {}
             for name, delta in result.update.items():
                 spec = self.specs[name]
+                if isinstance(delta, SPARSE_TYPES):  # an index set or mask: the gap at its own coordinates
+                    gap = gather_like(delta, stale[name]) - gather_like(delta, self.params[name])
+                    update[name] = with_values(delta, (delta.values.to(self.device) + gap.to(delta.dtype)).contiguous())
+                    continue
                 shape = tuple(delta.shape)
                 if result.offset:
                     index = window_linear_index(spec, shape, result.offset, self.device)
