@@ -57,3 +57,18 @@ def test_channel_plugin_async_resumes_bit_for_bit(tmp_path, monkeypatch, crash_a
     assert load_checkpoint(str(tmp_path / "run")).clock["async"]["in_flight"]
     resumed = Engine(config, out_dir=str(tmp_path / "run"), resume=True).run()
     assert resumed["params_sha256"] == reference["params_sha256"]
+
+
+@pytest.mark.parametrize("body,words", [
+    ("return [[999]] * 5", "channel_sets has 5 lists; expected one per channel group (3)"),
+    ("return [[0]] * 3", "group 0 holds 1 of 32 channels at width"),
+    ("return [[1, 0]] + [[0]] * 2", "channel_sets[0] is not strictly increasing"),
+    ("return 'abc'", "expected None or one sorted list"),
+])
+def test_bad_channel_sets_from_a_plugin_are_one_sentence(tmp_path, body, words):
+    (tmp_path / "bad.py").write_text("from hasfl_ray import Algorithm\n\n\nclass Bad(Algorithm):\n"
+                                     f"    def channel_sets(self, round, client, width):\n        {body}\n")
+    result = CliRunner().invoke(main, ["simulate", *TINY, "--backend", "local", "--algorithm",
+                                       f"{tmp_path / 'bad.py'}:Bad", "--out", str(tmp_path / "run")])
+    assert result.exit_code != 0 and "algorithm 'Bad' returned channel sets for client" in result.output
+    assert words in result.output and "Traceback" not in result.output
