@@ -200,7 +200,9 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
       for (int64_t j = 0; j < n; ++j) out_tile[j] = scalar_t(0);
       continue;
     }
+#pragma omp simd
     for (int64_t j = 0; j < n; ++j) s.acc[j] = 0.0;
+#pragma omp simd
     for (int64_t j = 0; j < n; ++j) s.den[j] = 0.0;
     for (int64_t k = 0; k < row_count; ++k) {
       const int64_t e = s.row_entry[k];
@@ -209,6 +211,7 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
       sparse_accumulate(x, limit_of<scalar_t>(args, e, ndim), sp.bits[e] + c0 / 8, n, args.entry_weight[e], s.acc, s.den);
     }
     int64_t tile_covered = 0;
+#pragma omp simd reduction(+ : tile_covered)
     for (int64_t j = 0; j < n; ++j) {
       const bool any = s.den[j] > 0.0;
       const double mean = any ? s.acc[j] / s.den[j] : 0.0;
