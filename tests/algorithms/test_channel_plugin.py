@@ -72,3 +72,25 @@ def test_bad_channel_sets_from_a_plugin_are_one_sentence(tmp_path, body, words):
                                        f"{tmp_path / 'bad.py'}:Bad", "--out", str(tmp_path / "run")])
     assert result.exit_code != 0 and "algorithm 'Bad' returned channel sets for client" in result.output
     assert words in result.output and "Traceback" not in result.output
+
+
+def test_slices_and_channel_sets_in_one_round(tmp_path):
+    """Odd clients train random channels, even ones their leading slice: one round mixes both shapes through the
+    server (the kernel, the per-layer coverage), on local and Ray alike."""
+    (tmp_path / "half.py").write_text(
+        "from hasfl_ray import Algorithm\n"
+        "from hasfl_ray.models import build_model\n"
+        "from hasfl_ray.models.index_slicing import random_channel_sets\n"
+        "from hasfl_ray.training.seeding import torch_generator\n\n\n"
+        "class Half(Algorithm):\n"
+        "    def channel_sets(self, round, client, width):\n"
+        "        if client % 2 == 0:\n"
+        "            return None\n"
+        "        specs = build_model(self.model_name).param_specs()\n"
+        "        return random_channel_sets(specs, width, torch_generator(self.config.seed, 101, round, client))\n")
+    spec = f"{tmp_path / 'half.py'}:Half"
+    local = run(tmp_path, "local", "--backend", "local", "--algorithm", spec)
+    ray = run(tmp_path, "ray", "--backend", "ray", "--algorithm", spec)
+    assert ray["params_sha256"] == local["params_sha256"]
+    channels = run(tmp_path, "all", "--backend", "local")
+    assert channels["params_sha256"] != local["params_sha256"]
