@@ -89,6 +89,37 @@ HASFL_SPARSE_TARGET inline void sparse_accumulate(const scalar_t* x, const scala
 #endif
 }
 
+#if HASFL_SPARSE_AVX512
+// sparse_accumulate for `count` (1..4) entries at once: the tile's sums are loaded and stored once per 16 columns
+// for all of them (a quarter of the store traffic of one entry at a time), entries added in order.
+template <typename scalar_t>
+HASFL_SPARSE_TARGET inline void sparse_accumulate_group(int count, const scalar_t* const* xs,
+                                                        const scalar_t* const* limits, const uint8_t* const* ms,
+                                                        int64_t n, const double* ws, double* acc, double* den) {
+  const scalar_t* x[4] = {xs[0], count > 1 ? xs[1] : nullptr, count > 2 ? xs[2] : nullptr, count > 3 ? xs[3] : nullptr};
+  for (int64_t j = 0; j < n; j += 16) {
+    __m512d a0 = _mm512_loadu_pd(acc + j), a1 = _mm512_loadu_pd(acc + j + 8);
+    __m512d d0 = _mm512_loadu_pd(den + j), d1 = _mm512_loadu_pd(den + j + 8);
+    for (int k = 0; k < count; ++k) {
+      const unsigned bits = bits16(ms[k], j, n);
+      if (bits == 0) continue;
+      __m512d lo, hi;
+      expand16(x[k], limits[k], bits, &lo, &hi);
+      x[k] += __builtin_popcount(bits);
+      const __m512d wv = _mm512_set1_pd(ws[k]);
+      a0 = _mm512_fmadd_pd(wv, lo, a0);
+      a1 = _mm512_fmadd_pd(wv, hi, a1);
+      d0 = _mm512_mask_add_pd(d0, static_cast<__mmask8>(bits & 0xFFu), d0, wv);
+      d1 = _mm512_mask_add_pd(d1, static_cast<__mmask8>(bits >> 8), d1, wv);
+    }
+    _mm512_storeu_pd(acc + j, a0);
+    _mm512_storeu_pd(acc + j + 8, a1);
+    _mm512_storeu_pd(den + j, d0);
+    _mm512_storeu_pd(den + j + 8, d1);
+  }
+}
+#endif
+
 // Over the set bits c < n: sums[0] += (x(c) - mean[c])^2, sums[1] += mean[c]^2, in 16 lanes (c mod 16)
 // added up in a fixed tree. Meanwhile it prefetches `next`, what pass 1 of the next item reads from this
 // entry (its packed run continues there): this pass computes from L1/L2, so memory would idle, and the hardware
@@ -204,12 +235,30 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
     for (int64_t j = 0; j < n; ++j) s.acc[j] = 0.0;
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) s.den[j] = 0.0;
+#if HASFL_SPARSE_AVX512
+    for (int64_t k = 0; k < row_count; k += 4) {
+      const int count = static_cast<int>(min64(4, row_count - k));
+      const scalar_t* xs[4];
+      const scalar_t* limits[4];
+      const uint8_t* ms[4];
+      double ws[4];
+      for (int i = 0; i < count; ++i) {
+        const int64_t e = s.row_entry[k + i];
+        xs[i] = static_cast<const scalar_t*>(args.data[e]) + s.row_start[k + i] + sp.tile_prefix[sp.prefix_begin[e] + tile];
+        limits[i] = limit_of<scalar_t>(args, e, ndim);
+        ms[i] = sp.bits[e] + c0 / 8;
+        ws[i] = args.entry_weight[e];
+      }
+      sparse_accumulate_group(count, xs, limits, ms, n, ws, s.acc, s.den);
+    }
+#else
     for (int64_t k = 0; k < row_count; ++k) {
       const int64_t e = s.row_entry[k];
       const scalar_t* x = static_cast<const scalar_t*>(args.data[e]) + s.row_start[k] +
                           sp.tile_prefix[sp.prefix_begin[e] + tile];
       sparse_accumulate(x, limit_of<scalar_t>(args, e, ndim), sp.bits[e] + c0 / 8, n, args.entry_weight[e], s.acc, s.den);
     }
+#endif
     int64_t tile_covered = 0;
 #pragma omp simd reduction(+ : tile_covered)
     for (int64_t j = 0; j < n; ++j) {
