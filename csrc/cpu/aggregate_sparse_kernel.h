@@ -13,8 +13,9 @@
 // Per item (one row, one tile of <= kCpuTile columns): pass 1 expands each covering entry's packed run
 // into the tile (acc += w x, den += w over its set bits), the mean is acc / den (0 where den is 0), pass 2
 // expands again (the bytes are in L1/L2) for sum (x - mean)^2 and sum mean^2 over the entry's set bits.
-// The AVX-512 build expands 16 columns at a time (a masked load of popcount(bits) values, then vexpandps);
-// norm partials are 16 lanes (column mod 16) combined in a fixed tree per tile, in both builds.
+// The AVX-512 build expands 16 columns at a time (one load of the next values, then vexpandps) for 4 entries per
+// load/store of the tile's sums (pass 1) and per load of the mean (pass 2); the portable build goes bit by bit, one
+// entry at a time. Norm partials are 16 lanes (column mod 16) combined in a fixed tree per tile, in both builds.
 
 // SparseScratch and SparseArgs are defined in aggregate_cpu.cpp, outside the two namespaces.
 
@@ -54,27 +55,19 @@ HASFL_SPARSE_TARGET inline unsigned bits16(const uint8_t* m, int64_t j, int64_t 
   return bits;
 }
 
+// One past the last element of entry e's packed tensor.
+template <typename scalar_t>
+HASFL_SPARSE_TARGET inline const scalar_t* limit_of(const CpuArgs& args, int64_t e, int64_t ndim) {
+  int64_t numel = 1;
+  for (int64_t d = 0; d < ndim; ++d) numel *= args.entries[e * kEntryCols + kEntryPacked + d];
+  return static_cast<const scalar_t*>(args.data[e]) + numel;
+}
+#if !HASFL_SPARSE_AVX512
+// The portable build, one entry at a time (the AVX-512 build takes 4 at once, below).
 // acc[c] += w x(c) and den[c] += w over the set bits c < n of the tile's bitmask m; x is the packed run.
 template <typename scalar_t>
 HASFL_SPARSE_TARGET inline void sparse_accumulate(const scalar_t* x, const scalar_t* limit, const uint8_t* m,
                                                   int64_t n, double w, double* acc, double* den) {
-#if HASFL_SPARSE_AVX512
-  const __m512d wv = _mm512_set1_pd(w);
-  for (int64_t j = 0; j < n; j += 16) {
-    const unsigned bits = bits16(m, j, n);
-    if (bits == 0) continue;
-    __m512d lo, hi;
-    expand16(x, limit, bits, &lo, &hi);
-    x += __builtin_popcount(bits);
-    const __mmask8 mlo = static_cast<__mmask8>(bits & 0xFFu), mhi = static_cast<__mmask8>(bits >> 8);
-    // acc and den are kCpuTile + 16 long: the full 16 lanes may be read and written back unchanged.
-    _mm512_storeu_pd(acc + j, _mm512_fmadd_pd(wv, lo, _mm512_loadu_pd(acc + j)));
-    _mm512_storeu_pd(acc + j + 8, _mm512_fmadd_pd(wv, hi, _mm512_loadu_pd(acc + j + 8)));
-    const __m512d d0 = _mm512_loadu_pd(den + j), d1 = _mm512_loadu_pd(den + j + 8);
-    _mm512_storeu_pd(den + j, _mm512_mask_add_pd(d0, mlo, d0, wv));
-    _mm512_storeu_pd(den + j + 8, _mm512_mask_add_pd(d1, mhi, d1, wv));
-  }
-#else
   (void)limit;
   for (int64_t j = 0; j < n; j += 16) {
     unsigned bits = bits16(m, j, n);
@@ -86,8 +79,40 @@ HASFL_SPARSE_TARGET inline void sparse_accumulate(const scalar_t* x, const scala
       ++x;
     }
   }
-#endif
 }
+
+// Over the set bits c < n: sums[0] += (x(c) - mean[c])^2, sums[1] += mean[c]^2, in 16 lanes (c mod 16)
+// added up in a fixed tree. Meanwhile it prefetches `next`, what pass 1 of the next item reads from this
+// entry (its packed run continues there): this pass computes from L1/L2, so memory would idle, and the hardware
+// prefetchers give up on dozens of interleaved streams.
+template <typename scalar_t>
+HASFL_SPARSE_TARGET inline void sparse_squares(const scalar_t* x, const scalar_t* limit, const uint8_t* m, int64_t n,
+                                               const double* mean, double* sums, const scalar_t* next) {
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(scalar_t));
+  double diff[16] = {0}, square[16] = {0};
+  (void)limit;
+  for (int64_t j = 0; j < n; j += 16) {
+    __builtin_prefetch(next + j / 16 * kLine);
+    unsigned bits = bits16(m, j, n);
+    while (bits) {
+      const int l = __builtin_ctz(bits);
+      bits &= bits - 1u;
+      const double d = static_cast<double>(*x) - mean[j + l];
+      diff[l] += d * d;
+      square[l] += mean[j + l] * mean[j + l];
+      ++x;
+    }
+  }
+  for (int width = 8; width >= 1; width /= 2)
+    for (int l = 0; l < width; ++l) {
+      diff[l] += diff[l + width];
+      square[l] += square[l + width];
+    }
+  sums[0] += diff[0];
+  sums[1] += square[0];
+}
+
+#endif
 
 #if HASFL_SPARSE_AVX512
 // sparse_accumulate for `count` (1..4) entries at once: the tile's sums are loaded and stored once per 16 columns
@@ -120,67 +145,51 @@ HASFL_SPARSE_TARGET inline void sparse_accumulate_group(int count, const scalar_
 }
 #endif
 
-// Over the set bits c < n: sums[0] += (x(c) - mean[c])^2, sums[1] += mean[c]^2, in 16 lanes (c mod 16)
-// added up in a fixed tree. Meanwhile it prefetches `next`, what pass 1 of the next item reads from this
-// entry (its packed run continues there): this pass computes from L1/L2, so memory would idle, and the hardware
-// prefetchers give up on dozens of interleaved streams.
-template <typename scalar_t>
-HASFL_SPARSE_TARGET inline void sparse_squares(const scalar_t* x, const scalar_t* limit, const uint8_t* m, int64_t n,
-                                               const double* mean, double* sums, const scalar_t* next) {
-  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(scalar_t));
-  double diff[16] = {0}, square[16] = {0};
 #if HASFL_SPARSE_AVX512
-  __m512d a0 = _mm512_setzero_pd(), a1 = a0, b0 = a0, b1 = a0;
-  for (int64_t j = 0; j < n; j += 16) {
-    __builtin_prefetch(next + j / 16 * kLine);
-    const unsigned bits = bits16(m, j, n);
-    if (bits == 0) continue;
-    __m512d lo, hi;
-    expand16(x, limit, bits, &lo, &hi);
-    x += __builtin_popcount(bits);
-    const __mmask8 mlo = static_cast<__mmask8>(bits & 0xFFu), mhi = static_cast<__mmask8>(bits >> 8);
-    const __m512d m0 = _mm512_loadu_pd(mean + j), m1 = _mm512_loadu_pd(mean + j + 8);
-    const __m512d d0 = _mm512_sub_pd(lo, m0), d1 = _mm512_sub_pd(hi, m1);
-    a0 = _mm512_mask3_fmadd_pd(d0, d0, a0, mlo);
-    a1 = _mm512_mask3_fmadd_pd(d1, d1, a1, mhi);
-    b0 = _mm512_mask3_fmadd_pd(m0, m0, b0, mlo);
-    b1 = _mm512_mask3_fmadd_pd(m1, m1, b1, mhi);
-  }
-  _mm512_storeu_pd(diff, a0);
-  _mm512_storeu_pd(diff + 8, a1);
-  _mm512_storeu_pd(square, b0);
-  _mm512_storeu_pd(square + 8, b1);
-#else
-  (void)limit;
-  for (int64_t j = 0; j < n; j += 16) {
-    __builtin_prefetch(next + j / 16 * kLine);
-    unsigned bits = bits16(m, j, n);
-    while (bits) {
-      const int l = __builtin_ctz(bits);
-      bits &= bits - 1u;
-      const double d = static_cast<double>(*x) - mean[j + l];
-      diff[l] += d * d;
-      square[l] += mean[j + l] * mean[j + l];
-      ++x;
-    }
-  }
-#endif
-  for (int width = 8; width >= 1; width /= 2)
-    for (int l = 0; l < width; ++l) {
-      diff[l] += diff[l + width];
-      square[l] += square[l + width];
-    }
-  sums[0] += diff[0];
-  sums[1] += square[0];
-}
-
-// One past the last element of entry e's packed tensor.
+// sparse_squares for `count` (1..4) entries at once, one load of the mean for all; each entry's sums are its own
+// 16 lanes combined in the same fixed tree, so results equal sparse_squares' entry by entry.
 template <typename scalar_t>
-HASFL_SPARSE_TARGET inline const scalar_t* limit_of(const CpuArgs& args, int64_t e, int64_t ndim) {
-  int64_t numel = 1;
-  for (int64_t d = 0; d < ndim; ++d) numel *= args.entries[e * kEntryCols + kEntryPacked + d];
-  return static_cast<const scalar_t*>(args.data[e]) + numel;
+HASFL_SPARSE_TARGET inline void sparse_squares_group(int count, const scalar_t* const* xs,
+                                                     const scalar_t* const* limits, const uint8_t* const* ms,
+                                                     int64_t n, const double* mean, double (*sums)[2],
+                                                     const scalar_t* const* next) {
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(scalar_t));
+  const scalar_t* x[4] = {xs[0], count > 1 ? xs[1] : nullptr, count > 2 ? xs[2] : nullptr, count > 3 ? xs[3] : nullptr};
+  __m512d a0[4], a1[4], b0[4], b1[4];
+  for (int k = 0; k < 4; ++k) a0[k] = a1[k] = b0[k] = b1[k] = _mm512_setzero_pd();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __m512d m0 = _mm512_loadu_pd(mean + j), m1 = _mm512_loadu_pd(mean + j + 8);
+    for (int k = 0; k < count; ++k) {
+      __builtin_prefetch(next[k] + j / 16 * kLine);
+      const unsigned bits = bits16(ms[k], j, n);
+      if (bits == 0) continue;
+      __m512d lo, hi;
+      expand16(x[k], limits[k], bits, &lo, &hi);
+      x[k] += __builtin_popcount(bits);
+      const __mmask8 mlo = static_cast<__mmask8>(bits & 0xFFu), mhi = static_cast<__mmask8>(bits >> 8);
+      const __m512d d0 = _mm512_sub_pd(lo, m0), d1 = _mm512_sub_pd(hi, m1);
+      a0[k] = _mm512_mask3_fmadd_pd(d0, d0, a0[k], mlo);
+      a1[k] = _mm512_mask3_fmadd_pd(d1, d1, a1[k], mhi);
+      b0[k] = _mm512_mask3_fmadd_pd(m0, m0, b0[k], mlo);
+      b1[k] = _mm512_mask3_fmadd_pd(m1, m1, b1[k], mhi);
+    }
+  }
+  for (int k = 0; k < count; ++k) {
+    double diff[16], square[16];
+    _mm512_storeu_pd(diff, a0[k]);
+    _mm512_storeu_pd(diff + 8, a1[k]);
+    _mm512_storeu_pd(square, b0[k]);
+    _mm512_storeu_pd(square + 8, b1[k]);
+    for (int width = 8; width >= 1; width /= 2)
+      for (int l = 0; l < width; ++l) {
+        diff[l] += diff[l + width];
+        square[l] += square[l + width];
+      }
+    sums[k][0] += diff[0];
+    sums[k][1] += square[0];
+  }
 }
+#endif
 
 template <typename scalar_t>
 HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs& sp, int64_t chunk,
@@ -270,6 +279,31 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
     }
     for (int64_t j = n; j < n + 16; ++j) s.mean[j] = 0.0;  // the lanes past n of the last 16 are read, masked off
     covered += tile_covered;
+#if HASFL_SPARSE_AVX512
+    for (int64_t k = 0; k < row_count; k += 4) {
+      const int count = static_cast<int>(min64(4, row_count - k));
+      const scalar_t* xs[4];
+      const scalar_t* limits[4];
+      const scalar_t* nexts[4];
+      const uint8_t* ms[4];
+      double sums[4][2] = {{0.0, 0.0}, {0.0, 0.0}, {0.0, 0.0}, {0.0, 0.0}};
+      for (int i = 0; i < count; ++i) {
+        const int64_t e = s.row_entry[k + i];
+        const int64_t* prefix = sp.tile_prefix + sp.prefix_begin[e];
+        const int64_t held = (tile + 1 < tiles ? prefix[tile + 1] : args.entries[e * kEntryCols + kEntryPacked + ndim - 1]) -
+                             prefix[tile];
+        xs[i] = static_cast<const scalar_t*>(args.data[e]) + s.row_start[k + i] + prefix[tile];
+        limits[i] = limit_of<scalar_t>(args, e, ndim);
+        nexts[i] = xs[i] + held;
+        ms[i] = sp.bits[e] + c0 / 8;
+      }
+      sparse_squares_group(count, xs, limits, ms, n, s.mean, sums, nexts);
+      for (int i = 0; i < count; ++i) {
+        part_num[s.row_entry[k + i] - entry_begin] += sums[i][0];
+        part_den[s.row_entry[k + i] - entry_begin] += sums[i][1];
+      }
+    }
+#else
     for (int64_t k = 0; k < row_count; ++k) {
       const int64_t e = s.row_entry[k];
       const int64_t* prefix = sp.tile_prefix + sp.prefix_begin[e];
@@ -281,6 +315,7 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
       part_num[e - entry_begin] += sums[0];
       part_den[e - entry_begin] += sums[1];
     }
+#endif
   }
   args.chunk_covered[chunk] = covered;
 }
