@@ -47,7 +47,7 @@ def make_layout_federation(model: str, num_clients: int, layout: str, seed: int 
     updates, offsets = [], []
     for p in widths:
         if layout == "index":
-            sets = index_sets(specs, random_channel_sets(specs, p, generator))
+            sets = _random_sets(specs, p, generator)
             updates.append({name: IndexedUpdate(torch.randn(tuple(s if i is None else i.numel() for i, s in
                                                                   zip(sets[name], shapes[name])),
                                                             generator=generator, dtype=dtype), sets[name])
@@ -67,6 +67,16 @@ def make_layout_federation(model: str, num_clients: int, layout: str, seed: int 
                             for name, spec in specs.items()})
     weights = torch.as_tensor(rng.integers(20, 500, num_clients), dtype=torch.float64)
     return Federation(model, shapes, updates, weights, gate_blocks_of(specs), widths, offsets or None)
+
+
+def _random_sets(specs, p: float, generator: torch.Generator):
+    """A client's index sets: per-layer channel sets of a sequential chain (the next layer's inputs following);
+    for a model that is not one (the LSTM), ceil(p x size) random indices of every scaled dim, independently."""
+    try:
+        return index_sets(specs, random_channel_sets(specs, p, generator))
+    except ValueError:
+        return {name: tuple(torch.sort(torch.randperm(dim.size, generator=generator)[:dim.sliced(p)]).values
+                            if dim.scaled else None for dim in spec.dims) for name, spec in specs.items()}
 
 
 def wire_bytes(federation: Federation) -> int:

@@ -36,6 +36,9 @@ def channel_groups(specs: Mapping[str, ParamSpec]) -> Tuple[Groups, List[int]]:
     current: Optional[int] = None
     for name, spec in specs.items():
         dims = spec.dims
+        if any(dim.blocks > 1 for dim in dims):
+            raise ValueError(f"parameter {name!r} has gate blocks (a recurrent layer); channel index sets are for "
+                             "sequential conv/linear chains")
         if len(dims) >= 2:
             if dims[1].scaled:
                 if current is None:

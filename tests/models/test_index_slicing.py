@@ -148,3 +148,9 @@ def test_a_model_round_of_mixed_shapes_aggregates_like_the_oracle(backend):
     weights = [1.0, 2.0, 0.5, 3.0]
     result = aggregate_updates(shapes, updates, weights, backend=backend)
     assert_matches(result, oracle(shapes, updates, weights, {}), torch.float32)
+
+
+def test_a_recurrent_model_is_not_a_channel_chain():
+    with pytest.raises(ValueError, match="has gate blocks \\(a recurrent layer\\); channel index sets are for "
+                                         "sequential conv/linear chains"):
+        channel_groups(build_model("shakespeare").param_specs())
