@@ -17,4 +17,9 @@ TORCH_LIBRARY(hasfl_ray, m) {
   // coordinates (int64 scalar), on out's device.
   m.def("aggregate_into(Tensor(a!) out, Tensor[] packed, Tensor params, Tensor entries, Tensor weights) -> "
         "(Tensor, Tensor, Tensor)");
+  // The same with parameters whose clients hold index sets or masks (csrc/aggregate_sparse_host.h): kinds
+  // (P) int64, 0 dense / 1 sparse; bits: one uint8 column bitmask per entry; rows/row_offsets: the row dims'
+  // sorted index lists. Slices and windows keep aggregate_into.
+  m.def("aggregate_sparse_into(Tensor(a!) out, Tensor[] packed, Tensor params, Tensor entries, Tensor weights, "
+        "Tensor kinds, Tensor[] bits, Tensor rows, Tensor row_offsets) -> (Tensor, Tensor, Tensor)");
 }

@@ -9,6 +9,7 @@ from typing import Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
+from hasfl_ray.aggregation.packed import SPARSE_TYPES, IndexedUpdate, MaskedUpdate, check_packed
 from hasfl_ray.aggregation.reference import aggregate_reference
 from hasfl_ray.aggregation.result import AggregateResult
 
@@ -52,8 +53,13 @@ def validate_inputs(global_shapes: Mapping[str, Sequence[int]], updates: Sequenc
             full = shapes.get(name)
             if full is None:
                 raise ValueError(f"updates[{i}][{name!r}] names a parameter that is not in global_shapes")
-            if not isinstance(packed, torch.Tensor):
-                raise TypeError(f"updates[{i}][{name!r}] is a {type(packed).__name__}; expected a torch.Tensor")
+            sparse = not isinstance(packed, torch.Tensor)
+            if sparse:
+                if not isinstance(packed, SPARSE_TYPES):
+                    raise TypeError(f"updates[{i}][{name!r}] is a {type(packed).__name__}; expected a torch.Tensor, "
+                                    "an IndexedUpdate or a MaskedUpdate")
+                values = check_packed(f"updates[{i}][{name!r}]", full, packed)
+                packed = values
             if packed.dtype is not dtype:
                 where = f"updates[{i}][{name!r}]"
                 if packed.dtype not in _FLOAT_DTYPES:
@@ -67,6 +73,8 @@ def validate_inputs(global_shapes: Mapping[str, Sequence[int]], updates: Sequenc
                     raise ValueError(f"updates[{i}][{name!r}] is on {packed.device} but earlier updates are on "
                                      f"{device}; expected one device for all clients")
                 device = packed.device
+            if sparse:
+                continue
             if not packed.is_contiguous():
                 raise ValueError(f"updates[{i}][{name!r}] is not contiguous; expected a contiguous packed tensor")
             shape = packed.shape
@@ -152,7 +160,9 @@ def aggregate_updates(global_shapes: Mapping[str, Sequence[int]], updates: Seque
     Args:
         global_shapes: parameter name -> full shape.
         updates: per client, name -> packed tensor holding the leading indices of every dim (inside each
-            gate block where ``gate_blocks`` says so). A name absent from a client's dict was not trained by it.
+            gate block where ``gate_blocks`` says so), or an :class:`IndexedUpdate` (per-dim index sets, e.g.
+            a client's channels) or a :class:`MaskedUpdate` (any subset of the coordinates, as a bitmask);
+            see :mod:`hasfl_ray.aggregation.packed`. A name absent from a client's dict was not trained by it.
         weights: per client weight n_i (> 0), length ``len(updates)``.
         gate_blocks: name -> G when dim 0 is G equal blocks sliced separately (LSTM gates).
         backend: ``"fused"`` (the compiled kernel), ``"reference"`` (pure torch) or ``"auto"`` (fused when
@@ -171,8 +181,11 @@ def aggregate_updates(global_shapes: Mapping[str, Sequence[int]], updates: Seque
             return result
     shapes, weights_t, blocks = validate_inputs(global_shapes, updates, weights, gate_blocks)
     device = next(t for update in updates for t in update.values()).device
+    from hasfl_ray.ops.sparse import has_sparse
+
+    sparse = has_sparse(updates)
     if backend == "auto":
-        backend = "fused" if fused_available(device) else "reference"
+        backend = "fused" if fused_available(device) and (not sparse or device.type == "cpu") else "reference"
         if backend == "reference" and not _warned_fallback:
             _warned_fallback = True
             logger.warning("hasfl_ray._C %s; aggregating with the pure-torch reference",
@@ -185,10 +198,16 @@ def aggregate_updates(global_shapes: Mapping[str, Sequence[int]], updates: Seque
             raise RuntimeError(f"backend 'fused' has no kernel for updates on {device}; hasfl_ray._C was built "
                                "without CUDA (rebuild with a GPU visible or HASFL_FORCE_CUDA=1), or use "
                                "backend 'reference'")
+        if sparse:
+            if device.type != "cpu":
+                raise RuntimeError(f"backend 'fused' has no kernel for index sets or masks on {device}; "
+                                   "use backend 'reference' there")
+            from hasfl_ray.ops.sparse import aggregate_sparse
+            return aggregate_sparse(shapes, updates, weights_t, blocks)
         from hasfl_ray.ops.aggregate import aggregate_fused
         return aggregate_fused(shapes, updates, weights_t, blocks)
     return aggregate_reference(shapes, updates, weights_t, blocks)
 
 
-__all__ = ["AggregateResult", "BACKENDS", "aggregate_reference", "aggregate_updates", "fused_available",
+__all__ = ["AggregateResult", "BACKENDS", "IndexedUpdate", "MaskedUpdate", "aggregate_reference", "aggregate_updates", "fused_available",
            "validate_inputs"]

@@ -6,6 +6,7 @@ from typing import Dict, Mapping, Sequence, Tuple
 
 import torch
 
+from hasfl_ray.aggregation.packed import SPARSE_TYPES, dense_of
 from hasfl_ray.aggregation.result import AggregateResult
 from hasfl_ray.models.slicing import region
 
@@ -19,6 +20,7 @@ def aggregate_reference(global_shapes: Mapping[str, Tuple[int, ...]], updates: S
     fused kernel. Inputs are assumed validated (see :func:`hasfl_ray.aggregation.validate_inputs`).
     """
     first = next(t for u in updates for t in u.values())
+    first = first.values if isinstance(first, SPARSE_TYPES) else first
     dtype, device = first.dtype, first.device
     num_clients = len(updates)
     div_num = torch.zeros(num_clients, dtype=torch.float64)
@@ -31,9 +33,15 @@ def aggregate_reference(global_shapes: Mapping[str, Tuple[int, ...]], updates: S
         blocks = gate_blocks.get(name, 1)
         numerator = torch.zeros(shape, dtype=torch.float64, device=device)
         denominator = torch.zeros(shape, dtype=torch.float64, device=device)
+        spread = {}  # client -> (dense float64 values, bool mask) of an index-set or mask update
         for i, update in enumerate(updates):
             packed = update.get(name)
             if packed is None:
+                continue
+            if isinstance(packed, SPARSE_TYPES):
+                dense, mask = spread[i] = dense_of(packed, tuple(shape))
+                numerator.add_(dense, alpha=float(w64[i]))
+                denominator.add_(mask.to(torch.float64), alpha=float(w64[i]))
                 continue
             view_num = region(numerator, packed.shape, blocks)
             view_num.add_(packed.reshape(view_num.shape).to(torch.float64), alpha=float(w64[i]))
@@ -46,6 +54,11 @@ def aggregate_reference(global_shapes: Mapping[str, Tuple[int, ...]], updates: S
         for i, update in enumerate(updates):
             packed = update.get(name)
             if packed is None:
+                continue
+            if i in spread:
+                dense, mask = spread[i]
+                div_num[i] += torch.where(mask, dense - mean, 0).square().sum().cpu()
+                div_den[i] += torch.where(mask, mean, 0).square().sum().cpu()
                 continue
             mean_view = region(mean, packed.shape, blocks).reshape(packed.shape)
             div_num[i] += (packed.to(torch.float64) - mean_view).square().sum().cpu()

@@ -151,6 +151,12 @@ class Algorithm(ABC):
         """First channel of the client's window in every scaled dim (wrapping). Default 0: the leading slice."""
         return 0
 
+    def channel_sets(self, round: int, client: int, width: float) -> Optional[List[List[int]]]:
+        """Per channel group of the model (a sequential conv/linear chain, :func:`hasfl_ray.models.index_slicing.
+        channel_groups`), the sorted channels the client trains, ceil(width x C) of each; the next layer's inputs
+        follow and the update travels as index sets. Default None: the leading slice (or the window)."""
+        return None
+
     def aggregation_weights(self, clients: Sequence[int]) -> List[float]:
         """Weights of the coordinate-wise mean, one per participant: the sample counts n_i (the default), or 1 each
         with the run's ``aggregation_weights: count`` (HeteroFL's and FedRolex's combine; FedBuff's (1/K) mean)."""

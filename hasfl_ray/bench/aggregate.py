@@ -10,92 +10,30 @@ client byte read once plus the global output written once.
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
 
 from hasfl_ray.aggregation import aggregate_updates, validate_inputs
 from hasfl_ray.aggregation.reference import aggregate_reference
+from hasfl_ray.bench.federation import (PEAK_PER_PACKED_BYTE, Federation, bytes_per_client,  # noqa: F401
+                                        check_case_memory, make_federation)
 from hasfl_ray.bench.torch_aggregations import (Shapes, Updates, aggregate_dense, aggregate_heterofl_loop,
                                                 aggregate_torch_per_client, aggregate_torch_sliced,
                                                 aggregate_torch_stacked)
-from hasfl_ray.data.memory import check_client_memory
-from hasfl_ray.data.partition import TIER_PROBABILITIES, TIERS
-from hasfl_ray.models import build_model, gate_blocks_of
 from hasfl_ray.ops import aggregate as ops
 
 #: Benchmarked models: the dataset names of :func:`hasfl_ray.models.build_model`.
 MODELS = ("emnist", "cifar10", "shakespeare")
 
 #: The pure-torch implementations that compete for "best torch" in the headline ratios.
-TORCH_IMPLEMENTATIONS = ("torch sliced", "torch stacked", "torch per client")
+TORCH_IMPLEMENTATIONS = ("torch sliced", "torch stacked", "torch per client", "torch index_add", "torch dense",
+                         "torch window scatter")
 
 Aggregator = Callable[[Shapes, Updates, torch.Tensor, Dict[str, int]], object]
-
-
-@dataclass(frozen=True)
-class Federation:
-    """One round's packed updates at the paper's tier mix."""
-
-    model: str
-    shapes: Shapes
-    updates: Updates
-    weights: torch.Tensor  # float64 CPU (num_clients,)
-    gate_blocks: Dict[str, int]
-    widths: Tuple[float, ...]
-
-    @property
-    def packed_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for u in self.updates for t in u.values())
-
-    @property
-    def output_bytes(self) -> int:
-        element = next(iter(self.updates[0].values())).element_size()
-        return sum(math.prod(shape) for shape in self.shapes.values()) * element
-
-
-def make_federation(model: str, num_clients: int, device: str = "cpu", seed: int = 0,
-                    dtype: torch.dtype = torch.float32) -> Federation:
-    """Random packed updates of ``num_clients`` clients of ``model`` with widths drawn at the paper's tier mix
-    (:data:`hasfl_ray.data.partition.TIERS` with :data:`~hasfl_ray.data.partition.TIER_PROBABILITIES`)."""
-    specs = build_model(model).param_specs()
-    rng = np.random.default_rng(seed)
-    widths = tuple(float(p) for p in rng.choice(TIERS, size=num_clients, p=TIER_PROBABILITIES))
-    generator = torch.Generator().manual_seed(seed)
-    updates = [{name: torch.randn(spec.sliced_shape(p), generator=generator, dtype=dtype).to(device)
-                for name, spec in specs.items()} for p in widths]
-    weights = torch.as_tensor(rng.integers(20, 500, num_clients), dtype=torch.float64)
-    return Federation(model, {name: spec.shape for name, spec in specs.items()}, updates, weights,
-                      gate_blocks_of(specs), widths)
-
-
-#: A case's peak memory per client, in multiples of the client's packed update (float32) at the tier mix: the
-#: updates themselves plus what the implementations build beside them (one parameter's stacked copy, the fused
-#: layout, the reference's float64 work). Measured 2.4x (Shakespeare LSTM) to 3.3x (EMNIST CNN) at 200 clients;
-#: rounded up.
-PEAK_PER_PACKED_BYTE = 4
-
-
-def bytes_per_client(model: str) -> int:
-    """The memory a case of ``model`` needs per client (the estimate ``bench aggregate --clients`` is held to)."""
-    specs = build_model(model).param_specs().values()
-    packed = sum(share * sum(math.prod(spec.sliced_shape(tier)) for spec in specs)
-                 for tier, share in zip(TIERS, TIER_PROBABILITIES))
-    return math.ceil(PEAK_PER_PACKED_BYTE * 4 * packed)
-
-
-def check_case_memory(models: Sequence[str], client_counts: Sequence[int], device: str = "cpu") -> None:
-    """Refuse, in one sentence giving the estimate (simulate's rule, :func:`check_client_memory`), a case whose
-    updates cannot fit in this machine's memory, or the GPU's with ``device`` cuda, before any is made (cases run
-    one after another: the largest one counts)."""
-    total = torch.cuda.get_device_properties(0).total_memory if device.startswith("cuda") else None
-    check_client_memory(max(client_counts), max(bytes_per_client(model) for model in models), total,
-                        "the GPU" if total is not None else "this machine")
 
 
 @dataclass(frozen=True)
@@ -122,6 +60,7 @@ class CaseResult:
     copy_gbps: float  # a large torch copy: (read + written bytes) / time
     sum_gbps: float  # a large torch sum: read bytes / time
     timings: List[Timing]
+    layout: str = "slice"
 
     def time_of(self, implementation: str) -> Optional[float]:
         return next((t.median_s for t in self.timings if t.implementation == implementation), None)
@@ -214,15 +153,26 @@ def implementations(federation: Federation, include_slow: bool = True) -> Dict[s
 
 
 def run_case(model: str, num_clients: int, device: str = "cpu", repeats: int = 5, budget_s: float = 4.0,
-             include_slow: bool = True, seed: int = 0) -> CaseResult:
+             include_slow: bool = True, seed: int = 0, layout: str = "slice") -> CaseResult:
     """Time every implementation on one federation, interleaved round-robin with the bandwidth probes.
 
     Each round times the copy, the sum and then every implementation once, so all of them see the same machine
     state (this matters on a shared machine); after one untimed warm-up each, ``repeats`` rounds, except
     that an implementation stops repeating once its timed runs exceed ``budget_s``. Medians are reported.
     """
-    federation = make_federation(model, num_clients, device=device, seed=seed)
-    runs = implementations(federation, include_slow)
+    if layout == "slice":
+        federation = make_federation(model, num_clients, device=device, seed=seed)
+        runs = implementations(federation, include_slow)
+        packed_bytes = federation.packed_bytes
+    else:
+        from hasfl_ray.bench.layouts import layout_implementations, make_layout_federation, wire_bytes
+
+        if device != "cpu":
+            raise ValueError(f"--layout {layout} runs on the CPU only (its CUDA kernel is not written yet); "
+                             "expected --device cpu")
+        federation = make_layout_federation(model, num_clients, layout, seed=seed)
+        runs = layout_implementations(federation, layout, include_slow)
+        packed_bytes = wire_bytes(federation)
     time_copy, time_sum, probe_bytes = bandwidth_probes(device)
     time_copy(), time_sum()
     for run in runs.values():
@@ -242,9 +192,9 @@ def run_case(model: str, num_clients: int, device: str = "cpu", repeats: int = 5
             run()
             _synchronize(device)
             samples[name].append(time.perf_counter() - start)
-    moved = federation.packed_bytes + federation.output_bytes
+    moved = packed_bytes + federation.output_bytes
     timings = [Timing(model, num_clients, name, statistics.median(times), len(times),
                       moved / statistics.median(times) / 1e9) for name, times in samples.items()]
-    return CaseResult(model, num_clients, device, federation.packed_bytes / 1e6, federation.output_bytes / 1e6,
+    return CaseResult(model, num_clients, device, packed_bytes / 1e6, federation.output_bytes / 1e6,
                       2 * probe_bytes / statistics.median(copy_samples) / 1e9,
-                      probe_bytes / statistics.median(sum_samples) / 1e9, timings)
+                      probe_bytes / statistics.median(sum_samples) / 1e9, timings, layout)

@@ -11,6 +11,7 @@ import torch
 
 from hasfl_ray.ops import aggregate as ops
 from hasfl_ray.bench.aggregate import MODELS, CaseResult, check_case_memory, run_case
+from hasfl_ray.bench.layouts import LAYOUTS
 from hasfl_ray.cli.common import user_errors
 
 MODEL_LABELS = {"emnist": "EMNIST CNN", "cifar10": "CIFAR-10 CNN", "cifar100": "CIFAR-100 CNN",
@@ -39,7 +40,8 @@ def _model_list(ctx, param, value: str) -> List[str]:
 def format_case(case: CaseResult) -> str:
     """One case as a text table: median ms, effective GB/s, and how many times slower than fused."""
     fused = case.time_of("fused")
-    lines = [f"{MODEL_LABELS.get(case.model, case.model)}, {case.clients} clients on {case.device}: packed "
+    lines = [f"{MODEL_LABELS.get(case.model, case.model)}, {case.clients} clients on {case.device}, layout "
+             f"{case.layout}: packed "
              f"{case.packed_mb:.1f} MB + output {case.output_mb:.1f} MB; large torch copy {case.copy_gbps:.1f} GB/s "
              f"(read + write), sum {case.sum_gbps:.1f} GB/s (read)",
              f"  {'implementation':<18} {'median ms':>10} {'GB/s':>7} {'runs':>5} {'÷ fused':>8}"]
@@ -78,13 +80,20 @@ def bench() -> None:
               help="Timed rounds per case, after one warm-up (slow implementations stop after ~4 s).")
 @click.option("--threads", type=click.IntRange(1, 1024), default=None,
               help="torch/OpenMP threads (default: torch's default, all cores).")
+@click.option("--layout", type=click.Choice(LAYOUTS), default="slice", show_default=True,
+              help="Sub-model shape of the updates: leading slices, rolling windows (mixed offsets), per-layer "
+                   "channel index sets, or unstructured masks (index/mask/window: CPU).")
 @click.option("--skip-slow", is_flag=True, help="Leave out the dense and HeteroFL-loop implementations.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of cases instead of tables.")
 @user_errors
 def aggregate(device: str, client_counts: Sequence[int], models: Sequence[str], repeats: int, threads,
-              skip_slow: bool, as_json: bool) -> None:
+              layout: str, skip_slow: bool, as_json: bool) -> None:
     """Time the fused kernel, the pure-torch reference, the best pure-torch code, a dense zero-padded
     implementation and a HeteroFL-style loop at the paper's tier mix; print effective GB/s and ratios."""
+    if layout != "slice" and device != "cpu":
+        click.echo(f"Error: --layout {layout} runs on the CPU only (the CUDA kernel of index sets, masks and mixed "
+                   "windows is not written yet); expected --device cpu", err=True)
+        sys.exit(2)
     if device == "cuda" and not torch.cuda.is_available():
         click.echo("Error: --device cuda needs a visible CUDA GPU; torch.cuda.is_available() is False", err=True)
         sys.exit(2)
@@ -100,7 +109,8 @@ def aggregate(device: str, client_counts: Sequence[int], models: Sequence[str], 
     cases = []
     for model in models:
         for clients in client_counts:
-            case = run_case(model, clients, device=device, repeats=repeats, include_slow=not skip_slow)
+            case = run_case(model, clients, device=device, repeats=repeats, include_slow=not skip_slow,
+                            layout=layout)
             cases.append(case)
             if not as_json:
                 click.echo(format_case(case) + "\n")

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 import torch
 
+from hasfl_ray.aggregation.packed import check_packed, from_plain, to_plain
 from hasfl_ray.training.result import ClientResult
 
 #: The counters of the metrics line under way (since the last server update).
@@ -43,10 +44,14 @@ class InFlight:
 
 def result_to_dict(result: ClientResult) -> Dict[str, Any]:
     """A client's result as plain values a checkpoint holds (torch.load with weights_only)."""
-    return {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+    values = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+    values["update"] = {name: to_plain(packed) for name, packed in result.update.items()}  # index sets, masks
+    return values
 
 
 def result_from_dict(values: Dict[str, Any]) -> ClientResult:
+    values = dict(values)
+    values["update"] = {name: from_plain(packed) for name, packed in values["update"].items()}
     return ClientResult(**values)
 
 
@@ -160,6 +165,12 @@ def _result_problem(result: Any, client: int, params: Mapping[str, torch.Tensor]
         return "holds no update"
     for name, tensor in update.items():
         reference = params.get(name)
+        if reference is not None and isinstance(tensor, Mapping) and "packed_kind" in tensor:  # index set or mask
+            try:
+                check_packed(name, tuple(reference.shape), from_plain(dict(tensor)))
+            except (KeyError, TypeError, ValueError, RuntimeError) as error:
+                return f"holds an update of {name!r} that is not an index set or mask of the parameter ({error})"
+            continue
         if reference is None or not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point() or \
                 tensor.dim() != reference.dim() or any(a > b for a, b in zip(tensor.shape, reference.shape)):
             return f"holds an update of {name!r} that is not a slice of the model's parameter"

@@ -132,7 +132,8 @@ class AsyncLoop:
             lr = round_lr(c.lr, c.lr_decay, v, c.lr_milestones, c.lr_gamma)
             task = ClientTask(client, n, shape[0], lr, c.seed, task_objective(algorithm, v, client, width, shape),
                               offset=algorithm.window_offset(v, client), masked_loss=c.masked_loss,
-                              proximal=c.async_rho or 0.0, depth=shape[1])
+                              proximal=c.async_rho or 0.0, depth=shape[1],
+                              channels=algorithm.channel_sets(v, client, width))
             if self.fault is not None and self.fault[0] == n:
                 task.fault = self.fault[1]
             handle = self.backend.dispatch(task)

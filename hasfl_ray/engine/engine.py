@@ -286,7 +286,8 @@ class Engine:
         lr = round_lr(c.lr, c.lr_decay, t, c.lr_milestones, c.lr_gamma)
         tasks = [ClientTask(i, t, shapes[i][0], lr, c.seed, task_objective(self.algorithm, t, i, widths[i], shapes[i]),
                             offset=self.algorithm.window_offset(t, i), max_steps=steps.get(i),
-                            masked_loss=c.masked_loss, depth=shapes[i][1])
+                            masked_loss=c.masked_loss, depth=shapes[i][1],
+                            channels=self.algorithm.channel_sets(t, i, widths[i]))
                  for i in participants]
         fault = parse_fault(c.fault_inject) if c.fault_inject else None
         if fault is not None and fault[0] != "kill-trainer" and fault[1] == t and tasks:

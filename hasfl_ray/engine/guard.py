@@ -18,6 +18,7 @@ Built-in algorithms pass every check; the checks cost microseconds a round.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -27,6 +28,14 @@ import numpy as np
 from hasfl_ray.config import FLOAT32_MAX
 from hasfl_ray.errors import PluginError
 from hasfl_ray.registry import call_plugin, shown
+
+
+@functools.lru_cache(maxsize=4)
+def _specs_of(model_name: str):
+    """The slice descriptions of a run's model (built once per name)."""
+    from hasfl_ray.models import build_model
+
+    return build_model(model_name).param_specs()
 
 
 class GuardedAlgorithm:
@@ -89,6 +98,35 @@ class GuardedAlgorithm:
             return int(offset)
 
         return self._call("window_offset", round, client, check=check, expected="a non-negative integer")
+
+    def channel_sets(self, round: int, client: int, width: float) -> Any:
+        def check(sets: Any) -> Any:
+            if sets is None:
+                return None
+            expected = "None or one sorted list of ceil(width x C) channel numbers per channel group"
+            try:
+                sets = tuple(tuple(int(c) for c in chosen) for chosen in sets)
+            except (TypeError, ValueError):
+                raise self._bad("channel_sets", f"channel sets for client {client}:", sets, expected) from None
+            from hasfl_ray.models.index_slicing import channel_groups, index_sets
+            from hasfl_ray.models.slicing import width_channels
+
+            specs = _specs_of(self.model_name)
+            try:
+                index_sets(specs, sets)
+                sizes = channel_groups(specs)[1]
+            except ValueError as error:
+                raise self._bad("channel_sets", f"channel sets for client {client}:", sets,
+                                f"{expected} ({error})") from None
+            for group, (chosen, size) in enumerate(zip(sets, sizes)):
+                if len(chosen) != width_channels(width, size):
+                    raise self._bad("channel_sets", f"channel sets for client {client}:", sets,
+                                    f"{expected} (group {group} holds {len(chosen)} of {size} channels at width "
+                                    f"{width:g}, not {width_channels(width, size)})")
+            return sets
+
+        return self._call("channel_sets", round, client, width, check=check,
+                          expected="None or one list of channel numbers per channel group")
 
     def client_cost(self, round: int, client: int, width: float, cost: Any) -> Any:
         """The algorithm's :class:`~hasfl_ray.clock.cost.ClientCost` of ``client`` (device clock runs only): the

@@ -14,6 +14,7 @@ from torch import nn
 
 from hasfl_ray.aggregation import AggregateResult, aggregate_updates
 from hasfl_ray.aggregation.asynchronous import server_step
+from hasfl_ray.aggregation.packed import SPARSE_TYPES, gather_like, to_device, with_values
 from hasfl_ray.aggregation.common_core import common_core_divergence
 from hasfl_ray.aggregation.label_split import aggregate_label_split, output_layer
 from hasfl_ray.aggregation.windows import aggregate_windows
@@ -22,9 +23,11 @@ from hasfl_ray.errors import RunError
 from hasfl_ray.evaluation import beats, pack_bits
 from hasfl_ray.models import build_model, extract, gate_blocks_of, register_model
 from hasfl_ray.engine.depth_eval import evaluate_depths
+from hasfl_ray.engine.layer_coverage import layer_coverage  # noqa: F401 (importable here)
 from hasfl_ray.engine.statistics import StatisticsPlan, pass_batches, statistics_plan  # noqa: F401 (importable here)
 from hasfl_ray.models.resnet import sbn_statistics
 from hasfl_ray.models.slicing import ParamSpec, region, window_indices, window_linear_index
+from hasfl_ray.ops.sparse import has_sparse
 from hasfl_ray.training.evaluate import evaluate
 from hasfl_ray.training.local import ClientResult
 from hasfl_ray.training.result import finite_flags
@@ -45,41 +48,6 @@ def params_sha256(params: Mapping[str, torch.Tensor]) -> str:
         digest.update(str(tuple(tensor.shape)).encode())
         digest.update(tensor.numpy().tobytes())
     return digest.hexdigest()
-
-
-def layer_coverage(specs: Mapping[str, ParamSpec], updates: Sequence[Mapping[str, torch.Tensor]],
-                   offsets: Sequence[int]) -> Dict[str, float]:
-    """Parameter name -> fraction of its coordinates that at least one of ``updates`` covers (its packed tensor's
-    leading slice, or the window at its offset), from the packed shapes alone: the aggregate's coverage per layer.
-
-    Each distinct (shape, offset) of a parameter counts once; when they share one offset and one shape holds every
-    other (nested slices, or windows from one position: FedRolex's round), the largest is the union, otherwise the
-    union is counted on a boolean mask of the parameter.
-    """
-    regions: Dict[str, Dict[Tuple[Tuple[int, ...], int], None]] = {name: {} for name in specs}
-    for update, offset in zip(updates, offsets):
-        for name, packed in update.items():
-            regions[name][(tuple(packed.shape), offset)] = None
-    coverage = {}
-    for name, spec in specs.items():
-        total, found = math.prod(spec.shape), list(regions[name])
-        largest = max((shape for shape, _ in found), key=math.prod, default=None)
-        if not found:
-            covered = 0
-        elif all(offset == found[0][1] and all(map(int.__le__, shape, largest)) for shape, offset in found):
-            covered = math.prod(largest)
-        else:  # a window is the product of its dims' index sets: an outer AND of one boolean vector per dim
-            union = torch.zeros(spec.shape, dtype=torch.bool)
-            for shape, offset in found:
-                region = torch.ones((), dtype=torch.bool)
-                for size, index in zip(spec.shape, window_indices(spec, shape, offset)):
-                    axis = torch.zeros(size, dtype=torch.bool)
-                    axis[index] = True
-                    region = region.unsqueeze(-1) & axis
-                union |= region
-            covered = int(union.sum())
-        coverage[name] = covered / total if total else 0.0
-    return coverage
 
 
 class Server:
@@ -181,6 +149,10 @@ class Server:
             update = {}
             for name, delta in result.update.items():
                 spec = self.specs[name]
+                if isinstance(delta, SPARSE_TYPES):  # an index set or mask: the gap at its own coordinates
+                    gap = gather_like(delta, stale[name]) - gather_like(delta, self.params[name])
+                    update[name] = with_values(delta, (delta.values.to(self.device) + gap.to(delta.dtype)).contiguous())
+                    continue
                 shape = tuple(delta.shape)
                 if result.offset:
                     index = window_linear_index(spec, shape, result.offset, self.device)
@@ -225,9 +197,16 @@ class Server:
         if not accepted:
             empty = torch.zeros(0, dtype=torch.float64)
             return [], AggregateResult({}, empty, empty, 0.0, dict.fromkeys(self.specs, 0.0))
-        updates = [{name: t.to(self.device) for name, t in r.update.items()} for r in accepted]
+        updates = [{name: to_device(t, self.device) for name, t in r.update.items()} for r in accepted]
+        sparse = has_sparse(updates)  # index sets or masks: the kernel takes them as they are
         offsets = [r.offset for r in accepted]
-        if self.label_masks is not None:  # the output layer's rows over their label's holders (HeteroFL's combine)
+        if sparse:
+            if self.label_masks is not None or any(offsets) or self.estimator == "common-core":
+                raise ValueError("index-set or masked updates cannot be combined with label splits, rolling windows "
+                                 "or --estimator common-core in one round; expected leading slices beside them")
+            aggregate = aggregate_updates(self.shapes, updates, accepted_weights, self.gate_blocks,
+                                          backend=self.aggregation_backend)
+        elif self.label_masks is not None:  # the output layer's rows over their label's holders (HeteroFL's combine)
             aggregate = aggregate_label_split(self.specs, updates, offsets, accepted_weights,
                                               self.label_masks[[r.client for r in accepted]], self.output_layer,
                                               backend=self.aggregation_backend)

@@ -17,6 +17,7 @@ from hasfl_ray.training.result import ClientResult
 from hasfl_ray.training.step import LocalSGD
 from hasfl_ray.training.task import ClientTask, client_result, graphable
 from hasfl_ray.training.augment import augmented
+from hasfl_ray.aggregation.packed import IndexedUpdate
 from hasfl_ray.training.workspace import Workspace, client_batches, client_generator, local_plan, packed_update
 
 
@@ -76,5 +77,8 @@ def train_eager(workspace: Workspace, task: ClientTask, global_params: Mapping[s
     if static is not None:
         loss_sum = static.loss_sum
     update = packed_update(params, initial)
+    if task.channels is not None:  # the channels it held travel as index sets
+        sets = workspace.index_sets(task)
+        update = {name: IndexedUpdate(tensor, sets[name]) for name, tensor in update.items()}
     extras = objective.finish(model, initial, steps, task.lr)
     return client_result(task, update, n, float(loss_sum), steps, extras)

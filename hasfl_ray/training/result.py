@@ -8,6 +8,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
+from hasfl_ray.aggregation.packed import SPARSE_TYPES
+
 
 @dataclass
 class ClientResult:
@@ -29,6 +31,8 @@ class ClientResult:
     def is_finite(self) -> bool:
         """False for a diverged client: a non-finite loss, update or extra tensor (e.g. SCAFFOLD's drift)."""
         def finite(value: Any) -> bool:
+            if isinstance(value, SPARSE_TYPES):  # an index-set or masked update: its values
+                value = value.values
             if isinstance(value, torch.Tensor):
                 return bool(torch.isfinite(value).all()) if value.is_floating_point() else True
             if isinstance(value, dict):
@@ -58,6 +62,8 @@ def _named_floats(value: Any, prefix: str = ""):
     if isinstance(value, dict):
         for key, item in value.items():
             yield from _named_floats(item, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(value, SPARSE_TYPES):
+        yield prefix, value.values
     elif isinstance(value, torch.Tensor) and value.is_floating_point() or isinstance(value, float):
         yield prefix, value
 
@@ -70,6 +76,8 @@ def _floats(value: Any, out: List[Any]) -> None:
     elif isinstance(value, dict):
         for item in value.values():
             _floats(item, out)
+    elif isinstance(value, SPARSE_TYPES):
+        out.append(value.values)
     elif isinstance(value, float):
         out.append(value)
 

@@ -137,6 +137,12 @@ class ClientTask:
     #: stages of a model with exits and the exits up to it; None: the whole network (every other run).
     depth: Optional[int] = None
 
+    #: Per channel group of the model (a sequential conv/linear chain, :func:`hasfl_ray.models.index_slicing.
+    #: channel_groups`), the sorted channels the client holds, ceil(width x C) of each (FLuID-style sets): it trains
+    #: the width-p network on those channels (the next layer's inputs follow) and returns
+    #: :class:`~hasfl_ray.aggregation.packed.IndexedUpdate` s. None: its leading slice (or window). Trains eagerly.
+    channels: Optional[Tuple[Tuple[int, ...], ...]] = None
+
 
 class ExitsObjective(LocalObjective):
     """A depth sub-model's loss (DepthFL's, without its self-distillation): the sum over the model's exits up to its

@@ -16,8 +16,10 @@ from torch import nn
 
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.models import build_model, extract, pads_exactly, register_model
+from hasfl_ray.aggregation.packed import IndexedUpdate
 from hasfl_ray.models.depth import depth_names
-from hasfl_ray.models.slicing import ParamSpec, extract_window
+from hasfl_ray.models.index_slicing import channel_groups, index_sets
+from hasfl_ray.models.slicing import ParamSpec, extract_window, width_channels
 from hasfl_ray.training.graphed import StepCache
 from hasfl_ray.training.seeding import STREAM_CLIENT, torch_generator
 from hasfl_ray.training.task import ClientTask, OptimizerSettings
@@ -111,6 +113,18 @@ class Workspace:
         blank = torch.zeros_like(next(row for row in rows if row is not None))
         return torch.stack([blank if row is None else row for row in rows])
 
+    def index_sets(self, task: ClientTask):
+        """Per parameter and dim, the index lists of ``task.channels`` (one sentence if they do not fit the
+        width-``task.width`` network)."""
+        sets = index_sets(self.specs, task.channels)
+        _, sizes = channel_groups(self.specs)
+        for group, (chosen, size) in enumerate(zip(task.channels, sizes)):
+            if len(chosen) != width_channels(task.width, size):
+                raise ValueError(f"client {task.client}'s channels[{group}] holds {len(chosen)} of {size} channels; "
+                                 f"expected ceil({task.width:g} x {size}) = {width_channels(task.width, size)}, "
+                                 f"its width's")
+        return sets
+
     @torch.no_grad()
     def starting_point(self, task: ClientTask, global_params: Mapping[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """The client's width-p sub-model cut from ``global_params`` (its window at ``task.offset`` where that is
@@ -121,6 +135,10 @@ class Workspace:
                 return {name: extract_window(global_params[name], self.specs[name], task.width, task.offset)
                         .to(self.device) for name in held}
             return {name: extract(global_params[name], self.specs[name], task.width).to(self.device) for name in held}
+        if task.channels is not None:
+            sets = self.index_sets(task)
+            return {name: IndexedUpdate.gather(global_params[name], sets[name]).values.to(self.device)
+                    for name in self.specs}
         if task.offset:
             return {name: extract_window(global_params[name], spec, task.width, task.offset).to(self.device)
                     for name, spec in self.specs.items()}

@@ -57,3 +57,36 @@ def test_bench_aggregate_cuda_without_gpu_exits_2():
 
 def test_benchmarked_implementations_compute_the_same_result():
     assert check_agreement("digits", num_clients=5) < 1e-10
+
+
+@pytest.mark.parametrize("layout", ["index", "mask", "window"])
+def test_bench_aggregate_layouts_json(layout):
+    result = CliRunner().invoke(main, ["bench", "aggregate", "--models", "emnist", "--clients", "2", "--repeats", "1",
+                                       "--skip-slow", "--layout", layout, "--json"])
+    assert result.exit_code == 0, result.output
+    (case,) = json.loads(result.output.splitlines()[-1])
+    assert case["layout"] == layout and case["copy_gbps"] > 0 and case["packed_mb"] > 0
+    names = {t["implementation"] for t in case["timings"]}
+    if ops.available():
+        assert {"fused", "fused kernel"} <= names and case["ratios"]["kernel_fraction_of_copy"] > 0
+    assert case["ratios"]["best_torch"] in names
+
+
+def test_bench_aggregate_sparse_layout_on_cuda_exits_2():
+    result = CliRunner().invoke(main, ["bench", "aggregate", "--layout", "mask", "--device", "cuda"])
+    assert result.exit_code == 2 and "--layout mask runs on the CPU only" in result.output
+
+
+@pytest.mark.parametrize("layout", ["index", "mask"])
+def test_layout_competitors_compute_the_same_result(layout):
+    from hasfl_ray.aggregation import aggregate_updates
+    from hasfl_ray.bench.layouts import make_layout_federation, torch_dense, torch_index_add
+
+    f = make_layout_federation("digits", 4, layout, dtype=torch.float64)
+    expected = aggregate_updates(f.shapes, f.updates, f.weights, f.gate_blocks, backend="reference")
+    for competitor in (torch_index_add, torch_dense):
+        delta, div_num, div_den = competitor(f.shapes, f.updates, f.weights, f.gate_blocks)
+        for name in f.shapes:
+            torch.testing.assert_close(delta[name], expected.delta[name], rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(div_num, expected.div_num, rtol=1e-9, atol=1e-9)
+        torch.testing.assert_close(div_den, expected.div_den, rtol=1e-9, atol=1e-9)

@@ -28,6 +28,9 @@ PUBLIC_NAMES = ("AggregateResult", "aggregate_updates", "__version__", "Algorith
 #: ``from MODULE import NAME`` in docs/*.md, README.md, examples/ and docs/reproduction/*.py.
 DOCUMENTED_IMPORTS = {
     "hasfl_ray": ("Algorithm", "Dataset", "TensorFederatedDataset"),
+    "hasfl_ray.aggregation": ("IndexedUpdate", "MaskedUpdate", "aggregate_updates"),
+    "hasfl_ray.models.index_slicing": ("extract_indexed", "extract_masked", "index_sets", "random_channel_sets"),
+    "hasfl_ray.training.seeding": ("torch_generator",),
     "hasfl_ray.analysis": ("read_run",),
     "hasfl_ray.analysis.clocked": ("clock_table", "first_reached", "plot_clock"),
     "hasfl_ray.analysis.plots": ("figure_heading", "plot_runs", "read_metrics"),
@@ -40,7 +43,7 @@ DOCUMENTED_IMPORTS = {
     "hasfl_ray.engine.coverage": ("coverage_warning",),
     "hasfl_ray.errors": ("ConfigError", "DataError"),
     "hasfl_ray.federation": ("ladder_of",),
-    "hasfl_ray.models": ("cost_table", "resnet_cost_table", "width_channels"),
+    "hasfl_ray.models": ("build_model", "cost_table", "resnet_cost_table", "width_channels"),
     "hasfl_ray.models.plugin": ("derive_specs", "describe", "load_factory"),
     "hasfl_ray.registry": ("register_algorithm",),
     "hasfl_ray.training.determinism": ("machine_type",),
@@ -49,6 +52,8 @@ DOCUMENTED_IMPORTS = {
 #: Dotted paths (modules, or a module's attribute) named in docs/**/*.md, README.md and examples/.
 DOCUMENTED_PATHS = (
     "hasfl_ray.Algorithm", "hasfl_ray.Arrival", "hasfl_ray.Dataset", "hasfl_ray.aggregate_updates",
+    "hasfl_ray.aggregation", "hasfl_ray.aggregation.packed.pack_bits", "hasfl_ray.models.index_slicing",
+    "hasfl_ray.models.index_slicing.channel_groups", "hasfl_ray.models.index_slicing.extract_masked",
     "hasfl_ray.simulate",
     "hasfl_ray.analysis", "hasfl_ray.analysis.clocked", "hasfl_ray.analysis.plots", "hasfl_ray.analysis.report",
     "hasfl_ray.cli.entry",

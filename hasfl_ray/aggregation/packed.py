@@ -1,0 +1,226 @@
+"""Packed updates beyond slices and windows: per-dim channel index sets and unstructured masks.
+
+A client's update of one parameter is one of:
+
+* a ``torch.Tensor``: the leading slice of every dim (inside each gate block), as before;
+* :class:`IndexedUpdate`: ``values`` over the product of per-dim index sets. ``index[d]`` is a strictly
+  increasing int64 tensor of indices of dim ``d`` of the full shape, or None for every index of that dim;
+  ``values.shape[d]`` is its length. Gate blocks play no part: dim 0's indices are indices of the full dim;
+* :class:`MaskedUpdate`: an arbitrary subset of the coordinates. ``bits`` is the bitmask of the flattened
+  full shape, little bit order (bit ``k % 8`` of byte ``k // 8`` is flat coordinate ``k``, the layout of
+  ``numpy.packbits(..., bitorder="little")``), ``ceil(numel / 8)`` bytes with the padding bits clear;
+  ``values`` is 1-D, the held coordinates in row-major order.
+
+Both travel as they are (only what the client holds plus its index lists or bitmask, never the dense
+tensor) and are aggregated by the fused kernel (``hasfl_ray::aggregate_sparse_into``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class IndexedUpdate:
+    """``values`` over per-dim index sets ``index`` (None: the whole dim). See the module docstring."""
+
+    values: torch.Tensor
+    index: Tuple[Optional[torch.Tensor], ...]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.values.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.values.device
+
+    def nbytes(self) -> int:
+        """Bytes this update occupies on the wire: its values and its index lists."""
+        return self.values.numel() * self.values.element_size() + sum(
+            8 * index.numel() for index in self.index if index is not None)
+
+    @staticmethod
+    def gather(full: torch.Tensor, index: Sequence[Optional[torch.Tensor]]) -> "IndexedUpdate":
+        """The coordinates of ``full`` in the product of ``index`` (a copy), as an update."""
+        values = full
+        for dim, chosen in enumerate(index):
+            if chosen is not None:
+                values = values.index_select(dim, chosen.to(full.device))
+        return IndexedUpdate(values.contiguous(), tuple(index))
+
+
+@dataclass(frozen=True)
+class MaskedUpdate:
+    """``values`` at the set bits of ``bits`` (flat bitmask of the full shape). See the module docstring."""
+
+    values: torch.Tensor
+    bits: torch.Tensor
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.values.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.values.device
+
+    def nbytes(self) -> int:
+        """Bytes this update occupies on the wire: its values and its bitmask."""
+        return self.values.numel() * self.values.element_size() + self.bits.numel()
+
+    @staticmethod
+    def gather(full: torch.Tensor, mask: torch.Tensor) -> "MaskedUpdate":
+        """The coordinates of ``full`` where the bool ``mask`` (``full``'s shape) is set, as an update."""
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != tuple(full.shape):
+            got = (f"a {type(mask).__name__}" if not isinstance(mask, torch.Tensor)
+                   else f"shape {tuple(mask.shape)} and dtype {mask.dtype}")
+            raise ValueError(f"mask has {got}; expected a torch.bool tensor of the parameter's shape "
+                             f"{tuple(full.shape)}")
+        return MaskedUpdate(full[mask.to(full.device)].contiguous(), pack_bits(mask))
+
+
+Packed = Union[torch.Tensor, IndexedUpdate, MaskedUpdate]
+SPARSE_TYPES = (IndexedUpdate, MaskedUpdate)
+
+
+def pack_bits(mask: torch.Tensor) -> torch.Tensor:
+    """A bool tensor's flat bitmask: uint8, ceil(numel / 8) bytes, little bit order."""
+    flat = mask.detach().reshape(-1).cpu().numpy().astype(bool)
+    return torch.from_numpy(np.packbits(flat, bitorder="little"))
+
+
+def unpack_bits(bits: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """The bool mask of ``shape`` that :func:`pack_bits` packed into ``bits``."""
+    numel = math.prod(shape)
+    flat = np.unpackbits(bits.detach().cpu().numpy(), count=numel, bitorder="little").astype(bool)
+    return torch.from_numpy(flat).reshape(tuple(shape))
+
+
+def is_sparse(update: object) -> bool:
+    return isinstance(update, SPARSE_TYPES)
+
+
+def check_packed(where: str, full: Tuple[int, ...], packed: Union[IndexedUpdate, MaskedUpdate]) -> torch.Tensor:
+    """Check an index-set or mask update of a parameter of shape ``full``; return its values tensor.
+
+    Raises ValueError/TypeError with one sentence naming ``where``, the value and what was expected.
+    """
+    values = packed.values
+    if not isinstance(values, torch.Tensor):
+        raise TypeError(f"{where}.values is a {type(values).__name__}; expected a torch.Tensor")
+    if not values.is_contiguous():
+        raise ValueError(f"{where}.values is not contiguous; expected a contiguous packed tensor")
+    if isinstance(packed, IndexedUpdate):
+        index = packed.index
+        if not isinstance(index, (tuple, list)) or len(index) != len(full):
+            raise ValueError(f"{where}.index has {len(index) if isinstance(index, (tuple, list)) else index!r} "
+                             f"entries; expected one per dim of the global shape {full}")
+        if values.dim() != len(full):
+            raise ValueError(f"{where}.values has {values.dim()} dims but the global shape {full} has {len(full)}")
+        for dim, (chosen, size) in enumerate(zip(index, full)):
+            length = size if chosen is None else None
+            if chosen is not None:
+                if not isinstance(chosen, torch.Tensor) or chosen.dtype != torch.int64 or chosen.dim() != 1:
+                    got = (f"a {type(chosen).__name__}" if not isinstance(chosen, torch.Tensor)
+                           else f"dtype {chosen.dtype} and {chosen.dim()} dims")
+                    raise TypeError(f"{where}.index[{dim}] is {got}; expected a 1-D torch.int64 tensor or None")
+                length = chosen.numel()
+                array = chosen.numpy() if chosen.device.type == "cpu" else chosen.cpu().numpy()
+                if length and (array[0] < 0 or array[-1] >= size or array.min() < 0 or array.max() >= size):
+                    bad = int(array.min()) if array.min() < 0 else int(array.max())
+                    raise ValueError(f"{where}.index[{dim}] holds index {bad}, outside dim {dim} of size {size} "
+                                     f"of the global shape {full}; expected indices in [0, {size})")
+                if length > 1 and not (array[1:] > array[:-1]).all():
+                    raise ValueError(f"{where}.index[{dim}] is {chosen.tolist()[:8]}{'...' if length > 8 else ''}, "
+                                     "which is not strictly increasing; expected sorted indices without duplicates")
+            if values.shape[dim] != length:
+                raise ValueError(f"{where}.values has {values.shape[dim]} entries in dim {dim} but its index set "
+                                 f"there holds {length}")
+        return values
+    bits = packed.bits
+    numel = math.prod(full)
+    expected = (numel + 7) // 8
+    if not isinstance(bits, torch.Tensor) or bits.dtype != torch.uint8 or bits.dim() != 1 or bits.numel() != expected:
+        got = (f"a {type(bits).__name__}" if not isinstance(bits, torch.Tensor)
+               else f"shape {tuple(bits.shape)} and dtype {bits.dtype}")
+        raise ValueError(f"{where}.bits has {got}; expected a 1-D torch.uint8 bitmask of {expected} bytes "
+                         f"(ceil({numel} / 8)) for the global shape {full}")
+    if bits.device.type != "cpu" or not bits.is_contiguous():
+        raise ValueError(f"{where}.bits is on {bits.device}; expected a contiguous CPU tensor")
+    array = bits.numpy()
+    spare = expected * 8 - numel
+    if spare and int(array[-1]) >> (8 - spare):
+        raise ValueError(f"{where}.bits sets padding bits past coordinate {numel}; expected them clear")
+    held = int(np.bitwise_count(array).sum(dtype=np.int64))
+    if values.dim() != 1 or values.numel() != held:
+        raise ValueError(f"{where}.values has shape {tuple(values.shape)} but its mask holds {held} coordinates; "
+                         f"expected a 1-D tensor of {held} values")
+    return values
+
+
+def dense_of(packed: Union[IndexedUpdate, MaskedUpdate], full: Tuple[int, ...]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(values scattered into a float64 tensor of ``full`` (0 elsewhere), bool mask of the held coordinates)."""
+    device = packed.values.device
+    dense = torch.zeros(full, dtype=torch.float64, device=device)
+    if isinstance(packed, MaskedUpdate):
+        mask = unpack_bits(packed.bits, full).to(device)
+        dense[mask] = packed.values.to(torch.float64)
+        return dense, mask
+    grids = [torch.arange(size, device=device) if chosen is None else chosen.to(device)
+             for chosen, size in zip(packed.index, full)]
+    mask = torch.zeros(full, dtype=torch.bool, device=device)
+    if full:
+        where = torch.meshgrid(*grids, indexing="ij")
+        dense[where] = packed.values.to(torch.float64)
+        mask[where] = True
+    else:
+        dense.fill_(float(packed.values))
+        mask.fill_(True)
+    return dense, mask
+
+
+def to_plain(packed: Packed):
+    """``packed`` as plain values a checkpoint holds (``torch.load(weights_only=True)`` reads them back)."""
+    if isinstance(packed, IndexedUpdate):
+        return {"packed_kind": "index", "values": packed.values, "index": list(packed.index)}
+    if isinstance(packed, MaskedUpdate):
+        return {"packed_kind": "mask", "values": packed.values, "bits": packed.bits}
+    return packed
+
+
+def from_plain(value) -> Packed:
+    """The inverse of :func:`to_plain`."""
+    if isinstance(value, dict) and value.get("packed_kind") == "index":
+        return IndexedUpdate(value["values"], tuple(value["index"]))
+    if isinstance(value, dict) and value.get("packed_kind") == "mask":
+        return MaskedUpdate(value["values"], value["bits"])
+    return value
+
+
+def to_device(packed: Packed, device) -> Packed:
+    """``packed`` with its values on ``device`` (index lists and bitmasks stay where they are: the CPU)."""
+    if isinstance(packed, IndexedUpdate):
+        return IndexedUpdate(packed.values.to(device), packed.index)
+    if isinstance(packed, MaskedUpdate):
+        return MaskedUpdate(packed.values.to(device), packed.bits)
+    return packed.to(device)
+
+
+def gather_like(packed: Union[IndexedUpdate, MaskedUpdate], full: torch.Tensor) -> torch.Tensor:
+    """The coordinates of ``full`` that ``packed`` holds, in its values' order and shape."""
+    if isinstance(packed, MaskedUpdate):
+        return full[unpack_bits(packed.bits, full.shape).to(full.device)]
+    return IndexedUpdate.gather(full, packed.index).values
+
+
+def with_values(packed: Union[IndexedUpdate, MaskedUpdate], values: torch.Tensor) -> Union[IndexedUpdate, MaskedUpdate]:
+    """``packed`` holding ``values`` instead (same coordinates)."""
+    if isinstance(packed, MaskedUpdate):
+        return MaskedUpdate(values, packed.bits)
+    return IndexedUpdate(values, packed.index)

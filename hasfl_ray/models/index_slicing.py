@@ -1,0 +1,146 @@
+"""Sub-models beyond leading slices: per-layer channel index sets and unstructured masks (issue 44 item 1 a/b).
+
+Channel index sets: a sequential conv/linear chain's parameters share *channel groups*: a weight whose dim 0
+scales opens a group (its output channels); its 1-D companions (bias, batch-norm weight and bias) follow that
+group; the next weight's dim 1 (its input channels) is the group before it. :func:`channel_groups` reads the
+groups off the models' :class:`~hasfl_ray.models.slicing.ParamSpec` (in spec order); a client is then given one
+sorted channel list per group and :func:`index_sets` turns them into per-parameter, per-dim index lists (a
+flattened dim's channel c covers its ``unit`` positions; gate blocks repeat the list per block), so the next
+layer's input channels follow. Residual networks, whose groups are shared across skips, are not sequential
+chains: :func:`channel_groups` is for the CNNs and MLPs.
+
+Masks: any subset of each tensor's coordinates, a bool tensor of the parameter's shape.
+
+``extract_*`` cut a client's packed sub-model (values plus index lists or bitmask, never the dense tensor);
+``insert_*_`` write one back into full tensors (the server's inverse).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+
+from hasfl_ray.aggregation.packed import IndexedUpdate, MaskedUpdate, unpack_bits
+from hasfl_ray.models.slicing import ParamSpec, width_channels
+
+#: (parameter name, dim) -> channel group.
+Groups = Dict[Tuple[str, int], int]
+IndexSets = Dict[str, Tuple[Optional[torch.Tensor], ...]]
+
+
+def channel_groups(specs: Mapping[str, ParamSpec]) -> Tuple[Groups, List[int]]:
+    """The scaled dims' channel groups of a sequential chain, and each group's channel count."""
+    groups: Groups = {}
+    sizes: List[int] = []
+    current: Optional[int] = None
+    for name, spec in specs.items():
+        dims = spec.dims
+        if any(dim.blocks > 1 for dim in dims):
+            raise ValueError(f"parameter {name!r} has gate blocks (a recurrent layer); channel index sets are for "
+                             "sequential conv/linear chains")
+        if len(dims) >= 2:
+            if dims[1].scaled:
+                if current is None:
+                    raise ValueError(f"parameter {name!r} scales its input dim before any layer scales its output; "
+                                     "expected a sequential conv/linear chain")
+                if dims[1].channels != sizes[current]:
+                    raise ValueError(f"parameter {name!r} takes {dims[1].channels} input channels but the layer "
+                                     f"before it has {sizes[current]}; expected a sequential conv/linear chain")
+                groups[(name, 1)] = current
+            if dims[0].scaled:
+                sizes.append(dims[0].channels)
+                current = len(sizes) - 1
+                groups[(name, 0)] = current
+        elif dims and dims[0].scaled:
+            if current is None or dims[0].channels != sizes[current]:
+                raise ValueError(f"parameter {name!r} scales {dims[0].channels} channels that follow no layer of "
+                                 "that many; expected a sequential conv/linear chain")
+            groups[(name, 0)] = current
+    return groups, sizes
+
+
+def check_channel_sets(channel_sets: Sequence[Sequence[int]], sizes: Sequence[int]) -> List[torch.Tensor]:
+    """``channel_sets`` (one per group) as int64 tensors; a bad one is one sentence."""
+    if len(channel_sets) != len(sizes):
+        raise ValueError(f"channel_sets has {len(channel_sets)} lists; expected one per channel group ({len(sizes)})")
+    checked = []
+    for group, (chosen, size) in enumerate(zip(channel_sets, sizes)):
+        values = torch.as_tensor(list(chosen), dtype=torch.int64)
+        if values.numel() == 0:
+            raise ValueError(f"channel_sets[{group}] is empty; expected at least one of the layer's {size} channels")
+        low, high = int(values.min()), int(values.max())
+        if low < 0 or high >= size:
+            raise ValueError(f"channel_sets[{group}] holds channel {low if low < 0 else high}, outside the layer's "
+                             f"{size} channels; expected channels in [0, {size})")
+        if values.numel() > 1 and not bool((values[1:] > values[:-1]).all()):
+            raise ValueError(f"channel_sets[{group}] is not strictly increasing; expected sorted channels without "
+                             "duplicates")
+        checked.append(values)
+    return checked
+
+
+def _dim_index(channels: torch.Tensor, count: int, unit: int, blocks: int) -> torch.Tensor:
+    """Indices of a dim of ``blocks`` x ``count`` channels x ``unit`` positions that ``channels`` hold."""
+    per_block = (channels[:, None] * unit + torch.arange(unit)[None, :]).reshape(-1)
+    return (torch.arange(blocks)[:, None] * (count * unit) + per_block[None, :]).reshape(-1)
+
+
+def index_sets(specs: Mapping[str, ParamSpec], channel_sets: Sequence[Sequence[int]]) -> IndexSets:
+    """Per parameter, per dim, the index list a client with ``channel_sets`` holds (None: the whole dim)."""
+    groups, sizes = channel_groups(specs)
+    checked = check_channel_sets(channel_sets, sizes)
+    sets: IndexSets = {}
+    for name, spec in specs.items():
+        sets[name] = tuple(_dim_index(checked[groups[(name, d)]], dim.channels, dim.unit, dim.blocks)
+                           if (name, d) in groups else None for d, dim in enumerate(spec.dims))
+    return sets
+
+
+def random_channel_sets(specs: Mapping[str, ParamSpec], width: float, generator: torch.Generator) -> List[List[int]]:
+    """ceil(width x C) channels of every group, drawn without replacement and sorted (FLuID-style sets)."""
+    _, sizes = channel_groups(specs)
+    return [sorted(torch.randperm(size, generator=generator)[:width_channels(width, size)].tolist())
+            for size in sizes]
+
+
+def extract_indexed(params: Mapping[str, torch.Tensor], sets: IndexSets) -> Dict[str, IndexedUpdate]:
+    """The packed sub-model: per parameter the gathered channels (a narrower network's weights) and their lists."""
+    return {name: IndexedUpdate.gather(params[name], sets[name]) for name in sets}
+
+
+@torch.no_grad()
+def insert_indexed_(params: Mapping[str, torch.Tensor], packed: Mapping[str, IndexedUpdate]) -> None:
+    """Write each packed sub-model tensor back at its coordinates of the full tensors in ``params``."""
+    for name, update in packed.items():
+        full = params[name]
+        grids = [torch.arange(size) if chosen is None else chosen for chosen, size in zip(update.index, full.shape)]
+        if grids:
+            full[torch.meshgrid(*grids, indexing="ij")] = update.values.to(full)
+        else:
+            full.copy_(update.values)
+
+
+def check_masks(specs: Mapping[str, ParamSpec], masks: Mapping[str, torch.Tensor]) -> None:
+    """Every mask a bool tensor of its parameter's shape, for a parameter of ``specs``; else one sentence."""
+    for name, mask in masks.items():
+        spec = specs.get(name)
+        if spec is None:
+            raise ValueError(f"masks names {name!r}, which the model does not have")
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != spec.shape:
+            got = (f"a {type(mask).__name__}" if not isinstance(mask, torch.Tensor)
+                   else f"shape {tuple(mask.shape)} and dtype {mask.dtype}")
+            raise ValueError(f"masks[{name!r}] has {got}; expected a torch.bool tensor of shape {spec.shape}")
+
+
+def extract_masked(params: Mapping[str, torch.Tensor], masks: Mapping[str, torch.Tensor]) -> Dict[str, MaskedUpdate]:
+    """The packed sub-model of unstructured masks: per parameter the held values and the bitmask."""
+    return {name: MaskedUpdate.gather(params[name], mask) for name, mask in masks.items()}
+
+
+@torch.no_grad()
+def insert_masked_(params: Mapping[str, torch.Tensor], packed: Mapping[str, MaskedUpdate]) -> None:
+    """Write each masked update's values back at its set bits of the full tensors in ``params``."""
+    for name, update in packed.items():
+        full = params[name]
+        full[unpack_bits(update.bits, full.shape).to(full.device)] = update.values.to(full)

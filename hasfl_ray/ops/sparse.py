@@ -1,0 +1,227 @@
+"""Layout of ``hasfl_ray::aggregate_sparse_into``: index-set and mask updates beside slices, in one kernel pass.
+
+A parameter some client holds as an :class:`~hasfl_ray.aggregation.packed.IndexedUpdate` or
+:class:`~hasfl_ray.aggregation.packed.MaskedUpdate` is *sparse* (kind 1); the others keep the slice/window
+layout of :func:`hasfl_ray.ops.aggregate.build_layout` (kind 0) and its kernel. Every holder of a sparse
+parameter is described alike, in the parameter's canonical shape (rows x last dim):
+
+* some holder is a mask: the canonical shape is the flat tensor (one row); every holder gets a flat
+  bitmask (a mask's own; an index set's or a slice's spelled out);
+* else (index sets and slices): the full shape, its last two dims merged while every holder holds the last in
+  full or it is shorter than ``MERGE_BELOW`` (a conv weight (o, i, 3, 3) becomes (o, i * 9)); per holder the
+  sorted index list of every row dim (a slice's is a range, per gate block) and the bitmask of the last.
+
+The packed tensors are used as they are: row-major over the held coordinates, which is row-major over the
+canonical shape (merging dims keeps that order).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from hasfl_ray.aggregation.packed import IndexedUpdate, MaskedUpdate, SPARSE_TYPES
+from hasfl_ray.aggregation.result import AggregateResult
+from hasfl_ray.ops import aggregate as dense_ops
+
+#: Merge the last two canonical dims of an index-set parameter while the last is shorter than this (or held in
+#: full by every holder).
+MERGE_BELOW = 512
+
+
+@dataclass(frozen=True)
+class SparseLayout:
+    """The tables of one ``aggregate_sparse_into`` call (see ``csrc/aggregate_sparse_host.h``)."""
+
+    names: Tuple[str, ...]   # in the flat output's order: dense parameters first, then sparse ones
+    shapes: Tuple[Tuple[int, ...], ...]
+    total_numel: int
+    num_clients: int
+    packed: List[torch.Tensor]
+    params: torch.Tensor
+    entries: torch.Tensor
+    kinds: torch.Tensor
+    bits: List[torch.Tensor]
+    rows: torch.Tensor
+    row_offsets: torch.Tensor
+
+
+def _slice_lists(full: Tuple[int, ...], shape: Tuple[int, ...], blocks: int) -> List[np.ndarray]:
+    """Per dim, the indices a leading slice of ``shape`` holds (dim 0 inside each of ``blocks`` gate blocks)."""
+    lists = [np.arange(size, dtype=np.int64) for size in shape]
+    if blocks > 1 and full:
+        rows, held = full[0] // blocks, shape[0] // blocks
+        lists[0] = (np.arange(blocks, dtype=np.int64)[:, None] * rows + np.arange(held, dtype=np.int64)).ravel()
+    return lists
+
+
+def _lists_of(packed, full: Tuple[int, ...], blocks: int) -> List[np.ndarray]:
+    if isinstance(packed, IndexedUpdate):
+        return [np.arange(size, dtype=np.int64) if chosen is None else chosen.cpu().numpy()
+                for chosen, size in zip(packed.index, full)]
+    return _slice_lists(full, tuple(packed.shape), blocks)
+
+
+def _values_of(packed) -> torch.Tensor:
+    return packed if isinstance(packed, torch.Tensor) else packed.values
+
+
+def _flat_bits(packed, full: Tuple[int, ...], blocks: int) -> torch.Tensor:
+    """A holder's flat bitmask of the full shape (a mask's own, else spelled out from its index lists)."""
+    if isinstance(packed, MaskedUpdate):
+        return packed.bits
+    mask = np.zeros(full if full else (1,), dtype=bool)
+    lists = _lists_of(packed, full, blocks) if full else [np.zeros(1, np.int64)]
+    mask[np.ix_(*lists)] = True
+    return torch.from_numpy(np.packbits(mask.ravel(), bitorder="little"))
+
+
+def _indicators(packed, full: Tuple[int, ...], blocks: int) -> List[np.ndarray]:
+    """Per dim, the bool vector of the indices a holder has (an index set's or a slice's)."""
+    vectors = []
+    for dim, size in enumerate(full):
+        chosen = packed.index[dim] if isinstance(packed, IndexedUpdate) else None
+        if isinstance(packed, IndexedUpdate) and chosen is None:
+            vectors.append(np.ones(size, dtype=bool))
+            continue
+        vector = np.zeros(size, dtype=bool)
+        if chosen is not None:
+            vector[chosen.cpu().numpy()] = True
+        else:
+            vector[_slice_lists(full, tuple(packed.shape), blocks)[dim]] = True
+        vectors.append(vector)
+    return vectors
+
+
+def _merge(dims: List[int], vectors: List[List[np.ndarray]]) -> Tuple[List[int], List[List[np.ndarray]]]:
+    """Merge the last two dims while every holder holds the last one in full (a conv's kernel positions) or it is
+    shorter than MERGE_BELOW; every holder's indicators alike (the merged dim's is the outer AND, row-major).
+    Rows stay rows otherwise: the kernel skips a row an entry does not hold at the cost of one lookup."""
+    while len(dims) > 1 and (dims[-1] < MERGE_BELOW or all(holder[-1].all() for holder in vectors)):
+        for holder in vectors:
+            holder[-2:] = [np.logical_and.outer(holder[-2], holder[-1]).ravel()]
+        dims = dims[:-2] + [dims[-2] * dims[-1]]
+    return dims, vectors
+
+
+def build_sparse_layout(global_shapes: Mapping[str, Tuple[int, ...]], updates: Sequence[Mapping[str, object]],
+                        gate_blocks: Mapping[str, int]) -> SparseLayout:
+    """The tables of validated inputs where some parameter is held as an index set or a mask."""
+    sparse_names = {name for update in updates for name, packed in update.items() if isinstance(packed, SPARSE_TYPES)}
+    dense_shapes = {name: shape for name, shape in global_shapes.items() if name not in sparse_names}
+    dense_updates = [{name: t for name, t in update.items() if name not in sparse_names} for update in updates]
+    if dense_shapes:
+        dense = dense_ops.build_layout(dense_shapes, dense_updates, gate_blocks)
+        param_blocks, entry_blocks = [dense.params.numpy()], [dense.entries.numpy()]
+        packed, names, shapes = list(dense.packed), list(dense.names), list(dense.shapes)
+        out_offset = dense.total_numel
+    else:
+        param_blocks, entry_blocks, packed, names, shapes, out_offset = [], [], [], [], [], 0
+    num_dense_entries = len(packed)
+    bits: List[torch.Tensor] = [torch.empty(0, dtype=torch.uint8)] * num_dense_entries
+    row_lists: List[np.ndarray] = []
+    row_offsets: List[np.ndarray] = [np.zeros((num_dense_entries, dense_ops.MAX_DIMS), np.int64)]
+    rows_used = 0
+    entry_begin = num_dense_entries
+    for name, full in global_shapes.items():
+        if name not in sparse_names:
+            continue
+        full = tuple(full)
+        blocks = gate_blocks.get(name, 1)
+        holders = [(client, update[name]) for client, update in enumerate(updates) if name in update]
+        masked = any(isinstance(p, MaskedUpdate) for _, p in holders)
+        if masked:
+            dims = [max(math.prod(full), 1)]
+            lists = [[None] for _ in holders]
+            last_bits = [_flat_bits(p, full, blocks) for _, p in holders]
+            last_sizes = [_values_of(p).numel() for _, p in holders]
+        else:
+            dims = list(full) if full else [1]
+            vectors = [_indicators(p, full, blocks) if full else [np.ones(1, dtype=bool)] for _, p in holders]
+            dims, vectors = _merge(dims, vectors)
+            lists = [[np.flatnonzero(v) for v in holder[:-1]] for holder in vectors]
+            last_bits = [torch.from_numpy(np.packbits(holder[-1], bitorder="little")) for holder in vectors]
+            last_sizes = [int(np.count_nonzero(holder[-1])) for holder in vectors]
+        if len(dims) > dense_ops.MAX_DIMS:
+            raise ValueError(f"global_shapes[{name!r}] keeps {len(dims)} dims; the fused kernel handles at most "
+                             f"{dense_ops.MAX_DIMS}")
+        index = len(names)
+        count = len(holders)
+        entry_rows = np.zeros((count, dense_ops.ENTRY_COLS), np.int64)
+        offsets = np.zeros((count, dense_ops.MAX_DIMS), np.int64)
+        entry_rows[:, dense_ops._ENTRY_PACKED:dense_ops._ENTRY_PACKED + dense_ops.MAX_DIMS] = 1
+        for row, ((client, p), holder) in enumerate(zip(holders, lists)):
+            entry_rows[row, dense_ops._ENTRY_CLIENT] = client
+            entry_rows[row, dense_ops._ENTRY_PARAM] = index
+            for dim in range(len(dims) - 1):
+                entry_rows[row, dense_ops._ENTRY_PACKED + dim] = len(holder[dim])
+                offsets[row, dim] = rows_used
+                row_lists.append(holder[dim])
+                rows_used += len(holder[dim])
+            entry_rows[row, dense_ops._ENTRY_PACKED + len(dims) - 1] = last_sizes[row]
+            packed.append(_values_of(p))
+            bits.append(last_bits[row])
+        param = np.zeros(dense_ops.PARAM_COLS, np.int64)
+        param[dense_ops._PARAM_NDIM] = len(dims)
+        param[dense_ops._PARAM_FULL:dense_ops._PARAM_FULL + dense_ops.MAX_DIMS] = 1
+        param[dense_ops._PARAM_FULL:dense_ops._PARAM_FULL + len(dims)] = dims
+        param[dense_ops._PARAM_OUT_OFFSET] = out_offset
+        param[dense_ops._PARAM_ENTRY_BEGIN], param[dense_ops._PARAM_ENTRY_END] = entry_begin, entry_begin + count
+        param_blocks.append(param[None, :])
+        entry_blocks.append(entry_rows)
+        row_offsets.append(offsets)
+        names.append(name)
+        shapes.append(full)
+        out_offset += math.prod(full)
+        entry_begin += count
+    kinds = np.zeros(len(names), np.int64)
+    kinds[len(dense_shapes):] = 1
+    return SparseLayout(
+        names=tuple(names), shapes=tuple(shapes), total_numel=out_offset, num_clients=len(updates), packed=packed,
+        params=torch.from_numpy(np.ascontiguousarray(np.concatenate(param_blocks))),
+        entries=torch.from_numpy(np.ascontiguousarray(np.concatenate(entry_blocks))),
+        kinds=torch.from_numpy(kinds), bits=bits,
+        rows=torch.from_numpy(np.concatenate(row_lists) if row_lists else np.zeros(0, np.int64)),
+        row_offsets=torch.from_numpy(np.ascontiguousarray(np.concatenate(row_offsets))))
+
+
+def run_sparse_layout(layout: SparseLayout, weights: torch.Tensor,
+                      order: Optional[Sequence[str]] = None) -> AggregateResult:
+    """Run the op on a layout; ``delta`` in ``order`` (default: the layout's)."""
+    first = layout.packed[0]
+    out = torch.empty(layout.total_numel, dtype=first.dtype, device=first.device)
+    div_num, div_den, covered = torch.ops.hasfl_ray.aggregate_sparse_into(
+        out, layout.packed, layout.params, layout.entries, weights, layout.kinds, layout.bits, layout.rows,
+        layout.row_offsets)
+    views: Dict[str, torch.Tensor] = {}
+    start = 0
+    for name, shape in zip(layout.names, layout.shapes):
+        size = math.prod(shape)
+        views[name] = out[start:start + size].view(shape)
+        start += size
+    delta = {name: views[name] for name in (order or layout.names)}
+    total = layout.total_numel
+    if div_num.device.type != "cpu":
+        div_num, div_den, covered = div_num.cpu(), div_den.cpu(), covered.cpu()
+    return AggregateResult(delta, div_num, div_den, int(covered) / total if total else 0.0)
+
+
+def has_sparse(updates: Sequence[Mapping[str, object]]) -> bool:
+    """Whether any client holds some parameter as an index set or a mask."""
+    return any(isinstance(packed, SPARSE_TYPES) for update in updates for packed in update.values())
+
+
+def aggregate_sparse(global_shapes: Mapping[str, Tuple[int, ...]], updates: Sequence[Mapping[str, object]],
+                     weights: torch.Tensor, gate_blocks: Mapping[str, int]) -> AggregateResult:
+    """Aggregate validated inputs, some of them index sets or masks, with the fused kernel."""
+    if not dense_ops.available() or not hasattr(torch.ops.hasfl_ray, "aggregate_sparse_into"):
+        raise RuntimeError("the fused aggregation of index sets and masks needs the compiled extension "
+                           "hasfl_ray._C (rebuilt since aggregate_sparse_into); build it with "
+                           "`pip install --no-build-isolation -e .`")
+    weights = torch.as_tensor(weights, dtype=torch.float64).cpu().contiguous()
+    layout = build_sparse_layout(global_shapes, updates, gate_blocks)
+    return run_sparse_layout(layout, weights, order=tuple(global_shapes))

@@ -1,0 +1,235 @@
+"""Index-set and mask updates (issue 44 item 1 a/b): the fused kernel and the reference against a float64 dense
+masked oracle written here with numpy, mixed shapes in one round included, and their bad inputs."""
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from hasfl_ray.aggregation import IndexedUpdate, MaskedUpdate, aggregate_updates
+from hasfl_ray.aggregation.packed import pack_bits, unpack_bits
+from hasfl_ray.ops import aggregate as ops
+
+needs_ext = pytest.mark.skipif(not (ops.available() and hasattr(torch.ops.hasfl_ray, "aggregate_sparse_into")),
+                               reason="needs hasfl_ray._C built with aggregate_sparse_into")
+
+
+def numpy_mask(full, packed, blocks):
+    """The bool mask of the coordinates a client holds, from its description alone (numpy)."""
+    mask = np.zeros(full, dtype=bool)
+    if isinstance(packed, MaskedUpdate):
+        bits = np.unpackbits(packed.bits.numpy(), bitorder="little")[:math.prod(full)]
+        return bits.astype(bool).reshape(full)
+    if isinstance(packed, IndexedUpdate):
+        grids = [np.arange(s) if i is None else i.numpy() for i, s in zip(packed.index, full)]
+    else:
+        grids = [np.arange(s) for s in packed.shape]
+        if blocks > 1:
+            rows = full[0] // blocks
+            grids[0] = np.concatenate([b * rows + np.arange(packed.shape[0] // blocks) for b in range(blocks)])
+    mask[np.ix_(*grids)] = True
+    return mask
+
+
+def oracle(shapes, updates, weights, blocks):
+    """Δ̄ and the divergence norms in float64, dense: values scattered by each client's own mask."""
+    num, den = {}, {}
+    held = []
+    for update in updates:
+        mine = {}
+        for name, packed in update.items():
+            full = shapes[name]
+            mask = numpy_mask(full, packed, blocks.get(name, 1))
+            values = (packed if isinstance(packed, torch.Tensor) else packed.values).double().numpy().ravel()
+            dense = np.zeros(full)
+            dense[mask] = values  # row-major over the held coordinates
+            mine[name] = (dense, mask)
+        held.append(mine)
+    delta, div_num, div_den = {}, np.zeros(len(updates)), np.zeros(len(updates))
+    for name, full in shapes.items():
+        num, den = np.zeros(full), np.zeros(full)
+        for w, mine in zip(weights, held):
+            if name in mine:
+                num += w * mine[name][0] * mine[name][1]
+                den += w * mine[name][1]
+        delta[name] = np.where(den > 0, num / np.where(den > 0, den, 1), 0.0)
+        for i, mine in enumerate(held):
+            if name in mine:
+                dense, mask = mine[name]
+                div_num[i] += (((dense - delta[name]) * mask) ** 2).sum()
+                div_den[i] += ((delta[name] * mask) ** 2).sum()
+    return delta, div_num, div_den
+
+
+def random_round(seed, num_clients, dtype, kinds=("slice", "index", "mask")):
+    rng = np.random.default_rng(seed)
+    shapes = {"conv": (24, 12, 3, 3), "bias": (24,), "wide": (6, 5000), "fc": (10, 96), "gates": (16, 8),
+              "scalar": ()}
+    blocks = {"gates": 4}
+    updates = []
+    for client in range(num_clients):
+        kind = kinds[client % len(kinds)]
+        update = {}
+        for name, full in shapes.items():
+            if rng.random() < 0.15:
+                continue  # this client did not train it
+            dense = torch.from_numpy(rng.standard_normal(full)).to(dtype)
+            if kind == "slice" or (kind == "index" and name == "gates"):
+                g = blocks.get(name, 1)
+                shape = tuple(max(g, (int(rng.integers(1, s + 1)) // g) * g) if d == 0 else int(rng.integers(1, s + 1))
+                              for d, s in enumerate(full))
+                region = dense
+                if g > 1:
+                    rows = full[0] // g
+                    region = torch.cat([dense[b * rows:b * rows + shape[0] // g] for b in range(g)])
+                    shape = (shape[0],) + shape[1:]
+                    update[name] = region[:, :shape[1]].contiguous()
+                else:
+                    update[name] = dense[tuple(slice(0, s) for s in shape)].contiguous()
+            elif kind == "index":
+                index = []
+                for d, s in enumerate(full):
+                    if d >= 2 or rng.random() < 0.2:
+                        index.append(None)
+                    else:
+                        index.append(torch.from_numpy(np.sort(rng.choice(s, int(rng.integers(1, s + 1)),
+                                                                         replace=False))).long())
+                update[name] = IndexedUpdate.gather(dense, index)
+            else:
+                mask = torch.from_numpy(np.asarray(rng.random(full) < rng.uniform(0.05, 0.95)))
+                update[name] = MaskedUpdate.gather(dense, mask)
+        updates.append(update)
+    weights = rng.uniform(0.5, 3.0, num_clients).tolist()
+    return shapes, updates, weights, blocks
+
+
+def assert_matches(result, expected, dtype):
+    delta, div_num, div_den = expected
+    tol = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
+    for name, value in delta.items():
+        torch.testing.assert_close(result.delta[name].double(), torch.from_numpy(value), **tol)
+        assert result.delta[name].dtype == dtype
+    torch.testing.assert_close(result.div_num, torch.from_numpy(div_num), rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(result.div_den, torch.from_numpy(div_den), rtol=1e-9, atol=1e-9)
+
+
+BACKENDS = [pytest.param("fused", marks=needs_ext), "reference"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kinds", [("index",), ("mask",), ("slice", "index", "mask")], ids=["index", "mask", "mixed"])
+@pytest.mark.parametrize("num_clients", [1, 3, 11])
+def test_sparse_matches_dense_oracle(backend, dtype, kinds, num_clients):
+    shapes, updates, weights, blocks = random_round(7 * num_clients + len(kinds), num_clients, dtype, kinds)
+    result = aggregate_updates(shapes, updates, weights, blocks, backend=backend)
+    assert_matches(result, oracle(shapes, updates, weights, blocks), dtype)
+    assert list(result.delta) == list(shapes)
+
+
+@needs_ext
+def test_sparse_fused_is_deterministic_and_leaves_slices_on_the_old_op(monkeypatch):
+    shapes, updates, weights, blocks = random_round(3, 9, torch.float32)
+    first = aggregate_updates(shapes, updates, weights, blocks, backend="fused")
+    second = aggregate_updates(shapes, updates, weights, blocks, backend="fused")
+    for name in shapes:
+        assert torch.equal(first.delta[name], second.delta[name])
+    assert torch.equal(first.div_num, second.div_num) and torch.equal(first.div_den, second.div_den)
+    # A round of slices only never reaches the sparse op.
+    import hasfl_ray.ops.sparse as sparse
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("slices went through the sparse path")
+
+    monkeypatch.setattr(sparse, "aggregate_sparse", refuse)
+    slices_only = [{n: t for n, t in u.items() if isinstance(t, torch.Tensor)} for u in updates]
+    slices_only = [u for u in slices_only if u] or [{"bias": torch.zeros(3)}]
+    aggregate_updates(shapes, slices_only, [1.0] * len(slices_only), blocks, backend="fused")
+
+
+@needs_ext
+def test_portable_sparse_kernel_matches_oracle():
+    """The portable build (no AVX-512), which this machine would otherwise never run."""
+    script = (
+        "import sys, torch; sys.path.insert(0, sys.argv[1])\n"
+        "from test_sparse import random_round, oracle, assert_matches\n"
+        "from hasfl_ray.aggregation import aggregate_updates\n"
+        "for dtype in (torch.float32, torch.float64):\n"
+        "    s, u, w, b = random_round(11, 7, dtype)\n"
+        "    assert_matches(aggregate_updates(s, u, w, b, backend='fused'), oracle(s, u, w, b), dtype)\n"
+        "print('ok')\n")
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, HASFL_PORTABLE_CPU_KERNEL="1")
+    done = subprocess.run([sys.executable, "-c", script, here], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_bits_round_trip():
+    mask = torch.rand(7, 13) < 0.5
+    bits = pack_bits(mask)
+    assert bits.dtype == torch.uint8 and bits.numel() == (91 + 7) // 8
+    assert torch.equal(unpack_bits(bits, (7, 13)), mask)
+
+
+SHAPES = {"w": (4, 6), "b": (4,)}
+DENSE = torch.arange(24.0).reshape(4, 6)
+
+
+def idx(*values):
+    return torch.tensor(values, dtype=torch.int64)
+
+
+BAD = {
+    "index outside the layer": (IndexedUpdate(torch.zeros(2, 6), (idx(1, 4), None)), ValueError,
+                                "holds index 4, outside dim 0 of size 4"),
+    "negative index": (IndexedUpdate(torch.zeros(2, 6), (idx(-1, 2), None)), ValueError, "holds index -1"),
+    "duplicated index": (IndexedUpdate(torch.zeros(2, 6), (idx(1, 1), None)), ValueError, "not strictly increasing"),
+    "unsorted index": (IndexedUpdate(torch.zeros(2, 6), (idx(2, 1), None)), ValueError, "not strictly increasing"),
+    "index of floats": (IndexedUpdate(torch.zeros(2, 6), (torch.tensor([1.0, 2.0]), None)), TypeError,
+                        "expected a 1-D torch.int64 tensor or None"),
+    "index per dim missing": (IndexedUpdate(torch.zeros(2, 6), (idx(1, 2),)), ValueError, "one per dim"),
+    "values misfit index": (IndexedUpdate(torch.zeros(3, 6), (idx(1, 2), None)), ValueError,
+                            "has 3 entries in dim 0 but its index set there holds 2"),
+    "mask of wrong length": (MaskedUpdate(torch.zeros(1), torch.zeros(2, dtype=torch.uint8)), ValueError,
+                             "expected a 1-D torch.uint8 bitmask of 3 bytes"),
+    "mask of wrong dtype": (MaskedUpdate(torch.zeros(1), torch.zeros(3, dtype=torch.int64)), ValueError,
+                            "expected a 1-D torch.uint8 bitmask"),
+    "values misfit mask": (MaskedUpdate(torch.zeros(2), torch.tensor([1, 0, 0], dtype=torch.uint8)), ValueError,
+                           "its mask holds 1 coordinates"),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_sparse_input_is_one_sentence(backend, case):
+    packed, error, words = BAD[case]
+    with pytest.raises(error) as raised:
+        aggregate_updates(SHAPES, [{"w": packed}], [1.0], backend=backend)
+    message = str(raised.value)
+    assert words in message and "updates[0]['w']" in message and "\n" not in message
+
+
+def test_mask_of_wrong_shape_or_dtype_is_refused_when_gathered():
+    with pytest.raises(ValueError, match=r"mask has shape \(4, 5\) and dtype torch.bool; expected a torch.bool "
+                                         r"tensor of the parameter's shape \(4, 6\)"):
+        MaskedUpdate.gather(DENSE, torch.ones(4, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="dtype torch.float32"):
+        MaskedUpdate.gather(DENSE, torch.ones(4, 6))
+
+
+@needs_ext
+def test_op_refuses_inconsistent_tables_without_crashing():
+    from hasfl_ray.ops.sparse import build_sparse_layout
+
+    update = {"w": MaskedUpdate.gather(DENSE, DENSE > 10)}
+    layout = build_sparse_layout(SHAPES, [update], {})
+    bad_bits = [torch.zeros_like(b) for b in layout.bits]  # popcount no longer matches the values
+    out = torch.empty(layout.total_numel)
+    with pytest.raises(RuntimeError, match="sets 0 bits"):
+        torch.ops.hasfl_ray.aggregate_sparse_into(out, layout.packed, layout.params, layout.entries,
+                                                  torch.ones(1, dtype=torch.float64), layout.kinds, bad_bits,
+                                                  layout.rows, layout.row_offsets)
