@@ -3,10 +3,8 @@ odd return values or failing dataset loader, an empty or mis-shaped data split, 
 alias bomb and a benchmark too large for memory each end in one sentence and a non-zero exit, never a silent
 success, a traceback, a hang or gigabytes of memory."""
 
-import contextlib
 import logging
 import os
-import signal
 import textwrap
 import tracemalloc
 
@@ -19,23 +17,9 @@ from hasfl_ray.cli.main import main
 from hasfl_ray.config import load_yaml_config
 from hasfl_ray.engine.guard import GuardedAlgorithm
 from hasfl_ray.errors import ConfigError, PluginError
+from deadlines import deadline
 
 TINY = ["simulate", "--backend", "local", "--rounds", "2", "--clients", "6", "--clients-per-round", "3", "--quiet"]
-
-
-@contextlib.contextmanager
-def deadline(seconds=20):
-    """Fail (instead of hanging the suite) when the block has not ended within ``seconds``: a FIFO read blocks."""
-    def expired(number, frame):
-        raise TimeoutError(f"still blocked after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def invoke(args):

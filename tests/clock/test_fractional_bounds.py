@@ -3,8 +3,6 @@ gives is on by ``window``'s reckoning and later than the time asked, and a windo
 asked at, so the synchronous clock's wait and the asynchronous loop move on (both used to compute ``time - cycle *
 period`` and compare it with the bounds: 1.9 - 1.0 is 0.8999999999999999 < 0.9, and the clock waited for ever)."""
 
-import contextlib
-import signal
 
 import numpy as np
 import pytest
@@ -13,25 +11,11 @@ from click.testing import CliRunner
 from hasfl_ray.cli.main import main
 from hasfl_ray.clock import TraceAvailability
 from hasfl_ray.clock.availability import wait_until
+from deadlines import deadline
 
 HEAD = "client,speed_macs_per_s,down_bytes_per_s,up_bytes_per_s,latency_s,availability\n"
 #: The battery's availabilities: the synchronous hang, then the three asynchronous ones.
 BOUNDS = ["0-0.5 0.9-1", "0.1-0.3 0.7-1", "0-0.1 0.3-0.7", "0-0.0004 0.0006-0.001"]
-
-
-@contextlib.contextmanager
-def deadline(seconds):
-    """Fail (instead of hanging the suite) when the block has not ended within ``seconds``."""
-    def expired(number, frame):
-        raise TimeoutError(f"still running after {seconds} s: the clock does not move")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def availability(text):

@@ -3,8 +3,6 @@ sample's class while it is used up, without a bound, so at a small alpha it loop
 the draws are the source's, to the bit (the generator left where the source leaves it); where it cannot, one
 sentence naming alpha, the clients and the bound, exit 2, in `simulate` and `data inspect` alike."""
 
-import contextlib
-import signal
 
 import numpy as np
 import pytest
@@ -16,21 +14,7 @@ from hasfl_ray.data.partition import MAX_REDRAWS, partition_labels
 from hasfl_ray.errors import ConfigError
 
 from data.test_partition_schemes import LABELS, source_balanced_dirichlet
-
-
-@contextlib.contextmanager
-def deadline(seconds):
-    """Fail (instead of hanging the suite) when the block has not ended within ``seconds``."""
-    def expired(number, frame):
-        raise TimeoutError(f"still drawing after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+from deadlines import deadline
 
 
 @pytest.mark.parametrize("clients,alpha,seed", [(8, 0.3, 1), (10, 0.3, 4), (8, 0.2, 3), (7, 0.5, 0)])
