@@ -41,11 +41,14 @@ case "${1:-digits}" in
     $NICE hasfl-ray sweep "configs/$config.yaml" "${common[@]}" --out "$RUNS/$config" ;;
   clocked)
     $NICE hasfl-ray sweep configs/table3-clocked.yaml --datasets digits "${common[@]}" --out "$RUNS/clocked-digits" ;;
-  packs)  # one round, seed 42, all clients every round (8 for the FIARSE-style pack: two a width)
-    for pack in heterofl-cifar10 fjord-cifar10 fedrolex-cifar10 fiarse-protocol; do
-      clients=10; [ "$pack" = fiarse-protocol ] && clients=8
+  packs)  # one round, seed 42, all clients every round (8 for the FIARSE-style pack: two a width); one local epoch,
+          # except the FIARSE-style pack, which trains local_steps (100 iterations) and refuses --local-epochs beside it.
+          # PACKS="fiarse-protocol" runs some of the four (e.g. two sweeps side by side on two cores).
+    for pack in ${PACKS:-heterofl-cifar10 fjord-cifar10 fedrolex-cifar10 fiarse-protocol}; do
+      clients=10; epochs=(--local-epochs 1)
+      [ "$pack" = fiarse-protocol ] && clients=8 && epochs=()
       $NICE hasfl-ray sweep "configs/pack-$pack.yaml" --data-dir "$DATA" --seeds 42 --rounds 1 --clients "$clients" \
-        --clients-per-round "$clients" --local-epochs 1 "${common[@]}" --out "$RUNS/packs/$pack"
+        --clients-per-round "$clients" "${epochs[@]}" "${common[@]}" --out "$RUNS/packs/$pack"
     done ;;
   ablation)  # HeteroFL's masked cross-entropy, in direction: noniid2-e, seeds 42-44, on and off
     for rounds in 30 100; do
