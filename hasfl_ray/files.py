@@ -87,7 +87,10 @@ def open_regular(path: str, what: str) -> BinaryIO:
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException as error:
-        os.close(fd)
+        # a signal may land after fdopen took the descriptor and its handle was dropped (which closed it): never
+        # let that second close's EBADF hide the interruption (or the sentence) being raised
+        with contextlib.suppress(OSError):
+            os.close(fd)
         if isinstance(error, OSError):
             raise DataError(f"{what} {path!r} could not be read ({error.strerror or type(error).__name__}); "
                             "expected a readable file") from error

@@ -6,8 +6,10 @@ leaves a ``numpy`` without ``nonzero``, later blamed on the dataset that called 
 import (torch's, pybind11's) swallows the exception (the run goes on as if no signal came) or aborts on it
 ("terminate called after throwing ... KeyboardInterrupt"). So :func:`interrupt`, the one place hasfl-ray raises
 KeyboardInterrupt from a signal, raises it at once unless the main thread is inside an import; there the signal is
-kept, and raised as soon as the outermost import running on the main thread has ended (a watcher thread sees it
-end and hands the signal back to the main thread's current handler, :func:`_thread.interrupt_main`): the exit
+kept, and raised as soon as the outermost import running on the main thread has ended: where that import is an
+import statement, right at its end, before the next line runs (:func:`_import`, the import statement's
+``__import__`` while the watcher is on); otherwise a watcher thread sees it end and hands the signal back to the
+main thread's current handler (:func:`_thread.interrupt_main`): the exit
 comes later by at most the rest of that import. A second signal while one is kept and the import still runs (one
 that never ends: a plug-in's?) ends the console script at once, in one line, nothing unwound through the import
 (:func:`when_insisted`).
@@ -67,6 +69,9 @@ class _State:
     calls = 0  # signals seen by a handler (real ones and those handed back)
     watcher: threading.Thread | None = None
     wake_read = wake_write = -1
+    lock = threading.Lock()  # taking the kept signal: the outermost import's end (:func:`_import`) or the watcher
+    depth = 0  # imports under way on the main thread through the import statement (:func:`_import`)
+    original_import = None
     #: What a second signal does while one is kept (see :func:`interrupt`); None: raise it inside the import.
     insisted: Callable[[int], None] | None = None
 
@@ -145,6 +150,31 @@ def watch() -> None:
     _State.watcher = threading.Thread(target=_watch, args=(threading.main_thread().ident, _State.wake_read),
                                       name="hasfl-ray-interrupts", daemon=True)
     _State.watcher.start()
+    import builtins
+    if _State.original_import is None:
+        _State.original_import, builtins.__import__ = builtins.__import__, _import
+
+
+def _import(name, globals=None, locals=None, fromlist=(), level=0):
+    """The import statement's ``__import__``: a signal kept during an import is raised right where the outermost
+    import statement of the main thread ends, before the line after it runs (deterministic: no watcher's poll in
+    between); imports another way (``importlib.import_module``) are the watcher's."""
+    if threading.get_ident() != _MAIN:
+        return _State.original_import(name, globals, locals, fromlist, level)
+    _State.depth += 1
+    try:
+        return _State.original_import(name, globals, locals, fromlist, level)
+    finally:
+        _State.depth -= 1
+        if _State.depth == 0 and _State.pending is not None and not _State.handing:
+            with _State.lock:
+                number, _State.pending = _State.pending, None
+            if number is not None:
+                _State.calls += 1
+                raise Interrupt(number)
+
+
+_MAIN = threading.main_thread().ident
 
 
 def _watch(main: int, wake: int) -> None:
@@ -169,8 +199,11 @@ def _watch(main: int, wake: int) -> None:
                 if handler == signal.SIG_DFL:
                     signal.pthread_kill(main, number)
                 break
-            _State.handing = True
-            _thread.interrupt_main(number)  # the main thread's handler of `number` runs at its next line
+            with _State.lock:
+                if _State.pending is None:  # taken by the outermost import's end (:func:`_import`)
+                    break
+                _State.handing = True
+                _thread.interrupt_main(number)  # the main thread's handler of `number` runs at its next line
             while _State.calls == calls and _State.pending is not None:
                 time.sleep(POLL_S)  # one hand-back at a time: the next only once a handler has seen this one
 
