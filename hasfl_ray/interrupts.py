@@ -7,8 +7,8 @@ import (torch's, pybind11's) swallows the exception (the run goes on as if no si
 ("terminate called after throwing ... KeyboardInterrupt"). So :func:`interrupt`, the one place hasfl-ray raises
 KeyboardInterrupt from a signal, raises it at once unless the main thread is inside an import; there the signal is
 kept, and raised as soon as the outermost import running on the main thread has ended: where that import is an
-import statement, right at its end, before the next line runs (:func:`_import`, the import statement's
-``__import__`` while the watcher is on); otherwise a watcher thread sees it end and hands the signal back to the
+import statement, right at its end, before the next line runs (:func:`_import`, the console script's import
+statement ``__import__``); otherwise a watcher thread sees it end and hands the signal back to the
 main thread's current handler (:func:`_thread.interrupt_main`): the exit
 comes later by at most the rest of that import. A second signal while one is kept and the import still runs (one
 that never ends: a plug-in's?) ends the console script at once, in one line, nothing unwound through the import
@@ -138,11 +138,16 @@ def when_insisted(callback: Callable[[int], None] | None) -> Callable[[int], Non
     return previous
 
 
-def watch() -> None:
-    """Start the watcher thread that hands a kept signal back once the main thread's import has ended (once per
+def watch(statements: bool = False) -> None:
+    """``statements``: also raise a kept signal where the outermost import statement ends (:func:`_import`; the
+    console script's, for its whole life; a program using hasfl-ray keeps its own ``__import__``). Start the watcher thread that hands a kept signal back once the main thread's import has ended (once per
     process; a daemon waiting on a pipe, woken by :func:`interrupt`). Call from the main thread's ordinary code
     before the handlers that use :func:`interrupt` are installed: never from a handler (starting a thread takes
     locks the interrupted code may hold)."""
+    if statements:
+        import builtins
+        if _State.original_import is None:
+            _State.original_import, builtins.__import__ = builtins.__import__, _import
     if _State.watcher is not None:
         return
     _State.wake_read, _State.wake_write = os.pipe()
@@ -150,9 +155,6 @@ def watch() -> None:
     _State.watcher = threading.Thread(target=_watch, args=(threading.main_thread().ident, _State.wake_read),
                                       name="hasfl-ray-interrupts", daemon=True)
     _State.watcher.start()
-    import builtins
-    if _State.original_import is None:
-        _State.original_import, builtins.__import__ = builtins.__import__, _import
 
 
 def _import(name, globals=None, locals=None, fromlist=(), level=0):

@@ -20,7 +20,7 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 def main(argv=None) -> None:
     """Run `hasfl-ray` (``argv``: the arguments, default sys.argv[1:])."""
-    interrupts.watch()
+    interrupts.watch(statements=True)
     insisted = interrupts.when_insisted(ended_at_once)
     # (a signal the process was started with ignored stays ignored: a background job of a shell without job control)
     previous = {number: signal.signal(number, interrupts.handle) for number in SIGNALS
