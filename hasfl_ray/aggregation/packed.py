@@ -25,12 +25,10 @@ import numpy as np
 import torch
 
 
-@dataclass(frozen=True)
-class IndexedUpdate:
-    """``values`` over per-dim index sets ``index`` (None: the whole dim). See the module docstring."""
+class _Values:
+    """What an update's dtype and device are: its packed ``values``."""
 
     values: torch.Tensor
-    index: Tuple[Optional[torch.Tensor], ...]
 
     @property
     def dtype(self) -> torch.dtype:
@@ -39,6 +37,14 @@ class IndexedUpdate:
     @property
     def device(self) -> torch.device:
         return self.values.device
+
+
+@dataclass(frozen=True)
+class IndexedUpdate(_Values):
+    """``values`` over per-dim index sets ``index`` (None: the whole dim). See the module docstring."""
+
+    values: torch.Tensor
+    index: Tuple[Optional[torch.Tensor], ...]
 
     def nbytes(self) -> int:
         """Bytes this update occupies on the wire: its values and its index lists."""
@@ -56,19 +62,11 @@ class IndexedUpdate:
 
 
 @dataclass(frozen=True)
-class MaskedUpdate:
+class MaskedUpdate(_Values):
     """``values`` at the set bits of ``bits`` (flat bitmask of the full shape). See the module docstring."""
 
     values: torch.Tensor
     bits: torch.Tensor
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.values.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.values.device
 
     def nbytes(self) -> int:
         """Bytes this update occupies on the wire: its values and its bitmask."""
