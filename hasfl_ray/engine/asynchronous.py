@@ -31,10 +31,9 @@ from hasfl_ray.config.faults import parse_fault
 from hasfl_ray.engine import records
 from hasfl_ray.engine.async_state import AsyncState, InFlight
 from hasfl_ray.engine.backend import RoundInterrupted
-from hasfl_ray.engine.participants import round_capacities, sub_models, task_objective
+from hasfl_ray.engine.participants import round_capacities, client_task, sub_models
 from hasfl_ray.schedule import round_lr
 from hasfl_ray.training.seeding import STREAM_CLOCK, numpy_rng
-from hasfl_ray.training.task import ClientTask
 
 logger = logging.getLogger(__name__)
 
@@ -130,10 +129,7 @@ class AsyncLoop:
         handle = None
         if not lost:
             lr = round_lr(c.lr, c.lr_decay, v, c.lr_milestones, c.lr_gamma)
-            task = ClientTask(client, n, shape[0], lr, c.seed, task_objective(algorithm, v, client, width, shape),
-                              offset=algorithm.window_offset(v, client), masked_loss=c.masked_loss,
-                              proximal=c.async_rho or 0.0, depth=shape[1],
-                              channels=algorithm.channel_sets(v, client, width))
+            task = client_task(algorithm, c, v, client, width, shape, lr, number=n, proximal=c.async_rho or 0.0)
             if self.fault is not None and self.fault[0] == n:
                 task.fault = self.fault[1]
             handle = self.backend.dispatch(task)

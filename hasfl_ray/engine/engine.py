@@ -24,7 +24,7 @@ from hasfl_ray.engine.events import RunEvents
 from hasfl_ray.engine.factory import make_backend
 from hasfl_ray.engine.guard import PluginError
 from hasfl_ray.schedule import round_lr
-from hasfl_ray.engine.participants import round_capacities, sample_participants, sub_models, task_objective
+from hasfl_ray.engine.participants import round_capacities, sample_participants, client_task, sub_models
 from hasfl_ray.engine.records import MAX_PENDING_LINES, complete, kept, open_log, writing
 from hasfl_ray.engine.rundir import RunDirectory, RunLock, remove_made
 from hasfl_ray.engine.signals import StopSignals
@@ -32,7 +32,6 @@ from hasfl_ray.errors import ActorLostError, ConfigError, EvaluationInterrupted,
 from hasfl_ray.models import build_model
 from hasfl_ray.registry import spec_label
 from hasfl_ray.training.determinism import apply_determinism
-from hasfl_ray.training.local import ClientTask
 
 # Importable from here as before the engine's rooms were split out (tests, benchmarks and plug-ins import them).
 from hasfl_ray.engine.evaluating import TEXT_LOCAL_ACCURACY  # noqa: F401
@@ -284,10 +283,7 @@ class Engine:
         if self.clock is not None:  # who the deadline keeps, and how far a partial client gets (docs/clock.md)
             participants, steps, clocked = self._clocked_round(t, invitation or Invitation(participants), shapes)
         lr = round_lr(c.lr, c.lr_decay, t, c.lr_milestones, c.lr_gamma)
-        tasks = [ClientTask(i, t, shapes[i][0], lr, c.seed, task_objective(self.algorithm, t, i, widths[i], shapes[i]),
-                            offset=self.algorithm.window_offset(t, i), max_steps=steps.get(i),
-                            masked_loss=c.masked_loss, depth=shapes[i][1],
-                            channels=self.algorithm.channel_sets(t, i, widths[i]))
+        tasks = [client_task(self.algorithm, c, t, i, widths[i], shapes[i], lr, max_steps=steps.get(i))
                  for i in participants]
         fault = parse_fault(c.fault_inject) if c.fault_inject else None
         if fault is not None and fault[0] != "kill-trainer" and fault[1] == t and tasks:

@@ -74,3 +74,18 @@ def task_objective(algorithm, round: int, client: int, width: float, shape: Tupl
 
     objective = algorithm.objective(round, client, width)
     return ExitsObjective() if shape[1] is not None and type(objective) is LocalObjective else objective
+
+
+def client_task(algorithm, config, round: int, client: int, width: float, shape: Tuple[float, Optional[int]],
+                lr: float, number: Optional[int] = None, **extra):
+    """The :class:`~hasfl_ray.training.task.ClientTask` of ``client`` allocated ``width`` and training ``shape``
+    ((width, depth), :func:`sub_models`) at ``round`` (the server version in async mode, where ``number`` is the
+    dispatch's number that seeds it; the round itself otherwise): the one place both modes ask the algorithm for
+    the sub-model's description (window offset, channel sets, depth) and the objective. ``extra``: the mode's own
+    fields (``max_steps``, ``proximal``)."""
+    from hasfl_ray.training.task import ClientTask
+
+    return ClientTask(client, round if number is None else number, shape[0], lr, config.seed,
+                      task_objective(algorithm, round, client, width, shape),
+                      offset=algorithm.window_offset(round, client), masked_loss=config.masked_loss,
+                      depth=shape[1], channels=algorithm.channel_sets(round, client, width), **extra)

@@ -1,0 +1,240 @@
+"""The run configuration's checks: every field's value on construction, one sentence naming the key, its value and
+what was expected (:class:`~hasfl_ray.errors.ConfigError`); :class:`~hasfl_ray.config.schema.RunConfigFields` calls
+:func:`check_fields` from ``__post_init__``. Normalising a value (e.g. ``eval_widths: full``) sets it on the frozen
+instance."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from hasfl_ray import registry
+from hasfl_ray.config.faults import FAULT_KINDS, parse_fault
+from hasfl_ray.config.model_keys import MODEL_CHOICES, check_model_keys
+from hasfl_ray.errors import ConfigError
+from hasfl_ray.federation import PAPER_WIDTHS, WIDTH_ASSIGNMENTS, global_width_of, normalise_ladder, normalise_partition
+
+MAX_LR = registry.MAX_LR
+
+def check_fields(self) -> None:
+    """Check (and normalise) every field of a :class:`~hasfl_ray.config.schema.RunConfigFields` on construction:
+    one :class:`~hasfl_ray.errors.ConfigError` sentence naming the key, its value and what was expected."""
+    def bad(name: str, value: Any, expected: str) -> ConfigError:
+        if _real(value) and not _number(value) and "at most" not in expected:  # NaN, infinity, 1e39
+            expected += ", and finite (not NaN or infinity; at most 3.4e+38 in size, float32's largest)"
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:20] + f"... ({len(repr(value))} characters)"
+        return ConfigError(f"{name} is {shown}; expected {expected}")
+
+    for name in ("dataset", "algorithm"):  # which names exist is the registry's business (resolved())
+        if not isinstance(getattr(self, name), str) or not getattr(self, name):
+            raise bad(name, getattr(self, name), "a registered name or FILE.py:Class / MODULE:Class")
+    if not isinstance(self.algorithm_options, Mapping) or \
+            not all(isinstance(k, str) for k in self.algorithm_options):
+        raise bad("algorithm_options", self.algorithm_options, "a mapping of option names to values")
+    for name in ("clients", "clients_per_round", "eval_batch_size", "t_adapt", "trainer_threads"):
+        value = getattr(self, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise bad(name, value, "a positive integer")
+    if self.eval_samples is not None:
+        value = self.eval_samples
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise bad("eval_samples", value, "a positive integer (test samples to evaluate on), or 0 for the "
+                                             "whole test set")
+        if value == 0:  # one spelling of "the whole test set" in config.yaml and --resume's comparison
+            object.__setattr__(self, "eval_samples", None)
+    _check_evaluation(self, bad)
+    for name in ("rounds", "local_epochs", "batch_size"):
+        value = getattr(self, name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+            raise bad(name, value, "a positive integer")
+    if self.clients_per_round > self.clients:
+        raise ConfigError(f"clients_per_round is {self.clients_per_round} but clients is {self.clients}; "
+                          "expected at most as many participants per round as clients")
+    _check_ladder(self, bad)
+    if self.estimator not in ("masked", "common-core"):
+        raise bad("estimator", self.estimator, "masked or common-core")
+    if self.classifier_aggregation not in ("all", "label_split"):
+        raise bad("classifier_aggregation", self.classifier_aggregation, "all or label_split")
+    if self.aggregation_weights not in ("samples", "count"):
+        raise bad("aggregation_weights", self.aggregation_weights, "samples (n_i) or count (1 a client)")
+    if not isinstance(self.warmup, int) or self.warmup < 0:
+        raise bad("warmup", self.warmup, "a non-negative integer")
+    if not _positive_number(self.alpha):
+        raise bad("alpha", self.alpha, "a number > 0")
+    if self.lr is not None and (not _positive_number(self.lr) or self.lr > MAX_LR):
+        raise bad("lr", self.lr, f"a number > 0 and at most {MAX_LR:g} (a larger step overflows float32 weights)")
+    for name, low, high in (("lr_decay", 0, 1), ("momentum", 0, 1)):
+        value = getattr(self, name)
+        if (value is not None or name != "momentum") and (not _number(value) or not low <= value <= high):
+            raise bad(name, value, f"a number in [{low}, {high}]")
+    milestones = self.lr_milestones
+    if milestones is not None:
+        if not isinstance(milestones, (list, tuple)) or not milestones or not all(
+                isinstance(m, int) and not isinstance(m, bool) and m > 0 for m in milestones) or \
+                list(milestones) != sorted(set(milestones)):
+            raise bad("lr_milestones", milestones, "increasing positive round numbers, e.g. [150, 250]")
+        object.__setattr__(self, "lr_milestones", list(milestones))
+    if not _number(self.lr_gamma) or not 0 < self.lr_gamma <= 1:
+        raise bad("lr_gamma", self.lr_gamma, "a number in (0, 1] (the factor at each of lr_milestones)")
+    hashes = self.input_sha256
+    if hashes is not None and (not isinstance(hashes, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) and len(v) == 64 for k, v in hashes.items())):
+        raise bad("input_sha256", hashes, "a mapping of input names to sha256 hex digests (written by hasfl-ray, "
+                                          "not by hand)")
+    if self.augmentation not in ("none", "crop_flip"):
+        raise bad("augmentation", self.augmentation, "none or crop_flip (RandomCrop with padding 4 and a "
+                                                     "horizontal flip of image batches)")
+    if self.local_steps is not None and (not isinstance(self.local_steps, int) or
+                                         isinstance(self.local_steps, bool) or self.local_steps < 1):
+        raise bad("local_steps", self.local_steps, "a positive number of local iterations (or unset: "
+                                                   "local_epochs)")
+    if not _number(self.weight_decay) or self.weight_decay < 0:
+        raise bad("weight_decay", self.weight_decay, "a number >= 0")
+    if self.clip_norm is not None and (not _number(self.clip_norm) or self.clip_norm < 0):
+        raise bad("clip_norm", self.clip_norm, "a number >= 0 (0 disables clipping)")
+    if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+        raise bad("seed", self.seed, "a non-negative integer")
+    value = self.control_variates_dir
+    if value is not None and (not isinstance(value, str) or not value):
+        raise bad("control_variates_dir", value, "a directory path")
+    if self.backend not in ("auto", "local", "ray"):
+        raise bad("backend", self.backend, "auto, local or ray")
+    if self.aggregation_backend not in ("auto", "fused", "reference"):
+        raise bad("aggregation_backend", self.aggregation_backend, "auto, fused or reference")
+    if self.client_batching not in ("auto", "on", "mixed", "off"):
+        raise bad("client_batching", self.client_batching, "auto, on, mixed or off")
+    if self.cuda_graphs not in ("auto", "on", "off"):
+        raise bad("cuda_graphs", self.cuda_graphs, "auto, on or off")
+    if self.masked_loss in ("on", "off") and isinstance(self.masked_loss, str):  # --masked-loss on|off
+        object.__setattr__(self, "masked_loss", self.masked_loss == "on")
+    if not isinstance(self.masked_loss, bool):
+        raise bad("masked_loss", self.masked_loss, "true or false (on or off)")
+    _check_model(self, bad)
+    _check_execution(self, bad)
+    _check_clock(self)
+    from hasfl_ray.config.asynchronous import ASYNC_KEYS, SYNC_ONLY, check_async_keys
+
+    values = check_async_keys({k: getattr(self, k) for k in ("mode", "clients_per_round", *ASYNC_KEYS, *SYNC_ONLY)},
+                              self.clients, self.devices, self.deadline)
+    for name, value in values.items():
+        object.__setattr__(self, name, value)
+
+def _check_model(self, bad) -> None:
+    """Validate model, model_norm, model_scaler and the sBN keys (:func:`check_model_keys`)."""
+    check_model_keys(self, bad)
+
+def _check_ladder(self, bad) -> None:
+    """Validate (and normalise) widths, width_mix, tier_counts, width_assignment and partition."""
+    # global_width first: the rate of width_mix's first level, read before the notation is normalised away
+    object.__setattr__(self, "global_width", global_width_of(self.global_width, self.widths, self.width_mix))
+    widths, mix = normalise_ladder(self.widths, self.width_mix)
+    object.__setattr__(self, "widths", widths)
+    object.__setattr__(self, "width_mix", mix)
+    if self.tier_counts is not None:
+        counts, tiers = self.tier_counts, widths or list(PAPER_WIDTHS)
+        if not isinstance(counts, (list, tuple)) or len(counts) != len(tiers) or not all(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts) or \
+                sum(counts) != self.clients:
+            raise bad("tier_counts", counts, f"{len(tiers)} non-negative client counts for p^max "
+                                             f"{'/'.join(map(str, tiers))} adding up to clients ({self.clients})"
+                                             + (", e.g. [4, 10, 3, 3] for 20" if widths is None else ""))
+        if mix is not None:
+            raise ConfigError(f"tier_counts is {list(counts)!r} and width_mix is {self.width_mix!r}; expected one "
+                              "of them (tier_counts: exact client counts per width; width_mix: shares)")
+        object.__setattr__(self, "tier_counts", [int(n) for n in counts])
+    if self.width_assignment not in WIDTH_ASSIGNMENTS:
+        raise bad("width_assignment", self.width_assignment, "fixed (a client's p^max drawn once for the run) or "
+                                                             "dynamic (redrawn from the mix every round)")
+    object.__setattr__(self, "partition", normalise_partition(self.partition))
+    if self.global_width < 1 and self.model not in MODEL_CHOICES:
+        raise ConfigError(f"global_width is {self.global_width!r} but model is "
+                          f"{'unset' if self.model is None else repr(self.model)}; expected a narrower global "
+                          f"model only with model {', '.join(MODEL_CHOICES)} (its stages are scaled)")
+
+def _check_evaluation(self, bad) -> None:
+    """Validate (and normalise) eval_widths, eval_every, local_eval_every and local_eval_width."""
+    widths = self.eval_widths
+    if isinstance(widths, str) and widths.strip() == "full":  # the full model only: a flag's or YAML's word
+        widths = [1.0]
+    if widths is not None:
+        if not isinstance(widths, (list, tuple)) or not widths or not all(
+                _number(w) and not isinstance(w, bool) and 0 < w <= 1 for w in widths):
+            raise bad("eval_widths", widths, "a list of widths in (0, 1], e.g. [0.25, 0.5, 1.0] (1.0 is always "
+                                             "evaluated), or full")
+        object.__setattr__(self, "eval_widths", sorted({float(w) for w in widths} | {1.0}))
+    value = self.eval_every
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+        raise bad("eval_every", value, "a positive integer (rounds between evaluations at each width)")
+    value = self.local_eval_every
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise bad("local_eval_every", value, "a non-negative integer (rounds between local-accuracy evaluations; "
+                                             "0: after the last round only)")
+    if self.local_eval_width not in ("final", "p_max"):
+        raise bad("local_eval_width", self.local_eval_width, "final or p_max")
+    if self.local_eval_rule not in ("labels", "source"):
+        raise bad("local_eval_rule", self.local_eval_rule, "labels (the client's labels' test samples at its own "
+                                                           "width) or source (HeteroFL's and FedRolex's rule: "
+                                                           "its own test shard, the global model)")
+    value = self.local_eval_clients
+    if not (value in ("all", "off") or (isinstance(value, int) and not isinstance(value, bool) and value > 0)):
+        raise bad("local_eval_clients", value, "a positive number of clients (exact up to it, a seeded sample "
+                                               "of it beyond), all or off")
+    if value == "off" and self.local_eval_every:
+        raise ConfigError(f"local_eval_every is {self.local_eval_every} but local_eval_clients is 'off'; expected "
+                          "local_eval_every 0, or local_eval_clients N or all")
+
+def _check_clock(self) -> None:
+    """Validate (and normalise) the device clock's fields (:func:`hasfl_ray.clock.spec.check_clock_keys`)."""
+    from hasfl_ray.clock.spec import check_clock_keys
+
+    values = check_clock_keys(self.devices, self.availability, self.deadline, self.deadline_policy,
+                              self.overselect, self.dropout)
+    for name, value in values.items():
+        object.__setattr__(self, name, value)
+
+def _check_execution(self, bad) -> None:
+    """Validate the synthetic-data, Ray, checkpoint and fault-injection fields."""
+    for name in ("synthetic_alpha", "synthetic_beta"):
+        if not _number(getattr(self, name)) or getattr(self, name) < 0:
+            raise bad(name, getattr(self, name), "a number >= 0")
+    for name in ("deterministic", "handoff"):
+        if not isinstance(getattr(self, name), bool) and (name == "deterministic" or self.handoff is not None):
+            raise bad(name, getattr(self, name), "true or false")
+    if not isinstance(self.device, str) or not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
+        raise bad("device", self.device, "auto, cpu, cuda, cuda:N or mps")
+    if self.actors is not None and (not isinstance(self.actors, int) or isinstance(self.actors, bool)
+                                    or self.actors <= 0):
+        raise bad("actors", self.actors, "a positive integer")
+    gpus = self.gpus_per_actor
+    if gpus is not None:
+        if not _number(gpus) or gpus <= 0 or (gpus > 1 and gpus != int(gpus)):
+            raise bad("gpus_per_actor", gpus, "a fraction in (0, 1] or a whole number of GPUs")
+        if not self.device.startswith(("cuda", "auto")):
+            raise ConfigError(f"gpus_per_actor is {gpus!r} but device is {self.device!r}; expected device cuda "
+                              "for trainers that use GPUs")
+    if self.address is not None and (not isinstance(self.address, str) or not self.address):
+        raise bad("address", self.address, "a Ray cluster address HOST:PORT, ray://HOST:PORT or auto")
+    for name in ("actors", "gpus_per_actor", "address"):
+        if getattr(self, name) is not None and self.backend == "local":
+            raise ConfigError(f"{name} is {getattr(self, name)!r} but backend is {self.backend!r}; expected "
+                              "backend ray, the only one with actors")
+    if not isinstance(self.checkpoint_every, int) or isinstance(self.checkpoint_every, bool) or \
+            self.checkpoint_every < 0:
+        raise bad("checkpoint_every", self.checkpoint_every, "a non-negative integer (0 disables checkpoints)")
+    if self.fault_inject is not None:
+        fault = parse_fault(self.fault_inject)
+        if fault is None:
+            raise bad("fault_inject", self.fault_inject, "KIND@ROUND with KIND one of " + ", ".join(FAULT_KINDS))
+        if fault[0] == "kill-trainer" and self.backend == "local":
+            raise ConfigError(f"fault_inject is {self.fault_inject!r} but backend is {self.backend!r}; expected "
+                              "backend ray, whose trainer actors it kills")
+
+def _real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+_number = registry.finite_number
+
+
+def _positive_number(value: Any) -> bool:
+    return _number(value) and value > 0
