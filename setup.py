@@ -66,7 +66,9 @@ setup(
     ],
     extras_require={"ray": [], "test": ["pytest>=8", "hypothesis>=6.100"],
                     # RUN/events/ for `tensorboard --logdir runs/` (written only when tensorboard imports)
-                    "tensorboard": ["tensorboard>=2.14"]},
+                    "tensorboard": ["tensorboard>=2.14"],
+                    # experiment trackers (--track, docs/notebook.md) and the notebook's DataFrame
+                    "mlflow": ["mlflow>=2.10"], "wandb": ["wandb>=0.16"], "notebook": ["pandas>=2", "ipykernel>=6"]},
     entry_points={"console_scripts": ["hasfl-ray=hasfl_ray.cli.entry:main"]},
     ext_modules=ext_modules,
     cmdclass=cmdclass,

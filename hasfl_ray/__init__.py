@@ -24,6 +24,11 @@ _LAZY = {
     "register_algorithm": "hasfl_ray.registry",
     "register_dataset": "hasfl_ray.registry",
     "simulate": "hasfl_ray.api",
+    "load_run": "hasfl_ray.results",
+    "RunResult": "hasfl_ray.results",
+    "Callback": "hasfl_ray.callbacks",
+    "EarlyStopping": "hasfl_ray.callbacks",
+    "Stop": "hasfl_ray.callbacks",
 }
 
 

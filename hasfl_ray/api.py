@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Sequence, Union
+
+from hasfl_ray.callbacks import check_callbacks
 
 from hasfl_ray.config import (RunConfig, check_inert_keys, given_keys, load_yaml_config, merge_layers,
                               migrate_config)
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.registry import spec_of
+from hasfl_ray.results import RunResult
 
 
 def _name(kind: str, value: Any) -> str:
@@ -23,10 +26,12 @@ def _name(kind: str, value: Any) -> str:
 
 def simulate(config: Union[RunConfig, Mapping[str, Any], str, None] = None, *, algorithm: Any = None,
              dataset: Any = None, algorithm_options: Optional[Mapping[str, Any]] = None,
-             out_dir: Optional[str] = None, progress: bool = False, resume: bool = False, force: bool = False,
-             **fields: Any) -> Dict[str, Any]:
-    """Run one experiment and return its summary (best_accuracy, final_accuracy, avg_p, avg_p_post_warmup,
-    rounds, params_sha256, wall_s), writing the run directory ``out_dir`` when given.
+             out_dir: Optional[str] = None, progress: Optional[bool] = None, resume: bool = False,
+             force: bool = False, callbacks: Optional[Sequence[Any]] = None, track: Sequence[str] = (),
+             **fields: Any) -> RunResult:
+    """Run one experiment and return its result: the summary as a dict (best_accuracy, final_accuracy, avg_p,
+    avg_p_post_warmup, rounds, params_sha256, wall_s, ...) with ``.history`` (every metrics line), ``.out_dir``
+    and ``.frame()`` (:class:`~hasfl_ray.results.RunResult`), writing the run directory ``out_dir`` when given.
 
     Args:
         config: a RunConfig, a mapping of config keys, or the path of a YAML config (default: all defaults).
@@ -34,6 +39,10 @@ def simulate(config: Union[RunConfig, Mapping[str, Any], str, None] = None, *, a
         dataset: a registered name, ``FILE.py:Class`` / ``MODULE:Class``, or a Dataset subclass.
         algorithm_options: the algorithm's options (its ``options_class`` fields), or an instance of that class.
         fields: further config keys (``rounds=5``, ``clients=10``, ``mu=0.5`` for fedprox), over ``config``'s.
+        progress: a progress bar (tqdm's notebook widget in Jupyter); default: on in a notebook, off elsewhere.
+        callbacks: objects with ``on_round_end`` / ``on_update`` / ``on_run_start`` / ``on_run_end``
+            (:mod:`hasfl_ray.callbacks`); ``on_round_end`` may return ``Stop`` to end the run early.
+        track: experiment trackers to log to, ``"mlflow"`` and/or ``"wandb"`` (:mod:`hasfl_ray.trackers`).
 
     ``backend`` defaults to ``auto``, the command line's rule: Ray where it is installed, else local
     (:func:`hasfl_ray.config.default_backend`); results do not depend on it.
@@ -60,5 +69,19 @@ def simulate(config: Union[RunConfig, Mapping[str, Any], str, None] = None, *, a
     given_layers = [layer for layer, _ in layers[isinstance(config, RunConfig):]]  # a RunConfig holds every key
     run_config = RunConfig.from_dict(values)
     check_inert_keys(given_keys(given_layers), values, source)
-    engine = Engine(run_config, out_dir=out_dir, progress=progress, resume=resume, force=force)
-    return engine.run()
+    from hasfl_ray.trackers import make_trackers
+
+    if progress is None:
+        progress = in_notebook()
+    hooks = check_callbacks(callbacks) + make_trackers(track)
+    engine = Engine(run_config, out_dir=out_dir, progress=progress, resume=resume, force=force, callbacks=hooks)
+    summary = engine.run()
+    return RunResult(summary, engine.history, out_dir)
+
+
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (where a progress bar is shown by default)."""
+    import sys
+
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    return type(shell).__name__ == "ZMQInteractiveShell"

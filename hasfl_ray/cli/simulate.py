@@ -82,11 +82,14 @@ def stored_run_base(out: str, flags: Dict[str, Any]) -> Dict[str, Any] | None:
 @click.option("--force", is_flag=True, help="Overwrite an existing run directory (with --resume: continue it "
                                             "even if its config differs).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--track", type=click.Choice(["mlflow", "wandb"]), multiple=True,
+              help="Also log the run to an experiment tracker (repeatable): mlflow (MLFLOW_TRACKING_URI) or wandb "
+                   "(WANDB_MODE=offline needs no account); docs/notebook.md#trackers.")
 @click.option("--json", "as_json", is_flag=True, help="End by printing summary.json (strict JSON) instead of the "
                                                       "readable summary.")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
 @user_errors
-def simulate(config_file, out, force, resume, quiet, as_json, verbose, no_coverage, download, fast_nondeterministic,
+def simulate(config_file, out, force, resume, quiet, track, as_json, verbose, no_coverage, download, fast_nondeterministic,
              **flags) -> None:
     """Run a federated experiment and write config.yaml, metrics.jsonl, clients.csv and summary.json."""
     setup_logging(verbose)
@@ -102,8 +105,10 @@ def simulate(config_file, out, force, resume, quiet, as_json, verbose, no_covera
         config = build_config(config_file, flags, base=stored_run_base(out, flags)).resolved()
 
     from hasfl_ray.engine import Engine
+    from hasfl_ray.trackers import make_trackers
 
-    engine = Engine(config, out_dir=out, progress=not quiet, resume=resume, force=force)
+    engine = Engine(config, out_dir=out, progress=not quiet, resume=resume, force=force,
+                    callbacks=make_trackers(track))
     engine.prepare()  # bad data or config (or a config that differs from the one resumed) fails here
     try:
         summary = engine.run()

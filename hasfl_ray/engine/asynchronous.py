@@ -179,6 +179,8 @@ class AsyncLoop:
             except RoundInterrupted:
                 engine._interrupted(start)
             update_start = time.perf_counter()
+            if engine.stopped_early is not None:  # a callback's Stop (hasfl_ray/callbacks.py)
+                break
             # (after the last update too when its local-accuracy pass was cut short: --resume computes it)
             if engine.stop_signals.requested() and (s.version < c.rounds or engine.local_owed is not None):
                 engine._interrupted(start)

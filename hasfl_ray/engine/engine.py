@@ -16,6 +16,7 @@ import torch
 from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.clock import Invitation
 from hasfl_ray.clock.records import round_record
+from hasfl_ray.callbacks import call_start, check_callbacks
 from hasfl_ray.engine import asynchronous, evaluating, preparing, records
 from hasfl_ray.engine.backend import Backend, RoundInterrupted
 from hasfl_ray.engine.checkpoint import SNAPSHOT_BYTES, Checkpoint, Snapshot, save_checkpoint, state_bytes
@@ -28,7 +29,7 @@ from hasfl_ray.engine.participants import round_capacities, sample_participants,
 from hasfl_ray.engine.records import MAX_PENDING_LINES, complete, kept, open_log, writing
 from hasfl_ray.engine.rundir import RunDirectory, RunLock, remove_made
 from hasfl_ray.engine.signals import StopSignals
-from hasfl_ray.errors import ActorLostError, ConfigError, EvaluationInterrupted, RunInterrupted, TrainerError
+from hasfl_ray.errors import ActorLostError, EvaluationInterrupted, RunInterrupted, TrainerError
 from hasfl_ray.models import build_model
 from hasfl_ray.registry import spec_label
 from hasfl_ray.training.determinism import apply_determinism
@@ -58,7 +59,7 @@ class Engine:
     """
 
     def __init__(self, config: RunConfig, out_dir: Optional[str] = None, backend: Optional[Backend] = None,
-                 progress: bool = False, resume: bool = False, force: bool = False):
+                 progress: bool = False, resume: bool = False, force: bool = False, callbacks: Any = None):
         apply_determinism(config.deterministic)  # before anything in this process starts CUDA
         self.config = config.resolved()
         self.rundir = RunDirectory(out_dir) if out_dir else None
@@ -82,6 +83,9 @@ class Engine:
         self.claimed: Any = None  # control_variates_dir as prepare made and marked it (hasfl_ray.files.FolderClaim)
         self.inputs_unverified: Any = None  # the sentence of inputs known by their path only (config/inputs.py)
         self.asynchronous: Any = None  # the event loop of an asynchronous run (mode async, docs/async.md)
+        self.callbacks = check_callbacks(callbacks)  # yours, then the TensorBoard writer (hasfl_ray/callbacks.py)
+        self.stopping = bool(self.callbacks)  # a callback may stop the run: its rounds' lines are not deferred
+        self.stopped_early: Optional[Dict[str, Any]] = None  # {round, reason} once a callback returned Stop
 
     def prepare(self) -> None:
         """Load data, draw tiers, build the algorithm and w^(0); raises ConfigError before anything is written (or
@@ -115,7 +119,7 @@ class Engine:
         log = shared = None
         made_log = started = False  # log.txt made by this start; config.yaml written, the run directory the run's
         try:
-            shared = self._lock_control_variates()
+            shared = preparing.lock_control_variates(self)
             if self.rundir and self.force and not self.resume:
                 self.rundir.clear()
             made_log = bool(self.rundir) and not os.path.lexists(self.rundir.file("log.txt"))
@@ -143,7 +147,9 @@ class Engine:
                         with writing(self.rundir, "metrics.jsonl"):
                             self.rundir.reset_metrics(self.history)  # on resume: the lines up to the checkpoint
                         self.events = RunEvents.open(self.rundir.path, first_round=len(self.history))
+                        self.callbacks += [self.events] if self.events is not None else []
                     started = True
+                    call_start(self)
                     return self._loop()
                 except (TrainerError, PluginError) as error:
                     if log is not None:  # the sentence goes to the terminal (CLI); the traceback only here
@@ -169,20 +175,6 @@ class Engine:
                     remove_made(lock.made, [self.rundir.file("log.txt")] if made_log else [])
             if not started:
                 self._undo_claim()
-
-    def _lock_control_variates(self) -> Optional[RunLock]:
-        """An exclusive lock on ``control_variates_dir`` while the run writes its c_i files there (prepare made and
-        marked the folder): a second run pointed at the same folder is refused in one sentence instead of
-        overwriting the first one's control variates (a sweep gives each cell a folder of its own). None when the
-        run keeps nothing there."""
-        folder = self.config.control_variates_dir
-        if not folder or not os.path.isdir(folder):
-            return None
-        try:
-            return RunLock(folder, "control_variates_dir", "run", "choose another --control-variates-dir").acquire()
-        except ConfigError:
-            self.backend.shutdown()  # Ray and its actors, when prepare started them
-            raise
 
     def _interrupted(self, start: float) -> None:
         """Checkpoint the completed rounds and raise :class:`RunInterrupted` (the backend is shut down after)."""
@@ -223,6 +215,8 @@ class Engine:
                 records.record(self, (line, None, None, None))
             while len(self._pending) > MAX_PENDING_LINES:  # never more than a few rounds behind
                 records.record(self, self._pending.pop(0))
+            if self.stopped_early is not None:  # a callback's Stop (the line asking it is recorded)
+                break
             if self.stop_signals.requested() and (t + 1 < c.rounds or self.local_owed is not None):
                 self.record_pending()
                 if bar:
@@ -348,7 +342,8 @@ class Engine:
         """Whether round ``t``'s line may be completed after round t + 1 trained (its evaluation running beside that
         training): not the last round, nor when a stop was asked for (a round that checkpoints: only with its
         :meth:`snapshot`, see :meth:`run_round`)."""
-        return self._in_loop and t + 1 < self.config.rounds and not self.stop_signals.requested()
+        return self._in_loop and t + 1 < self.config.rounds and not self.stop_signals.requested() and \
+            not self.stopping
 
     def _checkpoints(self, t: int) -> bool:
         """Whether round ``t`` ends with a checkpoint (every ``checkpoint_every`` rounds and after the last)."""

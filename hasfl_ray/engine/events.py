@@ -23,6 +23,8 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
+from hasfl_ray.callbacks import Callback
+
 logger = logging.getLogger(__name__)
 
 #: The run directory's folder for event files (one of rundir.RUN_FOLDERS).
@@ -42,9 +44,15 @@ def tensorboard_available() -> bool:
     return True
 
 
-class RunEvents:
-    """The event writer of one run (or one resumed part of it). Use :meth:`open`; ``write`` once per round after
-    its metrics line is appended; ``close`` when the run ends, however it ends."""
+class RunEvents(Callback):
+    """The event writer of one run (or one resumed part of it), a built-in callback (:mod:`hasfl_ray.callbacks`):
+    use :meth:`open`; the engine calls ``on_round_end`` / ``on_update`` (``write``) once per round after its metrics
+    line is appended; ``close`` when the run ends, however it ends."""
+
+    def on_round_end(self, line: Dict[str, Any], run: Any) -> None:
+        self.write(line, run.algorithm)  # reads only: TensorBoard's view of the round
+
+    on_update = on_round_end
 
     def __init__(self, writer: Any, path: str):
         self._writer = writer

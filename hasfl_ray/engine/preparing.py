@@ -296,3 +296,20 @@ def check_threads(config: RunConfig) -> None:
     if config.backend == "local" and config.trainer_threads > cpus:
         raise ConfigError(f"trainer_threads is {config.trainer_threads}, which needs {config.trainer_threads} CPUs, "
                           f"but this machine has {cpus}; expected at most {cpus}")
+
+
+def lock_control_variates(engine: Any) -> Optional[Any]:
+    """An exclusive lock on ``control_variates_dir`` while the run writes its c_i files there (prepare made and
+    marked the folder): a second run pointed at the same folder is refused in one sentence instead of
+    overwriting the first one's control variates (a sweep gives each cell a folder of its own). None when the
+    run keeps nothing there."""
+    from hasfl_ray.engine.rundir import RunLock
+
+    folder = engine.config.control_variates_dir
+    if not folder or not os.path.isdir(folder):
+        return None
+    try:
+        return RunLock(folder, "control_variates_dir", "run", "choose another --control-variates-dir").acquire()
+    except ConfigError:
+        engine.backend.shutdown()  # Ray and its actors, when prepare started them
+        raise

@@ -10,6 +10,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
+from hasfl_ray.callbacks import call_end, call_line, run_info
 from hasfl_ray.clock.records import clock_summary, profile_columns
 from hasfl_ray.engine.checkpoint import Snapshot, load_checkpoint_round
 from hasfl_ray.engine.coverage import CAUSE as COVERAGE_CAUSE
@@ -72,9 +73,12 @@ def record(engine: Any, pending: Optional[Tuple[Dict[str, Any], Any, Any, Option
     if engine.rundir:
         with writing(engine.rundir, "metrics.jsonl"):
             engine.rundir.append_metrics(line)
-        if engine.events is not None:
-            engine.events.write(line, engine.algorithm)  # reads only: TensorBoard's view of the round
-        if engine._checkpoints(t):
+    stop = call_line(engine, line)  # yours and TensorBoard's (hasfl_ray/callbacks.py): they read the line
+    if stop is not None and engine.stopped_early is None:
+        engine.stopped_early = {"round": t, "reason": stop.reason}
+        logger.warning("stopping after round %d: %s", t, stop.reason)
+    if engine.rundir:
+        if engine._checkpoints(t) or (stop is not None and engine.config.checkpoint_every):
             with writing(engine.rundir, "checkpoints/latest.pt"):
                 engine.save_checkpoint(engine.elapsed_before + time.perf_counter() - start, snapshot)
     if bar:
@@ -163,11 +167,14 @@ def finish(engine: Any, wall_s: float) -> Dict[str, Any]:
         summary.update(clock_summary(engine.history))
     if engine.asynchronous is not None:  # server updates, clients dispatched, staleness (docs/async.md)
         summary.update(async_summary(engine))
+    if engine.stopped_early is not None:  # a callback's Stop (hasfl_ray/callbacks.py)
+        summary["stopped_early"] = dict(engine.stopped_early)
     if engine.rundir:
         with writing(engine.rundir, "clients.csv"):
             engine.rundir.write_clients(engine.client_rows(), tuple(extra_columns(engine)))
         with writing(engine.rundir, "summary.json"):
             engine.rundir.write_summary(summary)
+    call_end(engine.callbacks, summary, run_info(engine))
     return summary
 
 

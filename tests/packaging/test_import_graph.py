@@ -139,7 +139,7 @@ def test_the_engine_names_no_single_algorithm_and_the_schedule_sits_at_the_botto
 #: - ``simulation.sweep`` (the sweep's Ray executor) on the sweep's floor, whose cells it runs.
 FLOORS = (
     ("bottom", ("errors", "files", "schedule", "registry", "federation", "evaluation", "training.seeding",
-                "interrupts")),
+                "interrupts", "callbacks", "trackers")),
     ("parts", ("config", "engine.config", "models", "aggregation", "ops", "data", "clock")),
     ("training", ("training",)),
     ("algorithms", ("algorithms",)),
@@ -149,7 +149,7 @@ FLOORS = (
     ("analysis", ("analysis",)),
     ("sweep", ("sweep", "simulation.sweep")),
     ("bench", ("bench",)),
-    ("top", ("cli", "api", "__init__")),
+    ("top", ("cli", "api", "results", "__init__")),
 )
 
 #: Floor entries that may not exist yet (the configuration package is being moved out of engine/config.py).

@@ -23,12 +23,13 @@ PACKAGE = os.path.join(REPO, "hasfl_ray")
 #: hasfl_ray's public names (its ``__all__``; docs/layout.md's first row of the package table).
 PUBLIC_NAMES = ("AggregateResult", "aggregate_updates", "__version__", "Algorithm", "ClientResult", "LocalObjective",
                 "Dataset", "FederatedDataset", "TensorFederatedDataset", "RunConfig", "register_algorithm",
-                "register_dataset", "simulate")
+                "register_dataset", "simulate", "load_run", "RunResult", "Callback", "EarlyStopping", "Stop")
 
 #: ``from MODULE import NAME`` in docs/*.md, README.md, examples/ and docs/reproduction/*.py.
 DOCUMENTED_IMPORTS = {
     "hasfl_ray": ("Algorithm", "Dataset", "TensorFederatedDataset"),
     "hasfl_ray.aggregation": ("IndexedUpdate", "MaskedUpdate", "aggregate_updates"),
+    "hasfl_ray.callbacks": ("Callback", "EarlyStopping", "Stop"),
     "hasfl_ray.models.index_slicing": ("extract_indexed", "extract_masked", "index_sets", "random_channel_sets"),
     "hasfl_ray.training.seeding": ("torch_generator",),
     "hasfl_ray.analysis": ("read_run",),
@@ -54,7 +55,8 @@ DOCUMENTED_PATHS = (
     "hasfl_ray.Algorithm", "hasfl_ray.Arrival", "hasfl_ray.Dataset", "hasfl_ray.aggregate_updates",
     "hasfl_ray.aggregation", "hasfl_ray.aggregation.packed.pack_bits", "hasfl_ray.models.index_slicing",
     "hasfl_ray.models.index_slicing.channel_groups", "hasfl_ray.models.index_slicing.extract_masked",
-    "hasfl_ray.simulate",
+    "hasfl_ray.simulate", "hasfl_ray.load_run", "hasfl_ray.callbacks", "hasfl_ray.callbacks.Callback",
+    "hasfl_ray.results", "hasfl_ray.trackers",
     "hasfl_ray.analysis", "hasfl_ray.analysis.clocked", "hasfl_ray.analysis.plots", "hasfl_ray.analysis.report",
     "hasfl_ray.cli.entry",
     "hasfl_ray.cli.main",
