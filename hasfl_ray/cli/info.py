@@ -10,6 +10,7 @@ import click
 import torch
 
 from hasfl_ray import __version__
+from hasfl_ray.threads import actor_environment, wait_policy
 from hasfl_ray.ops import aggregate as ops
 from hasfl_ray.training.determinism import apply_determinism
 
@@ -50,7 +51,15 @@ def collect_info() -> Dict[str, object]:
         },
         "devices": devices,
         "determinism": determinism,
+        "threads": {"torch_threads": torch.get_num_threads(), **wait_policy(),
+                    "actors": "every Ray actor starts with " + ", ".join(f"{k}={v}" for k, v in
+                                                                         actor_environment().items())},
     }
+
+
+def _threads_line(threads: Dict[str, object]) -> str:
+    return (f"OpenMP waits: OMP_WAIT_POLICY={threads['OMP_WAIT_POLICY']} (set by {threads['set_by']}; "
+            f"{threads['actors']})")
 
 
 def _yes_no(flag: bool) -> str:
@@ -85,3 +94,4 @@ def info(as_json: bool) -> None:
         else:
             click.echo(f"  {device['device']}: {device['name']}, {device['memory_gib']} GiB, "
                        f"compute capability {device['capability']}")
+    click.echo(_threads_line(data["threads"]))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -18,9 +17,6 @@ from hasfl_ray.training.determinism import apply_determinism, determinism_state
 from hasfl_ray.training.result import ClientResult
 from hasfl_ray.training.task import ClientTask
 from hasfl_ray.training.trainer import Trainer
-
-#: Networks a trainer keeps built (the most recently used widths); others are dropped with their memory.
-CACHED_WIDTHS = 4
 
 
 @dataclass(frozen=True)
@@ -88,7 +84,6 @@ class TrainerActor:
                  evaluation: Optional[Tuple[Any, ...]] = None):
         self.device = _process_setup(device, threads, deterministic)
         self.params: Dict[str, torch.Tensor] = {}
-        self.recent_widths: "OrderedDict[float, None]" = OrderedDict()
         if dataset is not None:  # None: started early, see setup
             self.trainer = Trainer(dataset, model_name, settings, str(self.device), threads, cuda_graphs=cuda_graphs)
             self.evaluator = Evaluator(model_name, dataset, device, threads, *(evaluation or (500, None)))
@@ -142,19 +137,9 @@ class TrainerActor:
                 results += self.trainer.train_unit(tasks, self.params)
             else:
                 results += [self.trainer.train(task, self.params) for task in tasks]
-            for width in dict.fromkeys(task.width for task in tasks):
-                self._used(width)
         clients = tuple(task.client for tasks, _ in units for task in tasks)
         return TaskReport(clients[0], time.perf_counter() - start, clients), pack(tuple(results))
 
-    def _used(self, width: float) -> None:
-        """Mark ``width`` recently used; drop the networks of widths not used lately."""
-        self.recent_widths[width] = None
-        self.recent_widths.move_to_end(width)
-        while len(self.recent_widths) > CACHED_WIDTHS:
-            self.recent_widths.popitem(last=False)
-        if len(self.trainer.cached_widths) > CACHED_WIDTHS:
-            self.trainer.release(keep=self.recent_widths)
 
 
 class ServerActor:

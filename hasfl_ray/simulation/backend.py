@@ -13,6 +13,7 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from hasfl_ray.threads import actor_environment
 from hasfl_ray.aggregation.label_split import label_masks_for
 from hasfl_ray.engine.backend import Backend, optimizer_settings
 from hasfl_ray.engine.config import RunConfig, fault_inject_round
@@ -136,11 +137,12 @@ class RayBackend(AsyncTransport, Transport, Backend):
         self.plan: ActorPlan = plan_actors(config, resources.get("CPU", 0), resources.get("GPU", 0))
         self._process = dict(device=self.plan.device, threads=config.trainer_threads,
                              deterministic=config.deterministic)  # what an actor's process needs before its data
+        environment = {"env_vars": actor_environment()}  # OMP_WAIT_POLICY before the actor loads torch
         self._trainer_class = ray.remote(TrainerActor).options(
             num_cpus=self.plan.cpus_per_actor, num_gpus=self.plan.gpus_per_actor, max_restarts=0,
-            max_task_retries=0)
-        self.server = ray.remote(ServerActor).options(num_cpus=0, num_gpus=self.plan.server_gpus).remote(
-            **self._process)
+            max_task_retries=0, runtime_env=environment)
+        self.server = ray.remote(ServerActor).options(num_cpus=0, num_gpus=self.plan.server_gpus,
+                                                      runtime_env=environment).remote(**self._process)
         self.slots = [_Slot(i, self._trainer_class.remote(**self._process)) for i in range(self.plan.actors)]
 
     def _start_actors(self, config: RunConfig, dataset, model_name, initial_params) -> None:

@@ -9,6 +9,7 @@ take a :class:`Workspace`; :class:`~hasfl_ray.training.trainer.Trainer` owns one
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 import torch
@@ -24,6 +25,11 @@ from hasfl_ray.training.graphed import StepCache
 from hasfl_ray.training.seeding import STREAM_CLIENT, torch_generator
 from hasfl_ray.training.task import ClientTask, OptimizerSettings
 
+
+#: The most networks a workspace keeps built (local backend and every Ray trainer alike): the least recently used
+#: is dropped, with its memory, when another is needed. A network is rebuilt at no cost to results (its parameters
+#: and buffers are set before every use), so the bound trades a rebuild (milliseconds) for memory.
+MODEL_CACHE = 8
 
 class Workspace:
     """One device's training state, shared by every client a trainer trains.
@@ -49,7 +55,9 @@ class Workspace:
         #: Whether clients of different widths may train as one stack padded to the widest (``mixed``).
         self.pads_exactly = pads_exactly(full)
         del full
-        self._models: Dict[object, nn.Module] = {}  # width, or (width, depth) for a depth sub-model
+        #: width, or (width, depth) for a depth sub-model -> its network; least recently used first (an LRU of at
+        #: most MODEL_CACHE networks: a run of continuous widths never holds more)
+        self._models: "OrderedDict[object, nn.Module]" = OrderedDict()
         self._depth_names: Dict[int, List[str]] = {}
         self.steps: Optional[StepCache] = StepCache(capture=self.device.type == "cuda") if cuda_graphs else None
         # A dataset that gathers a batch on its device from positions held there gets each epoch's order on the
@@ -68,7 +76,12 @@ class Workspace:
         sub-model (:mod:`hasfl_ray.models.depth`), cached under (width, depth)."""
         key = width if depth is None else (width, depth)
         if key not in self._models:
+            while len(self._models) >= MODEL_CACHE:  # the least recently used goes, with its captured steps
+                self._models.popitem(last=False)
+                if self.steps is not None:
+                    self.steps.release(set(k[0] if isinstance(k, tuple) else k for k in self._models))
             self._models[key] = build_model(self.model_name, width, depth).to(self.device)
+        self._models.move_to_end(key)
         return self._models[key]
 
     def release(self, keep: Iterable[float] = ()) -> None:
@@ -90,7 +103,7 @@ class Workspace:
 
     @property
     def cached_widths(self) -> List[float]:
-        """Widths whose networks are cached, oldest first."""
+        """Widths whose networks are cached, least recently used first."""
         return list(self._models)
 
     def masked_labels(self, task: ClientTask) -> Optional[torch.Tensor]:

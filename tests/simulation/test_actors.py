@@ -10,7 +10,8 @@ from hasfl_ray.data import load_dataset  # noqa: E402
 from hasfl_ray.engine import RunConfig, Server  # noqa: E402
 from hasfl_ray.engine.backend import optimizer_settings  # noqa: E402
 from hasfl_ray.engine.engine import initial_parameters  # noqa: E402
-from hasfl_ray.simulation.actors import CACHED_WIDTHS, ServerActor, TrainerActor  # noqa: E402
+from hasfl_ray.simulation.actors import ServerActor, TrainerActor  # noqa: E402
+from hasfl_ray.training.workspace import MODEL_CACHE  # noqa: E402
 from hasfl_ray.simulation.wire import pack, unpack  # noqa: E402
 from hasfl_ray.training.local import ClientTask, Trainer  # noqa: E402
 
@@ -32,7 +33,7 @@ def test_trainer_keeps_at_most_the_recent_widths_and_matches_a_plain_trainer(set
         report, packed = actor.run(params, [([task], False)])
         [result] = unpack(packed)
         assert report.client == task.client and report.clients == (task.client,) and report.train_seconds > 0
-        assert len(actor.trainer.cached_widths) <= CACHED_WIDTHS
+        assert len(actor.trainer.cached_widths) <= MODEL_CACHE
         expected = plain.train(task, params)
         assert all((result.update[k] == expected.update[k]).all() for k in expected.update)
     assert actor.trainer.cached_widths[-1] == 1.0

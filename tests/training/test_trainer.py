@@ -111,3 +111,20 @@ def test_local_still_exports_the_training_api():
     assert local.ClientTask is task.ClientTask and local.LocalObjective is task.LocalObjective
     assert local.OptimizerSettings is task.OptimizerSettings and local.graphable is task.graphable
     assert local.ClientResult is result.ClientResult and local.Trainer is trainer.Trainer
+
+
+def test_the_model_cache_is_a_bounded_lru_and_a_rebuilt_network_trains_the_same(setup):
+    """Issue 46 item 4: a run of continuous widths holds at most MODEL_CACHE networks (the least recently used goes),
+    and a width whose network was dropped and rebuilt trains bit for bit as on a fresh trainer."""
+    from hasfl_ray.training.workspace import MODEL_CACHE
+
+    dataset, settings, params = setup
+    trainer = Trainer(dataset, "digits", settings)
+    widths = [round(0.2 + 0.05 * k, 2) for k in range(MODEL_CACHE + 4)]
+    for k, width in enumerate(widths + widths[:3]):  # the first three come back after they were dropped
+        task = ClientTask(k % len(SIZES), k, width, 0.05, 3)
+        assert identical(trainer.train(task, params), Trainer(dataset, "digits", settings).train(task, params))
+        assert len(trainer.cached_widths) <= MODEL_CACHE
+    assert trainer.cached_widths == (widths + widths[:3])[-MODEL_CACHE:]  # least recently used first
+    trainer.model_at(widths[-1])  # a use moves it to the end
+    assert trainer.cached_widths[-1] == widths[-1]

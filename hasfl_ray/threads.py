@@ -1,0 +1,47 @@
+"""OpenMP's waiting threads told to sleep, not spin (issue 46 item 5): ``OMP_WAIT_POLICY=PASSIVE``.
+
+With more than one intra-op thread, OpenMP's default lets a thread that finished its share spin on the CPU while it
+waits for the others (GNU libgomp spins for a while before it sleeps). On a machine whose cores are shared (trainer
+actors beside each other, a sweep's cells, anything else running) the spinning threads take the cores the working
+ones need, and a loaded round was measured 3-30x slower (benchmarks/RESULTS.md). PASSIVE makes them sleep at once.
+The policy is read once, when the OpenMP runtime loads with torch, so it must be in the environment before torch is
+imported: the console script sets it first thing (:func:`passive_waits`), every Ray actor gets it in its
+environment (:func:`actor_environment`), and ``hasfl-ray info`` says which policy this process runs with. A policy
+the user set (any value, in the environment) is left as it is. Nothing here changes a result: it is the scheduling
+of waiting threads only.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, MutableMapping, Optional
+
+VARIABLE = "OMP_WAIT_POLICY"
+PASSIVE = "PASSIVE"
+#: How the policy came to be, for ``hasfl-ray info``: set here (``hasfl-ray``) or found in the environment (``user``).
+_SET_HERE = "_HASFL_RAY_SET_OMP_WAIT_POLICY"
+
+
+def passive_waits(environ: Optional[MutableMapping[str, str]] = None) -> str:
+    """Set ``OMP_WAIT_POLICY=PASSIVE`` in ``environ`` (default: this process's) unless it is set already; returns
+    the policy in force. Call it before torch is imported: a runtime already loaded has read its policy."""
+    environ = os.environ if environ is None else environ
+    if VARIABLE not in environ:
+        environ[VARIABLE] = PASSIVE
+        environ[_SET_HERE] = "1"
+    return environ[VARIABLE]
+
+
+def actor_environment() -> Dict[str, str]:
+    """The variables every Ray actor's process starts with (``runtime_env`` ``env_vars``): this process's wait
+    policy, PASSIVE unless the user chose another, so trainers on a cluster's other machines sleep too."""
+    return {VARIABLE: os.environ.get(VARIABLE, PASSIVE)}
+
+
+def wait_policy() -> Dict[str, str]:
+    """``{"OMP_WAIT_POLICY": value or "unset (OpenMP's default: spin, then sleep)", "set_by": ...}`` of this
+    process, as ``hasfl-ray info`` prints it."""
+    value = os.environ.get(VARIABLE)
+    if value is None:
+        return {VARIABLE: "unset (OpenMP's default: spin, then sleep)", "set_by": "nobody"}
+    return {VARIABLE: value, "set_by": "hasfl-ray" if os.environ.get(_SET_HERE) == "1" else "the environment"}
