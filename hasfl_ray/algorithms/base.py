@@ -164,6 +164,14 @@ class Algorithm(ABC):
             return [1.0] * len(clients)
         return [float(self.num_samples[i]) for i in clients]
 
+    def inspect_updates(self, round: int, global_params: Dict[str, "torch.Tensor"],
+                        results: Sequence[ClientResult]) -> None:
+        """Rounds only, before :meth:`observe`: the accepted participants' results in client order *with* their
+        updates (dense tensors, or :class:`~hasfl_ray.aggregation.packed.IndexedUpdate` for an index-set client)
+        and the global parameters w^t they started from (name -> CPU tensor), e.g. FLuID's invariant neurons.
+        Called only for an algorithm that overrides it (:mod:`hasfl_ray.engine.inspection`), which then costs
+        a copy of w^t and the updates' way back to the driver each round. Default: nothing."""
+
     def observe(self, round: int, results: Sequence[ClientResult], aggregate: AggregateResult) -> None:
         """React to the round's aggregate (estimates, allocations, control variates). Default: nothing.
 
