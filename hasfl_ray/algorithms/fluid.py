@@ -77,7 +77,7 @@ class FLuID(Algorithm):
     def __init__(self, config, p_max, num_samples):
         super().__init__(config, p_max, num_samples)
         if getattr(config, "mode", "sync") == "async":
-            raise ConfigError(f"algorithm fluid runs in rounds and mode is {config.mode!r}; expected mode rounds "
+            raise ConfigError(f"algorithm fluid runs in rounds and mode is {config.mode!r}; expected mode sync "
                               "(its stragglers, thresholds and drops are the source's per-round bookkeeping)")
         if getattr(config, "sub_model", "width") != "width":
             raise ConfigError(f"algorithm fluid trains channel index sets and sub_model is {config.sub_model!r}; "

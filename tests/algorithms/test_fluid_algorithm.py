@@ -1,0 +1,118 @@
+"""``--algorithm fluid`` applies FLuID's rules (hasfl_ray/algorithms/league/fluid.py, transcribed from iwang05/FLuID
+commit 206246d03f2b3880fc76354fa120ab7c16598952, CIFAR10/fedDropCIFAR_android.py) to a run's updates: after the
+calibration of rnd 2 a straggler's channel sets leave out the channels whose updates changed least (computed here
+on the digits CNN's layout, written out by hand), the stragglers' own updates never vote, and the state round-trips."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from hasfl_ray.algorithms.fluid import FLuID
+from hasfl_ray.engine import RunConfig
+from hasfl_ray.models import build_model
+from hasfl_ray.training.result import ClientResult
+
+
+#: The digits CNN's channel groups written out: per group, (parameter, dim, positions per channel).
+LAYOUT = [[("features.0.weight", 0, 1), ("features.0.bias", 0, 1), ("features.1.weight", 0, 1),
+           ("features.1.bias", 0, 1), ("features.4.weight", 1, 1)],
+          [("features.4.weight", 0, 1), ("features.4.bias", 0, 1), ("features.5.weight", 0, 1),
+           ("features.5.bias", 0, 1), ("fc1.weight", 1, 4)],
+          [("fc1.weight", 0, 1), ("fc1.bias", 0, 1), ("fc2.weight", 1, 1)]]
+SIZES = [32, 64, 128]
+#: The channels of each group whose weights the non-stragglers leave exactly as they were.
+STILL = [[1, 7, 20], [0, 5, 6, 63], [3, 100]]
+
+
+def select(tensor, dim, unit, channels):
+    positions = [c * unit + k for c in channels for k in range(unit)]
+    return tensor.index_select(dim, torch.tensor(positions))
+
+
+def round_updates(global_params, clients, generator):
+    """Per client a dense update: exactly 0 on every coordinate of a STILL channel, else |Δ| >= 0.5 |w|."""
+    updates = []
+    for _ in clients:
+        update = {}
+        for name, w in global_params.items():
+            factor = (0.5 + torch.rand(w.shape, generator=generator)) * torch.where(
+                torch.rand(w.shape, generator=generator) < 0.5, -1.0, 1.0)
+            update[name] = w * factor
+        for group, slices in enumerate(LAYOUT):
+            for name, dim, unit in slices:
+                positions = [c * unit + k for c in STILL[group] for k in range(unit)]
+                update[name].index_fill_(dim, torch.tensor(positions), 0.0)
+        updates.append(update)
+    return [ClientResult(c, 1.0, u, 10, 1.0, 1) for c, u in zip(clients, updates)]
+
+
+def changes_by_hand(global_params, results):
+    """Per group, per channel: max over clients and over the channel's weights of |w_i − w| / |w|."""
+    out = []
+    for group, slices in enumerate(LAYOUT):
+        per = []
+        for c in range(SIZES[group]):
+            worst = 0.0
+            for r in results:
+                for name, dim, unit in slices:
+                    w = select(global_params[name], dim, unit, [c]).double()
+                    d = select(r.update[name], dim, unit, [c]).double()
+                    worst = max(worst, float((d.abs() / w.abs()).max()))
+            per.append(worst)
+        out.append(per)
+    return out
+
+
+@pytest.fixture
+def fluid():
+    config = RunConfig(dataset="digits", algorithm="fluid", clients=4, clients_per_round=4, rounds=5, seed=3)
+    algorithm = FLuID(config, np.array([1.0, 1.0, 1.0, 0.5]), np.array([10, 10, 10, 10]))
+    algorithm.model_name = "digits"
+    return algorithm
+
+
+def test_a_straggler_drops_the_least_changed_channels_after_calibration(fluid):
+    generator = torch.Generator().manual_seed(5)
+    global_params = {n: torch.randn(s.shape, generator=generator) + 0.1 for n, s in
+                     build_model("digits").param_specs().items()}
+    assert fluid.allocate(0, [0, 1, 2, 3]) == {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0}  # rnd 1: everyone full
+    fluid.inspect_updates(0, global_params, round_updates(global_params, [0, 1, 2, 3], generator))
+    assert fluid.thresholds == [1.5, 1.5, 1.5]  # rnd 1: no calibration
+    assert fluid.allocate(1, [0, 1, 2, 3]) == {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0}  # rnd 2: still full
+    results = round_updates(global_params, [0, 1, 2], generator)
+    straggler = round_updates(global_params, [3], torch.Generator().manual_seed(6))[0]
+    for name in straggler.update:  # the straggler changes everything; its update must not vote
+        straggler.update[name] = global_params[name] * 0.9
+    fluid.inspect_updates(1, global_params, results + [straggler])
+    by_hand = changes_by_hand(global_params, results)
+    for group, per in enumerate(by_hand):
+        least = [c for c, value in enumerate(per) if value == min(per)]
+        assert least == STILL[group] and min(per) == 0.0
+        assert fluid.thresholds[group] == min(per)  # rnd 2: the smallest channel change
+        assert fluid.invariant[group] == STILL[group]
+    widths = fluid.allocate(2, [0, 1, 2, 3])  # rnd 3: the straggler drops
+    assert widths == {0: 1.0, 1: 1.0, 2: 1.0, 3: 0.5}
+    kept = fluid.channel_sets(2, 3, 0.5)
+    assert fluid.channel_sets(2, 0, 1.0) is None
+    for group, size in enumerate(SIZES):
+        assert len(kept[group]) == math.ceil(0.5 * size) and kept[group] == sorted(kept[group])
+        assert not set(kept[group]) & set(STILL[group])  # every invariant channel dropped (fewer than D of them)
+    assert fluid.previous[3] == [sorted(set(range(s)) - set(k)) for s, k in zip(SIZES, kept)]
+
+
+def test_the_draws_and_the_state_round_trip(fluid):
+    generator = torch.Generator().manual_seed(5)
+    global_params = {n: torch.randn(s.shape, generator=generator) + 0.1 for n, s in
+                     build_model("digits").param_specs().items()}
+    for t in range(2):
+        fluid.allocate(t, [0, 1, 2, 3])
+        fluid.inspect_updates(t, global_params, round_updates(global_params, [0, 1, 2], generator))
+    state = fluid.state_dict()
+    twin = FLuID(fluid.config, fluid.p_max, fluid.num_samples)
+    twin.model_name = "digits"
+    twin.load_state_dict(state)
+    assert twin.allocate(2, [1, 3]) == fluid.allocate(2, [1, 3])
+    assert twin.channel_sets(2, 3, 0.5) == fluid.channel_sets(2, 3, 0.5)
+    assert twin.state_dict()["fluid"] == fluid.state_dict()["fluid"]
