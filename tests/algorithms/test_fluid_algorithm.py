@@ -116,3 +116,41 @@ def test_the_draws_and_the_state_round_trip(fluid):
     assert twin.allocate(2, [1, 3]) == fluid.allocate(2, [1, 3])
     assert twin.channel_sets(2, 3, 0.5) == fluid.channel_sets(2, 3, 0.5)
     assert twin.state_dict()["fluid"] == fluid.state_dict()["fluid"]
+
+
+@pytest.mark.parametrize("arch", ["preresnet18", "resnet18"])
+def test_fluid_on_a_resnet_drops_per_residual_stream_and_the_straggler_trains_its_sets(arch):
+    """On a ResNet a neuron is a channel of a stage's residual stream or of a block's inner activation: the
+    straggler's sets (one per group, ceil(p x C) each) train as the index-set sub-network."""
+    from hasfl_ray.data.base import TensorFederatedDataset
+    from hasfl_ray.engine.guard import GuardedAlgorithm
+    from hasfl_ray.models import register_model
+    from hasfl_ray.models.index_slicing import channel_groups
+    from hasfl_ray.training.local import ClientTask, OptimizerSettings, Trainer
+
+    model = f"h15-fluid-{arch}"
+    register_model(model, dict(kind=arch, in_channels=1, num_classes=10, image_size=8, norm="sbn", scaler=True,
+                               stages=[8, 8, 16, 16]))
+    config = RunConfig(dataset="digits", algorithm="fluid", clients=4, clients_per_round=4, rounds=5, seed=3)
+    algorithm = FLuID(config, np.array([1.0, 1.0, 1.0, 0.25]), np.array([10, 10, 10, 10]))
+    algorithm.model_name = model
+    generator = torch.Generator().manual_seed(2)
+    specs = build_model(model).param_specs()
+    global_params = {n: torch.randn(s.shape, generator=generator) + 0.1 for n, s in specs.items()}
+    for t in range(2):
+        algorithm.allocate(t, [0, 1, 2, 3])
+        results = [ClientResult(c, 1.0, {n: w * torch.rand(w.shape, generator=generator) for n, w in
+                                         global_params.items()}, 10, 1.0, 1) for c in range(3)]
+        algorithm.inspect_updates(t, global_params, results)
+    _, sizes = channel_groups(specs)
+    assert len(algorithm.invariant) == len(sizes) == 12
+    assert algorithm.allocate(2, [0, 3]) == {0: 1.0, 3: 0.25}
+    guarded = GuardedAlgorithm(algorithm, "fluid", 4)
+    sets = guarded.channel_sets(2, 3, 0.25)  # the guard's checks: groups, order, range, ceil(p x C) each
+    assert [len(s) for s in sets] == [2, 2, 2, 2, 2, 2, 4, 4, 4, 4, 4, 4]
+    x = torch.randint(0, 256, (40, 1, 8, 8), dtype=torch.uint8, generator=generator)
+    y = torch.randint(0, 10, (40,), generator=generator)
+    dataset = TensorFederatedDataset("tiny", model, 10, x, y, x[:8], y[:8], [torch.arange(40)], mean=[0.5], std=[0.25])
+    result = Trainer(dataset, model, OptimizerSettings(batch_size=16)).train(
+        ClientTask(0, 2, 0.25, 0.05, 3, channels=sets), global_params)
+    assert result.steps > 0 and all(torch.isfinite(u.values).all() for u in result.update.values())
