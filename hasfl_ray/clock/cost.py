@@ -72,7 +72,11 @@ def index_list_bytes(model_name: str, width: float) -> int:
     parameter, one int64 entry per kept position of every scaled dim (a flattened dim's channel: its ``unit``
     positions), what :meth:`IndexedUpdate.nbytes` counts beyond the held values (4 bytes each, already in
     :meth:`WidthCosts.model_bytes`). Sent down with the sub-model and up with the update."""
-    specs = build_model(model_name).param_specs()
+    return index_bytes_of(build_model(model_name).param_specs(), width)
+
+
+def index_bytes_of(specs, width: float) -> int:
+    """:func:`index_list_bytes` of the parameters ``specs`` (name -> ParamSpec)."""
     return INDEX_BYTES * sum(dim.sliced(width) for spec in specs.values() for dim in spec.dims if dim.scaled)
 
 
