@@ -172,6 +172,8 @@ class Algorithm(ABC):
         Called only for an algorithm that overrides it (:mod:`hasfl_ray.engine.inspection`), which then costs
         a copy of w^t and the updates' way back to the driver each round. Default: nothing."""
 
+    inspect_updates.inspects_nothing = True  # the engine asks this, not the class (it imports no algorithm)
+
     def observe(self, round: int, results: Sequence[ClientResult], aggregate: AggregateResult) -> None:
         """React to the round's aggregate (estimates, allocations, control variates). Default: nothing.
 

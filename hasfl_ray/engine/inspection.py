@@ -13,12 +13,11 @@ from typing import Any, List, Sequence, Tuple
 
 
 def inspects_updates(algorithm: Any) -> bool:
-    """Whether ``algorithm`` (or the algorithm a guard wraps) overrides ``Algorithm.inspect_updates``."""
-    from hasfl_ray.algorithms.base import Algorithm
-
+    """Whether ``algorithm`` (or the algorithm a guard wraps) overrides ``Algorithm.inspect_updates`` (the base's
+    carries ``inspects_nothing``; the engine imports no algorithm module to compare with it)."""
     inner = getattr(algorithm, "algorithm", algorithm)  # GuardedAlgorithm keeps the instance as .algorithm
     method = getattr(type(inner), "inspect_updates", None)
-    return method is not None and method is not Algorithm.inspect_updates
+    return method is not None and not getattr(method, "inspects_nothing", False)
 
 
 def train_round(engine: Any, round: int, tasks: Sequence[Any], weights: Sequence[float]) -> Tuple[List[Any], Any]:

@@ -54,6 +54,7 @@ DOCUMENTED_PATHS = (
     "hasfl_ray.Algorithm", "hasfl_ray.Arrival", "hasfl_ray.Dataset", "hasfl_ray.aggregate_updates",
     "hasfl_ray.aggregation", "hasfl_ray.aggregation.packed.pack_bits", "hasfl_ray.models.index_slicing",
     "hasfl_ray.models.index_slicing.channel_groups", "hasfl_ray.models.index_slicing.extract_masked",
+    "hasfl_ray.clock.cost.index_list_bytes",
     "hasfl_ray.simulate",
     "hasfl_ray.analysis", "hasfl_ray.analysis.clocked", "hasfl_ray.analysis.plots", "hasfl_ray.analysis.report",
     "hasfl_ray.cli.entry",
