@@ -82,6 +82,10 @@ class FLuID(Algorithm):
         if getattr(config, "sub_model", "width") != "width":
             raise ConfigError(f"algorithm fluid trains channel index sets and sub_model is {config.sub_model!r}; "
                               "expected sub_model width")
+        for key, plain in (("classifier_aggregation", "all"), ("estimator", "masked")):
+            if getattr(config, key, plain) != plain:  # the server cannot mix these with index sets in one round
+                raise ConfigError(f"algorithm fluid trains channel index sets and {key} is "
+                                  f"{getattr(config, key)!r}; expected {key} {plain}")
         self.thresholds: Optional[List[float]] = None
         self.stopped: Optional[List[bool]] = None
         self.counter = 0

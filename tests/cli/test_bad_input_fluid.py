@@ -8,6 +8,10 @@ from sentences import invoke, refused
 
 @pytest.mark.parametrize("args, words", [
     (["--mode", "async", "--devices", "lognormal"], ["algorithm fluid runs in rounds and mode is 'async'; expected mode sync"]),
+    (["--estimator", "common-core"], ["algorithm fluid trains channel index sets and estimator is 'common-core'; "
+                                      "expected estimator masked"]),
+    (["--classifier-aggregation", "label_split", "--partition", "classes:5"],
+     ["algorithm fluid trains channel index sets and classifier_aggregation is 'label_split'"]),
     (["--algo-opt", "fluid_quorum=0"], ["fluid_quorum", "expected a fraction in (0, 1]"]),
     (["--algo-opt", "fluid_increment_every=0"], ["fluid_increment_every"]),
 ])
