@@ -154,3 +154,51 @@ def test_fluid_on_a_resnet_drops_per_residual_stream_and_the_straggler_trains_it
     result = Trainer(dataset, model, OptimizerSettings(batch_size=16)).train(
         ClientTask(0, 2, 0.25, 0.05, 3, channels=sets), global_params)
     assert result.steps > 0 and all(torch.isfinite(u.values).all() for u in result.update.values())
+
+
+RECORDING = '''
+from hasfl_ray.algorithms.fluid import FLuID
+
+
+class Recording(FLuID):
+    """FLuID, keeping what each round inspected and handed out (for the test)."""
+
+    def allocate(self, round, participants):
+        widths = super().allocate(round, participants)
+        self.__dict__.setdefault("handed", {})[round] = {c: [list(g) for g in s] for c, s in self._sets.items()}
+        return widths
+
+    def inspect_updates(self, round, global_params, results):
+        seen = (round, {k: v.clone() for k, v in global_params.items()},
+                [(r.client, r.width, dict(r.update)) for r in results])
+        super().inspect_updates(round, global_params, results)
+        self.__dict__.setdefault("seen", []).append(seen + (list(self.thresholds), self.invariant))
+'''
+
+
+def test_in_a_run_the_straggler_drops_the_channels_that_changed_least(tmp_path):
+    """A real run (digits, 4 clients each round, the p^max 0.25 client the straggler): the round-1 (rnd 2)
+    thresholds are the smallest channel changes of the non-stragglers' real updates, computed here by hand, and
+    the straggler's round-2 sets leave out the least-changed channel of every layer."""
+    from hasfl_ray.engine import Engine
+
+    (tmp_path / "recording.py").write_text(RECORDING)
+    config = RunConfig(dataset="digits", algorithm=f"{tmp_path / 'recording.py'}:Recording", clients=4,
+                       clients_per_round=4, rounds=3, seed=3, tier_counts=[1, 1, 1, 1], backend="local",
+                       checkpoint_every=0)
+    engine = Engine(config, out_dir=str(tmp_path / "run"))
+    engine.run()
+    algorithm = engine.algorithm.algorithm
+    straggler = int(np.flatnonzero(algorithm.p_max == 0.25)[0])
+    round_, global_params, results, thresholds, invariant = algorithm.seen[1]
+    assert round_ == 1 and {c for c, _, _ in results} == {0, 1, 2, 3}
+    voters = [r for r in results if r[0] != straggler]
+    trained = [ClientResult(c, w, u, 10, 1.0, 1) for c, w, u in voters]
+    by_hand = changes_by_hand(global_params, trained)
+    kept = algorithm.handed[2][straggler]
+    for group, per in enumerate(by_hand):
+        least = min(range(SIZES[group]), key=lambda c: per[c])
+        assert thresholds[group] == pytest.approx(per[least], rel=1e-12)
+        assert least in invariant[group]
+        assert least not in kept[group] and len(kept[group]) == math.ceil(0.25 * SIZES[group])
+    assert set(algorithm.handed[2]) == {straggler} and algorithm.handed[1] == {}
