@@ -121,8 +121,15 @@ class Algorithm(ABC):
         """What ``client`` moves and computes in round ``round`` at ``width``: ``cost`` (its sub-model down, its
         update up, its local steps' training MACs) plus whatever this algorithm adds (``cost.plus(...)``: SCAFFOLD's
         control variates, FedProx's proximal term, FjORD's distillation passes). Asked only when a device
-        population is configured; must not change the algorithm's state. Default: ``cost`` unchanged."""
-        return cost
+        population is configured; must not change the algorithm's state. Default: ``cost``, plus for a client on
+        channel sets (:meth:`channel_sets` not None) its index lists each way
+        (:func:`hasfl_ray.clock.cost.index_list_bytes`)."""
+        if self.channel_sets(round, client, width) is None:
+            return cost
+        from hasfl_ray.clock.cost import index_list_bytes
+
+        extra = index_list_bytes(self.model_name, width)
+        return cost.plus(bytes_down=extra, bytes_up=extra)
 
     def round_seconds(self, round: int, client: int, width: float) -> Optional[float]:
         """The simulated seconds ``client`` would take in round ``round`` at ``width`` (download, local steps,

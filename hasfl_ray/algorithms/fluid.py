@@ -156,15 +156,6 @@ class FLuID(Algorithm):
     def channel_sets(self, round: int, client: int, width: float) -> Optional[List[List[int]]]:
         return self._sets.get(int(client))
 
-    def client_cost(self, round: int, client: int, width: float, cost):
-        """A straggler's sub-model travels with its index lists (:func:`hasfl_ray.clock.cost.index_list_bytes`)."""
-        if int(client) not in self._sets:
-            return cost
-        from hasfl_ray.clock.cost import index_list_bytes
-
-        extra = index_list_bytes(self.model_name, width)
-        return cost.plus(bytes_down=extra, bytes_up=extra)
-
     def inspect_updates(self, round: int, global_params: Dict[str, torch.Tensor], results: Sequence[Any]) -> None:
         layout, rnd, options = self.layout(), round + 1, self.options
         self.thresholds, self.counter = rules.advance(rnd, self.thresholds, self.stopped, self.counter, options)

@@ -35,7 +35,8 @@ def test_index_bytes_are_what_an_index_set_update_carries_beyond_its_values(mode
     assert all(i.dtype == torch.int64 for u in packed.values() for i in u.index if i is not None)
 
 
-def test_fluids_straggler_pays_its_index_lists_both_ways():
+def test_a_client_on_channel_sets_pays_its_index_lists_both_ways():
+    """FLuID's straggler, through the default ``Algorithm.client_cost`` (any policy's channel sets alike)."""
     from hasfl_ray.algorithms.fluid import FLuID
     from hasfl_ray.engine import RunConfig
 
