@@ -183,7 +183,7 @@ class FLuID(Algorithm):
             self.invariant = invariant
         if self.clock is not None:
             durations = [(int(r.client), float(self.round_seconds(round, r.client, r.width))) for r in results]
-            if durations:
+            if len(durations) >= 2:  # the source ranks a round's slowest against the next-slowest
                 self.stragglers, removed = rules.track_stragglers(rnd, durations, self.stragglers,
                                                                   options.fluid_time_margin)
                 for client in removed:

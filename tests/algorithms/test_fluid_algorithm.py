@@ -202,3 +202,32 @@ def test_in_a_run_the_straggler_drops_the_channels_that_changed_least(tmp_path):
         assert least in invariant[group]
         assert least not in kept[group] and len(kept[group]) == math.ceil(0.25 * SIZES[group])
     assert set(algorithm.handed[2]) == {straggler} and algorithm.handed[1] == {}
+
+
+def test_with_the_clock_the_slowest_client_of_rnd_2_becomes_the_straggler():
+    """The device clock's seconds stand for the source's durations: the slowest of the round at rnd 2, p from the
+    next-slowest's ratio (``straggler_fraction``); a round of one accepted client changes nothing."""
+    from hasfl_ray.algorithms.league.fluid import straggler_fraction
+
+    class Clock:  # each client's seconds: 10, 11, 12, 20 (client 3 the slowest)
+        def base_cost(self, client, width, depth=None):
+            return client
+
+        def seconds(self, client, cost):
+            return (10.0, 11.0, 12.0, 20.0)[client]
+
+    config = RunConfig(dataset="digits", algorithm="fluid", clients=4, clients_per_round=4, rounds=5, seed=3)
+    algorithm = FLuID(config, np.ones(4), np.array([10, 10, 10, 10]))
+    algorithm.model_name = "digits"
+    algorithm.clock = Clock()
+    algorithm.client_cost = lambda round, client, width, cost: cost
+    empty = {n: torch.zeros(s.shape) for n, s in build_model("digits").param_specs().items()}
+    results = [ClientResult(c, 1.0, dict(empty), 10, 1.0, 1) for c in range(4)]
+    algorithm.inspect_updates(0, {n: t + 1 for n, t in empty.items()}, results)
+    assert algorithm.straggler_widths() == {}  # rnd 1: nobody yet
+    algorithm.inspect_updates(1, {n: t + 1 for n, t in empty.items()}, results[:1])
+    assert algorithm.straggler_widths() == {}  # one client: nothing to rank
+    algorithm.inspect_updates(1, {n: t + 1 for n, t in empty.items()}, results)
+    p = straggler_fraction(12.0, 20.0)
+    assert p == 0.65 and algorithm.straggler_widths() == {3: 0.65}  # 12 / 20 = 0.6: the table gives 0.65
+    assert algorithm.allocate(2, [0, 3]) == {0: 1.0, 3: p}
