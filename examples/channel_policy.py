@@ -4,7 +4,9 @@ next layer's inputs follow, and its update travels as index sets the fused kerne
 
     hasfl-ray simulate --algorithm examples/channel_policy.py:RandomChannels --dataset digits
 
-For sequential conv/linear models (the CNNs, the MLP); a residual network's channels are shared across skips.
+For the CNNs, the MLP and the ResNets (one set per stage's residual stream and per block's inner activation,
+docs/models.md#channel-index-sets). With a device population each client's index lists are priced both ways
+(``Algorithm.client_cost``'s default, docs/clock.md).
 """
 
 from hasfl_ray import Algorithm

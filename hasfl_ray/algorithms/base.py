@@ -121,8 +121,15 @@ class Algorithm(ABC):
         """What ``client`` moves and computes in round ``round`` at ``width``: ``cost`` (its sub-model down, its
         update up, its local steps' training MACs) plus whatever this algorithm adds (``cost.plus(...)``: SCAFFOLD's
         control variates, FedProx's proximal term, FjORD's distillation passes). Asked only when a device
-        population is configured; must not change the algorithm's state. Default: ``cost`` unchanged."""
-        return cost
+        population is configured; must not change the algorithm's state. Default: ``cost``, plus for a client on
+        channel sets (:meth:`channel_sets` not None) its index lists each way
+        (:func:`hasfl_ray.clock.cost.index_list_bytes`)."""
+        if self.channel_sets(round, client, width) is None:
+            return cost
+        from hasfl_ray.clock.cost import index_list_bytes
+
+        extra = index_list_bytes(self.model_name, width)
+        return cost.plus(bytes_down=extra, bytes_up=extra)
 
     def round_seconds(self, round: int, client: int, width: float) -> Optional[float]:
         """The simulated seconds ``client`` would take in round ``round`` at ``width`` (download, local steps,
@@ -163,6 +170,16 @@ class Algorithm(ABC):
         if getattr(self.config, "aggregation_weights", "samples") == "count":
             return [1.0] * len(clients)
         return [float(self.num_samples[i]) for i in clients]
+
+    def inspect_updates(self, round: int, global_params: Dict[str, "torch.Tensor"],
+                        results: Sequence[ClientResult]) -> None:
+        """Rounds only, before :meth:`observe`: the accepted participants' results in client order *with* their
+        updates (dense tensors, or :class:`~hasfl_ray.aggregation.packed.IndexedUpdate` for an index-set client)
+        and the global parameters w^t they started from (name -> CPU tensor), e.g. FLuID's invariant neurons.
+        Called only for an algorithm that overrides it (:mod:`hasfl_ray.engine.inspection`), which then costs
+        a copy of w^t and the updates' way back to the driver each round. Default: nothing."""
+
+    inspect_updates.inspects_nothing = True  # the engine asks this, not the class (it imports no algorithm)
 
     def observe(self, round: int, results: Sequence[ClientResult], aggregate: AggregateResult) -> None:
         """React to the round's aggregate (estimates, allocations, control variates). Default: nothing.

@@ -80,11 +80,16 @@ def plugin_cost_table(spec: str, dataset: str, data_dir: Optional[str] = None,
                    "stage, one row per depth and width (its first D stages and exits 1..D: parameters, MACs and "
                    "FLOPs per sample of its training forward, every exit counted, and upload MB). The ResNets and the "
                    "image CNNs (cifar10, emnist, digits).")
+@click.option("--index-sets", is_flag=True,
+              help="Add what a client holding channel index sets (FLuID's sub-models, docs/models.md#channel-index-"
+                   "sets) uploads at each width: its held values (4 bytes each, the params column) plus its index "
+                   "lists, one int64 per kept position of every scaled dim (index MB; the same goes down). Its MACs "
+                   "are the width-p network's: it trains a network of those shapes.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {p, params, macs, upload_mb} "
                                                       "(and flops for the ResNets and plug-in models).")
 @user_errors
 def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Optional[str], widths: Optional[str],
-         depths: Optional[str], as_json: bool) -> None:
+         depths: Optional[str], index_sets: bool, as_json: bool) -> None:
     """Print params, MACs per sample and fp32 upload MB at p = 0.25, 0.5, 0.75, 1 (the paper's Table 2) or at
     --widths; for the ResNets (preresnet18, resnet18, preresnet18-1112), at HeteroFL's levels a-e (p = 1, 1/2, 1/4,
     1/8, 1/16) with FLOPs too, as HeteroFL's own counter counts them (src/summary.py; docs/models.md#costs).
@@ -122,20 +127,55 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
         rows = resnet_cost_table(model_name, dataset, norm=model_norm, **chosen)
     else:
         rows = cost_table(model_name, **chosen)
+    if index_sets:
+        add_index_bytes(rows, model_name, dataset, model_norm, plugin)
     if as_json:
         click.echo(json.dumps(rows))
         return
+    index = (lambda row: f" {row['index_upload_mb']:>10.2f}") if index_sets else (lambda row: "")
     if "flops" not in rows[0] and all(round(row["p"], 2) == row["p"] for row in rows):
-        click.echo(f"{'p':>5} {'params':>12} {'MACs/sample':>14} {'upload MB':>10}")
+        click.echo(f"{'p':>5} {'params':>12} {'MACs/sample':>14} {'upload MB':>10}"
+                   + (f" {'index MB':>10}" if index_sets else ""))
         for row in rows:
-            click.echo(f"{row['p']:>5.2f} {row['params']:>12,} {row['macs']:>14,} {row['upload_mb']:>10.2f}")
+            click.echo(f"{row['p']:>5.2f} {row['params']:>12,} {row['macs']:>14,} {row['upload_mb']:>10.2f}"
+                       + index(row))
         return
     flops, width = "flops" in rows[0], max(7, *(len(f"{row['p']:g}") for row in rows))
     click.echo(f"{'p':>{width}} {'params':>12} {'MACs/sample':>14}" + (f" {'FLOPs/sample':>14}" if flops else "")
-               + f" {'upload MB':>10}")
+               + f" {'upload MB':>10}" + (f" {'index MB':>10}" if index_sets else ""))
     for row in rows:
         click.echo(f"{row['p']:>{width}g} {row['params']:>12,} {row['macs']:>14,}"
-                   + (f" {row['flops']:>14,}" if flops else "") + f" {row['upload_mb']:>10.2f}")
+                   + (f" {row['flops']:>14,}" if flops else "") + f" {row['upload_mb']:>10.2f}" + index(row))
+
+
+def add_index_bytes(rows: List[dict], model_name: str, dataset: str, norm: Optional[str], plugin: bool) -> None:
+    """``--index-sets``: each row's ``index_bytes`` (the int64 index lists, :func:`hasfl_ray.clock.cost.
+    index_list_bytes`) and ``index_upload_mb`` (held values plus those lists); one sentence for a model without
+    channel groups (the LSTM, a plug-in)."""
+    from hasfl_ray.clock.cost import index_bytes_of
+    from hasfl_ray.errors import ConfigError
+    from hasfl_ray.models import MODEL_CONFIGS, build_model, register_model
+    from hasfl_ray.models.index_slicing import channel_groups
+    from hasfl_ray.models.resnet import resnet_config
+
+    if plugin:
+        raise ConfigError(f"--index-sets with --model {model_name!r}; expected a built-in model or a ResNet (a "
+                          "plug-in model's channel groups are not known here)")
+    name = model_name
+    if model_name in RESNET_MODELS:
+        config = MODEL_CONFIGS[dataset]
+        name, built = resnet_config(model_name, config["in_channels"], config["num_classes"], config["image_size"],
+                                    norm)
+        register_model(name, built)
+    specs = build_model(name).param_specs()
+    try:
+        channel_groups(specs)
+    except ValueError:
+        raise ConfigError(f"--index-sets with --model {model_name!r}; expected a model of channel groups (an image "
+                          "CNN, an MLP or a ResNet), not a recurrent one") from None
+    for row in rows:
+        row["index_bytes"] = index_bytes_of(specs, row["p"])
+        row["index_upload_mb"] = (4 * row["params"] + row["index_bytes"]) / 1e6
 
 
 def depth_rows(model_name: str, dataset: str, norm: Optional[str], depths: str,

@@ -10,6 +10,7 @@ FedProx's proximal term, FjORD's distillation passes). docs/clock.md is the mode
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple, Union
 
@@ -58,6 +59,25 @@ class WidthCosts:
     def model_bytes(self, width: float, depth: Optional[int] = None) -> int:
         """Bytes of the width-``width`` sub-model (or of an update of its shape): 4 a parameter."""
         return BYTES_PER_PARAM * self.params(width, depth)
+
+
+#: Bytes of one entry of an index list as an index-set sub-model carries it (int64, as
+#: :class:`~hasfl_ray.aggregation.packed.IndexedUpdate` holds and the wire sends it).
+INDEX_BYTES = 8
+
+
+@functools.lru_cache(maxsize=64)
+def index_list_bytes(model_name: str, width: float) -> int:
+    """The index lists of a width-``width`` channel-index-set sub-model of ``model_name`` (issue 44 item 1a): per
+    parameter, one int64 entry per kept position of every scaled dim (a flattened dim's channel: its ``unit``
+    positions), what :meth:`IndexedUpdate.nbytes` counts beyond the held values (4 bytes each, already in
+    :meth:`WidthCosts.model_bytes`). Sent down with the sub-model and up with the update."""
+    return index_bytes_of(build_model(model_name).param_specs(), width)
+
+
+def index_bytes_of(specs, width: float) -> int:
+    """:func:`index_list_bytes` of the parameters ``specs`` (name -> ParamSpec)."""
+    return INDEX_BYTES * sum(dim.sliced(width) for spec in specs.values() for dim in spec.dims if dim.scaled)
 
 
 def local_batches(samples: int, batch_size: int, epochs: int, steps: Optional[int] = None) -> np.ndarray:

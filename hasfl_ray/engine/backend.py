@@ -63,10 +63,11 @@ class Backend(ABC):
 
     @abstractmethod
     def run_round(self, tasks: Sequence[ClientTask], weights: Sequence[float],
-                  server_lr: float) -> Tuple[List[ClientResult], AggregateResult]:
+                  server_lr: float, keep_updates: bool = False) -> Tuple[List[ClientResult], AggregateResult]:
         """Train ``tasks`` (sorted by client), aggregate in that order, update the global model.
 
-        Returns :meth:`Server.apply`'s accepted results (updates emptied) and aggregate statistics.
+        Returns :meth:`Server.apply`'s accepted results (updates emptied, unless ``keep_updates``: asked only for
+        an algorithm that inspects them, :mod:`hasfl_ray.engine.inspection`) and aggregate statistics.
         """
 
     #: True where an evaluation started by :meth:`request` runs beside the next round's training (Ray: on the
@@ -205,7 +206,7 @@ class LocalBackend(Backend):
                              evaluation_subset(config.seed, dataset.test_size, config.eval_samples),
                              config.estimator, statistics_plan(config), label_masks_for(config, dataset, model_name))
 
-    def run_round(self, tasks, weights, server_lr):
+    def run_round(self, tasks, weights, server_lr, keep_updates=False):
         params = self.server.params
         results: List[ClientResult] = []
         # single clients, or one width's batchable ones (on), or every width's (mixed, for a model that pads exactly)
@@ -221,7 +222,7 @@ class LocalBackend(Backend):
                 raise RoundInterrupted
         order = {task.client: position for position, task in enumerate(tasks)}
         results.sort(key=lambda result: order[result.client])
-        return self.server.apply(results, weights, server_lr)
+        return self.server.apply(results, weights, server_lr, keep_updates=keep_updates)
 
     def evaluate(self):
         return self._evaluating(self.server.evaluate)

@@ -177,6 +177,9 @@ class GuardedAlgorithm:
     def observe(self, round: int, results: Sequence[Any], aggregate: Any) -> None:
         self._call("observe", round, results, aggregate)
 
+    def inspect_updates(self, round: int, global_params: Any, results: Sequence[Any]) -> None:
+        self._call("inspect_updates", round, global_params, results)
+
     def _per_client(self, method: str, value: Any) -> np.ndarray:
         """``value`` as float64 numbers, one per client of the run (what clients.csv writes a column of)."""
         expected = f"one number per client ({self.num_clients}), as a 1-D numpy array"

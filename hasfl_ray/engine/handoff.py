@@ -158,7 +158,7 @@ class HandoffBackend(Backend):
         per_round = (time.perf_counter() - self._first_round_at) / self._rounds_here
         return (self._run[0].rounds - round) * per_round >= MIN_REMAINING_S
 
-    def run_round(self, tasks, weights, server_lr):
+    def run_round(self, tasks, weights, server_lr, keep_updates=False):
         if self._first_round_at is None:
             self._first_round_at = time.perf_counter()
         if tasks and self._worth_starting(tasks[0].round):
@@ -166,7 +166,7 @@ class HandoffBackend(Backend):
         if tasks and self._ready(tasks[0].round):
             self._take_over(tasks[0].round)
         self.active.while_training = self.while_training  # the engine's, for whichever backend trains the round
-        result = self.active.run_round(tasks, weights, server_lr)
+        result = self.active.run_round(tasks, weights, server_lr, **({"keep_updates": True} if keep_updates else {}))
         self._rounds_here += 1
         return result
 

@@ -173,8 +173,8 @@ class Server:
                                                      for n, t in state.items()}
 
     def apply(self, results: Sequence[ClientResult], weights: Sequence[float],
-              server_lr: float = 1.0, bases: Optional[Sequence[Optional[int]]] = None, momentum: float = 0.0
-              ) -> Tuple[List[ClientResult], AggregateResult]:
+              server_lr: float = 1.0, bases: Optional[Sequence[Optional[int]]] = None, momentum: float = 0.0,
+              keep_updates: bool = False) -> Tuple[List[ClientResult], AggregateResult]:
         """Aggregate the finite results (in the given client order) and update the global parameters.
 
         A result holding NaN/Inf is rejected and logged; it never reaches the global model. ``bases`` (FedAsync):
@@ -183,7 +183,8 @@ class Server:
         (:func:`~hasfl_ray.aggregation.asynchronous.server_step`).
 
         Returns:
-            The accepted results with ``update`` emptied, and the aggregate's statistics (``delta`` empty).
+            The accepted results with ``update`` emptied (kept with ``keep_updates``: Algorithm.inspect_updates),
+            and the aggregate's statistics (``delta`` empty).
         """
         if bases is not None:
             results = self.mixed(results, bases)
@@ -231,7 +232,7 @@ class Server:
         div_num, div_den = aggregate.div_num, aggregate.div_den
         if self.estimator == "common-core":
             div_num, div_den = common_core_divergence(self.specs, updates, offsets, aggregate.delta)
-        stripped = [dataclasses.replace(r, update={}) for r in accepted]
+        stripped = list(accepted) if keep_updates else [dataclasses.replace(r, update={}) for r in accepted]
         stats = AggregateResult({}, div_num.cpu(), div_den.cpu(), aggregate.covered_fraction,
                                 {**layer_coverage(self.specs, updates, offsets), **aggregate.covered_by_layer})
         return stripped, stats

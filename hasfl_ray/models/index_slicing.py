@@ -7,7 +7,8 @@ groups off the models' :class:`~hasfl_ray.models.slicing.ParamSpec` (in spec ord
 sorted channel list per group and :func:`index_sets` turns them into per-parameter, per-dim index lists (a
 flattened dim's channel c covers its ``unit`` positions; gate blocks repeat the list per block), so the next
 layer's input channels follow. Residual networks, whose groups are shared across skips, are not sequential
-chains: :func:`channel_groups` is for the CNNs and MLPs.
+chains: their dims name their groups (``DimSlice.group``, :mod:`hasfl_ray.models.resnet_groups`: one per stage's
+residual stream, one per block's inner activation) and :func:`channel_groups` reads those.
 
 Masks: any subset of each tensor's coordinates, a bool tensor of the parameter's shape.
 
@@ -30,7 +31,10 @@ IndexSets = Dict[str, Tuple[Optional[torch.Tensor], ...]]
 
 
 def channel_groups(specs: Mapping[str, ParamSpec]) -> Tuple[Groups, List[int]]:
-    """The scaled dims' channel groups of a sequential chain, and each group's channel count."""
+    """The scaled dims' channel groups, and each group's channel count: the groups the dims name where they name
+    them (a residual network's, :mod:`hasfl_ray.models.resnet_groups`), else those of a sequential chain."""
+    if any(dim.group is not None for spec in specs.values() for dim in spec.dims):
+        return named_groups(specs)
     groups: Groups = {}
     sizes: List[int] = []
     current: Optional[int] = None
@@ -58,6 +62,41 @@ def channel_groups(specs: Mapping[str, ParamSpec]) -> Tuple[Groups, List[int]]:
                                  "that many; expected a sequential conv/linear chain")
             groups[(name, 0)] = current
     return groups, sizes
+
+
+def named_groups(specs: Mapping[str, ParamSpec]) -> Tuple[Groups, List[int]]:
+    """Channel groups named by the dims (``DimSlice.group``), numbered in order of first appearance; every scaled
+    dim must name one, and every dim of a group have the group's channel count."""
+    groups: Groups = {}
+    sizes: List[int] = []
+    number: Dict[str, int] = {}
+    for name, spec in specs.items():
+        for d, dim in enumerate(spec.dims):
+            if not dim.scaled:
+                continue
+            if dim.group is None or dim.blocks > 1:
+                raise ValueError(f"parameter {name!r} scales dim {d} outside any named channel group; expected "
+                                 "every scaled dim of a residual network to name its group (an exit head has none)")
+            if dim.group not in number:
+                number[dim.group] = len(sizes)
+                sizes.append(dim.channels)
+            elif sizes[number[dim.group]] != dim.channels:
+                raise ValueError(f"parameter {name!r} has {dim.channels} channels in group {dim.group!r}, which has "
+                                 f"{sizes[number[dim.group]]}; expected one channel count per group")
+            groups[(name, d)] = number[dim.group]
+    return groups, sizes
+
+
+def group_names(specs: Mapping[str, ParamSpec]) -> List[str]:
+    """A name for each channel group, in group order: the name the dims give it, or (a sequential chain) the
+    parameter whose output opens it."""
+    groups, sizes = channel_groups(specs)
+    names: List[Optional[str]] = [None] * len(sizes)
+    for (name, d), group in groups.items():
+        if names[group] is None:
+            label = specs[name].dims[d].group
+            names[group] = label if label is not None else name.rsplit(".", 1)[0]
+    return [str(n) for n in names]
 
 
 def check_channel_sets(channel_sets: Sequence[Sequence[int]], sizes: Sequence[int]) -> List[torch.Tensor]:

@@ -35,6 +35,7 @@ from torch.nn import functional as F
 from hasfl_ray.models.resnet_cost import ResNetCost, _halve, _sizes, _stage_plan  # noqa: F401 (importable here)
 from hasfl_ray.models.sbn_pass import SBN_STREAM, training_batches  # noqa: F401 (importable here)
 from hasfl_ray.models.depth import ResNetExits, check_depth, dwconv_spec
+from hasfl_ray.models.resnet_groups import resnet_group_labels
 from hasfl_ray.models.slicing import DimSlice, ParamSpec, width_channels
 
 #: Channels of the four stages at width 1.
@@ -140,8 +141,11 @@ class _Base(ResNetExits, ResNetCost, nn.Module):
         """Slice descriptions of every trainable parameter, at full width (norm layers: weight and bias)."""
         specs: Dict[str, ParamSpec] = {}
         for name, kind, out, cin, kernel in self._layout():
+            # channel index sets' groups (hasfl_ray.models.resnet_groups): one per residual stream and block inner
+            group = resnet_group_labels(name, kind, self.pre_activation, len(self.stages)) + (None,)
             if kind == "conv":
-                dims = (DimSlice(out), DimSlice(cin or self.in_channels, cin is not None),
+                dims = (DimSlice(out, group=group[0]), DimSlice(cin or self.in_channels, cin is not None,
+                                                                group=group[1]),
                         DimSlice(kernel, False), DimSlice(kernel, False))
                 specs[f"{name}.weight"] = ParamSpec(f"{name}.weight", dims)
             elif kind == "dwconv":
@@ -149,10 +153,10 @@ class _Base(ResNetExits, ResNetCost, nn.Module):
             elif kind == "norm":
                 if self.norm != "none":
                     for field in ("weight", "bias"):
-                        specs[f"{name}.{field}"] = ParamSpec(f"{name}.{field}", (DimSlice(out),))
+                        specs[f"{name}.{field}"] = ParamSpec(f"{name}.{field}", (DimSlice(out, group=group[0]),))
             else:
                 classes = DimSlice(self.num_classes, False)
-                specs[f"{name}.weight"] = ParamSpec(f"{name}.weight", (classes, DimSlice(cin)))
+                specs[f"{name}.weight"] = ParamSpec(f"{name}.weight", (classes, DimSlice(cin, group=group[1])))
                 specs[f"{name}.bias"] = ParamSpec(f"{name}.bias", (classes,))
         return specs
 

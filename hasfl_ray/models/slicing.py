@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Dict, Mapping, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -31,12 +31,16 @@ class DimSlice:
             occupies after flattening); the retained size is ``ceil(p * size / (unit * blocks)) * unit``
             per block.
         blocks: number of equal blocks sliced separately (the 4 gates of an LSTM weight).
+        group: the channel group this dim's channels belong to, for channel index sets
+            (:func:`hasfl_ray.models.index_slicing.channel_groups`): dims naming one group hold one index set (a
+            residual network's stream); None: read off a sequential chain's order. Not part of equality.
     """
 
     size: int
     scaled: bool = True
     unit: int = 1
     blocks: int = 1
+    group: Optional[str] = field(default=None, compare=False)
 
     @property
     def channels(self) -> int:

@@ -181,19 +181,20 @@ class ServerActor:
         self.server.set_params(params)
 
     def round(self, weights: Sequence[float], server_lr: float, layout: Sequence[Sequence[int]],
-              *calls: Packed) -> Tuple[Packed, Packed]:
+              *calls: Packed, keep_updates: bool = False) -> Tuple[Packed, Packed]:
         """A round's server side in one call (docs/ray.md, 'A round on Ray'): the trainer calls' results (Ray
         resolves the references; ``layout[i]`` = the task positions of call i's results) put back in client order,
         :meth:`Server.apply`, and what the driver records of the new model (frozen fraction, per layer). Two
         returns, packed (:mod:`hasfl_ray.simulation.wire`): that summary for the driver (the accepted results with
         their updates emptied, the aggregate's statistics, the frozen fractions), and the new parameters, one
-        object-store object every trainer reads for the next round."""
+        object-store object every trainer reads for the next round. ``keep_updates``: the accepted results keep
+        their updates (an algorithm that inspects them, :mod:`hasfl_ray.engine.inspection`)."""
         torch.set_num_threads(self.threads)
         results: List[Optional[ClientResult]] = [None] * sum(len(positions) for positions in layout)
         for positions, call in zip(layout, calls):
             for position, result in zip(positions, unpack(call)):
                 results[position] = result
-        accepted, aggregate = self.server.apply(results, weights, server_lr)
+        accepted, aggregate = self.server.apply(results, weights, server_lr, keep_updates=keep_updates)
         return pack((accepted, aggregate, self.server.frozen_fraction(), self.server.frozen_by_layer())), \
             self.params()
 

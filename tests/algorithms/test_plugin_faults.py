@@ -21,6 +21,10 @@ CASES = {
                  ["raised ValueError in allocate()", "RUN/log.txt"], True),
     "observe": ("def observe(self, round, results, aggregate):\n    if round == 1: raise KeyError('h')",
                 ["raised KeyError in observe()"], True),
+    # inspect_updates is given w^t and the updates (an assertion failing first would name AssertionError)
+    "inspect_updates": ("def inspect_updates(self, round, global_params, results):\n"
+                        "    assert global_params and results and all(r.update for r in results)\n"
+                        "    raise KeyError('seen')", ["raised KeyError in inspect_updates()"], True),
     "empty_allocation": ("def allocate(self, round, participants):\n    return {}",
                          ["from allocate()", "a width for each of the 3 participants"], False),
     "width_2": ("def allocate(self, round, participants):\n    return {i: 2.0 for i in participants}",

@@ -170,12 +170,13 @@ def dropped_count(neurons: int, p: float) -> int:
 
 
 def choose_dropped(neurons: int, p: float, invariant: Sequence[int], certain: Sequence[int], rng: random.Random,
-                   first_layer: bool = False, last_conv: bool = False) -> Tuple[List[int], bool]:
+                   first_layer: bool = False, last_conv: bool = False,
+                   count: Optional[int] = None) -> Tuple[List[int], bool]:
     """``drop_dynamic`` for one layer: (the sorted neurons the straggler drops, whether the layer's threshold stops).
 
     ``rng`` is a ``random.Random`` (the source draws with the ``random`` module's ``sample``); the same state gives
-    the source's draws."""
-    count = dropped_count(neurons, p)
+    the source's draws. ``count``: how many to drop (default :func:`dropped_count`, the source's C − int(p · C))."""
+    count = dropped_count(neurons, p) if count is None else int(count)
     if not last_conv and len(certain) >= count:
         return sorted(rng.sample(list(certain), count)), first_layer
     if not last_conv and len(invariant) >= count:
