@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-
 from hasfl_ray.analysis.clocked import BYTE_UNITS, TIME_UNITS, _figure, _unit, first_reached, is_clocked, trajectory
 from hasfl_ray.analysis.rows import check_row, row_keys, sweep_name
 from hasfl_ray.analysis.runfiles import _metrics
