@@ -64,7 +64,7 @@ def test_the_sample_is_the_full_protocol_scaled_down():
     for name, keys in sample["sweep"]["variants"].items():
         assert full["sweep"]["variants"][name] == keys
     assert {v["algorithm"] for v in sample["sweep"]["variants"].values()} == \
-        {"heterofl", "fedrolex", "hasfl", "uniform", "fedavg"}  # the methods that exist today
+        {"heterofl", "fedrolex", "fjord", "hasfl", "uniform", "fedavg"}  # the methods that exist today
 
 
 def test_the_sample_runs_on_the_real_cifar10_sample_and_reports_its_league(shared_data, tmp_path):
