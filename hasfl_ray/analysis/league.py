@@ -28,15 +28,24 @@ NO_CLOCK = "no clock"
 NO_CLOCK_LINE = ("no clock: {rows} ran without --devices: no simulated time or bytes were recorded, so these cells "
                  "say \"no clock\" (nothing is estimated)")
 #: A budget cell of a run whose whole run took less than the budget.
-ENDED = "run ended before the budget"
+ENDED = "ended before"
 #: A cell at a budget of a quantity metrics.jsonl does not record per round.
-NOT_PER_ROUND = "not recorded per round"
-#: A cell at a budget when no evaluation had finished by then.
-NOT_EVALUATED = "no evaluation by the budget"
+NOT_PER_ROUND = "not per round"
 #: A local mean at a budget of a run that evaluated local accuracy only at its end.
-NOT_LOCAL = "not recorded per round (--local-eval-every)"
+NOT_LOCAL = "not per round (--local-eval-every)"
+#: A cell at a budget when the rounds finished by then had not evaluated it.
+NOT_EVALUATED = "not evaluated by then"
+#: A cell at a budget when no round had finished by then.
+NO_ROUND = "no round by then"
 #: A target no seed reached.
 NOT_REACHED = "not reached"
+#: What each of these texts means, for the lines under a table.
+REASONS = {ENDED: "the run's whole simulated time or data is less than the budget (it was not scored there)",
+           NOT_PER_ROUND: "the worst client's local accuracy is recorded at a run's end only (summary.json)",
+           NOT_LOCAL: "the run evaluated local accuracy at its end only (--local-eval-every 0)",
+           NOT_EVALUATED: "no round finished by the budget evaluated it (--eval-every)",
+           NO_ROUND: "the run's first round ended after the budget",
+           NOT_REACHED: "no round's test accuracy reached the target"}
 #: The two budget axes: (name, index of the trajectory, flag, words).
 AXES = (("time", 0, "--budget-seconds", "simulated time"), ("bytes", 1, "--budget-bytes", "bytes moved"))
 
@@ -129,13 +138,15 @@ def check_budget(value: Optional[float], flag: str) -> None:
 
 def held_at(run: Dict[str, Any], axis: int, budget: float) -> Dict[str, Any]:
     """What the server held at ``budget`` simulated seconds (``axis`` 0) or bytes moved (1): the latest recorded
-    value of each quantity among the rounds finished by then (``global``, ``p=<w>``, ``local_mean``), or a reason:
-    the run ended before the budget, or no round finished by then had evaluated it."""
+    value of each quantity among the rounds finished by then (``global``, ``p=<w>``, ``local_mean``), or a reason
+    (``reason``): the run ended before the budget, or no round had finished by then."""
     path = trajectory(run)
     lines = _metrics(run)
     if path[axis][-1] < budget:
         return {"reason": ENDED}
     done = [line for line, x in zip(lines, path[axis]) if x <= budget]
+    if not done:
+        return {"reason": NO_ROUND}
     held: Dict[str, Any] = {}
     for line in done:
         if line.get("test_accuracy") is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Sequence
 
-from hasfl_ray.analysis.league import (AXES, NO_CLOCK_LINE, cell_text, league_columns, section_widths,
+from hasfl_ray.analysis.league import (AXES, NO_CLOCK_LINE, REASONS, cell_text, league_columns, section_widths,
                                        sections, units)
 from hasfl_ray.analysis.tables.layout import _markdown_grid, _tex, display_name
 from hasfl_ray.analysis.tables.summary import table_csv
@@ -40,12 +40,15 @@ def _body(rows: Sequence[Mapping[str, Any]], columns) -> List[List[str]]:
                for key, _, scale, decimals in columns] for row in rows]
 
 
-def _notes(rows: Sequence[Mapping[str, Any]], kind: str) -> List[str]:
-    """The lines under a view: which rows have no clock (once)."""
-    if kind == "rounds":
-        return []
+def _notes(rows: Sequence[Mapping[str, Any]], kind: str, columns) -> List[str]:
+    """The lines under a view: which rows have no clock (once), and what each other text in its cells means."""
+    texts = {cell for row in rows for key, _, _, _ in columns for cell in [row["cells"].get(key)]
+             if isinstance(cell, str)}
+    notes = [f"{text}: {REASONS[text]}" for text in REASONS if text in texts]
     unclocked = [f"{display_name(row['algorithm'])} ({row['partition']})" for row in rows if not row["clocked"]]
-    return [NO_CLOCK_LINE.format(rows=", ".join(unclocked))] if unclocked else []
+    if unclocked and kind != "rounds":
+        notes.append(NO_CLOCK_LINE.format(rows=", ".join(unclocked)))
+    return notes
 
 
 def league_markdown(table: Mapping[str, Any], title: str = "") -> str:
@@ -61,7 +64,7 @@ def league_markdown(table: Mapping[str, Any], title: str = "") -> str:
             lines += ["", f"### {heading}{extra}", ""]
             lines += _markdown_grid(["Partition", "Method", "Seeds"] + [header for _, header, _, _ in columns],
                                     _body(rows, columns))
-            notes = _notes(rows, kind)
+            notes = _notes(rows, kind, columns)
             if notes:
                 lines += [""] + [f"- {note}" for note in notes]
     return "\n".join(lines) + "\n"
@@ -101,6 +104,7 @@ def league_latex(table: Mapping[str, Any], title: str = "") -> str:
                      rf"\begin{{tabular}}{{lll{'c' * len(columns)}}}", r"\toprule", header + r" \\", r"\midrule"]
             lines += [" & ".join(_tex(c).replace("±", r"$\pm$") for c in cells) + r" \\"
                       for cells in _body(rows, columns)]
-            lines += [r"\bottomrule", r"\end{tabular}"] + [rf"\par\footnotesize {_tex(n)}" for n in _notes(rows, kind)]
+            lines += [r"\bottomrule", r"\end{tabular}"]
+            lines += [rf"\par\footnotesize {_tex(note)}" for note in _notes(rows, kind, columns)]
             out.append("\n".join(lines + [r"\end{table}"]))
     return "\n\n".join(out) + "\n"
