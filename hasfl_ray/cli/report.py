@@ -109,7 +109,7 @@ def write_files(write, out_dir):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--out", "out_dir", type=click.Path(),
               help="Write table.{md,csv,tex}, widths/local/fairness.{md,csv,tex} (where runs record them), "
-                   "clock.{md,csv,tex} (runs with a device clock), "
+                   "clock.{md,csv,tex} and league.{md,csv,tex} (runs with a device clock), "
                    "confound.{md,csv,tex}, analysis.json and the figures (PNG) here (default for a sweep's folder: "
                    "PATH/report): a new or empty folder, marked as hasfl-ray's, or one hasfl-ray marked; a folder of "
                    "other files is refused.")
