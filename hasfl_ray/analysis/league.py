@@ -29,8 +29,10 @@ NO_CLOCK_LINE = ("no clock: {rows} ran without --devices: no simulated time or b
                  "say \"no clock\" (nothing is estimated)")
 #: A budget cell of a run whose whole run took less than the budget.
 ENDED = "ended before"
-#: A cell at a budget of a quantity metrics.jsonl does not record per round.
+#: A local worst at a budget of a run made before metrics.jsonl recorded it per round.
 NOT_PER_ROUND = "not per round"
+#: A local accuracy no client had a test sample for.
+NO_CLIENT = "no client scored"
 #: A local mean at a budget of a run that evaluated local accuracy only at its end.
 NOT_LOCAL = "not per round (--local-eval-every)"
 #: A cell at a budget when the rounds finished by then had not evaluated it.
@@ -41,7 +43,9 @@ NO_ROUND = "no round by then"
 NOT_REACHED = "not reached"
 #: What each of these texts means, for the lines under a table.
 REASONS = {ENDED: "the run's whole simulated time or data is less than the budget (it was not scored there)",
-           NOT_PER_ROUND: "the worst client's local accuracy is recorded at a run's end only (summary.json)",
+           NOT_PER_ROUND: "the run's metrics.jsonl has local_accuracy_mean but not local_accuracy_worst (a run made "
+                          "before the worst client was recorded per round: summary.json's is its end's)",
+           NO_CLIENT: "no client had a test sample of its labels",
            NOT_LOCAL: "the run evaluated local accuracy at its end only (--local-eval-every 0)",
            NOT_EVALUATED: "no round finished by the budget evaluated it (--eval-every)",
            NO_ROUND: "the run's first round ended after the budget",
@@ -111,7 +115,7 @@ def _over(values: Sequence[Any], scale: float = 1.0) -> Any:
     if numbers:
         mean, std = mean_std(numbers)
         return {"mean": mean, "std": std, "n": len(numbers)}
-    return next((v for v in values if isinstance(v, str)), NOT_PER_ROUND)
+    return next((v for v in values if isinstance(v, str)), "not recorded")
 
 
 def default_budgets(runs: Sequence[Dict[str, Any]]) -> Dict[str, Dict[str, float]]:
@@ -138,7 +142,8 @@ def check_budget(value: Optional[float], flag: str) -> None:
 
 def held_at(run: Dict[str, Any], axis: int, budget: float) -> Dict[str, Any]:
     """What the server held at ``budget`` simulated seconds (``axis`` 0) or bytes moved (1): the latest recorded
-    value of each quantity among the rounds finished by then (``global``, ``p=<w>``, ``local_mean``), or a reason
+    value of each quantity among the rounds finished by then (``global``, ``p=<w>``, ``local_mean``,
+    ``local_worst``), or a reason
     (``reason``): the run ended before the budget, or no round had finished by then."""
     path = trajectory(run)
     lines = _metrics(run)
@@ -154,9 +159,14 @@ def held_at(run: Dict[str, Any], axis: int, budget: float) -> Dict[str, Any]:
         for w, value in (line.get("accuracy_at_width") or {}).items():
             if value is not None and width_of(w) is not None:
                 held[f"p={width_label(width_of(w))}"] = value
-        if line.get("local_accuracy_mean") is not None:
-            held["local_mean"] = line["local_accuracy_mean"]
+        if "local_accuracy_mean" in line:  # a local-evaluation round (null: no client had a test sample)
+            held["local_mean"] = _or(line["local_accuracy_mean"], NO_CLIENT)
+            held["local_worst"] = _or(line.get("local_accuracy_worst", NOT_PER_ROUND), NO_CLIENT)
     return held
+
+
+def _or(value: Any, text: str) -> Any:
+    return text if value is None else value
 
 
 def _widths(members: Sequence[Dict[str, Any]]) -> List[float]:
@@ -209,10 +219,9 @@ def league_table(runs: Sequence[Dict[str, Any]], order: Sequence[str] = (), budg
                 cells[key] = _over([h[axis] if isinstance(h, tuple) else (h or NOT_REACHED) for h in hits])
             held = [held_at(r, axis, budgets[dataset][kind]) if c else {"reason": NO_CLOCK}
                     for r, c in zip(members, clocked)]
-            for name in ["global"] + [f"p={width_label(w)}" for w in widths] + ["local_mean"]:
-                missing = NOT_LOCAL if name == "local_mean" else NOT_EVALUATED
+            for name in ["global"] + [f"p={width_label(w)}" for w in widths] + ["local_mean", "local_worst"]:
+                missing = NOT_LOCAL if name.startswith("local_") else NOT_EVALUATED
                 cells[f"{name}@{kind}"] = _over([h.get(name, h.get("reason", missing)) for h in held], 100)
-            cells[f"local_worst@{kind}"] = _over([h.get("reason", NOT_PER_ROUND) for h in held])
         rows.append({"dataset": dataset, "partition": partition, "ladder": ladder, "algorithm": method,
                      "cell": f"{partition}, {ladder}", "seeds": sorted(r["config"]["seed"] for r in members),
                      "clocked": all(clocked), "widths": [width_label(w) for w in widths], "cells": cells})

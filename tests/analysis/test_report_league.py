@@ -128,8 +128,9 @@ def test_accuracy_at_a_budget_is_what_the_server_held_then(league, axis, kind, f
         for width in summary(league / folders[0])["accuracy_at_width_final"]:
             check(cells[f"p={width}@{kind}"],
                   expected_cell([line and line["accuracy_at_width"][width] for line in then], 100))
-        check(cells[f"local_mean@{kind}"], expected_cell([line and line["local_accuracy_mean"] for line in then], 100))
-        assert cells[f"local_worst@{kind}"] == "not per round"
+        for name in ("mean", "worst"):  # metrics.jsonl's local_accuracy_mean and _worst (--local-eval-every 1)
+            check(cells[f"local_{name}@{kind}"],
+                  expected_cell([line and line[f"local_accuracy_{name}"] for line in then], 100))
     assert scored > 0  # some run had finished a round by the budget
     assert rows[("Dir(0.3)", "uniform")]["cells"][f"global@{kind}"] == "no clock"
 
@@ -187,3 +188,17 @@ def test_a_budget_without_any_clocked_run_is_refused_and_unclocked_reports_have_
     assert result.exit_code == 2 and "no run reported has a device clock" in result.output
     result = report(league / "digits-uniform-seed1", "--json")
     assert result.exit_code == 0 and "league" not in json.loads(result.output)
+
+
+def test_a_run_made_before_the_worst_client_was_recorded_per_round_says_so(league, tmp_path):
+    import shutil
+
+    run = tmp_path / "runs" / "digits-fedrolex-seed1"
+    shutil.copytree(league / "digits-fedrolex-seed1", run)
+    old = [{k: v for k, v in line.items() if k != "local_accuracy_worst"} for line in lines(run)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in old))
+    result = report(tmp_path / "runs", "--json")
+    cells = rows_of(result)[("Dir(0.3)", "fedrolex")]["cells"]
+    assert cells["local_worst@time"] == "not per round"  # not a number made up from the mean or the end
+    assert cells["local_mean@time"]["mean"] == pytest.approx(100 * old[-1]["local_accuracy_mean"])
+    assert cells["local_worst"]["mean"] == pytest.approx(100 * summary(run)["local_accuracy"]["worst"])
