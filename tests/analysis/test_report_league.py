@@ -202,3 +202,11 @@ def test_a_run_made_before_the_worst_client_was_recorded_per_round_says_so(leagu
     assert cells["local_worst@time"] == "not per round"  # not a number made up from the mean or the end
     assert cells["local_mean@time"]["mean"] == pytest.approx(100 * old[-1]["local_accuracy_mean"])
     assert cells["local_worst"]["mean"] == pytest.approx(100 * summary(run)["local_accuracy"]["worst"])
+
+
+def test_the_report_prints_the_league_after_the_clock_table(league):
+    result = report(league)
+    assert result.exit_code == 0, result.output
+    text = result.output
+    assert text.index("Time and data to accuracy:") < text.index("# The sub-model league")
+    assert "### At equal bytes (down and up) (budget" in text and "| IID | HeteroFL | 1 |" in text
