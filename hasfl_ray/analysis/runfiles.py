@@ -16,7 +16,7 @@ from hasfl_ray.files import atomic_write, parse_json, read_text
 PLOTTED_KEYS = ("test_accuracy", "test_loss", "mean_h", "avg_p")
 #: metrics.jsonl keys of issue 25, absent from runs written before: a number or null, objects of widths to numbers
 #: (on evaluation rounds), objects of parameter names to fractions (every round).
-NUMBER_KEYS = ("local_accuracy_mean",)
+NUMBER_KEYS = ("local_accuracy_mean", "local_accuracy_worst")
 #: metrics.jsonl keys of a clocked run (issue 26, docs/clock.md), absent without a device population.
 CLOCK_NUMBER_KEYS = ("sim_time_s", "round_time_s", "bytes_down", "bytes_up")
 WIDTH_KEYS = ("accuracy_at_width", "loss_at_width")
@@ -24,7 +24,7 @@ LAYER_KEYS = ("frozen_by_layer", "coverage_by_layer")
 #: The range of each number of a metrics.jsonl line that the report reads (NaN and infinity are refused: a run
 #: writes null for a value it could not compute).
 LINE_RANGES = {"test_accuracy": FRACTION, "test_loss": NON_NEGATIVE, "mean_h": FINITE, "avg_p": FRACTION,
-               "local_accuracy_mean": FRACTION, "sim_time_s": NON_NEGATIVE, "round_time_s": NON_NEGATIVE,
+               "local_accuracy_mean": FRACTION, "local_accuracy_worst": FRACTION, "sim_time_s": NON_NEGATIVE, "round_time_s": NON_NEGATIVE,
                "bytes_down": NON_NEGATIVE, "bytes_up": NON_NEGATIVE, "accuracy_at_width": FRACTION,
                "loss_at_width": NON_NEGATIVE, "frozen_by_layer": FRACTION, "coverage_by_layer": FRACTION}
 

@@ -4,22 +4,28 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from hasfl_ray.analysis.clocked import clock_latex, clock_markdown, clock_table
+from hasfl_ray.analysis.league import league_table
+from hasfl_ray.analysis.league_figure import plot_league
 from hasfl_ray.analysis.plots import load_metrics, plot_runs
 from hasfl_ray.analysis.report import (CONFOUND_COLUMNS, analyze_runs, confound_latex, confound_markdown, display_name,
                                        grid_csv, grid_latex, grid_markdown, omitted_lines, summarise_runs, table_csv,
                                        table_latex, table_markdown, width_tables)
+from hasfl_ray.analysis.tables.league import league_csv, league_latex, league_markdown
 from hasfl_ray.files import atomic_write
 
 
 def write_report(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str] = (),
-                 title: str = "") -> List[str]:
+                 title: str = "", budget_seconds: Optional[float] = None,
+                 budget_bytes: Optional[float] = None) -> List[str]:
     """table.{md,csv,tex} (the paper's table layout), widths, local and fairness.{md,csv,tex} (accuracy at each
     width, global against local accuracy, fairness over clients: each when some run records its fields, else a line
     in table.md saying why it is left out), clock.{md,csv,tex} (time and data to accuracy, when some run has a device
-    clock), confound.{md,csv,tex} and analysis.json (Table 5, when some run has H̃
+    clock), league.{md,csv,tex} and <dataset>-league.png (the sub-model league at equal rounds, time and bytes, at
+    ``budget_seconds`` and ``budget_bytes`` or the smallest run's totals; when some run has a device clock),
+    confound.{md,csv,tex} and analysis.json (Table 5, when some run has H̃
     estimates) and the figures (PNG) under ``out_dir``; returns the paths written."""
     load_metrics(runs)
     os.makedirs(out_dir, exist_ok=True)
@@ -41,6 +47,10 @@ def write_report(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[s
         heading = f"# {title}: {clock['title']}" if title else f"# {clock['title']}"
         files.update({"clock.md": f"{heading}\n\n{clock_markdown(clock)}", "clock.csv": grid_csv(clock),
                       "clock.tex": clock_latex(clock, caption)})
+    league = league_table(runs, order, budget_seconds, budget_bytes)
+    if league is not None:  # the sub-model league (issue 44 item 4), beside the clock's table
+        files.update({"league.md": league_markdown(league, title), "league.csv": league_csv(league),
+                      "league.tex": league_latex(league, title)})
     analysis = analyze_runs(runs)
     if analysis["runs"]:
         files["confound.md"] = confound_markdown(analysis)
@@ -54,4 +64,5 @@ def write_report(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[s
         path = os.path.join(out_dir, name)
         atomic_write(path, text.encode())
         written.append(path)
-    return written + plot_runs(runs, out_dir, order)
+    figures = plot_runs(runs, out_dir, order)
+    return written + figures + (plot_league(runs, out_dir, league, order) if league is not None else [])

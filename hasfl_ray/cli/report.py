@@ -109,20 +109,30 @@ def write_files(write, out_dir):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @click.option("--out", "out_dir", type=click.Path(),
               help="Write table.{md,csv,tex}, widths/local/fairness.{md,csv,tex} (where runs record them), "
-                   "clock.{md,csv,tex} (runs with a device clock), "
+                   "clock.{md,csv,tex} and league.{md,csv,tex} (runs with a device clock), "
                    "confound.{md,csv,tex}, analysis.json and the figures (PNG) here (default for a sweep's folder: "
                    "PATH/report): a new or empty folder, marked as hasfl-ray's, or one hasfl-ray marked; a folder of "
                    "other files is refused.")
+@click.option("--budget-seconds", type=float, default=None,
+              help="The league's time budget in simulated seconds: each run's accuracies as held then (default: "
+                   "the smallest whole run's simulated time of the dataset's clocked runs, so every run reached it).")
+@click.option("--budget-bytes", type=float, default=None,
+              help="The league's data budget in bytes moved (down and up): each run's accuracies as held then "
+                   "(default: the smallest whole run's bytes of the dataset's clocked runs).")
 @user_errors
-def report(paths, as_json, out_dir) -> None:
+def report(paths, as_json, out_dir, budget_seconds, budget_bytes) -> None:
     """Mean ± std over seeds of best/final accuracy, peak-to-final change and avg p per (dataset, algorithm), and
     the confound correlations of Table 5 per run. Runs that record them add accuracy at each width, global against
     local accuracy and fairness over clients (docs/metrics.md); a table no run records is left out with a line
     saying why. Runs with a device clock add the simulated time and data to each accuracy target and accuracy
-    against simulated time and data moved (docs/clock.md). PATHS are run directories, folders holding them, or a
+    against simulated time and data moved (docs/clock.md), and the sub-model league: per method and cell (partition,
+    width ladder) global, per-width and local accuracy at equal rounds, at equal simulated time and at equal bytes
+    (time and bytes to 50 and 70 %, accuracy at --budget-seconds and --budget-bytes). PATHS are run directories, folders holding them, or a
     sweep's folder (then the files and figures are written too)."""
     from hasfl_ray.analysis import analyze_runs, summarise_runs
     from hasfl_ray.analysis.clocked import clock_markdown, clock_table
+    from hasfl_ray.analysis.league import league_table
+    from hasfl_ray.analysis.tables.league import league_markdown
     from hasfl_ray.analysis.report import grid_markdown, omitted_lines, width_tables
     from hasfl_ray.analysis.write import write_report
 
@@ -134,16 +144,20 @@ def report(paths, as_json, out_dir) -> None:
     confound = analysis["runs"]
     tables = width_tables(runs, order)
     clock = clock_table(runs, order)  # None unless some run has a device clock (docs/clock.md)
+    league = league_table(runs, order, budget_seconds, budget_bytes)  # None likewise (issue 44 item 4)
     if out_dir is None and sweep and len(paths) == 1:
         out_dir = os.path.join(paths[0], "report")
     if out_dir is not None:
         check_out(out_dir)
-    written = write_files(lambda: write_report(runs, out_dir, order, sweep.get("reproduces") or ""), out_dir) \
+    written = write_files(lambda: write_report(runs, out_dir, order, sweep.get("reproduces") or "", budget_seconds,
+                                               budget_bytes), out_dir) \
         if out_dir is not None else []
     if as_json:
         click.echo(json.dumps({"table": table, "confound": confound, "pooled": analysis["pooled"],
                                **{t["name"]: t["rows"] for t in tables if "rows" in t},
                                **({"clock": clock["rows"]} if clock is not None else {}),
+                               **({"league": {"rows": league["rows"], "budgets": league["budgets"]}}
+                                  if league is not None else {}),
                                "omitted": omitted_lines(tables), "files": written}, indent=2))
         return
     click.echo(f"{'dataset':<12} {'algorithm':<22} {'seeds':>5} {'best':>13} {'final':>13} {'peak->final':>11} "
@@ -159,6 +173,8 @@ def report(paths, as_json, out_dir) -> None:
         click.echo(line)
     if clock is not None:
         click.echo(f"\n{clock['title']}:\n{clock_markdown(clock).rstrip()}")
+    if league is not None:
+        click.echo("\n" + league_markdown(league).rstrip())
     if confound:
         _echo_confound(analysis)
     for path in written:

@@ -97,6 +97,7 @@ def request_evaluation(engine: Any, t: int):
                 engine.local, engine._local_round = result, t
             if not isinstance(result, str):
                 out["local_accuracy_mean"] = result["summary"]["mean"]
+                out["local_accuracy_worst"] = result["summary"]["worst"]  # the league's worst client per round
         return accuracy, loss, out
 
     finish.ready = lambda: all(getattr(part, "ready", lambda: True)() for part in parts)
@@ -186,7 +187,8 @@ def settle_owed_local(engine: Any) -> None:
     engine.local, engine._local_round = result, line["round"]
     if isinstance(result, dict):
         wall_s = line.pop("wall_s")
-        line.update(local_accuracy_mean=result["summary"]["mean"], wall_s=wall_s)  # the order complete() gives
+        line.update(local_accuracy_mean=result["summary"]["mean"], local_accuracy_worst=result["summary"]["worst"],
+                    wall_s=wall_s)  # the order complete() gives
 
 
 def request_local_accuracy(engine: Any):

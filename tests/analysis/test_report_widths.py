@@ -28,7 +28,8 @@ def finished_run(tmp_path_factory):
 
 
 SUMMARY_KEYS = ("accuracy_at_width_final", "accuracy_at_width_best", "local_accuracy", "local_accuracy_unmasked")
-METRIC_KEYS = ("accuracy_at_width", "loss_at_width", "frozen_by_layer", "coverage_by_layer", "local_accuracy_mean")
+METRIC_KEYS = ("accuracy_at_width", "loss_at_width", "frozen_by_layer", "coverage_by_layer", "local_accuracy_mean",
+               "local_accuracy_worst")
 
 
 def copy_run(finished_run, path, algorithm="hasfl", seed=42, dataset="digits"):

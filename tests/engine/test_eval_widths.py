@@ -83,7 +83,7 @@ def test_evaluation_moves_nothing_else(tmp_path):  # issue 25 item 7
     plain, plain_lines, _ = run(tmp_path, "full", eval_widths=[1.0])
     wide, wide_lines, _ = run(tmp_path, "wide", eval_widths=[0.125, 0.25, 0.5, 0.75], local_eval_every=1)
     assert wide["params_sha256"] == plain["params_sha256"]
-    new = ("accuracy_at_width", "loss_at_width", "local_accuracy_mean")
+    new = ("accuracy_at_width", "loss_at_width", "local_accuracy_mean", "local_accuracy_worst")
     assert [{k: v for k, v in line.items() if k not in new} for line in wide_lines] == \
         [{k: v for k, v in line.items() if k not in new} for line in plain_lines]
     assert plain_lines[-1]["accuracy_at_width"] == {"1": plain_lines[-1]["test_accuracy"]}  # --eval-widths full

@@ -111,6 +111,8 @@ def test_each_client_is_scored_on_its_labels_at_its_width(tmp_path):  # issue 25
         lines = [json.loads(line) for line in handle]
     assert ["local_accuracy_mean" in line for line in lines] == [False, True, False, True]
     assert lines[-1]["local_accuracy_mean"] == summary["local_accuracy"]["mean"]
+    assert ["local_accuracy_worst" in line for line in lines] == [False, True, False, True]
+    assert lines[-1]["local_accuracy_worst"] == summary["local_accuracy"]["worst"]
     with open(out / "clients.csv", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     params = engine.backend.get_params()
