@@ -79,6 +79,8 @@ class DepthFL(Algorithm):
     """DepthFL: each client trains the depth of its capacity tier with every exit up to it (module docstring)."""
 
     options_class = rules.DepthFLOptions
+    #: test_accuracy is the ensemble of the full network's exits (hasfl_ray.engine.evaluating.global_evaluation).
+    global_ensemble = True
 
     @classmethod
     def resolve_config(cls, config) -> Dict[str, Any]:
