@@ -108,6 +108,16 @@ class DepthFL(Algorithm):
         """1 each: the source's unweighted mean over the clients holding a tensor."""
         return [1.0] * len(clients)
 
+    def client_cost(self, round, client, width, cost):
+        """The device clock's DepthFL: what the depth sub-model holds and trains (its stages and exits: the clock's
+        base cost already), plus FedDyn's two local terms −⟨θ, h_i⟩ + α/2 ‖θ − θ^t‖², two multiply-adds a parameter
+        it holds every local step (docs/clock.md). The mutual distillation reads the exits' logits of the one
+        forward pass: nothing more."""
+        if not self.options.depthfl_feddyn:
+            return cost
+        depth = self.depth_plan.depth_of(float(self.p_current[client]))  # ``width`` is the trained one: 1
+        return cost.plus(step_macs=2 * self.clock.costs.params(1.0, depth))
+
     def held_names(self, depth: int) -> List[str]:
         """The parameters a depth-``depth`` client holds, in the model's order."""
         if depth not in self._names:
