@@ -2,8 +2,8 @@
 mean over the clients that hold each coordinate (HeteroFL's combine generalised from slices to any held set).
 
 Each method's module says how its source weighs the clients (FIARSE: 1 each over non-zero updates; FLuID: n_i;
-DepthFL and ScaleFL: 1 each over the clients whose model has the tensor). Nothing here is wired into a run yet
-(docs/algorithms.md, "The league's rules (groundwork)").
+DepthFL and ScaleFL: 1 each over the clients whose model has the tensor); docs/algorithms.md, "The league's
+rules".
 """
 
 from __future__ import annotations
