@@ -78,6 +78,8 @@ class MutualObjective(LocalObjective):
 class DepthFL(Algorithm):
     """DepthFL: each client trains the depth of its capacity tier with every exit up to it (module docstring)."""
 
+    #: The sub_model it sets (``resolve_config``), so that ``--depths`` may be given without ``--sub-model``.
+    implied_sub_model = "depth"
     options_class = rules.DepthFLOptions
     #: test_accuracy is the ensemble of the full network's exits (hasfl_ray.engine.evaluating.global_evaluation).
     global_ensemble = True

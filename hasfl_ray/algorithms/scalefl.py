@@ -3,7 +3,9 @@ self-distillation, the rules of :mod:`hasfl_ray.algorithms.league.scalefl` (tran
 onto the depth sub-models of :mod:`hasfl_ray.models.depth` (``sub_model: width_depth``, set by this algorithm).
 
 - **Levels.** Level ℓ is the ℓ-th width of the run's ladder (v_ℓ; a client's level is its capacity tier) with
-  ``scalefl_exits``[ℓ] exits (h_ℓ, the source's ``--horizontal_scale_ratios``, default 1,2,3,4): the client trains
+  ``scalefl_exits``[ℓ] exits (h_ℓ, the source's ``--horizontal_scale_ratios``; default ``auto``, ceil(v_ℓ x
+  stages) as the depth plan's default, which is the source's 1,2,3,4 on a four-stage ResNet with the four-width
+  ladder, and ``--depths`` may set them then): the client trains
   the width-v_ℓ slices of the stages up to exit h_ℓ and exits 1..h_ℓ. The source assigns levels by a seeded
   permutation cut by ``--client_split_ratios``; here the capacity tiers (their mix, ``tier_counts``) take that role,
   so every client has a level (none is skipped).
@@ -48,6 +50,8 @@ class ExitLossObjective(LocalObjective):
 class ScaleFL(Algorithm):
     """ScaleFL: each client trains its tier's width up to its level's exit (module docstring)."""
 
+    #: The sub_model it sets (``resolve_config``), so that ``--depths`` may be given without ``--sub-model``.
+    implied_sub_model = "width_depth"
     options_class = rules.ScaleFLOptions
 
     @classmethod
@@ -56,15 +60,17 @@ class ScaleFL(Algorithm):
         from hasfl_ray.federation import ladder_of
 
         options = rules.ScaleFLOptions(**config.algorithm_options)
+        if config.sub_model == "depth":
+            raise ConfigError("sub_model is 'depth' but algorithm scalefl scales width and depth together; expected "
+                              "sub_model width_depth (or left unset)")
+        if options.scalefl_exits == "auto":  # the depth plan's default: ceil(v x stages) per ladder width
+            return {"sub_model": "width_depth"}
         exits = rules.parse_exits(options.scalefl_exits)
         widths = ladder_of(config).widths
         if len(exits) != len(widths):
             raise ConfigError(f"scalefl_exits is {options.scalefl_exits!r} ({len(exits)} levels) but the width "
                               f"ladder has {len(widths)} widths ({', '.join(f'{w:g}' for w in widths)}); expected "
                               "one number of exits per ladder width, shallowest level first")
-        if config.sub_model == "depth":
-            raise ConfigError("sub_model is 'depth' but algorithm scalefl scales width and depth together; expected "
-                              "sub_model width_depth (or left unset)")
         if config.depths is not None and list(config.depths) != exits:
             raise ConfigError(f"depths is {config.depths!r} but scalefl_exits gives the levels' exits "
                               f"{options.scalefl_exits!r}; expected depths left unset")

@@ -82,8 +82,9 @@ def plugin_cost_table(spec: str, dataset: str, data_dir: Optional[str] = None,
                    "image CNNs (cifar10, emnist, digits).")
 @click.option("--algorithm", type=click.Choice(["depthfl", "scalefl"]), default=None,
               help="Price what a client of each size (--widths, default 0.25,0.5,0.75,1) trains and sends under DepthFL "
-                   "(the full width up to the size's depth) or ScaleFL (the size's width up to its level's exit; "
-                   "--depths: the levels' exits, default 1,2,3,4), exits included (docs/algorithms.md).")
+                   "(the full width up to the size's depth) or ScaleFL (the size's width up to its level's exit); "
+                   "--depths: one depth per size, default ceil(size x stages) (1,2,3,4 on a ResNet), exits included "
+                   "(docs/algorithms.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {p, params, macs, upload_mb} "
                                                       "(and flops for the ResNets and plug-in models).")
 @user_errors
@@ -190,7 +191,7 @@ def algorithm_rows(algorithm: str, model_name: str, dataset: str, norm: Optional
     """One row per size of ``ladder`` (default 0.25, 0.5, 0.75, 1) of what a client of that size trains and sends
     under ``algorithm``: DepthFL, the full-width network up to its depth (``depths``, one per size, else ceil(size x
     stages), as simulate's depth plan); ScaleFL, the size's width up to its level's exit (``depths`` the levels'
-    exits, default the source's 1,2,3,4). Each row: the size, the width and depth trained, params, MACs and FLOPs per
+    exits, default likewise: the source's 1,2,3,4 on a ResNet). Each row: the size, the width and depth trained, params, MACs and FLOPs per
     sample of its training forward (every exit up to its depth counted) and upload MB (fp32)."""
     import math
 
@@ -202,8 +203,7 @@ def algorithm_rows(algorithm: str, model_name: str, dataset: str, norm: Optional
     name = exits_model(model_name, dataset, norm, f"--algorithm is {algorithm!r}")
     total = exit_depths(build_model(name))
     if depths is None:
-        chosen = [max(1, min(total, math.ceil(round(w * total, 9)))) for w in sizes] if algorithm == "depthfl" \
-            else [1, 2, 3, 4][:len(sizes)]
+        chosen = [max(1, min(total, math.ceil(round(w * total, 9)))) for w in sizes]
     else:
         try:
             chosen = [int(part) for part in depths.split(",")]

@@ -36,7 +36,8 @@ def test_depthfl_prices_each_size_at_full_width_up_to_its_depth():
 
 
 def test_scalefl_prices_each_level_at_its_width_up_to_its_exit():
-    table = rows("--model", "digits", "--algorithm", "scalefl", "--depths", "1,1,2,2")
+    assert [r["depth"] for r in rows("--model", "resnet18", "--algorithm", "scalefl")] == [1, 2, 3, 4]  # the source's
+    table = rows("--model", "digits", "--algorithm", "scalefl")  # auto: ceil(size x stages)
     assert [(r["size"], r["depth"], r["p"]) for r in table] == [(0.25, 1, 0.25), (0.5, 1, 0.5), (0.75, 2, 0.75),
                                                                 (1.0, 2, 1.0)]
     for row in table:
@@ -46,7 +47,7 @@ def test_scalefl_prices_each_level_at_its_width_up_to_its_exit():
 
 
 def test_depths_that_do_not_fit_are_one_sentence_and_exit_2():
-    result = CliRunner().invoke(main, ["cost", "--model", "digits", "--algorithm", "scalefl"])
+    result = CliRunner().invoke(main, ["cost", "--model", "digits", "--algorithm", "scalefl", "--depths", "1,2,3,4"])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert result.output.strip() == ("Error: --depths is '1,2,3,4' for --algorithm scalefl but model 'digits' has 2 "
                                      "depths and the sizes are 0.25, 0.5, 0.75, 1; expected one depth from 1 to 2 per "

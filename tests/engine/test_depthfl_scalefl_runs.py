@@ -85,7 +85,10 @@ def test_feddyn_changes_the_result(tmp_path, local_runs):
      "scalefl_exits is '1,2' (2 levels) but the width ladder has 4 widths (0.25, 0.5, 0.75, 1); expected one number "
      "of exits per ladder width, shallowest level first"),
     (["--algorithm", "scalefl", "--algo-opt", "scalefl_exits=2,1,1,1"], "scalefl_exits is '2,1,1,1'"),
-    (["--algorithm", "scalefl"], "depths is [1, 2, 3, 4] but model 'digits+exits' has 2 depths"),
+    (["--algorithm", "scalefl", "--algo-opt", "scalefl_exits=1,2,3,4"],
+     "depths is [1, 2, 3, 4] but model 'digits+exits' has 2 depths"),
+    (["--algorithm", "scalefl", "--algo-opt", "scalefl_exits=1,1,2,2", "--depths", "1,2,2,2"],
+     "depths is [1, 2, 2, 2] but scalefl_exits gives the levels' exits '1,1,2,2'; expected depths left unset"),
     (["--algorithm", "scalefl", "--algo-opt", "scalefl_exits=1,1,2,2", "--sub-model", "depth"],
      "sub_model is 'depth' but algorithm scalefl scales width and depth together"),
 ])
@@ -96,3 +99,19 @@ def test_bad_input_is_one_sentence_and_exit_2(tmp_path, flags, sentence):
     text = result.output.strip()
     assert sentence in text and "Traceback" not in text and len(text.splitlines()) == 1, text
     assert not (out / "summary.json").exists() and not (out / "metrics.jsonl").exists()
+
+
+def test_depths_come_without_sub_model_for_the_methods_that_set_it(tmp_path):
+    """depthfl and scalefl set sub_model themselves, so --depths alone is theirs (every other algorithm still needs
+    --sub-model with it)."""
+    out = tmp_path / "depths"
+    result = CliRunner().invoke(main, ["simulate", "--dataset", "digits", "--rounds", "1", "--clients", "6",
+                                       "--clients-per-round", "3", "--algorithm", "depthfl", "--depths", "1,1,1,2",
+                                       "--backend", "local", "--quiet", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    text = (out / "config.yaml").read_text()
+    assert "sub_model: depth\n" in text and "depths:\n- 1\n- 1\n- 1\n- 2\n" in text, text
+    refused = CliRunner().invoke(main, ["simulate", "--dataset", "digits", "--rounds", "1", "--algorithm", "heterofl",
+                                        "--depths", "1,1,1,2", "--backend", "local", "--quiet",
+                                        "--out", str(tmp_path / "no")])
+    assert refused.exit_code == 2 and "but sub_model is 'width'" in refused.output
