@@ -39,12 +39,10 @@ LOCAL_CHUNK = 2048
 
 def eval_widths(engine: Any) -> List[float]:
     """The widths evaluated on evaluation rounds, ascending, 1.0 last (``eval_widths``, else the tiers' p^max;
-    with dynamic assignment every width of the ladder; with ``sub_model: depth``, whose clients all train at full
-    width, 1.0 alone: its accuracy at each depth is evaluated instead)."""
+    with dynamic assignment every width of the ladder). With depth sub-models the accuracy at width w is that of the
+    sub-model a client allocated w trains (:func:`shaped`): under ``sub_model: depth`` its depth at full width."""
     if engine.config.eval_widths:
         return engine.config.eval_widths
-    if getattr(engine.config, "sub_model", "width") == "depth":
-        return [1.0]
     if engine.config.width_assignment == "dynamic":
         return default_eval_widths(np.asarray(engine.ladder.widths))
     return default_eval_widths(engine.p_max)
@@ -64,7 +62,8 @@ def request_evaluation(engine: Any, t: int):
         all_widths = list(engine.eval_widths)
         widths = [w for w in all_widths if w != 1.0]
         at_widths = (all_widths, shaped(engine.backend.request(
-            "evaluate_widths", [eval_shape(plan, w) for w in widths], None if plan else submodels(engine, widths)),
+            "evaluate_widths", list(dict.fromkeys(eval_shape(plan, w) for w in widths)),
+            None if plan else submodels(engine, widths)),
             plan, widths) if widths else (lambda: {}))
         if plan is not None:  # the deepest exit is test_accuracy, unless that is the ensemble
             depths = list(range(1, plan.num_depths + (1 if ensemble else 0)))
@@ -123,8 +122,9 @@ def global_evaluation(engine: Any, ensemble: bool):
 
 def shaped(requested, plan: Any, widths: Sequence[float]):
     """``requested``'s results (keyed by the shapes asked for, :func:`~hasfl_ray.engine.depth_eval.eval_shape`)
-    keyed by the allocated ``widths`` they stand for: in a width_depth run the accuracy at width w is that of the
-    sub-model a client allocated w trains (its width at its depth, ScaleFL's level)."""
+    keyed by the allocated ``widths`` they stand for: with depth sub-models the accuracy at width w is that of the
+    sub-model a client allocated w trains (its width at its depth, ScaleFL's level; under ``sub_model: depth`` the
+    full width at its depth, DepthFL's tier)."""
     def result() -> Dict[float, Any]:
         values = requested()
         return {w: values[eval_shape(plan, w)] for w in widths}

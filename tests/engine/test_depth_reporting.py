@@ -67,6 +67,11 @@ def test_depthfls_global_accuracy_is_the_ensemble_and_each_exit_is_reported(tmp_
     assert last["test_accuracy"] == ensemble[0] and summary["final_accuracy"] == ensemble[0]
     assert last["accuracy_at_depth"] == {"1": shallow[0], "2": deepest[0]}
     assert summary["accuracy_at_depth_final"] == last["accuracy_at_depth"]
+    # accuracy at each tier's width: the sub-model that tier trains (1/4, 1/2: depth 1; 3/4: the whole network)
+    # (the server evaluates sub-models channels-last: a last-bit tie may flip one sample, never more here)
+    at_width, one = last["accuracy_at_width"], 1.0 / server.dataset.test_size + 1e-12
+    assert set(at_width) == {"0.25", "0.5", "0.75", "1"} and at_width["1"] == ensemble[0]
+    assert all(abs(at_width[k] - shallow[0]) <= one for k in ("0.25", "0.5")) and at_width["0.75"] == deepest[0]
     # local accuracy: each client at its own depth (tiers 1/4, 1/2: depth 1 at full width; 3/4, 1: the whole network)
     plan = engine.algorithm.depth_plan
     expected = sorted({eval_shape(plan, float(w)) for w in engine.algorithm.p_current}, key=str)
