@@ -173,6 +173,8 @@ class Algorithm(ABC):
         asynchronous mode."""
         return None
 
+    post_aggregate.base_default = True  # the engine asks this, not the class (it imports no algorithm)
+
     def observe(self, round: int, results: Sequence[ClientResult], aggregate: AggregateResult) -> None:
         """React to the round's aggregate (estimates, allocations, control variates). Default: nothing.
 

@@ -49,12 +49,12 @@ def shape_width(shape: Shape) -> float:
 
 def shape_model(model_name: str, shape: Shape) -> nn.Module:
     """The network of ``shape``: ``build_model`` at its width (and depth); the ensemble's forward is the mean of its
-    exits' logits (:func:`hasfl_ray.algorithms.league.depthfl.ensemble`)."""
+    exits' logits (:func:`hasfl_ray.models.depth.ensemble`)."""
     if isinstance(shape, tuple):
         return build_model(model_name, float(shape[0]), int(shape[1]))
     if shape != ENSEMBLE:
         return build_model(model_name, float(shape))
-    from hasfl_ray.algorithms.league.depthfl import ensemble
+    from hasfl_ray.models.depth import ensemble
 
     model = build_model(model_name)
     model.forward = lambda x: ensemble(model.forward_exits(x))  # an instance's own forward: nn.Module calls it

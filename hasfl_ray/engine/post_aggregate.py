@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any, List, Sequence, Tuple
 
 from hasfl_ray.aggregation import AggregateResult
-from hasfl_ray.algorithms.base import Algorithm
 from hasfl_ray.errors import PluginError
 from hasfl_ray.registry import call_plugin, spec_label
 
@@ -17,7 +16,8 @@ def corrects(algorithm: Any) -> bool:
     """Whether ``algorithm`` (or the algorithm a :class:`~hasfl_ray.engine.guard.GuardedAlgorithm` wraps) overrides
     :meth:`Algorithm.post_aggregate`."""
     inner = getattr(algorithm, "algorithm", algorithm)
-    return getattr(type(inner), "post_aggregate", Algorithm.post_aggregate) is not Algorithm.post_aggregate
+    method = getattr(type(inner), "post_aggregate", None)
+    return method is not None and not getattr(method, "base_default", False)
 
 
 def aggregate_round(engine: Any, round: int, tasks: Sequence[Any], weights: Sequence[float]

@@ -67,8 +67,7 @@ def implied_sub_model(config) -> Optional[str]:
     """The sub_model a built-in algorithm sets itself (``implied_sub_model`` of its class: depthfl's depth, scalefl's
     width_depth), so that ``depths`` may come without ``sub_model``; None for every other algorithm (a plug-in's file
     is not imported here)."""
-    import hasfl_ray.algorithms  # noqa: F401  (registers the built-ins)
-    from hasfl_ray import registry
+    from hasfl_ray import registry  # registered() imports the built-ins
 
     name = config.algorithm
     if not isinstance(name, str) or name not in registry.registered("algorithm"):
