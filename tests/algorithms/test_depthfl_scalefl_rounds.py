@@ -134,3 +134,35 @@ def test_scalefl_distillation_starts_after_the_sources_fraction_of_the_rounds(ro
                                                 "scalefl_kd_gamma": 0.05}}).resolved()
     algorithm = ScaleFL(config, np.ones(8), np.ones(8, dtype=np.int64))
     assert [algorithm.objective(t, 0, 1.0).active for t in range(len(active))] == active
+
+
+PLUGINS = """import torch
+from hasfl_ray import Algorithm
+
+
+class Undo(Algorithm):
+    def post_aggregate(self, round, before, after, results):
+        assert results and set(before) == set(after)
+        return before
+
+
+class Bad(Algorithm):
+    def post_aggregate(self, round, before, after, results):
+        return {"nothing": torch.zeros(1)}
+"""
+
+
+def test_post_aggregate_replaces_the_global_model_and_a_bad_answer_is_one_sentence(tmp_path):
+    """The hook's answer becomes the global model (here: the model before every round, so nothing moves); a mapping
+    that lacks a parameter is one PluginError sentence naming the algorithm and the method."""
+    from hasfl_ray.engine.participants import initial_parameters
+    from hasfl_ray.errors import PluginError
+
+    (tmp_path / "hooks.py").write_text(PLUGINS)
+    engine = Engine(RunConfig(**{**BASE, "algorithm": f"{tmp_path / 'hooks.py'}:Undo"}))
+    engine.run()
+    start = initial_parameters(engine.model_name, BASE["seed"])
+    assert all(torch.equal(engine.backend.get_params()[n], start[n]) for n in start)
+    with pytest.raises(PluginError, match=r"returned a dict from post_aggregate\(\); expected None or a mapping of "
+                                          r"every parameter name"):
+        Engine(RunConfig(**{**BASE, "algorithm": f"{tmp_path / 'hooks.py'}:Bad"})).run()
