@@ -141,7 +141,8 @@ RUN_OPTIONS = (
     click.option("--scaffold-global-lr", type=float, help="SCAFFOLD global learning rate eta_g (default 1.0)."),
     click.option("--rolex-step", type=int, help="FedRolex: channels the window advances per round (default 1)."),
     click.option("--control-variates-dir", type=click.Path(),
-                 help="SCAFFOLD: keep per-client control variates on disk there instead of in memory: a new or "
+                 help="SCAFFOLD (and DepthFL's FedDyn state h_i): keep per-client control variates on disk there "
+                      "instead of in memory: a new or "
                       "empty folder (made and marked as hasfl-ray's) or one hasfl-ray marked, outside the run "
                       "directory; a folder of other files is refused."),
     click.option("--devices", metavar="SPEC",
