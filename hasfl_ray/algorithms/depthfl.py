@@ -106,6 +106,11 @@ class DepthFL(Algorithm):
         self.client_depths: Dict[int, int] = {}  # the depth whose names each stored h_i is laid out over
         self._names: Dict[int, List[str]] = {}
 
+    @property
+    def post_aggregate_active(self) -> bool:
+        """Without FedDyn the count mean is the new global model: the engine need not read it (post_aggregate)."""
+        return bool(self.options.depthfl_feddyn)
+
     def aggregation_weights(self, clients: Sequence[int]) -> List[float]:
         """1 each: the source's unweighted mean over the clients holding a tensor."""
         return [1.0] * len(clients)

@@ -14,10 +14,11 @@ from hasfl_ray.registry import call_plugin, spec_label
 
 def corrects(algorithm: Any) -> bool:
     """Whether ``algorithm`` (or the algorithm a :class:`~hasfl_ray.engine.guard.GuardedAlgorithm` wraps) overrides
-    :meth:`Algorithm.post_aggregate`."""
+    :meth:`Algorithm.post_aggregate` and has not set ``post_aggregate_active`` false."""
     inner = getattr(algorithm, "algorithm", algorithm)
-    method = getattr(type(inner), "post_aggregate", None)
-    return method is not None and not getattr(method, "base_default", False)
+    method = getattr(type(inner), "post_aggregate", None)  # an instance may switch its hook off (DepthFL without FedDyn)
+    return method is not None and not getattr(method, "base_default", False) and \
+        bool(getattr(inner, "post_aggregate_active", True))
 
 
 def aggregate_round(engine: Any, round: int, tasks: Sequence[Any], weights: Sequence[float]

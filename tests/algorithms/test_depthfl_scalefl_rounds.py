@@ -53,10 +53,17 @@ def test_a_depthfl_round_is_the_strategys_aggregate_with_feddyn(monkeypatch):
     for name in h:
         torch.testing.assert_close(server_h[name].to(torch.float64), h[name], rtol=1e-4, atol=1e-7)
     assert engine.config.sub_model == "depth" and engine.config.momentum == 0.0 and engine.config.lr_decay == 0.998
+    from hasfl_ray.engine.post_aggregate import corrects
+
+    assert corrects(engine.algorithm)
 
 
 def test_without_feddyn_the_depthfl_round_is_the_count_mean(monkeypatch):
-    rounds, final, _ = captured_run(monkeypatch, algorithm="depthfl", algorithm_options={"depthfl_feddyn": False})
+    from hasfl_ray.engine.post_aggregate import corrects
+
+    rounds, final, engine = captured_run(monkeypatch, algorithm="depthfl",
+                                         algorithm_options={"depthfl_feddyn": False})
+    assert not corrects(engine.algorithm)  # no correction: the engine does not even read the parameters
     before, updates = rounds[-1]
     clients = [{name: before[name] + delta for name, delta in update.items()} for update, _ in updates]
     zeros = {name: torch.zeros_like(t) for name, t in before.items()}

@@ -81,6 +81,8 @@ def test_feddyn_changes_the_result(tmp_path, local_runs):
      "sub_model is 'width_depth' but algorithm depthfl trains depth sub-models at full width; expected sub_model "
      "depth (or left unset)"),
     (["--algorithm", "depthfl", "--algo-opt", "depthfl_alpha=0"], "depthfl_alpha"),
+    (["--algorithm", "scalefl", "--algo-opt", "scalefl_kd_gamma=-1"], "scalefl_kd_gamma is -1"),
+    (["--algorithm", "depthfl", "--algo-opt", "depthfl_kd=maybe"], "depthfl_kd"),
     (["--algorithm", "scalefl", "--algo-opt", "scalefl_exits=1,2"],
      "scalefl_exits is '1,2' (2 levels) but the width ladder has 4 widths (0.25, 0.5, 0.75, 1); expected one number "
      "of exits per ladder width, shallowest level first"),
