@@ -22,7 +22,7 @@ FedDyn's server step is defined per synchronous round over all N clients: ``--mo
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -105,6 +105,7 @@ class DepthFL(Algorithm):
         self.client_h = ControlVariateStore(config.control_variates_dir)  # h_i, flat over the client's names
         self.client_depths: Dict[int, int] = {}  # the depth whose names each stored h_i is laid out over
         self._names: Dict[int, List[str]] = {}
+        self._full = None  # the model with exits, built at first use (_model)
 
     @property
     def post_aggregate_active(self) -> bool:
@@ -125,13 +126,22 @@ class DepthFL(Algorithm):
         depth = self.depth_plan.depth_of(float(self.p_current[client]))  # ``width`` is the trained one: 1
         return cost.plus(step_macs=2 * self.clock.costs.params(1.0, depth))
 
+    def _model(self):
+        """The run's model with exits at full width, built once (its names, shapes and depths)."""
+        if getattr(self, "_full", None) is None:
+            from hasfl_ray.models import build_model
+
+            self._full = build_model(self.model_name)
+            self._shapes = {name: spec.shape for name, spec in self._full.param_specs().items()}
+            self._depths = self._full.param_depths()
+        return self._full
+
     def held_names(self, depth: int) -> List[str]:
         """The parameters a depth-``depth`` client holds, in the model's order."""
         if depth not in self._names:
-            from hasfl_ray.models import build_model
             from hasfl_ray.models.depth import depth_names
 
-            self._names[depth] = depth_names(build_model(self.model_name), depth)
+            self._names[depth] = depth_names(self._model(), depth)
         return self._names[depth]
 
     def objective(self, round: int, client: int, width: float) -> LocalObjective:
@@ -151,10 +161,8 @@ class DepthFL(Algorithm):
         return out
 
     def _sizes(self, depth: int):
-        from hasfl_ray.models import build_model
-
-        specs = build_model(self.model_name).param_specs()
-        return [(name, int(np.prod(specs[name].shape))) for name in self.held_names(depth)]
+        self._model()
+        return [(name, int(np.prod(self._shapes[name]))) for name in self.held_names(depth)]
 
     def post_aggregate(self, round, before, after, results: Sequence[ClientResult]):
         """FedDyn's server correction over the count mean ``after`` (tensors no accepted client holds keep θ^t)."""
@@ -179,15 +187,10 @@ class DepthFL(Algorithm):
             state = result.extras.get(FEDDYN_STATE)
             if not state:
                 continue
-            depth = max(d for d in self._names_depths(state))
+            self._model()
+            depth = max(self._depths[name] for name in state)
             self.client_h.put(result.client, torch.cat([state[name].reshape(-1) for name in self.held_names(depth)]))
             self.client_depths[result.client] = depth
-
-    def _names_depths(self, state: Mapping[str, torch.Tensor]):
-        from hasfl_ray.models import build_model
-
-        depths = build_model(self.model_name).param_depths()
-        return [depths[name] for name in state]
 
     def state_dict(self) -> Dict[str, Any]:
         return {**super().state_dict(),

@@ -151,8 +151,7 @@ def depth_rows(model_name: str, dataset: str, norm: Optional[str], depths: str,
     and ``ladder`` (default width 1): a ResNet on ``dataset``'s images, or a built-in image CNN; one ConfigError
     sentence for a depth the model lacks or a model without stages."""
     from hasfl_ray.errors import ConfigError
-    from hasfl_ray.models import MODEL_CONFIGS, depth_cost_table, register_model
-    from hasfl_ray.models.resnet import resnet_config
+    from hasfl_ray.models import depth_cost_table
 
     try:
         chosen = [int(part) for part in depths.split(",")]
