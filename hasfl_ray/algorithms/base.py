@@ -181,6 +181,17 @@ class Algorithm(ABC):
 
     inspect_updates.inspects_nothing = True  # the engine asks this, not the class (it imports no algorithm)
 
+    def post_aggregate(self, round: int, before: Dict[str, "torch.Tensor"], after: Dict[str, "torch.Tensor"],
+                       results: Sequence[ClientResult]) -> Optional[Dict[str, "torch.Tensor"]]:
+        """A synchronous round's server correction (DepthFL's FedDyn): given the global parameters before the round
+        (``before``) and after the aggregate was applied (``after``; name -> full-shape tensor on the CPU) and the
+        accepted results (``update`` emptied), the new global parameters, or None to keep ``after``. Called, before
+        :meth:`observe`, only where a subclass overrides it (:mod:`hasfl_ray.engine.post_aggregate`); never in the
+        asynchronous mode."""
+        return None
+
+    post_aggregate.base_default = True  # the engine asks this, not the class (it imports no algorithm)
+
     def observe(self, round: int, results: Sequence[ClientResult], aggregate: AggregateResult) -> None:
         """React to the round's aggregate (estimates, allocations, control variates). Default: nothing.
 

@@ -85,11 +85,16 @@ def plugin_cost_table(spec: str, dataset: str, data_dir: Optional[str] = None,
                    "sets) uploads at each width: its held values (4 bytes each, the params column) plus its index "
                    "lists, one int64 per kept position of every scaled dim (index MB; the same goes down). Its MACs "
                    "are the width-p network's: it trains a network of those shapes.")
+@click.option("--algorithm", type=click.Choice(["depthfl", "scalefl"]), default=None,
+              help="Price what a client of each size (--widths, default 0.25,0.5,0.75,1) trains and sends under DepthFL "
+                   "(the full width up to the size's depth) or ScaleFL (the size's width up to its level's exit); "
+                   "--depths: one depth per size, default ceil(size x stages) (1,2,3,4 on a ResNet), exits included "
+                   "(docs/algorithms.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {p, params, macs, upload_mb} "
                                                       "(and flops for the ResNets and plug-in models).")
 @user_errors
 def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Optional[str], widths: Optional[str],
-         depths: Optional[str], index_sets: bool, as_json: bool) -> None:
+         depths: Optional[str], index_sets: bool, algorithm: Optional[str], as_json: bool) -> None:
     """Print params, MACs per sample and fp32 upload MB at p = 0.25, 0.5, 0.75, 1 (the paper's Table 2) or at
     --widths; for the ResNets (preresnet18, resnet18, preresnet18-1112), at HeteroFL's levels a-e (p = 1, 1/2, 1/4,
     1/8, 1/16) with FLOPs too, as HeteroFL's own counter counts them (src/summary.py; docs/models.md#costs).
@@ -111,15 +116,17 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
         raise click.UsageError(f"--dataset is {dataset!r} but --model is {model_name!r}; expected an image dataset, "
                                f"one of {', '.join(IMAGE_DATASETS)}")
     chosen = {} if ladder is None else {"widths": tuple(ladder)}
-    if depths is not None:
-        rows = depth_rows(model_name, dataset, model_norm, depths, ladder)
+    if depths is not None or algorithm is not None:
+        rows = algorithm_rows(algorithm, model_name, dataset, model_norm, depths, ladder) if algorithm else \
+            depth_rows(model_name, dataset, model_norm, depths, ladder)
         if as_json:
             click.echo(json.dumps(rows))
             return
-        click.echo(f"{'depth':>5} {'p':>7} {'params':>12} {'MACs/sample':>14} {'FLOPs/sample':>14} {'upload MB':>10}")
+        click.echo((f"{'size':>7} " if algorithm else "") + f"{'depth':>5} {'p':>7} {'params':>12} {'MACs/sample':>14} "
+                   f"{'FLOPs/sample':>14} {'upload MB':>10}")
         for row in rows:
-            click.echo(f"{row['depth']:>5} {row['p']:>7g} {row['params']:>12,} {row['macs']:>14,} "
-                       f"{row['flops']:>14,} {row['upload_mb']:>10.2f}")
+            click.echo((f"{row['size']:>7g} " if algorithm else "") + f"{row['depth']:>5} {row['p']:>7g} "
+                       f"{row['params']:>12,} {row['macs']:>14,} {row['flops']:>14,} {row['upload_mb']:>10.2f}")
         return
     if plugin:
         rows = plugin_cost_table(model_name, dataset, data_dir, **chosen)
@@ -184,13 +191,26 @@ def depth_rows(model_name: str, dataset: str, norm: Optional[str], depths: str,
     and ``ladder`` (default width 1): a ResNet on ``dataset``'s images, or a built-in image CNN; one ConfigError
     sentence for a depth the model lacks or a model without stages."""
     from hasfl_ray.errors import ConfigError
-    from hasfl_ray.models import MODEL_CONFIGS, depth_cost_table, register_model
-    from hasfl_ray.models.resnet import resnet_config
+    from hasfl_ray.models import depth_cost_table
 
     try:
         chosen = [int(part) for part in depths.split(",")]
     except ValueError:
         raise ConfigError(f"--depths is {depths!r}; expected a comma list of depths, e.g. 1,2,3,4") from None
+    name = exits_model(model_name, dataset, norm, f"--depths is {depths!r}")
+    try:
+        return depth_cost_table(name, chosen, tuple(ladder or (1.0,)))
+    except ValueError as error:
+        raise ConfigError(f"--depths is {depths!r}: {error}") from None
+
+
+def exits_model(model_name: str, dataset: str, norm: Optional[str], what: str) -> str:
+    """The registered name of ``model_name`` built with exits (a ResNet on ``dataset``'s images, or a built-in image
+    CNN); one ConfigError sentence, opened by ``what``, for a model without stages."""
+    from hasfl_ray.errors import ConfigError
+    from hasfl_ray.models import MODEL_CONFIGS, register_model
+    from hasfl_ray.models.resnet import resnet_config
+
     if model_name in RESNET_MODELS:
         config = MODEL_CONFIGS[dataset]
         name, built = resnet_config(model_name, config["in_channels"], config["num_classes"], config["image_size"],
@@ -199,10 +219,42 @@ def depth_rows(model_name: str, dataset: str, norm: Optional[str], depths: str,
     elif MODEL_CONFIGS.get(model_name, {}).get("kind") == "cnn":
         name, built = f"{model_name}+exits", {**MODEL_CONFIGS[model_name], "exits": True}
     else:
-        raise ConfigError(f"--depths is {depths!r} but --model {model_name!r} has no stages with exits; expected a "
+        raise ConfigError(f"{what} but --model {model_name!r} has no stages with exits; expected a "
                           f"ResNet ({', '.join(RESNET_MODELS)}) or an image CNN ({', '.join(IMAGE_DATASETS)})")
     register_model(name, built)
-    try:
-        return depth_cost_table(name, chosen, tuple(ladder or (1.0,)))
-    except ValueError as error:
-        raise ConfigError(f"--depths is {depths!r}: {error}") from None
+    return name
+
+
+def algorithm_rows(algorithm: str, model_name: str, dataset: str, norm: Optional[str], depths: Optional[str],
+                   ladder: Optional[List[float]]) -> List[dict]:
+    """One row per size of ``ladder`` (default 0.25, 0.5, 0.75, 1) of what a client of that size trains and sends
+    under ``algorithm``: DepthFL, the full-width network up to its depth (``depths``, one per size, else ceil(size x
+    stages), as simulate's depth plan); ScaleFL, the size's width up to its level's exit (``depths`` the levels'
+    exits, default likewise: the source's 1,2,3,4 on a ResNet). Each row: the size, the width and depth trained, params, MACs and FLOPs per
+    sample of its training forward (every exit up to its depth counted) and upload MB (fp32)."""
+    import math
+
+    from hasfl_ray.errors import ConfigError
+    from hasfl_ray.models import build_model, depth_cost_table
+    from hasfl_ray.models.depth import exit_depths
+
+    sizes = sorted(ladder or PLUGIN_WIDTHS)
+    name = exits_model(model_name, dataset, norm, f"--algorithm is {algorithm!r}")
+    total = exit_depths(build_model(name))
+    if depths is None:
+        chosen = [max(1, min(total, math.ceil(round(w * total, 9)))) for w in sizes]
+    else:
+        try:
+            chosen = [int(part) for part in depths.split(",")]
+        except ValueError:
+            chosen = []
+    if len(chosen) != len(sizes) or any(not 1 <= d <= total for d in chosen):
+        raise ConfigError(f"--depths is {depths if depths is not None else ','.join(map(str, chosen))!r} for "
+                          f"--algorithm {algorithm} but model {model_name!r} has {total} depths and the sizes are "
+                          f"{', '.join(f'{w:g}' for w in sizes)}; expected one depth from 1 to {total} per size")
+    rows = []
+    for size, depth in zip(sizes, chosen):
+        trained = 1.0 if algorithm == "depthfl" else size
+        row = depth_cost_table(name, [depth], (trained,))[0]
+        rows.append({"algorithm": algorithm, "size": size, **row})
+    return rows

@@ -29,7 +29,8 @@ RUN_OPTIONS = (
     click.option("--data-dir", type=click.Path(), help="Where the dataset lives (a torchvision root for images)."),
     click.option("--download", is_flag=True, default=None, help="Download the dataset if it is missing."),
     click.option("--algorithm", help="hasfl (default), heterofl, fjord, uniform, random-budget, fedavg, fedprox, "
-                                     "scaffold, fedrolex or fluid (docs/algorithms.md), or a plug-in: FILE.py:Class "
+                                     "scaffold, fedrolex, fluid, depthfl or scalefl (docs/algorithms.md), or a plug-in: "
+                                     "FILE.py:Class "
                                      "or MODULE:Class subclassing hasfl_ray.Algorithm."),
     click.option("--algo-opt", multiple=True, metavar="KEY=VALUE",
                  help="An option of the algorithm (its options dataclass, built-in or plug-in); repeat for several. "
@@ -140,7 +141,8 @@ RUN_OPTIONS = (
     click.option("--scaffold-global-lr", type=float, help="SCAFFOLD global learning rate eta_g (default 1.0)."),
     click.option("--rolex-step", type=int, help="FedRolex: channels the window advances per round (default 1)."),
     click.option("--control-variates-dir", type=click.Path(),
-                 help="SCAFFOLD: keep per-client control variates on disk there instead of in memory: a new or "
+                 help="SCAFFOLD (and DepthFL's FedDyn state h_i): keep per-client control variates on disk there "
+                      "instead of in memory: a new or "
                       "empty folder (made and marked as hasfl-ray's) or one hasfl-ray marked, outside the run "
                       "directory; a folder of other files is refused."),
     click.option("--devices", metavar="SPEC",

@@ -1,13 +1,19 @@
 """Accuracy at each depth of a run with depth sub-models (docs/models.md#depth-sub-models): the global model's
 depth-d sub-model at full width (its first d stages and exit d's logits), evaluated on the server's test samples in
 its batches, as the accuracy at each width is (``accuracy_at_depth`` of metrics.jsonl, DepthFL's per-classifier
-accuracy)."""
+accuracy).
+
+Beside widths, the server's width models (:meth:`Server.width_model`, hence ``evaluate_widths`` and ``test_beats``)
+take *shapes*: a width w (the whole network's width-w slice), a pair (w, d) (the width-w slices of the depth-d
+sub-model, its exit d: what a client of a width_depth run trains, ScaleFL's level) or :data:`ENSEMBLE` (the full
+network answering with the mean of its exits' logits, DepthFL's global prediction)."""
 
 from __future__ import annotations
 
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
+from torch import nn
 
 from hasfl_ray.models import build_model
 from hasfl_ray.models.resnet import sbn_statistics
@@ -30,4 +36,45 @@ def evaluate_depths(server, depths: Sequence[int]) -> Dict[int, Tuple[float, flo
     return out
 
 
-__all__ = ["evaluate_depths"]
+#: The shape of DepthFL's global prediction: the full network, the mean of its exits' logits.
+ENSEMBLE = "ensemble"
+
+Shape = Union[float, Tuple[float, int], str]
+
+
+def shape_width(shape: Shape) -> float:
+    """The width whose slices a shape's parameters are."""
+    return 1.0 if shape == ENSEMBLE else float(shape[0]) if isinstance(shape, tuple) else float(shape)
+
+
+def shape_model(model_name: str, shape: Shape) -> nn.Module:
+    """The network of ``shape``: ``build_model`` at its width (and depth); the ensemble's forward is the mean of its
+    exits' logits (:func:`hasfl_ray.models.depth.ensemble`)."""
+    if isinstance(shape, tuple):
+        return build_model(model_name, float(shape[0]), int(shape[1]))
+    if shape != ENSEMBLE:
+        return build_model(model_name, float(shape))
+    from hasfl_ray.models.depth import ensemble
+
+    model = build_model(model_name)
+    model.forward = lambda x: ensemble(model.forward_exits(x))  # an instance's own forward: nn.Module calls it
+    return model
+
+
+def eval_shape(plan, width: float) -> Shape:
+    """The shape a client allocated ``width`` trains under the depth plan ``plan`` (None: ``width`` itself): its
+    (trained width, depth), or the trained width alone where the depth is the whole network's."""
+    if plan is None:
+        return width
+    trained, depth = plan.shape(width)
+    return trained if depth is None or depth == plan.num_depths else (trained, int(depth))
+
+
+def shape_key(shape: Optional[Shape]) -> str:
+    """How a shape is named in sentences and logs: "0.5", "0.5@d1", "ensemble"."""
+    if isinstance(shape, tuple):
+        return f"{float(shape[0]):g}@d{int(shape[1])}"
+    return str(shape) if shape == ENSEMBLE else f"{float(shape):g}"
+
+
+__all__ = ["ENSEMBLE", "eval_shape", "evaluate_depths", "shape_key", "shape_model", "shape_width"]

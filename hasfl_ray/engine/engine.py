@@ -24,9 +24,9 @@ from hasfl_ray.engine.config import RunConfig, parse_fault
 from hasfl_ray.engine.events import RunEvents
 from hasfl_ray.engine.factory import make_backend
 from hasfl_ray.engine.guard import PluginError
-from hasfl_ray.engine.inspection import train_round
 from hasfl_ray.schedule import round_lr
 from hasfl_ray.engine.participants import round_capacities, sample_participants, client_task, sub_models
+from hasfl_ray.engine.post_aggregate import aggregate_round
 from hasfl_ray.engine.records import MAX_PENDING_LINES, complete, kept, open_log, writing
 from hasfl_ray.engine.rundir import RunDirectory, RunLock, remove_made
 from hasfl_ray.engine.signals import StopSignals
@@ -290,7 +290,7 @@ class Engine:
                         ", ".join(str(tasks[k].client) for k in range(len(tasks)) if k not in kept))
             tasks, weights = [tasks[k] for k in kept], [weights[k] for k in kept]
         if tasks:
-            results, aggregate = train_round(self, t, tasks, weights)  # inspect_updates where overridden
+            results, aggregate = aggregate_round(self, t, tasks, weights)  # the algorithm's correction included
         else:  # (a clocked round) every invited client dropped out or came late: the global model stays as it was
             results, aggregate = [], self._empty_aggregate()
         accepted = {r.client for r in results}

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from hasfl_ray.data.base import TextFederatedDataset
+from hasfl_ray.engine.depth_eval import ENSEMBLE, eval_shape, shape_width
 from hasfl_ray.engine.guard import GuardedAlgorithm, PluginError
 from hasfl_ray.errors import EvaluationInterrupted
 from hasfl_ray.evaluation import (accuracy_summary, default_eval_widths, is_eval_round, local_accuracies,
@@ -38,12 +39,10 @@ LOCAL_CHUNK = 2048
 
 def eval_widths(engine: Any) -> List[float]:
     """The widths evaluated on evaluation rounds, ascending, 1.0 last (``eval_widths``, else the tiers' p^max;
-    with dynamic assignment every width of the ladder; with ``sub_model: depth``, whose clients all train at full
-    width, 1.0 alone: its accuracy at each depth is evaluated instead)."""
+    with dynamic assignment every width of the ladder). With depth sub-models the accuracy at width w is that of the
+    sub-model a client allocated w trains (:func:`shaped`): under ``sub_model: depth`` its depth at full width."""
     if engine.config.eval_widths:
         return engine.config.eval_widths
-    if getattr(engine.config, "sub_model", "width") == "depth":
-        return [1.0]
     if engine.config.width_assignment == "dynamic":
         return default_eval_widths(np.asarray(engine.ladder.widths))
     return default_eval_widths(engine.p_max)
@@ -55,16 +54,20 @@ def request_evaluation(engine: Any, t: int):
     (on its local-evaluation rounds). Returns a function giving (accuracy, loss, the line's other evaluation
     fields); everything it reads of the run is read now, so it may be called after the next round."""
     c = engine.config
-    full = engine.backend.request("evaluate")
+    plan = getattr(engine.algorithm, "depth_plan", None)  # depth sub-models: every exit's accuracy too
+    ensemble = bool(getattr(engine.algorithm, "global_ensemble", False))  # DepthFL: the mean of the exits' logits
+    full = global_evaluation(engine, ensemble)
     at_widths = at_depths = local = None
     if is_eval_round(t, c.rounds, c.eval_every):
         all_widths = list(engine.eval_widths)
         widths = [w for w in all_widths if w != 1.0]
-        at_widths = (all_widths, engine.backend.request("evaluate_widths", widths, submodels(engine, widths))
-                     if widths else (lambda: {}))
-        plan = getattr(engine.algorithm, "depth_plan", None)  # depth sub-models: every exit's accuracy too
-        if plan is not None:
-            at_depths = (plan.num_depths, engine.backend.request("evaluate_depths", list(range(1, plan.num_depths))))
+        at_widths = (all_widths, shaped(engine.backend.request(
+            "evaluate_widths", list(dict.fromkeys(eval_shape(plan, w) for w in widths)),
+            None if plan else submodels(engine, widths)),
+            plan, widths) if widths else (lambda: {}))
+        if plan is not None:  # the deepest exit is test_accuracy, unless that is the ensemble
+            depths = list(range(1, plan.num_depths + (1 if ensemble else 0)))
+            at_depths = (None if ensemble else plan.num_depths, engine.backend.request("evaluate_depths", depths))
     if is_eval_round(t, c.rounds, c.local_eval_every):
         try:
             local = engine.request_local_accuracy()
@@ -86,7 +89,7 @@ def request_evaluation(engine: Any, t: int):
             out["loss_at_width"] = {width_key(w): results[w][1] for w in all_widths}
         if at_depths is not None:  # the deepest exit is the full model's output: test_accuracy
             deepest, requested = at_depths
-            results = {**requested(), deepest: (accuracy, loss)}
+            results = {**requested(), **({} if deepest is None else {deepest: (accuracy, loss)})}
             out["accuracy_at_depth"] = {str(d): results[d][0] for d in sorted(results)}
         if local is not None:
             result = local()
@@ -102,6 +105,33 @@ def request_evaluation(engine: Any, t: int):
 
     finish.ready = lambda: all(getattr(part, "ready", lambda: True)() for part in parts)
     return finish
+
+
+def global_evaluation(engine: Any, ensemble: bool):
+    """Start the evaluation of ``test_accuracy``: the full network's (accuracy, loss), or with ``ensemble`` that of
+    the mean of its exits' logits (DepthFL's global prediction, :data:`~hasfl_ray.engine.depth_eval.ENSEMBLE`)."""
+    if not ensemble:
+        return engine.backend.request("evaluate")
+    requested = engine.backend.request("evaluate_widths", [ENSEMBLE])
+
+    def result() -> Tuple[float, float]:
+        return requested()[ENSEMBLE]
+
+    result.ready = getattr(requested, "ready", lambda: True)
+    return result
+
+
+def shaped(requested, plan: Any, widths: Sequence[float]):
+    """``requested``'s results (keyed by the shapes asked for, :func:`~hasfl_ray.engine.depth_eval.eval_shape`)
+    keyed by the allocated ``widths`` they stand for: with depth sub-models the accuracy at width w is that of the
+    sub-model a client allocated w trains (its width at its depth, ScaleFL's level; under ``sub_model: depth`` the
+    full width at its depth, DepthFL's tier)."""
+    def result() -> Dict[float, Any]:
+        values = requested()
+        return {w: values[eval_shape(plan, w)] for w in widths}
+
+    result.ready = getattr(requested, "ready", lambda: True)
+    return result
 
 
 def submodels(engine: Any, widths: Sequence[float]) -> Optional[Dict[float, Dict[str, torch.Tensor]]]:
@@ -209,11 +239,15 @@ def request_local_accuracy(engine: Any):
                       dtype=np.float64)[every]
     p_max = np.array(engine.p_max, dtype=np.float64)[every]
     specs = build_model(engine.model_name).param_specs()
-    chosen, groups = submodel_groups(widths, lambda w: tuple(s.sliced_shape(w) for s in specs.values()))
-    requested = engine.backend.request("test_beats", chosen, submodels(engine, chosen))
+    plan = getattr(engine.algorithm, "depth_plan", None)  # a depth client: at its own (width, depth)
+    chosen, groups = submodel_groups(widths, lambda w: (eval_shape(plan, w), tuple(
+        s.sliced_shape(shape_width(eval_shape(plan, w))) for s in specs.values())))
+    requested = engine.backend.request("test_beats", [eval_shape(plan, w) for w in chosen],
+                                       None if plan else submodels(engine, chosen))
 
     def finish() -> Dict[str, Any]:
         labels, beats = requested()
+        beats = {w: beats[eval_shape(plan, w)] for w in chosen}
         masked, unmasked, samples = local_accuracies(labels, np.stack([beats[w] for w in chosen]), groups,
                                                      held)
         return {"masked": masked, "unmasked": unmasked, "samples": samples, "widths": widths, "clients": clients,

@@ -22,7 +22,7 @@ from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.errors import RunError
 from hasfl_ray.evaluation import beats, pack_bits
 from hasfl_ray.models import build_model, extract, gate_blocks_of, register_model
-from hasfl_ray.engine.depth_eval import evaluate_depths
+from hasfl_ray.engine.depth_eval import evaluate_depths, shape_model, shape_width
 from hasfl_ray.engine.layer_coverage import layer_coverage  # noqa: F401 (importable here)
 from hasfl_ray.engine.statistics import StatisticsPlan, pass_batches, statistics_plan  # noqa: F401 (importable here)
 from hasfl_ray.models.resnet import sbn_statistics
@@ -249,12 +249,13 @@ class Server:
                     cache: bool = True) -> nn.Module:
         """A width-``width`` network holding the global model's nested prefix at that width (``params`` instead:
         a plug-in's ``submodel_for_eval``); the networks of ``cache`` calls are built once and reused."""
-        model = self._width_models.get(width) or _evaluation_layout(build_model(self.model_name, width).to(self.device))
+        model = self._width_models.get(width) or _evaluation_layout(shape_model(self.model_name, width).to(self.device))
         if cache:
             self._width_models[width] = model
-        with torch.no_grad():
+        with torch.no_grad():  # a shape beside widths: (width, depth) or the ensemble (hasfl_ray.engine.depth_eval)
             for name, param in model.named_parameters():
-                param.copy_(params[name] if params is not None else extract(self.params[name], self.specs[name], width))
+                param.copy_(params[name] if params is not None else extract(self.params[name], self.specs[name],
+                                                                            shape_width(width)))
         self._statistics(width, model, own=params is not None or not cache)
         return model
 

@@ -169,6 +169,12 @@ def depth_names(model: nn.Module, depth: Optional[int], names=None) -> List[str]
     return [name for name in names if depths[name] <= depth]
 
 
+def ensemble(outputs: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The mean of the exits' logits (DepthFL's evaluation: ``test`` in Flower's ``baselines/depthfl/depthfl/
+    models.py``; :mod:`hasfl_ray.algorithms.league.depthfl` re-exports it)."""
+    return torch.stack(list(outputs), dim=2).sum(dim=2) / len(outputs)
+
+
 def exit_depths(model: nn.Module) -> int:
     """How many depths a model offers (its ``num_depths``; 0 without exits)."""
     return int(getattr(model, "num_depths", 0) or 0) if getattr(model, "exits", False) else 0
@@ -207,5 +213,5 @@ def counted_cost(model: nn.Module, sample: torch.Tensor) -> Tuple[int, int]:
     return macs, flops
 
 
-__all__ = ["ResNetExit", "ResNetExits", "SepConv", "check_depth", "counted_cost", "depth_names",
+__all__ = ["ResNetExit", "ResNetExits", "SepConv", "check_depth", "counted_cost", "depth_names", "ensemble",
            "dwconv_spec", "exit_depths", "resnet_exit_layout", "resnet_param_depth"]

@@ -63,6 +63,18 @@ def depth_plan(config, model_name: str) -> Optional[DepthPlan]:
     return DepthPlan(tuple(w for w, _ in pairs), tuple(d for _, d in pairs), total, config.sub_model == "width_depth")
 
 
+def implied_sub_model(config) -> Optional[str]:
+    """The sub_model a built-in algorithm sets itself (``implied_sub_model`` of its class: depthfl's depth, scalefl's
+    width_depth), so that ``depths`` may come without ``sub_model``; None for every other algorithm (a plug-in's file
+    is not imported here)."""
+    from hasfl_ray import registry  # registered() imports the built-ins
+
+    name = config.algorithm
+    if not isinstance(name, str) or name not in registry.registered("algorithm"):
+        return None
+    return getattr(registry.lookup("algorithm", name), "implied_sub_model", None)
+
+
 def check_sub_model_keys(config, bad) -> None:
     """Validate sub_model and depths (a comma list from the command line becomes a list of integers): depths only
     with a depth sub-model, one positive integer per ladder width. Whether the model has those depths is
@@ -87,10 +99,10 @@ def check_sub_model_keys(config, bad) -> None:
                                                         for d in depths) or len(depths) != len(widths):
         raise bad("depths", depths, f"{len(widths)} positive integers, one depth per ladder width "
                                     f"({', '.join(f'{w:g}' for w in widths)})")
-    if config.sub_model == "width":
+    if config.sub_model == "width" and implied_sub_model(config) is None:
         raise ConfigError(f"depths is {list(depths)!r} but sub_model is 'width'; expected depths only with sub_model "
                           "depth or width_depth")
     object.__setattr__(config, "depths", list(depths))
 
 
-__all__ = ["DepthPlan", "SUB_MODELS", "check_sub_model_keys", "depth_plan"]
+__all__ = ["DepthPlan", "SUB_MODELS", "check_sub_model_keys", "depth_plan", "implied_sub_model"]

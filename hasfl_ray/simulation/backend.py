@@ -326,7 +326,7 @@ def evaluation_cost(method: str, args: Sequence[Any]) -> float:
     if method in ("test_logits", "evaluate_depths"):
         return 1.0
     widths = list(args[0]) if method != "evaluate" and args and args[0] is not None else [1.0]
-    return sum(1.0 if float(width) >= 1.0 else 0.3 for width in widths)
+    return sum(1.0 if not isinstance(width, (int, float)) or float(width) >= 1.0 else 0.3 for width in widths)
 
 
 def calls(units: Sequence[List[int]], costs: Sequence[float], trainers: int) -> List[List[Tuple[List[int], bool]]]:

@@ -17,7 +17,7 @@ RUNS = [dict(algorithm=name) for name in ALGORITHMS if name != "random-budget"] 
 
 def test_every_algorithm_is_registered_under_its_name():
     assert set(ALGORITHMS) == {"hasfl", "heterofl", "fjord", "uniform", "random-budget", "fedavg", "fedprox",
-                               "scaffold", "fedrolex", "fluid"}
+                               "scaffold", "fedrolex", "fluid", "depthfl", "scalefl"}
     for name in ALGORITHMS:
         assert algorithm_class(name).name == name
 

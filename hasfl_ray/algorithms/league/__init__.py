@@ -3,6 +3,6 @@ and tested against the source's expressions: FIARSE, FLuID, DepthFL, ScaleFL, an
 read here: its module says what stands in for it).
 
 Plain functions on tensors (masks, index sets, losses, aggregation weights) and each method's options dataclass.
-FLuID's are wired as ``--algorithm fluid`` (:mod:`hasfl_ray.algorithms.fluid`); the others are not registered yet
-(docs/algorithms.md, "The league's rules").
+FLuID's run as ``--algorithm fluid`` (:mod:`hasfl_ray.algorithms.fluid`), DepthFL's and ScaleFL's as ``depthfl`` and
+``scalefl`` (hasfl_ray/algorithms/depthfl.py, scalefl.py); docs/algorithms.md, "The league's rules".
 """

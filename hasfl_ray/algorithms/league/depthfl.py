@@ -39,6 +39,7 @@ from torch.nn import functional as F
 
 from hasfl_ray.algorithms.options import FLOAT32_MAX, MAX_LR, check_count, check_range
 from hasfl_ray.errors import ConfigError
+from hasfl_ray.models.depth import ensemble  # noqa: F401  (the evaluation's prediction: the mean of the exits' logits)
 
 
 @dataclass
@@ -146,11 +147,6 @@ def aggregate(origin: Mapping[str, torch.Tensor], clients: Sequence[Mapping[str,
         new_h[name] = h[name].to(torch.float64) - alpha * len(holders) * (mean - base) / num_clients
         new[name] = mean - new_h[name] / alpha if (is_weight(name) and feddyn) else mean
     return new, new_h
-
-
-def ensemble(outputs: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The evaluation's prediction: the mean of the exits' logits."""
-    return torch.stack(list(outputs), dim=2).sum(dim=2) / len(outputs)
 
 
 def exits_held(depth: int, exit_names: Sequence[Sequence[str]]) -> List[str]:

@@ -51,19 +51,22 @@ def parse_exits(text: str) -> List[int]:
         exits = []
     if not exits or any(e < 1 for e in exits) or exits != sorted(exits):
         raise ConfigError(f"scalefl_exits is {text!r}; expected comma-separated numbers of exits per level, each >= 1 "
-                          "and non-decreasing (ScaleFL's default 1,2,3,4)")
+                          "and non-decreasing (ScaleFL's default 1,2,3,4), or auto")
     return exits
 
 
 @dataclass
 class ScaleFLOptions:
-    scalefl_exits: str = "1,2,3,4"  # exits per level, shallowest level first (--horizontal_scale_ratios)
+    # exits per level, shallowest level first (--horizontal_scale_ratios); "auto": ceil(v x stages) per ladder width v,
+    # the source's 1,2,3,4 on a four-stage ResNet with the four-width ladder (hasfl_ray/algorithms/scalefl.py)
+    scalefl_exits: str = "auto"
     scalefl_kd_gamma: float = 0.0  # weight of the distillation term (--KD_gamma; 0 = CE alone, the source's default)
     scalefl_kd_temperature: float = 3.0  # T (--KD_T)
     scalefl_kd_start: float = 0.25  # distillation from round index > this fraction of the rounds
 
     def __post_init__(self) -> None:
-        parse_exits(self.scalefl_exits)
+        if self.scalefl_exits != "auto":
+            parse_exits(self.scalefl_exits)
         check_range("scalefl_kd_gamma", self.scalefl_kd_gamma, 0, FLOAT32_MAX, "a number >= 0")
         check_range("scalefl_kd_temperature", self.scalefl_kd_temperature, 0, FLOAT32_MAX, "a temperature > 0",
                     low_open=True)

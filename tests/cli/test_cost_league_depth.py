@@ -1,0 +1,93 @@
+"""`hasfl-ray cost --algorithm depthfl|scalefl` (issue 44 item 2): what a client of each size trains and sends, exits
+included, and the device clock's DepthFL extra (FedDyn's local terms)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from hasfl_ray.cli.main import main
+from hasfl_ray.models import build_model
+from hasfl_ray.models.depth import depth_names
+
+
+def rows(*args):
+    result = CliRunner().invoke(main, ["cost", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def held_params(name, depth, width):
+    full = build_model(name)
+    specs = full.param_specs()
+    return sum(specs[n].numel(width) for n in depth_names(full, depth))
+
+
+def test_depthfl_prices_each_size_at_full_width_up_to_its_depth():
+    table = rows("--model", "preresnet18", "--algorithm", "depthfl")
+    assert [(r["size"], r["depth"], r["p"]) for r in table] == [(0.25, 1, 1.0), (0.5, 2, 1.0), (0.75, 3, 1.0),
+                                                                (1.0, 4, 1.0)]
+    whole = rows("--model", "preresnet18", "--depths", "4")[0]
+    assert table[-1]["params"] == whole["params"] and table[-1]["flops"] == whole["flops"]
+    assert all(a["params"] < b["params"] and a["flops"] < b["flops"] for a, b in zip(table, table[1:]))
+
+
+def test_scalefl_prices_each_level_at_its_width_up_to_its_exit():
+    assert [r["depth"] for r in rows("--model", "resnet18", "--algorithm", "scalefl")] == [1, 2, 3, 4]  # the source's
+    table = rows("--model", "digits", "--algorithm", "scalefl")  # auto: ceil(size x stages)
+    assert [(r["size"], r["depth"], r["p"]) for r in table] == [(0.25, 1, 0.25), (0.5, 1, 0.5), (0.75, 2, 0.75),
+                                                                (1.0, 2, 1.0)]
+    for row in table:
+        assert row["params"] == held_params("digits+exits", row["depth"], row["p"])
+        assert row["upload_mb"] == row["params"] * 4 / 1e6
+        assert row["macs"] == build_model("digits+exits", 1.0, row["depth"]).macs(row["p"])
+
+
+def test_depths_that_do_not_fit_are_one_sentence_and_exit_2():
+    result = CliRunner().invoke(main, ["cost", "--model", "digits", "--algorithm", "scalefl", "--depths", "1,2,3,4"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.output.strip() == ("Error: --depths is '1,2,3,4' for --algorithm scalefl but model 'digits' has 2 "
+                                     "depths and the sizes are 0.25, 0.5, 0.75, 1; expected one depth from 1 to 2 per "
+                                     "size")
+    result = CliRunner().invoke(main, ["cost", "--model", "synthetic", "--algorithm", "depthfl"])
+    assert result.exit_code == 2 and "has no stages with exits" in result.output
+
+
+def test_the_clock_charges_depthfl_its_depth_and_feddyns_terms():
+    """A clocked DepthFL client pays its depth sub-model's bytes and training MACs plus two multiply-adds a held
+    parameter every step (FedDyn); without FedDyn, the depth sub-model's cost alone."""
+    from hasfl_ray.engine import Engine, RunConfig
+
+    config = dict(dataset="digits", algorithm="depthfl", rounds=1, clients=6, clients_per_round=3, backend="local",
+                  devices="lognormal")
+    engine = Engine(RunConfig(**config))
+    engine.prepare()
+    algorithm, clock = engine.algorithm, engine.clock
+    for client in range(6):
+        depth = algorithm.depth_plan.depth_of(float(algorithm.p_current[client]))
+        base = clock.base_cost(client, 1.0, depth)
+        cost = algorithm.client_cost(0, client, 1.0, base)
+        assert cost.bytes_up == base.bytes_up == 4 * clock.costs.params(1.0, depth)
+        assert np.array_equal(cost.step_macs, base.step_macs + 2 * clock.costs.params(1.0, depth))
+    plain = Engine(RunConfig(**config, algorithm_options={"depthfl_feddyn": False}))
+    plain.prepare()
+    base = plain.clock.base_cost(0, 1.0, 1)
+    assert np.array_equal(plain.algorithm.client_cost(0, 0, 1.0, base).step_macs, base.step_macs)
+    engine.backend.shutdown()
+    plain.backend.shutdown()
+
+
+@pytest.mark.parametrize("method", [["scalefl", "--algo-opt", "scalefl_exits=1,1,2,2"],
+                                    ["depthfl", "--algo-opt", "depthfl_feddyn=false"]])
+def test_the_methods_run_in_the_asynchronous_mode(tmp_path, method):
+    """ScaleFL's rule and DepthFL's without FedDyn have an asynchronous meaning (the round index is the server's
+    version): a run completes."""
+    result = CliRunner().invoke(main, ["simulate", "--dataset", "digits", "--algorithm", *method, "--mode", "async",
+                                       "--devices", "lognormal",
+                                       "--rounds", "3", "--clients", "6", "--clients-per-round", "3", "--backend",
+                                       "local", "--quiet", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["params_sha256"]
