@@ -103,6 +103,8 @@ def row_protocol(config: Mapping[str, Any]) -> Dict[str, Any]:
     without the seed and the folder, and the ``budget`` a ``budget_from`` run realised is not compared (the run it
     names is the setting: each seed's realised its own)."""
     protocol = {k: v for k, v in config.items() if k not in ROW_FREE_KEYS and k != "algorithm_options"}
+    if protocol.get("data_seed") in (None, config.get("seed")):  # the data follow each seed: a seed's setting
+        protocol.pop("data_seed", None)
     options = config.get("algorithm_options")
     if not isinstance(options, Mapping):
         if "algorithm_options" in config:

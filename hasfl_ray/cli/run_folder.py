@@ -28,7 +28,10 @@ def config_digest(config: Any) -> str:
     it is executed, the backend, Ray's placement, checkpoints, the data's path; the files it reads by their
     content, ``input_sha256``), written as sorted JSON: the same configuration gives the same digest on any
     machine and in any order of flags."""
-    text = json.dumps(config.result_dict(), sort_keys=True, default=repr, separators=(",", ":"))
+    values = config.result_dict()
+    if values.get("data_seed") == config.seed:  # --data-seed equal to --seed is the default's run
+        values["data_seed"] = None
+    text = json.dumps(values, sort_keys=True, default=repr, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

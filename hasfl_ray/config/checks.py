@@ -94,6 +94,9 @@ def check_fields(self) -> None:
         raise bad("clip_norm", self.clip_norm, "a number >= 0 (0 disables clipping)")
     if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
         raise bad("seed", self.seed, "a non-negative integer")
+    if self.data_seed is not None and (not isinstance(self.data_seed, int) or isinstance(self.data_seed, bool) or
+                                       self.data_seed < 0):
+        raise bad("data_seed", self.data_seed, "a non-negative integer (or unset: the seed)")
     value = self.control_variates_dir
     if value is not None and (not isinstance(value, str) or not value):
         raise bad("control_variates_dir", value, "a directory path")

@@ -108,6 +108,13 @@ class RunConfig(RunConfigFields):
         hashes = input_hashes(resolved)  # the files it reads, by their content
         return resolved if hashes == resolved.input_sha256 else dataclasses.replace(resolved, input_sha256=hashes)
 
+    @property
+    def effective_data_seed(self) -> int:
+        """The seed of the federation (the partition, the capacity tiers, the device population): ``data_seed``,
+        or ``seed`` where it is unset (every run before the key existed, and a config.yaml reused with another
+        --seed: its data follows that seed)."""
+        return self.seed if self.data_seed is None else self.data_seed
+
     def to_dict(self) -> Dict[str, Any]:
         """Every field, after ``config_version`` (what config.yaml and a checkpoint store)."""
         values = {"config_version": CONFIG_VERSION, **dataclasses.asdict(self)}

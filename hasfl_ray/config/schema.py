@@ -31,6 +31,10 @@ class RunConfigFields:
     clients: int = 20
     clients_per_round: int = 10
     seed: int = 42
+    # the seed of the federation: the partition, the capacity tiers (and dynamic redraws), the device population;
+    # seed keeps initialisation, sampling and training. None: the seed (RunConfig.effective_data_seed), so every
+    # run keeps the hashes of before the key existed
+    data_seed: Optional[int] = None
     alpha: float = 0.3
     # clients per capacity tier p^max 0.25/0.5/0.75/1.0 (None: the text's 8/5/4/3 of 20 by largest remainder;
     # [4, 10, 3, 3] is the mix of the paper's own runs, its Figure 5)

@@ -351,8 +351,12 @@ def config_differences(stored: Mapping[str, Any], config: RunConfig) -> List[str
     defaults.update(BEFORE_FIELD)
     current = config.result_dict()
     changes = [f"{name} {stored.get(name, defaults[name])!r} -> {value!r}" for name, value in current.items()
-               if name not in EXECUTION_FIELDS and name not in ("algorithm_options", "input_sha256")
+               if name not in EXECUTION_FIELDS and name not in ("algorithm_options", "input_sha256", "data_seed")
                and stored.get(name, defaults[name]) != value]
+    given = stored.get("data_seed"), config.data_seed  # unset (or a run of before the key): the seed's, as drawn;
+    before = stored.get("seed", defaults["seed"]) if given[0] is None else given[0]  # both unset: the seed's change
+    if before != config.effective_data_seed and given != (None, None):  # says it
+        changes.append(f"data_seed {before!r} -> {config.effective_data_seed!r}")
     if "input_sha256" in stored:  # a run written before inputs were hashed is not checked on them
         old, new = stored.get("input_sha256") or {}, current.get("input_sha256") or {}
         for name in changed_inputs(old, new):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from typing import Any, Optional
@@ -98,7 +99,7 @@ def prepare(engine: Any) -> None:
         if engine.clock is not None and engine.checkpoint.clock is not None:
             engine.clock.load_state_dict(engine.checkpoint.clock)
         if c.width_assignment == "dynamic" and engine.history:  # the capacities of the last round run
-            engine.p_max = round_capacities(c.seed, len(engine.history) - 1, c.clients, engine.ladder)
+            engine.p_max = round_capacities(c.effective_data_seed, len(engine.history) - 1, c.clients, engine.ladder)
         engine.elapsed_before = engine.checkpoint.elapsed_s
         logger.info("resuming %s after round %d", engine.rundir.path, engine.checkpoint.round - 1)
     engine.backend.wait_started()  # Ray's start refused (an address, the cluster's size): before anything is made
@@ -108,7 +109,8 @@ def prepare(engine: Any) -> None:
 def build(engine: Any) -> None:
     """The dataset, the tiers, the algorithm and w^(0) of the config (the per-client arrays are made here)."""
     c = engine.config
-    engine.dataset = load_plugin_dataset(lookup("dataset", c.dataset), c)
+    # the dataset is split by the data seed: a loader (built-in or plug-in) reads it as config.seed (docs/plugins.md)
+    engine.dataset = load_plugin_dataset(lookup("dataset", c.dataset), data_config(c))
     # --model: a ResNet in place of the dataset's own network; sBN: the server's view keeps the training data
     engine.dataset = model_dataset(engine.dataset, c, spec_label(c.dataset))  # (docs/models.md)
     engine.model_name = engine.dataset.model
@@ -129,7 +131,7 @@ def build(engine: Any) -> None:
         raise ConfigError(f"dataset {c.dataset!r} loaded {engine.dataset.num_clients} clients but clients is "
                           f"{c.clients}; expected a loader that splits the data over config.clients clients")
     engine.ladder = ladder_of(c)
-    engine.p_max = capacity_tiers(c.seed, c.clients, c.tier_counts, engine.ladder)  # dynamic: before round 0
+    engine.p_max = capacity_tiers(c.effective_data_seed, c.clients, c.tier_counts, engine.ladder)  # dynamic: before round 0
     engine.num_samples = call_plugin(f"dataset {spec_label(c.dataset)!r}", "client_sizes",
                                      lambda: np.asarray(engine.dataset.client_sizes(), dtype=np.int64), early=True)
     if engine.num_samples.shape != (c.clients,):  # clients.csv zips it with the other columns: never truncated
@@ -147,6 +149,13 @@ def build(engine: Any) -> None:
         engine.algorithm.algorithm.clock = engine.clock
         if c.mode == "async":
             check_deliverable(engine.clock, c.devices)
+
+
+def data_config(config: RunConfig) -> RunConfig:
+    """``config`` as a dataset's ``load`` sees it: ``seed`` is the data seed (``--data-seed``, else the seed), so a
+    loader's partition (a plug-in's too) follows --data-seed and never the initialisation's seed."""
+    seed = config.effective_data_seed
+    return config if seed == config.seed else dataclasses.replace(config, seed=seed)
 
 
 def check_deliverable(clock: Any, devices: Any) -> None:
