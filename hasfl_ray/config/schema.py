@@ -89,6 +89,9 @@ class RunConfigFields:
     # the sha256 of every file the run reads beside its config (a device trace, a plug-in's FILE.py), set by RunConfig
     # .resolved (hasfl_ray/config/inputs.py): --resume and a sweep's reuse compare it
     input_sha256: Optional[Dict[str, str]] = None
+    # the data the run trained on, by their content (train_size, test_size, labels_sha256, partition_sha256), set by
+    # the engine once the dataset is loaded (hasfl_ray/data/fingerprint.py): compared as input_sha256 is
+    data_fingerprint: Optional[Dict[str, Any]] = None
     momentum: Optional[float] = None
     weight_decay: float = 1e-4
     clip_norm: Optional[float] = None

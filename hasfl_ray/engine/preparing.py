@@ -14,6 +14,7 @@ from hasfl_ray.algorithms import algorithm_class
 from hasfl_ray.clock import make_clock
 from hasfl_ray.config.inputs import unverified_inputs
 from hasfl_ray.data import load_plugin_dataset
+from hasfl_ray.data.fingerprint import data_view, dataset_fingerprint
 from hasfl_ray.data.memory import BYTES_PER_CLIENT, check_client_memory, physical_memory
 from hasfl_ray.engine.checkpoint import (START_AGAIN, check_checkpoint, check_resume_config, checkpoint_path,
                                          load_checkpoint, stored_config)
@@ -83,6 +84,8 @@ def prepare(engine: Any) -> None:
                           f"{c.clients * bytes_per_client(c) / 1e9:.3g} GB at {bytes_per_client(c)} bytes a client"
                           + (f", of {total / 1e9:.3g} GB here" if total else "") + "); expected fewer clients, or "
                           "more free memory") from None
+    if engine.resume and engine.rundir and not engine.force:  # the data, known once loaded (data/fingerprint.py)
+        check_resume_config(engine.rundir.path, stored_config(engine.rundir.path, engine.checkpoint), engine.config)
     if engine.checkpoint is not None:
         path = checkpoint_path(engine.rundir.path)
         check_checkpoint(path, engine.checkpoint, engine.initial_params, engine.algorithm.state_dict())
@@ -110,7 +113,9 @@ def build(engine: Any) -> None:
     """The dataset, the tiers, the algorithm and w^(0) of the config (the per-client arrays are made here)."""
     c = engine.config
     # the dataset is split by the data seed: a loader (built-in or plug-in) reads it as config.seed (docs/plugins.md)
-    engine.dataset = load_plugin_dataset(lookup("dataset", c.dataset), data_config(c))
+    engine.dataset = load_plugin_dataset(lookup("dataset", c.dataset), data_view(c))
+    # the data by their content (config.yaml and summary.json; --resume and a sweep's reuse compare it)
+    engine.config = c = dataclasses.replace(c, data_fingerprint=dataset_fingerprint(engine.dataset))
     # --model: a ResNet in place of the dataset's own network; sBN: the server's view keeps the training data
     engine.dataset = model_dataset(engine.dataset, c, spec_label(c.dataset))  # (docs/models.md)
     engine.model_name = engine.dataset.model
@@ -149,13 +154,6 @@ def build(engine: Any) -> None:
         engine.algorithm.algorithm.clock = engine.clock
         if c.mode == "async":
             check_deliverable(engine.clock, c.devices)
-
-
-def data_config(config: RunConfig) -> RunConfig:
-    """``config`` as a dataset's ``load`` sees it: ``seed`` is the data seed (``--data-seed``, else the seed), so a
-    loader's partition (a plug-in's too) follows --data-seed and never the initialisation's seed."""
-    seed = config.effective_data_seed
-    return config if seed == config.seed else dataclasses.replace(config, seed=seed)
 
 
 def check_deliverable(clock: Any, devices: Any) -> None:

@@ -3,6 +3,7 @@ a finished run of another sweep a new cell can reuse, the progress of a running 
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 import logging
@@ -16,8 +17,9 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 from hasfl_ray.analysis.runs import _brief, check_summary
 from hasfl_ray.engine.checkpoint import CHECKPOINT_DIR, config_differences, stored_config
 from hasfl_ray.config import RunConfig
+from hasfl_ray.data.fingerprint import config_fingerprint
 from hasfl_ray.engine.rundir import RUN_FILES, RUN_FOLDERS, TEMP_PREFIX, check_clearable
-from hasfl_ray.errors import ConfigError, DataError, OutputError
+from hasfl_ray.errors import ConfigError, DataError, OutputError, RunError
 from hasfl_ray.files import atomic_write, read_json, read_regular
 from hasfl_ray.registry import lookup
 from hasfl_ray.sweep.plan import Cell, Sweep
@@ -219,6 +221,15 @@ def reuse_finished_run(cell: Mapping[str, Any], sweep_out: str) -> Optional[Dict
         try:
             stored = _stored(source)
             if stored is None or _differences(stored, config):
+                continue
+            if stored.get("data_fingerprint") is not None and config.data_fingerprint is None:
+                try:  # the same config on other data (another --data-dir) is no copy: the cell's data, by content
+                    config = dataclasses.replace(config, data_fingerprint=config_fingerprint(config))
+                except (ConfigError, RunError):
+                    return None  # the run itself will say what is wrong with its data
+            if _differences(stored, config):
+                _warn_once(f"sweep cell {cell['name']!r} does not reuse the finished run {source!r}: "
+                           f"{'; '.join(_differences(stored, config))}", source)
                 continue
         except (ConfigError, TypeError, ValueError, RecursionError):
             continue  # a run of another version, or a config that is not one: not comparable
