@@ -29,6 +29,7 @@ def config_digest(config: Any) -> str:
     content, ``input_sha256``), written as sorted JSON: the same configuration gives the same digest on any
     machine and in any order of flags."""
     values = config.result_dict()
+    values.pop("data_fingerprint", None)  # what the data turned out to be once loaded: not the configuration's
     if values.get("data_seed") == config.seed:  # --data-seed equal to --seed is the default's run
         values["data_seed"] = None
     text = json.dumps(values, sort_keys=True, default=repr, separators=(",", ":"))

@@ -25,6 +25,7 @@ from hasfl_ray.federation import check_partition_applies
 DEFAULT_MOMENTUM = 0.9
 
 #: Fields that never change a run's result: recorded in config.yaml, ignored when --resume compares configs.
+#: (data_dir is where the data are, not what they are: their content is compared through data_fingerprint.)
 #: (device, trainer_threads and aggregation_backend can change the last bits of floats, so they are compared.)
 EXECUTION_FIELDS = frozenset({"backend", "actors", "gpus_per_actor", "address", "checkpoint_every", "fault_inject",
                               "data_dir", "download", "control_variates_dir",
