@@ -87,6 +87,11 @@ def test_a_sweep_never_reuses_a_run_trained_on_other_data(roots):
     assert sweep("data-a", "runs/theirs") == ["done"]
     assert sweep("data-b", "runs/mine") == ["done"]  # was: reused from runs/theirs, trained on data-a
     assert sweep("data-c", "runs/copy") == ["reused"]  # the same files elsewhere: the same data
+    assert sweep("data-c", "runs/theirs") == ["skipped"]  # its own finished cell, the same data at another path
+    again = CliRunner().invoke(main, ["sweep", "S.yaml", "--data-dir", "data-b", "--out", "runs/theirs", "--backend",
+                                      "local", "--quiet"])  # was: skipped as finished, though trained on data-a
+    assert again.exit_code == 2 and "already holds a run with another config (the data of dataset 'emnist'" in \
+        again.output and "labels_sha256" in again.output, again.output
 
 
 def test_a_report_never_pools_seeds_trained_on_other_data(roots):
