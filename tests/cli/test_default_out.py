@@ -83,3 +83,19 @@ def test_a_latest_that_is_not_a_link_is_left_alone(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert os.path.isdir("runs/latest") and not os.path.islink("runs/latest")
     assert os.listdir("runs/latest") == ["mine.txt"]
+
+
+def test_a_sweeps_default_folder_names_the_flags_that_change_its_cells():
+    """runs/<config name> for the config as written (the folder docs/reproducing.md names), and beside it one per set
+    of result-changing flags: a small try (--rounds 5) never lands in the whole sweep's folder."""
+    from hasfl_ray.sweep import plan_sweep
+
+    config = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "table3-allocation.yaml")  # sweep.out
+    whole = plan_sweep(config, {}, ["digits"], None, None, None).out
+    small = plan_sweep(config, {"rounds": 5}, ["digits"], None, None, None).out
+    again = plan_sweep(config, {"rounds": 5, "data_dir": "elsewhere"}, ["digits"], None, None, None).out
+    other = plan_sweep(config, {"rounds": 6}, ["digits"], None, None, None).out
+    assert whole == os.path.join("runs", "table3-allocation")
+    assert small.startswith(whole + "-") and len(small) == len(whole) + 9
+    assert small == again != other
+    assert plan_sweep(config, {"rounds": 5}, ["digits"], None, None, "runs/try").out == "runs/try"
