@@ -115,7 +115,9 @@ def build(engine: Any) -> None:
     # the dataset is split by the data seed: a loader (built-in or plug-in) reads it as config.seed (docs/plugins.md)
     engine.dataset = load_plugin_dataset(lookup("dataset", c.dataset), data_view(c))
     # the data by their content (config.yaml and summary.json; --resume and a sweep's reuse compare it)
-    engine.config = c = dataclasses.replace(c, data_fingerprint=dataset_fingerprint(engine.dataset))
+    found = call_plugin(f"dataset {spec_label(c.dataset)!r}", "fingerprint",
+                        lambda: dataset_fingerprint(engine.dataset), early=True)
+    engine.config = c = dataclasses.replace(c, data_fingerprint=found)
     # --model: a ResNet in place of the dataset's own network; sBN: the server's view keeps the training data
     engine.dataset = model_dataset(engine.dataset, c, spec_label(c.dataset))  # (docs/models.md)
     engine.model_name = engine.dataset.model
@@ -136,7 +138,7 @@ def build(engine: Any) -> None:
         raise ConfigError(f"dataset {c.dataset!r} loaded {engine.dataset.num_clients} clients but clients is "
                           f"{c.clients}; expected a loader that splits the data over config.clients clients")
     engine.ladder = ladder_of(c)
-    engine.p_max = capacity_tiers(c.effective_data_seed, c.clients, c.tier_counts, engine.ladder)  # dynamic: before round 0
+    engine.p_max = capacity_tiers(c.effective_data_seed, c.clients, c.tier_counts, engine.ladder)  # dynamic: round 0
     engine.num_samples = call_plugin(f"dataset {spec_label(c.dataset)!r}", "client_sizes",
                                      lambda: np.asarray(engine.dataset.client_sizes(), dtype=np.int64), early=True)
     if engine.num_samples.shape != (c.clients,):  # clients.csv zips it with the other columns: never truncated

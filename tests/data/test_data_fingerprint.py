@@ -101,3 +101,13 @@ def test_a_report_never_pools_seeds_trained_on_other_data(roots):
     assert len(run_groups(same)) == 1  # data-a and its copy: one row of two seeds
     with pytest.raises(DataError, match=r"trained on other data of dataset 'emnist' \(labels_sha256 \w{12} -> "):
         run_groups([read_run(f"runs/s{seed}") for seed in (1, 2)])
+
+
+def test_a_dataset_without_held_labels_is_known_by_its_clients_sizes():
+    """The synthetic data (generated per client, from the config) are never generated whole to be fingerprinted."""
+    from hasfl_ray.data.fingerprint import dataset_fingerprint
+    from hasfl_ray.data.synthetic import load_synthetic
+
+    first, again, other = (dataset_fingerprint(load_synthetic(50, seed)) for seed in (1, 1, 2))
+    assert first == again and first["labels_sha256"] is None and first["train_size"] > 0
+    assert first["partition_sha256"] != other["partition_sha256"]
