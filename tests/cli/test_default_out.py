@@ -43,6 +43,10 @@ def test_the_digest_is_of_the_result_and_not_of_how_it_runs():
     other = RunConfig(backend="local", rounds=3, clients=6, clients_per_round=3).resolved()
     assert config_digest(base) == config_digest(same) != config_digest(other)
     assert default_out(base) == default_out(same) != default_out(other)
+    explicit = RunConfig(backend="local", rounds=2, clients=6, clients_per_round=3, data_seed=42).resolved()
+    apart = RunConfig(backend="local", rounds=2, clients=6, clients_per_round=3, data_seed=7).resolved()
+    assert default_out(explicit) == default_out(base)  # --data-seed equal to --seed is the default's run
+    assert default_out(apart).startswith(os.path.join("runs", "digits-hasfl-s42-d7-"))
 
 
 def test_the_same_configuration_again_starts_over_in_its_folder(tmp_path, monkeypatch):
