@@ -33,8 +33,12 @@ docs: install  # --strict: a broken link or anchor fails the build (the CLI refe
 bench: install
 	$(PY) benchmarks/bench_aggregate.py
 
-soak: install  # 500 rounds on Ray with 2 actors: memory flat within 5 %, no process left (not in CI: ~10+ min)
+SOAK_DATA ?= data
+soak: install  # 500 HAS-FL rounds on Ray with 2 actors, then 500 on the local backend on the EMNIST files in
+	# $(SOAK_DATA) (continuous widths): memory flat within 2 %, no process left (not in CI: ~30+ min)
 	$(PY) benchmarks/soak.py --rounds 500
+	$(PY) benchmarks/soak.py --rounds 500 --backend local --dataset emnist --data-dir $(SOAK_DATA) --local-steps 2 \
+		--eval-every 25
 
 gpu-check:  # on a GPU machine whose python3 already has torch (no venv, no Ray needed)
 	benchmarks/gpu_check.sh

@@ -5,7 +5,8 @@ MODEL_CACHE networks (hasfl_ray/training/workspace.py), so continuous widths nev
 backend's count is printed with the memory.
 
     python benchmarks/soak.py [--rounds 500] [--warmup 50] [--every 10] [--tolerance 0.02]          (make soak)
-    python benchmarks/soak.py --backend local --dataset emnist --data-dir DIR --tolerance 0.02      (make soak)
+    python benchmarks/soak.py --backend local --dataset emnist --data-dir DIR --local-steps 2 --eval-every 25
+                                                                                                    (make soak)
 
 Prints RSS per process at intervals and a verdict; exits 1 when memory grows or a process is left behind.
 """
@@ -60,6 +61,10 @@ def main() -> int:
     parser.add_argument("--backend", choices=("ray", "local"), default="ray")
     parser.add_argument("--dataset", default="digits")
     parser.add_argument("--data-dir", default=None, help="the dataset's folder (emnist: torchvision's EMNIST files)")
+    parser.add_argument("--local-steps", type=int, default=None,
+                        help="local iterations a client (default: the protocol's epochs); a lighter round that keeps "
+                             "every allocation, width and network of the protocol")
+    parser.add_argument("--eval-every", type=int, default=None, help="rounds between evaluations at each width")
     args = parser.parse_args()
 
     import ray
@@ -72,6 +77,7 @@ def main() -> int:
         ray.init(num_cpus=2, include_dashboard=False, logging_level="warning")
     out = tempfile.mkdtemp(prefix="hasfl-soak-")
     keys = dict(actors=2) if args.backend == "ray" else {}
+    keys.update({k: v for k, v in (("local_steps", args.local_steps), ("eval_every", args.eval_every)) if v})
     engine = Engine(RunConfig(dataset=args.dataset, data_dir=args.data_dir, rounds=args.rounds, backend=args.backend,
                               checkpoint_every=50, **keys), out_dir=out)
     samples = []  # (round, {process: MiB})

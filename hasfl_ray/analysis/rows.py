@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from hasfl_ray.analysis.runs import LOCAL_KEYS, _brief, run_option
 from hasfl_ray.config.runconfig import EXECUTION_FIELDS
+from hasfl_ray.data.fingerprint import pooling_change
 from hasfl_ray.errors import DataError
 
 #: Keys of a run's config that may differ between the seeds of one row: the seed and how the run was executed
@@ -102,7 +103,10 @@ def row_protocol(config: Mapping[str, Any]) -> Dict[str, Any]:
     ``budget_from`` naming the HAS-FL run of its own seed (the matched-budget control a sweep makes) is compared
     without the seed and the folder, and the ``budget`` a ``budget_from`` run realised is not compared (the run it
     names is the setting: each seed's realised its own)."""
-    protocol = {k: v for k, v in config.items() if k not in ROW_FREE_KEYS and k != "algorithm_options"}
+    protocol = {k: v for k, v in config.items() if k not in ROW_FREE_KEYS and k not in ("algorithm_options",
+                                                                                       "data_fingerprint")}
+    if protocol.get("data_seed") in (None, config.get("seed")):  # the data follow each seed: a seed's setting
+        protocol.pop("data_seed", None)
     options = config.get("algorithm_options")
     if not isinstance(options, Mapping):
         if "algorithm_options" in config:
@@ -147,6 +151,11 @@ def check_row(dataset: str, label: str, members: Sequence[Mapping[str, Any]]) ->
                 raise DataError(f"runs {first['path']} and {run['path']} {row} differ in {key} "
                                 f"({_brief(protocol.get(key))} against {_brief(other.get(key))}); expected the seeds "
                                 "of one row to share every setting but the seed (report them separately)")
+        change = pooling_change(first["config"], run["config"])
+        if change is not None:
+            raise DataError(f"runs {first['path']} and {run['path']} {row} were trained on other data of dataset "
+                            f"{dataset!r} ({change}); expected the seeds of one row to share their data (report "
+                            "them separately)")
     scored = [(run, local_width(run)) for run in members if local_width(run) is not None]
     for run, width in scored[1:]:
         if width != scored[0][1]:

@@ -85,7 +85,10 @@ def data() -> None:
 @click.option("--alpha", type=click.FloatRange(min=0, min_open=True), default=0.3, show_default=True,
               help="Dirichlet label-skew concentration (image sets).")
 @click.option("--seed", type=click.IntRange(min=0), default=42, show_default=True,
-              help="Run seed: redraws the partition and the capacity tiers.")
+              help="Run seed: redraws the partition and the capacity tiers (unless --data-seed is given).")
+@click.option("--data-seed", type=click.IntRange(min=0), default=None,
+              help="The data seed of a run (simulate's --data-seed): the partition and the capacity tiers "
+                   "(default: --seed).")
 @click.option("--partition", default="dirichlet", show_default=True, metavar="SCHEME",
               help=PARTITION_HELP.format(default="") + ".")
 @click.option("--widths", metavar="W1,W2,...", help="The width ladder p_max is dealt from (default: the paper's "
@@ -96,7 +99,7 @@ def data() -> None:
               "clients (a list).")
 @user_errors
 def inspect(dataset_name: str, data_dir: str | None, download: bool, clients: int, alpha: float, seed: int,
-            partition: str, widths: str | None, width_mix: str | None, as_json: bool) -> None:
+            data_seed: int | None, partition: str, widths: str | None, width_mix: str | None, as_json: bool) -> None:
     """Print the partition: per client its name, num_samples, p_max, tv_distance and label histogram (with
     classes:K also its labels and the size of its own test shard)."""
     from hasfl_ray.registry import is_spec, lookup
@@ -105,6 +108,7 @@ def inspect(dataset_name: str, data_dir: str | None, download: bool, clients: in
         lookup("dataset", dataset_name)  # one sentence, with the nearest name, for one that is not known
     flags: Dict[str, Any] = {"widths": widths}
     apply_switches(flags, False, False, False)  # --widths as simulate reads it
+    seed = seed if data_seed is None else data_seed  # what a run draws its data from (RunConfig.effective_data_seed)
     summary = partition_summary(dataset_name, data_dir, download, clients, alpha, seed, partition, flags["widths"],
                                 width_mix)
     if as_json:

@@ -39,7 +39,11 @@ RUN_OPTIONS = (
     click.option("--clients", type=int, help="Number of clients N (default 20)."),
     click.option("--clients-per-round", type=int, help="Participants sampled per round (default 10)."),
     click.option("--seed", type=int,
-                 help="Seed of partition, tiers, initialisation, sampling and training (default 42)."),
+                 help="Seed of initialisation, sampling and training, and of the data unless --data-seed is given "
+                      "(default 42)."),
+    click.option("--data-seed", type=int,
+                 help="Seed of the federation: the partition, the capacity tiers and the device population "
+                      "(default: --seed), so the data can stay fixed while --seed varies."),
     click.option("--alpha", type=float, help="Dirichlet label-skew concentration (default 0.3)."),
     click.option("--partition", metavar="SCHEME", help=PARTITION_HELP.format(default="default; ") + "."),
     click.option("--synthetic-alpha", type=float, help="Synthetic(alpha, beta): labeller heterogeneity (default 1)."),

@@ -78,7 +78,9 @@ def stored_run_base(out: str, flags: Dict[str, Any]) -> Dict[str, Any] | None:
                  help="Testing: kill-trainer@ROUND kills a Ray trainer actor mid-round."),
 )
 @click.option("--config", "config_file", type=str, help="YAML file of config keys; flags override it.")
-@click.option("--out", type=click.Path(), help="Run directory (default runs/<dataset>-<algorithm>-seed<seed>).")
+@click.option("--out", type=click.Path(), help="Run directory (default runs/<dataset>-<algorithm>-s<seed>-<8 hex of "
+                                               "the config's sha256>, one per configuration; runs/latest links to "
+                                               "the last run started under runs/).")
 @click.option("--force", is_flag=True, help="Overwrite an existing run directory (with --resume: continue it "
                                             "even if its config differs).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
@@ -94,24 +96,35 @@ def simulate(config_file, out, force, resume, quiet, track, as_json, verbose, no
     """Run a federated experiment and write config.yaml, metrics.jsonl, clients.csv and summary.json."""
     setup_logging(verbose)
     apply_switches(flags, no_coverage, download, fast_nondeterministic)
+    from hasfl_ray.cli.run_folder import default_out, link_latest, unlink_latest
+
     given_out = out if out is not None and out.strip() else None
     base = stored_run_base(given_out, flags) if resume and given_out else None
     config = build_config(config_file, flags, base=base).resolved()
-    label = f"{spec_label(config.dataset)}-{spec_label(config.algorithm)}-seed{config.seed}"  # a plug-in: its class
     if out is not None and not out.strip():
-        raise ConfigError(f"--out is {out!r}; expected a folder path (or no --out for runs/{label})")
-    out = out if out is not None else os.path.join("runs", label)
+        raise ConfigError(f"--out is {out!r}; expected a folder path (or no --out for {default_out(config)})")
+    # no --out: the configuration's own folder (cli/run_folder.py), so runs of other configs never collide; the
+    # same configuration again starts over there (as --force would: only a run's files are cleared) or --resume's it
+    replace = out is None and not resume and os.path.exists(os.path.join(default_out(config), "config.yaml"))
+    out = out if out is not None else default_out(config)
     if resume and base is None and os.path.exists(os.path.join(out, "config.yaml")):
         config = build_config(config_file, flags, base=stored_run_base(out, flags)).resolved()
 
     from hasfl_ray.engine import Engine
     from hasfl_ray.trackers import make_trackers
 
-    engine = Engine(config, out_dir=out, progress=not quiet, resume=resume, force=force,
+    engine = Engine(config, out_dir=out, progress=not quiet, resume=resume, force=force or replace,
                     callbacks=make_trackers(track))
     engine.prepare()  # bad data or config (or a config that differs from the one resumed) fails here
+    if replace:
+        click.echo(f"{out} holds an earlier run of this configuration; starting it again there (--resume continues "
+                   "a stopped one)", err=True)
+    link_latest(out)
     try:
         summary = engine.run()
+    except ConfigError:
+        unlink_latest(out)  # a start refused after prepare (Ray's placement) made no run directory
+        raise
     except RunInterrupted as stop:
         name = signal.Signals(stop.signal_number).name
         saved = "checkpoint written" if stop.rounds_done else "nothing to checkpoint yet"

@@ -24,7 +24,8 @@ STOPPED = ("interrupted", "pending")
                                    "(default: the config's).")
 @click.option("--datasets", help="Datasets to run, e.g. emnist (default: the config's).")
 @click.option("--out", type=click.Path(), help="Sweep folder (default: the config's sweep.out, else "
-                                               "runs/<config name>): one run directory per cell and sweep.json.")
+                                               "runs/<config name>, with -<8 hex> of the flags that change its "
+                                               "cells, e.g. --rounds 5): one run directory per cell and sweep.json.")
 @click.option("--force", is_flag=True, help="Run again the cells whose run directory holds another config "
                                             "(without it such a cell stops the sweep before anything runs).")
 @click.option("--cells-per-gpu", type=int,

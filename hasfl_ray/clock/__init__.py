@@ -29,11 +29,11 @@ def make_clock(config: Any, model_name: str, num_samples: np.ndarray, p_max: np.
     elif "tiers" in spec:
         profiles = tier_profiles(spec["tiers"], np.asarray(p_max, dtype=np.float64))
     else:
-        profiles = draw_profiles(spec, config.seed, n)
+        profiles = draw_profiles(spec, config.effective_data_seed, n)  # the population: --data-seed
     if config.availability == "trace" and profiles.intervals is None:
         raise ConfigError(f"availability is 'trace' but device trace {spec['trace']!r} has no availability column "
                           "with intervals; expected one, or availability always or markov:ON,OFF")
-    availability = make_availability(config.availability, profiles.intervals, config.seed)
+    availability = make_availability(config.availability, profiles.intervals, config.effective_data_seed)
     return Clock(profiles, availability, WidthCosts(model_name), np.asarray(num_samples, dtype=np.int64),
                  config.batch_size, config.local_epochs, config.seed, config.deadline, config.deadline_policy,
                  config.overselect, config.dropout, config.local_steps)

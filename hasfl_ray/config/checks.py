@@ -94,6 +94,15 @@ def check_fields(self) -> None:
         raise bad("clip_norm", self.clip_norm, "a number >= 0 (0 disables clipping)")
     if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
         raise bad("seed", self.seed, "a non-negative integer")
+    value = self.data_fingerprint
+    if value is not None and (not isinstance(value, dict) or not all(
+            isinstance(k, str) and (v is None or isinstance(v, (int, str)) and not isinstance(v, bool))
+            for k, v in value.items())):
+        raise bad("data_fingerprint", value, "a mapping of train_size, test_size, labels_sha256 and partition_sha256 "
+                                             "(written by hasfl-ray once the data are loaded)")
+    if self.data_seed is not None and (not isinstance(self.data_seed, int) or isinstance(self.data_seed, bool) or
+                                       self.data_seed < 0):
+        raise bad("data_seed", self.data_seed, "a non-negative integer (or unset: the seed)")
     value = self.control_variates_dir
     if value is not None and (not isinstance(value, str) or not value):
         raise bad("control_variates_dir", value, "a directory path")

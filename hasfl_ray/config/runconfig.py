@@ -25,6 +25,7 @@ from hasfl_ray.federation import check_partition_applies
 DEFAULT_MOMENTUM = 0.9
 
 #: Fields that never change a run's result: recorded in config.yaml, ignored when --resume compares configs.
+#: (data_dir is where the data are, not what they are: their content is compared through data_fingerprint.)
 #: (device, trainer_threads and aggregation_backend can change the last bits of floats, so they are compared.)
 EXECUTION_FIELDS = frozenset({"backend", "actors", "gpus_per_actor", "address", "checkpoint_every", "fault_inject",
                               "data_dir", "download", "control_variates_dir",
@@ -107,6 +108,13 @@ class RunConfig(RunConfigFields):
         resolved = dataclasses.replace(self, **updates)
         hashes = input_hashes(resolved)  # the files it reads, by their content
         return resolved if hashes == resolved.input_sha256 else dataclasses.replace(resolved, input_sha256=hashes)
+
+    @property
+    def effective_data_seed(self) -> int:
+        """The seed of the federation (the partition, the capacity tiers, the device population): ``data_seed``,
+        or ``seed`` where it is unset (every run before the key existed, and a config.yaml reused with another
+        --seed: its data follows that seed)."""
+        return self.seed if self.data_seed is None else self.data_seed
 
     def to_dict(self) -> Dict[str, Any]:
         """Every field, after ``config_version`` (what config.yaml and a checkpoint store)."""

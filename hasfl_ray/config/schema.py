@@ -31,6 +31,10 @@ class RunConfigFields:
     clients: int = 20
     clients_per_round: int = 10
     seed: int = 42
+    # the seed of the federation: the partition, the capacity tiers (and dynamic redraws), the device population;
+    # seed keeps initialisation, sampling and training. None: the seed (RunConfig.effective_data_seed), so every
+    # run keeps the hashes of before the key existed
+    data_seed: Optional[int] = None
     alpha: float = 0.3
     # clients per capacity tier p^max 0.25/0.5/0.75/1.0 (None: the text's 8/5/4/3 of 20 by largest remainder;
     # [4, 10, 3, 3] is the mix of the paper's own runs, its Figure 5)
@@ -85,6 +89,9 @@ class RunConfigFields:
     # the sha256 of every file the run reads beside its config (a device trace, a plug-in's FILE.py), set by RunConfig
     # .resolved (hasfl_ray/config/inputs.py): --resume and a sweep's reuse compare it
     input_sha256: Optional[Dict[str, str]] = None
+    # the data the run trained on, by their content (train_size, test_size, labels_sha256, partition_sha256), set by
+    # the engine once the dataset is loaded (hasfl_ray/data/fingerprint.py): compared as input_sha256 is
+    data_fingerprint: Optional[Dict[str, Any]] = None
     momentum: Optional[float] = None
     weight_decay: float = 1e-4
     clip_norm: Optional[float] = None

@@ -190,7 +190,7 @@ class AsyncLoop:
     def capacities(self, version: int) -> None:
         """Dynamic width assignment: every client's p^max for the server version ``version`` (as for a round)."""
         e = self.engine
-        e.p_max = round_capacities(self.config.seed, version, self.config.clients, e.ladder)
+        e.p_max = round_capacities(self.config.effective_data_seed, version, self.config.clients, e.ladder)
         self.algorithm.set_capacities(version, e.p_max)
 
     def server_update(self, wall_start: float) -> None:

@@ -16,6 +16,7 @@ import yaml
 from hasfl_ray.config import (EXECUTION_FIELDS, DuplicateKeyError, RunConfig, migrate_config, option_fields,
                               strict_yaml_load)
 from hasfl_ray.config.inputs import changed_inputs, input_name
+from hasfl_ray.data.fingerprint import data_change
 from hasfl_ray.engine.rundir import METRIC_KEYS
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.files import atomic_write
@@ -351,13 +352,21 @@ def config_differences(stored: Mapping[str, Any], config: RunConfig) -> List[str
     defaults.update(BEFORE_FIELD)
     current = config.result_dict()
     changes = [f"{name} {stored.get(name, defaults[name])!r} -> {value!r}" for name, value in current.items()
-               if name not in EXECUTION_FIELDS and name not in ("algorithm_options", "input_sha256")
+               if name not in EXECUTION_FIELDS and name not in ("algorithm_options", "input_sha256", "data_seed",
+                                                                  "data_fingerprint")
                and stored.get(name, defaults[name]) != value]
+    given = stored.get("data_seed"), config.data_seed  # unset (or a run of before the key): the seed's, as drawn;
+    before = stored.get("seed", defaults["seed"]) if given[0] is None else given[0]  # both unset: the seed's change
+    if before != config.effective_data_seed and given != (None, None):  # says it
+        changes.append(f"data_seed {before!r} -> {config.effective_data_seed!r}")
     if "input_sha256" in stored:  # a run written before inputs were hashed is not checked on them
         old, new = stored.get("input_sha256") or {}, current.get("input_sha256") or {}
         for name in changed_inputs(old, new):
             changes.append(f"{input_name(name, stored)} changed since the run began (sha256 "
                            f"{str(old.get(name))[:12]} -> {str(new.get(name))[:12]})")
+    data = data_change(stored, config)  # compared once both are known (a run of before it: not checked)
+    if data is not None:
+        changes.append(data)
     if stored.get("algorithm", defaults["algorithm"]) == config.algorithm:
         option_defaults = option_fields(config.algorithm)
         old = stored.get("algorithm_options") or {}

@@ -269,7 +269,7 @@ class Engine:
         participants = invitation.clients if invitation is not None else \
             sample_participants(c.seed, t, c.clients, c.clients_per_round)
         if c.width_assignment == "dynamic":  # every client's p^max redrawn from the ladder's mix
-            self.p_max = round_capacities(c.seed, t, c.clients, self.ladder)
+            self.p_max = round_capacities(c.effective_data_seed, t, c.clients, self.ladder)
             self.algorithm.set_capacities(t, self.p_max)
         widths = self.algorithm.allocate(t, participants)
         shapes = sub_models(self.algorithm, t, widths)  # (width, depth) each trains: depth None but with sub_model

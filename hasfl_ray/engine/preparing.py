@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from typing import Any, Optional
@@ -13,6 +14,7 @@ from hasfl_ray.algorithms import algorithm_class
 from hasfl_ray.clock import make_clock
 from hasfl_ray.config.inputs import unverified_inputs
 from hasfl_ray.data import load_plugin_dataset
+from hasfl_ray.data.fingerprint import data_view, dataset_fingerprint
 from hasfl_ray.data.memory import BYTES_PER_CLIENT, check_client_memory, physical_memory
 from hasfl_ray.engine.checkpoint import (START_AGAIN, check_checkpoint, check_resume_config, checkpoint_path,
                                          load_checkpoint, stored_config)
@@ -82,6 +84,8 @@ def prepare(engine: Any) -> None:
                           f"{c.clients * bytes_per_client(c) / 1e9:.3g} GB at {bytes_per_client(c)} bytes a client"
                           + (f", of {total / 1e9:.3g} GB here" if total else "") + "); expected fewer clients, or "
                           "more free memory") from None
+    if engine.resume and engine.rundir and not engine.force:  # the data, known once loaded (data/fingerprint.py)
+        check_resume_config(engine.rundir.path, stored_config(engine.rundir.path, engine.checkpoint), engine.config)
     if engine.checkpoint is not None:
         path = checkpoint_path(engine.rundir.path)
         check_checkpoint(path, engine.checkpoint, engine.initial_params, engine.algorithm.state_dict())
@@ -98,7 +102,7 @@ def prepare(engine: Any) -> None:
         if engine.clock is not None and engine.checkpoint.clock is not None:
             engine.clock.load_state_dict(engine.checkpoint.clock)
         if c.width_assignment == "dynamic" and engine.history:  # the capacities of the last round run
-            engine.p_max = round_capacities(c.seed, len(engine.history) - 1, c.clients, engine.ladder)
+            engine.p_max = round_capacities(c.effective_data_seed, len(engine.history) - 1, c.clients, engine.ladder)
         engine.elapsed_before = engine.checkpoint.elapsed_s
         logger.info("resuming %s after round %d", engine.rundir.path, engine.checkpoint.round - 1)
     engine.backend.wait_started()  # Ray's start refused (an address, the cluster's size): before anything is made
@@ -108,7 +112,12 @@ def prepare(engine: Any) -> None:
 def build(engine: Any) -> None:
     """The dataset, the tiers, the algorithm and w^(0) of the config (the per-client arrays are made here)."""
     c = engine.config
-    engine.dataset = load_plugin_dataset(lookup("dataset", c.dataset), c)
+    # the dataset is split by the data seed: a loader (built-in or plug-in) reads it as config.seed (docs/plugins.md)
+    engine.dataset = load_plugin_dataset(lookup("dataset", c.dataset), data_view(c))
+    # the data by their content (config.yaml and summary.json; --resume and a sweep's reuse compare it)
+    found = call_plugin(f"dataset {spec_label(c.dataset)!r}", "fingerprint",
+                        lambda: dataset_fingerprint(engine.dataset), early=True)
+    engine.config = c = dataclasses.replace(c, data_fingerprint=found)
     # --model: a ResNet in place of the dataset's own network; sBN: the server's view keeps the training data
     engine.dataset = model_dataset(engine.dataset, c, spec_label(c.dataset))  # (docs/models.md)
     engine.model_name = engine.dataset.model
@@ -129,7 +138,7 @@ def build(engine: Any) -> None:
         raise ConfigError(f"dataset {c.dataset!r} loaded {engine.dataset.num_clients} clients but clients is "
                           f"{c.clients}; expected a loader that splits the data over config.clients clients")
     engine.ladder = ladder_of(c)
-    engine.p_max = capacity_tiers(c.seed, c.clients, c.tier_counts, engine.ladder)  # dynamic: before round 0
+    engine.p_max = capacity_tiers(c.effective_data_seed, c.clients, c.tier_counts, engine.ladder)  # dynamic: round 0
     engine.num_samples = call_plugin(f"dataset {spec_label(c.dataset)!r}", "client_sizes",
                                      lambda: np.asarray(engine.dataset.client_sizes(), dtype=np.int64), early=True)
     if engine.num_samples.shape != (c.clients,):  # clients.csv zips it with the other columns: never truncated

@@ -26,6 +26,8 @@ this package).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
@@ -232,7 +234,7 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
             raise ConfigError(f"{source} has seed {seed!r}; expected non-negative integers such as 42, 43, 44")
     stem = os.path.splitext(os.path.basename(config_file))[0]
-    out = out or block.get("out") or os.path.join("runs", stem)
+    out = out or (block.get("out") or os.path.join("runs", stem)).rstrip("/" + os.sep) + override_suffix(overrides)
     overrides = {k: v for k, v in overrides.items() if k not in ("address", "gpus_per_actor")}
     sweep = Sweep(config_file=config_file, out=out, reproduces=str(block.get("reproduces", "")).strip(),
                   datasets=datasets, algorithms=algorithms, seeds=seeds, shared=shared, overrides=dict(overrides))
@@ -301,3 +303,18 @@ def check_control_variates_dirs(cells: List[Cell]) -> None:
                 given = os.path.dirname(folder)
                 raise ConfigError(f"control_variates_dir {given!r} would keep control variates in the run directory "
                                   f"{other.dir!r}; expected a folder outside every cell's run directory")
+
+
+def override_suffix(overrides: Mapping[str, Any]) -> str:
+    """What a sweep's default folder (the config's ``sweep.out``, else ``runs/<config name>``) adds for flags that
+    change its cells' results
+    (``--rounds 5``): ``-<8 hex of their sha256>``, so a small try never lands in (or is refused by) the folder of
+    the whole sweep; nothing for none, or for flags of how the cells run only (backend, Ray placement, --data-dir: the
+    data are compared by content)."""
+    from hasfl_ray.config import EXECUTION_FIELDS
+
+    chosen = {k: v for k, v in overrides.items() if k not in EXECUTION_FIELDS and v is not None}
+    if not chosen:
+        return ""
+    text = json.dumps(chosen, sort_keys=True, default=repr, separators=(",", ":"))
+    return "-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]

@@ -3,6 +3,7 @@ a finished run of another sweep a new cell can reuse, the progress of a running 
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 import logging
@@ -16,8 +17,9 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 from hasfl_ray.analysis.runs import _brief, check_summary
 from hasfl_ray.engine.checkpoint import CHECKPOINT_DIR, config_differences, stored_config
 from hasfl_ray.config import RunConfig
+from hasfl_ray.data.fingerprint import config_fingerprint
 from hasfl_ray.engine.rundir import RUN_FILES, RUN_FOLDERS, TEMP_PREFIX, check_clearable
-from hasfl_ray.errors import ConfigError, DataError, OutputError
+from hasfl_ray.errors import ConfigError, DataError, OutputError, RunError
 from hasfl_ray.files import atomic_write, read_json, read_regular
 from hasfl_ray.registry import lookup
 from hasfl_ray.sweep.plan import Cell, Sweep
@@ -40,11 +42,35 @@ def _cell_config(cell: Mapping[str, Any]) -> RunConfig:
 
 
 def cell_differences(cell: Mapping[str, Any]) -> List[str]:
-    """Result-affecting fields where the cell's run directory was written with another config."""
+    """Result-affecting fields where the cell's run directory was written with another config, or on other data
+    (its data_fingerprint, where the stored run has one and the cell's data can be loaded to compare)."""
     stored = _stored(cell["dir"])
     if stored is None:
         return []
-    return _differences(stored, _cell_config(cell))
+    config = _cell_config(cell)
+    return _differences(stored, config) or _differences(stored, _with_data(stored, config))
+
+
+#: The fingerprint of each data configuration a sweep loaded to compare (the cells of one dataset share it);
+#: emptied as a sweep starts (check_conflicts), so files replaced since an earlier sweep of this process are read.
+_FINGERPRINTS: Dict[str, Any] = {}
+
+
+def _with_data(stored: Mapping[str, Any], config: RunConfig) -> RunConfig:
+    """``config`` with its data's fingerprint (hasfl_ray/data/fingerprint.py) where the stored run has one to compare
+    with, loaded once per data configuration; ``config`` itself where there is none to compare, or its data cannot
+    be loaded (the cell's own run says why)."""
+    if stored.get("data_fingerprint") is None or config.data_fingerprint is not None:
+        return config
+    values = {k: v for k, v in config.to_dict().items() if k not in ("algorithm", "algorithm_options")}
+    key = json.dumps([os.getcwd(), values], sort_keys=True, default=repr)  # a relative data_dir is the cwd's
+    if key not in _FINGERPRINTS:
+        try:
+            _FINGERPRINTS[key] = config_fingerprint(config)
+        except (ConfigError, RunError):
+            _FINGERPRINTS[key] = None
+    found = _FINGERPRINTS[key]
+    return config if found is None else dataclasses.replace(config, data_fingerprint=found)
 
 
 def conflict_error(cell: Mapping[str, Any], differences: List[str]) -> ConfigError:
@@ -123,6 +149,7 @@ def check_conflicts(sweep: Sweep, force: bool = False) -> None:
     """Refuse (one sentence) a sweep whose cell folders hold runs of another config, or (with ``force``) a cell
     folder to run again that holds anything a run does not write, before anything runs (cells whose budget comes
     from a HAS-FL cell not finished yet, or whose summary.json cannot be read, are checked when they start)."""
+    _FINGERPRINTS.clear()
     for cell in sweep.cells:
         if cell.depends_on:
             try:
@@ -219,6 +246,14 @@ def reuse_finished_run(cell: Mapping[str, Any], sweep_out: str) -> Optional[Dict
         try:
             stored = _stored(source)
             if stored is None or _differences(stored, config):
+                continue
+            # the same config on other data (another --data-dir) is no copy: the cell's data, by their content
+            config = _with_data(stored, config)
+            if stored.get("data_fingerprint") is not None and config.data_fingerprint is None:
+                return None  # its data cannot be loaded: the run itself will say why
+            if _differences(stored, config):
+                _warn_once(f"sweep cell {cell['name']!r} does not reuse the finished run {source!r}: "
+                           f"{'; '.join(_differences(stored, config))}", source)
                 continue
         except (ConfigError, TypeError, ValueError, RecursionError):
             continue  # a run of another version, or a config that is not one: not comparable
