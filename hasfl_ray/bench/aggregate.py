@@ -152,6 +152,11 @@ def implementations(federation: Federation, include_slow: bool = True) -> Dict[s
     return runs
 
 
+#: Layouts ``bench aggregate --device cuda`` runs (slice and depth: the dense CUDA kernel). Rolling windows' torch
+#: competitor is CPU-only.
+CUDA_LAYOUTS = ("slice", "depth")
+
+
 def run_case(model: str, num_clients: int, device: str = "cpu", repeats: int = 5, budget_s: float = 4.0,
              include_slow: bool = True, seed: int = 0, layout: str = "slice") -> CaseResult:
     """Time every implementation on one federation, interleaved round-robin with the bandwidth probes.
@@ -167,10 +172,10 @@ def run_case(model: str, num_clients: int, device: str = "cpu", repeats: int = 5
     else:
         from hasfl_ray.bench.layouts import layout_implementations, make_layout_federation, wire_bytes
 
-        if device != "cpu":
+        if device != "cpu" and layout not in CUDA_LAYOUTS:
             raise ValueError(f"--layout {layout} runs on the CPU only (its CUDA kernel is not written yet); "
                              "expected --device cpu")
-        federation = make_layout_federation(model, num_clients, layout, seed=seed)
+        federation = make_layout_federation(model, num_clients, layout, seed=seed, device=device)
         runs = layout_implementations(federation, layout, include_slow)
         packed_bytes = wire_bytes(federation)
     time_copy, time_sum, probe_bytes = bandwidth_probes(device)

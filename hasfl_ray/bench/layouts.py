@@ -6,7 +6,12 @@ Federations at the paper's tier mix, as for slices (:func:`hasfl_ray.bench.aggre
   layer's input channels following (:mod:`hasfl_ray.models.index_slicing`): :class:`IndexedUpdate` s;
 * ``mask``: per client and parameter, a random mask holding the fraction of coordinates a width-p slice holds
   (FIARSE-style unstructured sub-models): :class:`MaskedUpdate` s;
-* ``window``: width-p rolling windows at a random offset per client (FedRolex with mixed offsets).
+* ``window``: width-p rolling windows at a random offset per client (FedRolex with mixed offsets);
+* ``depth``: DepthFL-style depth sub-models of the model with exits (:mod:`hasfl_ray.models.depth`): a client of
+  tier rank r (of k tiers, narrowest first) holds depth ceil((r + 1) x D / k) of the model's D depths at full width,
+  i.e. the parameters :func:`~hasfl_ray.models.depth.depth_names` gives for it (a prefix of the blocks and their
+  exit heads); a parameter a client does not hold is absent from its update, one nobody holds keeps the global
+  value (delta 0). Plain tensors: the slice kernel's nested path, and the slice layout's torch competitors.
 
 Bytes moved count what travels: the values, the index lists or bitmasks, and the global output written once.
 The pure-torch competitors compute the same result (Δ̄, both norms) in the clients' dtype, as the slice
@@ -27,18 +32,35 @@ from hasfl_ray.aggregation.reference import aggregate_reference
 from hasfl_ray.bench.federation import Federation
 from hasfl_ray.data.partition import TIER_PROBABILITIES, TIERS
 from hasfl_ray.models import build_model, gate_blocks_of
+from hasfl_ray.models.depth import depth_names, exit_depths
 from hasfl_ray.models.index_slicing import index_sets, random_channel_sets
 from hasfl_ray.ops import aggregate as ops
 
-LAYOUTS = ("slice", "window", "index", "mask")
+LAYOUTS = ("slice", "window", "index", "mask", "depth")
 #: Competitors per layout (the fastest is "best torch").
 TORCH_BY_LAYOUT = {"index": ("torch index_add", "torch dense"), "mask": ("torch index_add", "torch dense"),
                    "window": ("torch window scatter",)}
 
 
 def make_layout_federation(model: str, num_clients: int, layout: str, seed: int = 0,
-                           dtype: torch.dtype = torch.float32) -> Federation:
-    """Random updates of ``layout`` for ``num_clients`` clients of ``model`` at the tier mix (CPU)."""
+                           dtype: torch.dtype = torch.float32, device: str = "cpu") -> Federation:
+    """Random updates of ``layout`` for ``num_clients`` clients of ``model`` at the tier mix; their values on
+    ``device`` (index lists and bitmasks stay on the CPU, where the kernels' host side reads them)."""
+    if layout == "depth":
+        return make_depth_federation(model, num_clients, seed, dtype, device)
+    federation = _make_layout_federation(model, num_clients, layout, seed, dtype)
+    if device == "cpu":
+        return federation
+    from dataclasses import replace
+
+    from hasfl_ray.aggregation.packed import to_device
+
+    return replace(federation, updates=[{name: to_device(packed, device) for name, packed in update.items()}
+                                        for update in federation.updates])
+
+
+def _make_layout_federation(model: str, num_clients: int, layout: str, seed: int,
+                            dtype: torch.dtype) -> Federation:
     specs = build_model(model).param_specs()
     rng = np.random.default_rng(seed)
     widths = tuple(float(p) for p in rng.choice(TIERS, size=num_clients, p=TIER_PROBABILITIES))
@@ -67,6 +89,51 @@ def make_layout_federation(model: str, num_clients: int, layout: str, seed: int 
                             for name, spec in specs.items()})
     weights = torch.as_tensor(rng.integers(20, 500, num_clients), dtype=torch.float64)
     return Federation(model, shapes, updates, weights, gate_blocks_of(specs), widths, offsets or None)
+
+
+def depth_model(model: str):
+    """``model``'s network with an exit after every stage (the depth layout's), or a ValueError sentence."""
+    from hasfl_ray.models import MODEL_CONFIGS, build_model_from
+
+    try:
+        network = build_model_from(dict(MODEL_CONFIGS[model], exits=True)) if model in MODEL_CONFIGS else None
+    except TypeError:
+        network = None
+    if network is None or exit_depths(network) < 2:
+        offering = [name for name in MODEL_CONFIGS if _has_depths(name)]
+        raise ValueError(f"--layout depth needs a model with depth sub-models (exits), but {model!r} has none; "
+                         f"expected one of {', '.join(offering)}")
+    return network
+
+
+def _has_depths(name: str) -> bool:
+    from hasfl_ray.models import MODEL_CONFIGS, build_model_from
+
+    try:
+        return exit_depths(build_model_from(dict(MODEL_CONFIGS[name], exits=True))) >= 2
+    except TypeError:
+        return False
+
+
+def make_depth_federation(model: str, num_clients: int, seed: int = 0, dtype: torch.dtype = torch.float32,
+                          device: str = "cpu") -> Federation:
+    """Depth sub-models at the tier mix: the client of the r-th narrowest tier (of k) holds depth
+    ceil((r + 1) x D / k) of D, at full width (DepthFL); its update holds exactly that depth's parameters."""
+    network = depth_model(model)
+    specs = network.param_specs()
+    depths = exit_depths(network)
+    rng = np.random.default_rng(seed)
+    widths = tuple(float(p) for p in rng.choice(TIERS, size=num_clients, p=TIER_PROBABILITIES))
+    generator = torch.Generator().manual_seed(seed)
+    tiers = sorted(TIERS)
+    updates = []
+    for p in widths:
+        depth = math.ceil((tiers.index(p) + 1) * depths / len(tiers))
+        updates.append({name: torch.randn(specs[name].shape, generator=generator, dtype=dtype).to(device)
+                        for name in depth_names(network, depth)})
+    weights = torch.as_tensor(rng.integers(20, 500, num_clients), dtype=torch.float64)
+    return Federation(model, {name: spec.shape for name, spec in specs.items()}, updates, weights,
+                      gate_blocks_of(specs), widths)
 
 
 def _random_sets(specs, p: float, generator: torch.Generator):
@@ -167,6 +234,10 @@ def layout_implementations(federation: Federation, layout: str, include_slow: bo
     """The timed callables of a non-slice layout (fused ones only where the extension is built)."""
     shapes, updates, weights, blocks = federation.shapes, federation.updates, federation.weights, federation.gate_blocks
     runs: Dict[str, Callable[[], object]] = {}
+    if layout == "depth":  # plain leading tensors (full width), some names absent: the slice layout's callables
+        from hasfl_ray.bench.aggregate import implementations
+
+        return implementations(federation, include_slow)
     if layout == "window":
         offsets = federation.offsets
         if ops.available():
