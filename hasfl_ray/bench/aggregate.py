@@ -152,9 +152,9 @@ def implementations(federation: Federation, include_slow: bool = True) -> Dict[s
     return runs
 
 
-#: Layouts ``bench aggregate --device cuda`` runs (slice and depth: the dense CUDA kernel). Rolling windows' torch
-#: competitor is CPU-only.
-CUDA_LAYOUTS = ("slice", "depth")
+#: Layouts ``bench aggregate --device cuda`` runs (slice and depth: the dense CUDA kernel; index and mask: the
+#: sparse one, csrc/cuda/aggregate_sparse_cuda.cu). Rolling windows' torch competitor is CPU-only.
+CUDA_LAYOUTS = ("slice", "depth", "index", "mask")
 
 
 def run_case(model: str, num_clients: int, device: str = "cpu", repeats: int = 5, budget_s: float = 4.0,

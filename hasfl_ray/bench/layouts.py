@@ -13,6 +13,8 @@ Federations at the paper's tier mix, as for slices (:func:`hasfl_ray.bench.aggre
   exit heads); a parameter a client does not hold is absent from its update, one nobody holds keeps the global
   value (delta 0). Plain tensors: the slice kernel's nested path, and the slice layout's torch competitors.
 
+With ``--device cuda`` the values live on the GPU (index lists and bitmasks on the host, as on the wire).
+
 Bytes moved count what travels: the values, the index lists or bitmasks, and the global output written once.
 The pure-torch competitors compute the same result (Δ̄, both norms) in the clients' dtype, as the slice
 layout's do; the fastest is "best torch".
@@ -172,19 +174,19 @@ def _flat_indices(packed, shape) -> torch.Tensor:
 def torch_index_add(shapes, updates, weights, blocks):
     """Per parameter: index_add of w x values at each client's flat coordinates, the mean, per-client norms."""
     first = next(u for update in updates for u in update.values()).values
-    div_num = torch.zeros(len(updates), dtype=torch.float64)
-    div_den = torch.zeros(len(updates), dtype=torch.float64)
+    div_num = torch.zeros(len(updates), dtype=torch.float64, device=first.device)
+    div_den = torch.zeros(len(updates), dtype=torch.float64, device=first.device)
     delta = {}
     for name, shape in shapes.items():
         numel = math.prod(shape)
-        num = torch.zeros(numel, dtype=first.dtype)
-        den = torch.zeros(numel, dtype=first.dtype)
+        num = torch.zeros(numel, dtype=first.dtype, device=first.device)
+        den = torch.zeros(numel, dtype=first.dtype, device=first.device)
         held = []
         for i, update in enumerate(updates):
             packed = update.get(name)
             if packed is None:
                 continue
-            index = _flat_indices(packed, shape)
+            index = _flat_indices(packed, shape).to(first.device)
             values = packed.values.reshape(-1)
             num.index_add_(0, index, values, alpha=float(weights[i]))
             den.index_add_(0, index, torch.full_like(values, float(weights[i])))
@@ -192,30 +194,31 @@ def torch_index_add(shapes, updates, weights, blocks):
         mean = torch.where(den > 0, num / den.clamp_min(torch.finfo(den.dtype).tiny), 0)
         for i, index, values in held:
             local = mean[index]
-            div_num[i] += float((values - local).square().sum())
-            div_den[i] += float(local.square().sum())
+            div_num[i] += (values - local).square().sum().double()
+            div_den[i] += local.square().sum().double()
         delta[name] = mean.view(shape)
-    return delta, div_num, div_den
+    return delta, div_num.cpu(), div_den.cpu()
 
 
 def torch_dense(shapes, updates, weights, blocks):
     """Per client and parameter: scatter into a dense zero tensor and a dense mask, then dense arithmetic."""
     first = next(u for update in updates for u in update.values()).values
-    div_num = torch.zeros(len(updates), dtype=torch.float64)
-    div_den = torch.zeros(len(updates), dtype=torch.float64)
+    device = first.device
+    div_num = torch.zeros(len(updates), dtype=torch.float64, device=device)
+    div_den = torch.zeros(len(updates), dtype=torch.float64, device=device)
     delta = {}
     for name, shape in shapes.items():
         numel = math.prod(shape)
-        num = torch.zeros(numel, dtype=first.dtype)
-        den = torch.zeros(numel, dtype=first.dtype)
+        num = torch.zeros(numel, dtype=first.dtype, device=device)
+        den = torch.zeros(numel, dtype=first.dtype, device=device)
         dense = []
         for i, update in enumerate(updates):
             packed = update.get(name)
             if packed is None:
                 continue
-            values = torch.zeros(numel, dtype=first.dtype)
-            mask = torch.zeros(numel, dtype=torch.bool)
-            mask[_flat_indices(packed, shape)] = True
+            values = torch.zeros(numel, dtype=first.dtype, device=device)
+            mask = torch.zeros(numel, dtype=torch.bool, device=device)
+            mask[_flat_indices(packed, shape).to(device)] = True
             values.masked_scatter_(mask, packed.values.reshape(-1))
             num.add_(values, alpha=float(weights[i]))
             den.add_(mask.to(first.dtype), alpha=float(weights[i]))
@@ -223,10 +226,10 @@ def torch_dense(shapes, updates, weights, blocks):
         mean = torch.where(den > 0, num / den.clamp_min(torch.finfo(den.dtype).tiny), 0)
         for i, values, mask in dense:
             local = torch.where(mask, mean, 0)
-            div_num[i] += float((values - local).square().sum())
-            div_den[i] += float(local.square().sum())
+            div_num[i] += (values - local).square().sum().double()
+            div_den[i] += local.square().sum().double()
         delta[name] = mean.view(shape)
-    return delta, div_num, div_den
+    return delta, div_num.cpu(), div_den.cpu()
 
 
 def layout_implementations(federation: Federation, layout: str, include_slow: bool = True
@@ -255,7 +258,7 @@ def layout_implementations(federation: Federation, layout: str, include_slow: bo
 
     if ops.available() and hasattr(torch.ops.hasfl_ray, "aggregate_sparse_into"):
         built = build_sparse_layout(shapes, updates, blocks)
-        out = torch.empty(built.total_numel, dtype=built.packed[0].dtype)
+        out = torch.empty(built.total_numel, dtype=built.packed[0].dtype, device=built.packed[0].device)
         runs["fused kernel"] = lambda: torch.ops.hasfl_ray.aggregate_sparse_into(
             out, built.packed, built.params, built.entries, weights, built.kinds, built.bits, built.rows,
             built.row_offsets)
