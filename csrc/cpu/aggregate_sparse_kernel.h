@@ -17,7 +17,8 @@
 // load/store of the tile's sums (pass 1) and per load of the mean (pass 2); the portable build goes bit by bit, one
 // entry at a time. Norm partials are 16 lanes (column mod 16) combined in a fixed tree per tile, in both builds.
 
-// SparseScratch and SparseArgs are defined in aggregate_cpu.cpp, outside the two namespaces.
+// SparseScratch and SparseArgs are defined in aggregate_cpu.cpp, outside the two namespaces; clear_tile_sums,
+// write_tile_mean and write_tile_zeros (shared with the dense kernel) in aggregate_tile.h, included before this file.
 
 #if HASFL_SPARSE_AVX512
 // 16 columns [j, j + 16) of one entry: values expanded to doubles (0 where the bit is clear) in lo/hi. The
@@ -276,13 +277,10 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
       }
     }
     if (row_count == 0) {
-      for (int64_t j = 0; j < n; ++j) out_tile[j] = scalar_t(0);
+      write_tile_zeros(out_tile, n);
       continue;
     }
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) s.acc[j] = 0.0;
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) s.den[j] = 0.0;
+    clear_tile_sums(s.acc, s.den, n);
 #if HASFL_SPARSE_AVX512
     for (int64_t k = 0; k < row_count; k += 4) {
       const int count = static_cast<int>(min64(4, row_count - k));
@@ -307,17 +305,8 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
       sparse_accumulate(x, limit_of<scalar_t>(args, e, ndim), sp.bits[e] + c0 / 8, n, args.entry_weight[e], s.acc, s.den);
     }
 #endif
-    int64_t tile_covered = 0;
-#pragma omp simd reduction(+ : tile_covered)
-    for (int64_t j = 0; j < n; ++j) {
-      const bool any = s.den[j] > 0.0;
-      const double mean = any ? s.acc[j] / s.den[j] : 0.0;
-      s.mean[j] = mean;
-      out_tile[j] = static_cast<scalar_t>(mean);
-      tile_covered += any ? 1 : 0;
-    }
+    covered += write_tile_mean(s.acc, s.den, n, s.mean, out_tile);
     for (int64_t j = n; j < n + 16; ++j) s.mean[j] = 0.0;  // the lanes past n of the last 16 are read, masked off
-    covered += tile_covered;
 #if HASFL_SPARSE_AVX512
     for (int64_t k = 0; k < row_count; k += 4) {
       const int count = static_cast<int>(min64(4, row_count - k));
