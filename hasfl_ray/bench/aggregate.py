@@ -173,7 +173,7 @@ def run_case(model: str, num_clients: int, device: str = "cpu", repeats: int = 5
         from hasfl_ray.bench.layouts import layout_implementations, make_layout_federation, wire_bytes
 
         if device != "cpu" and layout not in CUDA_LAYOUTS:
-            raise ValueError(f"--layout {layout} runs on the CPU only (its CUDA kernel is not written yet); "
+            raise ValueError(f"--layout {layout} runs on the CPU only (its pure-torch competitor is CPU-only); "
                              "expected --device cpu")
         federation = make_layout_federation(model, num_clients, layout, seed=seed, device=device)
         runs = layout_implementations(federation, layout, include_slow)
