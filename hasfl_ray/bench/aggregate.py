@@ -176,7 +176,9 @@ def run_case(model: str, num_clients: int, device: str = "cpu", repeats: int = 5
             raise ValueError(f"--layout {layout} runs on the CPU only (its pure-torch competitor is CPU-only); "
                              "expected --device cpu")
         federation = make_layout_federation(model, num_clients, layout, seed=seed, device=device)
-        runs = layout_implementations(federation, layout, include_slow)
+        # depth: plain leading tensors (width 1), some names absent: the slice layout's callables
+        runs = (implementations(federation, include_slow) if layout == "depth"
+                else layout_implementations(federation, layout, include_slow))
         packed_bytes = wire_bytes(federation)
     time_copy, time_sum, probe_bytes = bandwidth_probes(device)
     time_copy(), time_sum()

@@ -234,13 +234,10 @@ def torch_dense(shapes, updates, weights, blocks):
 
 def layout_implementations(federation: Federation, layout: str, include_slow: bool = True
                            ) -> Dict[str, Callable[[], object]]:
-    """The timed callables of a non-slice layout (fused ones only where the extension is built)."""
+    """The timed callables of the window, index and mask layouts (fused ones only where the extension is built);
+    depth's are the slice layout's (:func:`hasfl_ray.bench.aggregate.implementations`)."""
     shapes, updates, weights, blocks = federation.shapes, federation.updates, federation.weights, federation.gate_blocks
     runs: Dict[str, Callable[[], object]] = {}
-    if layout == "depth":  # plain leading tensors (full width), some names absent: the slice layout's callables
-        from hasfl_ray.bench.aggregate import implementations
-
-        return implementations(federation, include_slow)
     if layout == "window":
         offsets = federation.offsets
         if ops.available():
