@@ -56,6 +56,12 @@ step tests 240 "$PY" -m pytest -q -p no:cacheprovider $PARALLEL $TESTS
 CLIENTS=50,200; [ "$QUICK" = 1 ] && CLIENTS=6
 step bench_aggregate 120 "$PY" cli bench aggregate --device "$DEVICE" --models emnist,shakespeare --clients "$CLIENTS" \
   --repeats 5 --skip-slow --json
+# 3b. The other sub-model shapes (issue 44): index sets and masks (the sparse CUDA kernel), depth sub-models; their
+#     oracle tests (tests/aggregation/test_sparse_cuda.py) ran in step 2.
+for LAYOUT in index mask depth; do
+  step "bench_layout_$LAYOUT" 90 "$PY" cli bench aggregate --device "$DEVICE" --models emnist --clients "${CLIENTS%%,*}" \
+    --repeats 3 --skip-slow --layout "$LAYOUT" --json
+done
 
 # 4. Local training: one client at a time vs batched, 10 and 50 clients of the EMNIST CNN, 10 of the LSTM.
 N1=10; N2=50; SAMPLES=256; [ "$QUICK" = 1 ] && { N1=2; N2=3; SAMPLES=64; }
@@ -153,6 +159,7 @@ def last_json(name):
         return None
 summary["info"] = last_json("info")
 summary["bench_aggregate"] = last_json("bench_aggregate")
+summary["bench_layouts"] = {layout: last_json("bench_layout_" + layout) for layout in ("index", "mask", "depth")}
 runs = {}
 for run in ("emnist-auto", "emnist-on", "emnist-ray", "shakespeare", "shakespeare-graphed", "shakespeare-eager"):
     path = os.path.join(out, "runs", run, "metrics.jsonl")

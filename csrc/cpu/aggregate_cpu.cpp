@@ -71,8 +71,11 @@ struct SparseArgs {
 #ifdef HASFL_HAVE_AVX2_BUILD
 namespace avx2 {
 #define HASFL_CPU_TARGET __attribute__((target("avx2,fma")))
+#define HASFL_TILE_TARGET HASFL_CPU_TARGET
 #define HASFL_CPU_AVX2 1
+#include "cpu/aggregate_tile.h"
 #include "cpu/aggregate_cpu_kernel.h"
+#undef HASFL_TILE_TARGET
 #undef HASFL_CPU_AVX2
 #undef HASFL_CPU_TARGET
 }  // namespace avx2
@@ -80,8 +83,11 @@ namespace avx2 {
 
 namespace generic {
 #define HASFL_CPU_TARGET
+#define HASFL_TILE_TARGET
 #define HASFL_CPU_AVX2 0
+#include "cpu/aggregate_tile.h"
 #include "cpu/aggregate_cpu_kernel.h"
+#undef HASFL_TILE_TARGET
 #undef HASFL_CPU_AVX2
 #undef HASFL_CPU_TARGET
 #define HASFL_SPARSE_TARGET
@@ -94,8 +100,11 @@ namespace generic {
 #ifdef HASFL_HAVE_AVX2_BUILD
 namespace avx512 {
 #define HASFL_SPARSE_TARGET __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,popcnt,fma")))
+#define HASFL_TILE_TARGET HASFL_SPARSE_TARGET
 #define HASFL_SPARSE_AVX512 1
+#include "cpu/aggregate_tile.h"
 #include "cpu/aggregate_sparse_kernel.h"
+#undef HASFL_TILE_TARGET
 #undef HASFL_SPARSE_AVX512
 #undef HASFL_SPARSE_TARGET
 }  // namespace avx512

@@ -230,7 +230,7 @@ HASFL_CPU_TARGET void run_chunk(const CpuArgs& args, int64_t chunk, const Scratc
       }
     }
     if (row_count == 0) {
-      for (int64_t j = 0; j < n; ++j) out_tile[j] = scalar_t(0);
+      write_tile_zeros(out_tile, n);
       continue;
     }
 
@@ -273,10 +273,7 @@ HASFL_CPU_TARGET void run_chunk(const CpuArgs& args, int64_t chunk, const Scratc
         }
       }
     }
-    if (!kNested) {
-      for (int64_t j = 0; j < n; ++j) s.acc[j] = 0.0;
-      for (int64_t j = 0; j < n; ++j) s.den[j] = 0.0;
-    }
+    if (!kNested) clear_tile_sums(s.acc, s.den, n);
     for (int64_t k = 0; k < row_count && !runs; ++k) {
       const int64_t e = s.row_entry[k];
       const int64_t* entry = args.entries + e * kEntryCols;
@@ -333,16 +330,7 @@ HASFL_CPU_TARGET void run_chunk(const CpuArgs& args, int64_t chunk, const Scratc
         part_den[s.row_entry[k] - entry_begin] += suffix;
       }
     } else {
-      int64_t tile_covered = 0;
-#pragma omp simd reduction(+ : tile_covered)
-      for (int64_t j = 0; j < n; ++j) {
-        const bool any = s.den[j] > 0.0;
-        const double m = any ? s.acc[j] / s.den[j] : 0.0;
-        s.mean[j] = m;
-        out_tile[j] = static_cast<scalar_t>(m);
-        tile_covered += any ? 1 : 0;
-      }
-      covered += tile_covered;
+      covered += write_tile_mean(s.acc, s.den, n, s.mean, out_tile);
     }
 
     // Pass 2: ||m_e (x_e - mean)||^2 (and ||m_e mean||^2 when not nested).

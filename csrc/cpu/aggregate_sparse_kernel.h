@@ -17,7 +17,8 @@
 // load/store of the tile's sums (pass 1) and per load of the mean (pass 2); the portable build goes bit by bit, one
 // entry at a time. Norm partials are 16 lanes (column mod 16) combined in a fixed tree per tile, in both builds.
 
-// SparseScratch and SparseArgs are defined in aggregate_cpu.cpp, outside the two namespaces.
+// SparseScratch and SparseArgs are defined in aggregate_cpu.cpp, outside the two namespaces; clear_tile_sums,
+// write_tile_mean and write_tile_zeros (shared with the dense kernel) in aggregate_tile.h, included before this file.
 
 #if HASFL_SPARSE_AVX512
 // 16 columns [j, j + 16) of one entry: values expanded to doubles (0 where the bit is clear) in lo/hi. The
@@ -115,27 +116,34 @@ HASFL_SPARSE_TARGET inline void sparse_squares(const scalar_t* x, const scalar_t
 #endif
 
 #if HASFL_SPARSE_AVX512
-// sparse_accumulate for `count` (1..4) entries at once: the tile's sums are loaded and stored once per 16 columns
-// for all of them (a quarter of the store traffic of one entry at a time), entries added in order.
-template <typename scalar_t>
-HASFL_SPARSE_TARGET inline void sparse_accumulate_group(int count, const scalar_t* const* xs,
-                                                        const scalar_t* const* limits, const uint8_t* const* ms,
-                                                        int64_t n, const double* ws, double* acc, double* den) {
-  const scalar_t* x[4] = {xs[0], count > 1 ? xs[1] : nullptr, count > 2 ? xs[2] : nullptr, count > 3 ? xs[3] : nullptr};
+// sparse_accumulate for N (1..4) entries at once: the tile's sums are loaded and stored once per 16 columns
+// for all of them (a quarter of the store traffic of one entry at a time), entries added in order. N is a
+// template argument so the entries' read pointers live in registers (a runtime count kept them on the stack, one
+// store-to-load round trip per step).
+template <typename scalar_t, int N>
+HASFL_SPARSE_TARGET inline void sparse_accumulate_group(const scalar_t* const* xs, const scalar_t* const* limits,
+                                                        const uint8_t* const* ms, int64_t n, const double* ws,
+                                                        double* acc, double* den) {
+  const scalar_t* x[N];
+  __m512d wv[N];
+  for (int k = 0; k < N; ++k) {
+    x[k] = xs[k];
+    wv[k] = _mm512_set1_pd(ws[k]);
+  }
   for (int64_t j = 0; j < n; j += 16) {
     __m512d a0 = _mm512_loadu_pd(acc + j), a1 = _mm512_loadu_pd(acc + j + 8);
     __m512d d0 = _mm512_loadu_pd(den + j), d1 = _mm512_loadu_pd(den + j + 8);
-    for (int k = 0; k < count; ++k) {
+#pragma GCC unroll 4
+    for (int k = 0; k < N; ++k) {
       const unsigned bits = bits16(ms[k], j, n);
       if (bits == 0) continue;
       __m512d lo, hi;
       expand16(x[k], limits[k], bits, &lo, &hi);
       x[k] += __builtin_popcount(bits);
-      const __m512d wv = _mm512_set1_pd(ws[k]);
-      a0 = _mm512_fmadd_pd(wv, lo, a0);
-      a1 = _mm512_fmadd_pd(wv, hi, a1);
-      d0 = _mm512_mask_add_pd(d0, static_cast<__mmask8>(bits & 0xFFu), d0, wv);
-      d1 = _mm512_mask_add_pd(d1, static_cast<__mmask8>(bits >> 8), d1, wv);
+      a0 = _mm512_fmadd_pd(wv[k], lo, a0);
+      a1 = _mm512_fmadd_pd(wv[k], hi, a1);
+      d0 = _mm512_mask_add_pd(d0, static_cast<__mmask8>(bits & 0xFFu), d0, wv[k]);
+      d1 = _mm512_mask_add_pd(d1, static_cast<__mmask8>(bits >> 8), d1, wv[k]);
     }
     _mm512_storeu_pd(acc + j, a0);
     _mm512_storeu_pd(acc + j + 8, a1);
@@ -146,21 +154,28 @@ HASFL_SPARSE_TARGET inline void sparse_accumulate_group(int count, const scalar_
 #endif
 
 #if HASFL_SPARSE_AVX512
-// sparse_squares for `count` (1..4) entries at once, one load of the mean for all; each entry's sums are its own
-// 16 lanes combined in the same fixed tree, so results equal sparse_squares' entry by entry.
-template <typename scalar_t>
-HASFL_SPARSE_TARGET inline void sparse_squares_group(int count, const scalar_t* const* xs,
-                                                     const scalar_t* const* limits, const uint8_t* const* ms,
-                                                     int64_t n, const double* mean, double (*sums)[2],
-                                                     const scalar_t* const* next) {
+// sparse_squares for N (1..4) entries at once, one load of the mean for all; each entry's sums are its own
+// 16 lanes combined in the same fixed tree, so results equal sparse_squares' entry by entry. (N a template
+// argument: the accumulators stay in registers.)
+template <typename scalar_t, int N>
+HASFL_SPARSE_TARGET inline void sparse_squares_group(const scalar_t* const* xs, const scalar_t* const* limits,
+                                                     const uint8_t* const* ms, int64_t n, const double* mean,
+                                                     double (*sums)[2], const scalar_t* const* next,
+                                                     const int64_t* next_len) {
   constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(scalar_t));
-  const scalar_t* x[4] = {xs[0], count > 1 ? xs[1] : nullptr, count > 2 ? xs[2] : nullptr, count > 3 ? xs[3] : nullptr};
-  __m512d a0[4], a1[4], b0[4], b1[4];
-  for (int k = 0; k < 4; ++k) a0[k] = a1[k] = b0[k] = b1[k] = _mm512_setzero_pd();
+  const scalar_t* x[N];
+  __m512d a0[N], a1[N], b0[N], b1[N];
+  for (int k = 0; k < N; ++k) {
+    x[k] = xs[k];
+    a0[k] = a1[k] = b0[k] = b1[k] = _mm512_setzero_pd();
+  }
   for (int64_t j = 0; j < n; j += 16) {
     const __m512d m0 = _mm512_loadu_pd(mean + j), m1 = _mm512_loadu_pd(mean + j + 8);
-    for (int k = 0; k < count; ++k) {
-      __builtin_prefetch(next[k] + j / 16 * kLine);
+#pragma GCC unroll 4
+    for (int k = 0; k < N; ++k) {
+      // What pass 1 of the next item reads: its values (exactly its run's lines) and, a mask's, its bits.
+      if (j / 16 * kLine < next_len[k]) __builtin_prefetch(next[k] + j / 16 * kLine);
+      if (j % 512 == 0) __builtin_prefetch(ms[k] + n / 8 + j / 8);
       const unsigned bits = bits16(ms[k], j, n);
       if (bits == 0) continue;
       __m512d lo, hi;
@@ -174,7 +189,7 @@ HASFL_SPARSE_TARGET inline void sparse_squares_group(int count, const scalar_t* 
       b1[k] = _mm512_mask3_fmadd_pd(m1, m1, b1[k], mhi);
     }
   }
-  for (int k = 0; k < count; ++k) {
+  for (int k = 0; k < N; ++k) {
     double diff[16], square[16];
     _mm512_storeu_pd(diff, a0[k]);
     _mm512_storeu_pd(diff + 8, a1[k]);
@@ -187,6 +202,31 @@ HASFL_SPARSE_TARGET inline void sparse_squares_group(int count, const scalar_t* 
       }
     sums[k][0] += diff[0];
     sums[k][1] += square[0];
+  }
+}
+
+template <typename scalar_t>
+HASFL_SPARSE_TARGET inline void sparse_accumulate_some(int count, const scalar_t* const* xs,
+                                                       const scalar_t* const* limits, const uint8_t* const* ms,
+                                                       int64_t n, const double* ws, double* acc, double* den) {
+  switch (count) {
+    case 1: return sparse_accumulate_group<scalar_t, 1>(xs, limits, ms, n, ws, acc, den);
+    case 2: return sparse_accumulate_group<scalar_t, 2>(xs, limits, ms, n, ws, acc, den);
+    case 3: return sparse_accumulate_group<scalar_t, 3>(xs, limits, ms, n, ws, acc, den);
+    default: return sparse_accumulate_group<scalar_t, 4>(xs, limits, ms, n, ws, acc, den);
+  }
+}
+
+template <typename scalar_t>
+HASFL_SPARSE_TARGET inline void sparse_squares_some(int count, const scalar_t* const* xs,
+                                                    const scalar_t* const* limits, const uint8_t* const* ms,
+                                                    int64_t n, const double* mean, double (*sums)[2],
+                                                    const scalar_t* const* next, const int64_t* next_len) {
+  switch (count) {
+    case 1: return sparse_squares_group<scalar_t, 1>(xs, limits, ms, n, mean, sums, next, next_len);
+    case 2: return sparse_squares_group<scalar_t, 2>(xs, limits, ms, n, mean, sums, next, next_len);
+    case 3: return sparse_squares_group<scalar_t, 3>(xs, limits, ms, n, mean, sums, next, next_len);
+    default: return sparse_squares_group<scalar_t, 4>(xs, limits, ms, n, mean, sums, next, next_len);
   }
 }
 #endif
@@ -237,13 +277,10 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
       }
     }
     if (row_count == 0) {
-      for (int64_t j = 0; j < n; ++j) out_tile[j] = scalar_t(0);
+      write_tile_zeros(out_tile, n);
       continue;
     }
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) s.acc[j] = 0.0;
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) s.den[j] = 0.0;
+    clear_tile_sums(s.acc, s.den, n);
 #if HASFL_SPARSE_AVX512
     for (int64_t k = 0; k < row_count; k += 4) {
       const int count = static_cast<int>(min64(4, row_count - k));
@@ -258,7 +295,7 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
         ms[i] = sp.bits[e] + c0 / 8;
         ws[i] = args.entry_weight[e];
       }
-      sparse_accumulate_group(count, xs, limits, ms, n, ws, s.acc, s.den);
+      sparse_accumulate_some(count, xs, limits, ms, n, ws, s.acc, s.den);
     }
 #else
     for (int64_t k = 0; k < row_count; ++k) {
@@ -268,36 +305,30 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
       sparse_accumulate(x, limit_of<scalar_t>(args, e, ndim), sp.bits[e] + c0 / 8, n, args.entry_weight[e], s.acc, s.den);
     }
 #endif
-    int64_t tile_covered = 0;
-#pragma omp simd reduction(+ : tile_covered)
-    for (int64_t j = 0; j < n; ++j) {
-      const bool any = s.den[j] > 0.0;
-      const double mean = any ? s.acc[j] / s.den[j] : 0.0;
-      s.mean[j] = mean;
-      out_tile[j] = static_cast<scalar_t>(mean);
-      tile_covered += any ? 1 : 0;
-    }
+    covered += write_tile_mean(s.acc, s.den, n, s.mean, out_tile);
     for (int64_t j = n; j < n + 16; ++j) s.mean[j] = 0.0;  // the lanes past n of the last 16 are read, masked off
-    covered += tile_covered;
 #if HASFL_SPARSE_AVX512
     for (int64_t k = 0; k < row_count; k += 4) {
       const int count = static_cast<int>(min64(4, row_count - k));
       const scalar_t* xs[4];
       const scalar_t* limits[4];
       const scalar_t* nexts[4];
+      int64_t next_lens[4];
       const uint8_t* ms[4];
       double sums[4][2] = {{0.0, 0.0}, {0.0, 0.0}, {0.0, 0.0}, {0.0, 0.0}};
       for (int i = 0; i < count; ++i) {
         const int64_t e = s.row_entry[k + i];
         const int64_t* prefix = sp.tile_prefix + sp.prefix_begin[e];
-        const int64_t held = (tile + 1 < tiles ? prefix[tile + 1] : args.entries[e * kEntryCols + kEntryPacked + ndim - 1]) -
-                             prefix[tile];
+        const int64_t packed_last = args.entries[e * kEntryCols + kEntryPacked + ndim - 1];
+        const auto prefix_at = [&](int64_t t) { return t < tiles ? prefix[t] : packed_last; };
+        const int64_t held = prefix_at(tile + 1) - prefix[tile];
         xs[i] = static_cast<const scalar_t*>(args.data[e]) + s.row_start[k + i] + prefix[tile];
         limits[i] = limit_of<scalar_t>(args, e, ndim);
         nexts[i] = xs[i] + held;
+        next_lens[i] = tile + 1 < tiles ? prefix_at(tile + 2) - prefix_at(tile + 1) : prefix_at(1);
         ms[i] = sp.bits[e] + c0 / 8;
       }
-      sparse_squares_group(count, xs, limits, ms, n, s.mean, sums, nexts);
+      sparse_squares_some(count, xs, limits, ms, n, s.mean, sums, nexts, next_lens);
       for (int i = 0; i < count; ++i) {
         part_num[s.row_entry[k + i] - entry_begin] += sums[i][0];
         part_den[s.row_entry[k + i] - entry_begin] += sums[i][1];

@@ -185,7 +185,7 @@ def aggregate_updates(global_shapes: Mapping[str, Sequence[int]], updates: Seque
 
     sparse = has_sparse(updates)
     if backend == "auto":
-        backend = "fused" if fused_available(device) and (not sparse or device.type == "cpu") else "reference"
+        backend = "fused" if fused_available(device) else "reference"
         if backend == "reference" and not _warned_fallback:
             _warned_fallback = True
             logger.warning("hasfl_ray._C %s; aggregating with the pure-torch reference",
@@ -198,10 +198,7 @@ def aggregate_updates(global_shapes: Mapping[str, Sequence[int]], updates: Seque
             raise RuntimeError(f"backend 'fused' has no kernel for updates on {device}; hasfl_ray._C was built "
                                "without CUDA (rebuild with a GPU visible or HASFL_FORCE_CUDA=1), or use "
                                "backend 'reference'")
-        if sparse:
-            if device.type != "cpu":
-                raise RuntimeError(f"backend 'fused' has no kernel for index sets or masks on {device}; "
-                                   "use backend 'reference' there")
+        if sparse:  # CPU: csrc/cpu/aggregate_sparse_kernel.h; CUDA: csrc/cuda/aggregate_sparse_cuda.cu
             from hasfl_ray.ops.sparse import aggregate_sparse
             return aggregate_sparse(shapes, updates, weights_t, blocks)
         from hasfl_ray.ops.aggregate import aggregate_fused

@@ -152,6 +152,11 @@ def implementations(federation: Federation, include_slow: bool = True) -> Dict[s
     return runs
 
 
+#: Layouts ``bench aggregate --device cuda`` runs (slice and depth: the dense CUDA kernel; index and mask: the
+#: sparse one, csrc/cuda/aggregate_sparse_cuda.cu). Rolling windows' torch competitor is CPU-only.
+CUDA_LAYOUTS = ("slice", "depth", "index", "mask")
+
+
 def run_case(model: str, num_clients: int, device: str = "cpu", repeats: int = 5, budget_s: float = 4.0,
              include_slow: bool = True, seed: int = 0, layout: str = "slice") -> CaseResult:
     """Time every implementation on one federation, interleaved round-robin with the bandwidth probes.
@@ -167,11 +172,13 @@ def run_case(model: str, num_clients: int, device: str = "cpu", repeats: int = 5
     else:
         from hasfl_ray.bench.layouts import layout_implementations, make_layout_federation, wire_bytes
 
-        if device != "cpu":
-            raise ValueError(f"--layout {layout} runs on the CPU only (its CUDA kernel is not written yet); "
+        if device != "cpu" and layout not in CUDA_LAYOUTS:
+            raise ValueError(f"--layout {layout} runs on the CPU only (its pure-torch competitor is CPU-only); "
                              "expected --device cpu")
-        federation = make_layout_federation(model, num_clients, layout, seed=seed)
-        runs = layout_implementations(federation, layout, include_slow)
+        federation = make_layout_federation(model, num_clients, layout, seed=seed, device=device)
+        # depth: plain leading tensors (width 1), some names absent: the slice layout's callables
+        runs = (implementations(federation, include_slow) if layout == "depth"
+                else layout_implementations(federation, layout, include_slow))
         packed_bytes = wire_bytes(federation)
     time_copy, time_sum, probe_bytes = bandwidth_probes(device)
     time_copy(), time_sum()

@@ -10,9 +10,10 @@ import click
 import torch
 
 from hasfl_ray.ops import aggregate as ops
-from hasfl_ray.bench.aggregate import MODELS, CaseResult, check_case_memory, run_case
-from hasfl_ray.bench.layouts import LAYOUTS
+from hasfl_ray.bench.aggregate import CUDA_LAYOUTS, MODELS, CaseResult, check_case_memory, run_case
+from hasfl_ray.bench.layouts import LAYOUTS, depth_model
 from hasfl_ray.cli.common import user_errors
+from hasfl_ray.errors import ConfigError
 
 MODEL_LABELS = {"emnist": "EMNIST CNN", "cifar10": "CIFAR-10 CNN", "cifar100": "CIFAR-100 CNN",
                 "shakespeare": "Shakespeare LSTM"}
@@ -82,7 +83,8 @@ def bench() -> None:
               help="torch/OpenMP threads (default: torch's default, all cores).")
 @click.option("--layout", type=click.Choice(LAYOUTS), default="slice", show_default=True,
               help="Sub-model shape of the updates: leading slices, rolling windows (mixed offsets), per-layer "
-                   "channel index sets, or unstructured masks (index/mask/window: CPU).")
+                   "channel index sets, unstructured masks, or depth sub-models (a prefix of the blocks and their "
+                   "exit heads, models with exits; window: CPU only).")
 @click.option("--skip-slow", is_flag=True, help="Leave out the dense and HeteroFL-loop implementations.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of cases instead of tables.")
 @user_errors
@@ -90,9 +92,9 @@ def aggregate(device: str, client_counts: Sequence[int], models: Sequence[str], 
               layout: str, skip_slow: bool, as_json: bool) -> None:
     """Time the fused kernel, the pure-torch reference, the best pure-torch code, a dense zero-padded
     implementation and a HeteroFL-style loop at the paper's tier mix; print effective GB/s and ratios."""
-    if layout != "slice" and device != "cpu":
-        click.echo(f"Error: --layout {layout} runs on the CPU only (the CUDA kernel of index sets, masks and mixed "
-                   "windows is not written yet); expected --device cpu", err=True)
+    if layout not in CUDA_LAYOUTS and device != "cpu":
+        click.echo(f"Error: --layout {layout} runs on the CPU only (its pure-torch competitor is CPU-only); "
+                   "expected --device cpu", err=True)
         sys.exit(2)
     if device == "cuda" and not torch.cuda.is_available():
         click.echo("Error: --device cuda needs a visible CUDA GPU; torch.cuda.is_available() is False", err=True)
@@ -103,6 +105,12 @@ def aggregate(device: str, client_counts: Sequence[int], models: Sequence[str], 
         click.echo("Error: --device cuda needs hasfl_ray._C built with its CUDA kernel "
                    "(pip install --no-build-isolation -e . with a GPU visible, or HASFL_FORCE_CUDA=1)", err=True)
         sys.exit(2)
+    if layout == "depth":
+        for model in models:
+            try:
+                depth_model(model)
+            except ValueError as error:
+                raise ConfigError(str(error)) from None
     check_case_memory(models, client_counts, device)  # one sentence, never hours of swapping towards terabytes
     if threads:
         torch.set_num_threads(threads)

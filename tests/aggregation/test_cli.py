@@ -59,7 +59,7 @@ def test_benchmarked_implementations_compute_the_same_result():
     assert check_agreement("digits", num_clients=5) < 1e-10
 
 
-@pytest.mark.parametrize("layout", ["index", "mask", "window"])
+@pytest.mark.parametrize("layout", ["index", "mask", "window", "depth"])
 def test_bench_aggregate_layouts_json(layout):
     result = CliRunner().invoke(main, ["bench", "aggregate", "--models", "emnist", "--clients", "2", "--repeats", "1",
                                        "--skip-slow", "--layout", layout, "--json"])
@@ -72,9 +72,52 @@ def test_bench_aggregate_layouts_json(layout):
     assert case["ratios"]["best_torch"] in names
 
 
-def test_bench_aggregate_sparse_layout_on_cuda_exits_2():
-    result = CliRunner().invoke(main, ["bench", "aggregate", "--layout", "mask", "--device", "cuda"])
-    assert result.exit_code == 2 and "--layout mask runs on the CPU only" in result.output
+def test_bench_aggregate_window_layout_on_cuda_exits_2():
+    result = CliRunner().invoke(main, ["bench", "aggregate", "--layout", "window", "--device", "cuda"])
+    assert result.exit_code == 2 and "--layout window runs on the CPU only" in result.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
+def test_bench_aggregate_depth_layout_on_cuda_without_gpu_exits_2():
+    result = CliRunner().invoke(main, ["bench", "aggregate", "--layout", "depth", "--device", "cuda", "--models",
+                                       "emnist"])
+    assert result.exit_code == 2 and "needs a visible CUDA GPU" in result.output
+
+
+def test_bench_aggregate_depth_layout_of_a_model_without_exits_exits_2():
+    result = CliRunner().invoke(main, ["bench", "aggregate", "--layout", "depth", "--models", "shakespeare",
+                                       "--clients", "2", "--repeats", "1"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert "'shakespeare' has none; expected one of" in result.output and "emnist" in result.output
+
+
+def test_depth_layout_clients_hold_their_depths_prefix():
+    """Each client's update is exactly its depth's parameters (depth from its tier's rank), full width; every
+    depth occurs; the fused result (where built) and the slice competitors agree with the reference."""
+    from hasfl_ray.aggregation import aggregate_updates
+    from hasfl_ray.bench.layouts import depth_model, make_layout_federation
+    from hasfl_ray.bench.torch_aggregations import aggregate_torch_sliced
+    from hasfl_ray.data.partition import TIERS
+    from hasfl_ray.models.depth import depth_names
+
+    f = make_layout_federation("digits", 12, "depth", dtype=torch.float64)
+    network = depth_model("digits")
+    tiers, seen = sorted(TIERS), set()
+    for width, update in zip(f.widths, f.updates):
+        depth = -(-(tiers.index(width) + 1) * network.num_depths // len(tiers))
+        seen.add(depth)
+        assert list(update) == depth_names(network, depth)
+        assert all(tuple(t.shape) == f.shapes[name] for name, t in update.items())
+    assert seen == set(range(1, network.num_depths + 1))
+    expected = aggregate_updates(f.shapes, f.updates, f.weights, f.gate_blocks, backend="reference")
+    results = [aggregate_torch_sliced(f.shapes, f.updates, f.weights, f.gate_blocks)]
+    if ops.available():
+        results.append(aggregate_updates(f.shapes, f.updates, f.weights, f.gate_blocks, backend="fused"))
+    for result in results:
+        for name in f.shapes:
+            torch.testing.assert_close(result.delta[name], expected.delta[name], rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(result.div_num, expected.div_num, rtol=1e-9, atol=1e-9)
+        torch.testing.assert_close(result.div_den, expected.div_den, rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.parametrize("layout", ["index", "mask"])

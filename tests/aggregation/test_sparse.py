@@ -131,6 +131,35 @@ def test_sparse_matches_dense_oracle(backend, dtype, kinds, num_clients):
     assert list(result.delta) == list(shapes)
 
 
+def edge_round(dtype):
+    """Edge cases in one call: an empty index set, all-false/all-true masks, a 1-D mask ending mid-word (131
+    coordinates: 16 bytes + 3 bits) and rows of 300 columns (3 tiles, the last of 44)."""
+    g = torch.Generator().manual_seed(3)
+    shapes = {"w": (5, 300), "v": (131,), "c": (4, 3, 3, 3)}
+    full = {name: torch.randn(shape, generator=g, dtype=dtype) for name, shape in shapes.items()}
+    idx = lambda *v: torch.tensor(v, dtype=torch.int64)  # noqa: E731
+    updates = [
+        {"w": IndexedUpdate.gather(full["w"], (idx(), None)),  # holds nothing
+         "v": MaskedUpdate.gather(full["v"], torch.zeros(131, dtype=torch.bool)),
+         "c": IndexedUpdate.gather(full["c"], (idx(0, 3), idx(1), None, None))},
+        {"w": MaskedUpdate.gather(full["w"], torch.ones(5, 300, dtype=torch.bool)),
+         "v": MaskedUpdate.gather(full["v"], torch.arange(131) % 3 == 0),
+         "c": full["c"][:2].contiguous()},
+        {"w": IndexedUpdate.gather(full["w"] * 2, (idx(1, 4), idx(*range(100, 260)))),
+         "v": MaskedUpdate.gather(full["v"] - 1, torch.ones(131, dtype=torch.bool))},
+    ]
+    return shapes, updates, [1.5, 0.5, 2.0], {}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sparse_edge_cases_match_dense_oracle(backend, dtype):
+    shapes, updates, weights, blocks = edge_round(dtype)
+    for clients in (3, 1):  # one client, holding almost nothing, too
+        result = aggregate_updates(shapes, updates[:clients], weights[:clients], blocks, backend=backend)
+        assert_matches(result, oracle(shapes, updates[:clients], weights[:clients], blocks), dtype)
+
+
 @needs_ext
 def test_sparse_fused_is_deterministic_and_leaves_slices_on_the_old_op(monkeypatch):
     shapes, updates, weights, blocks = random_round(3, 9, torch.float32)
