@@ -96,6 +96,8 @@ def readable_summary(summary: Mapping[str, Any], run_dir: str, algorithm: str, d
     done = f"{summary.get('rounds')} rounds" if summary.get("mode") != "async" else \
         (f"{summary.get('server_updates')} server updates ({summary.get('async_rule')}, "
          f"staleness mean {summary.get('staleness_mean', 0):.2f}, max {summary.get('staleness_max')})")
+    startup = summary.get("startup_s")  # data, model and Ray, timed apart from the rounds
     head = f"{algorithm} on {dataset}, seed {seed}: {done}" + \
-        (f" in {wall:.1f} s" if isinstance(wall, (int, float)) else "")
+        (f" in {wall:.1f} s" if isinstance(wall, (int, float)) else "") + \
+        (f" (+{startup:.1f} s start-up)" if isinstance(startup, (int, float)) else "")
     return "\n".join([head] + [f"  {label:<{LABEL_WIDTH}}{text}" for label, text in rows])

@@ -15,13 +15,18 @@ from hasfl_ray.engine.checkpoint import Snapshot, load_checkpoint_round
 from hasfl_ray.engine.coverage import CAUSE as COVERAGE_CAUSE
 from hasfl_ray.engine.coverage import coverage_warning, frozen_layers_phrase, frozen_streak_start, should_warn
 from hasfl_ray.engine.guard import PluginError
+from hasfl_ray.engine.losses import final_train_loss, last_losses, loss_keys  # noqa: F401 (loss_keys: the engine's)
 from hasfl_ray.engine.participants import sample_participants
+from hasfl_ray.engine.progress import show_line, startup_seconds
 from hasfl_ray.engine.rundir import RunDirectory
 from hasfl_ray.errors import ConfigError, OutputError
 from hasfl_ray.registry import call_plugin, spec_label
 from hasfl_ray.schedule import post_warmup_avg_p
 
 logger = logging.getLogger(__name__)
+
+#: summary.json's keys that time the run (the rounds, the start-up): the only ones two runs of one config differ in.
+TIMINGS = ("wall_s", "startup_s")
 
 #: clients.csv is written this many clients at a time (a million rows never exist at once).
 CLIENT_ROWS_CHUNK = 65536
@@ -78,10 +83,7 @@ def record(engine: Any, pending: Optional[Tuple[Dict[str, Any], Any, Any, Option
             with writing(engine.rundir, "checkpoints/latest.pt"):
                 engine.save_checkpoint(engine.elapsed_before + time.perf_counter() - start, snapshot)
     if bar:
-        if line["test_accuracy"] is not None:  # an asynchronous line between evaluations has none
-            bar.set_postfix(acc=f"{line['test_accuracy']:.3f}", avg_p=f"{line['avg_p']:.2f}",
-                            cov=f"{line['coverage']:.2f}")
-        bar.update(1)
+        show_line(bar, line)  # (an asynchronous line between evaluations has no accuracy: the bar keeps the last)
 
 
 def sampled_clients(engine: Any) -> np.ndarray:
@@ -150,7 +152,9 @@ def finish(engine: Any, wall_s: float) -> Dict[str, Any]:
                "avg_p": float(np.mean(avg_p)),
                "avg_p_post_warmup": post_warmup_avg_p(avg_p, engine.config.warmup, engine.config.t_adapt),
                "rounds": len(engine.history),
-               "params_sha256": engine.backend.params_sha256(), "wall_s": wall_s, **engine.backend.summary()}
+               "final_train_loss": final_train_loss(engine.history),
+               "params_sha256": engine.backend.params_sha256(), "wall_s": wall_s,
+               "startup_s": startup_seconds(engine), **engine.backend.summary()}
     warning = coverage_warning(engine.history, engine.config.warmup)
     if warning is not None:
         summary["coverage_warning"] = warning
@@ -172,9 +176,10 @@ def finish(engine: Any, wall_s: float) -> Dict[str, Any]:
 
 
 def extra_columns(engine: Any) -> Dict[str, np.ndarray]:
-    """clients.csv's columns beyond the protocol's: the clock's (a device population), then an asynchronous run's
+    """clients.csv's columns beyond the protocol's: each client's training loss at the last round it trained, the clock's (a device population), then an asynchronous run's
     updates_sent and mean_staleness (empty: none applied)."""
-    columns = dict(profile_columns(engine.clock)) if engine.clock is not None else {}
+    columns = {"train_loss": last_losses(engine.history, engine.config.clients)}  # issue 45 item 5
+    columns.update(profile_columns(engine.clock) if engine.clock is not None else {})
     if engine.asynchronous is not None:
         state = engine.asynchronous.state
         columns["updates_sent"] = state.sent
