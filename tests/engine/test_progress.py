@@ -61,3 +61,15 @@ def test_startup_is_counted_apart_from_the_rounds():
     mark_run_start(prepared)
     prepared._loop_start = prepared._run_start + 1000.0 + 2.5
     assert abs(startup_seconds(prepared) - 1002.5) < 1e-6
+
+
+def test_a_sweep_off_a_terminal_prints_a_line_per_cell_and_no_bar(tmp_path):
+    import yaml
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump({"sweep": {"datasets": ["digits"], "algorithms": ["hasfl"], "seeds": [1, 2]}}))
+    result = CliRunner().invoke(main, ["sweep", str(config), "--rounds", "1", "--clients", "6", "--clients-per-round",
+                                       "3", "--backend", "local", "--out", str(tmp_path / "sweep")])
+    assert result.exit_code == 0, result.output
+    assert "\r" not in result.output and "cell/s" not in result.output and "it/s" not in result.output
+    assert sum(line.startswith(("[1/2] ", "[2/2] ")) for line in result.output.splitlines()) == 2
