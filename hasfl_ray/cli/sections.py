@@ -1,5 +1,5 @@
-"""`simulate --help` in sections (issue 45 item 5): Data, Model, Algorithm, Training, Evaluation, Clock, Async,
-Output and Backend options, then Other. click has no option groups, so :class:`SectionedCommand` prints its options
+"""`simulate --help` and `sweep --help` in sections (issue 45 item 5): Data, Model, Algorithm, Training, Evaluation,
+Clock, Async, Output and Backend options (sweep's own first), then Other. click has no option groups, so :class:`SectionedCommand` prints its options
 section by section (``format_options``); parsing, and the order click processes options in, are click's own.
 
 An option's section comes from :data:`SECTION_OF`, keyed by its flag: an option this table does not name (one added
@@ -16,6 +16,7 @@ import click
 
 #: The sections in --help order (Other last: every option the table below does not name).
 SECTIONS: Dict[str, Tuple[str, ...]] = {
+    "Sweep": ("--datasets", "--algorithms", "--seeds", "--cells-per-gpu"),  # sweep's own (simulate has none)
     "Data": ("--dataset", "--data-dir", "--download", "--data-seed", "--partition", "--alpha", "--synthetic-alpha",
              "--synthetic-beta"),
     "Model": ("--model", "--model-norm", "--sbn-statistics", "--sbn-batch-size", "--sbn-statistics-data",
@@ -54,6 +55,8 @@ def sectioned(command: click.Command, ctx: click.Context) -> List[Tuple[str, Lis
     options in the command's order within a section."""
     records: Dict[str, List[Tuple[str, str]]] = {}
     for param in command.get_params(ctx):
+        if not isinstance(param, click.Option):  # arguments are named in the usage line, as click does
+            continue
         record = param.get_help_record(ctx)
         if record is not None:
             records.setdefault(section_of(param), []).append(record)

@@ -10,6 +10,7 @@ from tqdm import tqdm
 
 from hasfl_ray.cli.common import setup_logging, user_errors
 from hasfl_ray.cli.options import apply_switches, default_backend, run_options
+from hasfl_ray.cli.sections import SectionedCommand
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.simulation import require_ray
 
@@ -17,7 +18,7 @@ from hasfl_ray.simulation import require_ray
 STOPPED = ("interrupted", "pending")
 
 
-@click.command()
+@click.command(cls=SectionedCommand)  # --help in sections (hasfl_ray.cli.sections)
 @click.argument("config", type=str)
 @click.option("--seeds", help="Seeds to run, e.g. 42,43 (default: the config's seeds).")
 @click.option("--algorithms", help="Algorithms (or the config's variants) to run, e.g. hasfl,random-budget "

@@ -51,3 +51,11 @@ def test_docs_cli_md_holds_the_commands_own_sections():
     block = text[text.index(BEGIN):text.index(END) + len(END)]
     assert block == simulate_block(), "docs/cli.md is out of date: run python -m hasfl_ray.cli.reference docs/cli.md"
     assert "#### Data options" in block and "| `--data-dir` PATH |" in block
+
+
+def test_sweep_help_is_in_sections_too_its_own_options_first():
+    result = CliRunner().invoke(main, ["sweep", "--help"], terminal_width=100)
+    assert result.exit_code == 0, result.output
+    headers = [line for line in result.output.splitlines() if line.endswith(" options:")]
+    assert headers[0] == "Sweep options:" and "Data options:" in headers and "Other options:" not in headers
+    assert result.output.index("--seeds") < result.output.index("Data options:") < result.output.index("--data-dir")
