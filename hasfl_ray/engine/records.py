@@ -112,6 +112,7 @@ def client_rows(engine: Any) -> Iterator[Tuple[Any, ...]]:
     names = engine.dataset.client_names
     local = engine.local if isinstance(engine.local, dict) else None
     clocked = list(extra_columns(engine).values())
+    losses = last_losses(engine.history, engine.config.clients)  # each client's at the last round it trained
     for start in range(0, engine.config.clients, CLIENT_ROWS_CHUNK):  # Python numbers for one chunk at a time
         part = slice(start, start + CLIENT_ROWS_CHUNK)
         tv_part = [("" if x != x else x) for x in tv[part].tolist()]  # NaN: not computed
@@ -119,7 +120,8 @@ def client_rows(engine: Any) -> Iterator[Tuple[Any, ...]]:
         local_part = local_columns(local, start, len(tv_part))
         yield from zip(range(start, start + len(tv_part)), engine.num_samples[part].tolist(),
                        engine.p_max[part].tolist(), tv_part, h_part, p_final[part].tolist(), names[part],
-                       *local_part, *[[("" if x != x else x) for x in column[part].tolist()] for column in clocked])
+                       *local_part, [("" if x != x else x) for x in losses[part].tolist()],
+                       *[[("" if x != x else x) for x in column[part].tolist()] for column in clocked])
 
 
 def local_columns(local: Optional[Dict[str, Any]], start: int, count: int) -> List[List[Any]]:
@@ -176,10 +178,9 @@ def finish(engine: Any, wall_s: float) -> Dict[str, Any]:
 
 
 def extra_columns(engine: Any) -> Dict[str, np.ndarray]:
-    """clients.csv's columns beyond the protocol's: each client's training loss at the last round it trained, the clock's (a device population), then an asynchronous run's
+    """clients.csv's columns beyond the protocol's: the clock's (a device population), then an asynchronous run's
     updates_sent and mean_staleness (empty: none applied)."""
-    columns = {"train_loss": last_losses(engine.history, engine.config.clients)}  # issue 45 item 5
-    columns.update(profile_columns(engine.clock) if engine.clock is not None else {})
+    columns = dict(profile_columns(engine.clock)) if engine.clock is not None else {}
     if engine.asynchronous is not None:
         state = engine.asynchronous.state
         columns["updates_sent"] = state.sent

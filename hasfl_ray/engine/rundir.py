@@ -27,7 +27,9 @@ RUN_FILES = frozenset({"config.yaml", "metrics.jsonl", "metrics.csv", "clients.c
 RUN_FOLDERS = {"checkpoints": ("latest.pt",), "events": ("events.out.tfevents.*",)}
 CLIENT_COLUMNS = ("client", "num_samples", "p_max", "tv_distance", "h_tilde", "p_final", "name",
                   # local accuracy (docs/metrics.md); empty where the dataset does not define it
-                  "local_accuracy", "local_accuracy_unmasked", "local_width", "local_test_samples")
+                  "local_accuracy", "local_accuracy_unmasked", "local_width", "local_test_samples",
+                  # the client's training loss at the last round it trained (empty: never; issue 45)
+                  "train_loss")
 METRIC_KEYS = ("round", "test_accuracy", "test_loss", "avg_p", "coverage", "frozen_fraction", "mean_h",
                "rejected_updates", "wall_s")
 
