@@ -133,7 +133,8 @@ def write_files(write, out_dir):
 @click.option("--out", "out_dir", type=click.Path(),
               help="Write table.{md,csv,tex}, widths/local/fairness.{md,csv,tex} (where runs record them), "
                    "clock.{md,csv,tex} (runs with a device clock), "
-                   "confound.{md,csv,tex}, analysis.json and the figures (--format) here (default for a sweep's folder: "
+                   "confound.{md,csv,tex}, analysis.json and the figures (--format) here (default for a sweep's "
+                   "folder: "
                    "PATH/report): a new or empty folder, marked as hasfl-ray's, or one hasfl-ray marked; a folder of "
                    "other files is refused.")
 @click.option("--format", "fmt", type=click.Choice(["png", "pdf", "svg"]), default="png", show_default=True,
@@ -257,8 +258,8 @@ def analyze(runs, as_json) -> None:
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--out", "out_dir", default="figures", show_default=True,
-              help="Folder for the figures (--format): a new or empty folder, marked as hasfl-ray's, or one hasfl-ray marked "
-                   "(a report's too); a folder of other files is refused.")
+              help="Folder for the figures (--format): a new or empty folder, marked as hasfl-ray's, or one hasfl-ray "
+                   "marked (a report's too); a folder of other files is refused.")
 @click.option("--format", "fmt", type=click.Choice(["png", "pdf", "svg"]), default="png", show_default=True,
               help="The figures' format: png, or pdf or svg (vector, for a paper).")
 @user_errors

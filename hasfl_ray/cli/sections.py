@@ -1,6 +1,7 @@
 """`simulate --help` and `sweep --help` in sections (issue 45 item 5): Data, Model, Algorithm, Training, Evaluation,
-Clock, Async, Output and Backend options (sweep's own first), then Other. click has no option groups, so :class:`SectionedCommand` prints its options
-section by section (``format_options``); parsing, and the order click processes options in, are click's own.
+Clock, Async, Output and Backend options (sweep's own first), then Other. click has no option groups, so
+:class:`SectionedCommand` prints its options section by section (``format_options``); parsing, and the order click
+processes options in, are click's own.
 
 An option's section comes from :data:`SECTION_OF`, keyed by its flag: an option this table does not name (one added
 since) is listed under Other, never lost. :func:`options_markdown` renders the same sections as the tables of

@@ -234,8 +234,8 @@ class RunDirectory:
         atomic_write(self.file("metrics.csv"), self._table.reset(lines).encode())  # the same rounds, scalars only
 
     def append_metrics(self, line: Dict[str, Any]) -> None:
-        """Add one round's line (and its row of metrics.csv); each file is rewritten whole through :func:`atomic_write`, so a crash or a full
-        disk leaves the previous version (never a half line)."""
+        """Add one round's line (and its row of metrics.csv); each file is rewritten whole through
+        :func:`atomic_write`, so a crash or a full disk leaves the previous version (never a half line)."""
         text = self._metrics_text + json.dumps(line) + "\n"
         atomic_write(self.file("metrics.jsonl"), text.encode())
         self._metrics_text = text

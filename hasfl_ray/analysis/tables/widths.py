@@ -131,7 +131,8 @@ def grid_markdown(table: Mapping[str, Any]) -> str:
             + [_cell_text(row["cells"][key], len(row["seeds"])) for key, _, _ in table["columns"]]
             for row in table["rows"]]
     lines = _markdown_grid(["Dataset", "Algorithm", "Seeds"] + [header for _, header, _ in table["columns"]], body)
-    lines += ["", table["caption"] + f"; {over_seeds([len(row['seeds']) for row in table['rows']])}."] + [f"- {note}" for note in _undefined_notes(table)]
+    lines += ["", table["caption"] + f"; {over_seeds([len(row['seeds']) for row in table['rows']])}."]
+    lines += [f"- {note}" for note in _undefined_notes(table)]
     return "\n".join(lines) + "\n"
 
 
