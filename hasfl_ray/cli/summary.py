@@ -73,6 +73,11 @@ def readable_summary(summary: Mapping[str, Any], run_dir: str, algorithm: str, d
     """The lines `simulate` ends with (see the module docstring)."""
     rows: List[Tuple[str, str]] = [("accuracy", f"final {_percent(summary.get('final_accuracy'))}, best "
                                       f"{_percent(summary.get('best_accuracy'))}")]
+    losses = [f"{name} {summary[key]:.4f}" for name, key in (("test", "final_test_loss"),
+                                                             ("training", "final_train_loss"))
+              if isinstance(summary.get(key), (int, float))]
+    if losses:  # the final round's: the full model's test loss, the mean of its clients' training losses
+        rows.append(("loss", ", ".join(losses) + " (final round)"))
     final, best = _widths(summary.get("accuracy_at_width_final")), _widths(summary.get("accuracy_at_width_best"))
     if final:
         rows.append(("at each width", f"{final} (final)"))

@@ -154,6 +154,8 @@ def finish(engine: Any, wall_s: float) -> Dict[str, Any]:
                "avg_p": float(np.mean(avg_p)),
                "avg_p_post_warmup": post_warmup_avg_p(avg_p, engine.config.warmup, engine.config.t_adapt),
                "rounds": len(engine.history),
+               "final_test_loss": [line["test_loss"] for line in engine.history
+                                   if line["test_accuracy"] is not None][-1],
                "final_train_loss": final_train_loss(engine.history),
                "params_sha256": engine.backend.params_sha256(), "wall_s": wall_s,
                "startup_s": startup_seconds(engine), **engine.backend.summary()}
