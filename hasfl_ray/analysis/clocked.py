@@ -173,7 +173,8 @@ def _clock_cell(cell: Any, seeds: int, scale: float, tex: bool = False) -> str:
     mean = _figure(cell["mean"], scale)
     decimals = len(mean.split(".")[1]) if "." in mean else 0
     plus_minus = r"$\pm$" if tex else "±"
-    text = f"{mean} {plus_minus} {cell['std'] / scale:.{decimals}f}"
+    # one seed reached it: the value alone (its spread was not measured)
+    text = mean if cell["n"] < 2 else f"{mean} {plus_minus} {cell['std'] / scale:.{decimals}f}"
     return text + (f" ({cell['n']}/{seeds} reached)" if cell["n"] < seeds else "")
 
 
@@ -222,7 +223,7 @@ def _step_curves(runs: Sequence[Dict[str, Any]], axis: int) -> Tuple[np.ndarray,
 
 
 def plot_clock(plt, out_dir: str, dataset: str, heading: str, labels: Sequence[str],
-               groups: Mapping[str, List[Dict[str, Any]]]) -> List[str]:
+               groups: Mapping[str, List[Dict[str, Any]]], fmt: str = "png") -> List[str]:
     """<dataset>-clock.png: test accuracy against simulated time (left) and against data moved (right), one line per
     algorithm (the mean over its clocked seeds, ± std band, as the per-round convergence figure); nothing when no
     run of the dataset has a clock."""
@@ -250,4 +251,4 @@ def plot_clock(plt, out_dir: str, dataset: str, heading: str, labels: Sequence[s
         ax.legend(fontsize=8)
     devices = "; ".join(sorted({clock_line(r["config"]) for members in clocked.values() for r in members}))
     fig.suptitle(f"On the device clock: {heading}\n{devices}", fontsize=10)
-    return [_save(fig, out_dir, f"{dataset}-clock.png")]
+    return [_save(fig, out_dir, f"{dataset}-clock.png", fmt)]

@@ -12,8 +12,8 @@ from hasfl_ray.analysis.tables.layout import display_name
 
 
 def plot_league(runs: Sequence[Dict[str, Any]], out_dir: str, table: Mapping[str, Any],
-                order: Sequence[str] = ()) -> List[str]:
-    """<dataset>-league.png for each dataset with a clocked run; returns the paths."""
+                order: Sequence[str] = (), fmt: str = "png") -> List[str]:
+    """<dataset>-league.<fmt> (png, pdf or svg) for each dataset with a clocked run; returns the paths."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -50,5 +50,5 @@ def plot_league(runs: Sequence[Dict[str, Any]], out_dir: str, table: Mapping[str
                 ax.legend(fontsize=7)
         devices = "; ".join(sorted({clock_line(run["config"]) for run in every}))
         fig.suptitle(f"The sub-model league: {display_name(dataset)} (mean ± std over seeds)\n{devices}", fontsize=10)
-        written.append(_save(fig, out_dir, f"{dataset}-league.png"))
+        written.append(_save(fig, out_dir, f"{dataset}-league.png", fmt))
     return written

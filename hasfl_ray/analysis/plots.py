@@ -50,12 +50,12 @@ def figure_heading(dataset: str, runs: Sequence[Dict[str, Any]]) -> str:
     return f"{display_name(dataset)} ({protocol_line(first)}, seeds {', '.join(map(str, seeds))})"
 
 
-def plot_runs(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str] = ()) -> List[str]:
+def plot_runs(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str] = (), fmt: str = "png") -> List[str]:
     """Write <dataset>-convergence.png, -heterogeneity.png, -allocations.png and -frontier.png per dataset, and
     -widths.png, -local.png and -clock.png where its runs record accuracy at each width, client local accuracies and
     a device clock; return the paths. A line (box, point) per row of the report's table (the same runs: a sweep
     variant is a line of its own); curves are the mean over seeds with a ± std band; titles name the dataset and the
-    protocol."""
+    protocol. ``fmt``: png, pdf or svg (each name's .png becomes .<fmt>)."""
     load_metrics(runs)
     import matplotlib
 
@@ -83,7 +83,7 @@ def plot_runs(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str]
         acc_ax.legend(fontsize=8)
         loss_ax.legend(fontsize=8)
         fig.suptitle(f"Convergence: {heading}")
-        written.append(_save(fig, out_dir, f"{dataset}-convergence.png"))
+        written.append(_save(fig, out_dir, f"{dataset}-convergence.png", fmt))
 
         fig, (h_ax, p_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
         any_h = False
@@ -101,7 +101,7 @@ def plot_runs(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str]
             h_ax.legend(fontsize=8)
         p_ax.legend(fontsize=8)
         fig.suptitle(f"Estimates and allocations: {heading}")
-        written.append(_save(fig, out_dir, f"{dataset}-heterogeneity.png"))
+        written.append(_save(fig, out_dir, f"{dataset}-heterogeneity.png", fmt))
 
         fig, ax = plt.subplots(figsize=(6.5, 5))
         rng = np.random.default_rng(0)
@@ -115,7 +115,7 @@ def plot_runs(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str]
                title=f"Final per-client allocation\n{heading}", xlim=(0, 1.05), ylim=(0, 1.05))
         ax.title.set_fontsize(9)
         ax.legend(fontsize=8)
-        written.append(_save(fig, out_dir, f"{dataset}-allocations.png"))
+        written.append(_save(fig, out_dir, f"{dataset}-allocations.png", fmt))
 
         fig, ax = plt.subplots(figsize=(6.5, 5))
         for row in rows:
@@ -125,15 +125,15 @@ def plot_runs(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str]
                title=f"Accuracy-capacity frontier\n{heading}")
         ax.title.set_fontsize(9)
         ax.legend(fontsize=8)
-        written.append(_save(fig, out_dir, f"{dataset}-frontier.png"))
-        written += _plot_widths(plt, out_dir, dataset, heading, labels, groups)
-        written += _plot_local(plt, out_dir, dataset, heading, labels, groups)
-        written += plot_clock(plt, out_dir, dataset, heading, labels, groups)
+        written.append(_save(fig, out_dir, f"{dataset}-frontier.png", fmt))
+        written += _plot_widths(plt, out_dir, dataset, heading, labels, groups, fmt)
+        written += _plot_local(plt, out_dir, dataset, heading, labels, groups, fmt)
+        written += plot_clock(plt, out_dir, dataset, heading, labels, groups, fmt)
     return written
 
 
 def _plot_widths(plt, out_dir: str, dataset: str, heading: str, labels: Sequence[str],
-                 groups: Mapping[str, List[Dict[str, Any]]]) -> List[str]:
+                 groups: Mapping[str, List[Dict[str, Any]]], fmt: str = "png") -> List[str]:
     """<dataset>-widths.png: final accuracy of the global model cut to each width, one line per algorithm (mean
     over the seeds that recorded it, ± std band); nothing when no run of the dataset records it."""
     fig, ax = plt.subplots(figsize=(6.5, 5))
@@ -158,11 +158,11 @@ def _plot_widths(plt, out_dir: str, dataset: str, heading: str, labels: Sequence
            title=f"Accuracy at each width\n{heading}", xlim=(0, 1.05))
     ax.title.set_fontsize(9)
     ax.legend(fontsize=8)
-    return [_save(fig, out_dir, f"{dataset}-widths.png")]
+    return [_save(fig, out_dir, f"{dataset}-widths.png", fmt)]
 
 
 def _plot_local(plt, out_dir: str, dataset: str, heading: str, labels: Sequence[str],
-                groups: Mapping[str, List[Dict[str, Any]]]) -> List[str]:
+                groups: Mapping[str, List[Dict[str, Any]]], fmt: str = "png") -> List[str]:
     """<dataset>-local.png: the distribution of the clients' local accuracies (clients.csv, every seed's clients
     together), a box per algorithm, masked and unmasked side by side; nothing when no client has one."""
     panels = []
@@ -181,4 +181,4 @@ def _plot_local(plt, out_dir: str, dataset: str, heading: str, labels: Sequence[
                                                  for label, values in boxes], fontsize=8)
         ax.set(ylabel="local accuracy of a client (%)", title=f"local accuracy, {title}")
     fig.suptitle(f"Client local accuracies (box: quartiles and median, ▲ mean): {heading}", fontsize=10)
-    return [_save(fig, out_dir, f"{dataset}-local.png")]
+    return [_save(fig, out_dir, f"{dataset}-local.png", fmt)]

@@ -73,11 +73,23 @@ def read_metrics(path: str) -> List[Dict[str, Any]]:
     return lines
 
 
-def _save(fig, out_dir: str, name: str) -> str:
-    path = os.path.join(out_dir, name)
+#: The figure formats ``report`` and ``plot`` write (``--format``), and the metadata that would make a file differ
+#: from run to run (the date) left out, so one set of runs always gives the same bytes.
+FIGURE_FORMATS = {"png": {}, "pdf": {"CreationDate": None}, "svg": {"Date": None}}
+
+
+def _save(fig, out_dir: str, name: str, fmt: str = "png") -> str:
+    """``fig`` as ``name`` (its ``.png`` replaced by ``.<fmt>``: png, pdf or svg) under ``out_dir``, written
+    atomically; the path."""
+    if fmt not in FIGURE_FORMATS:
+        raise ValueError(f"figure format {fmt!r}; expected one of {', '.join(FIGURE_FORMATS)}")
+    path = os.path.join(out_dir, name[:-len(".png")] + "." + fmt if name.endswith(".png") else name)
     fig.tight_layout()
     buffer = io.BytesIO()
-    fig.savefig(buffer, dpi=120, format="png")
+    import matplotlib
+
+    with matplotlib.rc_context({"svg.hashsalt": "hasfl-ray"}):  # the SVG's element ids: the same every time
+        fig.savefig(buffer, dpi=120, format=fmt, metadata=FIGURE_FORMATS[fmt] or None)
     atomic_write(path, buffer.getvalue())  # a figure is replaced whole or not at all
     import matplotlib.pyplot as plt
 

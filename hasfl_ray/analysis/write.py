@@ -19,21 +19,22 @@ from hasfl_ray.files import atomic_write
 
 def write_report(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[str] = (),
                  title: str = "", budget_seconds: Optional[float] = None,
-                 budget_bytes: Optional[float] = None) -> List[str]:
+                 budget_bytes: Optional[float] = None, note: str = "", fmt: str = "png") -> List[str]:
     """table.{md,csv,tex} (the paper's table layout), widths, local and fairness.{md,csv,tex} (accuracy at each
     width, global against local accuracy, fairness over clients: each when some run records its fields, else a line
     in table.md saying why it is left out), clock.{md,csv,tex} (time and data to accuracy, when some run has a device
-    clock), league.{md,csv,tex} and <dataset>-league.png (the sub-model league at equal rounds, time and bytes, at
+    clock), league.{md,csv,tex} and <dataset>-league.<fmt> (the sub-model league at equal rounds, time and bytes, at
     ``budget_seconds`` and ``budget_bytes`` or the smallest run's totals; when some run has a device clock),
     confound.{md,csv,tex} and analysis.json (Table 5, when some run has H̃
-    estimates) and the figures (PNG) under ``out_dir``; returns the paths written."""
+    estimates) and the figures under ``out_dir``; returns the paths written. ``note``: a line table.md ends
+    with (a sweep's unfinished cells); ``fmt``: the figures' format (png, pdf or svg)."""
     load_metrics(runs)
     os.makedirs(out_dir, exist_ok=True)
     rows = summarise_runs(runs, order)
     datasets = ", ".join(display_name(d) for d in dict.fromkeys(r["dataset"] for r in rows))
     caption = f"{title}, {datasets}" if title else datasets
     tables = width_tables(runs, order)
-    omitted = "".join(f"\n{line}\n" for line in omitted_lines(tables))
+    omitted = "".join(f"\n{line}\n" for line in omitted_lines(tables) + ([note] if note else []))
     files = {"table.md": (f"# {title}\n\n" if title else "") + table_markdown(rows) + omitted,
              "table.csv": table_csv(rows), "table.tex": table_latex(rows, caption)}
     for table in tables:
@@ -64,5 +65,5 @@ def write_report(runs: Sequence[Dict[str, Any]], out_dir: str, order: Sequence[s
         path = os.path.join(out_dir, name)
         atomic_write(path, text.encode())
         written.append(path)
-    figures = plot_runs(runs, out_dir, order)
-    return written + figures + (plot_league(runs, out_dir, league, order) if league is not None else [])
+    figures = plot_runs(runs, out_dir, order, fmt)
+    return written + figures + (plot_league(runs, out_dir, league, order, fmt) if league is not None else [])

@@ -97,20 +97,32 @@ def data() -> None:
               "--width-mix.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: num_classes, train_size, test_size, "
               "clients (a list).")
+@click.option("--plot", "plot_file", metavar="FILE.png|FILE.pdf|FILE.svg",
+              help="Also draw the clients x labels heat map of training samples into FILE (its format by extension).")
 @user_errors
 def inspect(dataset_name: str, data_dir: str | None, download: bool, clients: int, alpha: float, seed: int,
-            data_seed: int | None, partition: str, widths: str | None, width_mix: str | None, as_json: bool) -> None:
+            data_seed: int | None, partition: str, widths: str | None, width_mix: str | None, as_json: bool,
+            plot_file: str | None) -> None:
     """Print the partition: per client its name, num_samples, p_max, tv_distance and label histogram (with
     classes:K also its labels and the size of its own test shard)."""
     from hasfl_ray.registry import is_spec, lookup
 
     if not is_spec(dataset_name):
         lookup("dataset", dataset_name)  # one sentence, with the nearest name, for one that is not known
+    if plot_file is not None:  # a name it cannot write is refused before the data loads
+        from hasfl_ray.analysis.partition_plot import check_plot_path
+
+        check_plot_path(plot_file)
     flags: Dict[str, Any] = {"widths": widths}
     apply_switches(flags, False, False, False)  # --widths as simulate reads it
     seed = seed if data_seed is None else data_seed  # what a run draws its data from (RunConfig.effective_data_seed)
     summary = partition_summary(dataset_name, data_dir, download, clients, alpha, seed, partition, flags["widths"],
                                 width_mix)
+    if plot_file is not None:
+        from hasfl_ray.analysis.partition_plot import plot_partition
+
+        plot_partition(summary, plot_file, f"{dataset_name}: partition {summary['partition']}, "
+                                           f"{len(summary['clients'])} clients, seed {seed}")
     if as_json:
         click.echo(json.dumps(summary))
         return

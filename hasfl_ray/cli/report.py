@@ -77,6 +77,29 @@ def sweep_description(paths):
     return {}
 
 
+def unfinished_cells(paths, sweep, runs):
+    """The cells of the sweep whose sweep.json :func:`sweep_description` read that hold no finished run (no
+    summary.json in ``<sweep folder>/<cell name>``, whatever status sweep.json last recorded): [(name, status)]."""
+    cells = sweep.get("cells") if isinstance(sweep, dict) else None
+    if not isinstance(cells, list):
+        return []
+    root = next(path for path in paths if os.path.lexists(os.path.join(path, "sweep.json")))
+    finished = {os.path.realpath(run["path"]) for run in runs}
+    unfinished = []
+    for cell in cells:
+        name = cell.get("name") if isinstance(cell, dict) else None
+        if isinstance(name, str) and name and os.path.realpath(os.path.join(root, name)) not in finished:
+            unfinished.append((name, str(cell.get("status") or "pending")))
+    return unfinished
+
+
+def unfinished_line(unfinished, total):
+    """"unfinished: 4 of 6 cells of the sweep have no result, so the tables leave them out: a (interrupted), ..."."""
+    named = ", ".join(f"{name} ({status})" for name, status in unfinished)
+    return (f"unfinished: {len(unfinished)} of {total} cells of the sweep have no result, so the tables and "
+            f"figures leave them out: {named}")
+
+
 def check_out(out_dir):
     """One sentence (exit 2) unless --out is a folder the files can be written into, or a path where one can be
     made (not a file, a device, /proc or a read-only place), and is missing, empty or one hasfl-ray made for a
@@ -110,17 +133,19 @@ def write_files(write, out_dir):
 @click.option("--out", "out_dir", type=click.Path(),
               help="Write table.{md,csv,tex}, widths/local/fairness.{md,csv,tex} (where runs record them), "
                    "clock.{md,csv,tex} and league.{md,csv,tex} (runs with a device clock), "
-                   "confound.{md,csv,tex}, analysis.json and the figures (PNG) here (default for a sweep's folder: "
-                   "PATH/report): a new or empty folder, marked as hasfl-ray's, or one hasfl-ray marked; a folder of "
-                   "other files is refused.")
+                   "confound.{md,csv,tex}, analysis.json and the figures (--format) here (default for a sweep's "
+                   "folder: PATH/report): a new or empty folder, marked as hasfl-ray's, or one hasfl-ray marked; a "
+                   "folder of other files is refused.")
 @click.option("--budget-seconds", type=float, default=None,
               help="The league's time budget in simulated seconds: each run's accuracies as held then (default: "
                    "the smallest whole run's simulated time of the dataset's clocked runs, so every run reached it).")
 @click.option("--budget-bytes", type=float, default=None,
               help="The league's data budget in bytes moved (down and up): each run's accuracies as held then "
                    "(default: the smallest whole run's bytes of the dataset's clocked runs).")
+@click.option("--format", "fmt", type=click.Choice(["png", "pdf", "svg"]), default="png", show_default=True,
+              help="The figures' format: png, or pdf or svg (vector, for a paper).")
 @user_errors
-def report(paths, as_json, out_dir, budget_seconds, budget_bytes) -> None:
+def report(paths, as_json, out_dir, budget_seconds, budget_bytes, fmt) -> None:
     """Mean ± std over seeds of best/final accuracy, peak-to-final change and avg p per (dataset, algorithm), and
     the confound correlations of Table 5 per run. Runs that record them add accuracy at each width, global against
     local accuracy and fairness over clients (docs/metrics.md); a table no run records is left out with a line
@@ -134,6 +159,7 @@ def report(paths, as_json, out_dir, budget_seconds, budget_bytes) -> None:
     from hasfl_ray.analysis.league import league_table
     from hasfl_ray.analysis.tables.league import league_markdown
     from hasfl_ray.analysis.report import grid_markdown, omitted_lines, width_tables
+    from hasfl_ray.analysis.tables.layout import spread
     from hasfl_ray.analysis.write import write_report
 
     runs = find_runs(paths)
@@ -149,8 +175,10 @@ def report(paths, as_json, out_dir, budget_seconds, budget_bytes) -> None:
         out_dir = os.path.join(paths[0], "report")
     if out_dir is not None:
         check_out(out_dir)
+    unfinished = unfinished_cells(paths, sweep, runs)  # a sweep stopped early: said, never silently left out
+    note = unfinished_line(unfinished, len(sweep["cells"])) if unfinished else ""
     written = write_files(lambda: write_report(runs, out_dir, order, sweep.get("reproduces") or "", budget_seconds,
-                                               budget_bytes), out_dir) \
+                                               budget_bytes, note, fmt), out_dir) \
         if out_dir is not None else []
     if as_json:
         click.echo(json.dumps({"table": table, "confound": confound, "pooled": analysis["pooled"],
@@ -158,14 +186,20 @@ def report(paths, as_json, out_dir, budget_seconds, budget_bytes) -> None:
                                **({"clock": clock["rows"]} if clock is not None else {}),
                                **({"league": {"rows": league["rows"], "budgets": league["budgets"]}}
                                   if league is not None else {}),
-                               "omitted": omitted_lines(tables), "files": written}, indent=2))
+                               "omitted": omitted_lines(tables), "files": written,
+                               "unfinished": [{"name": name, "status": status} for name, status in unfinished]},
+                              indent=2))
         return
+    if note:
+        click.echo(note)
     click.echo(f"{'dataset':<12} {'algorithm':<22} {'seeds':>5} {'best':>13} {'final':>13} {'peak->final':>11} "
                f"{'avg p':>6}")
-    for row in table:
-        click.echo(f"{row['dataset']:<12} {row['algorithm']:<22} {len(row['seeds']):>5} "
-                   f"{row['best_mean']:>6.1f} ± {row['best_std']:<4.1f} {row['final_mean']:>6.1f} ± "
-                   f"{row['final_std']:<4.1f} {row['peak_to_final']:>+11.1f} {row['avg_p']:>6.2f}")
+    for row in table:  # one seed: the value alone (its spread was not measured)
+        seeds = len(row["seeds"])
+        click.echo(f"{row['dataset']:<12} {row['algorithm']:<22} {seeds:>5} "
+                   f"{spread(row['best_mean'], row['best_std'], seeds):>13} "
+                   f"{spread(row['final_mean'], row['final_std'], seeds):>13} {row['peak_to_final']:>+11.1f} "
+                   f"{row['avg_p']:>6.2f}")
     for extra in tables:
         if "rows" in extra:
             click.echo(f"\n{extra['title']}:\n{grid_markdown(extra).rstrip()}")
@@ -238,10 +272,12 @@ def analyze(runs, as_json) -> None:
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--out", "out_dir", default="figures", show_default=True,
-              help="Folder for the PNG files: a new or empty folder, marked as hasfl-ray's, or one hasfl-ray marked "
-                   "(a report's too); a folder of other files is refused.")
+              help="Folder for the figures (--format): a new or empty folder, marked as hasfl-ray's, or one hasfl-ray "
+                   "marked (a report's too); a folder of other files is refused.")
+@click.option("--format", "fmt", type=click.Choice(["png", "pdf", "svg"]), default="png", show_default=True,
+              help="The figures' format: png, or pdf or svg (vector, for a paper).")
 @user_errors
-def plot(paths, out_dir) -> None:
+def plot(paths, out_dir, fmt) -> None:
     """The paper's figures per dataset: convergence, mean H̃ and p per round, per-client p against p max,
     and the accuracy-capacity frontier (and accuracy against simulated time and data moved for runs with a device
     clock, docs/clock.md). PATHS are run directories or folders holding them."""
@@ -250,5 +286,5 @@ def plot(paths, out_dir) -> None:
     runs = find_runs(paths)
     order = sweep_description(paths).get("algorithms") or ()  # a sweep's: its lines in its tables' order
     check_out(out_dir)
-    for path in write_files(lambda: plot_runs(runs, out_dir, order), out_dir):
+    for path in write_files(lambda: plot_runs(runs, out_dir, order, fmt), out_dir):
         click.echo(path)

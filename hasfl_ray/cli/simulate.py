@@ -12,6 +12,7 @@ import click
 
 from hasfl_ray.cli.common import setup_logging, user_errors
 from hasfl_ray.cli.options import apply_switches, run_options
+from hasfl_ray.cli.sections import SectionedCommand
 from hasfl_ray.errors import ConfigError, RunInterrupted
 from hasfl_ray.registry import spec_label
 
@@ -70,7 +71,7 @@ def stored_run_base(out: str, flags: Dict[str, Any]) -> Dict[str, Any] | None:
     return resume_base(migrate_config(load_yaml_config(path), f"config file {path!r}"), flags)
 
 
-@click.command()
+@click.command(cls=SectionedCommand)  # --help in sections: Data, Model, ... (hasfl_ray.cli.sections)
 @run_options(
     click.option("--resume", is_flag=True, help="Continue the run directory from its last checkpoint; the result is "
                                                 "bit-identical to an uninterrupted run."),

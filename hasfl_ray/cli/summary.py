@@ -73,6 +73,11 @@ def readable_summary(summary: Mapping[str, Any], run_dir: str, algorithm: str, d
     """The lines `simulate` ends with (see the module docstring)."""
     rows: List[Tuple[str, str]] = [("accuracy", f"final {_percent(summary.get('final_accuracy'))}, best "
                                       f"{_percent(summary.get('best_accuracy'))}")]
+    losses = [f"{name} {summary[key]:.4f}" for name, key in (("test", "final_test_loss"),
+                                                             ("training", "final_train_loss"))
+              if isinstance(summary.get(key), (int, float))]
+    if losses:  # the final round's: the full model's test loss, the mean of its clients' training losses
+        rows.append(("loss", ", ".join(losses) + " (final round)"))
     final, best = _widths(summary.get("accuracy_at_width_final")), _widths(summary.get("accuracy_at_width_best"))
     if final:
         rows.append(("at each width", f"{final} (final)"))
@@ -96,6 +101,8 @@ def readable_summary(summary: Mapping[str, Any], run_dir: str, algorithm: str, d
     done = f"{summary.get('rounds')} rounds" if summary.get("mode") != "async" else \
         (f"{summary.get('server_updates')} server updates ({summary.get('async_rule')}, "
          f"staleness mean {summary.get('staleness_mean', 0):.2f}, max {summary.get('staleness_max')})")
+    startup = summary.get("startup_s")  # data, model and Ray, timed apart from the rounds
     head = f"{algorithm} on {dataset}, seed {seed}: {done}" + \
-        (f" in {wall:.1f} s" if isinstance(wall, (int, float)) else "")
+        (f" in {wall:.1f} s" if isinstance(wall, (int, float)) else "") + \
+        (f" (+{startup:.1f} s start-up)" if isinstance(startup, (int, float)) else "")
     return "\n".join([head] + [f"  {label:<{LABEL_WIDTH}}{text}" for label, text in rows])

@@ -10,6 +10,7 @@ from tqdm import tqdm
 
 from hasfl_ray.cli.common import setup_logging, user_errors
 from hasfl_ray.cli.options import apply_switches, default_backend, run_options
+from hasfl_ray.cli.sections import SectionedCommand
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.simulation import require_ray
 
@@ -17,7 +18,7 @@ from hasfl_ray.simulation import require_ray
 STOPPED = ("interrupted", "pending")
 
 
-@click.command()
+@click.command(cls=SectionedCommand)  # --help in sections (hasfl_ray.cli.sections)
 @click.argument("config", type=str)
 @click.option("--seeds", help="Seeds to run, e.g. 42,43 (default: the config's seeds).")
 @click.option("--algorithms", help="Algorithms (or the config's variants) to run, e.g. hasfl,random-budget "
@@ -138,7 +139,10 @@ def _run(plan, executor, force, quiet, stop=None, lock=None):
     mode = executor.describe()
     click.echo(f"sweep {plan.config_file}{what}: {len(plan.cells)} cells ({len(plan.datasets)} dataset(s) x "
                f"{len(plan.algorithms)} algorithm(s) x {len(plan.seeds)} seed(s){extra}) into {plan.out}, {mode}")
-    bar = tqdm(total=len(plan.cells), unit="cell", desc="sweep", dynamic_ncols=True, disable=quiet)
+    # a live bar on a terminal only: elsewhere (a log file, a pipe) its \r frames would be one unreadable line, and
+    # each cell's line below says the same (issue 45 item 5)
+    live = not quiet and _terminal(sys.stderr)
+    bar = tqdm(total=len(plan.cells), unit="cell", desc="sweep", dynamic_ncols=True, disable=not live)
 
     ended = [0]
 
@@ -146,7 +150,7 @@ def _run(plan, executor, force, quiet, stop=None, lock=None):
         ended[0] += 1
         bar.update(1)
         line = f"[{ended[0]}/{len(plan.cells)}] {describe_result(cell, result)}"
-        tqdm.write(line) if not quiet else click.echo(line)
+        tqdm.write(line) if live else click.echo(line)
         show_running()
 
     def show_running(cell=None):
@@ -165,3 +169,10 @@ def _run(plan, executor, force, quiet, stop=None, lock=None):
     ended = f"stopped by {signal.Signals(stop.signal_number).name}" if stopped else "done"
     click.echo(f"sweep {ended}: {sweep_summary_line(statuses)}")
     return statuses
+
+
+def _terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        return False

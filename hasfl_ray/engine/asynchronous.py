@@ -31,6 +31,8 @@ from hasfl_ray.config.faults import parse_fault
 from hasfl_ray.engine import records
 from hasfl_ray.engine.async_state import AsyncState, InFlight
 from hasfl_ray.engine.backend import RoundInterrupted
+from hasfl_ray.engine.losses import loss_keys
+from hasfl_ray.engine.progress import open_bar
 from hasfl_ray.engine.participants import round_capacities, client_task, sub_models
 from hasfl_ray.schedule import round_lr
 from hasfl_ray.training.seeding import STREAM_CLOCK, numpy_rng
@@ -142,7 +144,7 @@ class AsyncLoop:
     def run(self) -> Dict[str, Any]:
         engine, c, s = self.engine, self.config, self.state
         start = time.perf_counter()
-        engine._in_loop, engine._loop_start, engine._bar = True, start, None
+        engine._in_loop, engine._loop_start, engine._bar = True, start, open_bar(engine, "server update")
         if c.width_assignment == "dynamic" and s.version < c.rounds:  # (after the last: the last update's stay)
             self.capacities(s.version)
         update_start = time.perf_counter()
@@ -272,7 +274,7 @@ class AsyncLoop:
                 "participants_by_tier": {key: tiers[key] for key in sorted(tiers, key=float)},
                 "version": v + 1, "staleness_mean": float(np.mean(taus)), "staleness_max": int(max(taus)),
                 "buffer_fill": len(entries) / self.buffer_size, "in_flight": len(s.in_flight),
-                "wall_s": None}
+                **loss_keys(results), "wall_s": None}
         s.bytes_down = s.bytes_up = s.dispatched = s.dropped = s.unavailable = 0
         return line
 
@@ -301,7 +303,12 @@ def run(engine: Any) -> Dict[str, Any]:
     saved = (engine.checkpoint.clock or {}).get("async") if engine.checkpoint is not None else None
     if saved is not None:
         loop.load_state_dict(saved)
-    return loop.run()
+    try:
+        return loop.run()
+    finally:
+        if engine._bar:  # the bar over the server updates, however the loop ends
+            engine._bar.close()
+        engine._bar = None
 
 
 __all__ = ["AsyncLoop", "DRAWS", "DROPOUT", "FIRST_DRAWS", "SAMPLING", "run"]

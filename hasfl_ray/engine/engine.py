@@ -25,6 +25,7 @@ from hasfl_ray.engine.events import RunEvents
 from hasfl_ray.engine.factory import make_backend
 from hasfl_ray.engine.guard import PluginError
 from hasfl_ray.schedule import round_lr
+from hasfl_ray.engine.progress import mark_run_start, open_bar
 from hasfl_ray.engine.participants import round_capacities, sample_participants, client_task, sub_models
 from hasfl_ray.engine.post_aggregate import aggregate_round
 from hasfl_ray.engine.records import MAX_PENDING_LINES, complete, kept, open_log, writing
@@ -32,7 +33,6 @@ from hasfl_ray.engine.rundir import RunDirectory, RunLock, remove_made
 from hasfl_ray.engine.signals import StopSignals
 from hasfl_ray.errors import ActorLostError, EvaluationInterrupted, RunInterrupted, TrainerError
 from hasfl_ray.models import build_model
-from hasfl_ray.registry import spec_label
 from hasfl_ray.training.determinism import apply_determinism
 
 # Importable from here as before the engine's rooms were split out (tests, benchmarks and plug-ins import them).
@@ -109,6 +109,7 @@ class Engine:
     def run(self) -> Dict[str, Any]:
         """Run every round, write the run directory, return the summary."""
         apply_determinism(self.config.deterministic)  # again: another engine in this process may have changed it
+        mark_run_start(self)  # the start-up (data, model, Ray) is timed apart from the rounds
         if not self.prepared:
             self.prepare()
         c = self.config
@@ -192,12 +193,7 @@ class Engine:
         if c.mode == "async":  # the event loop on the device clock, over the same rooms
             return asynchronous.run(self)
         start = time.perf_counter()
-        bar = None
-        if self.progress:
-            from tqdm import tqdm
-            bar = tqdm(total=c.rounds, desc=f"{spec_label(c.algorithm)} on {spec_label(c.dataset)}", unit="round",
-                       dynamic_ncols=True,
-                       initial=len(self.history))
+        bar = open_bar(self, "round")  # a tqdm bar on a terminal, a line a round elsewhere
         self._in_loop, self._loop_start, self._bar = True, start, bar
         for t in range(len(self.history), c.rounds):
             try:
@@ -308,7 +304,7 @@ class Engine:
                 "coverage": aggregate.covered_fraction, "frozen_fraction": self.backend.frozen_fraction(),
                 "mean_h": float(h.mean()) if h is not None else None, "rejected_updates": len(rejected),
                 "frozen_by_layer": self.backend.frozen_by_layer(), "coverage_by_layer": aggregate.covered_by_layer,
-                **clocked, "wall_s": None}
+                **clocked, **records.loss_keys(results), "wall_s": None}
         if self.backend.overlaps_evaluation and self._may_defer(t):
             # recorded once its evaluation is in, while a later round trains; wall_s is the round's time up to here;
             # a round that checkpoints keeps the state its checkpoint holds (or is completed now when it cannot)

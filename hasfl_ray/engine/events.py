@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 #: The run directory's folder for event files (one of rundir.RUN_FOLDERS).
 EVENTS_FOLDER = "events"
 #: The metrics.jsonl keys written as scalars each round (a None value, mean_h without H̃, is skipped).
-SCALAR_KEYS = ("test_accuracy", "test_loss", "avg_p", "coverage", "frozen_fraction", "mean_h")
+SCALAR_KEYS = ("test_accuracy", "test_loss", "train_loss", "avg_p", "coverage", "frozen_fraction", "mean_h")
 #: Seconds between flushes of the event file to disk (a live view lags by at most this much).
 FLUSH_SECS = 5
 

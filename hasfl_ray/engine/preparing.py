@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import time
 from typing import Any, Optional
 
 import numpy as np
@@ -48,6 +49,14 @@ def bytes_per_client(config: Any) -> int:
 
 
 def prepare(engine: Any) -> None:
+    """:func:`prepare_parts`, its seconds kept as ``engine.prepare_s`` (part of the run's start-up, summary.json's
+    ``startup_s``)."""
+    start = time.perf_counter()
+    prepare_parts(engine)
+    engine.prepare_s = time.perf_counter() - start
+
+
+def prepare_parts(engine: Any) -> None:
     """:meth:`Engine.prepare`: the refusals before anything is made (the run directory, the device, the threads,
     the memory, a checkpoint against the run), the run's parts built (:func:`build`), a checkpoint's state
     restored."""

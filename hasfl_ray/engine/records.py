@@ -16,13 +16,18 @@ from hasfl_ray.engine.checkpoint import Snapshot, load_checkpoint_round
 from hasfl_ray.engine.coverage import CAUSE as COVERAGE_CAUSE
 from hasfl_ray.engine.coverage import coverage_warning, frozen_layers_phrase, frozen_streak_start, should_warn
 from hasfl_ray.engine.guard import PluginError
+from hasfl_ray.engine.losses import final_train_loss, last_losses, loss_keys  # noqa: F401 (loss_keys: the engine's)
 from hasfl_ray.engine.participants import sample_participants
+from hasfl_ray.engine.progress import show_line, startup_seconds
 from hasfl_ray.engine.rundir import RunDirectory
 from hasfl_ray.errors import ConfigError, OutputError
 from hasfl_ray.registry import call_plugin, spec_label
 from hasfl_ray.schedule import post_warmup_avg_p
 
 logger = logging.getLogger(__name__)
+
+#: summary.json's keys that time the run (the rounds, the start-up): the only ones two runs of one config differ in.
+TIMINGS = ("wall_s", "startup_s")
 
 #: clients.csv is written this many clients at a time (a million rows never exist at once).
 CLIENT_ROWS_CHUNK = 65536
@@ -82,10 +87,7 @@ def record(engine: Any, pending: Optional[Tuple[Dict[str, Any], Any, Any, Option
             with writing(engine.rundir, "checkpoints/latest.pt"):
                 engine.save_checkpoint(engine.elapsed_before + time.perf_counter() - start, snapshot)
     if bar:
-        if line["test_accuracy"] is not None:  # an asynchronous line between evaluations has none
-            bar.set_postfix(acc=f"{line['test_accuracy']:.3f}", avg_p=f"{line['avg_p']:.2f}",
-                            cov=f"{line['coverage']:.2f}")
-        bar.update(1)
+        show_line(bar, line)  # (an asynchronous line between evaluations has no accuracy: the bar keeps the last)
 
 
 def sampled_clients(engine: Any) -> np.ndarray:
@@ -114,6 +116,7 @@ def client_rows(engine: Any) -> Iterator[Tuple[Any, ...]]:
     names = engine.dataset.client_names
     local = engine.local if isinstance(engine.local, dict) else None
     clocked = list(extra_columns(engine).values())
+    losses = last_losses(engine.history, engine.config.clients)  # each client's at the last round it trained
     for start in range(0, engine.config.clients, CLIENT_ROWS_CHUNK):  # Python numbers for one chunk at a time
         part = slice(start, start + CLIENT_ROWS_CHUNK)
         tv_part = [("" if x != x else x) for x in tv[part].tolist()]  # NaN: not computed
@@ -121,7 +124,8 @@ def client_rows(engine: Any) -> Iterator[Tuple[Any, ...]]:
         local_part = local_columns(local, start, len(tv_part))
         yield from zip(range(start, start + len(tv_part)), engine.num_samples[part].tolist(),
                        engine.p_max[part].tolist(), tv_part, h_part, p_final[part].tolist(), names[part],
-                       *local_part, *[[("" if x != x else x) for x in column[part].tolist()] for column in clocked])
+                       *local_part, [("" if x != x else x) for x in losses[part].tolist()],
+                       *[[("" if x != x else x) for x in column[part].tolist()] for column in clocked])
 
 
 def local_columns(local: Optional[Dict[str, Any]], start: int, count: int) -> List[List[Any]]:
@@ -154,7 +158,11 @@ def finish(engine: Any, wall_s: float) -> Dict[str, Any]:
                "avg_p": float(np.mean(avg_p)),
                "avg_p_post_warmup": post_warmup_avg_p(avg_p, engine.config.warmup, engine.config.t_adapt),
                "rounds": len(engine.history),
-               "params_sha256": engine.backend.params_sha256(), "wall_s": wall_s, **engine.backend.summary()}
+               "final_test_loss": [line["test_loss"] for line in engine.history
+                                   if line["test_accuracy"] is not None][-1],
+               "final_train_loss": final_train_loss(engine.history),
+               "params_sha256": engine.backend.params_sha256(), "wall_s": wall_s,
+               "startup_s": startup_seconds(engine), **engine.backend.summary()}
     warning = coverage_warning(engine.history, engine.config.warmup)
     if warning is not None:
         summary["coverage_warning"] = warning

@@ -1,4 +1,5 @@
-"""The run directory contract: config.yaml, metrics.jsonl, clients.csv, summary.json, log.txt, checkpoints/, events/."""
+"""The run directory contract: config.yaml, metrics.jsonl, metrics.csv, clients.csv, summary.json, log.txt,
+checkpoints/, events/."""
 
 from __future__ import annotations
 
@@ -14,25 +15,28 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import yaml
 
+from hasfl_ray.engine.metrics_csv import MetricsTable
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.files import (TEMP_PREFIX, atomic_text_writer, atomic_write, make_folders, ownership_problem,  # noqa: F401
                              path_kind, remove_made)
 
 #: What a run writes into its directory: ``--force`` clears a folder only when it holds nothing else.
-RUN_FILES = frozenset({"config.yaml", "metrics.jsonl", "clients.csv", "summary.json", "log.txt"})
+RUN_FILES = frozenset({"config.yaml", "metrics.jsonl", "metrics.csv", "clients.csv", "summary.json", "log.txt"})
 #: The folders a run writes, each with the names of the files a run writes in it: the checkpoint
 #: (``hasfl_ray.engine.checkpoint``) and TensorBoard's event files (``events.out.tfevents.<time>.<host>.<pid>.<n>``).
 RUN_FOLDERS = {"checkpoints": ("latest.pt",), "events": ("events.out.tfevents.*",)}
 CLIENT_COLUMNS = ("client", "num_samples", "p_max", "tv_distance", "h_tilde", "p_final", "name",
                   # local accuracy (docs/metrics.md); empty where the dataset does not define it
-                  "local_accuracy", "local_accuracy_unmasked", "local_width", "local_test_samples")
+                  "local_accuracy", "local_accuracy_unmasked", "local_width", "local_test_samples",
+                  # the client's training loss at the last round it trained (empty: never; issue 45)
+                  "train_loss")
 METRIC_KEYS = ("round", "test_accuracy", "test_loss", "avg_p", "coverage", "frozen_fraction", "mean_h",
                "rejected_updates", "wall_s")
 
 
 #: Names in a run directory that must not be symbolic links when a run starts or resumes: a write, the log or a
 #: read of the checkpoint would follow the link out of the run directory.
-NO_LINKS = ("config.yaml", "metrics.jsonl", "clients.csv", "summary.json", "log.txt", "checkpoints",
+NO_LINKS = ("config.yaml", "metrics.jsonl", "metrics.csv", "clients.csv", "summary.json", "log.txt", "checkpoints",
             "checkpoints/latest.pt", "events")
 #: Room left in a path for what a run writes inside its directory (``events/events.out.tfevents.<time>.<host>...``).
 INSIDE_BYTES = 128
@@ -203,6 +207,7 @@ class RunDirectory:
     def __init__(self, path: str):
         self.path = path
         self._metrics_text = ""
+        self._table = MetricsTable()  # metrics.csv's text (hasfl_ray.engine.metrics_csv)
 
     def file(self, name: str) -> str:
         return os.path.join(self.path, name)
@@ -223,15 +228,19 @@ class RunDirectory:
         atomic_write(self.file("config.yaml"), text.encode())
 
     def reset_metrics(self, lines: Iterable[Dict[str, Any]] = ()) -> None:
+        lines = list(lines)
         self._metrics_text = "".join(json.dumps(line) + "\n" for line in lines)
         atomic_write(self.file("metrics.jsonl"), self._metrics_text.encode())
+        atomic_write(self.file("metrics.csv"), self._table.reset(lines).encode())  # the same rounds, scalars only
 
     def append_metrics(self, line: Dict[str, Any]) -> None:
-        """Add one round's line; the file is rewritten whole through :func:`atomic_write`, so a crash or a full
-        disk leaves the previous version (never a half line)."""
+        """Add one round's line (and its row of metrics.csv); each file is rewritten whole through
+        :func:`atomic_write`, so a crash or a full disk leaves the previous version (never a half line)."""
         text = self._metrics_text + json.dumps(line) + "\n"
         atomic_write(self.file("metrics.jsonl"), text.encode())
         self._metrics_text = text
+        atomic_write(self.file("metrics.csv"), self._table.add(line).encode())
+        self._table.commit()
 
     def read_metrics(self) -> List[Dict[str, Any]]:
         if not os.path.exists(self.file("metrics.jsonl")):

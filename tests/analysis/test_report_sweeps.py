@@ -30,10 +30,10 @@ def legends(monkeypatch):
     seen = {}
     save = plots._save
 
-    def recording(fig, out_dir, name):
+    def recording(fig, out_dir, name, fmt="png"):
         seen[name] = [[t.get_text() for t in ax.get_legend().get_texts()] if ax.get_legend() else []
                       for ax in fig.axes]
-        return save(fig, out_dir, name)
+        return save(fig, out_dir, name, fmt)
 
     monkeypatch.setattr(plots, "_save", recording)
     return seen

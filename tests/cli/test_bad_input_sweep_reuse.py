@@ -105,8 +105,8 @@ def test_reuse_copies_only_what_a_run_writes_never_through_a_link(runs, tmp_path
     assert result.exit_code == 0, result.output
     assert cells("runs/mine") == {CELL: "reused"}
     mine = runs / "runs" / "mine" / CELL
-    assert sorted(os.listdir(mine)) == ["clients.csv", "config.yaml", "events", "log.txt", "metrics.jsonl",
-                                        "summary.json"]
+    assert sorted(os.listdir(mine)) == ["clients.csv", "config.yaml", "events", "log.txt", "metrics.csv",
+                                        "metrics.jsonl", "summary.json"]
     events = os.listdir(mine / "events")
     assert events and all(name.startswith("events.out.tfevents.") for name in events), events
     assert not any(p.is_symlink() for p in mine.rglob("*"))

@@ -19,8 +19,11 @@ def test_simulate_ends_with_a_readable_summary_of_its_summary_json(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     text = result.output
     assert "{" not in text and len(text.splitlines()) <= 10  # not the JSON: a few lines
-    assert text.splitlines()[0] == f"hasfl on digits, seed 42: 2 rounds in {summary['wall_s']:.1f} s"
+    assert text.splitlines()[0] == (f"hasfl on digits, seed 42: 2 rounds in {summary['wall_s']:.1f} s "
+                                    f"(+{summary['startup_s']:.1f} s start-up)")  # the start-up apart
     assert f"final {100 * summary['final_accuracy']:.2f} %, best {100 * summary['best_accuracy']:.2f} %" in text
+    assert (f"loss            test {summary['final_test_loss']:.4f}, training {summary['final_train_loss']:.4f} "
+            "(final round)\n") in text
     widths = ", ".join(f"p={w} {100 * a:.2f} %" for w, a in summary["accuracy_at_width_final"].items())
     assert f"at each width   {widths} (final)" in text
     local = summary["local_accuracy"]

@@ -156,6 +156,6 @@ def test_two_ray_actors_equal_the_local_backend(tmp_path):  # issue 25 item 7
         ray.shutdown()
     assert remote_lines == local_lines
     assert (tmp_path / "ray" / "clients.csv").read_text() == (tmp_path / "local" / "clients.csv").read_text()
-    drop = ("wall_s", "backend", "ray", "execution")
+    drop = ("wall_s", "startup_s", "backend", "ray", "execution")
     assert {k: v for k, v in remote.items() if k not in drop and k in local} == \
         {k: v for k, v in local.items() if k not in drop}

@@ -102,8 +102,8 @@ def test_without_tensorboard_nothing_is_written_and_nothing_said(tmp_path, monke
     with caplog.at_level("INFO", logger="hasfl_ray"):
         Engine(RunConfig(backend="local", rounds=2, **SMALL), out_dir=str(out)).run()
     assert not os.path.exists(out / "events")
-    assert sorted(os.listdir(out)) == ["checkpoints", "clients.csv", "config.yaml", "log.txt", "metrics.jsonl",
-                                       "summary.json"]
+    assert sorted(os.listdir(out)) == ["checkpoints", "clients.csv", "config.yaml", "log.txt", "metrics.csv",
+                                       "metrics.jsonl", "summary.json"]
     assert not [r for r in caplog.records if "ensorboard" in r.getMessage() or "events" in r.getMessage()]
 
 

@@ -31,7 +31,7 @@ def test_metrics_lines_are_replaced_whole(tmp_path):
     directory.reset_metrics([{"round": 0}])
     directory.append_metrics({"round": 1})
     assert directory.read_metrics() == [{"round": 0}, {"round": 1}]
-    assert sorted(os.listdir(tmp_path)) == ["metrics.jsonl"]  # no temporary file left behind
+    assert sorted(os.listdir(tmp_path)) == ["metrics.csv", "metrics.jsonl"]  # no temporary file left behind
 
 
 def test_a_full_disk_ends_in_one_sentence_and_the_checkpoint_survives(tmp_path, monkeypatch):

@@ -60,7 +60,7 @@ DOCUMENTED_PATHS = (
     "hasfl_ray.clock.cost.index_list_bytes",
     "hasfl_ray.analysis", "hasfl_ray.analysis.clocked", "hasfl_ray.analysis.plots", "hasfl_ray.analysis.report",
     "hasfl_ray.cli.entry",
-    "hasfl_ray.cli.main",
+    "hasfl_ray.cli.main", "hasfl_ray.cli.reference", "hasfl_ray.cli.sections",
     "hasfl_ray.config.default_backend", "hasfl_ray.config.migrate_config", "hasfl_ray.data",
     "hasfl_ray.data.partition_labels", "hasfl_ray.engine.coverage", "hasfl_ray.engine.factory.make_backend",
     "hasfl_ray.engine.handoff.HandoffBackend", "hasfl_ray.errors", "hasfl_ray.errors.ConfigError",

@@ -35,6 +35,25 @@ def protocol_line(config: Mapping[str, Any]) -> str:
     return line
 
 
+PLUS_MINUS = {False: "±", True: r"$\pm$"}
+
+
+def spread(mean: float, std: float, n: int, tex: bool = False) -> str:
+    """A cell over seeds: ``mean ± std`` (one decimal), or the mean alone for a single seed, whose spread was not
+    measured (never "± 0.0", which reads as a measured zero)."""
+    if n < 2:
+        return f"{mean:.1f}"
+    return f"{mean:.1f} {PLUS_MINUS[tex]} {std:.1f}"
+
+
+def over_seeds(counts: Sequence[int], tex: bool = False) -> str:
+    """What a table's cells are: "mean ± std over seeds", or, where every row has one seed, "one seed: no spread"."""
+    if counts and max(counts) < 2:
+        return "one seed: no spread"
+    return f"mean {PLUS_MINUS[tex]} std over seeds" + (" (one-seed rows: the value alone)"
+                                                       if counts and min(counts) < 2 else "")
+
+
 def _markdown_grid(header: Sequence[str], body: Sequence[Sequence[str]]) -> List[str]:
     """The lines of a markdown table."""
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
@@ -45,7 +64,8 @@ def _latex_grid(rows: Sequence[Dict[str, Any]], body: Sequence[Sequence[str]], c
                 header: str) -> str:
     """A booktabs table: each row's dataset named on its first row, a rule between datasets, then ``body``'s
     cells (TeX already)."""
-    lines = [r"\begin{table}[!htbp]", r"\centering", rf"\caption{{{_tex(caption)} (mean $\pm$ std over seeds)}}",
+    lines = [r"\begin{table}[!htbp]", r"\centering",
+             rf"\caption{{{_tex(caption)} ({over_seeds([len(row.get('seeds') or ()) for row in rows], True)})}}",
              r"\footnotesize", rf"\begin{{tabular}}{{{align}}}", r"\toprule", header + r" \\", r"\midrule"]
     previous = None
     for row, cells in zip(rows, body):

@@ -10,7 +10,8 @@ import numpy as np
 
 from hasfl_ray.analysis.rows import run_groups
 from hasfl_ray.analysis.statistics import mean_std
-from hasfl_ray.analysis.tables.layout import _latex_grid, _markdown_grid, _tex, display_name
+from hasfl_ray.analysis.tables.layout import (_latex_grid, _markdown_grid, _tex, display_name, over_seeds,
+                                              spread)
 
 
 #: Table 6's Type column: what each method trains (a plug-in is a sub-model method of its own).
@@ -66,10 +67,13 @@ def table_markdown(rows: Sequence[Dict[str, Any]]) -> str:
     body = [[display_name(row["dataset"]), display_name(row["algorithm"]) + (" ‡" if row.get("coverage_warnings")
                                                                                else ""),
              _row_type(row), ", ".join(str(s) for s in row["seeds"]),
-             f"{row['best_mean']:.1f} ± {row['best_std']:.1f}", f"{row['final_mean']:.1f} ± {row['final_std']:.1f}",
+             spread(row["best_mean"], row["best_std"], len(row["seeds"])),
+             spread(row["final_mean"], row["final_std"], len(row["seeds"])),
              f"{row['peak_to_final']:+.1f}", f"{row['avg_p']:.2f}"] for row in rows]
     lines = _markdown_grid(["Dataset", "Algorithm", "Type", "Seeds", "Best acc. (%)", "Final acc. (%)",
                             "Peak→final Δ", "Avg. p"], body)
+    if rows and min(len(row["seeds"]) for row in rows) < 2:
+        lines += ["", f"Accuracies: {over_seeds([len(row['seeds']) for row in rows])}."]
     if any(row.get("coverage_warnings") for row in rows):
         lines += ["", "‡ coverage warning: in these runs part of the global model stayed at its initial value after "
                       "warm-up (no participant covered those coordinates); the frozen fraction is in table.csv."]
@@ -90,8 +94,9 @@ def table_csv(rows: Sequence[Dict[str, Any]], columns: Sequence[str] = TABLE_COL
 def table_latex(rows: Sequence[Dict[str, Any]], caption: str) -> str:
     """A booktabs table in the paper's layout (the dataset named on its first row, a rule between datasets)."""
     body = [[_tex(display_name(row["algorithm"])), _tex(_row_type(row)),
-             rf"{row['best_mean']:.1f} $\pm$ {row['best_std']:.1f}\%",
-             rf"{row['final_mean']:.1f} $\pm$ {row['final_std']:.1f}\%", f"${row['peak_to_final']:+.1f}$",
+             spread(row["best_mean"], row["best_std"], len(row["seeds"]), tex=True) + r"\%",
+             spread(row["final_mean"], row["final_std"], len(row["seeds"]), tex=True) + r"\%",
+             f"${row['peak_to_final']:+.1f}$",
              f"{row['avg_p']:.2f}"] for row in rows]
     return _latex_grid(rows, body, caption, "lllcccc",
                        r"Dataset & Algorithm & Type & Best Acc. & Final Acc. & Peak$\to$final $\Delta$ & Avg.\ $p$")

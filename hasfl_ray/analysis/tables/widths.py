@@ -7,7 +7,8 @@ from typing import Any, Dict, List, Mapping, Sequence
 from hasfl_ray.analysis.rows import run_groups
 from hasfl_ray.analysis.runs import LOCAL_KEYS, LOCAL_STATISTICS, NOT_RECORDED, number, width_of
 from hasfl_ray.analysis.statistics import mean_std
-from hasfl_ray.analysis.tables.layout import _latex_grid, _markdown_grid, _tex, display_name
+from hasfl_ray.analysis.tables.layout import (_latex_grid, _markdown_grid, _tex, display_name, over_seeds,
+                                              spread)
 from hasfl_ray.analysis.tables.summary import table_csv
 
 
@@ -113,8 +114,7 @@ def _cell_text(cell: Any, seeds: int, tex: bool = False) -> str:
     if isinstance(cell, str):
         text = "not defined" if cell.startswith("not defined") else cell
         return _tex(text) if tex else text
-    plus_minus = r"$\pm$" if tex else "±"
-    text = f"{cell['mean']:.1f} {plus_minus} {cell['std']:.1f}"
+    text = spread(cell["mean"], cell["std"], cell["n"], tex)
     return text + (f" ({cell['n']}/{seeds} seeds)" if cell["n"] < seeds else "")
 
 
@@ -131,7 +131,8 @@ def grid_markdown(table: Mapping[str, Any]) -> str:
             + [_cell_text(row["cells"][key], len(row["seeds"])) for key, _, _ in table["columns"]]
             for row in table["rows"]]
     lines = _markdown_grid(["Dataset", "Algorithm", "Seeds"] + [header for _, header, _ in table["columns"]], body)
-    lines += ["", table["caption"] + "; mean ± std over seeds."] + [f"- {note}" for note in _undefined_notes(table)]
+    lines += ["", table["caption"] + f"; {over_seeds([len(row['seeds']) for row in table['rows']])}."]
+    lines += [f"- {note}" for note in _undefined_notes(table)]
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,85 @@
+"""`report` and `plot` on first use (issue 45 item 5): a sweep's unfinished cells are named (text, JSON, table.md),
+a one-seed cell prints its value without "± 0.0", and the figures come as PNG, PDF or SVG (--format), the same bytes
+each time."""
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from hasfl_ray.cli.main import main
+from hasfl_ray.engine import Engine, RunConfig
+
+
+@pytest.fixture(scope="module")
+def two_seeds(tmp_path_factory):
+    """Two real HAS-FL runs on the digits (seeds 1 and 2; 2 rounds, 6 clients)."""
+    root = tmp_path_factory.mktemp("runs")
+    for seed in (1, 2):
+        Engine(RunConfig(backend="local", rounds=2, clients=6, clients_per_round=3, seed=seed),
+               out_dir=str(root / f"digits-hasfl-seed{seed}")).run()
+    return root
+
+
+def report(*args):
+    return CliRunner().invoke(main, ["report", *map(str, args)])
+
+
+def sweep_folder(two_seeds, tmp_path):
+    """A sweep of four cells stopped early: two finished, one interrupted (a folder without summary.json), one that
+    never started."""
+    folder = tmp_path / "sweep"
+    for seed in (1, 2):
+        shutil.copytree(two_seeds / f"digits-hasfl-seed{seed}", folder / f"digits-hasfl-seed{seed}")
+    (folder / "digits-fedavg-seed1").mkdir()
+    cells = [{"name": "digits-hasfl-seed1", "status": "done"}, {"name": "digits-hasfl-seed2", "status": "done"},
+             {"name": "digits-fedavg-seed1", "status": "interrupted"}, {"name": "digits-fedavg-seed2",
+                                                                         "status": "pending"}]
+    (folder / "sweep.json").write_text(json.dumps({"algorithms": ["hasfl", "fedavg"], "cells": cells}))
+    return folder
+
+
+def test_report_names_a_sweeps_unfinished_cells(two_seeds, tmp_path):
+    folder = sweep_folder(two_seeds, tmp_path)
+    result = report(folder, "--out", tmp_path / "tables")
+    assert result.exit_code == 0, result.output
+    line = ("unfinished: 2 of 4 cells of the sweep have no result, so the tables and figures leave them out: "
+            "digits-fedavg-seed1 (interrupted), digits-fedavg-seed2 (pending)")
+    assert line in result.output.splitlines()
+    assert line in (tmp_path / "tables" / "table.md").read_text()
+    data = json.loads(report(folder, "--json").output)
+    assert data["unfinished"] == [{"name": "digits-fedavg-seed1", "status": "interrupted"},
+                                  {"name": "digits-fedavg-seed2", "status": "pending"}]
+    (folder / "sweep.json").write_text(json.dumps({"cells": [{"name": "digits-hasfl-seed1", "status": "done"}]}))
+    finished = report(folder, "--json")
+    assert json.loads(finished.output)["unfinished"] == [] and "unfinished" not in report(folder).output
+
+
+def test_one_seed_prints_no_spread(two_seeds, tmp_path):
+    result = report(two_seeds / "digits-hasfl-seed1", "--out", tmp_path / "one")
+    assert result.exit_code == 0, result.output
+    table = (tmp_path / "one" / "table.md").read_text()
+    assert "±" not in table and "Accuracies: one seed: no spread." in table
+    assert "±" not in result.output.split("confound")[0]
+    assert r"\pm" not in (tmp_path / "one" / "table.tex").read_text()
+    both = report(two_seeds, "--out", tmp_path / "two")
+    assert both.exit_code == 0 and "±" in (tmp_path / "two" / "table.md").read_text()
+
+
+@pytest.mark.parametrize("fmt, head", [("pdf", b"%PDF"), ("svg", b"<?xml")])
+def test_figures_as_vector_files_the_same_bytes_each_time(two_seeds, tmp_path, fmt, head):
+    result = report(two_seeds, "--out", tmp_path / "a", "--format", fmt)
+    assert result.exit_code == 0, result.output
+    figures = sorted(p.name for p in (tmp_path / "a").iterdir() if p.suffix in (".png", ".pdf", ".svg"))
+    assert "digits-convergence." + fmt in figures and all(name.endswith("." + fmt) for name in figures)
+    assert all((tmp_path / "a" / name).read_bytes().startswith(head) for name in figures)
+    again = CliRunner().invoke(main, ["plot", str(two_seeds), "--out", str(tmp_path / "b"), "--format", fmt])
+    assert again.exit_code == 0, again.output
+    for name in figures:
+        assert (tmp_path / "b" / name).read_bytes() == (tmp_path / "a" / name).read_bytes(), name
+
+
+def test_a_format_not_offered_is_refused():
+    result = CliRunner().invoke(main, ["plot", "runs", "--format", "jpg"])
+    assert result.exit_code == 2 and "jpg" in result.output and "png" in result.output
