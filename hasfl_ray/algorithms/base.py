@@ -157,6 +157,16 @@ class Algorithm(ABC):
         follow and the update travels as index sets. Default None: the leading slice (or the window)."""
         return None
 
+    def parameter_masks(self, round: int, client: int, width: float) -> Optional[Dict[str, "torch.Tensor"]]:
+        """Unstructured sub-models (FIARSE-style): parameter name -> torch.bool tensor of that parameter's full
+        shape, True at the coordinates ``client`` holds. The client trains the full-shape network with each masked
+        parameter's effective weight w ⊙ m (gradient g ⊙ m; an objective may use its own, :meth:`~hasfl_ray.
+        training.task.LocalObjective.held`), the parameters not named whole; the masks travel as bitmasks and the
+        update as :class:`~hasfl_ray.aggregation.packed.MaskedUpdate` s. May be asked more than once a round (the
+        device clock prices the bitmask first): the same round and client must give the same masks. Default None:
+        the leading slice (or the window, the channel sets, the depth)."""
+        return None
+
     def aggregation_weights(self, clients: Sequence[int]) -> List[float]:
         """Weights of the coordinate-wise mean, one per participant: the sample counts n_i (the default), or 1 each
         with the run's ``aggregation_weights: count`` (HeteroFL's and FedRolex's combine; FedBuff's (1/K) mean)."""

@@ -77,6 +77,12 @@ class LocalObjective:
         """Extra results for the server (e.g. SCAFFOLD's control-variate delta). Default: none."""
         return {}
 
+    def held(self, name: str, delta: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """A masked client's (``ClientTask.masks``) held coordinates of parameter ``name``, the ones its update
+        carries, given its trained ``delta`` (full shape) and its ``mask``: a bool tensor of the shape, within
+        ``mask``. Default: ``mask`` (FIARSE: the coordinates its update changed)."""
+        return mask
+
     def trained_width(self) -> Optional[float]:
         """The width the client effectively trained, when it differs from the task's (FjORD's mean sampled width);
         asked after :meth:`finish` and reported as ``ClientResult.trained_width``. Default: None (the task's)."""
@@ -142,6 +148,11 @@ class ClientTask:
     #: the width-p network on those channels (the next layer's inputs follow) and returns
     #: :class:`~hasfl_ray.aggregation.packed.IndexedUpdate` s. None: its leading slice (or window). Trains eagerly.
     channels: Optional[Tuple[Tuple[int, ...], ...]] = None
+    #: Unstructured sub-models (``Algorithm.parameter_masks``): (parameter name, its bitmask) pairs, each bitmask
+    #: uint8 ceil(numel / 8) bytes in :func:`~hasfl_ray.aggregation.packed.pack_bits`'s layout. The client trains the
+    #: full-shape network with w ⊙ m for each masked parameter (the others whole) and returns
+    #: :class:`~hasfl_ray.aggregation.packed.MaskedUpdate` s of them. None: no masks. Trains eagerly.
+    masks: Optional[Tuple[Tuple[str, torch.Tensor], ...]] = None
 
 
 class ExitsObjective(LocalObjective):
