@@ -111,6 +111,9 @@ class Algorithm(ABC):
     #: The name of the run's model (``hasfl_ray.models.build_model(model_name)`` builds it at full width); the engine
     #: sets it before the first round (FedRolex's window reads the model's channel counts), None before.
     model_name: Optional[str] = None
+    #: ``global_params()`` reads the current global model (name -> full-shape tensor, CPU; the server's version in
+    #: an asynchronous run); the engine sets it before the first round (FIARSE's thresholds read it), None before.
+    global_params: Optional[Any] = None
 
     def device(self, client: int) -> Optional[Dict[str, float]]:
         """Client ``client``'s device (speed_macs_per_s, down_bytes_per_s, up_bytes_per_s, latency_s), or None

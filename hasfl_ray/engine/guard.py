@@ -238,7 +238,11 @@ class GuardedAlgorithm:
             try:
                 check_submodel(value, shapes)
             except ValueError as error:
-                raise self._bad("submodel_for_eval", f"for width {width:g}", value, str(error)) from None
+                try:  # or a masked sub-model: the full shapes (FIARSE's), evaluated with the full-shape network
+                    check_submodel(value, {name: spec.shape for name, spec in _specs_of(self.model_name).items()})
+                except ValueError:
+                    raise self._bad("submodel_for_eval", f"for width {width:g}", value,
+                                    f"{error} (or every parameter at its full shape, masked)") from None
             return {name: value[name].detach().cpu().float() for name in shapes}
 
         return self._call("submodel_for_eval", params, width, check=check,
