@@ -21,6 +21,7 @@ from hasfl_ray.algorithms import random_budget  # noqa: F401,E402
 from hasfl_ray.algorithms import fullmodel  # noqa: F401,E402  (fedavg, fedprox, scaffold)
 from hasfl_ray.algorithms import fedrolex  # noqa: F401,E402
 from hasfl_ray.algorithms import fiarse  # noqa: F401,E402
+from hasfl_ray.algorithms import fedgmr  # noqa: F401,E402
 
 #: Every built-in ``--algorithm`` name (docs/algorithms.md), in registration order.
 ALGORITHMS = registered("algorithm")

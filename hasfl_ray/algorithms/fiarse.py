@@ -87,7 +87,7 @@ class FIARSE(Algorithm):
 
     def __init__(self, config, p_max, num_samples):
         super().__init__(config, p_max, num_samples)
-        self.server_lr = float(self.options.fiarse_lr_global)
+        self.server_lr = float(getattr(self.options, "fiarse_lr_global", 1.0))
         self._names: Optional[List[str]] = None
         self._round: Optional[int] = None  # the round whose global model and thresholds are cached
         self._params: Optional[Dict[str, torch.Tensor]] = None
@@ -104,7 +104,7 @@ class FIARSE(Algorithm):
 
     def thresholds(self, params: Mapping[str, torch.Tensor], size: float) -> Dict[str, torch.Tensor]:
         names = self.scored()
-        return rules.thresholds(params, names, size, self.options.fiarse_scope, stage_of(names))
+        return rules.thresholds(params, names, size, getattr(self.options, "fiarse_scope", "global"), stage_of(names))
 
     def _round_limits(self, round: int, width: float) -> Dict[str, torch.Tensor]:
         """The thresholds at ``width``'s size from round ``round``'s global model, once per distinct size a round."""

@@ -156,6 +156,8 @@ def finish(engine: Any, wall_s: float) -> Dict[str, Any]:
         summary["coverage_warning"] = warning
     if getattr(engine, "inputs_unverified", None):  # inputs known by their path only (config/inputs.py)
         summary["inputs_unverified"] = engine.inputs_unverified
+    if getattr(engine.algorithm, "source_status", None):  # a method whose rules stand in for its authors' (FedGMR)
+        summary["source_status"] = str(engine.algorithm.source_status)
     if engine.config.eval_samples is not None:  # the test samples each round evaluated (a seeded subset)
         summary["eval_samples"] = min(engine.config.eval_samples, engine.dataset.test_size)
     summary.update(engine.evaluation_summary())
