@@ -137,3 +137,29 @@ class FIARSE(Algorithm):
         masks = rules.masks(params, self.thresholds(params, self.size(width)))
         return {name: torch.where(masks[name], tensor, 0.0) if name in masks else tensor
                 for name, tensor in params.items()}
+
+
+def mask_cost_table(model_name: str, widths: Sequence[float], size_rule: str = "square") -> List[dict]:
+    """What a FIARSE (or FedGMR) client of each width moves and computes (``hasfl-ray cost --algorithm fiarse``):
+    its model size s, the values it holds (int(s x the scored parameters) by the threshold rule, ties aside, and
+    every norm parameter), the full network's MACs (and FLOPs) per sample (it trains masked dense layers), the
+    bitmask's bytes (ceil(numel / 8) per parameter) and the upload in MB (4 bytes a held value plus the bitmask;
+    the download is the same size)."""
+    from hasfl_ray.clock.cost import BYTES_PER_PARAM
+
+    model = build_model(model_name)
+    specs = model.param_specs()
+    names = set(rules.scored_names(model))
+    scored = sum(spec.numel(1.0) for name, spec in specs.items() if name in names)
+    whole = sum(spec.numel(1.0) for name, spec in specs.items() if name not in names)
+    bitmask = sum(-(-spec.numel(1.0) // 8) for spec in specs.values())
+    rows = []
+    for p in widths:
+        size = float(p) ** 2 if size_rule == "square" else float(p)
+        held = max(1, int(scored * size)) + whole
+        row = {"p": p, "size": size, "params": held, "macs": model.macs(1.0), "bitmask_bytes": bitmask,
+               "upload_mb": (BYTES_PER_PARAM * held + bitmask) / 1e6}
+        if hasattr(model, "flops"):
+            row["flops"] = model.flops(1.0)
+        rows.append(row)
+    return rows
