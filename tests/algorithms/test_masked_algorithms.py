@@ -1,0 +1,155 @@
+"""Parameter-mask sub-models as runs (issue 44 items 1b and 2): fiarse, fedgmr and a plug-in handing out masks
+(examples/mask_policy.py) train and aggregate end to end, bit for bit on local and Ray, resume bit for bit (FedGMR's
+client masks are its state, sync and async), refuse bad masks in one sentence with exit status 2, and are priced with
+their bitmasks (`hasfl-ray cost`, the device clock)."""
+
+import json
+import os
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from hasfl_ray.cli.main import main
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+POLICY = os.path.join(REPO, "examples", "mask_policy.py") + ":RandomMasks"
+TINY = ["--rounds", "2", "--clients", "6", "--clients-per-round", "3", "--quiet", "--dataset", "digits"]
+GROWING = ["--algo-opt", "fedgmr_restore_rounds=2", "--algo-opt", "fedgmr_restore_every=1"]
+METHODS = {"fiarse": ["--algorithm", "fiarse"], "fedgmr": ["--algorithm", "fedgmr", *GROWING],
+           "plugin": ["--algorithm", POLICY]}
+
+
+def run(tmp_path, name, *args):
+    out = tmp_path / name
+    result = CliRunner().invoke(main, ["simulate", *TINY, "--out", str(out), *args])
+    assert result.exit_code == 0, result.output
+    with open(out / "summary.json", encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_mask_methods_are_bit_identical_on_ray(tmp_path, method):
+    pytest.importorskip("ray", reason="needs Ray")
+    local = run(tmp_path, "local", "--backend", "local", *METHODS[method])
+    ray = run(tmp_path, "ray", "--backend", "ray", "--actors", "2", *METHODS[method])
+    assert ray["params_sha256"] == local["params_sha256"]
+
+
+def test_fiarse_trains_other_models_than_the_slices_and_evaluates_each_size_masked(tmp_path):
+    fiarse = run(tmp_path, "fiarse", "--backend", "local", "--algorithm", "fiarse")
+    heterofl = run(tmp_path, "heterofl", "--backend", "local", "--algorithm", "heterofl")
+    assert fiarse["params_sha256"] != heterofl["params_sha256"]
+    lines = [json.loads(line) for line in (tmp_path / "fiarse" / "metrics.jsonl").read_text().splitlines()]
+    at = lines[-1]["accuracy_at_width"]
+    assert set(at) == {"0.25", "0.5", "0.75", "1"} and all(0 <= a <= 1 for a in at.values())
+    # FedGMR's summary says its rules stand in for the authors'
+    fedgmr = run(tmp_path, "fedgmr", "--backend", "local", *METHODS["fedgmr"])
+    assert fedgmr["source_status"].startswith("stand-in") and "source_status" not in fiarse
+
+
+def test_the_fiarse_submodel_at_a_width_is_the_global_model_masked_at_its_size():
+    from hasfl_ray.algorithms.fiarse import FIARSE
+    from hasfl_ray.algorithms.league import fiarse as rules
+    from hasfl_ray.config import RunConfig
+    from hasfl_ray.models import build_model
+    import numpy as np
+
+    algorithm = FIARSE(RunConfig(backend="local", algorithm="fiarse"), np.full(4, 0.5), np.full(4, 10))
+    algorithm.model_name = "digits"
+    params = {n: p.detach().clone() for n, p in build_model("digits").named_parameters()}
+    sub = algorithm.submodel_for_eval(params, 0.5)
+    names = rules.scored_names(build_model("digits"))
+    kept = sum(int((sub[n] != 0).sum()) for n in names)
+    total = sum(params[n].numel() for n in names)
+    assert int(total * 0.25) <= kept <= int(total * 0.25) + 2  # size 0.5^2, ties aside
+    assert all(sub[n].shape == params[n].shape for n in params)
+    assert all(torch.equal(sub[n], params[n]) for n in params if n not in names)  # the norms whole
+
+
+def resume_args(method):
+    return ["simulate", "--rounds", "4", "--clients", "6", "--clients-per-round", "3", "--checkpoint-every", "1",
+            "--quiet", "--dataset", "digits", "--backend", "local", *METHODS[method]]
+
+
+@pytest.mark.parametrize("method", ["fiarse", "fedgmr"])
+def test_mask_methods_resume_bit_for_bit(tmp_path, method):
+    whole = tmp_path / "whole"
+    assert CliRunner().invoke(main, resume_args(method) + ["--out", str(whole)]).exit_code == 0
+    out = tmp_path / "run"
+    crashed = CliRunner().invoke(main, resume_args(method) + ["--fault-inject", "trainer-error@2", "--out", str(out)])
+    assert crashed.exit_code == 1 and "injected trainer failure" in crashed.output, crashed.output
+    if method == "fedgmr":  # the client masks are in the checkpoint
+        from hasfl_ray.engine.checkpoint import load_checkpoint
+
+        assert load_checkpoint(str(out)).algorithm_state["client_masks"]
+    resumed = CliRunner().invoke(main, ["simulate", "--out", str(out), "--resume", "--quiet"])
+    assert resumed.exit_code == 0, resumed.output
+    sha = [json.loads((p / "summary.json").read_text())["params_sha256"] for p in (whole, out)]
+    assert sha[0] == sha[1]
+
+
+@pytest.mark.parametrize("rule", ["fedbuff", "fedasync"])
+def test_fedgmr_async_resumes_bit_for_bit(tmp_path, monkeypatch, crash_async_at, rule):
+    from hasfl_ray.engine import Engine, RunConfig
+    from hasfl_ray.engine.checkpoint import load_checkpoint
+
+    config = RunConfig(backend="local", mode="async", devices="lognormal", clients=8, clients_per_round=4,
+                       local_epochs=1, seed=5, concurrency=4, buffer_size=None if rule == "fedasync" else 2,
+                       async_rule=rule, rounds=6, checkpoint_every=2, dataset="digits", algorithm="fedgmr",
+                       algorithm_options={"fedgmr_restore_rounds": 4, "fedgmr_restore_every": 1})
+    reference = Engine(config, out_dir=str(tmp_path / "reference")).run()
+    crash_async_at(5)
+    with pytest.raises(KeyboardInterrupt):
+        Engine(config, out_dir=str(tmp_path / "run")).run()
+    monkeypatch.undo()
+    checkpoint = load_checkpoint(str(tmp_path / "run"))
+    assert checkpoint.clock["async"]["in_flight"] and checkpoint.algorithm_state["client_masks"]
+    resumed = Engine(config, out_dir=str(tmp_path / "run"), resume=True).run()
+    assert resumed["params_sha256"] == reference["params_sha256"]
+
+
+@pytest.mark.parametrize("body,words", [
+    ("return {'fc2.weight': torch.ones(3, 3, dtype=torch.bool)}", "masks['fc2.weight'] has shape (3, 3)"),
+    ("return {'fc2.weight': torch.ones(10, 64)}", "dtype torch.float32; expected a torch.bool tensor"),
+    ("return {'nope.weight': torch.ones(3, dtype=torch.bool)}", "masks names 'nope.weight', which the model"),
+    ("return [1, 2]", "it is no mapping of parameter names"),
+])
+def test_bad_masks_from_a_plugin_are_one_sentence_and_exit_2(tmp_path, body, words):
+    (tmp_path / "bad.py").write_text("import torch\nfrom hasfl_ray import Algorithm\n\n\nclass Bad(Algorithm):\n"
+                                     f"    def parameter_masks(self, round, client, width):\n        {body}\n")
+    result = CliRunner().invoke(main, ["simulate", *TINY, "--backend", "local", "--algorithm",
+                                       f"{tmp_path / 'bad.py'}:Bad", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2, result.output
+    assert "algorithm 'Bad' returned masks for client" in result.output and words in result.output
+    assert "Traceback" not in result.output and result.output.strip().count("\n") == 0, result.output
+
+
+def test_cost_counts_the_bitmask(tmp_path):
+    from hasfl_ray.models import build_model
+
+    result = CliRunner().invoke(main, ["cost", "--model", "digits", "--algorithm", "fiarse", "--widths", "0.5,1",
+                                       "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {row["p"]: row for row in json.loads(result.output)}
+    specs = build_model("digits").param_specs()
+    bitmask = sum(-(-s.numel(1.0) // 8) for s in specs.values())
+    assert rows[0.5]["bitmask_bytes"] == rows[1.0]["bitmask_bytes"] == bitmask
+    assert rows[1.0]["params"] == sum(s.numel(1.0) for s in specs.values())
+    assert rows[0.5]["upload_mb"] == pytest.approx((4 * rows[0.5]["params"] + bitmask) / 1e6)
+    assert rows[0.5]["macs"] == rows[1.0]["macs"] == build_model("digits").macs(1.0)  # masked dense layers
+    bad = CliRunner().invoke(main, ["cost", "--model", "digits", "--algorithm", "fiarse", "--depths", "1"])
+    assert bad.exit_code == 2 and "--algorithm is 'fiarse' with --depths" in bad.output
+
+
+def test_the_clock_prices_a_masked_client_by_its_held_values_and_bitmask():
+    from hasfl_ray.clock.cost import WidthCosts, base_cost
+
+    costs = WidthCosts("digits")
+    specs = build_specs = costs._specs
+    held = {"fc2.weight": 100, "features.0.weight": 7}
+    cost = base_cost(costs, 0.5, samples=40, batch_size=16, epochs=1, held=held)
+    expected = sum(4 * held[n] + -(-s.numel(1.0) // 8) if n in held else 4 * s.numel(1.0)
+                   for n, s in build_specs.items())
+    assert cost.bytes_down == cost.bytes_up == expected and len(specs) > 2
+    assert list(cost.step_macs) == [3 * costs.macs(1.0) * b for b in cost.batches]
