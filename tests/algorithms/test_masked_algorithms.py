@@ -153,3 +153,33 @@ def test_the_clock_prices_a_masked_client_by_its_held_values_and_bitmask():
                    for n, s in build_specs.items())
     assert cost.bytes_down == cost.bytes_up == expected and len(specs) > 2
     assert list(cost.step_macs) == [3 * costs.macs(1.0) * b for b in cost.batches]
+
+
+def test_masks_channel_sets_and_slices_in_one_round(tmp_path):
+    """A plug-in policy gives a third of the clients masks, a third channel sets and a third their leading slice:
+    one round mixes the three shapes through the server (the fused kernel), on local and Ray alike."""
+    pytest.importorskip("ray", reason="needs Ray")
+    (tmp_path / "mixed.py").write_text(
+        "import torch\n"
+        "from hasfl_ray import Algorithm\n"
+        "from hasfl_ray.models import build_model\n"
+        "from hasfl_ray.models.index_slicing import random_channel_sets\n"
+        "from hasfl_ray.training.seeding import torch_generator\n\n\n"
+        "class Mixed(Algorithm):\n"
+        "    def parameter_masks(self, round, client, width):\n"
+        "        if client % 3:\n"
+        "            return None\n"
+        "        generator = torch_generator(self.config.seed, 102, round, client)\n"
+        "        return {n: torch.rand(s.shape, generator=generator) < width\n"
+        "                for n, s in build_model(self.model_name).param_specs().items() if n.endswith('weight')}\n\n"
+        "    def channel_sets(self, round, client, width):\n"
+        "        if client % 3 != 1:\n"
+        "            return None\n"
+        "        specs = build_model(self.model_name).param_specs()\n"
+        "        return random_channel_sets(specs, width, torch_generator(self.config.seed, 101, round, client))\n")
+    spec = ["--algorithm", f"{tmp_path / 'mixed.py'}:Mixed", "--clients-per-round", "6"]
+    local = run(tmp_path, "local", "--backend", "local", *spec)
+    ray = run(tmp_path, "ray", "--backend", "ray", "--actors", "2", *spec)
+    assert ray["params_sha256"] == local["params_sha256"]
+    masks_only = run(tmp_path, "masks", "--backend", "local", "--algorithm", POLICY, "--clients-per-round", "6")
+    assert masks_only["params_sha256"] != local["params_sha256"]
