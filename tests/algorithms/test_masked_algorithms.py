@@ -183,3 +183,27 @@ def test_masks_channel_sets_and_slices_in_one_round(tmp_path):
     assert ray["params_sha256"] == local["params_sha256"]
     masks_only = run(tmp_path, "masks", "--backend", "local", "--algorithm", POLICY, "--clients-per-round", "6")
     assert masks_only["params_sha256"] != local["params_sha256"]
+
+
+def test_a_clocked_fiarse_round_moves_its_held_values_and_bitmasks(tmp_path):
+    """The device clock prices each FIARSE client by its masks on w^(0): 4 bytes a held value plus the bitmasks."""
+    import numpy as np
+
+    from hasfl_ray.algorithms.fiarse import FIARSE
+    from hasfl_ray.clock.cost import WidthCosts
+    from hasfl_ray.engine import Engine, RunConfig
+
+    config = RunConfig(backend="local", dataset="digits", algorithm="fiarse", devices="lognormal", rounds=1,
+                       clients=6, clients_per_round=3, seed=42)
+    engine = Engine(config, out_dir=str(tmp_path / "run"))
+    engine.run()
+    line = engine.history[0]
+    assert line["invited"] == 3 and not line["late_updates"] and not line["dropped_updates"]
+    algorithm = FIARSE(config, np.ones(6), np.ones(6))
+    algorithm.model_name, algorithm.global_params = "digits", lambda: engine.initial_params
+    costs = WidthCosts("digits")
+    expected = 0
+    for tier, count in line["participants_by_tier"].items():
+        masks = algorithm.parameter_masks(0, 0, float(tier))
+        expected += count * costs.masked_bytes({name: int(mask.sum()) for name, mask in masks.items()})
+    assert line["bytes_down"] == line["bytes_up"] == expected
