@@ -207,3 +207,18 @@ def test_a_clocked_fiarse_round_moves_its_held_values_and_bitmasks(tmp_path):
         masks = algorithm.parameter_masks(0, 0, float(tier))
         expected += count * costs.masked_bytes({name: int(mask.sum()) for name, mask in masks.items()})
     assert line["bytes_down"] == line["bytes_up"] == expected
+
+
+@pytest.mark.parametrize("method", ["fedgmr", "channels"])
+def test_async_masked_and_index_set_updates_checkpoint_on_ray_and_match_local(tmp_path, method):
+    """On Ray an update comes through the wire as views of one buffer in several dtypes (float32 values, uint8 bits,
+    int64 indices); an asynchronous checkpoint holding buffered ones is written (it was refused by torch.save) and
+    the run matches the local backend's."""
+    pytest.importorskip("ray", reason="needs Ray")
+    spec = (METHODS["fedgmr"] if method == "fedgmr" else
+            ["--algorithm", os.path.join(REPO, "examples", "channel_policy.py") + ":RandomChannels"])
+    args = ["--rounds", "4", "--mode", "async", "--devices", "lognormal", "--checkpoint-every", "1", *spec]
+    local = run(tmp_path, "local", "--backend", "local", *args)
+    ray = run(tmp_path, "ray", "--backend", "ray", "--actors", "2", *args)
+    assert ray["params_sha256"] == local["params_sha256"]
+    assert (tmp_path / "ray" / "checkpoints" / "latest.pt").exists()
