@@ -222,3 +222,46 @@ def test_async_masked_and_index_set_updates_checkpoint_on_ray_and_match_local(tm
     ray = run(tmp_path, "ray", "--backend", "ray", "--actors", "2", *args)
     assert ray["params_sha256"] == local["params_sha256"]
     assert (tmp_path / "ray" / "checkpoints" / "latest.pt").exists()
+
+
+def test_a_mask_beside_channel_sets_is_one_sentence_and_exit_2(tmp_path):
+    (tmp_path / "both.py").write_text(
+        "import torch\nfrom hasfl_ray import Algorithm\nfrom hasfl_ray.models import build_model\n"
+        "from hasfl_ray.models.index_slicing import random_channel_sets\n\n\nclass Both(Algorithm):\n"
+        "    def parameter_masks(self, round, client, width):\n"
+        "        return {'fc2.weight': torch.ones(10, 128, dtype=torch.bool)}\n\n"
+        "    def channel_sets(self, round, client, width):\n"
+        "        return random_channel_sets(build_model(self.model_name).param_specs(), width,\n"
+        "                                   torch.Generator().manual_seed(client))\n")
+    result = CliRunner().invoke(main, ["simulate", *TINY, "--backend", "local", "--algorithm",
+                                       f"{tmp_path / 'both.py'}:Both", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2, result.output
+    assert "handed client" in result.output and "masks together with channel sets" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_task_carries_its_masks_as_bitmasks():
+    """What travels to the trainer is each mask's ceil(numel / 8) bytes, never a dense tensor."""
+    import pickle
+
+    import numpy as np
+
+    from hasfl_ray.algorithms.fiarse import FIARSE
+    from hasfl_ray.config import RunConfig
+    from hasfl_ray.engine.guard import GuardedAlgorithm
+    from hasfl_ray.engine.participants import client_task
+    from hasfl_ray.models import build_model
+
+    config = RunConfig(backend="local", algorithm="fiarse", dataset="digits")
+    algorithm = FIARSE(config, np.full(4, 0.5), np.full(4, 10))
+    params = {n: p.detach().clone() for n, p in build_model("digits").named_parameters()}
+    algorithm.model_name, algorithm.global_params = "digits", lambda: params
+    guarded = GuardedAlgorithm(algorithm, "fiarse", 4)
+    task = client_task(guarded, config, 0, 2, 0.5, (0.5, None), 0.1)
+    specs = build_model("digits").param_specs()
+    assert [name for name, _ in task.masks] == list(specs)
+    for name, bits in task.masks:
+        assert bits.dtype == torch.uint8 and bits.numel() == -(-specs[name].numel(1.0) // 8)
+    dense = sum(4 * spec.numel(1.0) for spec in specs.values())
+    assert len(pickle.dumps(task)) < dense / 4
+    assert sorted(task.objective.limits) == sorted(n for n in specs if n.startswith(("features.0", "features.4", "fc")))
