@@ -65,7 +65,7 @@ class FedGMR(FIARSE):
             flat = unpack_bits(held[1], (numel,))
         else:
             previous = unpack_bits(held[1], (numel,)) if held is not None else torch.zeros(numel, dtype=torch.bool)
-            density = rules.density(round, self.size(float(self.p_max[client])), self.options)
+            density = rules.density(round, self.size(width), self.options)
             scores = torch.cat([params[n].abs().reshape(-1) for n in names])
             flat = rules.restore_mask(previous, scores, density, "the scored parameters")
             self.client_masks[client] = (round, pack_bits(flat))
