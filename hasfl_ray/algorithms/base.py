@@ -204,6 +204,9 @@ class Algorithm(ABC):
         return None
 
     submodel_for_eval.prefix_default = True  # the engine's guard asks this, not the class (it imports no algorithm)
+    #: Whether :meth:`submodel_for_eval` returns masked sub-models: every parameter at its full shape (zeros outside
+    #: the mask), evaluated with the full-shape network (FIARSE's); False: the width-p network's shapes.
+    masked_submodels: ClassVar[bool] = False
 
     def h_tilde(self) -> Optional[np.ndarray]:
         """Heterogeneity estimates H̃ per client, where the algorithm keeps them."""

@@ -69,15 +69,13 @@ class FedGMR(FIARSE):
             scores = torch.cat([params[n].abs().reshape(-1) for n in names])
             flat = rules.restore_mask(previous, scores, density, "the scored parameters")
             self.client_masks[client] = (round, pack_bits(flat))
-        masks, start = {}, 0
+        scored, start = {}, 0
         for name in names:
             count = params[name].numel()
-            masks[name] = flat[start:start + count].reshape(params[name].shape)
+            scored[name] = flat[start:start + count].reshape(params[name].shape)
             start += count
-        for name, tensor in params.items():
-            if name not in masks:  # the norms: whole
-                masks[name] = torch.ones(tensor.shape, dtype=torch.bool)
-        return masks
+        return {name: scored[name] if name in scored else torch.ones(tensor.shape, dtype=torch.bool)  # norms whole
+                for name, tensor in params.items()}
 
     def objective(self, round: int, client: int, width: float) -> LocalObjective:
         return LocalObjective()  # w ⊙ m with the gradient g ⊙ m (the trainer's masked training)

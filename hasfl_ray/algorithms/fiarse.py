@@ -84,6 +84,7 @@ class FIARSE(Algorithm):
 
     name = "fiarse"
     options_class = FIARSERunOptions
+    masked_submodels = True  # submodel_for_eval: the global model masked at the size, full shapes
 
     def __init__(self, config, p_max, num_samples):
         super().__init__(config, p_max, num_samples)
@@ -118,11 +119,10 @@ class FIARSE(Algorithm):
 
     def parameter_masks(self, round: int, client: int, width: float) -> Dict[str, torch.Tensor]:
         limits = self._round_limits(round, width)
-        masks = rules.masks(self._params, limits)
-        for name, tensor in self._params.items():
-            if name not in masks:  # the norms: whole, counted where they moved
-                masks[name] = torch.ones(tensor.shape, dtype=torch.bool)
-        return masks
+        scored = rules.masks(self._params, limits)
+        # in the model's order; the norms whole, counted where they moved
+        return {name: scored[name] if name in scored else torch.ones(tensor.shape, dtype=torch.bool)
+                for name, tensor in self._params.items()}
 
     def objective(self, round: int, client: int, width: float) -> LocalObjective:
         limits = self._round_limits(round, width)

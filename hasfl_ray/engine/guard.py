@@ -232,17 +232,16 @@ class GuardedAlgorithm:
         """The algorithm's width-``width`` sub-model of ``params`` (None: the prefix), checked against ``shapes``."""
         from hasfl_ray.evaluation import check_submodel
 
+        if getattr(self.algorithm, "masked_submodels", False):  # full shapes, masked (FIARSE's): the full network
+            shapes = {name: spec.shape for name, spec in _specs_of(self.model_name).items()}
+
         def check(value: Any) -> Any:
             if value is None:
                 return None
             try:
                 check_submodel(value, shapes)
             except ValueError as error:
-                try:  # or a masked sub-model: the full shapes (FIARSE's), evaluated with the full-shape network
-                    check_submodel(value, {name: spec.shape for name, spec in _specs_of(self.model_name).items()})
-                except ValueError:
-                    raise self._bad("submodel_for_eval", f"for width {width:g}", value,
-                                    f"{error} (or every parameter at its full shape, masked)") from None
+                raise self._bad("submodel_for_eval", f"for width {width:g}", value, str(error)) from None
             return {name: value[name].detach().cpu().float() for name in shapes}
 
         return self._call("submodel_for_eval", params, width, check=check,
