@@ -4,6 +4,7 @@ faults a task may carry (``--fault-inject``). Below every training module: it im
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -167,9 +168,12 @@ def inject_fault(result: "ClientResult", fault: Optional[str]) -> "ClientResult"
     """``result`` with the first element of its update set to NaN or +Inf (``fault``), as a diverged client's."""
     if fault and result.update:
         first = next(iter(result.update))
-        poisoned = result.update[first].clone()
+        packed = result.update[first]
+        values = packed if isinstance(packed, torch.Tensor) else packed.values  # an index set's or mask's values
+        poisoned = values.clone()
         poisoned.view(-1)[0] = float("nan") if fault == "nan" else float("inf")
-        result.update = {**result.update, first: poisoned}
+        result.update = {**result.update, first: poisoned if isinstance(packed, torch.Tensor)
+                         else dataclasses.replace(packed, values=poisoned)}
     return result
 
 

@@ -265,3 +265,14 @@ def test_a_task_carries_its_masks_as_bitmasks():
     dense = sum(4 * spec.numel(1.0) for spec in specs.values())
     assert len(pickle.dumps(task)) < dense / 4
     assert sorted(task.objective.limits) == sorted(n for n in specs if n.startswith(("features.0", "features.4", "fc")))
+
+
+@pytest.mark.parametrize("method", ["fiarse", "channels"])
+def test_an_injected_non_finite_masked_or_index_set_update_is_rejected(tmp_path, method):
+    """--fault-inject nan-update poisons a masked (or index-set) update's values (it raised AttributeError: the
+    packed update has no clone) and the server rejects it, as a slice's."""
+    spec = (METHODS["fiarse"] if method == "fiarse" else
+            ["--algorithm", os.path.join(REPO, "examples", "channel_policy.py") + ":RandomChannels"])
+    run(tmp_path, "run", "--backend", "local", "--fault-inject", "nan-update@1", *spec)
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["rejected_updates"] for line in lines] == [0, 1]
