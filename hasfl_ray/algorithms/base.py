@@ -199,8 +199,9 @@ class Algorithm(ABC):
         """The width-``width`` sub-model that accuracy at each width and local accuracy evaluate, cut from the
         global parameters ``params`` (name -> full-shape tensor on the CPU): name -> tensor of the width-``width``
         network's shapes (``build_model(model, width)``). Default None: the nested prefix
-        (:func:`hasfl_ray.models.extract`), as for every built-in (FedRolex's window at offset 0). Width 1.0 is
-        always the full global model (``test_accuracy``)."""
+        (:func:`hasfl_ray.models.extract`), as for every built-in (FedRolex's window at offset 0). With
+        :attr:`masked_submodels` the full shapes instead, masked (FIARSE's). Width 1.0 is always the full global
+        model (``test_accuracy``)."""
         return None
 
     submodel_for_eval.prefix_default = True  # the engine's guard asks this, not the class (it imports no algorithm)
