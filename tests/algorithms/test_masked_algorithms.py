@@ -276,3 +276,41 @@ def test_an_injected_non_finite_masked_or_index_set_update_is_rejected(tmp_path,
     run(tmp_path, "run", "--backend", "local", "--fault-inject", "nan-update@1", *spec)
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [line["rejected_updates"] for line in lines] == [0, 1]
+
+
+def test_fedgmr_masks_only_grow_to_the_density_and_survive_its_state():
+    import numpy as np
+
+    from hasfl_ray.algorithms.fedgmr import FedGMR
+    from hasfl_ray.algorithms.league import fedgmr as rules, fiarse as fiarse_rules
+    from hasfl_ray.config import RunConfig
+    from hasfl_ray.models import build_model
+
+    config = RunConfig(backend="local", algorithm="fedgmr", dataset="digits",
+                       algorithm_options={"fedgmr_restore_rounds": 4, "fedgmr_restore_every": 2})
+    params = {n: p.detach().clone() for n, p in build_model("digits").named_parameters()}
+    names = fiarse_rules.scored_names(build_model("digits"))
+    total = sum(params[n].numel() for n in names)
+
+    def fresh():
+        algorithm = FedGMR(config, np.full(4, 0.5), np.full(4, 10))
+        algorithm.model_name, algorithm.global_params = "digits", lambda: params
+        return algorithm
+
+    algorithm, previous = fresh(), None
+    for round in range(6):
+        masks = algorithm.parameter_masks(round, 1, 0.5)
+        assert all(torch.equal(masks[n], algorithm.parameter_masks(round, 1, 0.5)[n]) for n in masks)  # same round
+        held = sum(int(masks[n].sum()) for n in names)
+        assert held == rules.kept_count(total, rules.density(round, 0.25, algorithm.options))
+        if previous is not None:
+            assert all(bool((masks[n] | ~previous[n]).all()) for n in names)  # nothing dropped
+        assert all(bool(masks[n].all()) for n in params if n not in names)  # the norms whole
+        previous = masks
+        if round == 2:
+            state = algorithm.state_dict()
+            resumed = fresh()
+            resumed.load_state_dict(state)
+            again = resumed.parameter_masks(3, 1, 0.5)
+            assert all(torch.equal(again[n], algorithm.parameter_masks(3, 1, 0.5)[n]) for n in again)
+    assert held == total  # restored to the full model by round 4
