@@ -145,12 +145,13 @@ def test_cost_counts_the_bitmask(tmp_path):
 def test_the_clock_prices_a_masked_client_by_its_held_values_and_bitmask():
     from hasfl_ray.clock.cost import WidthCosts, base_cost
 
+    from hasfl_ray.models import build_model
+
     costs = WidthCosts("digits")
-    specs = build_specs = costs._specs
+    specs = build_model("digits").param_specs()
     held = {"fc2.weight": 100, "features.0.weight": 7}
     cost = base_cost(costs, 0.5, samples=40, batch_size=16, epochs=1, held=held)
-    expected = sum(4 * held[n] + -(-s.numel(1.0) // 8) if n in held else 4 * s.numel(1.0)
-                   for n, s in build_specs.items())
+    expected = sum(4 * held[n] + -(-s.numel(1.0) // 8) if n in held else 4 * s.numel(1.0) for n, s in specs.items())
     assert cost.bytes_down == cost.bytes_up == expected and len(specs) > 2
     assert list(cost.step_macs) == [3 * costs.macs(1.0) * b for b in cost.batches]
 
