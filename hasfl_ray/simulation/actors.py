@@ -142,7 +142,8 @@ class TrainerActor:
                 results += self.trainer.train_unit(tasks, self.params)
             else:
                 results += [self.trainer.train(task, self.params) for task in tasks]
-            for width in dict.fromkeys(task.width for task in tasks):
+            # the network each trained on (a masked client's: the full-shape one)
+            for width in dict.fromkeys(1.0 if task.masks is not None else task.width for task in tasks):
                 self._used(width)
         clients = tuple(task.client for tasks, _ in units for task in tasks)
         return TaskReport(clients[0], time.perf_counter() - start, clients), pack(tuple(results))
