@@ -50,6 +50,11 @@ class PluginError(RunError):
         self.remote_traceback = remote_traceback
 
 
+class PluginInputError(PluginError, ConfigError):
+    """A plug-in handed the run a sub-model description it cannot use (a mask of the wrong shape or dtype, of a
+    parameter the model lacks): bad input, so the CLI prints its one sentence and exits with status 2."""
+
+
 class ActorLostError(TrainerError):
     """A Ray actor the run cannot go on without died (the server, a trainer lost too often) or failed to start: one
     sentence (the Engine adds how to resume), Ray's report in ``remote_traceback`` for RUN/log.txt."""

@@ -184,11 +184,14 @@ def dense_of(packed: Union[IndexedUpdate, MaskedUpdate], full: Tuple[int, ...]) 
 
 
 def to_plain(packed: Packed):
-    """``packed`` as plain values a checkpoint holds (``torch.load(weights_only=True)`` reads them back)."""
+    """``packed`` as plain values a checkpoint holds (``torch.load(weights_only=True)`` reads them back). An index set's
+    or mask's tensors are copies: an update that came through the Ray wire holds views of one buffer in several dtypes
+    (float32 values, int64 indices, uint8 bits), which ``torch.save`` refuses to write."""
     if isinstance(packed, IndexedUpdate):
-        return {"packed_kind": "index", "values": packed.values, "index": list(packed.index)}
+        return {"packed_kind": "index", "values": packed.values.clone(),
+                "index": [None if index is None else index.clone() for index in packed.index]}
     if isinstance(packed, MaskedUpdate):
-        return {"packed_kind": "mask", "values": packed.values, "bits": packed.bits}
+        return {"packed_kind": "mask", "values": packed.values.clone(), "bits": packed.bits.clone()}
     return packed
 
 

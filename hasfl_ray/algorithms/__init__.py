@@ -23,6 +23,8 @@ from hasfl_ray.algorithms import fedrolex  # noqa: F401,E402
 from hasfl_ray.algorithms import fluid  # noqa: F401,E402  (FLuID's invariant dropout, issue 44)
 from hasfl_ray.algorithms import depthfl  # noqa: F401,E402
 from hasfl_ray.algorithms import scalefl  # noqa: F401,E402
+from hasfl_ray.algorithms import fiarse  # noqa: F401,E402
+from hasfl_ray.algorithms import fedgmr  # noqa: F401,E402
 
 #: Every built-in ``--algorithm`` name (docs/algorithms.md), in registration order.
 ALGORITHMS = registered("algorithm")

@@ -111,6 +111,9 @@ class Algorithm(ABC):
     #: The name of the run's model (``hasfl_ray.models.build_model(model_name)`` builds it at full width); the engine
     #: sets it before the first round (FedRolex's window reads the model's channel counts), None before.
     model_name: Optional[str] = None
+    #: ``global_params()`` reads the current global model (name -> full-shape tensor, CPU; the server's version in
+    #: an asynchronous run); the engine sets it before the first round (FIARSE's thresholds read it), None before.
+    global_params: Optional[Any] = None
 
     def device(self, client: int) -> Optional[Dict[str, float]]:
         """Client ``client``'s device (speed_macs_per_s, down_bytes_per_s, up_bytes_per_s, latency_s), or None
@@ -164,6 +167,16 @@ class Algorithm(ABC):
         follow and the update travels as index sets. Default None: the leading slice (or the window)."""
         return None
 
+    def parameter_masks(self, round: int, client: int, width: float) -> Optional[Dict[str, "torch.Tensor"]]:
+        """Unstructured sub-models (FIARSE-style): parameter name -> torch.bool tensor of that parameter's full
+        shape, True at the coordinates ``client`` holds. The client trains the full-shape network with each masked
+        parameter's effective weight w ⊙ m (gradient g ⊙ m; an objective may use its own, :meth:`~hasfl_ray.
+        training.task.LocalObjective.held`), the parameters not named whole; the masks travel as bitmasks and the
+        update as :class:`~hasfl_ray.aggregation.packed.MaskedUpdate` s. May be asked more than once a round (the
+        device clock prices the bitmask first): the same round and client must give the same masks. Default None:
+        the leading slice (or the window, the channel sets, the depth)."""
+        return None
+
     def aggregation_weights(self, clients: Sequence[int]) -> List[float]:
         """Weights of the coordinate-wise mean, one per participant: the sample counts n_i (the default), or 1 each
         with the run's ``aggregation_weights: count`` (HeteroFL's and FedRolex's combine; FedBuff's (1/K) mean)."""
@@ -214,11 +227,15 @@ class Algorithm(ABC):
         """The width-``width`` sub-model that accuracy at each width and local accuracy evaluate, cut from the
         global parameters ``params`` (name -> full-shape tensor on the CPU): name -> tensor of the width-``width``
         network's shapes (``build_model(model, width)``). Default None: the nested prefix
-        (:func:`hasfl_ray.models.extract`), as for every built-in (FedRolex's window at offset 0). Width 1.0 is
-        always the full global model (``test_accuracy``)."""
+        (:func:`hasfl_ray.models.extract`), as for every built-in (FedRolex's window at offset 0). With
+        :attr:`masked_submodels` the full shapes instead, masked (FIARSE's). Width 1.0 is always the full global
+        model (``test_accuracy``)."""
         return None
 
     submodel_for_eval.prefix_default = True  # the engine's guard asks this, not the class (it imports no algorithm)
+    #: Whether :meth:`submodel_for_eval` returns masked sub-models: every parameter at its full shape (zeros outside
+    #: the mask), evaluated with the full-shape network (FIARSE's); False: the width-p network's shapes.
+    masked_submodels: ClassVar[bool] = False
 
     def h_tilde(self) -> Optional[np.ndarray]:
         """Heterogeneity estimates H̃ per client, where the algorithm keeps them."""

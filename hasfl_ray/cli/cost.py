@@ -85,11 +85,12 @@ def plugin_cost_table(spec: str, dataset: str, data_dir: Optional[str] = None,
                    "sets) uploads at each width: its held values (4 bytes each, the params column) plus its index "
                    "lists, one int64 per kept position of every scaled dim (index MB; the same goes down). Its MACs "
                    "are the width-p network's: it trains a network of those shapes.")
-@click.option("--algorithm", type=click.Choice(["depthfl", "scalefl"]), default=None,
-              help="Price what a client of each size (--widths, default 0.25,0.5,0.75,1) trains and sends under DepthFL "
-                   "(the full width up to the size's depth) or ScaleFL (the size's width up to its level's exit); "
-                   "--depths: one depth per size, default ceil(size x stages) (1,2,3,4 on a ResNet), exits included "
-                   "(docs/algorithms.md).")
+@click.option("--algorithm", metavar="NAME", default=None,
+              help="Price a method's sub-models: fiarse or fedgmr (parameter masks: the full network's MACs, the held "
+                   "values and the bitmask's bytes, docs/clock.md); depthfl (the full width up to each size's depth) "
+                   "or scalefl (the size's width up to its level's exit), exits included, --depths one depth per "
+                   "size (default ceil(size x stages): 1,2,3,4 on a ResNet); any other built-in trains the width-p "
+                   "slice this table prices without it (docs/algorithms.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {p, params, macs, upload_mb} "
                                                       "(and flops for the ResNets and plug-in models).")
 @user_errors
@@ -116,9 +117,12 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
         raise click.UsageError(f"--dataset is {dataset!r} but --model is {model_name!r}; expected an image dataset, "
                                f"one of {', '.join(IMAGE_DATASETS)}")
     chosen = {} if ladder is None else {"widths": tuple(ladder)}
-    if depths is not None or algorithm is not None:
-        rows = algorithm_rows(algorithm, model_name, dataset, model_norm, depths, ladder) if algorithm else \
-            depth_rows(model_name, dataset, model_norm, depths, ladder)
+    if algorithm is not None and mask_method(algorithm, plugin, depths):
+        click.echo(mask_output(model_name, dataset, model_norm, ladder, algorithm, as_json))
+        return
+    if depths is not None or algorithm in DEPTH_ALGORITHMS:
+        rows = algorithm_rows(algorithm, model_name, dataset, model_norm, depths, ladder) \
+            if algorithm in DEPTH_ALGORITHMS else depth_rows(model_name, dataset, model_norm, depths, ladder)
         if as_json:
             click.echo(json.dumps(rows))
             return
@@ -258,3 +262,56 @@ def algorithm_rows(algorithm: str, model_name: str, dataset: str, norm: Optional
         row = depth_cost_table(name, [depth], (trained,))[0]
         rows.append({"algorithm": algorithm, "size": size, **row})
     return rows
+
+
+#: The methods whose clients train depth sub-models (``hasfl-ray cost --algorithm``).
+DEPTH_ALGORITHMS = ("depthfl", "scalefl")
+
+#: The methods whose clients hold parameter masks (``hasfl-ray cost --algorithm``).
+MASK_ALGORITHMS = ("fiarse", "fedgmr")
+
+
+def mask_method(algorithm: str, plugin: bool, depths: Optional[str]) -> bool:
+    """Whether ``--algorithm`` prices masks (fiarse, fedgmr); another built-in's table is the slices'; one
+    ConfigError sentence for an unknown name or a combination the mask table does not price."""
+    from hasfl_ray.algorithms import ALGORITHMS
+    from hasfl_ray.errors import ConfigError
+
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"--algorithm is {algorithm!r}; " + expected_one_of(algorithm, list(ALGORITHMS)))
+    if algorithm not in MASK_ALGORITHMS:
+        return False
+    if plugin or depths is not None:
+        raise ConfigError(f"--algorithm is {algorithm!r} with {'a plug-in --model' if plugin else '--depths'}; "
+                          "expected a built-in model or a ResNet without --depths (its clients hold parameter masks "
+                          "of the whole network)")
+    return True
+
+
+def mask_output(model_name: str, dataset: str, norm: Optional[str], ladder: Optional[List[float]], algorithm: str,
+                as_json: bool) -> str:
+    """The mask methods' cost table (:func:`hasfl_ray.algorithms.fiarse.mask_cost_table`) as text or JSON."""
+    from hasfl_ray.algorithms.fiarse import mask_cost_table
+    from hasfl_ray.models import MODEL_CONFIGS, register_model
+    from hasfl_ray.models.resnet import resnet_config
+
+    name, widths = model_name, ladder or ([1.0, 0.5, 0.25, 0.125] if model_name in RESNET_MODELS else
+                                          list(PLUGIN_WIDTHS))
+    if model_name in RESNET_MODELS:
+        config = MODEL_CONFIGS[dataset]
+        name, built = resnet_config(model_name, config["in_channels"], config["num_classes"], config["image_size"],
+                                    norm)
+        register_model(name, built)
+    rows = mask_cost_table(name, widths)
+    if as_json:
+        return json.dumps(rows)
+    flops = "flops" in rows[0]
+    lines = [f"{algorithm}: parameter masks (size = p^2 of the scored parameters; the full network's MACs)",
+             f"{'p':>7} {'size':>9} {'params held':>12} {'MACs/sample':>14}" + (f" {'FLOPs/sample':>14}" if flops
+                                                                                 else "")
+             + f" {'bitmask KB':>10} {'upload MB':>10}"]
+    for row in rows:
+        lines.append(f"{row['p']:>7g} {row['size']:>9.6g} {row['params']:>12,} {row['macs']:>14,}"
+                     + (f" {row['flops']:>14,}" if flops else "")
+                     + f" {row['bitmask_bytes'] / 1e3:>10.2f} {row['upload_mb']:>10.2f}")
+    return "\n".join(lines)

@@ -29,7 +29,8 @@ RUN_OPTIONS = (
     click.option("--data-dir", type=click.Path(), help="Where the dataset lives (a torchvision root for images)."),
     click.option("--download", is_flag=True, default=None, help="Download the dataset if it is missing."),
     click.option("--algorithm", help="hasfl (default), heterofl, fjord, uniform, random-budget, fedavg, fedprox, "
-                                     "scaffold, fedrolex, fluid, depthfl or scalefl (docs/algorithms.md), or a plug-in: "
+                                     "scaffold, fedrolex, fluid, depthfl, scalefl, fiarse or fedgmr (docs/algorithms.md), "
+                                     "or a plug-in: "
                                      "FILE.py:Class "
                                      "or MODULE:Class subclassing hasfl_ray.Algorithm."),
     click.option("--algo-opt", multiple=True, metavar="KEY=VALUE",

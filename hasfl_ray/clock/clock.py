@@ -119,11 +119,13 @@ class Clock:
         """Client ``client``'s device: speed_macs_per_s, down_bytes_per_s, up_bytes_per_s, latency_s."""
         return self.profiles.row(client)
 
-    def base_cost(self, client: int, width: float, depth: Optional[int] = None) -> ClientCost:
+    def base_cost(self, client: int, width: float, depth: Optional[int] = None,
+                  held: Optional[Mapping[str, int]] = None) -> ClientCost:
         """Client ``client``'s round at ``width`` without algorithm extras (``Algorithm.client_cost`` adds them);
-        ``depth``: its depth sub-model's (:mod:`hasfl_ray.models.depth`)."""
+        ``depth``: its depth sub-model's (:mod:`hasfl_ray.models.depth`); ``held``: a masked client's held
+        coordinates per masked parameter (:func:`~hasfl_ray.clock.cost.base_cost`)."""
         return base_cost(self.costs, width, int(self.num_samples[client]), self.batch_size, self.local_epochs,
-                         self.local_steps, depth)
+                         self.local_steps, depth, held)
 
     def seconds(self, client: int, cost: ClientCost, steps: Optional[int] = None) -> float:
         """Client ``client``'s seconds for ``cost`` (its first ``steps`` local steps; None: all)."""

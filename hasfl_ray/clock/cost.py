@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -59,6 +59,16 @@ class WidthCosts:
     def model_bytes(self, width: float, depth: Optional[int] = None) -> int:
         """Bytes of the width-``width`` sub-model (or of an update of its shape): 4 a parameter."""
         return BYTES_PER_PARAM * self.params(width, depth)
+
+    def masked_bytes(self, held: Mapping[str, int]) -> int:
+        """Bytes of a masked sub-model (``Algorithm.parameter_masks``) or of its update: 4 a held value and
+        ceil(numel / 8) of bitmask per masked parameter (``held``: name -> coordinates held), 4 a parameter of the
+        others, which travel whole."""
+        total = 0
+        for name, spec in self._specs.items():
+            numel = spec.numel(1.0)
+            total += BYTES_PER_PARAM * held[name] + -(-numel // 8) if name in held else BYTES_PER_PARAM * numel
+        return total
 
 
 #: Bytes of one entry of an index list as an index-set sub-model carries it (int64, as
@@ -127,10 +137,15 @@ class ClientCost:
 
 
 def base_cost(costs: WidthCosts, width: float, samples: int, batch_size: int, epochs: int,
-              steps: Optional[int] = None, depth: Optional[int] = None) -> ClientCost:
+              steps: Optional[int] = None, depth: Optional[int] = None,
+              held: Optional[Mapping[str, int]] = None) -> ClientCost:
     """The cost of a plain client of width ``width`` (no algorithm extras; ``steps``: ``local_steps``; ``depth``: a
-    depth sub-model's, what it holds and trains)."""
+    depth sub-model's, what it holds and trains; ``held``: a masked client's held coordinates per masked parameter:
+    its bytes each way are :meth:`WidthCosts.masked_bytes`, its MACs the full network's, masked dense layers)."""
     batches = local_batches(samples, batch_size, epochs, steps)
+    if held is not None:
+        size = costs.masked_bytes(held)
+        return ClientCost(float(width), size, size, batches, TRAIN_FACTOR * costs.macs(1.0) * batches)
     size = costs.model_bytes(width, depth)
     return ClientCost(float(width), size, size, batches, TRAIN_FACTOR * costs.macs(width, depth) * batches)
 

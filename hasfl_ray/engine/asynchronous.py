@@ -33,7 +33,7 @@ from hasfl_ray.engine.async_state import AsyncState, InFlight
 from hasfl_ray.engine.backend import RoundInterrupted
 from hasfl_ray.engine.losses import loss_keys
 from hasfl_ray.engine.progress import open_bar
-from hasfl_ray.engine.participants import round_capacities, client_task, sub_models
+from hasfl_ray.engine.participants import round_capacities, client_task, client_price, sub_models
 from hasfl_ray.schedule import round_lr
 from hasfl_ray.training.seeding import STREAM_CLOCK, numpy_rng
 
@@ -116,7 +116,7 @@ class AsyncLoop:
         algorithm.algorithm.now = now
         width = algorithm.allocate(v, [client])[client]
         shape = sub_models(algorithm, v, {client: width})[client]  # (width, depth) trained
-        cost = algorithm.client_cost(v, client, shape[0], clock.base_cost(client, *shape))
+        cost = client_price(algorithm, clock, v, client, shape)
         if c.async_rho:  # the proximal gradient ρ (w − w_received): one multiply-add a parameter a step, as FedProx's
             cost = cost.plus(step_macs=clock.costs.params(*shape))
         full = clock.seconds(client, cost)

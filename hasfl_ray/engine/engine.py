@@ -26,7 +26,8 @@ from hasfl_ray.engine.factory import make_backend
 from hasfl_ray.engine.guard import PluginError
 from hasfl_ray.schedule import round_lr
 from hasfl_ray.engine.progress import mark_run_start, open_bar
-from hasfl_ray.engine.participants import round_capacities, sample_participants, client_task, sub_models
+from hasfl_ray.engine.participants import round_capacities, sample_participants, client_task, client_price, \
+    sub_models
 from hasfl_ray.engine.post_aggregate import aggregate_round
 from hasfl_ray.engine.records import MAX_PENDING_LINES, complete, kept, open_log, writing
 from hasfl_ray.engine.rundir import RunDirectory, RunLock, remove_made
@@ -321,7 +322,7 @@ class Engine:
         algorithm's extras included), the deadline policy's verdict, the clock moved past the round. Returns the
         clients kept (sorted), the local steps of those cut short, and the clock's keys of the metrics line."""
         clock, invited = self.clock, invitation.clients
-        costs = {i: self.algorithm.client_cost(t, i, shapes[i][0], clock.base_cost(i, *shapes[i])) for i in invited}
+        costs = {i: client_price(self.algorithm, clock, t, i, shapes[i]) for i in invited}
         outcome = clock.settle(t, invited, costs, self.config.clients_per_round, start=clock.now + invitation.idle_s)
         clock.advance(invitation, outcome, invited)
         if outcome.late or outcome.dropped:

@@ -128,6 +128,39 @@ class GuardedAlgorithm:
         return self._call("channel_sets", round, client, width, check=check,
                           expected="None or one list of channel numbers per channel group")
 
+    def parameter_masks(self, round: int, client: int, width: float) -> Any:
+        """The client's masks (None, or name -> bool tensor of the parameter's full shape), checked once a round
+        and kept for the round (the clock prices them, then the task carries them): a bad one is one sentence,
+        exit status 2 (:class:`~hasfl_ray.errors.PluginInputError`)."""
+        key = (round, client, float(width))
+        memo = self.__dict__.setdefault("_masks", {})
+        if key in memo:
+            return memo[key]
+        if not hasattr(self.algorithm, "parameter_masks"):  # an object that is no Algorithm subclass (tests' doubles)
+            return None
+
+        def check(masks: Any) -> Any:
+            if masks is None:
+                return None
+            from hasfl_ray.errors import PluginInputError
+            from hasfl_ray.models.index_slicing import check_masks
+
+            try:
+                if not isinstance(masks, dict) or not all(isinstance(name, str) for name in masks):
+                    raise ValueError("it is no mapping of parameter names")
+                check_masks(_specs_of(self.model_name), masks)
+            except ValueError as error:
+                raise PluginInputError(f"algorithm {self.label!r} returned masks for client {client} from "
+                                       f"parameter_masks() that do not fit the model ({error}); expected None or a "
+                                       "mapping of parameter names to torch.bool tensors of their shapes") from None
+            return {name: mask.detach().cpu() for name, mask in masks.items()}
+
+        if memo and next(iter(memo))[0] != round:
+            memo.clear()
+        memo[key] = self._call("parameter_masks", round, client, width, check=check,
+                               expected="None or a mapping of parameter names to bool tensors")
+        return memo[key]
+
     def client_cost(self, round: int, client: int, width: float, cost: Any) -> Any:
         """The algorithm's :class:`~hasfl_ray.clock.cost.ClientCost` of ``client`` (device clock runs only): the
         same local steps as ``cost``, non-negative bytes and MACs."""
@@ -201,6 +234,9 @@ class GuardedAlgorithm:
                           shapes: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         """The algorithm's width-``width`` sub-model of ``params`` (None: the prefix), checked against ``shapes``."""
         from hasfl_ray.evaluation import check_submodel
+
+        if getattr(self.algorithm, "masked_submodels", False):  # full shapes, masked (FIARSE's): the full network
+            shapes = {name: spec.shape for name, spec in _specs_of(self.model_name).items()}
 
         def check(value: Any) -> Any:
             if value is None:

@@ -85,7 +85,35 @@ def client_task(algorithm, config, round: int, client: int, width: float, shape:
     fields (``max_steps``, ``proximal``)."""
     from hasfl_ray.training.task import ClientTask
 
+    channels = algorithm.channel_sets(round, client, width)
     return ClientTask(client, round if number is None else number, shape[0], lr, config.seed,
                       task_objective(algorithm, round, client, width, shape),
                       offset=algorithm.window_offset(round, client), masked_loss=config.masked_loss,
-                      depth=shape[1], channels=algorithm.channel_sets(round, client, width), **extra)
+                      depth=shape[1], channels=channels,
+                      masks=packed_masks(algorithm, round, client, width, shape, channels), **extra)
+
+
+def packed_masks(algorithm, round: int, client: int, width: float, shape: Tuple[float, Optional[int]],
+                 channels) -> Optional[Tuple[Tuple[str, "torch.Tensor"], ...]]:
+    """The client's ``Algorithm.parameter_masks`` as (name, bitmask) pairs (what travels), None without; a mask
+    beside channel sets or a depth is refused in one sentence."""
+    from hasfl_ray.aggregation.packed import pack_bits
+    from hasfl_ray.errors import PluginInputError
+
+    masks = algorithm.parameter_masks(round, client, width) if hasattr(algorithm, "parameter_masks") else None
+    if masks is None:
+        return None
+    if channels is not None or shape[1] is not None:
+        raise PluginInputError(f"algorithm {getattr(algorithm, 'label', type(algorithm).__name__)!r} handed client "
+                               f"{client} masks together with {'channel sets' if channels is not None else 'a depth'}; "
+                               "expected one sub-model shape per client (masks train the full-shape network)")
+    return tuple((name, pack_bits(mask)) for name, mask in masks.items())
+
+
+def client_price(algorithm, clock, round: int, client: int, shape: Tuple[float, Optional[int]]):
+    """The :class:`~hasfl_ray.clock.cost.ClientCost` of ``client`` training ``shape`` on the run's ``clock``: its
+    base cost (a masked client's: held values and bitmasks each way, the full network's MACs) and the algorithm's
+    extras (``Algorithm.client_cost``)."""
+    masks = algorithm.parameter_masks(round, client, shape[0]) if hasattr(algorithm, "parameter_masks") else None
+    held = None if masks is None else {name: int(mask.sum()) for name, mask in masks.items()}
+    return algorithm.client_cost(round, client, shape[0], clock.base_cost(client, *shape, held=held))

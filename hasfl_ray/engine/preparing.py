@@ -159,6 +159,7 @@ def build(engine: Any) -> None:
     if getattr(engine.algorithm.algorithm, "model_name", None) is None:  # a plug-in's own model_name stays
         engine.algorithm.algorithm.model_name = engine.model_name  # what FedRolex's window reads (channel counts)
     engine.algorithm.algorithm.depth_plan = depth_plan(c, engine.model_name)  # sub_model depth, width_depth
+    engine.algorithm.algorithm.global_params = lambda: engine.backend.get_params()  # FIARSE's thresholds read it
     engine.initial_params = initial_parameters(engine.model_name, c.seed)
     engine.clock = make_clock(c, engine.model_name, engine.num_samples, engine.p_max, engine.dataset.client_names)
     if engine.clock is not None:  # allocation policies read devices and costs through it (docs/clock.md)

@@ -170,6 +170,8 @@ def finish(engine: Any, wall_s: float) -> Dict[str, Any]:
         summary["inputs_unverified"] = engine.inputs_unverified
     if engine.config.data_fingerprint is not None:  # the data trained on, by content (hasfl_ray/data/fingerprint.py)
         summary["data_fingerprint"] = dict(engine.config.data_fingerprint)
+    if getattr(engine.algorithm, "source_status", None):  # a method whose rules stand in for its authors' (FedGMR)
+        summary["source_status"] = str(engine.algorithm.source_status)
     if engine.config.eval_samples is not None:  # the test samples each round evaluated (a seeded subset)
         summary["eval_samples"] = min(engine.config.eval_samples, engine.dataset.test_size)
     summary.update(engine.evaluation_summary())

@@ -249,9 +249,14 @@ class Server:
                     cache: bool = True) -> nn.Module:
         """A width-``width`` network holding the global model's nested prefix at that width (``params`` instead:
         a plug-in's ``submodel_for_eval``); the networks of ``cache`` calls are built once and reused."""
-        model = self._width_models.get(width) or _evaluation_layout(shape_model(self.model_name, width).to(self.device))
+        # a masked sub-model (full shapes, FIARSE's) is evaluated with the full-shape network
+        masked = params is not None and isinstance(width, (int, float)) and width != 1.0 and all(
+            tuple(params[n].shape) == spec.shape for n, spec in self.specs.items())
+        key = ("masked", width) if masked else width
+        model = self._width_models.get(key) or _evaluation_layout(shape_model(self.model_name, 1.0 if masked else width)
+                                                                  .to(self.device))
         if cache:
-            self._width_models[width] = model
+            self._width_models[key] = model
         with torch.no_grad():  # a shape beside widths: (width, depth) or the ensemble (hasfl_ray.engine.depth_eval)
             for name, param in model.named_parameters():
                 param.copy_(params[name] if params is not None else extract(self.params[name], self.specs[name],

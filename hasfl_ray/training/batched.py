@@ -73,7 +73,8 @@ def group_tasks(tasks: Sequence[ClientTask], batching: Union[bool, str], max_gro
     units: List[List[int]] = []
     by_width: "OrderedDict[Optional[float], List[int]]" = OrderedDict()
     for k, task in enumerate(tasks):
-        if getattr(task.objective, "batchable", False) and not task.proximal and task.depth is None:
+        if getattr(task.objective, "batchable", False) and not task.proximal and task.depth is None and \
+                getattr(task, "masks", None) is None:
             by_width.setdefault(None if mixed else float(task.width), []).append(k)
         else:
             units.append([k])

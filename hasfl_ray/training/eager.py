@@ -17,7 +17,7 @@ from hasfl_ray.training.result import ClientResult
 from hasfl_ray.training.step import LocalSGD
 from hasfl_ray.training.task import ClientTask, client_result, graphable
 from hasfl_ray.training.augment import augmented
-from hasfl_ray.aggregation.packed import IndexedUpdate
+from hasfl_ray.aggregation.packed import IndexedUpdate, MaskedUpdate
 from hasfl_ray.training.workspace import Workspace, client_batches, client_generator, local_plan, packed_update
 
 
@@ -25,7 +25,8 @@ def train_eager(workspace: Workspace, task: ClientTask, global_params: Mapping[s
     """Extract the width-p sub-model from ``global_params``, run K local epochs, return Δ_i (packed). The task's
     testing faults are the caller's (:func:`~hasfl_ray.training.task.with_faults`)."""
     workspace.begin()
-    model = workspace.model_at(task.width, task.depth)
+    masks = workspace.task_masks(task)  # unstructured sub-models: the full-shape network, w ⊙ m (else None)
+    model = workspace.model_at(1.0 if masks is not None else task.width, task.depth)
     params = dict(model.named_parameters())
     initial = workspace.starting_point(task, global_params)
     with torch.no_grad():
@@ -48,7 +49,8 @@ def train_eager(workspace: Workspace, task: ClientTask, global_params: Mapping[s
     loss_sum = torch.zeros((), dtype=torch.float64, device=workspace.device)
     # A whole step on static tensors (a CUDA graph on CUDA) for a client with at least one full batch (its
     # first batch then has the static shape) whose objective is the default one (hasfl_ray.training.graphed).
-    graphed = workspace.steps is not None and n >= s.batch_size and graphable(objective) and not task.proximal
+    graphed = workspace.steps is not None and n >= s.batch_size and graphable(objective) and not task.proximal \
+        and masks is None
     anchors = [(p, initial[name]) for name, p in params.items()] if task.proximal else []
     static: Optional[StaticStep] = None
     device = workspace.device if workspace.device_positions else None
@@ -66,6 +68,8 @@ def train_eager(workspace: Workspace, task: ClientTask, global_params: Mapping[s
             loss = objective.loss(model, x, y)
             loss.backward()
             objective.adjust_gradients(model)
+            if masks is not None:  # the gradient through w ⊙ m: g ⊙ m (w stays 0 outside m)
+                masked_gradients(params, masks)
             if anchors:  # the task's proximal term: ρ (w − w_received) (FedAsync's worker)
                 with torch.no_grad():
                     for param, anchor in anchors:
@@ -80,5 +84,27 @@ def train_eager(workspace: Workspace, task: ClientTask, global_params: Mapping[s
     if task.channels is not None:  # the channels it held travel as index sets
         sets = workspace.index_sets(task)
         update = {name: IndexedUpdate(tensor, sets[name]) for name, tensor in update.items()}
+    if masks is not None:  # the coordinates it held travel with their bitmask
+        update = {name: MaskedUpdate.gather(tensor, held_mask(objective, name, tensor, masks[name].cpu()))
+                  if name in masks else tensor for name, tensor in update.items()}
     extras = objective.finish(model, initial, steps, task.lr)
     return client_result(task, update, n, float(loss_sum), steps, extras)
+
+
+@torch.no_grad()
+def masked_gradients(params: Mapping[str, torch.Tensor], masks: Mapping[str, torch.Tensor]) -> None:
+    """Each masked parameter's gradient set to 0 outside its mask (the gradient of w ⊙ m with a constant m)."""
+    for name, mask in masks.items():
+        grad = params[name].grad
+        if grad is not None:
+            grad.masked_fill_(~mask, 0.0)
+
+
+def held_mask(objective, name: str, delta: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The objective's held coordinates of ``name`` (:meth:`~hasfl_ray.training.task.LocalObjective.held`), checked
+    to be a bool tensor of the shape within ``mask``."""
+    held = objective.held(name, delta, mask)
+    if not isinstance(held, torch.Tensor) or held.dtype != torch.bool or held.shape != mask.shape:
+        raise ValueError(f"the objective's held() for {name} gave {type(held).__name__}; expected a bool tensor of "
+                         f"shape {tuple(mask.shape)}")
+    return (held.cpu() & mask)

@@ -4,6 +4,7 @@ faults a task may carry (``--fault-inject``). Below every training module: it im
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -77,6 +78,12 @@ class LocalObjective:
         """Extra results for the server (e.g. SCAFFOLD's control-variate delta). Default: none."""
         return {}
 
+    def held(self, name: str, delta: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """A masked client's (``ClientTask.masks``) held coordinates of parameter ``name``, the ones its update
+        carries, given its trained ``delta`` (full shape) and its ``mask``: a bool tensor of the shape, within
+        ``mask``. Default: ``mask`` (FIARSE: the coordinates its update changed)."""
+        return mask
+
     def trained_width(self) -> Optional[float]:
         """The width the client effectively trained, when it differs from the task's (FjORD's mean sampled width);
         asked after :meth:`finish` and reported as ``ClientResult.trained_width``. Default: None (the task's)."""
@@ -142,6 +149,11 @@ class ClientTask:
     #: the width-p network on those channels (the next layer's inputs follow) and returns
     #: :class:`~hasfl_ray.aggregation.packed.IndexedUpdate` s. None: its leading slice (or window). Trains eagerly.
     channels: Optional[Tuple[Tuple[int, ...], ...]] = None
+    #: Unstructured sub-models (``Algorithm.parameter_masks``): (parameter name, its bitmask) pairs, each bitmask
+    #: uint8 ceil(numel / 8) bytes in :func:`~hasfl_ray.aggregation.packed.pack_bits`'s layout. The client trains the
+    #: full-shape network with w ⊙ m for each masked parameter (the others whole) and returns
+    #: :class:`~hasfl_ray.aggregation.packed.MaskedUpdate` s of them. None: no masks. Trains eagerly.
+    masks: Optional[Tuple[Tuple[str, torch.Tensor], ...]] = None
 
 
 class ExitsObjective(LocalObjective):
@@ -156,9 +168,12 @@ def inject_fault(result: "ClientResult", fault: Optional[str]) -> "ClientResult"
     """``result`` with the first element of its update set to NaN or +Inf (``fault``), as a diverged client's."""
     if fault and result.update:
         first = next(iter(result.update))
-        poisoned = result.update[first].clone()
+        packed = result.update[first]
+        values = packed if isinstance(packed, torch.Tensor) else packed.values  # an index set's or mask's values
+        poisoned = values.clone()
         poisoned.view(-1)[0] = float("nan") if fault == "nan" else float("inf")
-        result.update = {**result.update, first: poisoned}
+        result.update = {**result.update, first: poisoned if isinstance(packed, torch.Tensor)
+                         else dataclasses.replace(packed, values=poisoned)}
     return result
 
 

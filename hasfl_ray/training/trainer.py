@@ -51,7 +51,7 @@ class Trainer:
         widest with :func:`~hasfl_ray.training.mixed.train_mixed`."""
         if len(tasks) == 1:
             return [self.train(tasks[0], global_params)]
-        if any(task.channels is not None for task in tasks):  # index-set clients train one at a time
+        if any(task.channels is not None or task.masks is not None for task in tasks):  # index sets, masks: alone
             return with_faults(tasks, lambda: [train_eager(self.workspace, task, global_params) for task in tasks])
         if len({float(task.width) for task in tasks}) > 1:
             return with_faults(tasks, lambda: train_mixed(self.workspace, tasks, global_params))

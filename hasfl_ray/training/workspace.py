@@ -17,7 +17,7 @@ from torch import nn
 
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.models import build_model, extract, pads_exactly, register_model
-from hasfl_ray.aggregation.packed import IndexedUpdate
+from hasfl_ray.aggregation.packed import IndexedUpdate, unpack_bits
 from hasfl_ray.models.depth import depth_names
 from hasfl_ray.models.index_slicing import channel_groups, index_sets
 from hasfl_ray.models.slicing import ParamSpec, extract_window, width_channels
@@ -138,6 +138,12 @@ class Workspace:
                                  f"its width's")
         return sets
 
+    def task_masks(self, task: ClientTask) -> Optional[Dict[str, torch.Tensor]]:
+        """``task.masks`` unpacked: parameter name -> bool tensor of its full shape on this device; None without."""
+        if task.masks is None:
+            return None
+        return {name: unpack_bits(bits, self.specs[name].shape).to(self.device) for name, bits in task.masks}
+
     @torch.no_grad()
     def starting_point(self, task: ClientTask, global_params: Mapping[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """The client's width-p sub-model cut from ``global_params`` (its window at ``task.offset`` where that is
@@ -148,6 +154,10 @@ class Workspace:
                 return {name: extract_window(global_params[name], self.specs[name], task.width, task.offset)
                         .to(self.device) for name in held}
             return {name: extract(global_params[name], self.specs[name], task.width).to(self.device) for name in held}
+        if task.masks is not None:  # the full shapes, each masked parameter 0 outside its mask (w ⊙ m)
+            masks = self.task_masks(task)
+            return {name: torch.where(masks[name], global_params[name].to(self.device), 0.0) if name in masks
+                    else global_params[name].to(self.device) for name in self.specs}
         if task.channels is not None:
             sets = self.index_sets(task)
             return {name: IndexedUpdate.gather(global_params[name], sets[name]).values.to(self.device)

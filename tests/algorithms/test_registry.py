@@ -17,7 +17,8 @@ RUNS = [dict(algorithm=name) for name in ALGORITHMS if name != "random-budget"] 
 
 def test_every_algorithm_is_registered_under_its_name():
     assert set(ALGORITHMS) == {"hasfl", "heterofl", "fjord", "uniform", "random-budget", "fedavg", "fedprox",
-                               "scaffold", "fedrolex", "fluid", "depthfl", "scalefl"}
+                               "scaffold", "fedrolex", "fluid", "depthfl", "scalefl", "fiarse",
+                               "fedgmr"}
     for name in ALGORITHMS:
         assert algorithm_class(name).name == name
 
@@ -39,6 +40,9 @@ def test_each_algorithm_learns_far_above_chance(overrides):
     ({"algorithm": "scaffold", "scaffold_global_lr": 0}, "scaffold_global_lr is 0"),
     ({"algorithm": "fedrolex", "rolex_step": -1}, "rolex_step is -1"),
     ({"algorithm": "hasfl", "t_norm": 0}, "t_norm is 0"),
+    ({"algorithm": "fiarse", "algorithm_options": {"fiarse_size": "cube"}}, "fiarse_size is 'cube'"),
+    ({"algorithm": "fiarse", "algorithm_options": {"fiarse_scope": "layer"}}, "fiarse_scope is 'layer'"),
+    ({"algorithm": "fedgmr", "algorithm_options": {"fedgmr_restore_every": 0}}, "fedgmr_restore_every is 0"),
     ({"algorithm": "hasfl", "coverage": "yes"}, "coverage is 'yes'"),
     ({"algorithm": "hasfl", "algorithm_options": {"beta": 1.5}}, "beta is 1.5"),
     ({"momentum": 1.5}, "momentum is 1.5"),
