@@ -118,6 +118,11 @@ def check_fields(self) -> None:
                               self.clients, self.devices, self.deadline)
     for name, value in values.items():
         object.__setattr__(self, name, value)
+    from hasfl_ray.config.server_optimizer import SERVER_KEYS, check_server_keys
+
+    for name, value in check_server_keys({k: getattr(self, k) for k in SERVER_KEYS}, self.mode,
+                                         self.async_rule).items():
+        object.__setattr__(self, name, value)
 
 def _check_model(self, bad) -> None:
     """Validate model, model_norm, model_scaler and the sBN keys (:func:`check_model_keys`)."""
@@ -190,6 +195,11 @@ def _check_clock(self) -> None:
     values = check_clock_keys(self.devices, self.availability, self.deadline, self.deadline_policy,
                               self.overselect, self.dropout)
     for name, value in values.items():
+        object.__setattr__(self, name, value)
+    from hasfl_ray.config.server_optimizer import SERVER_KEYS, check_server_keys
+
+    for name, value in check_server_keys({k: getattr(self, k) for k in SERVER_KEYS}, self.mode,
+                                         self.async_rule).items():
         object.__setattr__(self, name, value)
 
 def _check_execution(self, bad) -> None:

@@ -62,9 +62,10 @@ class Backend(ABC):
         """Create trainers and the server holding ``initial_params``."""
 
     @abstractmethod
-    def run_round(self, tasks: Sequence[ClientTask], weights: Sequence[float],
-                  server_lr: float) -> Tuple[List[ClientResult], AggregateResult]:
-        """Train ``tasks`` (sorted by client), aggregate in that order, update the global model.
+    def run_round(self, tasks: Sequence[ClientTask], weights: Sequence[float], server_lr: float,
+                  optimizer: Any = None) -> Tuple[List[ClientResult], AggregateResult]:
+        """Train ``tasks`` (sorted by client), aggregate in that order, update the global model (with the server
+        ``optimizer``, :class:`~hasfl_ray.aggregation.server_optim.ServerOptimizer`; None: w + η Δ̄).
 
         Returns :meth:`Server.apply`'s accepted results (updates emptied) and aggregate statistics.
         """
@@ -136,19 +137,19 @@ class Backend(ABC):
         raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
 
     def apply_arrivals(self, handles: Sequence[Any], weights: Sequence[float], server_lr: float,
-                       bases: Optional[Sequence[Optional[int]]] = None, momentum: float = 0.0
+                       bases: Optional[Sequence[Optional[int]]] = None, optimizer: Any = None
                        ) -> Tuple[List[ClientResult], AggregateResult]:
         """One server update from the arrived clients ``handles`` (in arrival order): :meth:`Server.apply` with
-        ``weights``, ``server_lr``, (FedAsync) the model ``bases`` they started from and (FedBuff) the server
-        ``momentum``."""
+        ``weights``, ``server_lr``, (FedAsync) the model ``bases`` they started from and the server ``optimizer``
+        (FedBuff's server momentum among them)."""
         raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
 
-    def server_momentum(self) -> Optional[Dict[str, torch.Tensor]]:
-        """:meth:`Server.momentum_state` (FedBuff's server momentum buffer, a checkpoint's)."""
-        raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
+    def server_momentum(self) -> Optional[Dict[str, Any]]:
+        """:meth:`Server.momentum_state` (the server optimiser's state, a checkpoint's)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no server-optimiser state")
 
-    def restore_server_momentum(self, state: Optional[Mapping[str, torch.Tensor]]) -> None:
-        raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
+    def restore_server_momentum(self, state: Optional[Mapping[str, Any]]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} keeps no server-optimiser state")
 
     def handle_result(self, handle: Any) -> ClientResult:
         """The full result (update included) behind a handle: what a checkpoint keeps of a client in flight."""
@@ -205,7 +206,7 @@ class LocalBackend(Backend):
                              evaluation_subset(config.seed, dataset.test_size, config.eval_samples),
                              config.estimator, statistics_plan(config), label_masks_for(config, dataset, model_name))
 
-    def run_round(self, tasks, weights, server_lr):
+    def run_round(self, tasks, weights, server_lr, optimizer=None):
         params = self.server.params
         results: List[ClientResult] = []
         # single clients, or one width's batchable ones (on), or every width's (mixed, for a model that pads exactly)
@@ -221,7 +222,7 @@ class LocalBackend(Backend):
                 raise RoundInterrupted
         order = {task.client: position for position, task in enumerate(tasks)}
         results.sort(key=lambda result: order[result.client])
-        return self.server.apply(results, weights, server_lr)
+        return self.server.apply(results, weights, server_lr, None, optimizer)
 
     def evaluate(self):
         return self._evaluating(self.server.evaluate)
@@ -274,8 +275,8 @@ class LocalBackend(Backend):
         except BaseException as error:
             raise trainer_error([task], error, traceback.format_exc(), "dispatch") from None
 
-    def apply_arrivals(self, handles, weights, server_lr, bases=None, momentum=0.0):
-        return self.server.apply(list(handles), weights, server_lr, bases, momentum)
+    def apply_arrivals(self, handles, weights, server_lr, bases=None, optimizer=None):
+        return self.server.apply(list(handles), weights, server_lr, bases, optimizer)
 
     def server_momentum(self):
         return self.server.momentum_state()

@@ -18,7 +18,8 @@ from hasfl_ray.clock import Invitation
 from hasfl_ray.clock.records import round_record
 from hasfl_ray.engine import asynchronous, evaluating, preparing, records
 from hasfl_ray.engine.backend import Backend, RoundInterrupted
-from hasfl_ray.engine.checkpoint import SNAPSHOT_BYTES, Checkpoint, Snapshot, save_checkpoint, state_bytes
+from hasfl_ray.engine.checkpoint import (SNAPSHOT_BYTES, Checkpoint, Snapshot, save_checkpoint, server_call,
+                                         server_state, state_bytes)
 from hasfl_ray.engine.config import RunConfig, parse_fault
 from hasfl_ray.engine.events import RunEvents
 from hasfl_ray.engine.factory import make_backend
@@ -131,6 +132,8 @@ class Engine:
                 try:
                     if self.checkpoint is not None:
                         self.backend.set_params(self.checkpoint.params)
+                        if self.checkpoint.server_state is not None:  # the server optimiser's m (and v)
+                            self.backend.restore_server_momentum(self.checkpoint.server_state)
                         try:  # a local-accuracy pass a stop cut short: its line as if never stopped
                             evaluating.settle_owed_local(self)
                         except EvaluationInterrupted:  # stopped again: the checkpoint stays as it was
@@ -242,16 +245,17 @@ class Engine:
         """Checkpoint the rounds recorded so far into the run directory (atomically): the run's state now, or the
         ``snapshot`` taken as the last recorded round ended (:meth:`snapshot`)."""
         if snapshot is None:
-            params, state = self.backend.get_params(), self.algorithm.state_dict()
+            params, state, server = self.backend.get_params(), self.algorithm.state_dict(), server_state(self)
             clock = self.clock.state_dict() if self.clock is not None else None
             if self.asynchronous is not None:  # the clients in flight, the buffer and the event queue
                 clock["async"] = self.asynchronous.state_dict()
         else:
             params, state, clock = snapshot.params(), snapshot.algorithm_state, snapshot.clock
+            server = snapshot.server_state
         save_checkpoint(self.rundir.path, Checkpoint(
             round=len(self.history), params=params, algorithm_state=state,
             history=[dict(line) for line in self.history], config=self.config.to_dict(), elapsed_s=elapsed_s,
-            clock=clock))
+            clock=clock, server_state=server))
 
     def snapshot(self) -> Optional[Snapshot]:
         """What the checkpoint after the round just run holds of the run's state, kept so that it can be written
@@ -264,7 +268,7 @@ class Engine:
         clock = self.clock.state_dict() if self.clock is not None else None
         if state_bytes(state) + state_bytes(clock) > SNAPSHOT_BYTES:
             return None
-        return Snapshot(self.backend.params_later(), copy.deepcopy(state), copy.deepcopy(clock))
+        return Snapshot(self.backend.params_later(), copy.deepcopy(state), copy.deepcopy(clock), server_state(self))
 
     def run_round(self, t: int) -> Dict[str, Any]:
         """One round: sample, allocate, train, aggregate, observe, evaluate; returns its metrics line."""
@@ -295,7 +299,7 @@ class Engine:
                         ", ".join(str(tasks[k].client) for k in range(len(tasks)) if k not in kept))
             tasks, weights = [tasks[k] for k in kept], [weights[k] for k in kept]
         if tasks:
-            results, aggregate = self.backend.run_round(tasks, weights, self.algorithm.server_lr)
+            results, aggregate = self.backend.run_round(tasks, weights, *server_call(c, self.algorithm.server_lr))
         else:  # (a clocked round) every invited client dropped out or came late: the global model stays as it was
             results, aggregate = [], self._empty_aggregate()
         accepted = {r.client for r in results}
