@@ -91,6 +91,12 @@ RUN_OPTIONS = (
                  help="Training augmentation of image batches: none (default) or crop-flip (RandomCrop with padding 4 "
                       "and a horizontal flip, as the sub-model sources train CIFAR-10)."),
     click.option("--momentum", type=float, help="Local SGD momentum (default 0.9; 0 for scaffold)."),
+    click.option("--local-optimizer", metavar="NAME",
+                 help="The clients' optimiser: sgd (default: the built-in step, every batched path) or any torch.optim "
+                      "class by name (adam, AdamW, RMSprop, ...; those clients train one at a time)."),
+    click.option("--local-optimizer-options", metavar="JSON",
+                 help="Its keyword options as a JSON object, e.g. '{\"betas\": [0.9, 0.99]}' (lr is --lr's; "
+                      "weight_decay defaults to --weight-decay)."),
     click.option("--masked-loss", metavar="[on|off]",
                  help="Masked cross-entropy in local training (HeteroFL's and FedRolex's mask 1): the logits of the "
                       "labels a client does not hold in its training data set to 0 in its loss, for every algorithm: "

@@ -123,6 +123,12 @@ def check_fields(self) -> None:
     for name, value in check_server_keys({k: getattr(self, k) for k in SERVER_KEYS}, self.mode,
                                          self.async_rule).items():
         object.__setattr__(self, name, value)
+    if self.local_optimizer != "sgd" or self.local_optimizer_options:  # (torch is imported for another optimiser only)
+        from hasfl_ray.config.local_optimizer import check_local_optimizer
+
+        name, options = check_local_optimizer(self.local_optimizer, self.local_optimizer_options)
+        object.__setattr__(self, "local_optimizer", name)
+        object.__setattr__(self, "local_optimizer_options", options)
 
 def _check_model(self, bad) -> None:
     """Validate model, model_norm, model_scaler and the sBN keys (:func:`check_model_keys`)."""
@@ -201,6 +207,12 @@ def _check_clock(self) -> None:
     for name, value in check_server_keys({k: getattr(self, k) for k in SERVER_KEYS}, self.mode,
                                          self.async_rule).items():
         object.__setattr__(self, name, value)
+    if self.local_optimizer != "sgd" or self.local_optimizer_options:  # (torch is imported for another optimiser only)
+        from hasfl_ray.config.local_optimizer import check_local_optimizer
+
+        name, options = check_local_optimizer(self.local_optimizer, self.local_optimizer_options)
+        object.__setattr__(self, "local_optimizer", name)
+        object.__setattr__(self, "local_optimizer_options", options)
 
 def _check_execution(self, bad) -> None:
     """Validate the synthetic-data, Ray, checkpoint and fault-injection fields."""
