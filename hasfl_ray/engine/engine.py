@@ -25,7 +25,8 @@ from hasfl_ray.engine.events import RunEvents
 from hasfl_ray.engine.factory import make_backend
 from hasfl_ray.engine.guard import PluginError
 from hasfl_ray.schedule import round_lr
-from hasfl_ray.engine.participants import round_capacities, sample_participants, client_task, sub_models
+from hasfl_ray.engine.participants import (round_capacities, round_participants, sample_participants,  # noqa: F401
+                                           client_task, sub_models)
 from hasfl_ray.engine.records import MAX_PENDING_LINES, complete, kept, open_log, writing
 from hasfl_ray.engine.rundir import RunDirectory, RunLock, remove_made
 from hasfl_ray.engine.signals import StopSignals
@@ -276,7 +277,7 @@ class Engine:
         round_start = time.perf_counter()
         invitation = self.clock.invite(t, c.clients_per_round) if self.clock is not None else None
         participants = invitation.clients if invitation is not None else \
-            sample_participants(c.seed, t, c.clients, c.clients_per_round)
+            round_participants(self.algorithm, c, t)
         if c.width_assignment == "dynamic":  # every client's p^max redrawn from the ladder's mix
             self.p_max = round_capacities(c.seed, t, c.clients, self.ladder)
             self.algorithm.set_capacities(t, self.p_max)

@@ -15,7 +15,7 @@ from hasfl_ray.engine.checkpoint import Snapshot, load_checkpoint_round
 from hasfl_ray.engine.coverage import CAUSE as COVERAGE_CAUSE
 from hasfl_ray.engine.coverage import coverage_warning, frozen_layers_phrase, frozen_streak_start, should_warn
 from hasfl_ray.engine.guard import PluginError
-from hasfl_ray.engine.participants import sample_participants
+from hasfl_ray.engine.participants import round_participants
 from hasfl_ray.engine.rundir import RunDirectory
 from hasfl_ray.errors import ConfigError, OutputError
 from hasfl_ray.registry import call_plugin, spec_label
@@ -92,7 +92,7 @@ def sampled_clients(engine: Any) -> np.ndarray:
         return engine.clock.invited.copy()
     mask = np.zeros(c.clients, dtype=bool)
     for t in range(len(engine.history)):
-        mask[sample_participants(c.seed, t, c.clients, c.clients_per_round)] = True
+        mask[round_participants(engine.algorithm, c, t)] = True
     return mask
 
 
