@@ -1,7 +1,7 @@
 """The server optimisers on Ray (docs/algorithms.md, "Server optimisers"): the moments live on the server actor, so a
 synchronous and an asynchronous FedAdam run on two actors give the local backend's run bit for bit; a run handed over
 to Ray at round 2 carries the moments across; a Ray run resumed from its checkpoint (written while the next round
-trains) gives the uninterrupted one."""
+trains) gives the uninterrupted one. A local optimiser from torch.optim gives the same bits on both backends too."""
 
 import json
 
@@ -27,7 +27,11 @@ def lines(out):
         return [{k: v for k, v in json.loads(line).items() if k != "wall_s"} for line in handle]
 
 
-@pytest.mark.parametrize("config", [SYNC, ASYNC], ids=["sync-fedadam", "async-fedyogi"])
+#: a local optimiser other than sgd too, with batching asked for: its clients train one at a time on either backend
+LOCAL_ADAMW = {**SYNC, "server_optimizer": "sgd", "local_optimizer": "AdamW", "client_batching": "on"}
+
+
+@pytest.mark.parametrize("config", [SYNC, ASYNC, LOCAL_ADAMW], ids=["sync-fedadam", "async-fedyogi", "local-adamw"])
 def test_local_equals_ray_with_two_actors(ray_local, tmp_path, config):
     results = backend_results(tmp_path, config)
     assert results["ray"] == results["local"]
