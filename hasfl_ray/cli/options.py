@@ -191,7 +191,8 @@ RUN_OPTIONS = (
                  help="With sgd or fedavgm (FedBuff's server momentum): beta in [0, 1) (default 0; fedavgm 0.9): each "
                       "server step is beta times the last plus eta times the mean update."),
     click.option("--server-beta1", type=float, metavar="B1",
-                 help="With fedadam, fedyogi, fedadagrad: the first moment's beta1 in [0, 1) (default 0.9; fedadagrad 0)."),
+                 help="With fedadam, fedyogi, fedadagrad: the first moment's beta1 in [0, 1) (default 0.9; "
+                      "fedadagrad 0)."),
     click.option("--server-beta2", type=float, metavar="B2",
                  help="With fedadam or fedyogi: the second moment's beta2 in [0, 1) (default 0.99)."),
     click.option("--server-tau", type=float, metavar="TAU",

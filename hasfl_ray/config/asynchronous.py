@@ -1,7 +1,8 @@
 """The asynchronous run mode's config keys, checked and normalised (docs/async.md): ``mode``, ``concurrency`` C,
 ``async_rule`` (FedBuff or FedAsync), ``buffer_size`` K, the staleness function ``staleness``, FedAsync's mixing
-weight ``async_alpha`` (the server's learning rate and momentum, ``server_lr`` and ``server_momentum``, are the server
-optimiser's: :mod:`hasfl_ray.config.server_optimizer`, FedBuff's defaults 1 and 0), the local proximal weight ``async_rho`` (FedAsync's ρ) and the evaluation schedule per server update (``eval_every_updates``,
+weight ``async_alpha`` (the server's learning rate and momentum, ``server_lr`` and ``server_momentum``, are the
+server optimiser's: :mod:`hasfl_ray.config.server_optimizer`, FedBuff's defaults 1 and 0), the local proximal weight
+``async_rho`` (FedAsync's ρ) and the evaluation schedule per server update (``eval_every_updates``,
 ``eval_every_seconds``). Pure values only; a synchronous run (the default) leaves every one of them unset."""
 
 from __future__ import annotations

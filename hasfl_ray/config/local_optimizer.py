@@ -1,11 +1,11 @@
-"""The clients' local optimiser's keys, checked (``local_optimizer``, ``local_optimizer_options``; the optimiser
-itself: :mod:`hasfl_ray.training.local_optim`). docs/configs.md, "Local optimiser": ``sgd`` (the default) is the built-in step
-(:class:`~hasfl_ray.training.step.LocalSGD`: clip, then SGD with ``momentum`` and ``weight_decay``), the one every
-batched and captured training path takes, bit for bit as always; any other name is a ``torch.optim`` class (matched
-without regard to case: ``adam``, ``AdamW``, ``RMSprop``; ``SGD`` with options is torch's own), built per client and
-round on the sub-model's parameters with the round's learning rate, ``weight_decay`` (where the class takes one and
-the options do not set it), torch SGD's ``momentum`` likewise, and the options; gradients are clipped to
-``clip_norm`` first, as the built-in step does. Such clients train one at a time (eagerly)."""
+"""The clients' local optimiser's keys, checked (``local_optimizer``, ``local_optimizer_options``; the optimiser itself:
+:mod:`hasfl_ray.training.local_optim`). docs/configs.md, "Server and local optimisers": ``sgd`` (the default) is the
+built-in step (:class:`~hasfl_ray.training.step.LocalSGD`: clip, then SGD with ``momentum`` and ``weight_decay``),
+the one every batched and captured training path takes, bit for bit as always; any other name is a ``torch.optim``
+class (matched without regard to case: ``adam``, ``AdamW``, ``RMSprop``; ``SGD`` with options is torch's own), built
+per client and round on the sub-model's parameters with the round's learning rate, ``weight_decay`` (where the class
+takes one and the options do not set it), torch SGD's ``momentum`` likewise, and the options; gradients are clipped
+to ``clip_norm`` first, as the built-in step does. Such clients train one at a time (eagerly)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 
 from hasfl_ray.errors import ConfigError
+from hasfl_ray.registry import shown
 
 BUILTIN = "sgd"
 #: Options the run sets itself: the parameters, and the learning rate (--lr and its schedule).
@@ -42,7 +43,8 @@ def _prepared(options: Dict[str, Any]) -> Dict[str, Any]:
     return {key: tuple(value) if isinstance(value, list) else value for key, value in options.items()}
 
 
-def filled_options(cls: type, options: Dict[str, Any], weight_decay: float, momentum: Optional[float]) -> Dict[str, Any]:
+def filled_options(cls: type, options: Dict[str, Any], weight_decay: float,
+                   momentum: Optional[float]) -> Dict[str, Any]:
     """The keyword arguments of ``cls``: the options, plus the run's weight decay (and torch SGD's momentum) where
     the class takes them and the options leave them out."""
     accepted = inspect.signature(cls.__init__).parameters
@@ -61,22 +63,22 @@ def check_local_optimizer(name: Any, options: Any) -> Tuple[str, Dict[str, Any]]
     expected = ("sgd (the built-in step) or the name of a torch.optim optimiser, e.g. Adam, AdamW, RMSprop, Adagrad "
                 "(any case)")
     if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"local_optimizer is {name!r}; expected {expected}")
+        raise ConfigError(f"local_optimizer is {shown(name)}; expected {expected}")
     if isinstance(options, str):
         try:
             options = json.loads(options) if options.strip() else {}
         except ValueError:
-            raise ConfigError(f"local_optimizer_options is {options[:60]!r}; expected a JSON object of the "
+            raise ConfigError(f"local_optimizer_options is {shown(options)}; expected a JSON object of the "
                               "optimiser's keyword options, e.g. '{\"betas\": [0.9, 0.99]}'") from None
     options = {} if options is None else options
     if not isinstance(options, dict) or not all(isinstance(key, str) for key in options):
-        raise ConfigError(f"local_optimizer_options is {options!r}; expected a mapping of the optimiser's keyword "
+        raise ConfigError(f"local_optimizer_options is {shown(options)}; expected a mapping of the optimiser's keyword "
                           "options, e.g. {\"betas\": [0.9, 0.99]}")
     if builtin(name, options):
         return BUILTIN, {}
     cls = optimizer_class(name)
     if cls is None:
-        raise ConfigError(f"local_optimizer is {name!r}; expected {expected}")
+        raise ConfigError(f"local_optimizer is {shown(name)}; expected {expected}")
     if cls is torch.optim.LBFGS:
         raise ConfigError("local_optimizer is 'LBFGS'; expected an optimiser whose step needs no closure (LBFGS "
                           "re-evaluates the loss itself)")
@@ -88,8 +90,8 @@ def check_local_optimizer(name: Any, options: Any) -> Tuple[str, Dict[str, Any]]
         cls([torch.zeros(1, requires_grad=True)], lr=0.01, **filled_options(cls, options, 0.0, None))
     except (TypeError, ValueError, RuntimeError) as error:
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
-        raise ConfigError(f"local_optimizer_options {json.dumps(options)} are not {cls.__name__}'s ({reason}); "
-                          f"expected keyword options torch.optim.{cls.__name__} takes") from None
+        raise ConfigError(f"local_optimizer_options {shown(json.dumps(options))[1:-1]} are not {cls.__name__}'s "
+                          f"({reason}); expected keyword options torch.optim.{cls.__name__} takes") from None
     return cls.__name__, dict(options)
 
 

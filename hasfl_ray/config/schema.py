@@ -172,8 +172,8 @@ class RunConfigFields:
     async_rho: Optional[float] = None
     eval_every_updates: Optional[int] = None
     eval_every_seconds: Optional[float] = None
-    # the server optimiser on the aggregated update, both modes (config/server_optimizer.py, aggregation/server_optim.py):
-    # sgd (w + eta Delta), fedavgm (heavy ball, beta server_momentum), fedadam, fedyogi or fedadagrad (Reddi et al.,
+    # the server optimiser on the aggregated update, both modes (config/server_optimizer.py,
+    # aggregation/server_optim.py): sgd (w + eta Delta), fedavgm (heavy ball, beta server_momentum), fedadam, fedyogi or fedadagrad (Reddi et al.,
     # 2021: eta server_lr, server_beta1, server_beta2, server_tau); FedBuff fills server_lr 1 and server_momentum 0
     server_optimizer: str = "sgd"
     server_beta1: Optional[float] = None

@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional
 
 from hasfl_ray.aggregation.server_optim import ADAPTIVE, DEFAULTS, FEDAVGM_MOMENTUM, SERVER_OPTIMIZERS
 from hasfl_ray.errors import ConfigError
-from hasfl_ray.registry import FLOAT32_MAX, MAX_LR, finite_number
+from hasfl_ray.registry import FLOAT32_MAX, MAX_LR, finite_number, shown
 
 #: The keys this module checks.
 SERVER_KEYS = ("server_optimizer", "server_lr", "server_momentum", "server_beta1", "server_beta2", "server_tau")
@@ -17,7 +17,7 @@ _ADAPTIVE_ONLY = ("server_beta1", "server_beta2", "server_tau")
 
 
 def _refuse(name: str, value: Any, expected: str) -> ConfigError:
-    return ConfigError(f"{name} is {value!r}; expected {expected}")
+    return ConfigError(f"{name} is {shown(value)}; expected {expected}")
 
 
 def _number(name: str, value: Any, low: float, high: float, expected: str, low_open: bool = False) -> float:
@@ -41,8 +41,8 @@ def check_server_keys(values: Dict[str, Any], mode: str, rule: Optional[str]) ->
     if name not in ADAPTIVE:
         for key in _ADAPTIVE_ONLY:
             if values.get(key) is not None:
-                raise ConfigError(f"{key} is {values[key]!r} but server_optimizer is {name!r}; expected it only with "
-                                  "fedadam, fedyogi or fedadagrad")
+                raise ConfigError(f"{key} is {shown(values[key])} but server_optimizer is {shown(name)}; expected it "
+                                  "only with fedadam, fedyogi or fedadagrad")
         if name == "fedavgm" and rule == "fedasync":
             raise ConfigError("server_optimizer is 'fedavgm' but async_rule is 'fedasync'; expected sgd or an adaptive "
                               "one with fedasync (FedAsync's step is the mixing weight alpha s(tau))")
@@ -51,7 +51,7 @@ def check_server_keys(values: Dict[str, Any], mode: str, rule: Optional[str]) ->
         if rule == "fedasync":  # FedBuff's defaults, as a FedBuff run's config.yaml writes them, are no step at all
             for key, value, default in (("server_lr", lr, 1.0), ("server_momentum", momentum, 0.0)):
                 if value is not None and not (finite_number(value) and value == default):
-                    raise ConfigError(f"{key} is {value!r} but async_rule is 'fedasync'; expected it only with "
+                    raise ConfigError(f"{key} is {shown(value)} but async_rule is 'fedasync'; expected it only with "
                                       "fedbuff or with an adaptive server_optimizer (FedAsync's step is the mixing "
                                       "weight alpha s(tau))")
             return out
@@ -67,13 +67,13 @@ def check_server_keys(values: Dict[str, Any], mode: str, rule: Optional[str]) ->
                 raise _refuse("server_momentum", momentum, "a number in [0, 1) (the server momentum)")
         return out
     if momentum is not None:
-        raise ConfigError(f"server_momentum is {momentum!r} but server_optimizer is {name!r}; expected it only with "
-                          "sgd or fedavgm (the adaptive optimisers' momentum is server_beta1)")
+        raise ConfigError(f"server_momentum is {shown(momentum)} but server_optimizer is {shown(name)}; expected it "
+                          "only with sgd or fedavgm (the adaptive optimisers' momentum is server_beta1)")
     eta, beta1, beta2, tau = DEFAULTS[name]
     given = {key: values.get(key) for key in ("server_lr", *_ADAPTIVE_ONLY)}
     if name == "fedadagrad" and given["server_beta2"] is not None:
-        raise ConfigError(f"server_beta2 is {given['server_beta2']!r} but server_optimizer is 'fedadagrad'; expected "
-                          "it only with fedadam or fedyogi (Adagrad's v sums every squared update)")
+        raise ConfigError(f"server_beta2 is {shown(given['server_beta2'])} but server_optimizer is 'fedadagrad'; "
+                          "expected it only with fedadam or fedyogi (Adagrad's v sums every squared update)")
     out["server_lr"] = _number("server_lr", eta if lr is None else lr, 0.0, MAX_LR,
                                f"a number > 0 and at most {MAX_LR:g} (the server learning rate eta)", low_open=True)
     for key, default in (("server_beta1", beta1), ("server_beta2", beta2)):

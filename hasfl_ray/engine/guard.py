@@ -65,7 +65,8 @@ class GuardedAlgorithm:
     def select(self, round: int, available: Sequence[int], k: int) -> List[int]:
         def check(chosen: Any) -> List[int]:
             try:
-                clients = sorted({int(i) for i in chosen if isinstance(i, numbers.Integral) and not isinstance(i, bool)})
+                clients = sorted({int(i) for i in chosen
+                                  if isinstance(i, numbers.Integral) and not isinstance(i, bool)})
                 given = len(chosen)
             except TypeError:
                 raise self._bad("select", "", chosen, "a list of client ids") from None

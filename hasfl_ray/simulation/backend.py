@@ -202,7 +202,8 @@ class RayBackend(AsyncTransport, Transport, Backend):
 
     # -- one round ---------------------------------------------------------------------------------------
 
-    def run_round(self, tasks: Sequence[ClientTask], weights: Sequence[float], server_lr: float, optimizer: Any = None):
+    def run_round(self, tasks: Sequence[ClientTask], weights: Sequence[float], server_lr: float,
+                  optimizer: Any = None):
         if self._params_ref is None:
             self._params_ref = self.server.params.remote()
         layout, results = self._train_all(tasks)
