@@ -80,8 +80,12 @@ def reference_steps(name, eta, beta1, beta2, tau, steps):
     return x
 
 
+FEDASYNC = {**ASYNC, "async_rule": "fedasync", "buffer_size": None}
+
+
 @pytest.mark.parametrize("name, base", [("fedadam", SYNC), ("fedyogi", SYNC), ("fedadagrad", SYNC),
-                                        ("fedadam", ASYNC)])
+                                        ("fedadam", ASYNC), ("fedyogi", FEDASYNC)],
+                         ids=["sync-fedadam", "sync-fedyogi", "sync-fedadagrad", "fedbuff-fedadam", "fedasync-fedyogi"])
 def test_every_server_step_of_a_run_is_algorithm_2(tmp_path, monkeypatch, name, base):
     steps = capture(monkeypatch)
     config = RunConfig(**base, server_optimizer=name, server_tau=1e-3)
