@@ -131,6 +131,21 @@ def server_update(optimizer: Optional[ServerOptimizer], params: Mapping[str, tor
     return updated, new
 
 
+def server_call(config: Any, rule_lr: float) -> Tuple[Any, ...]:
+    """A synchronous round's ``run_round`` arguments after the weights: the scalar times Δ̄, and the server optimiser
+    unless it is the plain step w + η Δ̄ (so a backend written before them, ``run_round(tasks, weights, server_lr)``,
+    still runs every run that does not ask for one)."""
+    optimizer = of_config(config)
+    lr = optimizer.step_lr(rule_lr, config.server_lr)
+    return (lr, optimizer) if optimizer.stateful else (lr,)
+
+
+def server_state(engine: Any) -> Optional[Dict[str, Any]]:
+    """A synchronous run's server-optimiser state now, None without one (an asynchronous run's is its loop's)."""
+    stateful = engine.asynchronous is None and of_config(engine.config).stateful
+    return engine.backend.server_momentum() if stateful else None
+
+
 def as_state(value: Optional[Mapping[str, Any]]) -> Optional[State]:
     """A checkpoint's server-optimiser state: ``{"m": ..., "v": ...}``, or (a FedBuff checkpoint written before the
     server optimisers) the momentum buffer itself, name -> tensor, read as its ``m``."""
@@ -142,4 +157,4 @@ def as_state(value: Optional[Mapping[str, Any]]) -> Optional[State]:
 
 
 __all__ = ["ADAPTIVE", "DEFAULTS", "FEDAVGM_MOMENTUM", "SERVER_OPTIMIZERS", "ServerOptimizer", "adaptive_moments",
-           "as_state", "of_config", "server_update"]
+           "as_state", "of_config", "server_call", "server_state", "server_update"]

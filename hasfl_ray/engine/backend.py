@@ -66,7 +66,7 @@ class Backend(ABC):
     def run_round(self, tasks: Sequence[ClientTask], weights: Sequence[float], server_lr: float,
                   optimizer: Any = None) -> Tuple[List[ClientResult], AggregateResult]:
         """Train ``tasks`` (sorted by client), aggregate in that order, update the global model (with the server
-        ``optimizer``, :class:`~hasfl_ray.aggregation.server_optim.ServerOptimizer`; None: w + η Δ̄).
+        ``optimizer``, :class:`~hasfl_ray.aggregation.server_optim.ServerOptimizer`; None, or not passed: w + η Δ̄).
 
         Returns :meth:`Server.apply`'s accepted results (updates emptied) and aggregate statistics.
         """

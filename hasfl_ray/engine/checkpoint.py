@@ -7,13 +7,12 @@ import io
 import math
 import os
 from dataclasses import MISSING, dataclass, fields, is_dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import numpy as np
 import torch
 import yaml
 
-from hasfl_ray.aggregation.server_optim import ServerOptimizer, of_config
 from hasfl_ray.config import (EXECUTION_FIELDS, DuplicateKeyError, RunConfig, migrate_config, option_fields,
                               strict_yaml_load)
 from hasfl_ray.config.inputs import changed_inputs, input_name
@@ -92,18 +91,6 @@ def state_bytes(value: Any) -> int:
 
 #: Checkpoint fields a file may lack (added after its format): their defaults stand in.
 OPTIONAL_FIELDS = ("clock", "server_state")
-
-
-def server_call(config: RunConfig, rule_lr: float) -> Tuple[float, ServerOptimizer]:
-    """A synchronous round's server step: the scalar times Δ̄ and the server optimiser (sgd: w + η Δ̄, as always)."""
-    optimizer = of_config(config)
-    return optimizer.step_lr(rule_lr, config.server_lr), optimizer
-
-
-def server_state(engine: Any) -> Optional[Dict[str, Any]]:
-    """A synchronous run's server-optimiser state now, None without one (an asynchronous run's is its loop's)."""
-    stateful = engine.asynchronous is None and of_config(engine.config).stateful
-    return engine.backend.server_momentum() if stateful else None
 
 
 def checkpoint_path(run_dir: str) -> str:

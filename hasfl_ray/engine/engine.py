@@ -18,8 +18,8 @@ from hasfl_ray.clock import Invitation
 from hasfl_ray.clock.records import round_record
 from hasfl_ray.engine import asynchronous, evaluating, preparing, records
 from hasfl_ray.engine.backend import Backend, RoundInterrupted
-from hasfl_ray.engine.checkpoint import (SNAPSHOT_BYTES, Checkpoint, Snapshot, save_checkpoint, server_call,
-                                         server_state, state_bytes)
+from hasfl_ray.aggregation.server_optim import server_call, server_state
+from hasfl_ray.engine.checkpoint import SNAPSHOT_BYTES, Checkpoint, Snapshot, save_checkpoint, state_bytes
 from hasfl_ray.engine.config import RunConfig, parse_fault
 from hasfl_ray.engine.events import RunEvents
 from hasfl_ray.engine.factory import make_backend
