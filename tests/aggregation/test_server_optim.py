@@ -9,7 +9,8 @@ stored version each): adap/flower ``src/py/flwr/server/strategy/fedadam.py`` at
 187f8253cef32ea0fb3ea3a4e6162594c08bb4ab (β1 fixed at 0, v + Δ²) and ``fedavgm.py`` at
 05c252a9929bed5e0450a8d542e43f78d5c999de (m ← β m + pseudo-gradient, x ← x − η m: the heavy ball). m and v start at 0
 in each. Flower 1.42.0's FedAdam multiplies η by Adam's bias correction √(1 − β2^(t+1)) / (1 − β1^(t+1)) (t its
-round, from 1), which the paper's Algorithm 2 has not: the comparison with it passes that η for each step.
+round, from 1), which the paper's Algorithm 2 has not: the comparison with it passes that η for each step. Flower's
+FedAvgM is compared too (its heavy ball, on the masked sequence: FedAvgM applies its momentum everywhere).
 """
 
 import numpy as np
@@ -176,3 +177,27 @@ def test_flowers_strategies_on_the_same_sequence(kind):
         for k in SHAPES:
             np.testing.assert_allclose(ours[k].numpy(), flower[k], rtol=1e-12, atol=1e-14, err_msg=f"{kind} {t} {k}")
     assert flwr.__version__
+
+
+def test_flowers_fedavgm_on_the_same_sequence():
+    pytest.importorskip("flwr", reason="flwr is not installed in this environment (pip install flwr; "
+                        "benchmarks/server_optim_vs_flower.py runs the FedAdam/FedYogi/FedAdagrad comparison)")
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+    from flwr.server.strategy import FedAvgM
+
+    x0, eta, beta = start(), 0.7, 0.9
+    strategy = FedAvgM(initial_parameters=ndarrays_to_parameters([x0[k].numpy() for k in SHAPES]),
+                       server_learning_rate=eta, server_momentum=beta)
+    optimizer = ServerOptimizer("fedavgm", momentum=beta)
+    flower = {k: x0[k].numpy().copy() for k in SHAPES}
+    ours, state = {k: t.clone() for k, t in x0.items()}, None
+    for t, (deltas, masks) in enumerate(sequence(), start=1):
+        params = ndarrays_to_parameters([flower[k] + deltas[k].numpy() for k in SHAPES])
+        fit = FitRes(status=Status(code=Code.OK, message=""), parameters=params, num_examples=1, metrics={})
+        before = flower
+        flower = dict(zip(SHAPES, parameters_to_ndarrays(strategy.aggregate_fit(t, [(None, fit)], [])[0])))
+        delta = {k: torch.from_numpy(before[k] + deltas[k].numpy() - before[k]) for k in SHAPES}
+        updated, state = server_update(optimizer, ours, delta, optimizer.step_lr(1.0, eta), state, lambda: masks)
+        ours.update(updated)
+        for k in SHAPES:  # Flower's m' = β m' + (x − x_new), x ← x − η m' is ours with m = −η m'
+            np.testing.assert_allclose(ours[k].numpy(), flower[k], rtol=1e-12, atol=1e-14, err_msg=f"{t} {k}")
