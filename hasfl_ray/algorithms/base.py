@@ -11,6 +11,7 @@ import numpy as np
 from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.schedule import is_adaptation_round  # noqa: F401  (where plug-ins found it before hasfl_ray.schedule)
 from hasfl_ray.training.local import ClientResult, LocalObjective
+from hasfl_ray.training.seeding import sample_participants
 
 if TYPE_CHECKING:  # the run configuration sits below the algorithms; only type checkers need its class here
     import torch
@@ -97,6 +98,15 @@ class Algorithm(ABC):
         resumed run calls it again from the checkpointed state). Never called with ``width_assignment: fixed``."""
         self.p_max = np.asarray(p_max, dtype=np.float64).copy()
         self.p_current = self.capacity_allocation(self.p_max)
+
+    def select(self, round: int, available: Sequence[int], k: int) -> List[int]:
+        """Round ``round``'s participants: ``k`` distinct clients of ``available`` (the ids the engine may invite; a
+        ``range`` of every client), in any order (the engine sorts them). Default: the run's seeded uniform draw
+        without replacement (:func:`~hasfl_ray.training.seeding.sample_participants`), the participants every run
+        has always had. A plug-in chooses otherwise (docs/plugins.md, "Client selection"); its choice must follow
+        from its config, its state and the arguments alone, since clients.csv's ``sampled`` asks again for the rounds
+        run. With a device clock whose availability limits the invitations (docs/clock.md), the clock invites."""
+        return [available[i] for i in sample_participants(self.config.seed, round, len(available), k)]
 
     def allocate(self, round: int, participants: Sequence[int]) -> Dict[int, float]:
         """Width of each participant this round. Default: the current allocation (p^max initially)."""

@@ -97,6 +97,12 @@ RUN_OPTIONS = (
                  help="Training augmentation of image batches: none (default) or crop-flip (RandomCrop with padding 4 "
                       "and a horizontal flip, as the sub-model sources train CIFAR-10)."),
     click.option("--momentum", type=float, help="Local SGD momentum (default 0.9; 0 for scaffold)."),
+    click.option("--local-optimizer", metavar="NAME",
+                 help="The clients' optimiser: sgd (default: the built-in step, every batched path) or any torch.optim "
+                      "class by name (adam, AdamW, RMSprop, ...; those clients train one at a time)."),
+    click.option("--local-optimizer-options", metavar="JSON",
+                 help="Its keyword options as a JSON object, e.g. '{\"betas\": [0.9, 0.99]}' (lr is --lr's; "
+                      "weight_decay defaults to --weight-decay)."),
     click.option("--masked-loss", metavar="[on|off]",
                  help="Masked cross-entropy in local training (HeteroFL's and FedRolex's mask 1): the logits of the "
                       "labels a client does not hold in its training data set to 0 in its loss, for every algorithm: "
@@ -181,12 +187,24 @@ RUN_OPTIONS = (
                       "polynomial:0.5), hinge:A,B or constant."),
     click.option("--async-alpha", type=float, metavar="ALPHA",
                  help="With --async-rule fedasync: the mixing weight alpha in (0, 1] (default 0.6)."),
+    click.option("--server-optimizer", metavar="[sgd|fedavgm|fedadam|fedyogi|fedadagrad]",
+                 help="The server's step on the aggregated update, either mode: sgd (default: w + eta Delta), fedavgm "
+                      "(heavy ball, --server-momentum, default 0.9) or Reddi et al.'s fedadam, fedyogi, fedadagrad "
+                      "(docs/algorithms.md, 'Server optimisers')."),
     click.option("--server-lr", type=float, metavar="ETA",
-                 help="With --async-rule fedbuff: FedBuff's server learning rate eta_g (default 1; times the "
-                      "algorithm's own, scaffold's --scaffold-global-lr)."),
+                 help="The server learning rate eta (default 1 for sgd and fedavgm, times the algorithm's own, "
+                      "scaffold's --scaffold-global-lr; fedadam 0.1, fedyogi 0.01, fedadagrad 0.1)."),
     click.option("--server-momentum", type=float, metavar="BETA",
-                 help="With --async-rule fedbuff: FedBuff's server momentum beta in [0, 1) (default 0): each server "
-                      "step is beta times the last plus eta_g times the buffer's mean."),
+                 help="With sgd or fedavgm (FedBuff's server momentum): beta in [0, 1) (default 0; fedavgm 0.9): each "
+                      "server step is beta times the last plus eta times the mean update."),
+    click.option("--server-beta1", type=float, metavar="B1",
+                 help="With fedadam, fedyogi, fedadagrad: the first moment's beta1 in [0, 1) (default 0.9; "
+                      "fedadagrad 0)."),
+    click.option("--server-beta2", type=float, metavar="B2",
+                 help="With fedadam or fedyogi: the second moment's beta2 in [0, 1) (default 0.99)."),
+    click.option("--server-tau", type=float, metavar="TAU",
+                 help="With fedadam, fedyogi, fedadagrad: the adaptivity tau > 0 in eta m / (sqrt(v) + tau) (default "
+                      "1e-9; fedyogi 1e-3)."),
     click.option("--async-rho", type=float, metavar="RHO",
                  help="With --mode async: FedAsync's local proximal weight rho >= 0 (Xie et al.'s worker minimises "
                       "f(w) + rho/2 ||w - w_received||^2), for any algorithm (default 0: none)."),

@@ -1,7 +1,8 @@
 """The asynchronous run mode's config keys, checked and normalised (docs/async.md): ``mode``, ``concurrency`` C,
 ``async_rule`` (FedBuff or FedAsync), ``buffer_size`` K, the staleness function ``staleness``, FedAsync's mixing
-weight ``async_alpha``, FedBuff's server learning rate and momentum (``server_lr``, ``server_momentum``), the local
-proximal weight ``async_rho`` (FedAsync's ρ) and the evaluation schedule per server update (``eval_every_updates``,
+weight ``async_alpha`` (the server's learning rate and momentum, ``server_lr`` and ``server_momentum``, are the
+server optimiser's: :mod:`hasfl_ray.config.server_optimizer`, FedBuff's defaults 1 and 0), the local proximal weight
+``async_rho`` (FedAsync's ρ) and the evaluation schedule per server update (``eval_every_updates``,
 ``eval_every_seconds``). Pure values only; a synchronous run (the default) leaves every one of them unset."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import re
 from typing import Any, Dict, Optional, Tuple
 
 from hasfl_ray.errors import ConfigError
-from hasfl_ray.registry import FLOAT32_MAX, MAX_LR, finite_number
+from hasfl_ray.registry import FLOAT32_MAX, finite_number
 
 MODES = ("sync", "async")
 RULES = ("fedbuff", "fedasync")
@@ -22,8 +23,8 @@ DEFAULT_STALENESS = "polynomial:0.5"
 #: FedAsync's mixing weight α (Xie et al., 2019, evaluate α in 0.1..0.9; 0.6 is among their settings).
 DEFAULT_ALPHA = 0.6
 #: The keys only an asynchronous run takes.
-ASYNC_KEYS = ("concurrency", "async_rule", "buffer_size", "staleness", "async_alpha", "server_lr", "server_momentum",
-              "async_rho", "eval_every_updates", "eval_every_seconds")
+ASYNC_KEYS = ("concurrency", "async_rule", "buffer_size", "staleness", "async_alpha", "async_rho", "eval_every_updates",
+              "eval_every_seconds")
 #: Synchronous keys an asynchronous run cannot take: the values it accepts (their defaults; ``auto`` batching is
 #: off) and what it expects instead, refused in one sentence rather than ignored.
 SYNC_ONLY = {"deadline_policy": (("drop",), "it unset (a policy for late updates; an asynchronous server has no "
@@ -136,7 +137,7 @@ def check_async_keys(values: Dict[str, Any], clients: int, devices: Any, deadlin
         if not finite_number(alpha) or not 0 < alpha <= 1:
             raise _refuse("async_alpha", alpha, "a number in (0, 1] (FedAsync's mixing weight)")
         out["async_alpha"] = float(alpha)
-    out.update(_server_step(values, rule))
+    out.update(_proximal(values))
     every = values["eval_every_updates"]
     seconds = values["eval_every_seconds"]
     if seconds is not None:
@@ -149,23 +150,9 @@ def check_async_keys(values: Dict[str, Any], clients: int, devices: Any, deadlin
     return out
 
 
-def _server_step(values: Dict[str, Any], rule: str) -> Dict[str, Any]:
-    """FedBuff's server learning rate η_g (default 1) and momentum β (default 0), refused with FedAsync (its step is
-    α s(τ)); the local proximal weight ρ (default 0) of either rule."""
+def _proximal(values: Dict[str, Any]) -> Dict[str, Any]:
+    """The local proximal weight ρ (default 0) of either rule."""
     out: Dict[str, Any] = {}
-    for key, default in (("server_lr", 1.0), ("server_momentum", 0.0)):
-        value = values.get(key)
-        if rule == "fedasync":  # FedBuff's defaults, as a FedBuff run's config.yaml writes them, are no step at all
-            if value is not None and not (finite_number(value) and value == default):
-                raise ConfigError(f"{key} is {_shown(value)} but async_rule is 'fedasync'; expected it only with "
-                                  "fedbuff (FedAsync's step is the mixing weight alpha s(tau))")
-            continue
-        value = default if value is None else value
-        if key == "server_lr" and (not finite_number(value) or not 0 < value <= MAX_LR):
-            raise _refuse(key, value, f"a number > 0 and at most {MAX_LR:g} (FedBuff's server learning rate)")
-        if key == "server_momentum" and (not finite_number(value) or not 0 <= value < 1):
-            raise _refuse(key, value, "a number in [0, 1) (FedBuff's server momentum)")
-        out[key] = float(value)
     rho = 0.0 if values.get("async_rho") is None else values["async_rho"]
     if not finite_number(rho) or not 0 <= rho <= FLOAT32_MAX:
         raise _refuse("async_rho", rho, "a number >= 0 (the weight of the local proximal term rho/2 ||w - "

@@ -127,6 +127,17 @@ def check_fields(self) -> None:
                               self.clients, self.devices, self.deadline)
     for name, value in values.items():
         object.__setattr__(self, name, value)
+    from hasfl_ray.config.server_optimizer import SERVER_KEYS, check_server_keys
+
+    for name, value in check_server_keys({k: getattr(self, k) for k in SERVER_KEYS}, self.mode,
+                                         self.async_rule).items():
+        object.__setattr__(self, name, value)
+    if self.local_optimizer != "sgd" or self.local_optimizer_options:  # (torch is imported for another optimiser only)
+        from hasfl_ray.config.local_optimizer import check_local_optimizer
+
+        name, options = check_local_optimizer(self.local_optimizer, self.local_optimizer_options)
+        object.__setattr__(self, "local_optimizer", name)
+        object.__setattr__(self, "local_optimizer_options", options)
 
 def _check_model(self, bad) -> None:
     """Validate model, model_norm, model_scaler and the sBN keys (:func:`check_model_keys`)."""
@@ -200,6 +211,17 @@ def _check_clock(self) -> None:
                               self.overselect, self.dropout)
     for name, value in values.items():
         object.__setattr__(self, name, value)
+    from hasfl_ray.config.server_optimizer import SERVER_KEYS, check_server_keys
+
+    for name, value in check_server_keys({k: getattr(self, k) for k in SERVER_KEYS}, self.mode,
+                                         self.async_rule).items():
+        object.__setattr__(self, name, value)
+    if self.local_optimizer != "sgd" or self.local_optimizer_options:  # (torch is imported for another optimiser only)
+        from hasfl_ray.config.local_optimizer import check_local_optimizer
+
+        name, options = check_local_optimizer(self.local_optimizer, self.local_optimizer_options)
+        object.__setattr__(self, "local_optimizer", name)
+        object.__setattr__(self, "local_optimizer_options", options)
 
 def _check_execution(self, bad) -> None:
     """Validate the synthetic-data, Ray, checkpoint and fault-injection fields."""

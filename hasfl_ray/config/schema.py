@@ -172,12 +172,24 @@ class RunConfigFields:
     buffer_size: Optional[int] = None
     staleness: Optional[str] = None
     async_alpha: Optional[float] = None
-    # FedBuff's server step (eta_g, momentum beta) and FedAsync's local proximal weight rho (config/asynchronous.py)
+    # FedBuff's server step (eta_g, momentum beta), in either mode the server optimiser's (below), and FedAsync's local
+    # proximal weight rho (config/asynchronous.py)
     server_lr: Optional[float] = None
     server_momentum: Optional[float] = None
     async_rho: Optional[float] = None
     eval_every_updates: Optional[int] = None
     eval_every_seconds: Optional[float] = None
+    # the server optimiser on the aggregated update, both modes (config/server_optimizer.py,
+    # aggregation/server_optim.py): sgd (w + eta Delta), fedavgm (heavy ball, beta server_momentum), fedadam, fedyogi or fedadagrad (Reddi et al.,
+    # 2021: eta server_lr, server_beta1, server_beta2, server_tau); FedBuff fills server_lr 1 and server_momentum 0
+    server_optimizer: str = "sgd"
+    server_beta1: Optional[float] = None
+    server_beta2: Optional[float] = None
+    server_tau: Optional[float] = None
+    # the clients' local optimiser: sgd (the built-in step, every batched path) or any torch.optim class by name, with
+    # its keyword options (training/local_optim.py)
+    local_optimizer: str = "sgd"
+    local_optimizer_options: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from hasfl_ray.config.checks import check_fields

@@ -24,6 +24,7 @@ from typing import Any, Dict, List
 import numpy as np
 
 from hasfl_ray.aggregation.asynchronous import buffered_step, mixing_step
+from hasfl_ray.aggregation.server_optim import of_config
 from hasfl_ray.algorithms import Arrival
 from hasfl_ray.clock.records import width_label
 from hasfl_ray.config.asynchronous import eval_due, parse_staleness, staleness_factor
@@ -59,6 +60,7 @@ class AsyncLoop:
         self.concurrency, self.buffer_size = c.concurrency, c.buffer_size
         self.fedasync = c.async_rule == "fedasync"
         self.staleness = parse_staleness(c.staleness)
+        self.optimizer = of_config(c)  # the server optimiser (FedBuff's momentum: fedavgm's heavy-ball step)
         self.state = AsyncState.fresh(c.clients)
         # --fault-inject KIND@N (testing): N counts dispatches; nan-update, inf-update and trainer-error go with
         # dispatch N's task (every backend); kill-trainer is the Ray backend's (it kills dispatch N's trainer)
@@ -214,7 +216,7 @@ class AsyncLoop:
             weights, lr = mixing_step(counts[0], factors[0], c.async_alpha, self.algorithm.server_lr)
         else:
             weights, lr = buffered_step([counts[k] for k in kept], [factors[k] for k in kept],
-                                        self.algorithm.server_lr * (c.server_lr or 1.0))
+                                        self.optimizer.step_lr(self.algorithm.server_lr, c.server_lr))
         self.algorithm.arrived(v, [Arrival(entries[k].client, entries[k].width, entries[k].version, taus[k],
                                            factors[k], entries[k].start_s, entries[k].end_s) for k in kept])
         # an update whose weight n_i s(τ_i) underflows to 0 (a steep staleness function: polynomial:1e300 at τ = 1)
@@ -230,7 +232,7 @@ class AsyncLoop:
         if handles:
             results, aggregate = self.backend.apply_arrivals(handles, weights, lr, [entries[k].version
                                                                                    for k in applied]
-                                                             if self.fedasync else None, c.server_momentum or 0.0)
+                                                             if self.fedasync else None, self.optimizer)
         else:
             results, aggregate = [], e._empty_aggregate()
         if self.fedasync:
@@ -284,14 +286,14 @@ class AsyncLoop:
         """What a checkpoint keeps of the loop (:meth:`AsyncState.state_dict`), FedAsync's kept versions and FedBuff's
         server momentum buffer included."""
         state = self.state.state_dict(self.backend, self.backend.kept_versions() if self.fedasync else None)
-        state["server_momentum"] = self.backend.server_momentum() if self.config.server_momentum else None
+        state["server_momentum"] = self.backend.server_momentum() if self.optimizer.stateful else None
         return state
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.state = AsyncState.from_state(state, self.backend)
         if self.fedasync:
             self.backend.restore_versions(state["versions"])
-        if self.config.server_momentum:
+        if self.optimizer.stateful:
             self.backend.restore_server_momentum(state.get("server_momentum"))
 
 

@@ -26,7 +26,8 @@ from hasfl_ray.training.trainer import Trainer
 def optimizer_settings(config: RunConfig) -> OptimizerSettings:
     return OptimizerSettings(momentum=config.momentum, weight_decay=config.weight_decay, clip_norm=config.clip_norm,
                              local_epochs=config.local_epochs, batch_size=config.batch_size,
-                             local_steps=config.local_steps, augmentation=config.augmentation)
+                             local_steps=config.local_steps, augmentation=config.augmentation,
+                             optimizer=config.local_optimizer, optimizer_options=dict(config.local_optimizer_options))
 
 
 def trainer_error(tasks: Sequence[ClientTask], error: BaseException, remote_traceback: str,
@@ -62,9 +63,10 @@ class Backend(ABC):
         """Create trainers and the server holding ``initial_params``."""
 
     @abstractmethod
-    def run_round(self, tasks: Sequence[ClientTask], weights: Sequence[float],
-                  server_lr: float, keep_updates: bool = False) -> Tuple[List[ClientResult], AggregateResult]:
-        """Train ``tasks`` (sorted by client), aggregate in that order, update the global model.
+    def run_round(self, tasks: Sequence[ClientTask], weights: Sequence[float], server_lr: float,
+                  optimizer: Any = None, keep_updates: bool = False) -> Tuple[List[ClientResult], AggregateResult]:
+        """Train ``tasks`` (sorted by client), aggregate in that order, update the global model (with the server
+        ``optimizer``, :class:`~hasfl_ray.aggregation.server_optim.ServerOptimizer`; None, or not passed: w + η Δ̄).
 
         Returns :meth:`Server.apply`'s accepted results (updates emptied, unless ``keep_updates``: asked only for
         an algorithm that inspects them, :mod:`hasfl_ray.engine.inspection`) and aggregate statistics.
@@ -137,19 +139,19 @@ class Backend(ABC):
         raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
 
     def apply_arrivals(self, handles: Sequence[Any], weights: Sequence[float], server_lr: float,
-                       bases: Optional[Sequence[Optional[int]]] = None, momentum: float = 0.0
+                       bases: Optional[Sequence[Optional[int]]] = None, optimizer: Any = None
                        ) -> Tuple[List[ClientResult], AggregateResult]:
         """One server update from the arrived clients ``handles`` (in arrival order): :meth:`Server.apply` with
-        ``weights``, ``server_lr``, (FedAsync) the model ``bases`` they started from and (FedBuff) the server
-        ``momentum``."""
+        ``weights``, ``server_lr``, (FedAsync) the model ``bases`` they started from and the server ``optimizer``
+        (FedBuff's server momentum among them)."""
         raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
 
-    def server_momentum(self) -> Optional[Dict[str, torch.Tensor]]:
-        """:meth:`Server.momentum_state` (FedBuff's server momentum buffer, a checkpoint's)."""
-        raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
+    def server_momentum(self) -> Optional[Dict[str, Any]]:
+        """:meth:`Server.momentum_state` (the server optimiser's state, a checkpoint's)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no server-optimiser state")
 
-    def restore_server_momentum(self, state: Optional[Mapping[str, torch.Tensor]]) -> None:
-        raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
+    def restore_server_momentum(self, state: Optional[Mapping[str, Any]]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} keeps no server-optimiser state")
 
     def handle_result(self, handle: Any) -> ClientResult:
         """The full result (update included) behind a handle: what a checkpoint keeps of a client in flight."""
@@ -206,7 +208,7 @@ class LocalBackend(Backend):
                              evaluation_subset(config.seed, dataset.test_size, config.eval_samples),
                              config.estimator, statistics_plan(config), label_masks_for(config, dataset, model_name))
 
-    def run_round(self, tasks, weights, server_lr, keep_updates=False):
+    def run_round(self, tasks, weights, server_lr, optimizer=None, keep_updates=False):
         params = self.server.params
         results: List[ClientResult] = []
         # single clients, or one width's batchable ones (on), or every width's (mixed, for a model that pads exactly)
@@ -222,7 +224,7 @@ class LocalBackend(Backend):
                 raise RoundInterrupted
         order = {task.client: position for position, task in enumerate(tasks)}
         results.sort(key=lambda result: order[result.client])
-        return self.server.apply(results, weights, server_lr, keep_updates=keep_updates)
+        return self.server.apply(results, weights, server_lr, None, optimizer, keep_updates=keep_updates)
 
     def evaluate(self):
         return self._evaluating(self.server.evaluate)
@@ -275,8 +277,8 @@ class LocalBackend(Backend):
         except BaseException as error:
             raise trainer_error([task], error, traceback.format_exc(), "dispatch") from None
 
-    def apply_arrivals(self, handles, weights, server_lr, bases=None, momentum=0.0):
-        return self.server.apply(list(handles), weights, server_lr, bases, momentum)
+    def apply_arrivals(self, handles, weights, server_lr, bases=None, optimizer=None):
+        return self.server.apply(list(handles), weights, server_lr, bases, optimizer)
 
     def server_momentum(self):
         return self.server.momentum_state()

@@ -42,6 +42,8 @@ class Checkpoint:
         elapsed_s: wall seconds spent in the round loop so far, over every resumption.
         clock: the device clock's state (:meth:`hasfl_ray.clock.Clock.state_dict`), None without one (and in a
             checkpoint written before the clock existed).
+        server_state: a synchronous run's server-optimiser state (:meth:`Server.momentum_state`), None without one
+            (an asynchronous run keeps it in ``clock["async"]["server_momentum"]``).
     """
 
     round: int
@@ -52,6 +54,7 @@ class Checkpoint:
     elapsed_s: float
     format_version: int = FORMAT_VERSION
     clock: Optional[Dict[str, Any]] = None
+    server_state: Optional[Dict[str, Any]] = None
 
 
 #: The most bytes of tensors and arrays the algorithm's and the clock's states may hold for a round that checkpoints
@@ -63,11 +66,13 @@ SNAPSHOT_BYTES = 64 * 1024 ** 2
 @dataclass
 class Snapshot:
     """The run's state as a round that checkpoints ended, for its checkpoint written later (:meth:`Engine.snapshot`):
-    a function giving the global parameters of that round, and copies of the algorithm's and the clock's state."""
+    a function giving the global parameters of that round, and copies of the algorithm's, the clock's and the server
+    optimiser's state."""
 
     params: Callable[[], Dict[str, torch.Tensor]]
     algorithm_state: Dict[str, Any]
     clock: Optional[Dict[str, Any]]
+    server_state: Optional[Dict[str, Any]] = None
 
 
 def state_bytes(value: Any) -> int:
@@ -86,7 +91,7 @@ def state_bytes(value: Any) -> int:
 
 
 #: Checkpoint fields a file may lack (added after its format): their defaults stand in.
-OPTIONAL_FIELDS = ("clock",)
+OPTIONAL_FIELDS = ("clock", "server_state")
 
 
 def checkpoint_path(run_dir: str) -> str:

@@ -19,6 +19,7 @@ from hasfl_ray.clock.records import round_record
 from hasfl_ray.callbacks import call_start, check_callbacks
 from hasfl_ray.engine import asynchronous, evaluating, preparing, records
 from hasfl_ray.engine.backend import Backend, RoundInterrupted
+from hasfl_ray.aggregation.server_optim import server_call, server_state
 from hasfl_ray.engine.checkpoint import SNAPSHOT_BYTES, Checkpoint, Snapshot, save_checkpoint, state_bytes
 from hasfl_ray.engine.config import RunConfig, parse_fault
 from hasfl_ray.engine.events import RunEvents
@@ -26,8 +27,8 @@ from hasfl_ray.engine.factory import make_backend
 from hasfl_ray.engine.guard import PluginError
 from hasfl_ray.schedule import round_lr
 from hasfl_ray.engine.progress import mark_run_start, open_bar
-from hasfl_ray.engine.participants import round_capacities, sample_participants, client_task, client_price, \
-    sub_models
+from hasfl_ray.engine.participants import (round_capacities, round_participants, sample_participants,  # noqa: F401
+                                           client_task, client_price, sub_models)
 from hasfl_ray.engine.post_aggregate import aggregate_round
 from hasfl_ray.engine.records import MAX_PENDING_LINES, complete, kept, open_log, writing
 from hasfl_ray.engine.rundir import RunDirectory, RunLock, remove_made
@@ -138,6 +139,8 @@ class Engine:
                 try:
                     if self.checkpoint is not None:
                         self.backend.set_params(self.checkpoint.params)
+                        if self.checkpoint.server_state is not None:  # the server optimiser's m (and v)
+                            self.backend.restore_server_momentum(self.checkpoint.server_state)
                         try:  # a local-accuracy pass a stop cut short: its line as if never stopped
                             evaluating.settle_owed_local(self)
                         except EvaluationInterrupted:  # stopped again: the checkpoint stays as it was
@@ -234,16 +237,17 @@ class Engine:
         """Checkpoint the rounds recorded so far into the run directory (atomically): the run's state now, or the
         ``snapshot`` taken as the last recorded round ended (:meth:`snapshot`)."""
         if snapshot is None:
-            params, state = self.backend.get_params(), self.algorithm.state_dict()
+            params, state, server = self.backend.get_params(), self.algorithm.state_dict(), server_state(self)
             clock = self.clock.state_dict() if self.clock is not None else None
             if self.asynchronous is not None:  # the clients in flight, the buffer and the event queue
                 clock["async"] = self.asynchronous.state_dict()
         else:
             params, state, clock = snapshot.params(), snapshot.algorithm_state, snapshot.clock
+            server = snapshot.server_state
         save_checkpoint(self.rundir.path, Checkpoint(
             round=len(self.history), params=params, algorithm_state=state,
             history=[dict(line) for line in self.history], config=self.config.to_dict(), elapsed_s=elapsed_s,
-            clock=clock))
+            clock=clock, server_state=server))
 
     def snapshot(self) -> Optional[Snapshot]:
         """What the checkpoint after the round just run holds of the run's state, kept so that it can be written
@@ -256,7 +260,7 @@ class Engine:
         clock = self.clock.state_dict() if self.clock is not None else None
         if state_bytes(state) + state_bytes(clock) > SNAPSHOT_BYTES:
             return None
-        return Snapshot(self.backend.params_later(), copy.deepcopy(state), copy.deepcopy(clock))
+        return Snapshot(self.backend.params_later(), copy.deepcopy(state), copy.deepcopy(clock), server_state(self))
 
     def run_round(self, t: int) -> Dict[str, Any]:
         """One round: sample, allocate, train, aggregate, observe, evaluate; returns its metrics line."""
@@ -264,7 +268,7 @@ class Engine:
         round_start = time.perf_counter()
         invitation = self.clock.invite(t, c.clients_per_round) if self.clock is not None else None
         participants = invitation.clients if invitation is not None else \
-            sample_participants(c.seed, t, c.clients, c.clients_per_round)
+            round_participants(self.algorithm, c, t)
         if c.width_assignment == "dynamic":  # every client's p^max redrawn from the ladder's mix
             self.p_max = round_capacities(c.effective_data_seed, t, c.clients, self.ladder)
             self.algorithm.set_capacities(t, self.p_max)
@@ -287,7 +291,7 @@ class Engine:
                         ", ".join(str(tasks[k].client) for k in range(len(tasks)) if k not in kept))
             tasks, weights = [tasks[k] for k in kept], [weights[k] for k in kept]
         if tasks:
-            results, aggregate = aggregate_round(self, t, tasks, weights)  # the algorithm's correction included
+            results, aggregate = aggregate_round(self, t, tasks, weights, server_call(c, self.algorithm.server_lr))
         else:  # (a clocked round) every invited client dropped out or came late: the global model stays as it was
             results, aggregate = [], self._empty_aggregate()
         accepted = {r.client for r in results}

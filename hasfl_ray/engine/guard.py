@@ -62,6 +62,20 @@ class GuardedAlgorithm:
         return PluginError(f"algorithm {self.label!r} returned {what} {shown(value)} from {method}(); expected "
                            f"{expected}")
 
+    def select(self, round: int, available: Sequence[int], k: int) -> List[int]:
+        def check(chosen: Any) -> List[int]:
+            try:
+                clients = sorted({int(i) for i in chosen
+                                  if isinstance(i, numbers.Integral) and not isinstance(i, bool)})
+                given = len(chosen)
+            except TypeError:
+                raise self._bad("select", "", chosen, "a list of client ids") from None
+            if not 1 <= len(clients) <= k or given != len(clients) or any(i not in available for i in clients):
+                raise self._bad("select", "", chosen, f"1 to {k} distinct client ids of the {len(available)} available")
+            return clients
+
+        return self._call("select", round, available, k, check=check, expected="a list of client ids")
+
     def allocate(self, round: int, participants: Sequence[int]) -> Dict[int, float]:
         def check(widths: Any) -> Dict[int, float]:
             if not isinstance(widths, dict) or set(widths) != set(participants):

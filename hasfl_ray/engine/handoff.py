@@ -136,6 +136,7 @@ class HandoffBackend(Backend):
             if self._start_error is not None:
                 raise self._start_error
             self.inner.set_params(self.local.get_params())
+            self.inner.restore_server_momentum(self.local.server_momentum())  # the server optimiser's m (and v)
         except Exception as error:  # noqa: BLE001 (Ray's start, or the first call to its server)
             self._start_error = None
             logger.warning("%s; the run continues in this process, results are identical", _failure(error))
@@ -158,7 +159,7 @@ class HandoffBackend(Backend):
         per_round = (time.perf_counter() - self._first_round_at) / self._rounds_here
         return (self._run[0].rounds - round) * per_round >= MIN_REMAINING_S
 
-    def run_round(self, tasks, weights, server_lr, keep_updates=False):
+    def run_round(self, tasks, weights, server_lr, optimizer=None, keep_updates=False):
         if self._first_round_at is None:
             self._first_round_at = time.perf_counter()
         if tasks and self._worth_starting(tasks[0].round):
@@ -166,7 +167,8 @@ class HandoffBackend(Backend):
         if tasks and self._ready(tasks[0].round):
             self._take_over(tasks[0].round)
         self.active.while_training = self.while_training  # the engine's, for whichever backend trains the round
-        result = self.active.run_round(tasks, weights, server_lr, **({"keep_updates": True} if keep_updates else {}))
+        result = self.active.run_round(tasks, weights, server_lr, optimizer,
+                                       **({"keep_updates": True} if keep_updates else {}))
         self._rounds_here += 1
         return result
 
@@ -206,6 +208,12 @@ class HandoffBackend(Backend):
 
     def set_params(self, params) -> None:
         self.active.set_params(params)  # a resume's checkpoint, before the first round: the handover copies it
+
+    def server_momentum(self):
+        return self.active.server_momentum()
+
+    def restore_server_momentum(self, state) -> None:
+        self.active.restore_server_momentum(state)
 
     def params_sha256(self):
         return self.active.params_sha256()

@@ -20,14 +20,18 @@ def inspects_updates(algorithm: Any) -> bool:
     return method is not None and not getattr(method, "inspects_nothing", False)
 
 
-def train_round(engine: Any, round: int, tasks: Sequence[Any], weights: Sequence[float]) -> Tuple[List[Any], Any]:
-    """``engine.backend.run_round`` of round ``round``, with ``inspect_updates(round, w^t, accepted results)`` in
-    between for an algorithm that overrides it; the results returned have their updates emptied either way."""
+def train_round(engine: Any, round: int, tasks: Sequence[Any], weights: Sequence[float],
+                call: Tuple[Any, ...] = ()) -> Tuple[List[Any], Any]:
+    """``engine.backend.run_round`` of round ``round`` (``call``: its arguments after the weights, the server step
+    and optimiser, :func:`~hasfl_ray.aggregation.server_optim.server_call`; default the algorithm's ``server_lr``),
+    with ``inspect_updates(round, w^t, accepted results)`` in between for an algorithm that overrides it; the
+    results returned have their updates emptied either way."""
     algorithm, backend = engine.algorithm, engine.backend
+    call = tuple(call) or (algorithm.server_lr,)
     if not inspects_updates(algorithm):
-        return backend.run_round(tasks, weights, algorithm.server_lr)
+        return backend.run_round(tasks, weights, *call)
     before = backend.get_params()
-    results, aggregate = backend.run_round(tasks, weights, algorithm.server_lr, keep_updates=True)
+    results, aggregate = backend.run_round(tasks, weights, *call, keep_updates=True)
     algorithm.inspect_updates(round, before, results)
     return [dataclasses.replace(result, update={}) for result in results], aggregate
 

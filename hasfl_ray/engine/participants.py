@@ -10,13 +10,15 @@ import torch
 from hasfl_ray.data import assign_tiers
 from hasfl_ray.federation import WidthLadder
 from hasfl_ray.models import build_model
-from hasfl_ray.training.seeding import STREAM_INIT, STREAM_SAMPLING, STREAM_TIERS, STREAM_WIDTHS, numpy_rng, stream_seed
+from hasfl_ray.training.seeding import (STREAM_INIT, STREAM_TIERS, STREAM_WIDTHS, numpy_rng,  # noqa: F401
+                                       sample_participants, stream_seed)
 
 
-def sample_participants(seed: int, round: int, num_clients: int, per_round: int) -> List[int]:
-    """The round's participants, drawn uniformly without replacement from rng(seed, round), sorted."""
-    rng = numpy_rng(seed, STREAM_SAMPLING, round)
-    return sorted(int(i) for i in rng.choice(num_clients, size=per_round, replace=False))
+def round_participants(algorithm, config, round: int) -> List[int]:
+    """Round ``round``'s participants where the engine draws them (no device clock, or one that invites as a run
+    without it): the algorithm's ``select`` over every client (default: :func:`sample_participants`, the seeded
+    uniform draw); the one place both the round and clients.csv's recount ask."""
+    return algorithm.select(round, range(config.clients), config.clients_per_round)
 
 
 def capacity_tiers(seed: int, num_clients: int, counts: Optional[Sequence[int]] = None,

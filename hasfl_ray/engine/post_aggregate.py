@@ -22,16 +22,16 @@ def corrects(algorithm: Any) -> bool:
         bool(getattr(inner, "post_aggregate_active", True))
 
 
-def aggregate_round(engine: Any, round: int, tasks: Sequence[Any], weights: Sequence[float]
-                    ) -> Tuple[List[Any], AggregateResult]:
+def aggregate_round(engine: Any, round: int, tasks: Sequence[Any], weights: Sequence[float],
+                    call: Tuple[Any, ...] = ()) -> Tuple[List[Any], AggregateResult]:
     """The round's training and aggregation (:func:`~hasfl_ray.engine.inspection.train_round`: the backend's
     ``run_round``, ``inspect_updates`` where overridden), then the algorithm's correction where it has one
     and some update was accepted (a round whose every update was rejected leaves the model as it was)."""
     algorithm, backend = engine.algorithm, engine.backend
     if not corrects(algorithm):
-        return train_round(engine, round, tasks, weights)
+        return train_round(engine, round, tasks, weights, call)
     before = backend.get_params()
-    results, aggregate = train_round(engine, round, tasks, weights)
+    results, aggregate = train_round(engine, round, tasks, weights, call)
     if not results:
         return results, aggregate
     after = backend.get_params()

@@ -17,7 +17,7 @@ from hasfl_ray.engine.coverage import CAUSE as COVERAGE_CAUSE
 from hasfl_ray.engine.coverage import coverage_warning, frozen_layers_phrase, frozen_streak_start, should_warn
 from hasfl_ray.engine.guard import PluginError
 from hasfl_ray.engine.losses import final_train_loss, last_losses, loss_keys  # noqa: F401 (loss_keys: the engine's)
-from hasfl_ray.engine.participants import sample_participants
+from hasfl_ray.engine.participants import round_participants
 from hasfl_ray.engine.progress import show_line, startup_seconds
 from hasfl_ray.engine.rundir import RunDirectory
 from hasfl_ray.errors import ConfigError, OutputError
@@ -98,7 +98,7 @@ def sampled_clients(engine: Any) -> np.ndarray:
         return engine.clock.invited.copy()
     mask = np.zeros(c.clients, dtype=bool)
     for t in range(len(engine.history)):
-        mask[sample_participants(c.seed, t, c.clients, c.clients_per_round)] = True
+        mask[round_participants(engine.algorithm, c, t)] = True
     return mask
 
 

@@ -6,14 +6,14 @@ import dataclasses
 import hashlib
 import logging
 import math
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch import nn
 
 from hasfl_ray.aggregation import AggregateResult, aggregate_updates
-from hasfl_ray.aggregation.asynchronous import server_step
+from hasfl_ray.aggregation.server_optim import ServerOptimizer, as_state, server_update
 from hasfl_ray.aggregation.packed import SPARSE_TYPES, gather_like, to_device, with_values
 from hasfl_ray.aggregation.common_core import common_core_divergence
 from hasfl_ray.aggregation.label_split import aggregate_label_split, output_layer
@@ -98,8 +98,9 @@ class Server:
         self._calibrated: Dict[float, nn.Module] = {}  # sBN: the width models whose statistics fit the current params
         #: FedAsync (docs/async.md): model versions clients in flight started from, version -> [params, holders]
         self._versions: Dict[int, list] = {}
-        #: FedBuff's server momentum (docs/async.md): the last step applied, name -> full shape (None: no step yet)
-        self.momentum: Optional[Dict[str, torch.Tensor]] = None
+        #: the server optimiser's state (aggregation/server_optim.py: FedAvgM's or FedBuff's momentum "m", the adaptive
+        #: optimisers' "m" and "v"), name -> full shape (None: no step yet, or an optimiser without state)
+        self.momentum: Optional[Dict[str, Dict[str, torch.Tensor]]] = None
 
     def get_params(self) -> Dict[str, torch.Tensor]:
         return {name: t.detach().cpu().clone() for name, t in self.params.items()}
@@ -164,23 +165,27 @@ class Server:
             out.append(dataclasses.replace(result, update=update))
         return out
 
-    def momentum_state(self) -> Optional[Dict[str, torch.Tensor]]:
-        """The server momentum's buffer (CPU copies; a checkpoint's), None before its first step."""
-        return None if self.momentum is None else {n: t.detach().cpu().clone() for n, t in self.momentum.items()}
+    def momentum_state(self) -> Optional[Dict[str, Dict[str, torch.Tensor]]]:
+        """The server optimiser's state, {"m": ..., "v": ...} (CPU copies; a checkpoint's), None before its first
+        step."""
+        return None if self.momentum is None else {
+            key: {n: t.detach().cpu().clone() for n, t in part.items()} for key, part in self.momentum.items()}
 
-    def restore_momentum(self, state: Optional[Mapping[str, torch.Tensor]]) -> None:
-        self.momentum = None if state is None else {n: t.to(self.device, torch.float32).clone()
-                                                     for n, t in state.items()}
+    def restore_momentum(self, state: Optional[Mapping[str, Any]]) -> None:
+        state = as_state(state)  # (a FedBuff checkpoint's flat momentum buffer too)
+        self.momentum = None if state is None else {
+            key: {n: t.to(self.device, torch.float32).clone() for n, t in part.items()} for key, part in state.items()}
 
     def apply(self, results: Sequence[ClientResult], weights: Sequence[float],
-              server_lr: float = 1.0, bases: Optional[Sequence[Optional[int]]] = None, momentum: float = 0.0,
+              server_lr: float = 1.0, bases: Optional[Sequence[Optional[int]]] = None,
+              optimizer: Optional[ServerOptimizer] = None,
               keep_updates: bool = False) -> Tuple[List[ClientResult], AggregateResult]:
         """Aggregate the finite results (in the given client order) and update the global parameters.
 
         A result holding NaN/Inf is rejected and logged; it never reaches the global model. ``bases`` (FedAsync):
         per result, the kept model version it started from, whose mixing :meth:`mixed` turns into its update.
-        ``momentum`` (FedBuff's server momentum β): the step is m ← β m + η Δ̄
-        (:func:`~hasfl_ray.aggregation.asynchronous.server_step`).
+        ``optimizer``: the server optimiser (:mod:`hasfl_ray.aggregation.server_optim`; None: w ← w + η Δ̄), its state
+        kept here between calls; ``server_lr`` is its :meth:`~ServerOptimizer.step_lr`.
 
         Returns:
             The accepted results with ``update`` emptied (kept with ``keep_updates``: Algorithm.inspect_updates),
@@ -199,26 +204,11 @@ class Server:
             empty = torch.zeros(0, dtype=torch.float64)
             return [], AggregateResult({}, empty, empty, 0.0, dict.fromkeys(self.specs, 0.0))
         updates = [{name: to_device(t, self.device) for name, t in r.update.items()} for r in accepted]
-        sparse = has_sparse(updates)  # index sets or masks: the kernel takes them as they are
         offsets = [r.offset for r in accepted]
-        if sparse:
-            if self.label_masks is not None or any(offsets) or self.estimator == "common-core":
-                raise ValueError("index-set or masked updates cannot be combined with label splits, rolling windows "
-                                 "or --estimator common-core in one round; expected leading slices beside them")
-            aggregate = aggregate_updates(self.shapes, updates, accepted_weights, self.gate_blocks,
-                                          backend=self.aggregation_backend)
-        elif self.label_masks is not None:  # the output layer's rows over their label's holders (HeteroFL's combine)
-            aggregate = aggregate_label_split(self.specs, updates, offsets, accepted_weights,
-                                              self.label_masks[[r.client for r in accepted]], self.output_layer,
-                                              backend=self.aggregation_backend)
-        elif any(offsets):  # rolling windows (FedRolex); leading slices take the kernel directly
-            aggregate = aggregate_windows(self.specs, updates, offsets, accepted_weights,
-                                          backend=self.aggregation_backend)
-        else:
-            aggregate = aggregate_updates(self.shapes, updates, accepted_weights, self.gate_blocks,
-                                          backend=self.aggregation_backend)
+        aggregate = self._aggregate(updates, offsets, accepted_weights, accepted)
         with torch.no_grad():  # w + η_g Δ̄ for every parameter first: the global model never holds a non-finite value
-            updated, steps = server_step(self.params, aggregate.delta, server_lr, momentum, self.momentum)
+            updated, steps = server_update(optimizer, self.params, aggregate.delta, server_lr, self.momentum,
+                                           lambda: self._covered(updates, offsets, accepted_weights, accepted))
             broken = [name for name, tensor in updated.items() if not bool(torch.isfinite(tensor).all())]
             if broken:
                 raise NonFiniteModelError(f"the round's aggregate would make the global model non-finite (parameter "
@@ -236,6 +226,29 @@ class Server:
         stats = AggregateResult({}, div_num.cpu(), div_den.cpu(), aggregate.covered_fraction,
                                 {**layer_coverage(self.specs, updates, offsets), **aggregate.covered_by_layer})
         return stripped, stats
+
+    def _aggregate(self, updates, offsets, weights, accepted) -> AggregateResult:
+        """The coordinate-wise mean of the accepted ``updates``: index sets or masks, label split, rolling windows or
+        leading slices, each by its own aggregation."""
+        if has_sparse(updates):  # index sets or masks: the kernel takes them as they are
+            if self.label_masks is not None or any(offsets) or self.estimator == "common-core":
+                raise ValueError("index-set or masked updates cannot be combined with label splits, rolling windows "
+                                 "or --estimator common-core in one round; expected leading slices beside them")
+            return aggregate_updates(self.shapes, updates, weights, self.gate_blocks, backend=self.aggregation_backend)
+        if self.label_masks is not None:  # the output layer's rows over their label's holders (HeteroFL's combine)
+            return aggregate_label_split(self.specs, updates, offsets, weights,
+                                         self.label_masks[[r.client for r in accepted]], self.output_layer,
+                                         backend=self.aggregation_backend)
+        if any(offsets):  # rolling windows (FedRolex); leading slices take the kernel directly
+            return aggregate_windows(self.specs, updates, offsets, weights, backend=self.aggregation_backend)
+        return aggregate_updates(self.shapes, updates, weights, self.gate_blocks, backend=self.aggregation_backend)
+
+    def _covered(self, updates, offsets, weights, accepted) -> Dict[str, torch.Tensor]:
+        """Name -> bool mask of the coordinates the round's mean covers: the same aggregation of ones (so whatever
+        covers a coordinate there covers it here, label splits and windows included)."""
+        ones = [{name: with_values(t, torch.ones_like(t.values)) if isinstance(t, SPARSE_TYPES) else
+                 torch.ones_like(t) for name, t in update.items()} for update in updates]
+        return {name: t != 0 for name, t in self._aggregate(ones, offsets, weights, accepted).delta.items()}
 
     def evaluate(self) -> Tuple[float, float]:
         """(accuracy, loss) of the full-width global model on the test set (or its ``eval_indices``)."""

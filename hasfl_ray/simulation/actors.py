@@ -180,7 +180,7 @@ class ServerActor:
     def set_params(self, params: Mapping[str, torch.Tensor]) -> None:
         self.server.set_params(params)
 
-    def round(self, weights: Sequence[float], server_lr: float, layout: Sequence[Sequence[int]],
+    def round(self, weights: Sequence[float], server_lr: float, layout: Sequence[Sequence[int]], optimizer: Any,
               *calls: Packed, keep_updates: bool = False) -> Tuple[Packed, Packed]:
         """A round's server side in one call (docs/ray.md, 'A round on Ray'): the trainer calls' results (Ray
         resolves the references; ``layout[i]`` = the task positions of call i's results) put back in client order,
@@ -194,18 +194,18 @@ class ServerActor:
         for positions, call in zip(layout, calls):
             for position, result in zip(positions, unpack(call)):
                 results[position] = result
-        accepted, aggregate = self.server.apply(results, weights, server_lr, keep_updates=keep_updates)
+        accepted, aggregate = self.server.apply(results, weights, server_lr, None, optimizer, keep_updates=keep_updates)
         return pack((accepted, aggregate, self.server.frozen_fraction(), self.server.frozen_by_layer())), \
             self.params()
 
     def arrivals(self, weights: Sequence[float], server_lr: float, bases: Optional[Sequence[Optional[int]]],
-                 momentum: float, *results: Packed) -> Tuple[Packed, Packed]:
+                 optimizer: Any, *results: Packed) -> Tuple[Packed, Packed]:
         """An asynchronous server update (docs/async.md): the arrived clients' results (each one call's packed
         tuple of one result, in arrival order) applied as :meth:`round` applies a round's, with FedAsync's
-        ``bases`` and FedBuff's server ``momentum``."""
+        ``bases`` and the server ``optimizer`` (FedBuff's server momentum among them)."""
         torch.set_num_threads(self.threads)
         arrived = [unpack(call)[0] for call in results]
-        accepted, aggregate = self.server.apply(arrived, weights, server_lr, bases, momentum)
+        accepted, aggregate = self.server.apply(arrived, weights, server_lr, bases, optimizer)
         return pack((accepted, aggregate, self.server.frozen_fraction(), self.server.frozen_by_layer())), \
             self.params()
 

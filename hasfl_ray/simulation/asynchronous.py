@@ -93,11 +93,11 @@ class AsyncTransport:
             handle.report = handle.params = None
 
     def apply_arrivals(self, handles: Sequence[AsyncHandle], weights: Sequence[float], server_lr: float,
-                       bases: Optional[Sequence[Optional[int]]] = None, momentum: float = 0.0):
+                       bases: Optional[Sequence[Optional[int]]] = None, optimizer: Any = None):
         for handle in handles:
             self._arrived(handle)
         summary, params = self.server.arrivals.options(num_returns=2).remote(
-            list(weights), server_lr, None if bases is None else list(bases), momentum, *[h.result for h in handles])
+            list(weights), server_lr, None if bases is None else list(bases), optimizer, *[h.result for h in handles])
         self._params_ref = params
         try:
             accepted, aggregate, self._frozen, self._frozen_layers = unpack(self._from_server(summary))

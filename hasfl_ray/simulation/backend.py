@@ -205,12 +205,12 @@ class RayBackend(AsyncTransport, Transport, Backend):
     # -- one round ---------------------------------------------------------------------------------------
 
     def run_round(self, tasks: Sequence[ClientTask], weights: Sequence[float], server_lr: float,
-                  keep_updates: bool = False):
+                  optimizer: Any = None, keep_updates: bool = False):
         if self._params_ref is None:
             self._params_ref = self.server.params.remote()
         layout, results = self._train_all(tasks)
         summary, params = self.server.round.options(num_returns=2).remote(list(weights), server_lr, layout,
-                                                                           *results, keep_updates=keep_updates)
+                                                                           optimizer, *results, keep_updates=keep_updates)
         self._params_ref = params  # the next round's calls (training, evaluation) carry it; each trainer reads it once
         self._eval_loads = {}
         try:

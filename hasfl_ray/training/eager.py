@@ -14,7 +14,7 @@ import torch
 
 from hasfl_ray.training.graphed import StaticStep
 from hasfl_ray.training.result import ClientResult
-from hasfl_ray.training.step import LocalSGD
+from hasfl_ray.training.local_optim import builtin, local_optimizer
 from hasfl_ray.training.task import ClientTask, client_result, graphable
 from hasfl_ray.training.augment import augmented
 from hasfl_ray.aggregation.packed import IndexedUpdate, MaskedUpdate
@@ -40,8 +40,9 @@ def train_eager(workspace: Workspace, task: ClientTask, global_params: Mapping[s
     model_at = workspace.model_at if task.depth is None else (lambda w: workspace.model_at(w, task.depth))
     objective.setup(model, initial, task.width, generator, model_at=model_at)
     s = workspace.settings
-    # clip_grad_norm_ + torch.optim.SGD, bit for bit, without their per-step Python (hasfl_ray.training.step).
-    optimizer = LocalSGD(list(model.parameters()), task.lr, s.momentum, s.weight_decay, s.clip_norm)
+    # clip_grad_norm_ + torch.optim.SGD, bit for bit, without their per-step Python (hasfl_ray.training.step); or
+    # another torch.optim optimiser (--local-optimizer, hasfl_ray.training.local_optim)
+    optimizer = local_optimizer(list(model.parameters()), task.lr, s)
     n = workspace.dataset.client_size(task.client)
     model.train()
     steps = 0
@@ -49,8 +50,8 @@ def train_eager(workspace: Workspace, task: ClientTask, global_params: Mapping[s
     loss_sum = torch.zeros((), dtype=torch.float64, device=workspace.device)
     # A whole step on static tensors (a CUDA graph on CUDA) for a client with at least one full batch (its
     # first batch then has the static shape) whose objective is the default one (hasfl_ray.training.graphed).
-    graphed = workspace.steps is not None and n >= s.batch_size and graphable(objective) and not task.proximal \
-        and masks is None
+    graphed = workspace.steps is not None and n >= s.batch_size and graphable(objective) and not task.proximal and \
+        builtin(s.optimizer, s.optimizer_options) and masks is None
     anchors = [(p, initial[name]) for name, p in params.items()] if task.proximal else []
     static: Optional[StaticStep] = None
     device = workspace.device if workspace.device_positions else None

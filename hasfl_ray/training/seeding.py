@@ -25,5 +25,12 @@ def numpy_rng(*key: int) -> np.random.Generator:
     return np.random.default_rng(stream_seed(*key))
 
 
+def sample_participants(seed: int, round: int, num_clients: int, per_round: int) -> list:
+    """The round's participants, drawn uniformly without replacement from rng(seed, round), sorted (the default of
+    ``Algorithm.select``; here, below every module that draws them)."""
+    rng = numpy_rng(seed, STREAM_SAMPLING, round)
+    return sorted(int(i) for i in rng.choice(num_clients, size=per_round, replace=False))
+
+
 def torch_generator(*key: int) -> torch.Generator:
     return torch.Generator().manual_seed(stream_seed(*key))

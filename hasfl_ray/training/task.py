@@ -26,6 +26,10 @@ class OptimizerSettings:
     batch_size: int = 32
     local_steps: Optional[int] = None  # a fixed number of local iterations in place of local_epochs
     augmentation: str = "none"  # crop_flip: RandomCrop(padding 4) and a horizontal flip on image batches
+    # the local optimiser (training/local_optim.py): sgd, the step above on every path, or a torch.optim class by name
+    # with its keyword options (those clients train one at a time)
+    optimizer: str = "sgd"
+    optimizer_options: Dict[str, Any] = field(default_factory=dict)
 
 
 class LocalObjective:

@@ -19,6 +19,7 @@ from torch import nn
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.training.batched import group_tasks, train_batched
 from hasfl_ray.training.eager import train_eager
+from hasfl_ray.training.local_optim import builtin
 from hasfl_ray.training.mixed import train_mixed
 from hasfl_ray.training.result import ClientResult
 from hasfl_ray.training.task import ClientTask, OptimizerSettings, with_faults
@@ -51,7 +52,9 @@ class Trainer:
         widest with :func:`~hasfl_ray.training.mixed.train_mixed`."""
         if len(tasks) == 1:
             return [self.train(tasks[0], global_params)]
-        if any(task.channels is not None or task.masks is not None for task in tasks):  # index sets, masks: alone
+        s = self.workspace.settings  # index sets, masks, and another local optimiser than sgd: one at a time
+        if any(task.channels is not None or task.masks is not None for task in tasks) or \
+                not builtin(s.optimizer, s.optimizer_options):
             return with_faults(tasks, lambda: [train_eager(self.workspace, task, global_params) for task in tasks])
         if len({float(task.width) for task in tasks}) > 1:
             return with_faults(tasks, lambda: train_mixed(self.workspace, tasks, global_params))

@@ -40,9 +40,9 @@ class StandIn(LocalBackend):
         if self.error is not None:
             raise self.error
 
-    def run_round(self, tasks, weights, server_lr):
+    def run_round(self, tasks, weights, server_lr, optimizer=None):
         self.rounds.append(tasks[0].round)
-        return super().run_round(tasks, weights, server_lr)
+        return super().run_round(tasks, weights, server_lr, optimizer)
 
     def shutdown(self):
         self.shut = True

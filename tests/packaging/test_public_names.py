@@ -74,6 +74,7 @@ DOCUMENTED_PATHS = (
     "hasfl_ray.registry", "hasfl_ray.schedule.round_lr", "hasfl_ray.simulation.connect_ray",
     "hasfl_ray.training.determinism",
     "hasfl_ray.training.determinism.machine_type", "hasfl_ray.training.seeding",
+    "hasfl_ray.training.seeding.sample_participants",
 )
 #: Names the documentation gives that are no Python path: the compiled extension (tests/aggregation import it where
 #: it is built) and csrc/'s file hasfl_ray.cpp.
