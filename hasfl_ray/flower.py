@@ -56,7 +56,8 @@ def sub_model_names(workspace: Any, task: Any) -> List[str]:
 
 
 def _arrays(tensors: Any) -> List[np.ndarray]:
-    return [getattr(t, "values", t).detach().cpu().contiguous().numpy() for t in tensors]
+    """Tensors (an index-set update: its values) as the float32 arrays Flower's parameters carry."""
+    return [(t if isinstance(t, torch.Tensor) else t.values).detach().cpu().contiguous().numpy() for t in tensors]
 
 
 # -- the server's side -------------------------------------------------------------------------------------------
@@ -231,6 +232,8 @@ class _StrategyBase:
         """The full-width global model's (loss, {"accuracy"}) on the run's test set, as ``test_accuracy``."""
         self._set(parameters)
         accuracy, loss = self.engine.backend.evaluate()
+        if 0 < server_round <= len(self.history):  # the round's line, as metrics.jsonl's test_accuracy/test_loss
+            self.history[server_round - 1].update(test_accuracy=float(accuracy), test_loss=float(loss))
         return float(loss), {"accuracy": float(accuracy)}
 
 

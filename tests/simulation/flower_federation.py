@@ -27,7 +27,8 @@ def main() -> None:
     run_simulation(server_app=ServerApp(server_fn=server_fn), client_app=ClientApp(client_fn=client_fn(config)),
                    num_supernodes=config["clients"],
                    backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                   "init_args": {"num_cpus": 2, "include_dashboard": False}})
+                                   "init_args": {"num_cpus": 2, "include_dashboard": False,
+                                                 "object_store_memory": 200 * 1024 ** 2}})
     print(MARK + json.dumps({"params_sha256": strategy.params_sha256(), "history": strategy.history}), flush=True)
 
 
