@@ -3,8 +3,8 @@
 ``Strategy(policy, ...)`` is a ``flwr.server.strategy.Strategy`` whose rounds are hasfl-ray's (docs/flower.md):
 
 - ``configure_fit`` of Flower round r is hasfl-ray's round t = r - 1: the participants
-  (:func:`~hasfl_ray.engine.participants.sample_participants` of the run's seed, or every available client where
-  fewer are connected than the run has), the policy's widths (``allocate``), sub-model shapes, windows
+  (:func:`~hasfl_ray.engine.participants.sample_participants` of the run's seed, those of them connected), the
+  policy's widths (``allocate``), sub-model shapes, windows
   (``window_offset``) and channel sets, the round's learning rate and objectives: each participant is handed its
   width-p sub-model's parameters (cut from the global model as a trainer cuts them,
   :meth:`~hasfl_ray.training.workspace.Workspace.starting_point`) and its :class:`~hasfl_ray.training.task.ClientTask`;
@@ -68,10 +68,13 @@ def Strategy(policy: Any = None, config: Any = None, *, dataset: Any = None, alg
     or an Algorithm subclass; default the config's) on the run ``config`` (a RunConfig, a mapping or a YAML path,
     with ``fields`` over it: :func:`hasfl_ray.api.make_config`, as :func:`hasfl_ray.simulate` takes them).
     ``timeout``: seconds to wait for the run's clients to connect. Flower's ``num_rounds`` sets the rounds."""
-    flwr = _flwr()
     from hasfl_ray.api import make_config
 
     run_config = make_config(config, algorithm=policy, dataset=dataset, algorithm_options=algorithm_options, **fields)
+    if run_config.mode != "sync" or run_config.devices is not None:  # (mode async needs devices)
+        raise ConfigError(f"mode is {run_config.mode!r} with a simulated device population (devices); expected mode "
+                          "sync without devices for a Flower strategy, whose clients are real devices")
+    flwr = _flwr()
     if "strategy" not in _CLASSES:
         _CLASSES["strategy"] = type("HasflStrategy", (_StrategyBase, flwr.server.strategy.Strategy), {})
     return _CLASSES["strategy"](run_config, timeout)
@@ -99,9 +102,6 @@ class _StrategyBase:
     def __init__(self, config: Any, timeout: float):
         from hasfl_ray.engine import Engine
 
-        if config.mode != "sync" or config.devices is not None:
-            raise ConfigError(f"a Flower strategy runs rounds of real clients; expected mode sync without devices "
-                              f"(the simulated clock), got mode {config.mode!r} and devices {config.devices!r}")
         self.engine = Engine(config, backend=_server_backend())
         self.engine.prepare()
         e = self.engine

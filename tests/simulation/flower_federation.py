@@ -1,6 +1,7 @@
 """Run with Flower's venv's python (tests/simulation/test_flower_strategy.py): a federation in Flower's simulation,
 the server's strategy from hasfl_ray.flower.Strategy, its clients hasfl_ray.flower's; prints one JSON line after
-MARK with the final global parameters' params_sha256 and the strategy's per-round history.
+MARK with the final global parameters' params_sha256, the strategy's per-round history and whether the fused
+kernel (hasfl_ray._C) aggregated them.
 
     python flower_federation.py CONFIG_JSON
 """
@@ -29,7 +30,10 @@ def main() -> None:
                    backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                                    "init_args": {"num_cpus": 2, "include_dashboard": False,
                                                  "object_store_memory": 200 * 1024 ** 2}})
-    print(MARK + json.dumps({"params_sha256": strategy.params_sha256(), "history": strategy.history}), flush=True)
+    from hasfl_ray.ops import available
+
+    print(MARK + json.dumps({"params_sha256": strategy.params_sha256(), "history": strategy.history,
+                             "fused": available()}), flush=True)
 
 
 if __name__ == "__main__":

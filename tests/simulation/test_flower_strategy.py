@@ -27,7 +27,10 @@ MARK = "FLOWER_FEDERATION "
 # A tiny digits federation; HAS-FL adapts its widths after every round from the first (warmup 0, t_adapt 1), so its
 # second round's widths come from the first round's aggregate (the policy's observe) on both sides.
 BASE = {"dataset": "digits", "clients": 6, "clients_per_round": 3, "rounds": 2, "seed": 3}
-POLICIES = {"hasfl": {"algorithm": "hasfl", "warmup": 0, "t_adapt": 1}, "heterofl": {"algorithm": "heterofl"}}
+# FLuID (channel index sets, its inspect_updates hook) and DepthFL (depth sub-models, its post_aggregate hook) travel
+# and aggregate the other kinds of sub-model.
+POLICIES = {"hasfl": {"algorithm": "hasfl", "warmup": 0, "t_adapt": 1}, "heterofl": {"algorithm": "heterofl"},
+            "fluid": {"algorithm": "fluid"}, "depthfl": {"algorithm": "depthfl"}}
 
 
 def simulate_sha(tmp_path, config):
@@ -53,6 +56,9 @@ def test_flower_simulation_ends_with_simulates_global_parameters(tmp_path, polic
     lines = [line for line in done.stdout.splitlines() if line.startswith(MARK)]
     assert done.returncode == 0 and lines, (done.stdout[-3000:], done.stderr[-3000:])
     flower = json.loads(lines[-1][len(MARK):])
+    from hasfl_ray.ops import available
+
+    assert flower["fused"] == available()  # both sides aggregate with the same kernel (the fused one where built)
     sha, metrics = simulate_sha(tmp_path, config)
     assert [line["round"] for line in flower["history"]] == [0, 1]
     assert [line["accepted"] for line in flower["history"]] == [3, 3]  # each round's three participants trained
@@ -74,3 +80,14 @@ def test_without_flower_the_strategy_refuses_in_one_sentence(monkeypatch):
         message = str(refused.value)
         assert len(message.splitlines()) == 1 and message.count(". ") == 0 and len(message) < 200, message
         assert 'pip install "hasfl-ray[flower]"' in message and "flwr" in message
+
+
+@pytest.mark.parametrize("fields", [{"devices": "lognormal"}, {"mode": "async", "devices": "lognormal"}])
+def test_a_run_on_the_simulated_clock_is_refused_in_one_sentence(fields):
+    from hasfl_ray import flower
+
+    with pytest.raises(ConfigError) as refused:  # before Flower is needed: the run itself cannot be a strategy's
+        flower.Strategy("fedavg", BASE, **fields)
+    message = str(refused.value)
+    assert len(message.splitlines()) == 1 and len(message) < 200 and "expected mode sync without devices" in message
+    assert repr(fields.get("mode", "sync")) in message
