@@ -229,9 +229,13 @@ class _StrategyBase:
         return None, {}
 
     def evaluate(self, server_round: int, parameters: Any) -> Optional[Tuple[float, Dict[str, Any]]]:
-        """The full-width global model's (loss, {"accuracy"}) on the run's test set, as ``test_accuracy``."""
+        """The global model's (loss, {"accuracy"}) on the run's test set: the simulation's ``test_accuracy`` (the full
+        network's, or DepthFL's ensemble of its exits, :func:`~hasfl_ray.engine.evaluating.global_evaluation`)."""
+        from hasfl_ray.engine.evaluating import global_evaluation
+
         self._set(parameters)
-        accuracy, loss = self.engine.backend.evaluate()
+        ensemble = bool(getattr(self.engine.algorithm, "global_ensemble", False))
+        accuracy, loss = global_evaluation(self.engine, ensemble)()
         if 0 < server_round <= len(self.history):  # the round's line, as metrics.jsonl's test_accuracy/test_loss
             self.history[server_round - 1].update(test_accuracy=float(accuracy), test_loss=float(loss))
         return float(loss), {"accuracy": float(accuracy)}
