@@ -49,6 +49,23 @@ def simulate(config: Union[RunConfig, Mapping[str, Any], str, None] = None, *, a
     """
     from hasfl_ray.engine import Engine
 
+    run_config = make_config(config, algorithm=algorithm, dataset=dataset, algorithm_options=algorithm_options,
+                             **fields)
+    from hasfl_ray.trackers import make_trackers
+
+    if progress is None:
+        progress = in_notebook()
+    hooks = check_callbacks(callbacks) + make_trackers(track)
+    engine = Engine(run_config, out_dir=out_dir, progress=progress, resume=resume, force=force, callbacks=hooks)
+    summary = engine.run()
+    return RunResult(summary, engine.history, out_dir)
+
+
+def make_config(config: Union[RunConfig, Mapping[str, Any], str, None] = None, *, algorithm: Any = None,
+                dataset: Any = None, algorithm_options: Optional[Mapping[str, Any]] = None, **fields: Any) -> RunConfig:
+    """The RunConfig :func:`simulate` runs for the same arguments (a RunConfig, a mapping or a YAML path, the
+    algorithm and dataset by name, spec or class, their options and further keys), checked as it checks them;
+    :func:`hasfl_ray.flower.Strategy` builds its run from it too."""
     if isinstance(config, str):  # a config file: options for other algorithms (a sweep's shared keys) are dropped
         layers = [(load_yaml_config(config), "drop")]
     elif isinstance(config, RunConfig):
@@ -69,14 +86,7 @@ def simulate(config: Union[RunConfig, Mapping[str, Any], str, None] = None, *, a
     given_layers = [layer for layer, _ in layers[isinstance(config, RunConfig):]]  # a RunConfig holds every key
     run_config = RunConfig.from_dict(values)
     check_inert_keys(given_keys(given_layers), values, source)
-    from hasfl_ray.trackers import make_trackers
-
-    if progress is None:
-        progress = in_notebook()
-    hooks = check_callbacks(callbacks) + make_trackers(track)
-    engine = Engine(run_config, out_dir=out_dir, progress=progress, resume=resume, force=force, callbacks=hooks)
-    summary = engine.run()
-    return RunResult(summary, engine.history, out_dir)
+    return run_config
 
 
 def in_notebook() -> bool:

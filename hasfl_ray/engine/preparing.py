@@ -118,6 +118,14 @@ def prepare_parts(engine: Any) -> None:
     engine.prepared = True
 
 
+def run_dataset(config: Any) -> Any:
+    """The federated dataset a resolved run config trains on (a Flower client of the run loads the same,
+    :mod:`hasfl_ray.flower`)."""
+    dataset = load_plugin_dataset(lookup("dataset", config.dataset), data_view(config))  # split by the data seed
+    # --model: a ResNet in place of the dataset's own network; sBN: the server's view keeps the training data
+    return model_dataset(dataset, config, spec_label(config.dataset))  # (docs/models.md)
+
+
 def build(engine: Any) -> None:
     """The dataset, the tiers, the algorithm and w^(0) of the config (the per-client arrays are made here)."""
     c = engine.config

@@ -21,14 +21,17 @@ from hasfl_ray.aggregation.packed import IndexedUpdate, MaskedUpdate
 from hasfl_ray.training.workspace import Workspace, client_batches, client_generator, local_plan, packed_update
 
 
-def train_eager(workspace: Workspace, task: ClientTask, global_params: Mapping[str, torch.Tensor]) -> ClientResult:
-    """Extract the width-p sub-model from ``global_params``, run K local epochs, return Δ_i (packed). The task's
-    testing faults are the caller's (:func:`~hasfl_ray.training.task.with_faults`)."""
+def train_eager(workspace: Workspace, task: ClientTask, global_params: Optional[Mapping[str, torch.Tensor]],
+                start: Optional[Mapping[str, torch.Tensor]] = None) -> ClientResult:
+    """Extract the width-p sub-model from ``global_params`` (or start from ``start``, the sub-model itself as
+    :meth:`Workspace.starting_point` cuts it, e.g. received by a Flower client), run K local epochs, return Δ_i
+    (packed). The task's testing faults are the caller's (:func:`~hasfl_ray.training.task.with_faults`)."""
     workspace.begin()
     masks = workspace.task_masks(task)  # unstructured sub-models: the full-shape network, w ⊙ m (else None)
     model = workspace.model_at(1.0 if masks is not None else task.width, task.depth)
     params = dict(model.named_parameters())
-    initial = workspace.starting_point(task, global_params)
+    initial = workspace.starting_point(task, global_params) if start is None else \
+        {name: tensor.to(workspace.device) for name, tensor in start.items()}
     with torch.no_grad():
         for name, tensor in initial.items():
             params[name].copy_(tensor)

@@ -44,6 +44,12 @@ class Trainer:
         return Δ_i (packed)."""
         return with_faults([task], lambda: [train_eager(self.workspace, task, global_params)])[0]
 
+    def train_from(self, task: ClientTask, start: Mapping[str, torch.Tensor]) -> ClientResult:
+        """:meth:`train` from the client's sub-model itself (``start``, name -> tensor as
+        :meth:`~hasfl_ray.training.workspace.Workspace.starting_point` cuts it from the global parameters): what a
+        client that receives only its sub-model trains (:mod:`hasfl_ray.flower`), with the same result."""
+        return with_faults([task], lambda: [train_eager(self.workspace, task, None, start)])[0]
+
     def train_unit(self, tasks: Sequence[ClientTask], global_params: Mapping[str, torch.Tensor]
                    ) -> List[ClientResult]:
         """Train one planned unit (:func:`~hasfl_ray.training.batched.group_tasks`), results in task order: a

@@ -149,7 +149,7 @@ FLOORS = (
     ("analysis", ("analysis",)),
     ("sweep", ("sweep", "simulation.sweep")),
     ("bench", ("bench",)),
-    ("top", ("cli", "api", "results", "__init__")),
+    ("top", ("cli", "api", "results", "flower", "__init__")),
 )
 
 #: Floor entries that may not exist yet (the configuration package is being moved out of engine/config.py).
