@@ -100,6 +100,7 @@ class Server:
         self._versions: Dict[int, list] = {}
         #: FedBuff's server momentum (docs/async.md): the last step applied, name -> full shape (None: no step yet)
         self.momentum: Optional[Dict[str, torch.Tensor]] = None
+        self.privacy = self.privacy_keys = None  # differential privacy (set_privacy), off by default
 
     def get_params(self) -> Dict[str, torch.Tensor]:
         return {name: t.detach().cpu().clone() for name, t in self.params.items()}
@@ -201,22 +202,21 @@ class Server:
         updates = [{name: to_device(t, self.device) for name, t in r.update.items()} for r in accepted]
         sparse = has_sparse(updates)  # index sets or masks: the kernel takes them as they are
         offsets = [r.offset for r in accepted]
-        if sparse:
-            if self.label_masks is not None or any(offsets) or self.estimator == "common-core":
-                raise ValueError("index-set or masked updates cannot be combined with label splits, rolling windows "
-                                 "or --estimator common-core in one round; expected leading slices beside them")
-            aggregate = aggregate_updates(self.shapes, updates, accepted_weights, self.gate_blocks,
-                                          backend=self.aggregation_backend)
-        elif self.label_masks is not None:  # the output layer's rows over their label's holders (HeteroFL's combine)
-            aggregate = aggregate_label_split(self.specs, updates, offsets, accepted_weights,
-                                              self.label_masks[[r.client for r in accepted]], self.output_layer,
-                                              backend=self.aggregation_backend)
-        elif any(offsets):  # rolling windows (FedRolex); leading slices take the kernel directly
-            aggregate = aggregate_windows(self.specs, updates, offsets, accepted_weights,
-                                          backend=self.aggregation_backend)
-        else:
-            aggregate = aggregate_updates(self.shapes, updates, accepted_weights, self.gate_blocks,
-                                          backend=self.aggregation_backend)
+        if sparse and (self.label_masks is not None or any(offsets) or self.estimator == "common-core"):
+            raise ValueError("index-set or masked updates cannot be combined with label splits, rolling windows "
+                             "or --estimator common-core in one round; expected leading slices beside them")
+        holds = None if self.label_masks is None else self.label_masks[[r.client for r in accepted]]
+        if self.privacy is None:
+            aggregate = self._mean(updates, offsets, accepted_weights, holds, sparse)
+        else:  # clipped, count-weighted, noised (hasfl_ray/aggregation/privacy.py, docs/privacy.md)
+            from hasfl_ray.aggregation.privacy import privatize
+
+            def mean_of(ups, extra):  # extra: one more client holding every coordinate (privacy.holder_counts)
+                rows = holds if holds is None or not extra else np.vstack([holds, np.ones_like(holds[:1])])
+                offs = offsets + [offsets[0]] if extra else offsets
+                return self._mean(ups, offs, [1.0] * len(ups), rows, sparse)
+            aggregate, self.privacy_keys = privatize(mean_of, self.shapes, updates, [r.client for r in accepted],
+                                                     self.privacy)
         with torch.no_grad():  # w + η_g Δ̄ for every parameter first: the global model never holds a non-finite value
             updated, steps = server_step(self.params, aggregate.delta, server_lr, momentum, self.momentum)
             broken = [name for name, tensor in updated.items() if not bool(torch.isfinite(tensor).all())]
@@ -235,7 +235,25 @@ class Server:
         stripped = list(accepted) if keep_updates else [dataclasses.replace(r, update={}) for r in accepted]
         stats = AggregateResult({}, div_num.cpu(), div_den.cpu(), aggregate.covered_fraction,
                                 {**layer_coverage(self.specs, updates, offsets), **aggregate.covered_by_layer})
+        if self.privacy is not None:
+            stats.privacy = self.privacy_keys
         return stripped, stats
+
+    def _mean(self, updates: List[Dict], offsets: List[int], weights: Sequence[float], holds: Optional[np.ndarray],
+              sparse: bool) -> AggregateResult:
+        """The coordinate-wise mean on the path the updates take: the kernel (slices, index sets, masks), label split
+        (the output layer's rows over their label's holders, HeteroFL's combine) or rolling windows (FedRolex)."""
+        if sparse or (holds is None and not any(offsets)):
+            return aggregate_updates(self.shapes, updates, weights, self.gate_blocks, backend=self.aggregation_backend)
+        if holds is not None:
+            return aggregate_label_split(self.specs, updates, offsets, weights, holds, self.output_layer,
+                                         backend=self.aggregation_backend)
+        return aggregate_windows(self.specs, updates, offsets, weights, backend=self.aggregation_backend)
+
+    def set_privacy(self, settings) -> None:
+        """Differential privacy of every later update (a :class:`~hasfl_ray.aggregation.privacy.PrivacySettings`,
+        its count and clip those of the run so far), or None: off."""
+        self.privacy = settings
 
     def evaluate(self) -> Tuple[float, float]:
         """(accuracy, loss) of the full-width global model on the test set (or its ``eval_indices``)."""
