@@ -171,6 +171,15 @@ class RunConfigFields:
     async_rho: Optional[float] = None
     eval_every_updates: Optional[int] = None
     eval_every_seconds: Optional[float] = None
+    # client-level differential privacy (docs/privacy.md, hasfl_ray/config/privacy.py; all unset: off): the noise
+    # multiplier z, the clip C (default 1), the adaptive-clipping quantile, delta (default clients^-1.1), the target
+    # epsilon the run stops before exceeding, and the accountant (rdp, default, or pld)
+    dp_noise_multiplier: Optional[float] = None
+    dp_clip: Optional[float] = None
+    dp_adaptive_quantile: Optional[float] = None
+    dp_delta: Optional[float] = None
+    dp_epsilon: Optional[float] = None
+    dp_accountant: Optional[str] = None
 
     def __post_init__(self) -> None:
         from hasfl_ray.config.checks import check_fields
