@@ -136,10 +136,8 @@ def settings(config: Any, history) -> Any:
                            updates=done, quantile=config.dp_adaptive_quantile, count_noise=count_noise(config))
 
 
-def start(engine: Any) -> None:
-    """At the start of a run (or a resume): the server's settings, and the refusal of a budget the next update
-    would already exceed (one sentence). Nothing without DP."""
-    engine.dp_updates = None
+def check_budget(engine: Any) -> None:
+    """Refuse (one sentence, while the run is prepared) a budget the next update would already exceed."""
     c = engine.config
     if not enabled(c):
         return
@@ -148,6 +146,16 @@ def start(engine: Any) -> None:
         raise ConfigError(f"dp_epsilon is {c.dp_epsilon!r} but {'one more' if state.updates else 'a single'} update "
                           f"would reach epsilon {epsilon(c, state.updates + 1):.4g} at delta {delta_of(c):.3g} "
                           f"(noise multiplier {c.dp_noise_multiplier!r}); expected a larger budget or more noise")
+
+
+def start(engine: Any) -> None:
+    """At the start of a run (or a resume): the server's settings (its update count and clip those of the rounds
+    run so far). Nothing without DP."""
+    engine.dp_updates = None
+    c = engine.config
+    if not enabled(c):
+        return
+    state = settings(c, engine.history)
     engine.dp_updates = state.updates
     engine.stopping = engine.stopping or c.dp_epsilon is not None  # each line recorded before the next round
     engine.backend.set_privacy(state)
@@ -188,4 +196,4 @@ def noise_std(config: Any, clip: float, holders: int) -> float:
 
 
 __all__ = ["accountant_of", "delta_of", "dp_event", "enabled", "epsilon", "line_keys", "noise_std", "sampling_of",
-           "settings", "start", "summary_keys"]
+           "settings", "start", "summary_keys", "check_budget"]
