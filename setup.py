@@ -68,7 +68,9 @@ setup(
                     # RUN/events/ for `tensorboard --logdir runs/` (written only when tensorboard imports)
                     "tensorboard": ["tensorboard>=2.14"],
                     # experiment trackers (--track, docs/notebook.md) and the notebook's DataFrame
-                    "mlflow": ["mlflow>=2.10"], "wandb": ["wandb>=0.16"], "notebook": ["pandas>=2", "ipykernel>=6"]},
+                    "mlflow": ["mlflow>=2.10"], "wandb": ["wandb>=0.16"], "notebook": ["pandas>=2", "ipykernel>=6"],
+                    # client-level differential privacy's accountant (--dp-noise-multiplier, docs/privacy.md)
+                    "privacy": ["dp-accounting>=0.4"]},
     entry_points={"console_scripts": ["hasfl-ray=hasfl_ray.cli.entry:main"]},
     ext_modules=ext_modules,
     cmdclass=cmdclass,
