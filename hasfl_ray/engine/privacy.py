@@ -92,14 +92,35 @@ def epsilon(config: Any, updates: int) -> float:
 @functools.lru_cache(maxsize=64)
 def _epsilon_cached(key: Tuple, updates: int, config_ref: Any) -> float:
     config = config_ref.config
-    import dp_accounting
     from dp_accounting import pld, rdp
 
-    relation = dp_accounting.NeighboringRelation.REPLACE_ONE
-    accountant = rdp.RdpAccountant(neighboring_relation=relation) if accountant_of(config) == "rdp" else \
-        pld.PLDAccountant(neighboring_relation=relation)
+    if accountant_of(config) == "rdp":  # one update's RDP, times the count: what compose(event, count) adds up
+        orders, one = _rdp_of_one(config_ref)
+        if one is not None:
+            return float(rdp.rdp_privacy_accountant.compute_epsilon(orders, updates * one, delta_of(config))[0])
+        accountant = rdp.RdpAccountant(neighboring_relation=_relation())
+    else:
+        accountant = pld.PLDAccountant(neighboring_relation=_relation())
     accountant.compose(dp_event(config), updates)
     return float(accountant.get_epsilon(delta_of(config)))
+
+
+def _relation():
+    import dp_accounting
+
+    return dp_accounting.NeighboringRelation.REPLACE_ONE
+
+
+@functools.lru_cache(maxsize=16)
+def _rdp_of_one(config_ref: Any):
+    """(orders, the RDP of one update) from an RdpAccountant that composed one event: the per-round cost of the
+    sampled-without-replacement RDP is paid once per run; (None, None) where the accountant keeps them elsewhere."""
+    from dp_accounting import rdp
+
+    accountant = rdp.RdpAccountant(neighboring_relation=_relation())
+    accountant.compose(dp_event(config_ref.config), 1)
+    orders, one = getattr(accountant, "_orders", None), getattr(accountant, "_rdp", None)
+    return (orders, one) if orders is not None and one is not None else (None, None)
 
 
 class _Ref:
