@@ -148,3 +148,16 @@ def test_without_the_package_the_option_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "dp_accounting", None)  # import dp_accounting raises ImportError
     refused(invoke("simulate", "--rounds", "1", "--backend", "local", "--dp-noise-multiplier", "1",
                    "--out", tmp_path / "x"), "dp-accounting", ".[privacy]")
+
+
+def test_async_resume_with_adaptive_clipping_is_bit_for_bit(tmp_path):
+    extra = ["--backend", "local", "--mode", "async", "--async-rule", "fedbuff", "--concurrency", "3", "--buffer-size",
+             "2", "--devices", "lognormal", "--rounds", "4", "--dp-adaptive-quantile", "0.5", "--checkpoint-every", "1"]
+    whole = run(tmp_path, "whole", *extra)
+    out = tmp_path / "crashed"
+    assert invoke(*RUN, *extra, "--fault-inject", "trainer-error@2", "--out", out).exit_code == 1
+    resumed = invoke("simulate", "--out", out, "--resume", "--quiet")
+    assert resumed.exit_code == 0, resumed.output
+    assert summary(out)["params_sha256"] == summary(whole)["params_sha256"]
+    keys = ("dp_epsilon", "dp_clip", "dp_unclipped_noised", "dp_updates")
+    assert [[line[k] for k in keys] for line in lines(out)] == [[line[k] for k in keys] for line in lines(whole)]
