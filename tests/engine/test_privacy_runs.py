@@ -161,3 +161,24 @@ def test_async_resume_with_adaptive_clipping_is_bit_for_bit(tmp_path):
     assert summary(out)["params_sha256"] == summary(whole)["params_sha256"]
     keys = ("dp_epsilon", "dp_clip", "dp_unclipped_noised", "dp_updates")
     assert [[line[k] for k in keys] for line in lines(out)] == [[line[k] for k in keys] for line in lines(whole)]
+
+
+def test_the_local_to_ray_handover_carries_the_privacy_state(tmp_path):
+    """A run that starts in this process and hands over (here to a second local backend standing in for Ray,
+    tests/engine/test_handoff.py's pattern) adds the noise and moves the clip as a run on one backend."""
+    from tests.engine.test_handoff import StandIn
+    from hasfl_ray.engine import Engine, RunConfig
+    from hasfl_ray.engine.handoff import HandoffBackend
+
+    config = dict(backend="local", rounds=4, clients=6, clients_per_round=3, seed=5, dp_noise_multiplier=1.1,
+                  dp_clip=0.5, dp_adaptive_quantile=0.5)
+    alone = Engine(RunConfig(**config), out_dir=str(tmp_path / "alone")).run()
+    inner = StandIn()
+    inner.go.set()
+    handed = Engine(RunConfig(**config), out_dir=str(tmp_path / "handed"),
+                    backend=HandoffBackend(lambda: inner, {"backend": "stand-in"}, takeover_round=2)).run()
+    assert inner.rounds == [2, 3]
+    assert handed["params_sha256"] == alone["params_sha256"] and handed["dp_epsilon"] == alone["dp_epsilon"]
+    keys = ("dp_clip", "dp_unclipped_noised", "dp_updates")
+    assert [[line[k] for k in keys] for line in lines(tmp_path / "handed")] == \
+        [[line[k] for k in keys] for line in lines(tmp_path / "alone")]
