@@ -14,7 +14,20 @@ ACCOUNTANTS = ("rdp", "pld")
 
 def check_privacy(config: Any, bad) -> None:
     """Check the dp_* fields of a RunConfigFields (``bad(name, value, expected)`` makes the sentence)."""
+    number = registry.finite_number
     z = config.dp_noise_multiplier
+    if z is not None and (not number(z) or z <= 0):
+        raise bad("dp_noise_multiplier", z, "a number > 0 (noise std z x clip)")
+    for name, low, high, expected in (
+            ("dp_clip", 0, None, "a number > 0 (the L2 clip)"),
+            ("dp_adaptive_quantile", 0, 1, "a number in (0, 1)"),
+            ("dp_delta", 0, 1, "a number in (0, 1)"),
+            ("dp_epsilon", 0, None, "a number > 0 (the budget)")):
+        value = getattr(config, name)
+        if value is not None and (not number(value) or value <= low or (high is not None and value >= high)):
+            raise bad(name, value, expected)
+    if config.dp_accountant is not None and config.dp_accountant not in ACCOUNTANTS:
+        raise bad("dp_accountant", config.dp_accountant, "rdp or pld")
     if z is None:
         given = [k for k in DP_KEYS[1:] if getattr(config, k) is not None]
         if given:
@@ -26,19 +39,6 @@ def check_privacy(config: Any, bad) -> None:
     except ImportError:
         raise ConfigError(f"dp_noise_multiplier is {z!r} but the package dp-accounting is not installed; expected it "
                           "installed with the privacy extra: pip install \".[privacy]\" (or hasfl-ray[privacy])") from None
-    number = registry.finite_number
-    if not number(z) or z <= 0:
-        raise bad("dp_noise_multiplier", z, "a number > 0 (the noise std on the clipped sum is z times the clip)")
-    for name, low, high, expected in (
-            ("dp_clip", 0, None, "a number > 0 (the L2 bound of each client's update)"),
-            ("dp_adaptive_quantile", 0, 1, "a number in (0, 1) (the fraction of updates left unclipped)"),
-            ("dp_delta", 0, 1, "a number in (0, 1)"),
-            ("dp_epsilon", 0, None, "a number > 0 (the privacy budget the run stops before exceeding)")):
-        value = getattr(config, name)
-        if value is not None and (not number(value) or value <= low or (high is not None and value >= high)):
-            raise bad(name, value, expected)
-    if config.dp_accountant is not None and config.dp_accountant not in ACCOUNTANTS:
-        raise bad("dp_accountant", config.dp_accountant, "rdp or pld")
 
 
 __all__ = ["ACCOUNTANTS", "DP_KEYS", "check_privacy"]
