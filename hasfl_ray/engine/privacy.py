@@ -9,8 +9,9 @@ resumed run reports what an uninterrupted one reports. The sampling assumed (doc
   (``sample_participants``), so each update is dp-accounting's ``SampledWithoutReplacementDpEvent`` under the
   replace-one relation (Wang, Balle and Kasiviswanathan 2019), whose Gaussian noise multiplier is relative to the
   replace-one sensitivity of the clipped sum, 2C: z / 2;
-* ``pld`` (dp-accounting's PLDAccountant has no fixed-size sampling event) and every asynchronous run (who arrives
-  in a buffer is not a uniform sample): no amplification, a ``GaussianDpEvent`` per server update under replace-one,
+* ``pld`` (dp-accounting's PLDAccountant has no fixed-size sampling event), every asynchronous run (who arrives
+  in a buffer is not a uniform sample) and every run on the device clock (``devices``: availability and
+  over-selection decide who is invited): no amplification, a ``GaussianDpEvent`` per server update under replace-one,
   an upper bound whatever the sampling; PLD's replace-one Gaussian takes the multiplier relative to C (it doubles the
   shift itself): z.
 
@@ -54,9 +55,15 @@ def count_noise(config: Any) -> float:
     return updates_per_step(config) / 20.0 if config.dp_adaptive_quantile is not None else 0.0
 
 
+def amplified(config: Any) -> bool:
+    """Whether each update is accounted as a uniform fixed-size sample: synchronous rounds drawn by
+    ``sample_participants`` (no device clock, whose availability and over-selection decide who is invited), rdp."""
+    return config.mode != "async" and config.devices is None and accountant_of(config) == "rdp"
+
+
 def sampling_of(config: Any) -> str:
     """The sampling the accountant assumes, in words (summary.json's dp_sampling)."""
-    if config.mode != "async" and accountant_of(config) == "rdp":
+    if amplified(config):
         return (f"fixed-size: {config.clients_per_round} of {config.clients} clients without replacement each round "
                 "(replace-one)")
     return "none: each server update composed as an unamplified Gaussian mechanism (replace-one, an upper bound)"
@@ -71,7 +78,7 @@ def dp_event(config: Any):
     if rdp:  # multipliers relative to the replace-one sensitivity: 2C for the sum, 1 for the count
         parts = [dp_accounting.GaussianDpEvent(z / 2)] + ([dp_accounting.GaussianDpEvent(sigma_b)] if sigma_b else [])
         event = parts[0] if len(parts) == 1 else dp_accounting.ComposedDpEvent(parts)
-        if config.mode != "async":
+        if amplified(config):
             event = dp_accounting.SampledWithoutReplacementDpEvent(config.clients, config.clients_per_round, event)
         return event
     # PLD: relative to half the replace-one shift (C for the sum, 1/2 for the count); two Gaussians compose exactly
@@ -85,7 +92,7 @@ def epsilon(config: Any, updates: int) -> float:
     if updates <= 0:
         return 0.0
     key = (config.dp_noise_multiplier, config.dp_adaptive_quantile is not None, updates_per_step(config),
-           config.clients, config.clients_per_round, config.mode, accountant_of(config), delta_of(config))
+           config.clients, config.clients_per_round, amplified(config), accountant_of(config), delta_of(config))
     return _epsilon(key, config, updates)
 
 

@@ -182,3 +182,12 @@ def test_the_local_to_ray_handover_carries_the_privacy_state(tmp_path):
     keys = ("dp_clip", "dp_unclipped_noised", "dp_updates")
     assert [[line[k] for k in keys] for line in lines(tmp_path / "handed")] == \
         [[line[k] for k in keys] for line in lines(tmp_path / "alone")]
+
+
+def test_a_clocked_round_is_accounted_without_amplification(tmp_path):
+    """On the device clock availability decides who is invited, not a uniform draw: no sampling amplification."""
+    out = run(tmp_path, "clocked", "--backend", "local", "--devices", "lognormal", "--rounds", "2")
+    accountant = dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    accountant.compose(dp_accounting.GaussianDpEvent(1.1 / 2), 2)
+    assert lines(out)[-1]["dp_epsilon"] == accountant.get_epsilon(6 ** -1.1)
+    assert summary(out)["dp_sampling"].startswith("none")
