@@ -21,14 +21,9 @@ Adaptive clipping adds its count's Gaussian (std σ_b, replace-one sensitivity 1
 from __future__ import annotations
 
 import functools
-import logging
-import math
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Tuple
 
 from hasfl_ray.errors import ConfigError
-
-logger = logging.getLogger(__name__)
-
 
 def enabled(config: Any) -> bool:
     return getattr(config, "dp_noise_multiplier", None) is not None
@@ -218,10 +213,5 @@ def summary_keys(engine: Any) -> Dict[str, Any]:
             "dp_noise_multiplier": c.dp_noise_multiplier}
 
 
-def noise_std(config: Any, clip: float, holders: int) -> float:
-    """The std of the noise on a coordinate held by ``holders`` clients: z C / k (docs/privacy.md)."""
-    return config.dp_noise_multiplier * clip / holders if holders else math.nan
-
-
-__all__ = ["accountant_of", "delta_of", "dp_event", "enabled", "epsilon", "line_keys", "noise_std", "sampling_of",
+__all__ = ["accountant_of", "delta_of", "dp_event", "enabled", "epsilon", "line_keys", "sampling_of",
            "settings", "start", "summary_keys", "check_budget"]
