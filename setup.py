@@ -70,7 +70,9 @@ setup(
                     # experiment trackers (--track, docs/notebook.md) and the notebook's DataFrame
                     "mlflow": ["mlflow>=2.10"], "wandb": ["wandb>=0.16"], "notebook": ["pandas>=2", "ipykernel>=6"],
                     # hasfl_ray.flower: a policy as a Flower strategy, its clients as Flower clients (docs/flower.md)
-                    "flower": ["flwr[simulation]>=1.10"]},
+                    "flower": ["flwr[simulation]>=1.10"],
+                    # client-level differential privacy's accountant (--dp-noise-multiplier, docs/privacy.md)
+                    "privacy": ["dp-accounting>=0.4"]},
     entry_points={"console_scripts": ["hasfl-ray=hasfl_ray.cli.entry:main"]},
     ext_modules=ext_modules,
     cmdclass=cmdclass,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 
@@ -20,6 +20,8 @@ class AggregateResult:
         covered_fraction: fraction of all coordinates covered by at least one client.
         covered_by_layer: parameter name -> fraction of its coordinates covered by at least one client (filled by
             :meth:`hasfl_ray.engine.server.Server.apply` from the updates' shapes and offsets; empty otherwise).
+        privacy: the metrics line's keys of a differentially private update (dp_clip, dp_updates, ...;
+            :func:`hasfl_ray.aggregation.privacy.privatize`), None without DP.
     """
 
     delta: Dict[str, torch.Tensor]
@@ -27,6 +29,7 @@ class AggregateResult:
     div_den: torch.Tensor
     covered_fraction: float
     covered_by_layer: Dict[str, float] = field(default_factory=dict)
+    privacy: Optional[Dict[str, float]] = None
 
     def heterogeneity(self, eps: float = 1e-8) -> torch.Tensor:
         """The paper's estimator Ĥ_i = div_num_i / (div_den_i + eps), float64 (num_clients,)."""

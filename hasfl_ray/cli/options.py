@@ -212,6 +212,23 @@ RUN_OPTIONS = (
                  help="With --mode async: evaluate every N server updates (default 1; and after the last)."),
     click.option("--eval-every-seconds", type=float, metavar="S",
                  help="With --mode async: evaluate whenever S more simulated seconds have passed."),
+    click.option("--dp-noise-multiplier", type=float, metavar="Z",
+                 help="Client-level differential privacy (docs/privacy.md; needs the privacy extra): each update "
+                      "clipped to --dp-clip over the coordinates it holds, Gaussian noise of std Z x clip on the sum, "
+                      "divided by each coordinate's holders; epsilon in metrics.jsonl (dp_epsilon) every round."),
+    click.option("--dp-clip", type=float, metavar="C",
+                 help="With --dp-noise-multiplier: the L2 clip of each client's update (default 1; the start of "
+                      "adaptive clipping)."),
+    click.option("--dp-adaptive-quantile", type=float, metavar="GAMMA",
+                 help="With --dp-noise-multiplier: adaptive clipping (Andrew et al. 2021), the clip moved toward the "
+                      "GAMMA quantile of the update norms (e.g. 0.5)."),
+    click.option("--dp-delta", type=float, help="With --dp-noise-multiplier: delta of the (epsilon, delta) reported "
+                                                "(default clients^-1.1)."),
+    click.option("--dp-epsilon", type=float, help="With --dp-noise-multiplier: stop before a round whose update would "
+                                                  "take epsilon past this budget."),
+    click.option("--dp-accountant", type=click.Choice(["rdp", "pld"]),
+                 help="With --dp-noise-multiplier: rdp (default; fixed-size sampling without replacement) or pld "
+                      "(no sampling amplification: an upper bound), both dp-accounting's."),
     click.option("--backend", help="ray or local (one process, no Ray); default auto: ray where Ray is installed, else "
                                    "local (the Python API's rule too)."),
     click.option("--actors", type=int, help="Ray trainer actors (default: one per GPU with --device cuda, else one "

@@ -121,6 +121,9 @@ def check_fields(self) -> None:
     _check_model(self, bad)
     _check_execution(self, bad)
     _check_clock(self)
+    from hasfl_ray.config.privacy import check_privacy
+
+    check_privacy(self, bad)
     from hasfl_ray.config.asynchronous import ASYNC_KEYS, SYNC_ONLY, check_async_keys
 
     values = check_async_keys({k: getattr(self, k) for k in ("mode", "clients_per_round", *ASYNC_KEYS, *SYNC_ONLY)},

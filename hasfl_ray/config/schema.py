@@ -190,6 +190,15 @@ class RunConfigFields:
     # its keyword options (training/local_optim.py)
     local_optimizer: str = "sgd"
     local_optimizer_options: Dict[str, Any] = field(default_factory=dict)
+    # client-level differential privacy (docs/privacy.md, hasfl_ray/config/privacy.py; all unset: off): the noise
+    # multiplier z, the clip C (default 1), the adaptive-clipping quantile, delta (default clients^-1.1), the target
+    # epsilon the run stops before exceeding, and the accountant (rdp, default, or pld)
+    dp_noise_multiplier: Optional[float] = None
+    dp_clip: Optional[float] = None
+    dp_adaptive_quantile: Optional[float] = None
+    dp_delta: Optional[float] = None
+    dp_epsilon: Optional[float] = None
+    dp_accountant: Optional[str] = None
 
     def __post_init__(self) -> None:
         from hasfl_ray.config.checks import check_fields

@@ -29,7 +29,7 @@ from hasfl_ray.algorithms import Arrival
 from hasfl_ray.clock.records import width_label
 from hasfl_ray.config.asynchronous import eval_due, parse_staleness, staleness_factor
 from hasfl_ray.config.faults import parse_fault
-from hasfl_ray.engine import records
+from hasfl_ray.engine import privacy, records
 from hasfl_ray.engine.async_state import AsyncState, InFlight
 from hasfl_ray.engine.backend import RoundInterrupted
 from hasfl_ray.engine.losses import loss_keys
@@ -276,7 +276,7 @@ class AsyncLoop:
                 "participants_by_tier": {key: tiers[key] for key in sorted(tiers, key=float)},
                 "version": v + 1, "staleness_mean": float(np.mean(taus)), "staleness_max": int(max(taus)),
                 "buffer_fill": len(entries) / self.buffer_size, "in_flight": len(s.in_flight),
-                **loss_keys(results), "wall_s": None}
+                **loss_keys(results), **privacy.line_keys(e, v, aggregate), "wall_s": None}
         s.bytes_down = s.bytes_up = s.dispatched = s.dropped = s.unavailable = 0
         return line
 

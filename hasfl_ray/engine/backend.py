@@ -174,6 +174,10 @@ class Backend(ABC):
     def restore_versions(self, versions: Mapping[int, Any]) -> None:
         raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
 
+    def set_privacy(self, settings: Any) -> None:
+        """:meth:`Server.set_privacy`: differential privacy of the server's later updates (docs/privacy.md)."""
+        raise NotImplementedError
+
     def describe(self) -> Dict[str, object]:
         """What to record about the execution (actor counts, threads), for config.yaml/summary.json."""
         return {"backend": self.name}
@@ -285,6 +289,9 @@ class LocalBackend(Backend):
 
     def restore_server_momentum(self, state):
         self.server.restore_momentum(state)
+
+    def set_privacy(self, settings):
+        self.server.set_privacy(settings)
 
     def handle_result(self, handle):
         return handle

@@ -17,7 +17,7 @@ from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.clock import Invitation
 from hasfl_ray.clock.records import round_record
 from hasfl_ray.callbacks import call_start, check_callbacks
-from hasfl_ray.engine import asynchronous, evaluating, preparing, records
+from hasfl_ray.engine import asynchronous, evaluating, preparing, privacy, records
 from hasfl_ray.engine.backend import Backend, RoundInterrupted
 from hasfl_ray.aggregation.server_optim import server_call, server_state
 from hasfl_ray.engine.checkpoint import SNAPSHOT_BYTES, Checkpoint, Snapshot, save_checkpoint, state_bytes
@@ -155,6 +155,7 @@ class Engine:
                         self.events = RunEvents.open(self.rundir.path, first_round=len(self.history))
                         self.callbacks += [self.events] if self.events is not None else []
                     started = True
+                    privacy.start(self)  # the server's DP settings (docs/privacy.md); nothing without DP
                     call_start(self)
                     return self._loop()
                 except (TrainerError, PluginError) as error:
@@ -309,7 +310,7 @@ class Engine:
                 "coverage": aggregate.covered_fraction, "frozen_fraction": self.backend.frozen_fraction(),
                 "mean_h": float(h.mean()) if h is not None else None, "rejected_updates": len(rejected),
                 "frozen_by_layer": self.backend.frozen_by_layer(), "coverage_by_layer": aggregate.covered_by_layer,
-                **clocked, **records.loss_keys(results), "wall_s": None}
+                **clocked, **records.loss_keys(results), **privacy.line_keys(self, t, aggregate), "wall_s": None}
         if self.backend.overlaps_evaluation and self._may_defer(t):
             # recorded once its evaluation is in, while a later round trains; wall_s is the round's time up to here;
             # a round that checkpoints keeps the state its checkpoint holds (or is completed now when it cannot)

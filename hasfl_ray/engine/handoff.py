@@ -137,6 +137,9 @@ class HandoffBackend(Backend):
                 raise self._start_error
             self.inner.set_params(self.local.get_params())
             self.inner.restore_server_momentum(self.local.server_momentum())  # the server optimiser's m (and v)
+            privacy = getattr(getattr(self.local, "server", None), "privacy", None)
+            if privacy is not None:  # DP's update count and clip so far (docs/privacy.md) go with the parameters
+                self.inner.set_privacy(privacy)
         except Exception as error:  # noqa: BLE001 (Ray's start, or the first call to its server)
             self._start_error = None
             logger.warning("%s; the run continues in this process, results are identical", _failure(error))
@@ -217,6 +220,9 @@ class HandoffBackend(Backend):
 
     def params_sha256(self):
         return self.active.params_sha256()
+
+    def set_privacy(self, settings) -> None:
+        self.active.set_privacy(settings)
 
     def describe(self) -> Dict[str, object]:
         """The actors' plan (the inner backend's own description once it took over)."""

@@ -11,6 +11,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from hasfl_ray.callbacks import call_end, call_line, run_info
+from hasfl_ray.engine import privacy
 from hasfl_ray.clock.records import clock_summary, profile_columns
 from hasfl_ray.engine.checkpoint import Snapshot, load_checkpoint_round
 from hasfl_ray.engine.coverage import CAUSE as COVERAGE_CAUSE
@@ -179,6 +180,7 @@ def finish(engine: Any, wall_s: float) -> Dict[str, Any]:
         summary.update(clock_summary(engine.history))
     if engine.asynchronous is not None:  # server updates, clients dispatched, staleness (docs/async.md)
         summary.update(async_summary(engine))
+    summary.update(privacy.summary_keys(engine))  # epsilon at delta, the sampling assumed (docs/privacy.md)
     if engine.stopped_early is not None:  # a callback's Stop (hasfl_ray/callbacks.py)
         summary["stopped_early"] = dict(engine.stopped_early)
     if engine.rundir:

@@ -24,6 +24,8 @@ from hasfl_ray.evaluation import beats, pack_bits
 from hasfl_ray.models import build_model, extract, gate_blocks_of, register_model
 from hasfl_ray.engine.depth_eval import evaluate_depths, shape_model, shape_width
 from hasfl_ray.engine.layer_coverage import layer_coverage  # noqa: F401 (importable here)
+from hasfl_ray.engine.eval_layout import _evaluation_layout  # noqa: F401 (tests import it from here)
+from hasfl_ray.engine.server_privacy import private_mean
 from hasfl_ray.engine.statistics import StatisticsPlan, pass_batches, statistics_plan  # noqa: F401 (importable here)
 from hasfl_ray.models.resnet import sbn_statistics
 from hasfl_ray.models.slicing import ParamSpec, region, window_indices, window_linear_index
@@ -101,6 +103,7 @@ class Server:
         #: the server optimiser's state (aggregation/server_optim.py: FedAvgM's or FedBuff's momentum "m", the adaptive
         #: optimisers' "m" and "v"), name -> full shape (None: no step yet, or an optimiser without state)
         self.momentum: Optional[Dict[str, Dict[str, torch.Tensor]]] = None
+        self.privacy = self.privacy_keys = None  # differential privacy (set_privacy), off by default
 
     def get_params(self) -> Dict[str, torch.Tensor]:
         return {name: t.detach().cpu().clone() for name, t in self.params.items()}
@@ -205,10 +208,12 @@ class Server:
             return [], AggregateResult({}, empty, empty, 0.0, dict.fromkeys(self.specs, 0.0))
         updates = [{name: to_device(t, self.device) for name, t in r.update.items()} for r in accepted]
         offsets = [r.offset for r in accepted]
-        aggregate = self._aggregate(updates, offsets, accepted_weights, accepted)
+        holds = None if self.label_masks is None else self.label_masks[[r.client for r in accepted]]
+        aggregate = self._aggregate(updates, offsets, accepted_weights, holds) if self.privacy is None else \
+            private_mean(self, updates, offsets, holds, [r.client for r in accepted])  # docs/privacy.md
         with torch.no_grad():  # w + η_g Δ̄ for every parameter first: the global model never holds a non-finite value
             updated, steps = server_update(optimizer, self.params, aggregate.delta, server_lr, self.momentum,
-                                           lambda: self._covered(updates, offsets, accepted_weights, accepted))
+                                           lambda: self._covered(updates, offsets, accepted_weights, holds))
             broken = [name for name, tensor in updated.items() if not bool(torch.isfinite(tensor).all())]
             if broken:
                 raise NonFiniteModelError(f"the round's aggregate would make the global model non-finite (parameter "
@@ -225,30 +230,36 @@ class Server:
         stripped = list(accepted) if keep_updates else [dataclasses.replace(r, update={}) for r in accepted]
         stats = AggregateResult({}, div_num.cpu(), div_den.cpu(), aggregate.covered_fraction,
                                 {**layer_coverage(self.specs, updates, offsets), **aggregate.covered_by_layer})
+        if self.privacy is not None:
+            stats.privacy = self.privacy_keys
         return stripped, stats
 
-    def _aggregate(self, updates, offsets, weights, accepted) -> AggregateResult:
-        """The coordinate-wise mean of the accepted ``updates``: index sets or masks, label split, rolling windows or
-        leading slices, each by its own aggregation."""
+    def _aggregate(self, updates, offsets, weights, holds) -> AggregateResult:
+        """The coordinate-wise mean of ``updates``: index sets or masks, label split (``holds``: the clients' label
+        rows, HeteroFL's combine), rolling windows or leading slices, each by its own aggregation."""
         if has_sparse(updates):  # index sets or masks: the kernel takes them as they are
-            if self.label_masks is not None or any(offsets) or self.estimator == "common-core":
+            if holds is not None or any(offsets) or self.estimator == "common-core":
                 raise ValueError("index-set or masked updates cannot be combined with label splits, rolling windows "
                                  "or --estimator common-core in one round; expected leading slices beside them")
             return aggregate_updates(self.shapes, updates, weights, self.gate_blocks, backend=self.aggregation_backend)
-        if self.label_masks is not None:  # the output layer's rows over their label's holders (HeteroFL's combine)
-            return aggregate_label_split(self.specs, updates, offsets, weights,
-                                         self.label_masks[[r.client for r in accepted]], self.output_layer,
+        if holds is not None:  # the output layer's rows over their label's holders (HeteroFL's combine)
+            return aggregate_label_split(self.specs, updates, offsets, weights, holds, self.output_layer,
                                          backend=self.aggregation_backend)
         if any(offsets):  # rolling windows (FedRolex); leading slices take the kernel directly
             return aggregate_windows(self.specs, updates, offsets, weights, backend=self.aggregation_backend)
         return aggregate_updates(self.shapes, updates, weights, self.gate_blocks, backend=self.aggregation_backend)
 
-    def _covered(self, updates, offsets, weights, accepted) -> Dict[str, torch.Tensor]:
+    def _covered(self, updates, offsets, weights, holds) -> Dict[str, torch.Tensor]:
         """Name -> bool mask of the coordinates the round's mean covers: the same aggregation of ones (so whatever
         covers a coordinate there covers it here, label splits and windows included)."""
         ones = [{name: with_values(t, torch.ones_like(t.values)) if isinstance(t, SPARSE_TYPES) else
                  torch.ones_like(t) for name, t in update.items()} for update in updates]
-        return {name: t != 0 for name, t in self._aggregate(ones, offsets, weights, accepted).delta.items()}
+        return {name: t != 0 for name, t in self._aggregate(ones, offsets, weights, holds).delta.items()}
+
+    def set_privacy(self, settings) -> None:
+        """Differential privacy of every later update (a :class:`~hasfl_ray.aggregation.privacy.PrivacySettings`,
+        its count and clip those of the run so far), or None: off."""
+        self.privacy = settings
 
     def evaluate(self) -> Tuple[float, float]:
         """(accuracy, loss) of the full-width global model on the test set (or its ``eval_indices``)."""
@@ -377,22 +388,4 @@ class Server:
 
     def params_sha256(self) -> str:
         return params_sha256(self.params)
-
-
-def _to_channels_last(module: nn.Module, args):
-    """Forward pre-hook: a 4-D input in channels-last memory order (its values unchanged)."""
-    x = args[0]
-    return (x.contiguous(memory_format=torch.channels_last),) + tuple(args[1:]) if x.dim() == 4 else None
-
-
-def _evaluation_layout(model: nn.Module) -> nn.Module:
-    """A sub-model built for evaluation below width 1, in channels-last memory order when it convolves: on a CPU its
-    convolutions and max-pooling run 1.5-2.5x faster so (the digits CNN at widths 0.25-0.75: 15.6 ms -> 7.1 ms a pass
-    over the test set). Its logits may differ from the default layout's in the last bits (another convolution
-    kernel), the same on every backend, since the server alone evaluates; the full-width model, whose evaluation is
-    ``test_accuracy``, keeps the layout it always had."""
-    if any(isinstance(m, nn.Conv2d) for m in model.modules()):
-        model = model.to(memory_format=torch.channels_last)
-        model.register_forward_pre_hook(_to_channels_last)
-    return model
 

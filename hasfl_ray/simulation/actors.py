@@ -227,6 +227,9 @@ class ServerActor:
     def restore_momentum(self, state: Packed) -> None:
         self.server.restore_momentum(unpack(state))
 
+    def set_privacy(self, settings: Any) -> None:
+        self.server.set_privacy(settings)
+
     def frozen_fraction(self) -> float:
         return self.server.frozen_fraction()
 

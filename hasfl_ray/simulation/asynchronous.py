@@ -131,5 +131,9 @@ class AsyncTransport:
     def restore_server_momentum(self, state: Optional[Mapping[str, Any]]) -> None:
         self._from_server(self.server.restore_momentum.remote(pack(state)))
 
+    def set_privacy(self, settings: Any) -> None:
+        """:meth:`Server.set_privacy` on the server actor (docs/privacy.md)."""
+        self._from_server(self.server.set_privacy.remote(settings))
+
 
 __all__ = ["AsyncHandle", "AsyncTransport"]

@@ -14,6 +14,7 @@ STREAM_LOCAL_EVAL = 9  # the clients a local-accuracy pass scores beyond local_e
 # (keyed by client), and each round's invitations and dropouts (keyed by round); numbers far from the others' so
 # that new kinds elsewhere never collide with them.
 STREAM_DEVICES, STREAM_AVAILABILITY, STREAM_CLOCK = 20, 21, 22
+STREAM_PRIVACY = 23  # DP noise of the aggregate, keyed by the DP update's number (hasfl_ray/aggregation/privacy.py)
 
 
 def stream_seed(*key: int) -> int:

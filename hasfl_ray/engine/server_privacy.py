@@ -1,0 +1,27 @@
+"""The server's differentially private mean (docs/privacy.md): each accepted update clipped over the coordinates its
+client holds, the count-weighted sum noised and divided by each coordinate's holders
+(:func:`hasfl_ray.aggregation.privacy.privatize`), on the same aggregation path the round's updates take without
+privacy (:meth:`hasfl_ray.engine.server.Server._aggregate`: slices, windows, label split, index sets, masks)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+
+def private_mean(server: Any, updates: List[Dict], offsets: List[int], holds: Optional[np.ndarray],
+                 clients: Sequence[int]) -> Any:
+    """The round's noised mean (an AggregateResult); ``server.privacy_keys`` set to the round's privacy keys."""
+    from hasfl_ray.aggregation.privacy import privatize
+
+    def mean_of(ups, extra):  # extra: one more client holding every coordinate (privacy.holder_counts)
+        rows = holds if holds is None or not extra else np.vstack([holds, np.ones_like(holds[:1])])
+        offs = offsets + [offsets[0]] if extra else offsets
+        return server._aggregate(ups, offs, [1.0] * len(ups), rows)
+
+    aggregate, server.privacy_keys = privatize(mean_of, server.shapes, updates, list(clients), server.privacy)
+    return aggregate
+
+
+__all__ = ["private_mean"]
