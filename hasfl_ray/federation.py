@@ -190,13 +190,19 @@ _PARTITION = re.compile(r"(dirichlet|balanced-dirichlet|iid)|(classes|classes-ev
 def parse_partition(spec: Any) -> Tuple[str, Optional[int]]:
     """(scheme, k) of a ``partition`` value: ``dirichlet``, ``iid``, ``classes:K`` (HeteroFL's and FedRolex's
     non-IID-K), ``classes-even:K`` (exactly K classes a client) or ``shards:S`` (K, S positive integers; k None for
-    the first two); one sentence otherwise."""
+    the first two); one sentence otherwise. A Flower Datasets partitioner (``flwr:iid``, ``flwr:dirichlet:ALPHA``,
+    ..., :mod:`hasfl_ray.data.flower`) is its canonical spelling as the scheme, k None."""
+    if isinstance(spec, str) and spec.strip().startswith("flwr:"):
+        from hasfl_ray.data.flower import normalise_flwr
+
+        return normalise_flwr(spec), None
     match = _PARTITION.fullmatch(spec.strip()) if isinstance(spec, str) else None
     if match is None or (match.group(3) is not None and int(match.group(3)) < 1):
         raise ConfigError(f"partition is {_shown(spec)}; expected dirichlet (label skew of --alpha, the default), "
                           "balanced-dirichlet (FIARSE's), iid, classes:K (HeteroFL's non-IID-K, e.g. classes:2), "
                           "classes-even:K (exactly K classes "
-                          "per client) or shards:S (S label-sorted shards per client, e.g. shards:2)")
+                          "per client), shards:S (S label-sorted shards per client, e.g. shards:2) or a Flower Datasets "
+                          "partitioner (flwr:iid, flwr:dirichlet:ALPHA, ...)")
     if match.group(1):
         return match.group(1), None
     return match.group(2), int(match.group(3))

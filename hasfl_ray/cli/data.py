@@ -59,6 +59,10 @@ def partition_rule(dataset_name: str, partition: str, alpha: float) -> str:
     if not getattr(lookup("dataset", dataset_name), "label_partitions", False):
         return "the dataset's own clients (no label partition applies)"
     scheme, k = parse_partition(partition)
+    if scheme.startswith("flwr:"):
+        from hasfl_ray.data.flower import flwr_rule
+
+        return flwr_rule(scheme)
     return {"dirichlet": f"Dirichlet label skew, alpha {alpha:g}",
             "balanced-dirichlet": f"FIARSE's balanced Dirichlet: label proportions Dirichlet(alpha {alpha:g}) a client, "
                                   "equal client sizes",
