@@ -234,6 +234,10 @@ def lookup(kind: str, name: Any) -> type:
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{kind} is {name!r}; expected a registered name or FILE.py:Class / MODULE:Class")
     if is_spec(name):
+        if name not in _SPECS[kind] and kind == "dataset" and name.startswith("hf:"):  # a Hugging Face dataset
+            from hasfl_ray.data.hub import hub_dataset_class
+
+            _SPECS[kind][name] = hub_dataset_class(name)
         if name not in _SPECS[kind]:
             _SPECS[kind][name] = _load_spec(kind, name)
         return _SPECS[kind][name]

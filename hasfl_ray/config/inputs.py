@@ -92,8 +92,8 @@ def _inputs(config: Any) -> Tuple[Dict[str, str], List[str]]:
             found["devices"] = digest
     for key in ("dataset", "algorithm", "model"):
         spec = getattr(config, key, None)
-        if isinstance(spec, str) and ":" in spec:
-            _plugin_sources(key, spec, found, reasons)
+        if isinstance(spec, str) and ":" in spec and not (key == "dataset" and spec.startswith("hf:")):
+            _plugin_sources(key, spec, found, reasons)  # (hf: is hasfl_ray's own reader: only its data is hashed)
     spec = getattr(config, "dataset", None)
     if isinstance(spec, str) and ":" in spec:
         _data_files(config, spec, found, reasons)
