@@ -9,70 +9,16 @@ sorted distinct ids; same indices: ascending row order) in a fraction of its tim
 
 from __future__ import annotations
 
-import re
 import warnings
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from hasfl_ray.errors import ConfigError
+from hasfl_ray.federation import FLWR_EXPECTED, FLWR_SCHEMES, is_flwr, normalise_flwr, parse_flwr  # noqa: F401
 
 #: The sentence for a run asking for what the ``hub`` extra brings.
 HUB_EXTRA = 'pip install ".[hub]"'
-
-#: The ``flwr:`` schemes and their parameter: (name, kind of parameter or None, what it means).
-FLWR_SCHEMES = {"iid": None, "dirichlet": "alpha", "pathological": "classes", "shard": "shards",
-                "natural_id": "column"}
-
-_FLWR = re.compile(r"flwr:([a-z_]+)(?::(.+))?")
-
-FLWR_EXPECTED = ("flwr:iid, flwr:dirichlet:ALPHA (ALPHA > 0), flwr:pathological:K (K classes per client), "
-                 "flwr:shard:S (S shards per client) or flwr:natural_id:COLUMN (one client per distinct value of "
-                 "COLUMN)")
-
-
-def is_flwr(spec: Any) -> bool:
-    """Whether ``spec`` names a Flower Datasets partitioner (``flwr:...``)."""
-    return isinstance(spec, str) and spec.strip().startswith("flwr:")
-
-
-def parse_flwr(spec: str) -> Tuple[str, Any]:
-    """(scheme, parameter) of a ``flwr:`` partition (parameter: None, a float alpha, an int K or S, a column name);
-    one sentence (ConfigError) for an unknown scheme or a bad parameter."""
-    text = spec.strip()
-    match = _FLWR.fullmatch(text)
-    if match is None or match.group(1) not in FLWR_SCHEMES:
-        raise ConfigError(f"partition is {spec!r}; expected a Flower Datasets partitioner: {FLWR_EXPECTED}")
-    scheme, raw = match.group(1), match.group(2)
-    kind = FLWR_SCHEMES[scheme]
-    if kind is None:
-        if raw is not None:
-            raise ConfigError(f"partition is {spec!r}; expected flwr:{scheme} with no parameter")
-        return scheme, None
-    if raw is None or not raw.strip():
-        raise ConfigError(f"partition is {spec!r}; expected flwr:{scheme}:{kind.upper()} ({FLWR_EXPECTED})")
-    if kind == "column":
-        return scheme, raw.strip()
-    if kind == "alpha":
-        try:
-            alpha = float(raw)
-        except ValueError:
-            alpha = float("nan")
-        if not np.isfinite(alpha) or alpha <= 0:
-            raise ConfigError(f"partition is {spec!r}; expected flwr:dirichlet:ALPHA with ALPHA a number above 0 "
-                              "(e.g. flwr:dirichlet:0.5)")
-        return scheme, alpha
-    if not raw.strip().isdigit() or int(raw) < 1:
-        raise ConfigError(f"partition is {spec!r}; expected flwr:{scheme}:{kind[0].upper()} with "
-                          f"{kind[0].upper()} a positive integer (e.g. flwr:{scheme}:2)")
-    return scheme, int(raw)
-
-
-def normalise_flwr(spec: str) -> str:
-    """The canonical spelling of a ``flwr:`` partition (``flwr:dirichlet:0.5``)."""
-    scheme, value = parse_flwr(spec)
-    return f"flwr:{scheme}" if value is None else f"flwr:{scheme}:{value:g}" if isinstance(value, float) \
-        else f"flwr:{scheme}:{value}"
 
 
 def require_hub(what: str) -> None:
