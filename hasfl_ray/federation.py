@@ -193,9 +193,8 @@ FLWR_SCHEMES = {"iid": None, "dirichlet": "alpha", "pathological": "classes", "s
 
 _FLWR = re.compile(r"flwr:([a-z_]+)(?::(.+))?")
 
-FLWR_EXPECTED = ("flwr:iid, flwr:dirichlet:ALPHA (ALPHA > 0), flwr:pathological:K (K classes per client), "
-                 "flwr:shard:S (S shards per client) or flwr:natural_id:COLUMN (one client per distinct value of "
-                 "COLUMN)")
+FLWR_EXPECTED = ("flwr:iid, flwr:dirichlet:ALPHA, flwr:pathological:K, flwr:shard:S or flwr:natural_id:COLUMN "
+                 "(docs/datasets.md)")
 
 
 def is_flwr(spec: Any) -> bool:
@@ -209,7 +208,7 @@ def parse_flwr(spec: str) -> Tuple[str, Any]:
     text = spec.strip()
     match = _FLWR.fullmatch(text)
     if match is None or match.group(1) not in FLWR_SCHEMES:
-        raise ConfigError(f"partition is {spec!r}; expected a Flower Datasets partitioner: {FLWR_EXPECTED}")
+        raise ConfigError(f"partition is {spec!r}; expected {FLWR_EXPECTED}")
     scheme, raw = match.group(1), match.group(2)
     kind = FLWR_SCHEMES[scheme]
     if kind is None:

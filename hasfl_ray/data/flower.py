@@ -91,10 +91,11 @@ def _flower_parts(scheme: str, value: Any, labels: np.ndarray, num_clients: int,
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # pyarrow's deprecation inside Flower's sort
             return [np.asarray(chosen.load_partition(i)["row"], dtype=np.int64) for i in range(num_clients)]
-    except (ValueError, IndexError) as error:  # Flower's refusal (too few samples, too many shards, ...)
-        text = " ".join(str(error).split())[:200].rstrip(".")
+    except Exception as error:  # noqa: BLE001 (Flower's refusal: a ValueError, or a ZeroDivisionError for shards)
+        text = " ".join(str(error).split())[:60].rstrip(".")
         raise ConfigError(f"partition is {spec!r} but Flower Datasets refuses it for {num_clients} clients and "
-                          f"{len(labels)} samples ({text}); expected settings Flower's partitioner accepts") from None
+                          f"{len(labels)} samples ({type(error).__name__}: {text}); expected settings its "
+                          "partitioner accepts") from None
 
 
 def flwr_rule(spec: str) -> str:

@@ -60,17 +60,22 @@ def read_hub(spec: str):
         try:
             loaded = datasets.load_from_disk(location)
         except Exception as error:  # noqa: BLE001 (datasets raises FileNotFoundError, ValueError, ArrowInvalid...)
-            raise DataError(f"dataset {spec!r}: {location!r} is not a dataset saved by save_to_disk "
-                            f"({type(error).__name__}: {' '.join(str(error).split())[:120]}); expected a folder "
-                            "written by datasets' save_to_disk") from None
+            raise DataError(f"dataset {spec!r} is not a dataset saved by save_to_disk ({type(error).__name__}); "
+                            "expected a folder that datasets' save_to_disk wrote") from None
     else:
-        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # never download: the hub cache only
+        before = os.environ.get("HF_DATASETS_OFFLINE")
+        os.environ["HF_DATASETS_OFFLINE"] = "1"  # never download: the hub cache only
         try:
             loaded = datasets.load_dataset(location)
         except Exception as error:  # noqa: BLE001
-            raise DataError(f"dataset {spec!r}: {location!r} is neither a folder nor a dataset in the hub cache "
-                            f"({type(error).__name__}); expected a save_to_disk folder or a dataset already in the "
-                            "Hugging Face cache (nothing is downloaded)") from None
+            raise DataError(f"dataset {spec!r} is neither a folder nor a dataset in the hub cache "
+                            f"({type(error).__name__}); expected a save_to_disk folder or a cached dataset (nothing "
+                            "is downloaded)") from None
+        finally:
+            if before is None:
+                os.environ.pop("HF_DATASETS_OFFLINE", None)
+            else:
+                os.environ["HF_DATASETS_OFFLINE"] = before
     if isinstance(loaded, datasets.DatasetDict):
         if "train" not in loaded:
             raise DataError(f"dataset {spec!r} has splits {', '.join(loaded)}; expected a 'train' split")
@@ -102,8 +107,8 @@ def image_array(spec: str, table, column: str) -> np.ndarray:
     floats in [0, 1]); one sentence for a text column, ragged or non-square images."""
     feature = table.features[column]
     if getattr(feature, "dtype", None) == "string":
-        raise DataError(f"dataset {spec!r}: column {column!r} holds text, which hf: does not read yet (image "
-                        "columns only); expected an image column, or --dataset shakespeare for character-level text")
+        raise DataError(f"dataset {spec!r}: column {column!r} holds text, which hf: does not read yet; expected "
+                        "an image column")
     rows = table.with_format("numpy")[column]
     try:
         images = np.stack([np.asarray(row) for row in rows]) if not isinstance(rows, np.ndarray) or \
