@@ -47,11 +47,17 @@ BEHAVE_EXPECTED = ("a FedScale client_behave_trace pickle: {client id: {'duratio
                    "'active'}}")
 
 
+class _RefusedGlobal(pickle.UnpicklingError):
+    """A pickle asked for a global (a class, a function): never imported, never called."""
+
+
 class _PlainUnpickler(pickle.Unpickler):
     """Builds what pickle's own opcodes build (dicts, lists, tuples, numbers, strings); every global is refused."""
 
     def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"{module}.{name}")
+        if all(part.isidentifier() for part in module.split(".")) and name.isidentifier():
+            raise _RefusedGlobal(f"{module}.{name}")
+        raise pickle.UnpicklingError("no pickle")  # text read as a GLOBAL opcode ('c' + a line): not a pickle
 
 
 def load_plain(path: str, what: str, expected: str) -> Any:
@@ -59,12 +65,10 @@ def load_plain(path: str, what: str, expected: str) -> Any:
     payload = read_regular(path, what)
     try:
         return _PlainUnpickler(io.BytesIO(payload)).load()
-    except pickle.UnpicklingError as error:
-        text = str(error)
-        if "." in text and " " not in text:  # a refused global
-            raise DataError(f"{what} {path!r} asks to build {text}, which a trace never holds (refused, not "
-                            f"executed); expected {expected}") from None
-        raise DataError(f"{what} {path!r} is not a readable pickle ({text[:80]}); expected {expected}") from None
+    except _RefusedGlobal as error:
+        text = " ".join(str(error).split())[:60]
+        raise DataError(f"{what} {path!r} asks to build {text}, which a trace never holds (refused, not "
+                        f"executed); expected {expected}") from None
     except Exception as error:  # noqa: BLE001 (EOFError, ValueError, MemoryError... of a corrupt file)
         raise DataError(f"{what} {path!r} is not a readable pickle ({type(error).__name__}); expected "
                         f"{expected}") from None
