@@ -42,9 +42,8 @@ from hasfl_ray.files import read_regular
 PREFIX = "fedscale:"
 CAPACITY_KEYS = ("computation", "communication")
 BEHAVE_KEYS = ("active", "inactive", "finish_time")
-CAPACITY_EXPECTED = "a FedScale client_device_capacity pickle: {client id: {'computation': ms, 'communication': kbps}}"
-BEHAVE_EXPECTED = ("a FedScale client_behave_trace pickle: {client id: {'duration', 'inactive', 'finish_time', "
-                   "'active'}}")
+CAPACITY_EXPECTED = "FedScale's client_device_capacity format (docs/clock.md)"
+BEHAVE_EXPECTED = "FedScale's client_behave_trace format (docs/clock.md)"
 
 
 class _RefusedGlobal(pickle.UnpicklingError):

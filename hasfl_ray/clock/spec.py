@@ -64,9 +64,8 @@ def within_bounds(kind: str, value: Any) -> bool:
     return finite_number(value) and low <= value <= high  # (low is 1 for a rate: never 0)
 
 #: ``devices`` in words, for the sentences that refuse one.
-DEVICES_EXPECTED = ("a trace file PATH.csv, fedscale:PATH (FedScale's client_device_capacity), lognormal or pareto, "
-                    "or a mapping with one of trace (a CSV path), tiers "
-                    "(one device per width) or distribution (lognormal or pareto and its parameters)")
+DEVICES_EXPECTED = ("a trace PATH.csv, fedscale:PATH, lognormal or pareto, or a mapping of one of trace, fedscale, "
+                    "tiers or distribution (docs/clock.md)")
 
 
 def _shown(value: Any) -> str:
@@ -198,9 +197,9 @@ def normalise_availability(value: Any) -> Optional[str]:
         return "fedscale:" + value.strip()[len("fedscale:"):].strip()  # FedScale's client_behave_trace pickle
     markov = parse_markov(value)
     if markov is None:
-        raise _refuse("availability", value, f"always, trace, or markov:ON,OFF (mean seconds available and "
-                                             f"unavailable, each in [{MIN_PERIOD:g}, {MAX_SECONDS:g}]), e.g. "
-                                             "markov:3600,1800, or fedscale:PATH (FedScale's client_behave_trace)")
+        raise _refuse("availability", value, f"always, trace, fedscale:PATH or markov:ON,OFF (mean seconds on "
+                                             f"and off, each in [{MIN_PERIOD:g}, {MAX_SECONDS:g}]), e.g. "
+                                             "markov:3600,1800")
     return f"markov:{markov[0]:g},{markov[1]:g}"
 
 
