@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from hasfl_ray.data.base import Dataset, FederatedDataset, TensorFederatedDataset
-from hasfl_ray.data.flower import flwr_partition, is_flwr, parse_flwr, require_hub
+from hasfl_ray.data.flower import column_array, flwr_clients, is_flwr, parse_flwr, require_hub
 from hasfl_ray.data.images import MIN_CLIENT_SIZE, channel_statistics
 from hasfl_ray.data.partition import partition_splits
 from hasfl_ray.errors import ConfigError, DataError
@@ -181,7 +181,7 @@ def load_hub(spec: str, num_clients: int, alpha: float, seed: int, partition: st
         if column not in train.column_names:
             raise DataError(f"partition is {partition!r} but dataset {spec!r} has no column {column!r}; expected one "
                             f"of {', '.join(train.column_names)}")
-        ids = np.asarray(train.with_format("numpy")[column])
+        ids = column_array(train, column)
     if test is not None:
         test_images, test_labels = image_array(spec, test, image_col), label_array(spec, test, label_col)
         train_rows = np.arange(len(labels))
@@ -197,10 +197,8 @@ def load_hub(spec: str, num_clients: int, alpha: float, seed: int, partition: st
     mean, std = channel_statistics(train_images)
     names, test_parts, label_split = None, None, None
     if natural:
-        parts = flwr_partition(partition, train_labels, num_clients, seed, {parse_flwr(partition)[1]: ids[train_rows]})
-        from hasfl_ray.data.flower import natural_id_partition
-
-        names = [str(value) for value in natural_id_partition(ids[train_rows])[1]]
+        ids = ids.take(train_rows) if hasattr(ids, "take") and not isinstance(ids, np.ndarray) else ids[train_rows]
+        parts, names = flwr_clients(partition, train_labels, num_clients, seed, {parse_flwr(partition)[1]: ids})
     else:
         parts, test_parts, label_split = partition_splits(train_labels, test_labels, num_clients, partition, alpha,
                                                           np.random.default_rng(seed), min_size=MIN_CLIENT_SIZE,

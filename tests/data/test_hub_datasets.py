@@ -131,3 +131,14 @@ def test_bad_columns_are_one_sentence(tmp_path, query, partition, clients, words
     for word in words:
         assert word in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_a_column_read_at_once_keeps_a_selected_views_rows():
+    from hasfl_ray.data.flower import column_array
+
+    table = datasets.Dataset.from_dict({"writer": ["c", "a", "b", "a", "c"], "n": [5, 1, 2, 1, 5]})
+    view = table.select([4, 3, 0])  # an indices mapping over the Arrow table
+    assert column_array(view, "writer").to_pylist() == ["c", "a", "c"]
+    assert column_array(view, "n").tolist() == [5, 1, 5]
+    parts, distinct = natural_id_partition(column_array(table, "writer"))
+    assert distinct.tolist() == ["a", "b", "c"] and [p.tolist() for p in parts] == [[1, 3], [2], [0, 4]]
