@@ -109,10 +109,12 @@ def image_array(spec: str, table, column: str) -> np.ndarray:
     if getattr(feature, "dtype", None) == "string":
         raise DataError(f"dataset {spec!r}: column {column!r} holds text, which hf: does not read yet; expected "
                         "an image column")
-    rows = table.with_format("numpy")[column]
+    images = _nested_lists(table, column)
     try:
-        images = np.stack([np.asarray(row) for row in rows]) if not isinstance(rows, np.ndarray) or \
-            rows.dtype == object else rows
+        if images is None:  # PIL images, arrays: one batch through datasets' numpy formatting
+            rows = table.select_columns([column]).with_format("numpy")[:][column]
+            images = np.stack([np.asarray(row) for row in rows]) if not isinstance(rows, np.ndarray) or \
+                rows.dtype == object else rows
     except ValueError:
         raise DataError(f"dataset {spec!r}: the images of column {column!r} differ in shape; expected images of "
                         "one size") from None
@@ -130,9 +132,32 @@ def image_array(spec: str, table, column: str) -> np.ndarray:
     return np.ascontiguousarray(images.astype(np.uint8))
 
 
+def _nested_lists(table, column: str) -> Optional[np.ndarray]:
+    """A column of equal-shaped nested lists of numbers (``List(List(Value('uint8')))``, what ``from_dict`` makes of
+    arrays) as one numpy array straight from its Arrow buffers; None for any other column (or ragged lists)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if getattr(table, "_indices", None) is not None:
+        table = table.flatten_indices()
+    values = table.data.column(column).combine_chunks()
+    shape = [len(values)]
+    while pa.types.is_list(values.type) or pa.types.is_large_list(values.type) or \
+            pa.types.is_fixed_size_list(values.type):
+        lengths = pc.list_value_length(values)
+        low, high = pc.min(lengths).as_py(), pc.max(lengths).as_py()
+        if low is None or low != high or values.null_count:
+            return None
+        shape.append(low)
+        values = values.flatten()
+    if len(shape) < 3 or not (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)):
+        return None
+    return values.to_numpy(zero_copy_only=False).reshape(shape)
+
+
 def label_array(spec: str, table, column: str) -> np.ndarray:
     """int64 labels of ``table``'s label column (class indices >= 0); one sentence otherwise."""
-    labels = np.asarray(table.with_format("numpy")[column])
+    labels = np.asarray(table.select_columns([column]).with_format("numpy")[:][column])
     if not np.issubdtype(labels.dtype, np.integer) or (labels.size and labels.min() < 0):
         raise DataError(f"dataset {spec!r}: label column {column!r} holds {labels.dtype} values; expected class "
                         "indices 0, 1, 2, ... (a ClassLabel or integer column)")

@@ -142,3 +142,14 @@ def test_a_column_read_at_once_keeps_a_selected_views_rows():
     assert column_array(view, "n").tolist() == [5, 1, 5]
     parts, distinct = natural_id_partition(column_array(table, "writer"))
     assert distinct.tolist() == ["a", "b", "c"] and [p.tolist() for p in parts] == [[1, 3], [2], [0, 4]]
+
+
+def test_ragged_or_non_square_images_are_one_sentence(tmp_path):
+    ragged = {"img": [np.zeros((4, 4), np.uint8)] * 30 + [np.zeros((5, 5), np.uint8)] * 30, "label": [0, 1] * 30}
+    datasets.Dataset.from_dict(ragged).save_to_disk(str(tmp_path / "ragged"))
+    with pytest.raises(DataError, match="differ in shape"):
+        load_hub(f"hf:{tmp_path / 'ragged'}", 2, 0.5, 0, "iid")
+    wide = {"img": [np.zeros((4, 6), np.uint8)] * 60, "label": [0, 1] * 30}
+    datasets.Dataset.from_dict(wide).save_to_disk(str(tmp_path / "wide"))
+    with pytest.raises(DataError, match="expected square images"):
+        load_hub(f"hf:{tmp_path / 'wide'}", 2, 0.5, 0, "iid")
