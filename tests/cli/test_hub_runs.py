@@ -98,3 +98,14 @@ def test_a_folder_that_is_no_dataset_and_a_name_not_in_the_cache(tmp_path, monke
     refused(invoke("data", "inspect", "--dataset", f"hf:{tmp_path / 'junk'}"), "not a dataset saved by save_to_disk")
     refused(invoke("data", "inspect", "--dataset", "hf:nobody/no-such-set"), "neither a folder nor a dataset in the "
             "hub cache")
+
+
+@pytest.mark.parametrize("args", [("--dataset", "hf:some/folder"), ("--partition", "flwr:iid")])
+def test_without_the_hub_extra_the_option_names_it(tmp_path, monkeypatch, args):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "datasets" else real(name, *a))
+    result = invoke("simulate", *args, "--clients", 3, "--clients-per-round", 2, "--rounds", 1, "--backend", "local",
+                    "--out", tmp_path / "run")
+    refused(result, "needs the datasets package", 'pip install ".[hub]"')
