@@ -253,8 +253,8 @@ def parse_partition(spec: Any) -> Tuple[str, Optional[int]]:
         raise ConfigError(f"partition is {_shown(spec)}; expected dirichlet (label skew of --alpha, the default), "
                           "balanced-dirichlet (FIARSE's), iid, classes:K (HeteroFL's non-IID-K, e.g. classes:2), "
                           "classes-even:K (exactly K classes "
-                          "per client), shards:S (S label-sorted shards per client, e.g. shards:2) or a Flower Datasets "
-                          "partitioner (flwr:iid, flwr:dirichlet:ALPHA, ...)")
+                          "per client), flwr:... (Flower Datasets') or shards:S (S label-sorted shards per client, e.g. "
+                          "shards:2)")
     if match.group(1):
         return match.group(1), None
     return match.group(2), int(match.group(3))
