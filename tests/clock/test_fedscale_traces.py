@@ -125,3 +125,15 @@ def test_a_file_that_is_not_a_pickle(tmp_path):
     path.write_bytes(b"client,computation\n1,2\n")
     with pytest.raises(DataError, match="not a readable pickle"):
         read_capacity(str(path), 2, 1000)
+
+
+def test_the_config_forms_of_fedscale_traces():
+    from hasfl_ray.clock.spec import normalise_availability, normalise_devices
+    from hasfl_ray.errors import ConfigError
+
+    assert normalise_devices("fedscale: traces/cap") == {"fedscale": "traces/cap"}
+    assert normalise_devices({"fedscale": "traces/cap"}) == {"fedscale": "traces/cap"}
+    assert normalise_availability(" fedscale:traces/behave") == "fedscale:traces/behave"
+    for bad in ({"fedscale": "x", "tiers": []}, {"fedscale": ""}, "fedscale:"):
+        with pytest.raises(ConfigError, match="devices is"):
+            normalise_devices(bad)
