@@ -80,7 +80,8 @@ def data() -> None:
 
 @data.command()
 @click.option("--dataset", "dataset_name", default="digits", show_default=True, metavar="NAME|FILE.py:Class",
-              help=f"Which dataset: {', '.join(DATASETS)}, or a plug-in FILE.py:Class / MODULE:Class "
+              help=f"Which dataset: {', '.join(DATASETS)}, hf:PATH_OR_NAME (a Hugging Face image dataset, "
+                   "docs/datasets.md#hub), or a plug-in FILE.py:Class / MODULE:Class "
                    "(docs/plugins.md#datasets), loaded as simulate loads it.")
 @click.option("--data-dir", type=click.Path(), help="A torchvision root (emnist, cifar10, cifar100); LEAF JSON, a "
               "folder of per-play texts or one play text (shakespeare). Default: ./data.")

@@ -26,7 +26,9 @@ _OWN = object()
 #: The shared options, in --help order.
 RUN_OPTIONS = (
     click.option("--dataset", help="digits (embedded, default), emnist, cifar10, cifar100, shakespeare, synthetic, "
-                                   "or a plug-in: FILE.py:Class or MODULE:Class (docs/plugins.md)."),
+                                   "hf:PATH_OR_NAME[?image=COL&label=COL] (a Hugging Face image dataset, extra hub: "
+                                   "docs/datasets.md#hub), or a plug-in: FILE.py:Class or MODULE:Class "
+                                   "(docs/plugins.md)."),
     click.option("--data-dir", type=click.Path(), help="Where the dataset lives (a torchvision root for images)."),
     click.option("--download", is_flag=True, default=None, help="Download the dataset if it is missing."),
     click.option("--algorithm", help="hasfl (default), heterofl, fjord, uniform, random-budget, fedavg, fedprox, "
