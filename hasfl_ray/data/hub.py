@@ -5,8 +5,8 @@ folder, by ``datasets.load_from_disk``) or from the hub cache offline (``dataset
 Columns are named in the spec: ``hf:PATH?image=img&label=label`` (default: the column of ``Image`` feature, else the
 one called ``image`` or ``img``; the ``ClassLabel`` column, else ``label`` or ``labels``). Images become uint8
 N x C x H x W tensors standardised per channel with the training split's statistics, as the other image sets; the
-training split is partitioned by ``--partition`` (``flwr:natural_id:COLUMN`` reads any column). Text columns are
-refused in one sentence (not yet read; the character-level reader is hasfl_ray/data/shakespeare.py's).
+training split is partitioned by ``--partition`` (``flwr:natural_id:COLUMN`` reads any column). ``?text=COLUMN`` reads
+a text column character by character instead (:mod:`hasfl_ray.data.hub_text`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from hasfl_ray.errors import ConfigError, DataError
 
 PREFIX = "hf:"
 TEST_FRACTION = 0.2
-_KEYS = ("image", "label")
+_KEYS = ("image", "label", "text")
 
 
 def is_hub(name: Any) -> bool:
@@ -44,7 +44,7 @@ def parse_hub(spec: str) -> Tuple[str, Dict[str, str]]:
     for key, value in columns.items():
         if key not in _KEYS or not value:
             raise ConfigError(f"dataset is {spec!r} but {key}={value!r} is not a column choice; expected "
-                              "image=COLUMN and/or label=COLUMN")
+                              "image=COLUMN and label=COLUMN, or text=COLUMN")
     return location, columns
 
 
@@ -107,8 +107,8 @@ def image_array(spec: str, table, column: str) -> np.ndarray:
     floats in [0, 1]); one sentence for a text column, ragged or non-square images."""
     feature = table.features[column]
     if getattr(feature, "dtype", None) == "string":
-        raise DataError(f"dataset {spec!r}: column {column!r} holds text, which hf: does not read yet; expected "
-                        "an image column")
+        raise DataError(f"dataset {spec!r}: column {column!r} holds text; expected an image column, or "
+                        f"?text={column} for text")
     images = _nested_lists(table, column)
     try:
         if images is None:  # PIL images, arrays: one batch through datasets' numpy formatting
@@ -196,6 +196,10 @@ def load_hub(spec: str, num_clients: int, alpha: float, seed: int, partition: st
     permutation of seed 0, as digits)."""
     train, test = read_hub(spec)
     _, given = parse_hub(spec)
+    if "text" in given:  # character-level text, one client per author (data/hub_text.py)
+        from hasfl_ray.data.hub_text import load_hub_text
+
+        return load_hub_text(spec, train, given["text"], num_clients, seed, partition)
     image_col = _column(spec, train, "image", given.get("image"))
     label_col = _column(spec, train, "label", given.get("label"))
     images, labels = image_array(spec, train, image_col), label_array(spec, train, label_col)
@@ -240,7 +244,11 @@ def load_hub(spec: str, num_clients: int, alpha: float, seed: int, partition: st
 def hub_dataset_class(spec: str) -> type:
     """The dataset plug-in class of the ``hf:`` spec (``lookup("dataset", "hf:...")``); the hub extra is asked for
     in one sentence where it is not installed."""
-    parse_hub(spec)
+    _, given = parse_hub(spec)
     require_hub(f"dataset {spec!r}")
+    extra = {}
+    if "text" in given:  # trained as Shakespeare is: its model and protocol defaults
+        extra = dict(model="shakespeare", defaults=dict(rounds=200, local_epochs=1, lr=0.1, clip_norm=5.0,
+                                                        batch_size=10))
     return type("HubDataset_" + "".join(c if c.isalnum() else "_" for c in spec)[:60], (HubDataset,),
-                {"spec": spec, "__module__": __name__})
+                {"spec": spec, "__module__": __name__, **extra})

@@ -81,7 +81,7 @@ def test_bad_partitions_are_one_sentence(saved, tmp_path, args, words):
 
 @pytest.mark.parametrize("query, words", [
     ("?image=nope&label=y", ("no column 'nope'",)),
-    ("?image=caption&label=y", ("holds text",)),
+    ("?image=caption&label=y", ("holds text", "?text=caption")),
     ("?label=y&image=img&colour=red", ("colour='red' is not a column choice",)),
 ])
 def test_bad_columns_are_one_sentence(saved, tmp_path, query, words):
@@ -109,3 +109,15 @@ def test_without_the_hub_extra_the_option_names_it(tmp_path, monkeypatch, args):
     result = invoke("simulate", *args, "--clients", 3, "--clients-per-round", 2, "--rounds", 1, "--backend", "local",
                     "--out", tmp_path / "run")
     refused(result, "needs the datasets package", 'pip install ".[hub]"')
+
+
+def test_a_text_run_by_author(tmp_path):
+    import datasets
+
+    lines = [f"line {i} of the play, spoken with some words to fill a window." for i in range(60)]
+    datasets.Dataset.from_dict({"line": lines, "who": ["A", "B"] * 30}).save_to_disk(str(tmp_path / "txt"))
+    out = tmp_path / "run"
+    result = invoke("simulate", "--dataset", f"hf:{tmp_path / 'txt'}?text=line", "--partition", "flwr:natural_id:who",
+                    "--clients", 2, "--clients-per-round", 2, "--rounds", 1, "--backend", "local", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "lr: 0.1" in (out / "config.yaml").read_text()  # Shakespeare's protocol defaults

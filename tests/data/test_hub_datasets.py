@@ -153,3 +153,40 @@ def test_ragged_or_non_square_images_are_one_sentence(tmp_path):
     datasets.Dataset.from_dict(wide).save_to_disk(str(tmp_path / "wide"))
     with pytest.raises(DataError, match="expected square images"):
         load_hub(f"hf:{tmp_path / 'wide'}", 2, 0.5, 0, "iid")
+
+
+def write_text_dataset(path, rows=90, words=12):
+    rng = np.random.default_rng(0)
+    lines = [" ".join(rng.choice(["love", "night", "thou", "art", "fair", "O"], size=words)) + "." for _ in range(rows)]
+    who = [("ROMEO", "JULIET", "NURSE")[i % 3] for i in range(rows)]
+    datasets.Dataset.from_dict({"line": lines, "character": who, "n": list(range(rows))}).save_to_disk(str(path))
+    return lines, who
+
+
+def test_a_text_column_is_read_character_by_character_one_client_per_author(tmp_path):
+    from hasfl_ray.data.base import TextFederatedDataset
+    from hasfl_ray.data.shakespeare import SEQ_LEN, decode
+
+    lines, who = write_text_dataset(tmp_path / "txt")
+    data = load_hub(f"hf:{tmp_path / 'txt'}?text=line", 3, 0.5, 0, "flwr:natural_id:character")
+    assert isinstance(data, TextFederatedDataset) and data.model == "shakespeare"
+    assert data.client_names == ["JULIET", "NURSE", "ROMEO"]  # NaturalIdPartitioner's sorted order
+    stream = decode(data.stream)
+    for client, name in enumerate(data.client_names):
+        text = " ".join(line for line, author in zip(lines, who) if author == name)
+        x, y = data.client_batch(client, torch.tensor([0]))
+        assert text.startswith(decode(x[0])) and decode(y) == text[SEQ_LEN]  # its own text, window by window
+        assert text in stream
+    assert data.test_size > 0
+
+
+@pytest.mark.parametrize("partition, rows, words", [
+    ("dirichlet", 90, "expected --partition flwr:natural_id:COLUMN"),
+    ("flwr:natural_id:character", 3, "characters; expected enough"),
+])
+def test_text_needs_natural_clients_with_enough_text(tmp_path, partition, rows, words):
+    write_text_dataset(tmp_path / "txt", rows=rows)
+    with pytest.raises(DataError, match=words):
+        load_hub(f"hf:{tmp_path / 'txt'}?text=line", 3, 0.5, 0, partition)
+    with pytest.raises(DataError, match="is not text"):
+        load_hub(f"hf:{tmp_path / 'txt'}?text=n", 3, 0.5, 0, "flwr:natural_id:character")
