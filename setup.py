@@ -72,7 +72,9 @@ setup(
                     # hasfl_ray.flower: a policy as a Flower strategy, its clients as Flower clients (docs/flower.md)
                     "flower": ["flwr[simulation]>=1.10"],
                     # client-level differential privacy's accountant (--dp-noise-multiplier, docs/privacy.md)
-                    "privacy": ["dp-accounting>=0.4"]},
+                    "privacy": ["dp-accounting>=0.4"],
+                    # --dataset hf:PATH_OR_NAME and --partition flwr:... (docs/datasets.md)
+                    "hub": ["datasets>=2.16", "flwr-datasets>=0.5"]},
     entry_points={"console_scripts": ["hasfl-ray=hasfl_ray.cli.entry:main"]},
     ext_modules=ext_modules,
     cmdclass=cmdclass,

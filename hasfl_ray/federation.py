@@ -187,16 +187,74 @@ PARTITION_SCHEMES = ("dirichlet", "balanced-dirichlet", "iid", "classes:K", "cla
 _PARTITION = re.compile(r"(dirichlet|balanced-dirichlet|iid)|(classes|classes-even|shards):(\d+)")
 
 
+#: The ``flwr:`` schemes and their parameter: (name, kind of parameter or None, what it means).
+FLWR_SCHEMES = {"iid": None, "dirichlet": "alpha", "pathological": "classes", "shard": "shards",
+                "natural_id": "column"}
+
+_FLWR = re.compile(r"flwr:([a-z_]+)(?::(.+))?")
+
+FLWR_EXPECTED = ("flwr:iid, flwr:dirichlet:ALPHA, flwr:pathological:K, flwr:shard:S or flwr:natural_id:COLUMN "
+                 "(docs/datasets.md)")
+
+
+def is_flwr(spec: Any) -> bool:
+    """Whether ``spec`` names a Flower Datasets partitioner (``flwr:...``)."""
+    return isinstance(spec, str) and spec.strip().startswith("flwr:")
+
+
+def parse_flwr(spec: str) -> Tuple[str, Any]:
+    """(scheme, parameter) of a ``flwr:`` partition (parameter: None, a float alpha, an int K or S, a column name);
+    one sentence (ConfigError) for an unknown scheme or a bad parameter."""
+    text = spec.strip()
+    match = _FLWR.fullmatch(text)
+    if match is None or match.group(1) not in FLWR_SCHEMES:
+        raise ConfigError(f"partition is {spec!r}; expected {FLWR_EXPECTED}")
+    scheme, raw = match.group(1), match.group(2)
+    kind = FLWR_SCHEMES[scheme]
+    if kind is None:
+        if raw is not None:
+            raise ConfigError(f"partition is {spec!r}; expected flwr:{scheme} with no parameter")
+        return scheme, None
+    if raw is None or not raw.strip():
+        raise ConfigError(f"partition is {spec!r}; expected flwr:{scheme}:{kind.upper()} ({FLWR_EXPECTED})")
+    if kind == "column":
+        return scheme, raw.strip()
+    if kind == "alpha":
+        try:
+            alpha = float(raw)
+        except ValueError:
+            alpha = float("nan")
+        if not math.isfinite(alpha) or alpha <= 0:
+            raise ConfigError(f"partition is {spec!r}; expected flwr:dirichlet:ALPHA with ALPHA a number above 0 "
+                              "(e.g. flwr:dirichlet:0.5)")
+        return scheme, alpha
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise ConfigError(f"partition is {spec!r}; expected flwr:{scheme}:{kind[0].upper()} with "
+                          f"{kind[0].upper()} a positive integer (e.g. flwr:{scheme}:2)")
+    return scheme, int(raw)
+
+
+def normalise_flwr(spec: str) -> str:
+    """The canonical spelling of a ``flwr:`` partition (``flwr:dirichlet:0.5``)."""
+    scheme, value = parse_flwr(spec)
+    return f"flwr:{scheme}" if value is None else f"flwr:{scheme}:{value:g}" if isinstance(value, float) \
+        else f"flwr:{scheme}:{value}"
+
+
 def parse_partition(spec: Any) -> Tuple[str, Optional[int]]:
     """(scheme, k) of a ``partition`` value: ``dirichlet``, ``iid``, ``classes:K`` (HeteroFL's and FedRolex's
     non-IID-K), ``classes-even:K`` (exactly K classes a client) or ``shards:S`` (K, S positive integers; k None for
-    the first two); one sentence otherwise."""
+    the first two); one sentence otherwise. A Flower Datasets partitioner (``flwr:iid``, ``flwr:dirichlet:ALPHA``,
+    ..., :mod:`hasfl_ray.data.flower`) is its canonical spelling as the scheme, k None."""
+    if isinstance(spec, str) and spec.strip().startswith("flwr:"):
+        return normalise_flwr(spec), None
     match = _PARTITION.fullmatch(spec.strip()) if isinstance(spec, str) else None
     if match is None or (match.group(3) is not None and int(match.group(3)) < 1):
         raise ConfigError(f"partition is {_shown(spec)}; expected dirichlet (label skew of --alpha, the default), "
                           "balanced-dirichlet (FIARSE's), iid, classes:K (HeteroFL's non-IID-K, e.g. classes:2), "
                           "classes-even:K (exactly K classes "
-                          "per client) or shards:S (S label-sorted shards per client, e.g. shards:2)")
+                          "per client), flwr:... (Flower Datasets') or shards:S (S label-sorted shards per client, e.g. "
+                          "shards:2)")
     if match.group(1):
         return match.group(1), None
     return match.group(2), int(match.group(3))

@@ -27,6 +27,9 @@ from hasfl_ray.files import check_regular
 #: What a plug-in of each kind subclasses ("module:Class") and the package whose import registers the built-ins.
 BASE_CLASSES = {"algorithm": "hasfl_ray.algorithms.base:Algorithm", "dataset": "hasfl_ray.data.base:Dataset"}
 BUILTIN_PACKAGES = {"algorithm": "hasfl_ray.algorithms", "dataset": "hasfl_ray.data"}
+#: Spec prefixes read by hasfl_ray itself rather than imported as MODULE:Class: prefix -> the "module:function" that
+#: makes the plug-in class of such a spec (``--dataset hf:PATH_OR_NAME``, a Hugging Face dataset, docs/datasets.md).
+SPEC_PREFIXES = {"dataset": {"hf:": "hasfl_ray.data.hub:hub_dataset_class"}}
 #: The largest magnitude a real-valued config key or option may take: training runs in float32, where anything
 #: larger is infinity.
 FLOAT32_MAX = 3.4028234663852886e38
@@ -234,6 +237,9 @@ def lookup(kind: str, name: Any) -> type:
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{kind} is {name!r}; expected a registered name or FILE.py:Class / MODULE:Class")
     if is_spec(name):
+        prefix = next((p for p in SPEC_PREFIXES.get(kind, {}) if name.startswith(p)), None)
+        if name not in _SPECS[kind] and prefix is not None:  # a reader of hasfl_ray's own (hf:PATH_OR_NAME)
+            _SPECS[kind][name] = _import_attribute(SPEC_PREFIXES[kind][prefix])(name)
         if name not in _SPECS[kind]:
             _SPECS[kind][name] = _load_spec(kind, name)
         return _SPECS[kind][name]

@@ -140,6 +140,8 @@ def clock_line(config: Mapping[str, Any]) -> str:
     devices = config.get("devices")
     if isinstance(devices, Mapping) and "trace" in devices:
         what = f"trace {devices['trace']}"
+    elif isinstance(devices, Mapping) and "fedscale" in devices:
+        what = f"FedScale trace {devices['fedscale']}"
     elif isinstance(devices, Mapping) and "tiers" in devices:
         what = "per-tier devices"
     elif isinstance(devices, Mapping) and "distribution" in devices:

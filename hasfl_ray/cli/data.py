@@ -59,6 +59,10 @@ def partition_rule(dataset_name: str, partition: str, alpha: float) -> str:
     if not getattr(lookup("dataset", dataset_name), "label_partitions", False):
         return "the dataset's own clients (no label partition applies)"
     scheme, k = parse_partition(partition)
+    if scheme.startswith("flwr:"):
+        from hasfl_ray.data.flower import flwr_rule
+
+        return flwr_rule(scheme)
     return {"dirichlet": f"Dirichlet label skew, alpha {alpha:g}",
             "balanced-dirichlet": f"FIARSE's balanced Dirichlet: label proportions Dirichlet(alpha {alpha:g}) a client, "
                                   "equal client sizes",
@@ -76,7 +80,8 @@ def data() -> None:
 
 @data.command()
 @click.option("--dataset", "dataset_name", default="digits", show_default=True, metavar="NAME|FILE.py:Class",
-              help=f"Which dataset: {', '.join(DATASETS)}, or a plug-in FILE.py:Class / MODULE:Class "
+              help=f"Which dataset: {', '.join(DATASETS)}, hf:PATH_OR_NAME (a Hugging Face image dataset, "
+                   "docs/datasets.md#hub), or a plug-in FILE.py:Class / MODULE:Class "
                    "(docs/plugins.md#datasets), loaded as simulate loads it.")
 @click.option("--data-dir", type=click.Path(), help="A torchvision root (emnist, cifar10, cifar100); LEAF JSON, a "
               "folder of per-play texts or one play text (shakespeare). Default: ./data.")

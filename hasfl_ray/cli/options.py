@@ -16,7 +16,8 @@ PARTITION_HELP = ("Label partition of the image sets: dirichlet ({default}--alph
                   "Dirichlet(--alpha) proportions, equal client sizes), iid, classes:K (K classes per client, "
                   "HeteroFL's non-IID-K with each client's own test shard, e.g. classes:2), classes-even:K (exactly K "
                   "classes per client, each class split evenly over its holders) or shards:S (S label-sorted shards "
-                  "per client, McMahan et al.'s, e.g. shards:2); docs/datasets.md")
+                  "per client, McMahan et al.'s, e.g. shards:2), or Flower Datasets' partitioners flwr:iid, "
+                  "flwr:dirichlet:ALPHA, flwr:pathological:K, flwr:shard:S, flwr:natural_id:COLUMN; docs/datasets.md")
 
 #: Where a command's own options go among the shared ones (:func:`run_options`): after --checkpoint-every, where
 #: simulate's --resume always stood in its --help.
@@ -25,7 +26,9 @@ _OWN = object()
 #: The shared options, in --help order.
 RUN_OPTIONS = (
     click.option("--dataset", help="digits (embedded, default), emnist, cifar10, cifar100, shakespeare, synthetic, "
-                                   "or a plug-in: FILE.py:Class or MODULE:Class (docs/plugins.md)."),
+                                   "hf:PATH_OR_NAME[?image=COL&label=COL] (a Hugging Face image dataset, extra hub: "
+                                   "docs/datasets.md#hub), or a plug-in: FILE.py:Class or MODULE:Class "
+                                   "(docs/plugins.md)."),
     click.option("--data-dir", type=click.Path(), help="Where the dataset lives (a torchvision root for images)."),
     click.option("--download", is_flag=True, default=None, help="Download the dataset if it is missing."),
     click.option("--algorithm", help="hasfl (default), heterofl, fjord, uniform, random-budget, fedavg, fedprox, "
@@ -158,11 +161,13 @@ RUN_OPTIONS = (
                       "directory; a folder of other files is refused."),
     click.option("--devices", metavar="SPEC",
                  help="Time rounds on a device population (docs/clock.md): a trace PATH.csv (e.g. "
-                      "configs/devices/sample-trace.csv), or lognormal or pareto (seeded speeds, mobile bandwidths); "
+                      "configs/devices/sample-trace.csv), fedscale:PATH (FedScale's client_device_capacity pickle), or "
+                      "lognormal or pareto (seeded speeds, mobile bandwidths); "
                       "per-tier devices in a YAML config. Records simulated time and bytes; off by default."),
     click.option("--availability", metavar="MODEL",
                  help="With --devices: always, trace (the trace's intervals; the default when it has them) or "
-                      "markov:ON,OFF (a seeded on/off chain of mean ON and OFF seconds)."),
+                      "markov:ON,OFF (a seeded on/off chain of mean ON and OFF seconds) or fedscale:PATH (FedScale's "
+                      "client_behave_trace pickle)."),
     click.option("--deadline", type=float, help="With --devices: a round's deadline in simulated seconds."),
     click.option("--deadline-policy", metavar="[drop|partial|overselect]",
                  help="What becomes of a late update: drop (default; discarded and counted), partial (the client "

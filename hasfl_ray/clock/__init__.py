@@ -26,6 +26,10 @@ def make_clock(config: Any, model_name: str, num_samples: np.ndarray, p_max: np.
     n = config.clients
     if "trace" in spec:
         profiles = read_trace(spec["trace"], n, client_names)
+    elif "fedscale" in spec:  # FedScale's capacity pickle: ms a sample -> MACs/s of this model (clock/fedscale.py)
+        from hasfl_ray.clock.fedscale import read_capacity
+
+        profiles = read_capacity(spec["fedscale"], n, WidthCosts(model_name).macs(1.0))
     elif "tiers" in spec:
         profiles = tier_profiles(spec["tiers"], np.asarray(p_max, dtype=np.float64))
     else:
@@ -33,7 +37,12 @@ def make_clock(config: Any, model_name: str, num_samples: np.ndarray, p_max: np.
     if config.availability == "trace" and profiles.intervals is None:
         raise ConfigError(f"availability is 'trace' but device trace {spec['trace']!r} has no availability column "
                           "with intervals; expected one, or availability always or markov:ON,OFF")
-    availability = make_availability(config.availability, profiles.intervals, config.effective_data_seed)
+    if isinstance(config.availability, str) and config.availability.startswith("fedscale:"):
+        from hasfl_ray.clock.fedscale import read_behave
+
+        availability = read_behave(config.availability[len("fedscale:"):], n)
+    else:
+        availability = make_availability(config.availability, profiles.intervals, config.effective_data_seed)
     return Clock(profiles, availability, WidthCosts(model_name), np.asarray(num_samples, dtype=np.int64),
                  config.batch_size, config.local_epochs, config.seed, config.deadline, config.deadline_policy,
                  config.overselect, config.dropout, config.local_steps)

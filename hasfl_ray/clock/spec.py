@@ -64,8 +64,8 @@ def within_bounds(kind: str, value: Any) -> bool:
     return finite_number(value) and low <= value <= high  # (low is 1 for a rate: never 0)
 
 #: ``devices`` in words, for the sentences that refuse one.
-DEVICES_EXPECTED = ("a trace file PATH.csv, lognormal or pareto, or a mapping with one of trace (a CSV path), tiers "
-                    "(one device per width) or distribution (lognormal or pareto and its parameters)")
+DEVICES_EXPECTED = ("a trace PATH.csv, fedscale:PATH, lognormal or pareto, or a mapping of one of trace, fedscale, "
+                    "tiers or distribution (docs/clock.md)")
 
 
 def _shown(value: Any) -> str:
@@ -98,10 +98,18 @@ def normalise_devices(value: Any) -> Optional[Dict[str, Any]]:
             return normalise_devices({"distribution": text.lower()})
         if text.lower().endswith(".csv"):
             return {"trace": text}
+        if text.startswith("fedscale:") and text[len("fedscale:"):].strip():  # FedScale's capacity pickle
+            return {"fedscale": text[len("fedscale:"):].strip()}
         raise _refuse("devices", value, DEVICES_EXPECTED)
     if not isinstance(value, Mapping):
         raise _refuse("devices", value, DEVICES_EXPECTED)
     values = _keys(value)
+    if "fedscale" in values:
+        path = values["fedscale"]
+        if len(values) != 1 or not isinstance(path, str) or not path.strip():
+            raise _refuse("devices", value, "{fedscale: PATH} (FedScale's client_device_capacity pickle, "
+                                            "docs/clock.md) and no other key")
+        return {"fedscale": path.strip()}
     kinds = [k for k in ("trace", "tiers", "distribution") if k in values]
     if len(kinds) != 1:
         raise _refuse("devices", value, DEVICES_EXPECTED)
@@ -185,10 +193,12 @@ def normalise_availability(value: Any) -> Optional[str]:
         return None
     if value in ("always", "trace"):
         return value
+    if isinstance(value, str) and value.strip().startswith("fedscale:") and value.strip()[len("fedscale:"):].strip():
+        return "fedscale:" + value.strip()[len("fedscale:"):].strip()  # FedScale's client_behave_trace pickle
     markov = parse_markov(value)
     if markov is None:
-        raise _refuse("availability", value, f"always, trace, or markov:ON,OFF (mean seconds available and "
-                                             f"unavailable, each in [{MIN_PERIOD:g}, {MAX_SECONDS:g}]), e.g. "
+        raise _refuse("availability", value, f"always, trace, fedscale:PATH or markov:ON,OFF (mean seconds on "
+                                             f"and off, each in [{MIN_PERIOD:g}, {MAX_SECONDS:g}]), e.g. "
                                              "markov:3600,1800")
     return f"markov:{markov[0]:g},{markov[1]:g}"
 

@@ -90,10 +90,16 @@ def _inputs(config: Any) -> Tuple[Dict[str, str], List[str]]:
         digest = file_sha256(trace.strip())
         if digest:
             found["devices"] = digest
+    for key, path in (("devices", devices.get("fedscale") if isinstance(devices, dict) else None),
+                      ("availability", getattr(config, "availability", None))):
+        if isinstance(path, str) and (key == "devices" or path.startswith("fedscale:")):  # FedScale's pickles
+            digest = file_sha256(path[len("fedscale:"):] if key == "availability" else path)
+            if digest:
+                found[key] = digest
     for key in ("dataset", "algorithm", "model"):
         spec = getattr(config, key, None)
-        if isinstance(spec, str) and ":" in spec:
-            _plugin_sources(key, spec, found, reasons)
+        if isinstance(spec, str) and ":" in spec and not (key == "dataset" and spec.startswith("hf:")):
+            _plugin_sources(key, spec, found, reasons)  # (hf: is hasfl_ray's own reader: only its data is hashed)
     spec = getattr(config, "dataset", None)
     if isinstance(spec, str) and ":" in spec:
         _data_files(config, spec, found, reasons)
@@ -261,7 +267,9 @@ def input_name(name: str, stored: Any) -> str:
     if rest.startswith("data "):
         return f"dataset data file {rest[len('data '):]!r}"
     source = stored.get(name) if hasattr(stored, "get") else None  # the trace's path, or the plug-in's spec
-    source = source.get("trace") if isinstance(source, dict) else source
+    source = source.get("trace", source.get("fedscale")) if isinstance(source, dict) else source
+    if isinstance(source, str) and source.startswith("fedscale:"):
+        return f"{name} file {source[len('fedscale:'):]!r}"
     if isinstance(source, str) and ":" in source:
         location = source.rpartition(":")[0]
         by_path = location.endswith(".py") or os.sep in location or "/" in location

@@ -52,7 +52,7 @@ def load_digits_federated(num_clients: int, alpha: float, seed: int,
     train_x, train_y = x[train_idx].contiguous(), y[train_idx].contiguous()
     test_y = y[test_idx].contiguous()
     parts, test_parts, label_split = partition_splits(train_y.numpy(), test_y.numpy(), num_clients, partition, alpha,
-                                                      np.random.default_rng(seed), min_size=10)
+                                                      np.random.default_rng(seed), min_size=10, seed=seed)
     return TensorFederatedDataset("digits", "digits", 10, train_x, train_y, x[test_idx].contiguous(), test_y,
                                   [torch.from_numpy(p) for p in parts],
                                   client_test_indices=None if test_parts is None else

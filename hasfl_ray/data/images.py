@@ -63,7 +63,8 @@ def partitioned_image_dataset(name: str, num_classes: int, train_images: np.ndar
     """
     mean, std = channel_statistics(train_images)
     parts, test_parts, label_split = partition_splits(train_labels, test_labels, num_clients, partition, alpha,
-                                                      np.random.default_rng(seed), min_size=MIN_CLIENT_SIZE)
+                                                      np.random.default_rng(seed), min_size=MIN_CLIENT_SIZE,
+                                                      seed=seed)
     return TensorFederatedDataset(
         name, name, num_classes,
         torch.from_numpy(np.ascontiguousarray(train_images)), torch.from_numpy(train_labels.astype(np.int64)),

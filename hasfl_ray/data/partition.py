@@ -86,7 +86,7 @@ def partition_labels(labels: np.ndarray, num_clients: int, spec: str, alpha: flo
 
 
 def partition_splits(labels: np.ndarray, test_labels: Optional[np.ndarray], num_clients: int, spec: str,
-                     alpha: float, rng: np.random.Generator, min_size: int = 10
+                     alpha: float, rng: np.random.Generator, min_size: int = 10, seed: Optional[int] = None
                      ) -> Tuple[List[np.ndarray], Optional[List[np.ndarray]], Optional[List[List[int]]]]:
     """Split sample indices over clients by the scheme ``spec`` names (config ``partition``: ``dirichlet``, ``iid``,
     ``classes:K``, ``classes-even:K``, ``shards:S``; :func:`hasfl_ray.federation.parse_partition`), every draw from
@@ -97,10 +97,16 @@ def partition_splits(labels: np.ndarray, test_labels: Optional[np.ndarray], num_
     Returns:
         (per client a sorted int64 array of indices into ``labels``, per client its test indices into
         ``test_labels`` or None, per client its labels or None): the test shards and label split only for
-        ``classes:K`` (given ``test_labels``).
+        ``classes:K`` (given ``test_labels``). ``flwr:...`` is Flower Datasets' partitioner seeded with ``seed`` (the
+        run's seed; drawn from ``rng`` where not given).
     """
     scheme, k = parse_partition(spec)
     labels = np.asarray(labels)
+    if scheme.startswith("flwr:"):  # Flower Datasets' own partitioner, seeded with the run's seed (data/flower.py)
+        from hasfl_ray.data.flower import flwr_partition
+
+        seed = int(rng.integers(2 ** 31)) if seed is None else seed
+        return flwr_partition(scheme, labels, num_clients, seed), None, None
     if scheme == "dirichlet":
         return dirichlet_partition(labels, num_clients, alpha, rng, min_size=min_size), None, None
     if len(labels) < num_clients:

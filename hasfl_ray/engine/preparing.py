@@ -189,7 +189,7 @@ def check_deliverable(clock: Any, devices: Any) -> None:
     spare = longest() - clock.profiles.latency
     if len(spare) and not (spare > 0).any():
         k = int(np.argmax(spare))
-        source = devices.get("trace") if isinstance(devices, dict) else devices
+        source = devices.get("trace", devices.get("fedscale")) if isinstance(devices, dict) else devices
         raise ConfigError(f"the trace {source!r} gives no client a stretch of availability longer than its latency "
                           f"(client {k}: on for at most {longest()[k]:.3g} s, latency {clock.profiles.latency[k]:.3g} "
                           "s), so in mode async no update would ever arrive and no server update happen; expected "

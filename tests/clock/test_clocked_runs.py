@@ -193,7 +193,7 @@ def test_scaffold_moves_its_control_variates_and_fedprox_computes_its_term(tmp_p
     (["--devices", "lognormal", "--dropout", "1"], "dropout is 1.0; expected a probability in [0, 1)"),
     (["--deadline", "5"], "but devices is not set"),
     (["--devices", "lognormal", "--overselect", "0.3"], "overselect is 0.3 but deadline_policy is 'drop'"),
-    (["--devices", "gamma"], "devices is 'gamma'; expected a trace file PATH.csv"),
+    (["--devices", "gamma"], "devices is 'gamma'; expected a trace PATH.csv"),
     (["--devices", "lognormal", "--availability", "markov:5"], "availability is 'markov:5'"),
     (["--devices", "lognormal", "--availability", "trace"], "availability is 'trace' but devices is"),
     (["--devices", "MISSING.csv"], "device trace 'MISSING.csv' could not be read"),

@@ -59,6 +59,7 @@ DOCUMENTED_PATHS = (
     "hasfl_ray.simulate", "hasfl_ray.load_run", "hasfl_ray.callbacks", "hasfl_ray.callbacks.Callback",
     "hasfl_ray.results", "hasfl_ray.trackers",
     "hasfl_ray.clock.cost.index_list_bytes",
+    "hasfl_ray.data.flower.natural_id_partition",
     "hasfl_ray.analysis", "hasfl_ray.analysis.clocked", "hasfl_ray.analysis.plots", "hasfl_ray.analysis.report",
     "hasfl_ray.cli.entry",
     "hasfl_ray.cli.main", "hasfl_ray.cli.reference", "hasfl_ray.cli.sections",
