@@ -1,5 +1,5 @@
 """`simulate --help` and `sweep --help` in sections (issue 45 item 5): Data, Model, Algorithm, Training, Evaluation,
-Clock, Async, Output and Backend options (sweep's own first), then Other. click has no option groups, so
+Clock, Async, Privacy, Output and Backend options (sweep's own first), then Other. click has no option groups, so
 :class:`SectionedCommand` prints its options section by section (``format_options``); parsing, and the order click
 processes options in, are click's own.
 
@@ -36,6 +36,8 @@ SECTIONS: Dict[str, Tuple[str, ...]] = {
     "Clock": ("--devices", "--availability", "--deadline", "--deadline-policy", "--overselect", "--dropout"),
     "Async": ("--mode", "--concurrency", "--async-rule", "--buffer-size", "--staleness", "--async-alpha",
               "--async-rho", "--eval-every-updates", "--eval-every-seconds"),
+    "Privacy": ("--dp-noise-multiplier", "--dp-clip", "--dp-adaptive-quantile", "--dp-delta", "--dp-epsilon",
+                "--dp-accountant"),
     "Output": ("--config", "--out", "--force", "--resume", "--checkpoint-every", "--quiet", "--track", "--json",
                "--verbose",
                "--help"),
