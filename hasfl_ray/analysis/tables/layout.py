@@ -8,7 +8,8 @@ from typing import Any, Dict, List, Mapping, Sequence
 #: The paper's names for the algorithms (tables and figures; CSV keeps the command-line names).
 DISPLAY_NAMES = {"hasfl": "HAS-FL", "hasfl (coverage off)": "HAS-FL, coverage off", "heterofl": "HeteroFL",
                  "fjord": "FjORD", "uniform": "Uniform", "random-budget": "Random-budget", "fedavg": "FedAvg",
-                 "fedprox": "FedProx", "scaffold": "SCAFFOLD", "fedrolex": "FedRolex"}
+                 "fedprox": "FedProx", "scaffold": "SCAFFOLD", "fedrolex": "FedRolex",
+                 "fiarse": "FIARSE", "fluid": "FLuID", "depthfl": "DepthFL", "scalefl": "ScaleFL", "fedgmr": "FedGMR"}
 DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "emnist": "EMNIST", "shakespeare": "Shakespeare",
                  "digits": "Digits",
                  "synthetic": "Synthetic"}
