@@ -19,9 +19,9 @@ import math
 import numbers
 from typing import Any, Dict, List, Mapping, Sequence
 
-#: The columns of every run (``local_accuracy_mean``: empty on rounds without a local-accuracy pass).
+#: The columns of every run (``local_accuracy_mean`` and ``_worst``: empty on rounds without a local-accuracy pass).
 BASE = ("round", "test_accuracy", "test_loss", "train_loss", "avg_p", "coverage", "frozen_fraction", "mean_h",
-        "rejected_updates", "local_accuracy_mean")
+        "rejected_updates", "local_accuracy_mean", "local_accuracy_worst")
 #: A clocked run's (docs/clock.md), present when its first line has ``sim_time_s``.
 CLOCKED = ("sim_time_s", "round_time_s", "idle_s", "bytes_down", "bytes_up", "invited", "late_updates",
            "dropped_updates", "partial_updates", "unavailable_clients")

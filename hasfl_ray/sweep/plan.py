@@ -221,15 +221,16 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
         if is_spec(dataset):
             lookup("dataset", dataset)  # a plug-in: one sentence for a missing file or class
         elif dataset not in DATASETS:
-            raise ConfigError(f"dataset {dataset!r} is not known; expected one of {', '.join(DATASETS)}, or a "
+            raise ConfigError(f"dataset {dataset!r} is not known; {expected_one_of(dataset, DATASETS)}, or a "
                               "plug-in FILE.py:Class / MODULE:Class")
     for algorithm in algorithms:
         if is_spec(algorithm) and algorithm not in variants:
             lookup("algorithm", algorithm)  # a plug-in: one sentence for a missing file or class
         elif algorithm not in registered("algorithm") and algorithm not in variants:
-            raise ConfigError(f"algorithm {algorithm!r} is not known; expected one of "
-                              + ", ".join(list(registered("algorithm")) + list(variants))
-                              + ", or a plug-in FILE.py:Class / MODULE:Class")
+            hint = expected_one_of(algorithm, list(registered("algorithm")) + list(variants))
+            plugin = "a plug-in FILE.py:Class / MODULE:Class"
+            raise ConfigError(f"algorithm {algorithm!r} is not known; " + (
+                f"{hint} (or {plugin})" if hint.endswith("?") else f"{hint}, or {plugin}"))
     for seed in seeds:
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
             raise ConfigError(f"{source} has seed {seed!r}; expected non-negative integers such as 42, 43, 44")

@@ -118,7 +118,7 @@ CASES = [
     (["sweep", "random-bytes.yaml", "--out", "sweep"], ["random-bytes.yaml", "not UTF-8 text"]),
     (["sweep", "gamma-nan.yaml", "--backend", "local", "--out", "sweep"], ["gamma is nan", "finite"]),
     (["sweep", "plain.yaml", "--seeds", "x", "--out", "sweep"], ["--seeds is 'x'", "comma-separated"]),
-    (["sweep", "plain.yaml", "--algorithms", "hasfll", "--out", "sweep"], ["hasfll", "expected one of"]),
+    (["sweep", "plain.yaml", "--algorithms", "hasfll", "--out", "sweep"], ["hasfll", "did you mean 'hasfl'"]),
     (["sweep", "plain.yaml", "--rounds", "0", "--out", "sweep"], ["rounds is 0", "positive integer"]),
     # cost
     (["cost", "--model", "resnet"], ["resnet", "emnist"]),

@@ -64,7 +64,7 @@ def test_server_round_puts_the_calls_results_back_in_client_order(setup):
     results = [trainer.train(ClientTask(i, 0, w, 0.05, 0), params) for i, w in ((0, 0.5), (3, 1.0), (4, 0.25))]
     actor = ServerActor("digits", params, dataset, 500, "reference", "cpu", 1)
     plain = Server("digits", params, dataset, 500, "reference", "cpu")
-    summary, new_params = actor.round([3.0, 1.0, 2.0], 1.0, [[2, 0], [1]], pack((results[2], results[0])),
+    summary, new_params = actor.round([3.0, 1.0, 2.0], 1.0, [[2, 0], [1]], None, pack((results[2], results[0])),
                                       pack((results[1],)))
     accepted, stats, frozen, frozen_layers = unpack(summary)
     _, expected = plain.apply(results, [3.0, 1.0, 2.0], 1.0)
