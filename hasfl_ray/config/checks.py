@@ -16,6 +16,7 @@ from hasfl_ray.federation import PAPER_WIDTHS, WIDTH_ASSIGNMENTS, global_width_o
 
 MAX_LR = registry.MAX_LR
 
+
 def check_fields(self) -> None:
     """Check (and normalise) every field of a :class:`~hasfl_ray.config.schema.RunConfigFields` on construction:
     one :class:`~hasfl_ray.errors.ConfigError` sentence naming the key, its value and what was expected."""
@@ -142,9 +143,11 @@ def check_fields(self) -> None:
         object.__setattr__(self, "local_optimizer", name)
         object.__setattr__(self, "local_optimizer_options", options)
 
+
 def _check_model(self, bad) -> None:
     """Validate model, model_norm, model_scaler and the sBN keys (:func:`check_model_keys`)."""
     check_model_keys(self, bad)
+
 
 def _check_ladder(self, bad) -> None:
     """Validate (and normalise) widths, width_mix, tier_counts, width_assignment and partition."""
@@ -173,6 +176,7 @@ def _check_ladder(self, bad) -> None:
         raise ConfigError(f"global_width is {self.global_width!r} but model is "
                           f"{'unset' if self.model is None else repr(self.model)}; expected a narrower global "
                           f"model only with model {', '.join(MODEL_CHOICES)} (its stages are scaled)")
+
 
 def _check_evaluation(self, bad) -> None:
     """Validate (and normalise) eval_widths, eval_every, local_eval_every and local_eval_width."""
@@ -206,6 +210,7 @@ def _check_evaluation(self, bad) -> None:
         raise ConfigError(f"local_eval_every is {self.local_eval_every} but local_eval_clients is 'off'; expected "
                           "local_eval_every 0, or local_eval_clients N or all")
 
+
 def _check_clock(self) -> None:
     """Validate (and normalise) the device clock's fields (:func:`hasfl_ray.clock.spec.check_clock_keys`)."""
     from hasfl_ray.clock.spec import check_clock_keys
@@ -214,17 +219,7 @@ def _check_clock(self) -> None:
                               self.overselect, self.dropout)
     for name, value in values.items():
         object.__setattr__(self, name, value)
-    from hasfl_ray.config.server_optimizer import SERVER_KEYS, check_server_keys
 
-    for name, value in check_server_keys({k: getattr(self, k) for k in SERVER_KEYS}, self.mode,
-                                         self.async_rule).items():
-        object.__setattr__(self, name, value)
-    if self.local_optimizer != "sgd" or self.local_optimizer_options:  # (torch is imported for another optimiser only)
-        from hasfl_ray.config.local_optimizer import check_local_optimizer
-
-        name, options = check_local_optimizer(self.local_optimizer, self.local_optimizer_options)
-        object.__setattr__(self, "local_optimizer", name)
-        object.__setattr__(self, "local_optimizer_options", options)
 
 def _check_execution(self, bad) -> None:
     """Validate the synthetic-data, Ray, checkpoint and fault-injection fields."""
@@ -262,6 +257,7 @@ def _check_execution(self, bad) -> None:
         if fault[0] == "kill-trainer" and self.backend == "local":
             raise ConfigError(f"fault_inject is {self.fault_inject!r} but backend is {self.backend!r}; expected "
                               "backend ray, whose trainer actors it kills")
+
 
 def _real(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
