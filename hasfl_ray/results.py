@@ -8,8 +8,6 @@ the global model at any width from its checkpoint (:meth:`Run.model`).
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 from typing import Any, Dict, List, Optional
 
@@ -56,30 +54,25 @@ class Run:
     :meth:`model`."""
 
     def __init__(self, path: str):
-        import yaml
+        from hasfl_ray.analysis.runfiles import read_metrics
+        from hasfl_ray.analysis.runs import _read_config, read_clients
+        from hasfl_ray.files import read_json
 
         self.path = path
         config_path = os.path.join(path, "config.yaml")
         if not os.path.isfile(config_path):
             raise ConfigError(f"run folder {path!r} has no config.yaml; expected a folder hasfl-ray simulate wrote "
                               "(--out)")
-        with open(config_path, encoding="utf-8") as handle:
-            self.config: Dict[str, Any] = yaml.safe_load(handle)
+        # the report's readers: links refused, the YAML strict and migrated from earlier versions, numbers checked
+        self.config: Dict[str, Any] = _read_config(config_path)
         summary_path = os.path.join(path, "summary.json")
-        self.summary: Optional[Dict[str, Any]] = None
-        if os.path.isfile(summary_path):
-            with open(summary_path, encoding="utf-8") as handle:
-                self.summary = json.load(handle)
-        self.history: List[Dict[str, Any]] = []
-        metrics = os.path.join(path, "metrics.jsonl")
-        if os.path.isfile(metrics):
-            with open(metrics, encoding="utf-8") as handle:
-                self.history = [json.loads(line) for line in handle if line.strip()]
-        self.clients: List[Dict[str, Any]] = []
-        clients = os.path.join(path, "clients.csv")
-        if os.path.isfile(clients):
-            with open(clients, newline="", encoding="utf-8") as handle:
-                self.clients = [{key: _number(value) for key, value in row.items()} for row in csv.DictReader(handle)]
+        self.summary: Optional[Dict[str, Any]] = read_json(summary_path, "run file", "the summary of a finished "
+                                                           "hasfl-ray run") if os.path.isfile(summary_path) else None
+        has = lambda name: os.path.isfile(os.path.join(path, name))  # noqa: E731
+        self.history: List[Dict[str, Any]] = read_metrics(path) if has("metrics.jsonl") else []
+        self.clients: List[Dict[str, Any]] = [{key: _number(value) for key, value in row.items()} for row in
+                                              read_clients(os.path.join(path, "clients.csv"))] \
+            if has("clients.csv") else []
 
     def frame(self):
         """metrics.jsonl as a pandas DataFrame."""
