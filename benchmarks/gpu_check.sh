@@ -49,7 +49,7 @@ TESTS="tests/aggregation tests/training tests/engine/test_checkpoint.py tests/en
 [ "$QUICK" = 1 ] && TESTS="tests/aggregation/test_fused.py tests/training/test_determinism.py"
 # On the lent H100 (2026-11-27) this step took 141 s in one process, the most of any; with pytest-xdist (there on
 # the GPU machines) 4 workers share the card, so the script's 6 minutes hold.
-PARALLEL=""; "$PY" -c "import xdist" 2>/dev/null && PARALLEL="-n 4"
+PARALLEL=""; "$PY" -c "import xdist" 2>/dev/null && PARALLEL="-n $(( $(nproc) >= 16 ? 8 : 4 ))"  # 16 cores on the H200 machine
 step tests 240 "$PY" -m pytest -q -p no:cacheprovider $PARALLEL $TESTS
 
 # 3. The kernel: fused vs the best pure torch vs a device-to-device copy, 50 and 200 EMNIST clients and the LSTM.

@@ -12,7 +12,9 @@
 # launch at 50 EMNIST clients), variants (profile_kernel.py with each .gpu-carry/variants/*.so in turn), check
 # (benchmarks/gpu_check.sh), mixed (mixed-width batching against graphed one at a time, protocol rounds), packs
 # (a round of the FjORD and HeteroFL packs, bench_protocol.py --pack), cells (bench_cells_per_gpu.py K = 1,2,4,8),
-# table3 (bench_protocol.py's EMNIST projection with every Table 3 algorithm).
+# table3 (bench_protocol.py's EMNIST projection with every Table 3 algorithm), league (one league cell, FIARSE,
+# bench_protocol.py --pack configs/league-cifar10.yaml), auto (bench_training.py --compare mixed at 2, 3, 5, 10 and 50
+# clients, CNN and LSTM: the figures behind `auto`), raytl (benchmarks/ray_timeline.py: Ray's timeline of a GPU run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s); BUDGET=${BUDGET:-540}
@@ -76,6 +78,20 @@ for p in "$@"; do
         --variants iid-a --device cuda --rounds 4 --json ;;
     cells) phase cells 90 $PY benchmarks/bench_cells_per_gpu.py --k 1,2,4,8 --out "$W/cells" --json "$W/cells.json" -- \
              --dataset emnist --data-dir "$DATA/torchvision" --rounds 4 --device cuda ;;
+    raytl) phase raytl 100 $PY benchmarks/ray_timeline.py --dataset emnist --data-dir "$DATA/torchvision" --device cuda \
+             --rounds 4 --actors 2 --gpus-per-actor 0.45 --json ;;
+    league) phase league 150 $PY benchmarks/bench_protocol.py --pack configs/league-cifar10.yaml \
+              --variants fiarse-dir0.3-l4 --device cuda --rounds 2 --json ;;
+    auto)  # item 4 of issue 48: eager, per-width batched, mixed-width batched and graphed one at a time, 2-50 clients
+      for n in 2 3 5 10 50; do
+        case $n in 2) tiers=1,1; widths=0.5,1.0 ;; 3) tiers=1,1,1; widths=0.25,0.5,1.0 ;;
+          5) tiers=2,1,1,1; widths=0.25,0.5,0.75,1.0 ;; 10) tiers=4,3,2,1; widths=0.25,0.5,0.75,1.0 ;;
+          50) tiers=20,13,10,7; widths=0.25,0.5,0.75,1.0 ;; esac
+        phase "auto_cnn_$n" 40 $PY benchmarks/bench_training.py --device cuda --model emnist --compare mixed \
+          --tiers $tiers --widths $widths --samples 128 --repeats 2
+        phase "auto_lstm_$n" 40 $PY benchmarks/bench_training.py --device cuda --model lstm --compare mixed \
+          --tiers $tiers --widths $widths --samples 40 --batch-size 10 --repeats 2
+      done ;;
     table3) phase table3 200 $PY benchmarks/bench_protocol.py --device cuda --datasets emnist --rounds 2 --json ;;
     *) echo "[lease] unknown phase $p" | tee -a "$W/phases.txt" ;;
   esac
@@ -87,6 +103,6 @@ tar -czf "$OUT/lease.tar.gz" -C "$W" --exclude=out . 2>/dev/null
 echo "==== summary ($(( $(date +%s) - T0 )) s)"
 cat "$W/phases.txt"
 for f in "$W"/kernel.log "$W"/ncu.log "$W"/variant_*.log; do [ -f "$f" ] && { echo "--- $(basename "$f")"; grep -v "^==PROF==" "$f" | grep -E "x[0-9]+:|copy|aggregate_chunks|passed|failed|Throughput|Duration|Registers|Eligible|Spilling" | cut -c1-230 | head -40; }; done
-for f in "$W"/mixed_*.log "$W"/cells.log "$W"/pack_*.log "$W"/tests.log; do [ -f "$f" ] && { echo "--- $(basename "$f")"; tail -n 6 "$f" | cut -c1-300; }; done
+for f in "$W"/mixed_*.log "$W"/auto_*.log "$W"/cells.log "$W"/pack_*.log "$W"/league.log "$W"/table3.log "$W"/raytl.log "$W"/tests.log; do [ -f "$f" ] && { echo "--- $(basename "$f")"; tail -n 6 "$f" | cut -c1-300; }; done
 [ -f "$W/gc/summary.md" ] && { echo "--- gpu_check"; cat "$W/gc/summary.md" | head -60; }
 exit 0
