@@ -7,7 +7,10 @@ the number k_j of clients covering each coordinate j:
 
     Δ̃_j = (Σ_{i ∈ H_j} c_ij + ξ_j) / k_j,   ξ_j ~ N(0, z² C²),   so Δ̃_j = Δ̄_j + ξ_j / k_j  (std z·C / k_j),
 
-and 0 (no noise) where no client covers j. The noise is drawn in float64 on the CPU from the stream
+and 0 (no noise) where no client covers j. Under Poisson participation (``expected`` set: q·N, the expected number
+of participants) the denominator is that public number instead, Δ̃_j = (Σ_{i ∈ H_j} c_ij + ξ_j) / (q N) at every
+coordinate (noise everywhere, a round without participants included): the actual holder counts would tell whether a
+client took part, which the add-or-remove accounting of a Poisson sample must not reveal. The noise is drawn in float64 on the CPU from the stream
 (run seed, STREAM_PRIVACY, update number), for every coordinate in name order whatever the coverage, so that the
 local and Ray backends, any device and a resumed run add the same numbers. Adaptive clipping (Andrew et al. 2021):
 b̄ = (Σ_i 1[‖u_i‖ ≤ C] + N(0, σ_b²)) / n and C ← C · exp(−η_C (b̄ − γ)).
@@ -43,6 +46,8 @@ class PrivacySettings:
         quantile: γ of adaptive clipping, None for a fixed clip.
         count_noise: σ_b, the std of the noise on the count of unclipped updates (adaptive clipping).
         clip_lr: η_C.
+        expected: Poisson participation: q·N, the public denominator of every coordinate's sum (and of the
+            adaptive rule's count); None: fixed-size sampling, each coordinate's sum divided by its holders k_j.
     """
 
     noise_multiplier: float
@@ -52,6 +57,7 @@ class PrivacySettings:
     quantile: Optional[float] = None
     count_noise: float = 0.0
     clip_lr: float = CLIP_LR
+    expected: Optional[float] = None
 
 
 def values_of(packed) -> torch.Tensor:
@@ -120,16 +126,20 @@ def holder_counts(mean_of: Callable[[List[Dict[str, object]], bool], Mapping[str
 
 def noised(delta: Mapping[str, torch.Tensor], counts: Mapping[str, torch.Tensor], settings: PrivacySettings
            ) -> Tuple[Dict[str, torch.Tensor], torch.Generator]:
-    """Δ̄ + ξ / k per coordinate (module docstring), ξ ~ N(0, (z C)²) from the update's own stream; the generator is
-    returned to draw the count noise after it."""
+    """Δ̄ + ξ / k per coordinate (module docstring), ξ ~ N(0, (z C)²) from the update's own stream; under Poisson
+    participation (Δ̄ k + ξ) / (q N) at every coordinate. The generator is returned to draw the count noise after it."""
     generator = torch_generator(settings.seed, STREAM_PRIVACY, settings.updates)
     std = settings.noise_multiplier * settings.clip
     out = {}
     for name in sorted(counts):
         k = counts[name]
         xi = torch.randn(k.shape, generator=generator, dtype=torch.float64) * std
-        noise = torch.where(k > 0, xi / torch.where(k > 0, k, 1), 0)
         mean = delta[name]
+        if settings.expected is not None:  # the clipped sum S = Δ̄ k (exact in float64), over the public q N
+            total = mean.to("cpu", torch.float64) * k + xi
+            out[name] = (total / settings.expected).to(mean.device, mean.dtype)
+            continue
+        noise = torch.where(k > 0, xi / torch.where(k > 0, k, 1), 0)
         out[name] = (mean.to(torch.float64) + noise.to(mean.device)).to(mean.dtype)
     return {name: out[name] for name in delta}, generator
 
@@ -137,19 +147,22 @@ def noised(delta: Mapping[str, torch.Tensor], counts: Mapping[str, torch.Tensor]
 def privatize(mean_of: Callable[[List[Dict[str, object]], bool], object], shapes: Mapping[str, Sequence[int]],
               updates: Sequence[Mapping[str, object]], clients: Sequence[int], settings: PrivacySettings
               ) -> Tuple[object, Dict[str, float]]:
-    """One DP update: clip, count-weighted mean (``mean_of(updates, False)``, the path's AggregateResult), noise;
+    """One DP update: clip, count-weighted mean (``mean_of(updates, False)``, the path's AggregateResult; with no
+    update, which only Poisson participation applies, an aggregate of zeros), noise;
     the settings move on (update count, adaptive clip). Returns the aggregate (its ``delta`` noised; the divergence
     norms are the clipped updates' against the noiseless mean) and the metrics line's keys."""
     clip = settings.clip
     clipped, norms = clip_updates(updates, clients, clip)
-    aggregate = mean_of(clipped, False)
-    counts = holder_counts(lambda ups, extra: mean_of(ups, extra).delta, shapes, clipped)
+    aggregate = mean_of(clipped, False)  # no update (Poisson participation, nobody came): zeros, the noise alone
+    counts = holder_counts(lambda ups, extra: mean_of(ups, extra).delta, shapes, clipped) if clipped else \
+        {name: torch.zeros(tuple(shape), dtype=torch.float64) for name, shape in shapes.items()}
     aggregate.delta, generator = noised(aggregate.delta, counts, settings)
-    keys: Dict[str, float] = {"dp_clip": clip, "dp_clipped": sum(n > clip for n in norms) / len(norms)}
+    keys: Dict[str, float] = {"dp_clip": clip, "dp_clipped": sum(n > clip for n in norms) / max(len(norms), 1)}
     if settings.quantile is not None:
         unclipped = sum(n <= clip for n in norms)
         count_noise = float(torch.randn((), generator=generator, dtype=torch.float64)) * settings.count_noise
-        keys["dp_unclipped_noised"] = (unclipped + count_noise) / len(norms)
+        denominator = settings.expected if settings.expected is not None else len(norms)
+        keys["dp_unclipped_noised"] = (unclipped + count_noise) / denominator
         settings.clip = next_clip(clip, keys["dp_unclipped_noised"], settings.quantile, settings.clip_lr)
     settings.updates += 1
     keys["dp_updates"] = settings.updates

@@ -42,6 +42,11 @@ RUN_OPTIONS = (
     click.option("--rounds", type=int, help="Communication rounds T (default: the dataset's protocol)."),
     click.option("--clients", type=int, help="Number of clients N (default 20)."),
     click.option("--clients-per-round", type=int, help="Participants sampled per round (default 10)."),
+    click.option("--participation", type=click.Choice(["fixed", "poisson"]),
+                 help="fixed (default): --clients-per-round clients drawn without replacement each round; poisson: "
+                      "each client joins a round independently with probability clients-per-round / clients (a "
+                      "round may have none), the sampling DP-FedAvg's and Opacus's accounting assume "
+                      "(docs/privacy.md)."),
     click.option("--seed", type=int,
                  help="Seed of initialisation, sampling and training, and of the data unless --data-seed is given "
                       "(default 42)."),

@@ -133,6 +133,7 @@ def check_fields(self) -> None:
         object.__setattr__(self, name, value)
     from hasfl_ray.config.server_optimizer import SERVER_KEYS, check_server_keys
 
+    _check_participation(self, bad)
     for name, value in check_server_keys({k: getattr(self, k) for k in SERVER_KEYS}, self.mode,
                                          self.async_rule).items():
         object.__setattr__(self, name, value)
@@ -142,6 +143,18 @@ def check_fields(self) -> None:
         name, options = check_local_optimizer(self.local_optimizer, self.local_optimizer_options)
         object.__setattr__(self, "local_optimizer", name)
         object.__setattr__(self, "local_optimizer_options", options)
+
+
+def _check_participation(self, bad) -> None:
+    """participation: fixed or poisson, the latter only where the engine draws synchronous rounds itself."""
+    if self.participation not in ("fixed", "poisson"):
+        raise bad("participation", self.participation, "fixed (clients_per_round of the clients each round) or poisson "
+                                                       "(each client independently with probability clients_per_round "
+                                                       "/ clients)")
+    if self.participation == "poisson" and (self.mode == "async" or self.devices is not None):
+        why = ("mode is 'async', whose server draws no rounds" if self.mode == "async" else
+               f"devices is {self.devices!r}, whose clock invites each round's clients")
+        raise ConfigError(f"participation is 'poisson' but {why}; expected participation fixed there")
 
 
 def _check_model(self, bad) -> None:

@@ -30,6 +30,10 @@ class RunConfigFields:
     rounds: Optional[int] = None
     clients: int = 20
     clients_per_round: int = 10
+    # how each round's participants are drawn (docs/privacy.md, "Poisson participation"): fixed (clients_per_round of
+    # the clients uniformly without replacement) or poisson (each client independently with probability
+    # clients_per_round / clients, so a round may have more, fewer or none)
+    participation: str = "fixed"
     seed: int = 42
     # the seed of the federation: the partition, the capacity tiers (and dynamic redraws), the device population;
     # seed keeps initialisation, sampling and training. None: the seed (RunConfig.effective_data_seed), so every

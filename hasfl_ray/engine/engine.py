@@ -291,7 +291,7 @@ class Engine:
             logger.warning("round %d: client(s) %s have aggregation weight 0 and are left out", t,
                         ", ".join(str(tasks[k].client) for k in range(len(tasks)) if k not in kept))
             tasks, weights = [tasks[k] for k in kept], [weights[k] for k in kept]
-        if tasks:
+        if tasks or privacy.releases_empty_rounds(c):  # (DP under Poisson participation: the noise alone)
             results, aggregate = aggregate_round(self, t, tasks, weights, server_call(c, self.algorithm.server_lr))
         else:  # (a clocked round) every invited client dropped out or came late: the global model stays as it was
             results, aggregate = [], self._empty_aggregate()
@@ -304,7 +304,7 @@ class Engine:
         self.algorithm.observe(t, results, aggregate)
         evaluation = self.request_evaluation(t)
         used = [r.width if r.trained_width is None else r.trained_width for r in results] or \
-            [widths[i] for i in participants] or list(widths.values())
+            [widths[i] for i in participants] or list(widths.values()) or [0.0]  # (Poisson: nobody came)
         h = self.algorithm.h_tilde()
         line = {"round": t, "test_accuracy": None, "test_loss": None, "avg_p": float(np.mean(used)),
                 "coverage": aggregate.covered_fraction, "frozen_fraction": self.backend.frozen_fraction(),

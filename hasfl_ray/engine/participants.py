@@ -11,13 +11,17 @@ from hasfl_ray.data import assign_tiers
 from hasfl_ray.federation import WidthLadder
 from hasfl_ray.models import build_model
 from hasfl_ray.training.seeding import (STREAM_INIT, STREAM_TIERS, STREAM_WIDTHS, numpy_rng,  # noqa: F401
-                                       sample_participants, stream_seed)
+                                       poisson_participants, sample_participants, stream_seed)
 
 
 def round_participants(algorithm, config, round: int) -> List[int]:
     """Round ``round``'s participants where the engine draws them (no device clock, or one that invites as a run
     without it): the algorithm's ``select`` over every client (default: :func:`sample_participants`, the seeded
-    uniform draw); the one place both the round and clients.csv's recount ask."""
+    uniform draw), or with ``participation: poisson`` each client independently at rate clients_per_round / clients
+    (:func:`poisson_participants`; the algorithm's ``select`` is not asked: its k distinct clients are not a Poisson
+    sample); the one place both the round and clients.csv's recount ask."""
+    if getattr(config, "participation", "fixed") == "poisson":
+        return poisson_participants(config.seed, round, config.clients, config.clients_per_round)
     return algorithm.select(round, range(config.clients), config.clients_per_round)
 
 

@@ -5,7 +5,11 @@ epsilon.
 The accountant's state is the number of DP updates applied: it is recomputed from that count (never pickled), so a
 resumed run reports what an uninterrupted one reports. The sampling assumed (docs/privacy.md, "Accounting"):
 
-* ``rdp``, synchronous rounds: each round's participants are clients_per_round of clients drawn without replacement
+* synchronous rounds with ``participation: poisson`` (``poisson_participants``: each client joins independently at
+  rate q = clients_per_round / clients), either accountant: dp-accounting's ``PoissonSampledDpEvent(q,
+  GaussianDpEvent(z))`` under add-or-remove-one, the sampling and relation of DP-FedAvg and Opacus: one client's
+  presence moves the clipped sum by at most C, and the mean divides by the public q·N, never by who came;
+* ``rdp``, synchronous rounds of fixed size: each round's participants are clients_per_round of clients drawn without replacement
   (``sample_participants``), so each update is dp-accounting's ``SampledWithoutReplacementDpEvent`` under the
   replace-one relation (Wang, Balle and Kasiviswanathan 2019), whose Gaussian noise multiplier is relative to the
   replace-one sensitivity of the clipped sum, 2C: z / 2;
@@ -20,7 +24,9 @@ Adaptive clipping adds its count's Gaussian (std σ_b, replace-one sensitivity 1
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 from typing import Any, Dict, Tuple
 
 from hasfl_ray.errors import ConfigError
@@ -50,6 +56,22 @@ def count_noise(config: Any) -> float:
     return updates_per_step(config) / 20.0 if config.dp_adaptive_quantile is not None else 0.0
 
 
+def poisson(config: Any) -> bool:
+    """Whether the run's rounds are Poisson samples (``participation: poisson``; synchronous, no device clock)."""
+    return getattr(config, "participation", "fixed") == "poisson"
+
+
+def releases_empty_rounds(config: Any) -> bool:
+    """Whether a round without an update still applies one (the noise alone): DP under Poisson participation, whose
+    mechanism releases a noised sum every round, whoever came."""
+    return enabled(config) and poisson(config)
+
+
+def expected_participants(config: Any) -> float:
+    """q·N = clients_per_round: the expected number of participants, Poisson participation's public denominator."""
+    return float(config.clients_per_round)
+
+
 def amplified(config: Any) -> bool:
     """Whether each update is accounted as a uniform fixed-size sample: synchronous rounds drawn by
     ``sample_participants`` (no device clock, whose availability and over-selection decide who is invited), rdp."""
@@ -58,6 +80,9 @@ def amplified(config: Any) -> bool:
 
 def sampling_of(config: Any) -> str:
     """The sampling the accountant assumes, in words (summary.json's dp_sampling)."""
+    if poisson(config):
+        return (f"Poisson: each of {config.clients} clients independently with probability "
+                f"{config.clients_per_round / config.clients:g} each round (add-or-remove-one)")
     if amplified(config):
         return (f"fixed-size: {config.clients_per_round} of {config.clients} clients without replacement each round "
                 "(replace-one)")
@@ -70,6 +95,11 @@ def dp_event(config: Any):
 
     rdp = accountant_of(config) == "rdp"
     z, sigma_b = config.dp_noise_multiplier, count_noise(config)
+    if poisson(config):  # add-or-remove: sensitivity C for the sum, 1 for the count; the two Gaussians (one client
+        # moves both) are one Gaussian of multiplier (z^-2 + σ_b^-2)^-1/2, the form both accountants sample
+        inverse = z ** -2 + (sigma_b ** -2 if sigma_b else 0.0)
+        q = config.clients_per_round / config.clients
+        return dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(inverse ** -0.5))
     if rdp:  # multipliers relative to the replace-one sensitivity: 2C for the sum, 1 for the count
         parts = [dp_accounting.GaussianDpEvent(z / 2)] + ([dp_accounting.GaussianDpEvent(sigma_b)] if sigma_b else [])
         event = parts[0] if len(parts) == 1 else dp_accounting.ComposedDpEvent(parts)
@@ -87,7 +117,8 @@ def epsilon(config: Any, updates: int) -> float:
     if updates <= 0:
         return 0.0
     key = (config.dp_noise_multiplier, config.dp_adaptive_quantile is not None, updates_per_step(config),
-           config.clients, config.clients_per_round, amplified(config), accountant_of(config), delta_of(config))
+           config.clients, config.clients_per_round, amplified(config), poisson(config), accountant_of(config),
+           delta_of(config))
     return _epsilon(key, config, updates)
 
 
@@ -100,17 +131,34 @@ def _epsilon_cached(key: Tuple, updates: int, config_ref: Any) -> float:
         orders, one = _rdp_of_one(config_ref)
         if one is not None:
             return float(rdp.rdp_privacy_accountant.compute_epsilon(orders, updates * one, delta_of(config))[0])
-        accountant = rdp.RdpAccountant(neighboring_relation=_relation())
+        accountant = rdp.RdpAccountant(neighboring_relation=_relation(config))
     else:
-        accountant = pld.PLDAccountant(neighboring_relation=_relation())
-    accountant.compose(dp_event(config), updates)
+        accountant = pld.PLDAccountant(neighboring_relation=_relation(config))
+    with _quiet_orders():
+        accountant.compose(dp_event(config), updates)
     return float(accountant.get_epsilon(delta_of(config)))
 
 
-def _relation():
+@contextlib.contextmanager
+def _quiet_orders():
+    """dp-accounting's RDP of a Poisson sample logs a warning for each fractional order whose series it drops (it
+    leaves the order out of the minimum, which stays a valid bound): not the user's concern, so not on their
+    console."""
+    absl = logging.getLogger("absl")
+    level = absl.level
+    absl.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        absl.setLevel(level)
+
+
+def _relation(config: Any):
+    """Add-or-remove-one for a Poisson sample, replace-one otherwise (module docstring)."""
     import dp_accounting
 
-    return dp_accounting.NeighboringRelation.REPLACE_ONE
+    relation = dp_accounting.NeighboringRelation
+    return relation.ADD_OR_REMOVE_ONE if poisson(config) else relation.REPLACE_ONE
 
 
 @functools.lru_cache(maxsize=16)
@@ -119,8 +167,9 @@ def _rdp_of_one(config_ref: Any):
     sampled-without-replacement RDP is paid once per run; (None, None) where the accountant keeps them elsewhere."""
     from dp_accounting import rdp
 
-    accountant = rdp.RdpAccountant(neighboring_relation=_relation())
-    accountant.compose(dp_event(config_ref.config), 1)
+    accountant = rdp.RdpAccountant(neighboring_relation=_relation(config_ref.config))
+    with _quiet_orders():
+        accountant.compose(dp_event(config_ref.config), 1)
     orders, one = getattr(accountant, "_orders", None), getattr(accountant, "_rdp", None)
     return (orders, one) if orders is not None and one is not None else (None, None)
 
@@ -156,7 +205,8 @@ def settings(config: Any, history) -> Any:
                 clip = next_clip(clip, float(line["dp_unclipped_noised"]), config.dp_adaptive_quantile)
             break
     return PrivacySettings(noise_multiplier=float(config.dp_noise_multiplier), clip=clip, seed=int(config.seed),
-                           updates=done, quantile=config.dp_adaptive_quantile, count_noise=count_noise(config))
+                           updates=done, quantile=config.dp_adaptive_quantile, count_noise=count_noise(config),
+                           expected=expected_participants(config) if poisson(config) else None)
 
 
 def check_budget(engine: Any) -> None:
@@ -213,5 +263,6 @@ def summary_keys(engine: Any) -> Dict[str, Any]:
             "dp_noise_multiplier": c.dp_noise_multiplier}
 
 
-__all__ = ["accountant_of", "delta_of", "dp_event", "enabled", "epsilon", "line_keys", "sampling_of",
+__all__ = ["accountant_of", "delta_of", "dp_event", "enabled", "epsilon", "expected_participants", "line_keys",
+           "poisson", "releases_empty_rounds", "sampling_of",
            "settings", "start", "summary_keys", "check_budget"]

@@ -25,7 +25,7 @@ from hasfl_ray.models import build_model, extract, gate_blocks_of, register_mode
 from hasfl_ray.engine.depth_eval import evaluate_depths, shape_model, shape_width
 from hasfl_ray.engine.layer_coverage import layer_coverage  # noqa: F401 (importable here)
 from hasfl_ray.engine.eval_layout import _evaluation_layout  # noqa: F401 (tests import it from here)
-from hasfl_ray.engine.server_privacy import private_mean
+from hasfl_ray.engine.server_privacy import covered_everywhere, private_mean
 from hasfl_ray.engine.statistics import StatisticsPlan, pass_batches, statistics_plan  # noqa: F401 (importable here)
 from hasfl_ray.models.resnet import sbn_statistics
 from hasfl_ray.models.slicing import ParamSpec, region, window_indices, window_linear_index
@@ -203,7 +203,8 @@ class Server:
                 accepted_weights.append(weight)
             else:
                 logger.warning("client %d returned %s; rejected", result.client, result.non_finite())
-        if not accepted:
+        poisson = self.privacy is not None and self.privacy.expected is not None
+        if not accepted and not poisson:  # (Poisson participation under DP releases the noise whoever came)
             empty = torch.zeros(0, dtype=torch.float64)
             return [], AggregateResult({}, empty, empty, 0.0, dict.fromkeys(self.specs, 0.0))
         updates = [{name: to_device(t, self.device) for name, t in r.update.items()} for r in accepted]
@@ -212,8 +213,9 @@ class Server:
         aggregate = self._aggregate(updates, offsets, accepted_weights, holds) if self.privacy is None else \
             private_mean(self, updates, offsets, holds, [r.client for r in accepted])  # docs/privacy.md
         with torch.no_grad():  # w + η_g Δ̄ for every parameter first: the global model never holds a non-finite value
-            updated, steps = server_update(optimizer, self.params, aggregate.delta, server_lr, self.momentum,
-                                           lambda: self._covered(updates, offsets, accepted_weights, holds))
+            covered = covered_everywhere(self) if poisson else \
+                (lambda: self._covered(updates, offsets, accepted_weights, holds))
+            updated, steps = server_update(optimizer, self.params, aggregate.delta, server_lr, self.momentum, covered)
             broken = [name for name, tensor in updated.items() if not bool(torch.isfinite(tensor).all())]
             if broken:
                 raise NonFiniteModelError(f"the round's aggregate would make the global model non-finite (parameter "

@@ -16,6 +16,8 @@ def private_mean(server: Any, updates: List[Dict], offsets: List[int], holds: Op
     from hasfl_ray.aggregation.privacy import privatize
 
     def mean_of(ups, extra):  # extra: one more client holding every coordinate (privacy.holder_counts)
+        if not ups:  # Poisson participation without a participant: nothing but the noise
+            return nothing(server)
         rows = holds if holds is None or not extra else np.vstack([holds, np.ones_like(holds[:1])])
         offs = offsets + [offsets[0]] if extra else offsets
         return server._aggregate(ups, offs, [1.0] * len(ups), rows)
@@ -24,4 +26,25 @@ def private_mean(server: Any, updates: List[Dict], offsets: List[int], holds: Op
     return aggregate
 
 
-__all__ = ["private_mean"]
+def nothing(server: Any) -> Any:
+    """The aggregate of no update: zeros of every parameter's shape on the server's device, nothing covered."""
+    import torch
+
+    from hasfl_ray.aggregation import AggregateResult
+
+    empty = torch.zeros(0, dtype=torch.float64)
+    delta = {name: torch.zeros(tuple(shape), dtype=server.params[name].dtype, device=server.params[name].device)
+             for name, shape in server.shapes.items()}
+    return AggregateResult(delta, empty, empty, 0.0, dict.fromkeys(server.specs, 0.0))
+
+
+def covered_everywhere(server: Any):
+    """Under Poisson participation the noised mean moves every coordinate (whoever came): the adaptive server
+    optimisers' mask of covered coordinates is all of them, not the participants' (which would tell who came)."""
+    import torch
+
+    return lambda: {name: torch.ones(tuple(shape), dtype=torch.bool, device=server.params[name].device)
+                    for name, shape in server.shapes.items()}
+
+
+__all__ = ["covered_everywhere", "nothing", "private_mean"]

@@ -33,5 +33,13 @@ def sample_participants(seed: int, round: int, num_clients: int, per_round: int)
     return sorted(int(i) for i in rng.choice(num_clients, size=per_round, replace=False))
 
 
+def poisson_participants(seed: int, round: int, num_clients: int, per_round: int) -> list:
+    """The round's participants under Poisson participation (config ``participation: poisson``): each client joins
+    independently with probability q = per_round / num_clients, one uniform draw a client (in client order) from
+    rng(seed, sampling, round); sorted, possibly empty or larger than ``per_round`` (its expectation)."""
+    rng = numpy_rng(seed, STREAM_SAMPLING, round)
+    return [int(i) for i in np.flatnonzero(rng.random(num_clients) < per_round / num_clients)]
+
+
 def torch_generator(*key: int) -> torch.Generator:
     return torch.Generator().manual_seed(stream_seed(*key))
