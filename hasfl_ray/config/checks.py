@@ -153,7 +153,7 @@ def _check_participation(self, bad) -> None:
                                                        "/ clients)")
     if self.participation == "poisson" and (self.mode == "async" or self.devices is not None):
         why = ("mode is 'async', whose server draws no rounds" if self.mode == "async" else
-               f"devices is {self.devices!r}, whose clock invites each round's clients")
+               "devices is set (a device population), whose clock invites each round's clients")
         raise ConfigError(f"participation is 'poisson' but {why}; expected participation fixed there")
 
 
