@@ -168,3 +168,21 @@ def test_a_bad_participation_in_a_config_file_is_one_sentence(tmp_path):
     config.write_text("participation: binomial\n")
     refused(invoke("simulate", "--config", config, "--rounds", "1", "--backend", "local", "--out", tmp_path / "x"),
             "participation is 'binomial'", "fixed", "poisson")
+
+
+def test_resume_is_bit_for_bit(tmp_path):
+    """A run stopped in round 3 (after the empty rounds 1 and 2) and resumed (the Poisson draws, the empty rounds'
+    noise and ε recomputed from the seed and the update count) ends where the uninterrupted run ends."""
+    extra = ["--backend", "local", *DP, "--rounds", "4", "--checkpoint-every", "1"]
+    assert len(poisson_participants(45, 3, 6, 2)) == 2
+    whole = run(tmp_path, "whole", *extra)
+    out = tmp_path / "crashed"
+    crashed = invoke(*RUN, *extra, "--fault-inject", "trainer-error@3", "--out", out)
+    assert crashed.exit_code == 1, crashed.output
+    assert len(lines(out)) == 3
+    resumed = invoke("simulate", "--out", out, "--resume", "--quiet")
+    assert resumed.exit_code == 0, resumed.output
+    assert summary(out)["params_sha256"] == summary(whole)["params_sha256"]
+    keys = ("dp_epsilon", "dp_updates", "test_loss")
+    assert [[line[k] for k in keys] for line in lines(out)] == [[line[k] for k in keys] for line in lines(whole)]
+    assert [line["dp_updates"] for line in lines(whole)] == [1, 2, 3, 4]
