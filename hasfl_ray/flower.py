@@ -74,6 +74,9 @@ def Strategy(policy: Any = None, config: Any = None, *, dataset: Any = None, alg
     if run_config.mode != "sync" or run_config.devices is not None:  # (mode async needs devices)
         raise ConfigError(f"mode is {run_config.mode!r} with a simulated device population (devices); expected mode "
                           "sync without devices for a Flower strategy, whose clients are real devices")
+    if run_config.participation != "fixed":
+        raise ConfigError(f"participation is {run_config.participation!r}; expected fixed for a Flower strategy, "
+                          "whose rounds draw clients_per_round of the connected clients")
     flwr = _flwr()
     if "strategy" not in _CLASSES:
         _CLASSES["strategy"] = type("HasflStrategy", (_StrategyBase, flwr.server.strategy.Strategy), {})

@@ -186,3 +186,16 @@ def test_resume_is_bit_for_bit(tmp_path):
     keys = ("dp_epsilon", "dp_updates", "test_loss")
     assert [[line[k] for k in keys] for line in lines(out)] == [[line[k] for k in keys] for line in lines(whole)]
     assert [line["dp_updates"] for line in lines(whole)] == [1, 2, 3, 4]
+
+
+def test_a_flower_strategy_refuses_poisson_participation():
+    """Its rounds draw clients_per_round of the connected clients: refused before Flower is needed, not ignored."""
+    from hasfl_ray import flower
+    from hasfl_ray.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        flower.Strategy("fedavg", {"dataset": "digits", "clients": 6, "clients_per_round": 3, "rounds": 2},
+                        participation="poisson")
+    message = str(refused.value)
+    assert len(message.splitlines()) == 1 and len(message) < 200
+    assert "participation is 'poisson'" in message and "expected fixed" in message
