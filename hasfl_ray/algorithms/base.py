@@ -105,8 +105,11 @@ class Algorithm(ABC):
         without replacement (:func:`~hasfl_ray.training.seeding.sample_participants`), the participants every run
         has always had. A plug-in chooses otherwise (docs/plugins.md, "Client selection"); its choice must follow
         from its config, its state and the arguments alone, since clients.csv's ``sampled`` asks again for the rounds
-        run. With a device clock whose availability limits the invitations (docs/clock.md), the clock invites."""
+        run. With a device clock whose availability limits the invitations (docs/clock.md), the clock invites; with
+        ``participation: poisson`` the engine draws them itself, and refuses an algorithm that overrides this."""
         return [available[i] for i in sample_participants(self.config.seed, round, len(available), k)]
+
+    select.seeded_uniform = True  # the engine asks this, not the class (participants.check_participation)
 
     def allocate(self, round: int, participants: Sequence[int]) -> Dict[int, float]:
         """Width of each participant this round. Default: the current allocation (p^max initially)."""

@@ -25,6 +25,18 @@ def round_participants(algorithm, config, round: int) -> List[int]:
     return algorithm.select(round, range(config.clients), config.clients_per_round)
 
 
+def check_participation(algorithm, config) -> None:
+    """``participation: poisson`` draws the participants itself: refused, in one sentence, with an algorithm whose
+    ``select`` chooses them (a plug-in's choice would be ignored otherwise)."""
+    from hasfl_ray.errors import ConfigError
+
+    inner = getattr(algorithm, "algorithm", algorithm)  # GuardedAlgorithm keeps the instance as .algorithm
+    if getattr(config, "participation", "fixed") == "poisson" and \
+            not getattr(getattr(type(inner), "select", None), "seeded_uniform", False):
+        raise ConfigError(f"participation is 'poisson' but algorithm {getattr(algorithm, 'label', config.algorithm)!r} "
+                          "chooses its own participants (select); expected participation fixed with it")
+
+
 def capacity_tiers(seed: int, num_clients: int, counts: Optional[Sequence[int]] = None,
                    ladder: Optional[WidthLadder] = None) -> np.ndarray:
     """p_i^max of every client: the run's tier draw from rng(seed, tiers) (``hasfl-ray data inspect`` shares it);

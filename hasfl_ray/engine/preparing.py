@@ -114,8 +114,10 @@ def prepare_parts(engine: Any) -> None:
             engine.p_max = round_capacities(c.effective_data_seed, len(engine.history) - 1, c.clients, engine.ladder)
         engine.elapsed_before = engine.checkpoint.elapsed_s
         logger.info("resuming %s after round %d", engine.rundir.path, engine.checkpoint.round - 1)
+    from hasfl_ray.engine.participants import check_participation
     from hasfl_ray.engine.privacy import check_budget
 
+    check_participation(engine.algorithm, c)  # poisson with a plug-in that selects: refused before anything is written
     check_budget(engine)  # a DP budget the next update would exceed: refused before anything is written
     engine.backend.wait_started()  # Ray's start refused (an address, the cluster's size): before anything is made
     engine.prepared = True

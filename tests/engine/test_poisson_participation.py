@@ -199,3 +199,14 @@ def test_a_flower_strategy_refuses_poisson_participation():
     message = str(refused.value)
     assert len(message.splitlines()) == 1 and len(message) < 200
     assert "participation is 'poisson'" in message and "expected fixed" in message
+
+
+def test_an_algorithm_that_selects_refuses_poisson_participation(tmp_path):
+    """A plug-in's select would be ignored by the Poisson draw: refused before anything is written."""
+    path = tmp_path / "plugin.py"
+    path.write_text("from hasfl_ray.algorithms.base import Algorithm\n\nclass Picky(Algorithm):\n"
+                    "    def select(self, round, available, k):\n        return list(available)[:k]\n")
+    out = tmp_path / "run"
+    refused(invoke(*RUN, "--backend", "local", "--algorithm", f"{path}:Picky", "--out", out),
+            "participation is 'poisson'", "'Picky'", "chooses its own participants")
+    assert not (out / "metrics.jsonl").exists() and not (out / "config.yaml").exists()
