@@ -10,10 +10,10 @@ the number k_j of clients covering each coordinate j:
 and 0 (no noise) where no client covers j. Under Poisson participation (``expected`` set: q·N, the expected number
 of participants) the denominator is that public number instead, Δ̃_j = (Σ_{i ∈ H_j} c_ij + ξ_j) / (q N) at every
 coordinate (noise everywhere, a round without participants included): the actual holder counts would tell whether a
-client took part, which the add-or-remove accounting of a Poisson sample must not reveal. The noise is drawn in float64 on the CPU from the stream
-(run seed, STREAM_PRIVACY, update number), for every coordinate in name order whatever the coverage, so that the
-local and Ray backends, any device and a resumed run add the same numbers. Adaptive clipping (Andrew et al. 2021):
-b̄ = (Σ_i 1[‖u_i‖ ≤ C] + N(0, σ_b²)) / n and C ← C · exp(−η_C (b̄ − γ)).
+client took part, which the add-or-remove accounting of a Poisson sample must not reveal. The noise is drawn in
+float64 on the CPU from the stream (run seed, STREAM_PRIVACY, update number), for every coordinate in name order
+whatever the coverage, so that the local and Ray backends, any device and a resumed run add the same numbers.
+Adaptive clipping (Andrew et al. 2021): b̄ = (Σ_i 1[‖u_i‖ ≤ C] + N(0, σ_b²)) / n and C ← C · exp(−η_C (b̄ − γ)).
 
 Nothing here runs when DP is off: the server then never imports this module.
 """
@@ -127,7 +127,8 @@ def holder_counts(mean_of: Callable[[List[Dict[str, object]], bool], Mapping[str
 def noised(delta: Mapping[str, torch.Tensor], counts: Mapping[str, torch.Tensor], settings: PrivacySettings
            ) -> Tuple[Dict[str, torch.Tensor], torch.Generator]:
     """Δ̄ + ξ / k per coordinate (module docstring), ξ ~ N(0, (z C)²) from the update's own stream; under Poisson
-    participation (Δ̄ k + ξ) / (q N) at every coordinate. The generator is returned to draw the count noise after it."""
+    participation (Δ̄ k + ξ) / (q N) at every coordinate. The generator is returned to draw the count noise after
+    it."""
     generator = torch_generator(settings.seed, STREAM_PRIVACY, settings.updates)
     std = settings.noise_multiplier * settings.clip
     out = {}
@@ -135,7 +136,7 @@ def noised(delta: Mapping[str, torch.Tensor], counts: Mapping[str, torch.Tensor]
         k = counts[name]
         xi = torch.randn(k.shape, generator=generator, dtype=torch.float64) * std
         mean = delta[name]
-        if settings.expected is not None:  # the clipped sum S = Δ̄ k (exact in float64), over the public q N
+        if settings.expected is not None:  # the clipped sum S = Δ̄ k (recovered in float64), over the public q N
             total = mean.to("cpu", torch.float64) * k + xi
             out[name] = (total / settings.expected).to(mean.device, mean.dtype)
             continue

@@ -9,10 +9,10 @@ resumed run reports what an uninterrupted one reports. The sampling assumed (doc
   rate q = clients_per_round / clients), either accountant: dp-accounting's ``PoissonSampledDpEvent(q,
   GaussianDpEvent(z))`` under add-or-remove-one, the sampling and relation of DP-FedAvg and Opacus: one client's
   presence moves the clipped sum by at most C, and the mean divides by the public q·N, never by who came;
-* ``rdp``, synchronous rounds of fixed size: each round's participants are clients_per_round of clients drawn without replacement
-  (``sample_participants``), so each update is dp-accounting's ``SampledWithoutReplacementDpEvent`` under the
-  replace-one relation (Wang, Balle and Kasiviswanathan 2019), whose Gaussian noise multiplier is relative to the
-  replace-one sensitivity of the clipped sum, 2C: z / 2;
+* ``rdp``, synchronous rounds of fixed size: each round's participants are clients_per_round of clients drawn
+  without replacement (``sample_participants``), so each update is dp-accounting's
+  ``SampledWithoutReplacementDpEvent`` under the replace-one relation (Wang, Balle and Kasiviswanathan 2019), whose
+  Gaussian noise multiplier is relative to the replace-one sensitivity of the clipped sum, 2C: z / 2;
 * ``pld`` (dp-accounting's PLDAccountant has no fixed-size sampling event), every asynchronous run (who arrives
   in a buffer is not a uniform sample) and every run on the device clock (``devices``: availability and
   over-selection decide who is invited): no amplification, a ``GaussianDpEvent`` per server update under replace-one,

@@ -227,7 +227,7 @@ class Server:
             if steps is not None:  # kept only once the step is accepted
                 self.momentum = steps
         div_num, div_den = aggregate.div_num, aggregate.div_den
-        if self.estimator == "common-core":
+        if self.estimator == "common-core" and updates:  # (none: a Poisson round under DP nobody joined)
             div_num, div_den = common_core_divergence(self.specs, updates, offsets, aggregate.delta)
         stripped = list(accepted) if keep_updates else [dataclasses.replace(r, update={}) for r in accepted]
         stats = AggregateResult({}, div_num.cpu(), div_den.cpu(), aggregate.covered_fraction,

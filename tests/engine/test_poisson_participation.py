@@ -153,7 +153,8 @@ def test_local_and_ray_agree_bit_for_bit(tmp_path, local_dp):
 
 
 @pytest.mark.parametrize("flags, words", [
-    (["--mode", "async", "--devices", "lognormal"], ["participation is 'poisson'", "mode is 'async'", "expected participation fixed"]),
+    (["--mode", "async", "--devices", "lognormal"],
+     ["participation is 'poisson'", "mode is 'async'", "expected participation fixed"]),
     (["--devices", "lognormal"], ["participation is 'poisson'", "devices is set"]),
 ])
 def test_bad_values_are_one_sentence(tmp_path, flags, words):
@@ -210,3 +211,14 @@ def test_an_algorithm_that_selects_refuses_poisson_participation(tmp_path):
     refused(invoke(*RUN, "--backend", "local", "--algorithm", f"{path}:Picky", "--out", out),
             "participation is 'poisson'", "'Picky'", "chooses its own participants")
     assert not (out / "metrics.jsonl").exists() and not (out / "config.yaml").exists()
+
+
+@pytest.mark.parametrize("algorithm", ["hasfl", "heterofl", "fjord", "uniform", "random-budget", "fedavg", "fedprox",
+                                       "scaffold", "fedrolex", "fluid"])
+def test_every_algorithm_runs_through_noised_empty_rounds(tmp_path, algorithm):
+    """Rounds 1 and 2 have no participant: every algorithm observes the noise-only update and goes on."""
+    dp_accounting()
+    extra = ["--classifier-aggregation", "label_split"] if algorithm == "heterofl" else []  # the label holders' path
+    out = run(tmp_path, algorithm, "--backend", "local", *DP, "--rounds", "4", "--algorithm", algorithm, *extra)
+    assert [line["dp_updates"] for line in lines(out)] == [1, 2, 3, 4]
+    assert [line["avg_p"] == 0.0 for line in lines(out)] == [False, True, True, False]
