@@ -65,10 +65,16 @@ def main() -> int:
                         help="local iterations a client (default: the protocol's epochs); a lighter round that keeps "
                              "every allocation, width and network of the protocol")
     parser.add_argument("--eval-every", type=int, default=None, help="rounds between evaluations at each width")
+    parser.add_argument("--eval-samples", type=int, default=None,
+                        help="evaluate on a seeded subset of this many test samples (a lighter evaluation)")
+    parser.add_argument("--probe-trim", action="store_true",
+                        help="also print the driver's RSS after glibc's malloc_trim(0) at each sample: memory that "
+                             "malloc_trim returns was free but kept by the allocator, not held by the run")
     args = parser.parse_args()
 
     import ray
 
+    from hasfl_ray import allocator
     from hasfl_ray.engine import Engine, RunConfig
     from hasfl_ray.simulation import quiet_token_notice
 
@@ -77,7 +83,8 @@ def main() -> int:
         ray.init(num_cpus=2, include_dashboard=False, logging_level="warning")
     out = tempfile.mkdtemp(prefix="hasfl-soak-")
     keys = dict(actors=2) if args.backend == "ray" else {}
-    keys.update({k: v for k, v in (("local_steps", args.local_steps), ("eval_every", args.eval_every)) if v})
+    keys.update({k: v for k, v in (("local_steps", args.local_steps), ("eval_every", args.eval_every),
+                                   ("eval_samples", args.eval_samples)) if v})
     engine = Engine(RunConfig(dataset=args.dataset, data_dir=args.data_dir, rounds=args.rounds, backend=args.backend,
                               checkpoint_every=50, **keys), out_dir=out)
     samples = []  # (round, {process: MiB})
@@ -91,9 +98,14 @@ def main() -> int:
             names = [f"trainer{i}" for i in range(len(places) - 1)] + ["server"]
             memory = {"driver": rss_mib(os.getpid())}
             memory.update({name: rss_mib(place["pid"]) for name, place in zip(names, places)})
+            if args.probe_trim:
+                import ctypes
+                ctypes.CDLL("libc.so.6").malloc_trim(0)
+                memory["driver_trimmed"] = rss_mib(os.getpid())
             samples.append((t, memory))
             trainer = getattr(engine.backend, "trainer", None)  # local: its cache's networks
             cached = f"  {len(trainer.cached_widths)} networks cached" if trainer is not None else ""
+            cached += f"  trims {allocator.spent['calls']:.0f} ({allocator.spent['seconds']:.2f} s)"
             print(f"round {t:4d}  " + "  ".join(f"{k} {v:7.1f} MiB" for k, v in memory.items())
                   + f"{cached}  ({time.perf_counter() - start:6.0f} s)", flush=True)
         return line

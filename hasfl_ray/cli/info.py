@@ -10,6 +10,7 @@ import click
 import torch
 
 from hasfl_ray import __version__
+from hasfl_ray import allocator
 from hasfl_ray.threads import actor_environment, wait_policy
 from hasfl_ray.ops import aggregate as ops
 from hasfl_ray.training.determinism import apply_determinism
@@ -54,6 +55,7 @@ def collect_info() -> Dict[str, object]:
         "threads": {"torch_threads": torch.get_num_threads(), **wait_policy(),
                     "actors": "every Ray actor starts with " + ", ".join(f"{k}={v}" for k, v in
                                                                          actor_environment().items())},
+        "freed_memory": allocator.status(),
     }
 
 
@@ -95,3 +97,4 @@ def info(as_json: bool) -> None:
             click.echo(f"  {device['device']}: {device['name']}, {device['memory_gib']} GiB, "
                        f"compute capability {device['capability']}")
     click.echo(_threads_line(data["threads"]))
+    click.echo(f"Freed memory: {data['freed_memory']}")

@@ -19,6 +19,7 @@ from hasfl_ray.clock.records import round_record
 from hasfl_ray.callbacks import call_start, check_callbacks
 from hasfl_ray.engine import asynchronous, evaluating, preparing, privacy, records
 from hasfl_ray.engine.backend import Backend, RoundInterrupted
+from hasfl_ray import allocator
 from hasfl_ray.aggregation.server_optim import server_call, server_state
 from hasfl_ray.engine.checkpoint import SNAPSHOT_BYTES, Checkpoint, Snapshot, save_checkpoint, state_bytes
 from hasfl_ray.engine.config import RunConfig, parse_fault
@@ -217,6 +218,7 @@ class Engine:
                 records.record(self, (line, None, None, None))
             while len(self._pending) > MAX_PENDING_LINES:  # never more than a few rounds behind
                 records.record(self, self._pending.pop(0))
+            allocator.release()  # the round's freed memory back to the system: RSS stays flat (hasfl_ray/allocator.py)
             if self.stopped_early is not None:  # a callback's Stop (the line asking it is recorded)
                 break
             if self.stop_signals.requested() and (t + 1 < c.rounds or self.local_owed is not None):

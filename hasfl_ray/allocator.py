@@ -1,0 +1,63 @@
+"""Freed memory handed back to the system after every round (issue 46 item 4): a long run's resident memory stays
+flat.
+
+glibc raises its mmap threshold to the size of every mmapped block that is freed (up to 32 MiB), so after the
+first rounds a round's activations and packed updates (hundreds of KiB to tens of MiB, of sizes that change with
+every continuous width) come from the heap, and the holes they leave stay resident: over 200 EMNIST rounds of HAS-FL
+the driver's RSS wandered 1004-1213 MiB while what the run held (its RSS after ``malloc_trim``) stayed within 1 %
+(benchmarks/RESULTS.md, "Memory over a long local run"). :func:`release` calls glibc's ``malloc_trim(0)`` once a
+round in each process that trains or aggregates (the driver's engine after each round, each Ray trainer after each
+call, the server actor after each round), so RSS is what the run holds. Its price is the pages the next round
+touches again (RESULTS.md gives it per round); pinning the mmap threshold instead (``mallopt``) cost more, on every
+large allocation of every local step. ``HASFL_MALLOC_TRIM=0`` turns it off. Nothing here changes a result: only
+where freed memory goes. Where the C library has no ``malloc_trim`` (macOS, musl) it does nothing, and
+``hasfl-ray info`` says so.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from typing import Dict
+
+VARIABLE = "HASFL_MALLOC_TRIM"
+_trim = []  # [the C function] or [None], looked up once
+#: Calls made and seconds spent in this process, for benchmarks (soak.py prints them).
+spent: Dict[str, float] = {"calls": 0, "seconds": 0.0}
+
+
+def _function():
+    if not _trim:
+        try:
+            _trim.append(ctypes.CDLL(None).malloc_trim)
+        except (OSError, AttributeError):
+            _trim.append(None)
+    return _trim[0]
+
+
+def enabled() -> bool:
+    return os.environ.get(VARIABLE, "1") != "0" and _function() is not None
+
+
+def release() -> None:
+    """Hand the memory freed since the last call back to the system (glibc's ``malloc_trim(0)``), unless turned
+    off."""
+    if not enabled():
+        return
+    start = time.perf_counter()
+    _function()(0)
+    spent["calls"] += 1
+    spent["seconds"] += time.perf_counter() - start
+
+
+def status() -> str:
+    """For ``hasfl-ray info``."""
+    if _function() is None:
+        return "kept by the C library (no malloc_trim here)"
+    if not enabled():
+        return f"kept by the allocator ({VARIABLE}=0)"
+    return "handed back after every round (malloc_trim)"
+
+
+__all__ = ["VARIABLE", "enabled", "release", "spent", "status"]
