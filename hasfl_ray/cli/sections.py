@@ -31,7 +31,7 @@ SECTIONS: Dict[str, Tuple[str, ...]] = {
     "Training": ("--rounds", "--clients", "--clients-per-round", "--seed", "--local-epochs", "--local-steps",
                  "--batch-size", "--lr", "--lr-decay", "--lr-milestones", "--lr-gamma", "--weight-decay",
                  "--momentum", "--augmentation", "--masked-loss", "--local-optimizer", "--local-optimizer-options"),
-    "Evaluation": ("--eval-batch-size", "--eval-samples", "--eval-widths", "--eval-every", "--local-eval-every",
+    "Evaluation": ("--eval-batch-size", "--eval-samples", "--eval-widths", "--eval-every", "--test-every", "--local-eval-every",
                    "--local-eval-width", "--local-eval-clients", "--local-eval-rule"),
     "Clock": ("--devices", "--availability", "--deadline", "--deadline-policy", "--overselect", "--dropout"),
     "Async": ("--mode", "--concurrency", "--async-rule", "--buffer-size", "--staleness", "--async-alpha",
