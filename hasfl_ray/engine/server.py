@@ -24,6 +24,7 @@ from hasfl_ray.evaluation import beats, pack_bits
 from hasfl_ray.models import build_model, extract, gate_blocks_of, register_model
 from hasfl_ray.engine.depth_eval import evaluate_depths, shape_model, shape_width
 from hasfl_ray.engine.layer_coverage import layer_coverage  # noqa: F401 (importable here)
+from hasfl_ray.engine import eval_layout
 from hasfl_ray.engine.eval_layout import _evaluation_layout  # noqa: F401 (tests import it from here)
 from hasfl_ray.engine.server_privacy import private_mean
 from hasfl_ray.engine.statistics import StatisticsPlan, pass_batches, statistics_plan  # noqa: F401 (importable here)
@@ -81,7 +82,7 @@ class Server:
         self.statistics = StatisticsPlan(*statistics) if statistics is not None else \
             StatisticsPlan("in_order", eval_batch_size, 0)
         register_model(model_name, getattr(dataset, "model_config", None))  # a dataset plug-in's own model
-        self.model = build_model(model_name).to(self.device)
+        self.model = eval_layout.full_width_layout(build_model(model_name).to(self.device))
         self.model_name = model_name
         self._width_models: Dict[float, nn.Module] = {1.0: self.model}  # sub-models evaluated at each width
         self.specs = self.model.param_specs()
