@@ -23,7 +23,16 @@ the final local accuracy, which no flag removes.
   accuracy at the end: the seconds of the local-accuracy step (``Engine.local_accuracy``: the label histograms once,
   one forward pass per distinct sub-model, the per-client counts, the summaries).
 
-    python benchmarks/bench_eval.py                                  # all three, 3 digits repeats of 30 rounds
+- share (issue 46 item 1): the evaluation's share of a round's process CPU time (``time.process_time``: the
+  server's evaluation calls and the sBN passes in them, against ``run_round``), before (``eval_layout.
+  FULL_WIDTH_LAYOUT = "default"``: the full model in the layout it had, test_accuracy every round) and after
+  (channels-last; every round, and amortised over ``--share-test-every`` rounds for EMNIST, over the pack's own
+  cadence, HeteroFL's every round, for the pack) on the same round of the same run config, in one process: the EMNIST
+  sample (the CLI's EMNIST defaults, the full model only, no local accuracy) and configs/pack-heterofl-cifar10.yaml's
+  a-b-c-d-e (fixed) cell on the CIFAR-10 sample (10 clients, 4 a round), against 10 % and 20 %.
+
+    python benchmarks/bench_eval.py                                  # all four, 3 digits repeats of 30 rounds
+    python benchmarks/bench_eval.py --skip digits,emnist,synthetic --share-data-dir ../shared/data/torchvision
     python benchmarks/bench_eval.py --skip emnist --repeats 5
     python benchmarks/bench_eval.py --skip emnist,synthetic --eval-every 2       # digits at another schedule
 """
