@@ -32,7 +32,7 @@ the final local accuracy, which no flag removes.
   a-b-c-d-e (fixed) cell on the CIFAR-10 sample (10 clients, 4 a round), against 10 % and 20 %.
 
     python benchmarks/bench_eval.py                                  # all four, 3 digits repeats of 30 rounds
-    python benchmarks/bench_eval.py --skip digits,emnist,synthetic --share-data-dir ../shared/data/torchvision
+    python benchmarks/bench_eval.py --skip digits,emnist,synthetic --share-data-dir DATA
     python benchmarks/bench_eval.py --skip emnist --repeats 5
     python benchmarks/bench_eval.py --skip emnist,synthetic --eval-every 2       # digits at another schedule
 """
