@@ -89,3 +89,20 @@ def test_the_flag_reaches_the_run(tmp_path):
                                     str(tmp_path / "bad"), "--quiet"])
     assert bad.exit_code == 2 and "test_every is 0" in bad.output and "Traceback" not in bad.output
     assert not (tmp_path / "bad").exists()
+
+
+def test_two_ray_actors_write_the_local_backends_lines(tmp_path):
+    ray = pytest.importorskip("ray", reason="needs Ray")
+    kw = dict(dataset="digits", rounds=4, clients=6, clients_per_round=3, seed=5, test_every=2, eval_every=1,
+              local_eval_every=1, checkpoint_every=0)
+    Engine(RunConfig(backend="local", **kw), out_dir=str(tmp_path / "local")).run()
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 ** 2,
+             logging_level="warning")
+    try:
+        Engine(RunConfig(backend="ray", actors=2, **kw), out_dir=str(tmp_path / "ray")).run()
+    finally:
+        ray.shutdown()
+    local, remote = lines_of(tmp_path / "local"), lines_of(tmp_path / "ray")
+    assert remote == local  # the untested rounds' null lines included, deferred or not
+    assert [line["test_accuracy"] is None for line in local] == [True, False, True, False]
+    assert all("local_accuracy_mean" in line for line in local)  # its own cadence, on untested rounds too
