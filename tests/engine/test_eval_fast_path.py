@@ -93,3 +93,28 @@ def test_a_bad_layout_switch_is_one_sentence(monkeypatch):
     monkeypatch.setattr(eval_layout, "FULL_WIDTH_LAYOUT", "nhwc")
     with pytest.raises(ValueError, match=r"^FULL_WIDTH_LAYOUT is 'nhwc'; expected channels_last or default$"):
         Server("digits", dict(build_model("digits").state_dict()), toy_images(0), eval_batch_size=8)
+
+
+def test_the_local_accuracy_pass_reuses_the_test_pass_and_forgets_it_when_the_model_moves():
+    data = toy_images(3)
+    torch.manual_seed(3)
+    name = "preresnet18-test-eval-fast-path"
+    register_model(name, dict(kind="preresnet18", norm="sbn", **STAGES))
+    plan = StatisticsPlan("shuffled", 10, 3, "training_set")
+    params = [dict(build_model(name).state_dict()) for _ in range(2)]
+    shared = Server(name, params[0], data, eval_batch_size=8, statistics=plan)
+    shared.evaluate()
+    shared.evaluate_widths([0.5])
+    forwards = []
+    hooks = [m.register_forward_hook(lambda *_: forwards.append(1)) for m in (shared.model, shared.width_model(0.5))]
+    labels, packed = shared.test_beats([0.5, 1.0])
+    assert not forwards  # both from the passes evaluate() and evaluate_widths() made
+    fresh_labels, fresh = Server(name, params[0], data, eval_batch_size=8, statistics=plan).test_beats([0.5, 1.0])
+    assert (labels == fresh_labels).all() and all((packed[w] == fresh[w]).all() for w in (0.5, 1.0))
+    shared.set_params(params[1])  # another global model: nothing kept
+    labels, packed = shared.test_beats([1.0])
+    assert forwards
+    for hook in hooks:
+        hook.remove()
+    _, moved = Server(name, params[1], data, eval_batch_size=8, statistics=plan).test_beats([1.0])
+    assert (packed[1.0] == moved[1.0]).all() and not (moved[1.0] == fresh[1.0]).all()
