@@ -276,7 +276,8 @@ def share(name: str, config: Dict[str, object], every: int, repeats: int, scratc
         rows.append((eval_b / round_b, eval_a / round_a, amortised))
         same = [(x["test_accuracy"], y["test_accuracy"]) for x, y in zip(before["lines"], after["lines"])][1]
         print(f"{repeat + 1:>6}  {round_b:>15.2f}  {eval_b:>7.2f}  {b.get('sbn', 0.0):>6.2f}  "
-              f"{100 * eval_b / round_b:>5.1f}%  {round_a:>14.2f}  {eval_a:>7.2f}  {a.get('sbn', 0.0):>6.2f}  {100 * eval_a / round_a:>5.1f}%  "
+              f"{100 * eval_b / round_b:>5.1f}%  {round_a:>14.2f}  {eval_a:>7.2f}  {a.get('sbn', 0.0):>6.2f}  "
+              f"{100 * eval_a / round_a:>5.1f}%  "
               f"{rest:>15.2f}  {100 * amortised:>21.1f}%", flush=True)
         print(f"        params_sha256 {'equal' if before['sha'] == after['sha'] else 'DIFFERENT'} "
               f"({before['sha'][:12]}); round 1's test_accuracy before {same[0]} after {same[1]}: "
