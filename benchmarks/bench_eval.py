@@ -23,7 +23,16 @@ the final local accuracy, which no flag removes.
   accuracy at the end: the seconds of the local-accuracy step (``Engine.local_accuracy``: the label histograms once,
   one forward pass per distinct sub-model, the per-client counts, the summaries).
 
-    python benchmarks/bench_eval.py                                  # all three, 3 digits repeats of 30 rounds
+- share (issue 46 item 1): the evaluation's share of a round's process CPU time (``time.process_time``: the
+  server's evaluation calls and the sBN passes in them, against ``run_round``), before (``eval_layout.
+  FULL_WIDTH_LAYOUT = "default"``: the full model in the layout it had, test_accuracy every round) and after
+  (channels-last; every round, and amortised over ``--share-test-every`` rounds for EMNIST, over the pack's own
+  cadence, HeteroFL's every round, for the pack) on the same round of the same run config, in one process: the EMNIST
+  sample (the CLI's EMNIST defaults, the full model only, no local accuracy) and configs/pack-heterofl-cifar10.yaml's
+  a-b-c-d-e (fixed) cell on the CIFAR-10 sample (10 clients, 4 a round), against 10 % and 20 %.
+
+    python benchmarks/bench_eval.py                                  # all four, 3 digits repeats of 30 rounds
+    python benchmarks/bench_eval.py --skip digits,emnist,synthetic --share-data-dir DATA
     python benchmarks/bench_eval.py --skip emnist --repeats 5
     python benchmarks/bench_eval.py --skip emnist,synthetic --eval-every 2       # digits at another schedule
 """
@@ -182,6 +191,118 @@ def synthetic(clients: int, per_round: int, rounds: int, repeats: int, scratch: 
           f"(min {min(seconds):.3f}): {'seconds, met' if max(seconds) < 60 else 'NOT met (a minute or more)'}")
 
 
+#: Issue 46 item 1's bounds on the evaluation's share of a round's CPU time: EMNIST's and a ResNet pack's.
+SHARE_TARGETS = {"emnist": 0.10, "pack": 0.20}
+#: The server calls a round's evaluation makes (their CPU time, outermost call only) and the sBN pass inside them.
+EVAL_CALLS = ("evaluate", "evaluate_widths", "evaluate_depths", "test_beats", "test_logits")
+
+
+@contextlib.contextmanager
+def cpu_timed() -> Iterator[Dict[int, Dict[str, float]]]:
+    """Process CPU seconds (time.process_time) per round: the round (``run_round``), the evaluation in it (the
+    outermost of :data:`EVAL_CALLS`) and the sBN statistics passes in that."""
+    spent: Dict[int, Dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    state = {"round": -1, "depth": 0}
+    saved = []
+
+    def wrap(owner, name, key, outermost=False, sets_round=False):
+        original = getattr(owner, name)
+        saved.append((owner, name, original))
+
+        def timed(*args, **kwargs):
+            if sets_round:
+                state["round"] = args[1]
+            if outermost:
+                state["depth"] += 1
+            start = time.process_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if outermost:
+                    state["depth"] -= 1
+                if not outermost or state["depth"] == 0:
+                    spent[state["round"]][key] += time.process_time() - start
+
+        setattr(owner, name, timed)
+
+    wrap(engine_module.Engine, "run_round", "round", sets_round=True)
+    for name in EVAL_CALLS:
+        wrap(server_module.Server, name, "evaluation", outermost=True)
+    wrap(server_module.Server, "_statistics", "sbn")
+    try:
+        yield spent
+    finally:
+        for owner, name, original in reversed(saved):
+            setattr(owner, name, original)
+
+
+def share_run(config: Dict[str, object], layout: str, out: str) -> Dict[str, object]:
+    """One run in the full-width evaluation ``layout`` (``default``: the path before issue 46), CPU timed."""
+    from hasfl_ray.engine import eval_layout
+
+    eval_layout.FULL_WIDTH_LAYOUT = layout
+    try:
+        with cpu_timed() as spent:
+            summary = hasfl_ray.simulate(config, out_dir=out, force=True)
+    finally:
+        eval_layout.FULL_WIDTH_LAYOUT = "channels_last"
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        lines = [json.loads(line) for line in f]
+    shutil.rmtree(out, ignore_errors=True)
+    return {"spent": {t: dict(v) for t, v in spent.items()}, "lines": lines, "sha": summary["params_sha256"]}
+
+
+def share(name: str, config: Dict[str, object], every: int, repeats: int, scratch: str) -> None:
+    """The evaluation's share of a round's CPU time, before (the default layout, test_accuracy every round) and
+    after (channels-last; every round, and with test_every ``every``), in one process, repeat by repeat. Each run
+    has two rounds: "before" tests both, "after" (test_every 2) only the last, so its round 0 is a round without
+    evaluation (checked) and round 1 is compared, before and after, on the same participants, widths and data: with
+    test_every N a round costs its training and the rest (R) plus E / N on average, a share of E / N / (R + E / N)."""
+    target = SHARE_TARGETS[name]
+    print(f"\n{name}, evaluation's share of a round's process CPU (target <= {100 * target:.0f} %): "
+          f"{json.dumps(config)}")
+    print(f"{'repeat':>6}  {'before: round s':>15}  {'eval s':>7}  {'sBN s':>6}  {'share':>6}  {'after: round s':>14}  "
+          f"{'eval s':>7}  {'sBN s':>6}  {'share':>6}  {'rest of round s':>15}  {f'share, test_every {every}':>22}")
+    rows = []
+    for repeat in range(repeats):
+        before = share_run({**config, "rounds": 2, "test_every": 1}, "default", os.path.join(scratch, f"{name}-b"))
+        after = share_run({**config, "rounds": 2, "test_every": 2}, "channels_last", os.path.join(scratch, f"{name}-a"))
+        b, a = before["spent"][1], after["spent"][1]  # round 1: the same participants, widths and data
+        assert after["spent"][0].get("evaluation", 0.0) == 0.0, "round 0 of the test_every 2 run evaluated"
+        round_b, eval_b = b["round"], b.get("evaluation", 0.0)
+        round_a, eval_a = a["round"], a.get("evaluation", 0.0)
+        rest = round_a - eval_a  # round 1 without its evaluation
+        amortised = eval_a / every / (rest + eval_a / every)
+        rows.append((eval_b / round_b, eval_a / round_a, amortised))
+        same = [(x["test_accuracy"], y["test_accuracy"]) for x, y in zip(before["lines"], after["lines"])][1]
+        print(f"{repeat + 1:>6}  {round_b:>15.2f}  {eval_b:>7.2f}  {b.get('sbn', 0.0):>6.2f}  "
+              f"{100 * eval_b / round_b:>5.1f}%  {round_a:>14.2f}  {eval_a:>7.2f}  {a.get('sbn', 0.0):>6.2f}  "
+              f"{100 * eval_a / round_a:>5.1f}%  "
+              f"{rest:>15.2f}  {100 * amortised:>21.1f}%", flush=True)
+        print(f"        params_sha256 {'equal' if before['sha'] == after['sha'] else 'DIFFERENT'} "
+              f"({before['sha'][:12]}); round 1's test_accuracy before {same[0]} after {same[1]}: "
+              f"{'equal' if same[0] == same[1] else 'DIFFERENT'}")
+    med = [statistics.median(r[k] for r in rows) for k in range(3)]
+    print(f"{name}: median share before {100 * med[0]:.1f} %, after (every round) {100 * med[1]:.1f} %, after with "
+          f"test_every {every} {100 * med[2]:.1f} %; target {100 * target:.0f} %: every round "
+          f"{'met' if med[1] <= target else 'NOT met'}, test_every {every} {'met' if med[2] <= target else 'NOT met'}")
+
+
+def pack_config(data_dir: str) -> Dict[str, object]:
+    """configs/pack-heterofl-cifar10.yaml's a-b-c-d-e (fixed) cell on the CIFAR-10 sample, tiny: 10 clients, 4 a
+    round, its 5 local epochs of batch 10, its sBN pass (the whole training set, batch 10), no local accuracy."""
+    import yaml
+
+    from hasfl_ray.config.sweep_block import single_run_values
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs", "pack-heterofl-cifar10.yaml")
+    with open(path, encoding="utf-8") as handle:
+        flags = {"algorithm": "iid-a-b-c-d-e-fix"}
+        values = single_run_values(yaml.safe_load(handle), flags, path)
+    return {**values, **flags, "data_dir": data_dir, "clients": 10, "clients_per_round": 4, "backend": "local",
+            "checkpoint_every": 0, "local_eval_clients": "off"}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="Digits repeats (each: default, then eval off).")
@@ -195,7 +316,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--synthetic-clients", type=int, default=10_000)
     parser.add_argument("--synthetic-rounds", type=int, default=3)
     parser.add_argument("--synthetic-repeats", type=int, default=2)
-    parser.add_argument("--skip", default="", help="Comma list of digits, emnist, synthetic to leave out.")
+    parser.add_argument("--skip", default="", help="Comma list of digits, emnist, synthetic, share to leave out.")
+    parser.add_argument("--share-data-dir", default="data",
+                        help="The EMNIST and CIFAR-10 samples' root for the share section (issue 46 item 1).")
+    parser.add_argument("--share-repeats", type=int, default=1)
+    parser.add_argument("--share-test-every", type=int, default=5,
+                        help="The share section's EMNIST test_every (the pack's is HeteroFL's own: every round).")
     options = parser.parse_args(argv)
     skip = set(filter(None, options.skip.split(",")))
     scratch = tempfile.mkdtemp(prefix="bench-eval-")
@@ -213,6 +339,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                                         backend="local", checkpoint_every=0), 1, 0, options.emnist_ab, scratch)
             else:
                 print(f"\nemnist: skipped, the EMNIST sample is not under {raw} (pass --data-dir)")
+        if "share" not in skip:
+            emnist = dict(dataset="emnist", data_dir=options.share_data_dir, backend="local", checkpoint_every=0,
+                          eval_widths=[1.0], local_eval_clients="off")
+            share("emnist", emnist, options.share_test_every, options.share_repeats, scratch)
+            share("pack", pack_config(options.share_data_dir), 1, options.share_repeats, scratch)
         if "synthetic" not in skip:
             synthetic(options.synthetic_clients, 100, options.synthetic_rounds, options.synthetic_repeats, scratch)
     finally:

@@ -281,6 +281,9 @@ RUN_OPTIONS = (
     click.option("--eval-every", type=int,
                  help="Evaluate at each width every K rounds, and always after the last (default: 1 on digits and "
                       "synthetic, 5 otherwise)."),
+    click.option("--test-every", type=int,
+                 help="Evaluate test_accuracy (the full model, and its sBN statistics pass) every K rounds, and "
+                      "always after the last; the other rounds' lines hold null (default 1: every round)."),
     click.option("--local-eval-every", type=int,
                  help="Evaluate every client's local accuracy every K rounds too (default 0: after the last round "
                       "only)."),

@@ -205,6 +205,9 @@ def _check_evaluation(self, bad) -> None:
     value = self.eval_every
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
         raise bad("eval_every", value, "a positive integer (rounds between evaluations at each width)")
+    value = self.test_every
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise bad("test_every", value, "a positive integer (rounds between test-accuracy evaluations)")
     value = self.local_eval_every
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise bad("local_eval_every", value, "a non-negative integer (rounds between local-accuracy evaluations; "

@@ -114,6 +114,9 @@ class RunConfigFields:
     # split set to 0, mean weighted by samples)
     eval_widths: Optional[List[float]] = None
     eval_every: Optional[int] = None
+    # test_accuracy (the full-width evaluation, and its sBN statistics pass) every test_every rounds and after the
+    # last; the other rounds' lines hold null (default 1: every round); accuracy_at_width on rounds that are both
+    test_every: int = 1
     local_eval_every: int = 0
     local_eval_width: str = "final"
     local_eval_rule: str = "labels"

@@ -56,9 +56,12 @@ def request_evaluation(engine: Any, t: int):
     c = engine.config
     plan = getattr(engine.algorithm, "depth_plan", None)  # depth sub-models: every exit's accuracy too
     ensemble = bool(getattr(engine.algorithm, "global_ensemble", False))  # DepthFL: the mean of the exits' logits
-    full = global_evaluation(engine, ensemble)
+    # test_every (docs/metrics.md): a round that is not a test round evaluates nothing of the global model (no
+    # forward pass, no sBN statistics pass); its line holds null, as an asynchronous update's that is not evaluated
+    tested = is_eval_round(t, c.rounds, getattr(c, "test_every", 1))
+    full = global_evaluation(engine, ensemble) if tested else untested
     at_widths = at_depths = local = None
-    if is_eval_round(t, c.rounds, c.eval_every):
+    if tested and is_eval_round(t, c.rounds, c.eval_every):
         all_widths = list(engine.eval_widths)
         widths = [w for w in all_widths if w != 1.0]
         at_widths = (all_widths, shaped(engine.backend.request(
@@ -105,6 +108,11 @@ def request_evaluation(engine: Any, t: int):
 
     finish.ready = lambda: all(getattr(part, "ready", lambda: True)() for part in parts)
     return finish
+
+
+def untested() -> Tuple[None, None]:
+    """A round that ``test_every`` does not evaluate: null test_accuracy and test_loss."""
+    return None, None
 
 
 def global_evaluation(engine: Any, ensemble: bool):

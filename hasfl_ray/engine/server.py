@@ -24,6 +24,7 @@ from hasfl_ray.evaluation import beats, pack_bits
 from hasfl_ray.models import build_model, extract, gate_blocks_of, register_model
 from hasfl_ray.engine.depth_eval import evaluate_depths, shape_model, shape_width
 from hasfl_ray.engine.layer_coverage import layer_coverage  # noqa: F401 (importable here)
+from hasfl_ray.engine import eval_layout
 from hasfl_ray.engine.eval_layout import _evaluation_layout  # noqa: F401 (tests import it from here)
 from hasfl_ray.engine.server_privacy import covered_everywhere, private_mean
 from hasfl_ray.engine.statistics import StatisticsPlan, pass_batches, statistics_plan  # noqa: F401 (importable here)
@@ -81,7 +82,7 @@ class Server:
         self.statistics = StatisticsPlan(*statistics) if statistics is not None else \
             StatisticsPlan("in_order", eval_batch_size, 0)
         register_model(model_name, getattr(dataset, "model_config", None))  # a dataset plug-in's own model
-        self.model = build_model(model_name).to(self.device)
+        self.model = eval_layout.full_width_layout(build_model(model_name).to(self.device))
         self.model_name = model_name
         self._width_models: Dict[float, nn.Module] = {1.0: self.model}  # sub-models evaluated at each width
         self.specs = self.model.param_specs()
@@ -98,6 +99,9 @@ class Server:
         self.output_layer = () if label_masks is None else output_layer(self.specs, self.label_masks.shape[1])
         self._frozen_counts: Optional[Dict[str, int]] = None  # per parameter, of the current params (None: stale)
         self._calibrated: Dict[float, nn.Module] = {}  # sBN: the width models whose statistics fit the current params
+        #: per cached width model, the labels and packed beats of its last test pass on the current params: the
+        #: local-accuracy pass (test_beats) reuses them instead of a second forward over the test set
+        self._beats: Dict[Any, Tuple[np.ndarray, np.ndarray]] = {}
         #: FedAsync (docs/async.md): model versions clients in flight started from, version -> [params, holders]
         self._versions: Dict[int, list] = {}
         #: the server optimiser's state (aggregation/server_optim.py: FedAvgM's or FedBuff's momentum "m", the adaptive
@@ -111,6 +115,7 @@ class Server:
     def set_params(self, params: Mapping[str, torch.Tensor]) -> None:
         self._frozen_counts = None
         self._calibrated.clear()
+        self._beats.clear()
         for name, tensor in params.items():
             self.params[name].copy_(tensor)
 
@@ -222,6 +227,7 @@ class Server:
                                           f"{broken[0]!r}, server step {server_lr!r}); the model was left as it was")
             self._frozen_counts = None
             self._calibrated.clear()
+            self._beats.clear()
             for name, tensor in updated.items():
                 self.params[name].copy_(tensor)
             if steps is not None:  # kept only once the step is accepted
@@ -269,7 +275,16 @@ class Server:
             for name, param in self.model.named_parameters():
                 param.copy_(self.params[name])
         self._statistics(1.0, self.model, own=False)
-        return evaluate(self.model, self.dataset, self.eval_batch_size, self.eval_indices)
+        return self._scored(1.0, self.model)
+
+    def _scored(self, key: Any, model: nn.Module) -> Tuple[float, float]:
+        """(accuracy, loss) of a cached width ``model``'s test pass, whose beats :meth:`test_beats` then reuses."""
+        beaten: List[Tuple[torch.Tensor, torch.Tensor]] = []
+        result = evaluate(model, self.dataset, self.eval_batch_size, self.eval_indices, beaten)
+        if beaten:
+            self._beats[key] = (torch.cat([y for y, _ in beaten]).numpy().astype(np.int64),
+                                pack_bits(torch.cat([b for _, b in beaten]).numpy()))
+        return result
 
     def width_model(self, width: float, params: Optional[Mapping[str, torch.Tensor]] = None,
                     cache: bool = True) -> nn.Module:
@@ -306,8 +321,8 @@ class Server:
         """(accuracy, loss) of the width-w sub-model for each w of ``widths``, on :meth:`evaluate`'s test samples
         in its batches (``submodels``: a plug-in's own sub-model of a width)."""
         submodels = submodels or {}
-        return {w: evaluate(self.width_model(w, submodels.get(w)), self.dataset, self.eval_batch_size,
-                            self.eval_indices) for w in widths}
+        return {w: evaluate(self.width_model(w, submodels[w]), self.dataset, self.eval_batch_size, self.eval_indices)
+                if submodels.get(w) is not None else self._scored(w, self.width_model(w)) for w in widths}
 
     def evaluate_depths(self, depths: Sequence[int]) -> Dict[int, Tuple[float, float]]:
         return evaluate_depths(self, depths)  # (accuracy, loss) at each depth: hasfl_ray.engine.depth_eval
@@ -321,6 +336,9 @@ class Server:
         submodels = submodels or {}
         labels, packed = None, {}
         for w in widths:
+            if submodels.get(w) is None and w in self._beats:  # the test pass evaluate() or evaluate_widths() made
+                labels, packed[w] = self._beats[w]
+                continue
             model = self.width_model(w, submodels.get(w), cache=w in self._width_models)
             model.eval()
             batches = self.dataset.test_batches(self.eval_batch_size) if self.eval_indices is None else \

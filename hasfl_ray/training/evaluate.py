@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -10,7 +10,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from hasfl_ray.data.base import FederatedDataset
-from hasfl_ray.evaluation import right
+from hasfl_ray.evaluation import beats, right
 from hasfl_ray.training.seeding import STREAM_EVAL, numpy_rng
 
 
@@ -28,7 +28,8 @@ def evaluation_subset(seed: int, test_size: int, samples: Optional[int]) -> Opti
 
 @torch.no_grad()
 def evaluate(model: nn.Module, dataset: FederatedDataset, batch_size: int = 500,
-             indices: Optional[torch.Tensor] = None) -> Tuple[float, float]:
+             indices: Optional[torch.Tensor] = None,
+             beaten: Optional[List[Tuple[torch.Tensor, torch.Tensor]]] = None) -> Tuple[float, float]:
     """(accuracy, mean cross-entropy) of ``model`` on the test set, in fixed batches of ``batch_size``.
 
     With ``indices`` (sorted int64 positions in the test set, :func:`evaluation_subset`), on those test samples
@@ -36,6 +37,9 @@ def evaluate(model: nn.Module, dataset: FederatedDataset, batch_size: int = 500,
 
     BatchNorm normalises with each evaluation batch's statistics (the project's BN policy, see
     :class:`hasfl_ray.models.ImageCNN`), so the batch size is part of the protocol and recorded.
+
+    ``beaten``: a list that gets each batch's labels and :func:`~hasfl_ray.evaluation.beats` (on the CPU), from the
+    same forward pass, for the local-accuracy pass to reuse (the right answers are counted from them: the same rule).
     """
     model.eval()
     device = next(model.parameters()).device
@@ -46,6 +50,11 @@ def evaluate(model: nn.Module, dataset: FederatedDataset, batch_size: int = 500,
         x, y = x.to(device), y.to(device)
         logits = model(x)
         loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
-        correct += int(right(logits, y).sum())
+        if beaten is None:
+            correct += int(right(logits, y).sum())
+        else:
+            bits = beats(logits, y)
+            correct += int((~bits.any(dim=1)).sum())
+            beaten.append((y.cpu(), bits.cpu()))
         total += int(y.numel())
     return correct / max(total, 1), loss_sum / max(total, 1)

@@ -1,0 +1,108 @@
+"""--test-every (issue 46 item 1): test_accuracy, and the sBN statistics pass it needs, only on every K-th round and
+the last; the other rounds' lines hold null, the trained model is the same (params_sha256), and an evaluated round's
+figures are those of a run that evaluates every round."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from hasfl_ray.cli.main import main
+from hasfl_ray.engine import Engine, RunConfig
+from hasfl_ray.engine import engine as engine_module
+from hasfl_ray.engine import server as server_module
+from hasfl_ray.errors import ConfigError
+
+#: HeteroFL's pre-activation ResNet with static BatchNorm on the digits: every evaluation runs a statistics pass.
+SBN = dict(dataset="digits", model="preresnet18", clients=6, clients_per_round=3, rounds=3, seed=3, backend="local",
+           eval_widths=[0.5, 1.0], eval_every=1, local_eval_clients="off", checkpoint_every=0)
+
+
+def lines_of(run_dir):
+    with open(run_dir / "metrics.jsonl", encoding="utf-8") as handle:
+        return [{k: v for k, v in json.loads(line).items() if k != "wall_s"} for line in handle]
+
+
+def run_counting_passes(tmp_path, monkeypatch, name, **kw):
+    """A run, with the rounds during which the server ran an sBN statistics pass."""
+    passes, current = [], {"round": None}
+    original_pass, original_round = server_module.sbn_statistics, engine_module.Engine.run_round
+
+    def counted_pass(model, batches):
+        passes.append(current["round"])
+        return original_pass(model, batches)
+
+    def tracked_round(self, t, *args, **kwargs):
+        current["round"] = t
+        return original_round(self, t, *args, **kwargs)
+
+    monkeypatch.setattr(server_module, "sbn_statistics", counted_pass)
+    monkeypatch.setattr(engine_module.Engine, "run_round", tracked_round)
+    out = tmp_path / name
+    summary = Engine(RunConfig(**{**SBN, **kw}), out_dir=str(out)).run()
+    monkeypatch.undo()
+    return summary, lines_of(out), passes
+
+
+def test_test_every_skips_the_statistics_pass_and_keeps_the_model(tmp_path, monkeypatch):
+    every, every_lines, every_passes = run_counting_passes(tmp_path, monkeypatch, "every", test_every=1)
+    sparse, sparse_lines, sparse_passes = run_counting_passes(tmp_path, monkeypatch, "sparse", test_every=2)
+    assert sparse["params_sha256"] == every["params_sha256"]
+    # every round evaluates (and calibrates) widths 1 and 0.5 with test_every 1; round 0 nothing with test_every 2
+    assert sorted(set(every_passes)) == [0, 1, 2] and 0 not in sparse_passes and {1, 2} <= set(sparse_passes)
+    assert len(sparse_passes) < len(every_passes)
+    assert sparse_lines[0]["test_accuracy"] is None and sparse_lines[0]["test_loss"] is None
+    assert "accuracy_at_width" not in sparse_lines[0]
+    for t in (1, 2):  # round 1 ((1 + 1) % 2 == 0) and the last: what the run evaluating every round recorded
+        assert sparse_lines[t] == every_lines[t]
+    for t in (0, 1, 2):  # everything but the evaluation is the same on every line
+        drop = ("test_accuracy", "test_loss", "accuracy_at_width", "loss_at_width")
+        assert {k: v for k, v in sparse_lines[t].items() if k not in drop} == \
+            {k: v for k, v in every_lines[t].items() if k not in drop}
+    assert sparse["final_accuracy"] == every["final_accuracy"]
+
+
+def test_the_last_round_is_always_tested_and_the_default_tests_every_round():
+    assert RunConfig().test_every == 1
+    assert RunConfig(test_every=7).test_every == 7
+
+
+@pytest.mark.parametrize("value", [0, -2, 1.5, True, "3"])
+def test_a_bad_test_every_is_one_sentence(value):
+    with pytest.raises(ConfigError, match=r"^test_every is .*; expected a positive integer[^\n]*$"):
+        RunConfig(test_every=value)
+
+
+def test_test_every_is_refused_with_async_mode_in_one_sentence():
+    with pytest.raises(ConfigError, match=r"^test_every is 3 but mode is 'async', which does not take it; "
+                                          r"expected 1 \(an asynchronous run evaluates every eval_every_updates"):
+        RunConfig(mode="async", devices="lognormal", test_every=3)
+
+
+def test_the_flag_reaches_the_run(tmp_path):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["simulate", "--backend", "local", "--rounds", "3", "--clients", "4",
+                                       "--clients-per-round", "2", "--test-every", "2", "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert [line["test_accuracy"] is None for line in lines_of(out)] == [True, False, False]
+    bad = CliRunner().invoke(main, ["simulate", "--backend", "local", "--test-every", "0", "--out",
+                                    str(tmp_path / "bad"), "--quiet"])
+    assert bad.exit_code == 2 and "test_every is 0" in bad.output and "Traceback" not in bad.output
+    assert not (tmp_path / "bad").exists()
+
+
+def test_two_ray_actors_write_the_local_backends_lines(tmp_path):
+    ray = pytest.importorskip("ray", reason="needs Ray")
+    kw = dict(dataset="digits", rounds=4, clients=6, clients_per_round=3, seed=5, test_every=2, eval_every=1,
+              local_eval_every=1, checkpoint_every=0)
+    Engine(RunConfig(backend="local", **kw), out_dir=str(tmp_path / "local")).run()
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 ** 2,
+             logging_level="warning")
+    try:
+        Engine(RunConfig(backend="ray", actors=2, **kw), out_dir=str(tmp_path / "ray")).run()
+    finally:
+        ray.shutdown()
+    local, remote = lines_of(tmp_path / "local"), lines_of(tmp_path / "ray")
+    assert remote == local  # the untested rounds' null lines included, deferred or not
+    assert [line["test_accuracy"] is None for line in local] == [True, False, True, False]
+    assert all("local_accuracy_mean" in line for line in local)  # its own cadence, on untested rounds too
