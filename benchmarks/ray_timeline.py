@@ -99,7 +99,7 @@ def main() -> None:
         extra = {"gpus_per_actor": args.gpus_per_actor} if args.gpus_per_actor is not None else {}
         for placement in placements:
             start_us = time.time() * 1e6
-            remote = simulate(backend="ray", actors=args.actors, out_dir=os.path.join(tmp, f"ray-{placement}"),
+            remote = simulate(backend="ray", actors=args.actors, out_dir=os.path.join(tmp, f"ray-{len(runs)}-{placement}"),
                               server_placement=placement, **common, **extra)
             runs.append((placement, remote, start_us, time.time() * 1e6))
         time.sleep(2.0)  # the GCS's own batching of the reported events
