@@ -1,5 +1,5 @@
-"""RayBackend: a round's clients trained on long-lived trainer actors, aggregated on a server actor, any order in,
-client order out."""
+"""RayBackend: a round's clients trained on long-lived trainer actors, aggregated by the server (in the driver or on
+a server actor: ``server_placement``), any order in, client order out."""
 
 from __future__ import annotations
 
@@ -46,14 +46,16 @@ OBJECT_STORE_BYTES = 2 * 1024 ** 3
 
 
 class RayBackend(AsyncTransport, Transport, Backend):
-    """Trainer actors (each a :class:`Trainer` on a CPU core, a GPU or a GPU fraction) and one server actor.
+    """Trainer actors (each a :class:`Trainer` on a CPU core, a GPU or a GPU fraction) and one server, in the driver
+    or on an actor of its own (:mod:`hasfl_ray.simulation.server_port`).
 
     Per round: the server's parameters become one object-store object; every trainer reads it once; the
     driver hands clients out longest-first, ``TASKS_IN_FLIGHT`` calls per trainer, whichever trainer is free (with
     ``client_batching`` on, the batchable clients of one width go to one trainer together, as one unit; mixed: of
     every width, for a model that pads exactly; when a round has many single clients, a call carries several of
     them, see :func:`calls`);
-    the results' references go, in client order, straight to the server actor, which aggregates. A trainer
+    the results' references go, in client order, to the server, which aggregates: in the driver, which reads them
+    from the object store itself, or on the server actor, which Ray hands them to. A trainer
     that dies is replaced and its unfinished clients trained again, from the same RNG streams, so the
     result is that of a run without the fault. Results never depend on the number of actors or nodes.
     """
