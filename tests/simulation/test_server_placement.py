@@ -87,3 +87,12 @@ def test_a_run_checkpointed_with_the_server_in_one_place_resumes_in_the_other_bi
     assert engine.backend.plan.server == after and len(engine.backend.places) == (3 if after == "actor" else 2)
     assert resumed["params_sha256"] == reference["params_sha256"]
     assert lines(tmp_path / "run") == lines(tmp_path / "local")
+
+
+def test_a_sweep_refuses_a_server_placement_its_local_cells_would_not_use(tmp_path):
+    config = tmp_path / "sweep.yaml"
+    config.write_text("rounds: 1\nclients: 4\nclients_per_round: 2\nsweep:\n  datasets: [digits]\n"
+                      "  algorithms: [fedavg]\n  seeds: [0]\n")
+    refused(["sweep", config, "--server-placement", "driver", "--out", tmp_path / "out"],
+            "--server-placement is 'driver' but sweep cells run the local backend")
+    assert not (tmp_path / "out").exists()
