@@ -247,6 +247,11 @@ RUN_OPTIONS = (
                                                       "GPU (default 0.9, leaving 0.1 for the server actor)."),
     click.option("--address", help="Join a running Ray cluster (HOST:PORT, ray://HOST:PORT or auto) instead of "
                                    "starting one on this machine."),
+    click.option("--server-placement", metavar="[auto|driver|actor]",
+                 help="Where a Ray run's server (the global model, aggregation) runs: driver (this process: a "
+                      "round's results come straight to it, no hop through another actor), actor (an actor of its "
+                      "own, with a share of a GPU on --device cuda) or auto (default: driver on a CPU run that "
+                      "starts Ray here, else actor). The same results either way; docs/ray.md."),
     click.option("--checkpoint-every", type=int, help="Checkpoint every N rounds and after the last (default 10; "
                                                       "0 disables)."),
     _OWN,

@@ -43,7 +43,8 @@ SECTIONS: Dict[str, Tuple[str, ...]] = {
     "Output": ("--config", "--out", "--force", "--resume", "--checkpoint-every", "--quiet", "--track", "--json",
                "--verbose",
                "--help"),
-    "Backend": ("--backend", "--actors", "--gpus-per-actor", "--address", "--aggregation-backend",
+    "Backend": ("--backend", "--actors", "--gpus-per-actor", "--address", "--server-placement",
+                "--aggregation-backend",
                 "--trainer-threads", "--device", "--client-batching", "--cuda-graphs", "--fast-nondeterministic",
                 "--fault-inject"),
 }

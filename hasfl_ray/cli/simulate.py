@@ -17,7 +17,7 @@ from hasfl_ray.errors import ConfigError, RunInterrupted
 from hasfl_ray.registry import spec_label
 
 #: Fields only the Ray backend uses: given without --backend on a machine without Ray, they ask for Ray.
-_RAY_FIELDS = ("actors", "gpus_per_actor", "address", "fault_inject")
+_RAY_FIELDS = ("actors", "gpus_per_actor", "address", "server_placement", "fault_inject")
 
 
 def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str, Any] | None = None):

@@ -15,6 +15,8 @@ from hasfl_ray.errors import ConfigError
 from hasfl_ray.federation import PAPER_WIDTHS, WIDTH_ASSIGNMENTS, global_width_of, normalise_ladder, normalise_partition
 
 MAX_LR = registry.MAX_LR
+#: Where the Ray backend's server may run (``server_placement``; hasfl_ray.simulation.placement.server_placement).
+SERVER_PLACEMENTS = ("auto", "driver", "actor")
 
 
 def check_fields(self) -> None:
@@ -259,7 +261,9 @@ def _check_execution(self, bad) -> None:
                               "for trainers that use GPUs")
     if self.address is not None and (not isinstance(self.address, str) or not self.address):
         raise bad("address", self.address, "a Ray cluster address HOST:PORT, ray://HOST:PORT or auto")
-    for name in ("actors", "gpus_per_actor", "address"):
+    if self.server_placement is not None and self.server_placement not in SERVER_PLACEMENTS:
+        raise bad("server_placement", self.server_placement, "auto, driver or actor")
+    for name in ("actors", "gpus_per_actor", "address", "server_placement"):
         if getattr(self, name) is not None and self.backend == "local":
             raise ConfigError(f"{name} is {getattr(self, name)!r} but backend is {self.backend!r}; expected "
                               "backend ray, the only one with actors")

@@ -27,7 +27,8 @@ DEFAULT_MOMENTUM = 0.9
 #: Fields that never change a run's result: recorded in config.yaml, ignored when --resume compares configs.
 #: (data_dir is where the data are, not what they are: their content is compared through data_fingerprint.)
 #: (device, trainer_threads and aggregation_backend can change the last bits of floats, so they are compared.)
-EXECUTION_FIELDS = frozenset({"backend", "actors", "gpus_per_actor", "address", "checkpoint_every", "fault_inject",
+EXECUTION_FIELDS = frozenset({"backend", "actors", "gpus_per_actor", "address", "server_placement",
+                              "checkpoint_every", "fault_inject",
                               "data_dir", "download", "control_variates_dir",
                               # evaluation beside test_accuracy (docs/metrics.md): never changes the model or it
                               "eval_widths", "eval_every", "test_every", "local_eval_every", "local_eval_width",
@@ -80,7 +81,7 @@ class RunConfig(RunConfigFields):
                                   "a machine with a GPU, or no --gpus-per-actor")
         if self.backend == "auto":
             updates["backend"] = default_backend()
-            ray_only = [name for name in ("actors", "gpus_per_actor", "address", "fault_inject")
+            ray_only = [name for name in ("actors", "gpus_per_actor", "address", "server_placement", "fault_inject")
                         if getattr(self, name) is not None and (name != "fault_inject" or
                                                                  fault_inject_round(self.fault_inject) is not None)]
             if updates["backend"] == "local" and ray_only:

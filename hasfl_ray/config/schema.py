@@ -157,6 +157,9 @@ class RunConfigFields:
     actors: Optional[int] = None
     gpus_per_actor: Optional[float] = None
     address: Optional[str] = None
+    # where the Ray backend's server (global model, aggregation) runs: driver (in this process, no hop through a
+    # server actor), actor (its own actor, as on a GPU or a remote cluster), None/auto: placement.server_placement
+    server_placement: Optional[str] = None
     checkpoint_every: int = 10
     fault_inject: Optional[str] = None
     control_variates_dir: Optional[str] = None

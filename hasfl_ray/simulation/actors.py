@@ -143,7 +143,8 @@ class TrainerActor:
 
 
 class ServerActor:
-    """The server on its own actor: global parameters on its device, aggregation, evaluation.
+    """The server on its own actor (or, ``server_placement: driver``, in the driver: hasfl_ray.simulation.server_port):
+    global parameters on its device, aggregation, evaluation.
 
     Args: as :class:`Server` (``eval_indices`` last), plus ``threads`` (intra-op threads, the trainers' count, as in the local backend)
         and ``deterministic`` (as :class:`TrainerActor`).
@@ -182,32 +183,42 @@ class ServerActor:
 
     def round(self, weights: Sequence[float], server_lr: float, layout: Sequence[Sequence[int]], optimizer: Any,
               *calls: Packed, keep_updates: bool = False) -> Tuple[Packed, Packed]:
-        """A round's server side in one call (docs/ray.md, 'A round on Ray'): the trainer calls' results (Ray
-        resolves the references; ``layout[i]`` = the task positions of call i's results) put back in client order,
-        :meth:`Server.apply`, and what the driver records of the new model (frozen fraction, per layer). Two
-        returns, packed (:mod:`hasfl_ray.simulation.wire`): that summary for the driver (the accepted results with
-        their updates emptied, the aggregate's statistics, the frozen fractions), and the new parameters, one
-        object-store object every trainer reads for the next round. ``keep_updates``: the accepted results keep
-        their updates (an algorithm that inspects them, :mod:`hasfl_ray.engine.inspection`)."""
+        """A round's server side in one call (docs/ray.md, 'A round on Ray'): :meth:`apply_round` of the trainer
+        calls' results (Ray resolves the references). Two returns, packed (:mod:`hasfl_ray.simulation.wire`): its
+        summary for the driver, and the new parameters, one object-store object every trainer reads for the next
+        round."""
+        return pack(self.apply_round(weights, server_lr, layout, optimizer, calls, keep_updates)), self.params()
+
+    def apply_round(self, weights: Sequence[float], server_lr: float, layout: Sequence[Sequence[int]],
+                    optimizer: Any, calls: Sequence[Packed], keep_updates: bool = False) -> Tuple[Any, ...]:
+        """The trainer calls' results (``layout[i]`` = the task positions of call i's results) put back in client
+        order, :meth:`Server.apply`, and what the driver records of the new model: the accepted results with their
+        updates emptied, the aggregate's statistics, the frozen fractions (overall, per layer). ``keep_updates``:
+        the accepted results keep their updates (an algorithm that inspects them,
+        :mod:`hasfl_ray.engine.inspection`). Here on the server actor, or in the driver (``server_placement``)."""
         torch.set_num_threads(self.threads)
         results: List[Optional[ClientResult]] = [None] * sum(len(positions) for positions in layout)
         for positions, call in zip(layout, calls):
             for position, result in zip(positions, unpack(call)):
                 results[position] = result
         accepted, aggregate = self.server.apply(results, weights, server_lr, None, optimizer, keep_updates=keep_updates)
-        return pack((accepted, aggregate, self.server.frozen_fraction(), self.server.frozen_by_layer())), \
-            self.params()
+        return accepted, aggregate, self.server.frozen_fraction(), self.server.frozen_by_layer()
 
     def arrivals(self, weights: Sequence[float], server_lr: float, bases: Optional[Sequence[Optional[int]]],
                  optimizer: Any, *results: Packed) -> Tuple[Packed, Packed]:
-        """An asynchronous server update (docs/async.md): the arrived clients' results (each one call's packed
-        tuple of one result, in arrival order) applied as :meth:`round` applies a round's, with FedAsync's
-        ``bases`` and the server ``optimizer`` (FedBuff's server momentum among them)."""
+        """An asynchronous server update (docs/async.md): :meth:`apply_arrivals`, its summary and the new
+        parameters packed as :meth:`round` returns them."""
+        return pack(self.apply_arrivals(weights, server_lr, bases, optimizer, results)), self.params()
+
+    def apply_arrivals(self, weights: Sequence[float], server_lr: float, bases: Optional[Sequence[Optional[int]]],
+                       optimizer: Any, results: Sequence[Packed]) -> Tuple[Any, ...]:
+        """The arrived clients' results (each one call's packed tuple of one result, in arrival order) applied as
+        :meth:`apply_round` applies a round's, with FedAsync's ``bases`` and the server ``optimizer`` (FedBuff's
+        server momentum among them)."""
         torch.set_num_threads(self.threads)
         arrived = [unpack(call)[0] for call in results]
         accepted, aggregate = self.server.apply(arrived, weights, server_lr, bases, optimizer)
-        return pack((accepted, aggregate, self.server.frozen_fraction(), self.server.frozen_by_layer())), \
-            self.params()
+        return accepted, aggregate, self.server.frozen_fraction(), self.server.frozen_by_layer()
 
     def keep_version(self, version: int) -> None:
         self.server.keep_version(version)

@@ -44,7 +44,7 @@ class AsyncTransport:
 
     def dispatch(self, task: ClientTask) -> AsyncHandle:
         if self._params_ref is None:
-            self._params_ref = self.server.params.remote()
+            self._params_ref = self.server.params()
         handle = AsyncHandle(task, 0, 0, None, None, self._params_ref, 0)
         self._send_client(handle)
         if self.fault_round is not None and task.round == self.fault_round:  # testing: --fault-inject kill-trainer@N
@@ -96,11 +96,9 @@ class AsyncTransport:
                        bases: Optional[Sequence[Optional[int]]] = None, optimizer: Any = None):
         for handle in handles:
             self._arrived(handle)
-        summary, params = self.server.arrivals.options(num_returns=2).remote(
-            list(weights), server_lr, None if bases is None else list(bases), optimizer, *[h.result for h in handles])
-        self._params_ref = params
         try:
-            accepted, aggregate, self._frozen, self._frozen_layers = unpack(self._from_server(summary))
+            (accepted, aggregate, self._frozen, self._frozen_layers), self._params_ref = self.server.arrivals(
+                weights, server_lr, None if bases is None else list(bases), optimizer, [h.result for h in handles])
         except NonFiniteModelError as error:
             self._params_ref = None
             raise NonFiniteModelError(str(getattr(error, "cause", error))) from None
@@ -114,26 +112,26 @@ class AsyncTransport:
         return AsyncHandle(None, 0, 0, None, ray.put(pack((result,))), attempts=0)
 
     def keep_version(self, version: int) -> None:
-        self.server.keep_version.remote(version)  # in order before any later call to the server
+        self.server.post("keep_version", version)  # in order before any later call to the server
 
     def release_version(self, version: int) -> None:
-        self.server.release_version.remote(version)
+        self.server.post("release_version", version)
 
     def kept_versions(self) -> Dict[int, Any]:
-        return unpack(self._from_server(self.server.kept_versions.remote()))
+        return unpack(self.server.call("kept_versions"))
 
     def restore_versions(self, versions: Mapping[int, Any]) -> None:
-        self._from_server(self.server.restore_versions.remote(pack(dict(versions))))
+        self.server.call("restore_versions", pack(dict(versions)))
 
     def server_momentum(self) -> Optional[Dict[str, Any]]:
-        return unpack(self._from_server(self.server.momentum_state.remote()))
+        return unpack(self.server.call("momentum_state"))
 
     def restore_server_momentum(self, state: Optional[Mapping[str, Any]]) -> None:
-        self._from_server(self.server.restore_momentum.remote(pack(state)))
+        self.server.call("restore_momentum", pack(state))
 
     def set_privacy(self, settings: Any) -> None:
         """:meth:`Server.set_privacy` on the server actor (docs/privacy.md)."""
-        self._from_server(self.server.set_privacy.remote(settings))
+        self.server.call("set_privacy", settings)
 
 
 __all__ = ["AsyncHandle", "AsyncTransport"]

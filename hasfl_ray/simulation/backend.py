@@ -1,5 +1,5 @@
-"""RayBackend: a round's clients trained on long-lived trainer actors, aggregated on a server actor, any order in,
-client order out."""
+"""RayBackend: a round's clients trained on long-lived trainer actors, aggregated by the server (in the driver or on
+a server actor: ``server_placement``), any order in, client order out."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from hasfl_ray.simulation import connect_ray, warn_auth_off
 from hasfl_ray.simulation.actors import ServerActor, TrainerActor
 from hasfl_ray.simulation.asynchronous import AsyncTransport
 from hasfl_ray.simulation.placement import ActorPlan, execution, plan_actors
+from hasfl_ray.simulation.server_port import ActorServer, DriverServer
 from hasfl_ray.simulation.transport import (  # noqa: F401 (re-exported)
     MAX_ATTEMPTS, TASKS_IN_FLIGHT, RoundTiming, Transport, _lost, _Pending, _Slot)
 from hasfl_ray.simulation.wire import unpack
@@ -45,14 +46,16 @@ OBJECT_STORE_BYTES = 2 * 1024 ** 3
 
 
 class RayBackend(AsyncTransport, Transport, Backend):
-    """Trainer actors (each a :class:`Trainer` on a CPU core, a GPU or a GPU fraction) and one server actor.
+    """Trainer actors (each a :class:`Trainer` on a CPU core, a GPU or a GPU fraction) and one server, in the driver
+    or on an actor of its own (:mod:`hasfl_ray.simulation.server_port`).
 
     Per round: the server's parameters become one object-store object; every trainer reads it once; the
     driver hands clients out longest-first, ``TASKS_IN_FLIGHT`` calls per trainer, whichever trainer is free (with
     ``client_batching`` on, the batchable clients of one width go to one trainer together, as one unit; mixed: of
     every width, for a model that pads exactly; when a round has many single clients, a call carries several of
     them, see :func:`calls`);
-    the results' references go, in client order, straight to the server actor, which aggregates. A trainer
+    the results' references go, in client order, to the server, which aggregates: in the driver, which reads them
+    from the object store itself, or on the server actor, which Ray hands them to. A trainer
     that dies is replaced and its unfinished clients trained again, from the same RNG streams, so the
     result is that of a run without the fault. Results never depend on the number of actors or nodes.
     """
@@ -141,8 +144,9 @@ class RayBackend(AsyncTransport, Transport, Backend):
         self._trainer_class = ray.remote(TrainerActor).options(
             num_cpus=self.plan.cpus_per_actor, num_gpus=self.plan.gpus_per_actor, max_restarts=0,
             max_task_retries=0, runtime_env=environment)
-        self.server = ray.remote(ServerActor).options(num_cpus=0, num_gpus=self.plan.server_gpus,
-                                                      runtime_env=environment).remote(**self._process)
+        if self.plan.server == "actor":  # else the driver's, made with the run's data (_start_actors)
+            self.server = ActorServer(ray.remote(ServerActor).options(
+                num_cpus=0, num_gpus=self.plan.server_gpus, runtime_env=environment).remote(**self._process))
         self.slots = [_Slot(i, self._trainer_class.remote(**self._process)) for i in range(self.plan.actors)]
 
     def _start_actors(self, config: RunConfig, dataset, model_name, initial_params) -> None:
@@ -160,19 +164,25 @@ class RayBackend(AsyncTransport, Transport, Backend):
         self._trainer_args = (dataset_ref, model_name, optimizer_settings(config), self.plan.device,
                               config.trainer_threads, config.deterministic, config.cuda_graphs == "on",
                               (config.eval_batch_size, eval_indices, statistics_plan(config)))
-        setups = [slot.actor.setup.remote(*self._trainer_args) for slot in self.slots] + [self.server.setup.remote(
-            model_name, initial_params, ray.put(dataset.test_view()), config.eval_batch_size,
-            config.aggregation_backend, self.plan.device, config.trainer_threads, config.deterministic,
-            eval_indices, config.estimator, statistics_plan(config), label_masks_for(config, dataset, model_name))]
+        setups = [slot.actor.setup.remote(*self._trainer_args) for slot in self.slots]
+        server_args = (model_name, initial_params, dataset.test_view(), config.eval_batch_size,
+                       config.aggregation_backend, self.plan.device, config.trainer_threads, config.deterministic,
+                       eval_indices, config.estimator, statistics_plan(config),
+                       label_masks_for(config, dataset, model_name))
+        if self.plan.server == "actor":
+            setups.append(self.server.actor.setup.remote(*server_args[:2], ray.put(server_args[2]), *server_args[3:]))
         try:
             ray.get(setups)
-            places = ray.get([slot.actor.ready.remote() for slot in self.slots] + [self.server.ready.remote()])
+            places = ray.get([slot.actor.ready.remote() for slot in self.slots] +
+                             ([self.server.actor.ready.remote()] if self.plan.server == "actor" else []))
         except (RayActorError, RayTaskError) as error:
             raise _lost("a Ray actor failed to start", error) from None
-        self.places = places  # where each trainer (then the server) runs, and its determinism settings
+        if self.plan.server == "driver":  # the driver's torch settings are the run's already (Engine, local backend)
+            self.server = DriverServer(ServerActor(*server_args))
+        self.places = places  # where each trainer (then the server actor) runs, and its determinism settings
         self.nodes = len({place["node"] for place in places})
-        logger.info("Ray backend: %d trainer actors on %d node(s), server on %s", len(self.slots), self.nodes,
-                    places[-1]["device"])
+        logger.info("Ray backend: %d trainer actors on %d node(s), server in the %s on %s", len(self.slots),
+                    self.nodes, self.plan.server, self.plan.device)
 
     def shutdown(self) -> None:
         """Kill this backend's actors (freeing their memory, GPU memory included), and Ray if it started it; never
@@ -192,8 +202,10 @@ class RayBackend(AsyncTransport, Transport, Backend):
     def _stop_ray(self) -> None:
         if not ray.is_initialized():
             return
-        for actor in [slot.actor for slot in self.slots] + ([self.server] if self.server is not None else []):
-            ray.kill(actor, no_restart=True)
+        for slot in self.slots:
+            ray.kill(slot.actor, no_restart=True)
+        if self.server is not None:
+            self.server.stop()
         self.slots, self.server = [], None
         if self.owns_ray:
             ray.shutdown()
@@ -207,17 +219,16 @@ class RayBackend(AsyncTransport, Transport, Backend):
     def run_round(self, tasks: Sequence[ClientTask], weights: Sequence[float], server_lr: float,
                   optimizer: Any = None, keep_updates: bool = False):
         if self._params_ref is None:
-            self._params_ref = self.server.params.remote()
+            self._params_ref = self.server.params()
         layout, results = self._train_all(tasks)
-        summary, params = self.server.round.options(num_returns=2).remote(list(weights), server_lr, layout,
-                                                                           optimizer, *results, keep_updates=keep_updates)
-        self._params_ref = params  # the next round's calls (training, evaluation) carry it; each trainer reads it once
         self._eval_loads = {}
         try:
-            accepted, aggregate, self._frozen, self._frozen_layers = unpack(self._from_server(summary))
+            (accepted, aggregate, self._frozen, self._frozen_layers), self._params_ref = self.server.round(
+                weights, server_lr, layout, optimizer, results, keep_updates)
         except NonFiniteModelError as error:  # the server refused the update: its sentence, not Ray's traceback
             self._params_ref = None
             raise NonFiniteModelError(str(getattr(error, "cause", error))) from None
+        # the next round's calls (training, evaluation) carry self._params_ref; each trainer reads it once
         return accepted, aggregate
 
     def _train_all(self, tasks: Sequence[ClientTask]) -> Tuple[List[List[int]], List[Any]]:
@@ -247,7 +258,7 @@ class RayBackend(AsyncTransport, Transport, Backend):
         (docs/ray.md, 'A round on Ray'). A trainer lost before it answers: the server evaluates the same
         parameters."""
         if self._params_ref is None:
-            self._params_ref = self.server.params.remote()
+            self._params_ref = self.server.params()
         params = [self._params_ref]
         cost = evaluation_cost(method, args)
         call: Dict[str, Any] = {}
@@ -265,7 +276,7 @@ class RayBackend(AsyncTransport, Transport, Backend):
             try:
                 return ray.get(call["ref"])
             except RayActorError:
-                return self._from_server(self.server.evaluate_at.remote(params, method, *args))
+                return self.server.call("evaluate_at", params, method, *args)
 
         result.ready = lambda: "ref" in call and bool(ray.wait([call["ref"]], timeout=0)[0])
         return result
@@ -293,28 +304,28 @@ class RayBackend(AsyncTransport, Transport, Backend):
 
     def frozen_fraction(self) -> float:
         value, self._frozen = self._frozen, None  # the round's, read with its summary
-        return self._from_server(self.server.frozen_fraction.remote()) if value is None else value
+        return self.server.call("frozen_fraction") if value is None else value
 
     def frozen_by_layer(self) -> Dict[str, float]:
         value, self._frozen_layers = self._frozen_layers, None
-        return self._from_server(self.server.frozen_by_layer.remote()) if value is None else value
+        return self.server.call("frozen_by_layer") if value is None else value
 
     def get_params(self):
         return unpack(self._from_server(self._params_ref if self._params_ref is not None else
-                                        self.server.params.remote()))
+                                        self.server.params()))
 
     def params_later(self):
         """The reference to this round's parameters (one object-store object, kept while it is held), read when
         called."""
-        ref = self._params_ref if self._params_ref is not None else self.server.params.remote()
+        ref = self._params_ref if self._params_ref is not None else self.server.params()
         return lambda: unpack(self._from_server(ref))
 
     def set_params(self, params) -> None:
-        self._from_server(self.server.set_params.remote(params))
+        self.server.call("set_params", params)
         self._params_ref = self._frozen = self._frozen_layers = None  # of the replaced params
 
     def params_sha256(self) -> str:
-        return self._from_server(self.server.params_sha256.remote())
+        return self.server.call("params_sha256")
 
 
 def evaluation_cost(method: str, args: Sequence[Any]) -> float:

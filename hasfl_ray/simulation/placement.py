@@ -30,6 +30,7 @@ class ActorPlan:
         gpus_per_actor: GPUs (or a fraction of one) each trainer reserves; 0 on CPU.
         server_gpus: GPU share of the server actor (0 on CPU). The server reserves no CPU core.
         device: torch device type inside the actors (``cpu`` or ``cuda``; Ray makes the assigned GPU cuda:0).
+        server: where the server runs, ``driver`` or ``actor`` (:func:`server_placement`).
     """
 
     actors: int
@@ -37,6 +38,7 @@ class ActorPlan:
     gpus_per_actor: float
     server_gpus: float
     device: str
+    server: str = "actor"
 
 
 def trainers_that_fit(num_gpus: float, gpus_per_actor: float, server_gpus: float) -> int:
@@ -69,7 +71,7 @@ def plan_actors(config: RunConfig, cluster_cpus: float, cluster_gpus: float) -> 
             raise ConfigError(f"actors is {actors} with trainer_threads {threads}, which needs {actors * threads} "
                               f"CPUs, but the Ray cluster has {cpus}; expected at most {max(cpus // threads, 0)} "
                               "actors")
-        return ActorPlan(actors, threads, 0.0, 0.0, "cpu")
+        return ActorPlan(actors, threads, 0.0, 0.0, "cpu", server_placement(config, "cpu"))
     if cluster_gpus < 1 - _EPS:
         raise ConfigError(f"device is {config.device!r} but the Ray cluster has no GPU; expected --device cpu, or a "
                           "cluster with GPUs")
@@ -83,13 +85,29 @@ def plan_actors(config: RunConfig, cluster_cpus: float, cluster_gpus: float) -> 
     if actors * threads > cpus:
         raise ConfigError(f"actors is {actors} with trainer_threads {threads}, which needs {actors * threads} CPUs, "
                           f"but the Ray cluster has {cpus}; expected fewer actors or trainer threads")
-    return ActorPlan(actors, threads, share, SERVER_GPU_SHARE, "cuda")
+    server = server_placement(config, "cuda")
+    return ActorPlan(actors, threads, share, SERVER_GPU_SHARE if server == "actor" else 0.0, "cuda", server)
+
+
+def server_placement(config: RunConfig, device: str) -> str:
+    """Where the server runs: ``config.server_placement`` when it names one, else (``auto``, unset) ``driver`` on a
+    CPU run that starts Ray on this machine or joins the one this process runs, ``actor`` on a GPU (the server's
+    share of one beside a trainer, where the model's parameters already are) or a cluster joined by address (the
+    driver may be a laptop far from it, with Ray Client). In the driver, a round's results come straight from the
+    trainers to the process that plans the next round: no server call, no hop through a third process (on a 2-core
+    machine at 0.1 s rounds, ~15 of ~120 ms; docs/ray.md, 'A round on Ray'). The results are the same bits either
+    way: the server is one :class:`~hasfl_ray.simulation.actors.ServerActor`, in its own process or in the driver."""
+    chosen = config.server_placement or "auto"
+    if chosen != "auto":
+        return chosen
+    return "driver" if device == "cpu" and not ray_address(config.address)[0] else "actor"
 
 
 def execution(config: RunConfig, plan: ActorPlan, nodes: int) -> Dict[str, object]:
     """What config.yaml records of a Ray run's execution (``RayBackend.describe``)."""
     return {"backend": "ray", "actors": plan.actors, "trainer_threads": config.trainer_threads,
-            "gpus_per_actor": plan.gpus_per_actor, "server_gpus": plan.server_gpus, "nodes": nodes,
+            "gpus_per_actor": plan.gpus_per_actor, "server_gpus": plan.server_gpus, "server": plan.server,
+            "nodes": nodes,
             "address": config.address or "local"}
 
 

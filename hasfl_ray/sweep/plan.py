@@ -38,7 +38,7 @@ from hasfl_ray.errors import ConfigError, expected_one_of
 from hasfl_ray.registry import is_spec, lookup, registered, spec_label
 
 #: Options of a single Ray run that a sweep cell (the local backend inside one Ray task) does not take.
-RAY_RUN_ONLY = ("actors", "address", "fault_inject", "gpus_per_actor")
+RAY_RUN_ONLY = ("actors", "address", "fault_inject", "gpus_per_actor", "server_placement")
 #: Statuses of a finished cell (its dependants may start).
 FINISHED = ("done", "resumed", "skipped", "reused")
 
@@ -187,7 +187,7 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
     for name in ("dataset", "algorithm", "seed"):
         if name in overrides:
             raise ValueError(f"override {name!r} belongs in datasets/algorithms/seeds")
-    for key in ("actors", "fault_inject"):  # --address and --gpus-per-actor place the cells' tasks instead
+    for key in ("actors", "fault_inject", "server_placement"):  # --address and --gpus-per-actor place the cells' tasks instead
         if overrides.get(key) is not None:
             raise ConfigError(f"--{key.replace('_', '-')} is {overrides[key]!r} but sweep cells run the local "
                               "backend, one Ray task per cell; expected no Ray actor options")

@@ -49,13 +49,20 @@ def test_one_actor_from_the_cli_default_equals_the_local_backend(ray_local, loca
     assert ray.is_initialized()  # the caller's Ray is left running; the backend killed only its actors
 
 
-def test_two_actors_and_a_trainer_killed_mid_round_equal_the_local_backend(ray_local, local_reference, tmp_path):
-    summary, lines, engine = run(tmp_path, "ray2", backend="ray", actors=2, fault_inject="kill-trainer@1")
+@pytest.mark.parametrize("placement", ["driver", "actor"])
+def test_two_actors_and_a_trainer_killed_mid_round_equal_the_local_backend(ray_local, local_reference, tmp_path,
+                                                                           placement):
+    summary, lines, engine = run(tmp_path, "ray2", backend="ray", actors=2, fault_inject="kill-trainer@1",
+                                 server_placement=placement)
     assert engine.backend.replaced_actors == 1
     assert (summary["params_sha256"], lines) == local_reference
-    # every trainer and the server set the deterministic torch configuration in their own process
+    # the server in the driver (no server actor: its process is this one) or on an actor of its own
+    assert engine.backend.plan.server == placement
+    assert f"# server: {placement}\n" in (tmp_path / "ray2" / "config.yaml").read_text()
+    # every trainer and the server actor set the deterministic torch configuration in their own process
     places = engine.backend.places
-    assert len(places) == 3 and len({place["pid"] for place in places}) == 3
+    processes = 3 if placement == "actor" else 2
+    assert len(places) == processes and len({place["pid"] for place in places} | {os.getpid()}) == processes + 1
     for place in places:
         assert place["determinism"]["deterministic"] is True and place["determinism"]["exact_float32"] is True
         assert place["determinism"]["cublas_workspace_config"] == ":4096:8"

@@ -30,6 +30,7 @@ def test_two_nodes_equal_the_local_backend(two_nodes):
     clustered = Engine(RunConfig(**DIGITS, backend="ray", actors=2, address=two_nodes.address))
     summary = clustered.run()
     assert clustered.backend.nodes == 2
+    assert clustered.backend.plan.server == "actor"  # a cluster joined by address: the server on an actor (auto)
     assert summary["params_sha256"] == reference["params_sha256"]
     strip = [[{k: v for k, v in line.items() if k != "wall_s"} for line in engine.history]
              for engine in (local, clustered)]

@@ -57,10 +57,12 @@ def same(a, b) -> bool:
     return a == b or (a != a and b != b)
 
 
+@pytest.mark.parametrize("placement", ["driver", "actor"])
 def test_a_checkpoint_written_behind_the_next_round_on_ray_equals_the_local_backends(ray_local, monkeypatch,
-                                                                                      tmp_path):
+                                                                                      tmp_path, placement):
+    """Wherever the server runs (--server-placement), the checkpoints are the local backend's."""
     local_sha, local = checkpoints_written(monkeypatch, tmp_path, "local")
-    ray_sha, ray = checkpoints_written(monkeypatch, tmp_path, "ray", actors=2)
+    ray_sha, ray = checkpoints_written(monkeypatch, tmp_path, "ray", actors=2, server_placement=placement)
     assert ray_sha == local_sha
     assert [c[0] for c in local] == [c[0] for c in ray] == [4, 8, 9]
     assert [c[1] for c in local] == [4, 8, 9]  # locally, before the next round starts

@@ -34,21 +34,25 @@ def test_local_equals_ray_with_one_and_two_actors(ray_local, tmp_path, rule, buf
     config = {**ASYNC, "async_rule": rule, "buffer_size": buffer, **options}
     local = outcome(tmp_path, "local", {**config, "backend": "local"})
     assert outcome(tmp_path, "ray1", {**config, "backend": "ray", "actors": 1}) == local
-    assert outcome(tmp_path, "ray2", {**config, "backend": "ray", "actors": 2}) == local
+    assert outcome(tmp_path, "ray2", {**config, "backend": "ray", "actors": 2}) == local  # the server in the driver
+    assert outcome(tmp_path, "ray2-actor", {**config, "backend": "ray", "actors": 2, "server_placement": "actor"}) == local
     assert max(line["staleness_max"] for line in local[1]) > 0
 
 
-@pytest.mark.parametrize("rule, options", [("fedasync", {}), ("fedbuff", SERVER_OPTIONS)])
-def test_a_ray_run_resumed_mid_run_matches(ray_local, tmp_path, monkeypatch, crash_async_at, rule, options):
-    """FedAsync's kept versions, and FedBuff's server momentum buffer, go through the checkpoint on Ray too."""
+@pytest.mark.parametrize("rule, options, before, after", [("fedasync", {}, "driver", "actor"),
+                                                          ("fedbuff", SERVER_OPTIONS, "actor", "driver")])
+def test_a_ray_run_resumed_mid_run_matches(ray_local, tmp_path, monkeypatch, crash_async_at, rule, options, before,
+                                           after):
+    """FedAsync's kept versions, and FedBuff's server momentum buffer, go through the checkpoint on Ray too, from
+    a server in the driver to one on an actor and back (--server-placement)."""
     config = {**ASYNC, "async_rule": rule, "backend": "ray", "actors": 2, "rounds": 5, "checkpoint_every": 2,
               **options}
     reference = outcome(tmp_path, "reference", config)
     crash_async_at(3)
     with pytest.raises(KeyboardInterrupt):
-        Engine(RunConfig(**config), out_dir=str(tmp_path / "run")).run()
+        Engine(RunConfig(**config, server_placement=before), out_dir=str(tmp_path / "run")).run()
     monkeypatch.undo()
-    summary = Engine(RunConfig(**config), out_dir=str(tmp_path / "run"), resume=True).run()
+    summary = Engine(RunConfig(**config, server_placement=after), out_dir=str(tmp_path / "run"), resume=True).run()
     assert summary["params_sha256"] == reference[0]
     with open(tmp_path / "run" / "metrics.jsonl", encoding="utf-8") as handle:
         assert [{k: v for k, v in json.loads(line).items() if k != "wall_s"} for line in handle] == reference[1]

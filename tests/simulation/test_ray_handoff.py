@@ -25,14 +25,18 @@ def run(tmp_path, name, using=None, **kw):
     return summary, lines
 
 
-@pytest.mark.parametrize("algorithm, ray_actors", [("hasfl", (1, 2)), ("scaffold", (1,)), ("fedrolex", (2,))])
-def test_a_run_handed_over_to_ray_at_round_2_equals_local_and_ray_runs(ray_local, algorithm, ray_actors, tmp_path):
-    # issue 24 item 8 (the pure Ray runs: 1 and 2 actors over the three, each actor process costs seconds)
+@pytest.mark.parametrize("algorithm, ray_actors, placement", [("hasfl", (1, 2), "auto"), ("scaffold", (1,), "actor"),
+                                                                ("fedrolex", (2,), "driver")])
+def test_a_run_handed_over_to_ray_at_round_2_equals_local_and_ray_runs(ray_local, algorithm, ray_actors, placement,
+                                                                       tmp_path):
+    # issue 24 item 8 (the pure Ray runs: 1 and 2 actors over the three, each actor process costs seconds); the
+    # server handed over to the driver (auto, on this CPU run) or to a server actor (--server-placement)
     local = run(tmp_path, "local", backend="local", algorithm=algorithm)
     inner = RayBackend()
     summary, lines = run(tmp_path, "handoff", HandoffBackend(lambda: inner, {"backend": "ray"}, takeover_round=2),
-                         backend="ray", actors=2, algorithm=algorithm)
-    assert summary["ray_from_round"] == 2 and len(inner.places) == 3  # two trainers and the server trained 2, 3
+                         backend="ray", actors=2, algorithm=algorithm, server_placement=placement)
+    # two trainers trained rounds 2 and 3, the server aggregated them in the driver or on its own actor
+    assert summary["ray_from_round"] == 2 and len(inner.places) == (3 if placement == "actor" else 2)
     assert (summary["params_sha256"], lines) == (local[0]["params_sha256"], local[1])
     for actors in ray_actors:
         on_ray = run(tmp_path, f"ray{actors}", backend="ray", actors=actors, algorithm=algorithm)

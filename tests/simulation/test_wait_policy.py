@@ -42,7 +42,8 @@ def test_every_ray_actor_starts_with_the_policy(ray_local, monkeypatch):
     from hasfl_ray.engine import Engine, RunConfig
 
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)  # an API user's process: the actors get PASSIVE anyway
-    engine = Engine(RunConfig(backend="ray", actors=2, rounds=1, clients=6, clients_per_round=3, seed=1))
+    engine = Engine(RunConfig(backend="ray", actors=2, rounds=1, clients=6, clients_per_round=3, seed=1,
+                              server_placement="actor"))  # a server actor too (auto puts it in the driver here)
     seen = {}
     run_round = engine.run_round
 
