@@ -35,7 +35,10 @@ def passive_waits(environ: Optional[MutableMapping[str, str]] = None) -> str:
 def actor_environment() -> Dict[str, str]:
     """The variables every Ray actor's process starts with (``runtime_env`` ``env_vars``): this process's wait
     policy, PASSIVE unless the user chose another, so trainers on a cluster's other machines sleep too."""
-    return {VARIABLE: os.environ.get(VARIABLE, PASSIVE)}
+    environment = {VARIABLE: os.environ.get(VARIABLE, PASSIVE)}
+    if "HASFL_MALLOC_TRIM" in os.environ:  # the driver's choice of hasfl_ray/allocator.py, on every machine
+        environment["HASFL_MALLOC_TRIM"] = os.environ["HASFL_MALLOC_TRIM"]
+    return environment
 
 
 def wait_policy() -> Dict[str, str]:

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import ray
 import torch
 
+from hasfl_ray import allocator
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.engine.server import Server
 from hasfl_ray.simulation.wire import Packed, pack, unpack
@@ -129,6 +130,7 @@ class TrainerActor:
         Ray'), each ``(tasks, batched)``: a batched group trained together (:meth:`Trainer.train_unit`), or clients
         trained one after the other, each exactly as alone (:meth:`Trainer.train`). Two returns: the small report
         for the driver, and every client's result, in the call's task order, as ONE object for the server."""
+        allocator.release()  # what the last call freed, back to the system (hasfl_ray/allocator.py)
         self._take(params)
         start = time.perf_counter()
         results: List[ClientResult] = []
@@ -187,6 +189,7 @@ class ServerActor:
         calls' results (Ray resolves the references). Two returns, packed (:mod:`hasfl_ray.simulation.wire`): its
         summary for the driver, and the new parameters, one object-store object every trainer reads for the next
         round."""
+        allocator.release()  # what the last round freed, back to the system (hasfl_ray/allocator.py)
         return pack(self.apply_round(weights, server_lr, layout, optimizer, calls, keep_updates)), self.params()
 
     def apply_round(self, weights: Sequence[float], server_lr: float, layout: Sequence[Sequence[int]],
