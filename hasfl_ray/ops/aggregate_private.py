@@ -10,9 +10,9 @@ result is the same with any number of threads (csrc/cpu/aggregate_private.cpp).
 
 Scope: the dense layouts (leading slices, rolling windows, gate blocks) on the CPU. Index sets, masks and the label
 split, and CUDA, keep the torch path of :func:`hasfl_ray.aggregation.privacy.privatize` (this op has no CUDA
-kernel). Its draws are not ``torch.randn``'s: the server still privatises with the torch path (its results
-unchanged); this op is the fused form of the same mechanism, checked against it in float64
-(tests/aggregation/test_private_fused.py).
+kernel), with the same draws (:func:`hasfl_ray.aggregation.privacy.normal_draws`); the server takes this op for
+leading slices on the CPU (:func:`hasfl_ray.engine.server_privacy.fused_form`). Checked against a float64 oracle in
+tests/aggregation/test_private_fused.py.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def aggregate_private(global_shapes: Mapping[str, Tuple[int, ...]], updates: Seq
 
     Args:
         global_shapes, updates, gate_blocks, offsets: as for :func:`hasfl_ray.ops.aggregate.aggregate_fused`
-            (validated inputs: CPU tensors of one float dtype, dense packings).
+            (CPU tensors of one float dtype, dense packings; validated here like :func:`hasfl_ray.aggregate_updates`).
         weights: one positive weight per client (DP uses 1 each: the count-weighted mean).
         bounds: each client's clip bound (C / its repeats; ``math.inf``: not clipped).
         noise_std: z·C, the std of ξ_j (0: no noise).
@@ -77,12 +77,15 @@ def aggregate_private(global_shapes: Mapping[str, Tuple[int, ...]], updates: Seq
     if len(bounds) != len(updates):
         raise ValueError(f"bounds has {len(bounds)} entries but updates has {len(updates)} clients; expected one "
                          "bound per client")
-    layout = ops.build_layout(global_shapes, updates, dict(gate_blocks or {}), offsets)
+    from hasfl_ray.aggregation import validate_inputs
+
+    global_shapes, weights_t, blocks = validate_inputs(global_shapes, updates, list(weights), gate_blocks)
+    layout = ops.build_layout(global_shapes, updates, blocks, offsets)
     first = layout.packed[0]
     if first.device.type != "cpu":
         raise ValueError(f"the private fused aggregation runs on the CPU; the updates are on {first.device}")
     out = torch.empty(layout.total_numel, dtype=first.dtype)
-    weights_t = torch.as_tensor(list(weights), dtype=torch.float64).contiguous()
+    weights_t = torch.as_tensor(weights_t, dtype=torch.float64).cpu().contiguous()
     bounds_t = torch.as_tensor(list(bounds), dtype=torch.float64).contiguous()
     div_num, div_den, covered, counts, norms = torch.ops.hasfl_ray.aggregate_private_into(
         out, layout.packed, layout.params, layout.entries, weights_t, bounds_t, float(noise_std), int(seed),

@@ -154,7 +154,8 @@ def test_without_noise_equals_the_torch_privatize_path_with_a_repeated_client():
     federation = random_federation(seed=21, num_clients=6, dtype=torch.float64, nested=True, rolling=False)
     shapes, _, blocks = validate_inputs(federation.shapes, federation.updates, [1.0] * 6, federation.gate_blocks)
     clients = [0, 1, 2, 2, 3, 4]  # an asynchronous buffer may hold two updates of one client
-    clip = sorted(_norm(u) for u in federation.updates)[3]
+    norms = sorted(_norm(u) for u in federation.updates)
+    clip = (norms[3] + norms[4]) / 2  # not at a norm: the two paths' norms differ in the last place
     settings = PrivacySettings(noise_multiplier=0.0, clip=clip, seed=0)
 
     def mean_of(updates, extra):
@@ -177,3 +178,47 @@ def test_bad_arguments_are_refused_in_a_sentence():
         _run(federation, [1.0] * 3, [1.0] * 3, std=-1.0)
     with pytest.raises(RuntimeError, match="expected positive"):
         _run(federation, [1.0, 0.0, 1.0], [1.0] * 3)
+
+
+def test_numpy_draws_are_the_kernels_where_the_extension_is_missing():
+    from hasfl_ray.aggregation.philox import philox_normals
+
+    for key, offset in ((5, 0), (2 ** 62 + 12345, 7), (0, 2 ** 33 + 1)):
+        torch.testing.assert_close(philox_normals(key, offset, 50_000), private.normals(key, offset, 50_000),
+                                   rtol=0, atol=4e-15)
+
+
+@pytest.mark.parametrize("expected", [None, 4.5], ids=["fixed-size", "poisson"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_servers_fused_form_adds_what_the_torch_path_adds(dtype, expected):
+    """Leading slices on a CPU server take the one-pass op (server_privacy.fused_form); its noised mean equals the
+    torch path's (the same draws), and the path is not taken where the layout or the device has none."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from hasfl_ray.engine.server_privacy import fused_form
+
+    federation = random_federation(seed=31, num_clients=6, dtype=dtype, nested=True, rolling=False)
+    shapes, _, blocks = validate_inputs(federation.shapes, federation.updates, [1.0] * 6, federation.gate_blocks)
+    server = SimpleNamespace(shapes=shapes, gate_blocks=blocks, device=torch.device("cpu"), aggregation_backend="auto")
+    updates, clients = federation.updates, [0, 1, 2, 3, 4, 4]
+    fused = fused_form(server, updates, [0] * 6, None)
+    assert fused is not None
+    norms = sorted(_norm(u) for u in updates)
+    clip = (norms[2] + norms[3]) / 2  # not at a norm: the two paths' norms differ in the last place
+    results = []
+    for form in (fused, None):
+        settings = PrivacySettings(noise_multiplier=0.9, clip=clip, seed=17, updates=3, quantile=0.5,
+                                   count_noise=0.1, expected=expected)
+        results.append(privatize(lambda ups, extra: aggregate_updates(shapes, ups, [1.0] * len(ups), blocks),
+                                 shapes, updates, clients, settings, form) + (settings.clip,))
+    (got, got_keys, got_clip), (want, want_keys, want_clip) = results
+    tolerance = 2e-6 if dtype == torch.float32 else 1e-12
+    for name in shapes:
+        torch.testing.assert_close(got.delta[name], want.delta[name], rtol=tolerance, atol=tolerance)
+    assert got_keys == pytest.approx(want_keys, rel=1e-12) and got_clip == pytest.approx(want_clip, rel=1e-12)
+    for other in (dict(aggregation_backend="reference"), dict(device=torch.device("meta"))):
+        assert fused_form(SimpleNamespace(**{**vars(server), **other}), updates, [0] * 6, None) is None
+    assert fused_form(server, updates, [0, 1, 0, 0, 0, 0], None) is None  # rolling windows
+    assert fused_form(server, updates, [0] * 6, np.ones((6, 2), bool)) is None  # label split
