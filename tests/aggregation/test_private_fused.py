@@ -222,3 +222,23 @@ def test_the_servers_fused_form_adds_what_the_torch_path_adds(dtype, expected):
         assert fused_form(SimpleNamespace(**{**vars(server), **other}), updates, [0] * 6, None) is None
     assert fused_form(server, updates, [0, 1, 0, 0, 0, 0], None) is None  # rolling windows
     assert fused_form(server, updates, [0] * 6, np.ones((6, 2), bool)) is None  # label split
+
+
+def test_a_dp_run_of_leading_slices_goes_through_the_one_pass_op(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from hasfl_ray.cli.main import main
+
+    calls = []
+    original = private.aggregate_private
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(private, "aggregate_private", counting)
+    result = CliRunner().invoke(main, ["simulate", "--rounds", "2", "--clients", "6", "--clients-per-round", "3",
+                                       "--quiet", "--dp-noise-multiplier", "1.1", "--dp-clip", "0.5", "--backend",
+                                       "local", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert len(calls) == 2  # one DP update a round
