@@ -257,11 +257,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> aggregate
   return {div_num, div_den, chunk_covered.sum(), counts, norms};
 }
 
-// The draws normal(seed, offset, j) for j < n, float64 (the oracle tests compare the op against them).
+// The draws normal(seed, offset, j) for j < n, float64: the torch path's noise and the oracle tests' key (each draw
+// depends on j alone, so the threads change nothing).
 at::Tensor private_normals(int64_t seed, int64_t offset, int64_t n) {
   TORCH_CHECK(n >= 0, "n is ", n, "; expected >= 0");
   at::Tensor draws = at::empty({n}, at::kDouble);
   double* z = draws.data_ptr<double>();
+#pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < n; ++j)
     z[j] = philox_normal(static_cast<uint64_t>(seed), static_cast<uint64_t>(offset), static_cast<uint64_t>(j));
   return draws;

@@ -145,6 +145,12 @@ def test_draws_are_standard_normal_and_keyed_by_seed_offset_and_index():
     for q, bound in ((0.5, 0.0), (0.8413447460685429, 1.0), (0.9772498680518208, 2.0)):  # Φ(0), Φ(1), Φ(2)
         assert abs(float((z <= bound).double().mean()) - q) < 5 * math.sqrt(q * (1 - q) / n)
     assert torch.equal(private.normals(2024, 0, 1000), z[:1000])  # draw j does not depend on n
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert torch.equal(private.normals(2024, 0, n), z)  # nor on the threads that drew it
+    finally:
+        torch.set_num_threads(before)
     for other in (private.normals(2025, 0, 1000), private.normals(2024, 1, 1000)):
         assert not torch.equal(other, z[:1000])
         assert abs(float(torch.corrcoef(torch.stack([other, z[:1000]]))[0, 1])) < 0.15
