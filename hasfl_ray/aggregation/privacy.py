@@ -10,9 +10,10 @@ the number k_j of clients covering each coordinate j:
 and 0 (no noise) where no client covers j. Under Poisson participation (``expected`` set: q·N, the expected number
 of participants) the denominator is that public number instead, Δ̃_j = (Σ_{i ∈ H_j} c_ij + ξ_j) / (q N) at every
 coordinate (noise everywhere, a round without participants included): the actual holder counts would tell whether a
-client took part, which the add-or-remove accounting of a Poisson sample must not reveal. The noise is drawn in
-float64 on the CPU from the stream (run seed, STREAM_PRIVACY, update number), for every coordinate in name order
-whatever the coverage, so that the local and Ray backends, any device and a resumed run add the same numbers.
+client took part, which the add-or-remove accounting of a Poisson sample must not reveal. ξ_j is a counter-based draw
+in float64 on the CPU, Philox keyed by (run seed, STREAM_PRIVACY) with counter (update number, j), j the coordinate's
+index in the flat model: the fused kernel's own draws (hasfl_ray::aggregate_private_into), so that its one-pass form,
+the torch path, the local and Ray backends, any device and a resumed run add the same numbers.
 Adaptive clipping (Andrew et al. 2021): b̄ = (Σ_i 1[‖u_i‖ ≤ C] + N(0, σ_b²)) / n and C ← C · exp(−η_C (b̄ − γ)).
 
 Nothing here runs when DP is off: the server then never imports this module.
@@ -28,7 +29,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from hasfl_ray.aggregation.packed import SPARSE_TYPES, with_values
-from hasfl_ray.training.seeding import STREAM_PRIVACY, torch_generator
+from hasfl_ray.training.seeding import STREAM_PRIVACY, stream_seed, torch_generator
 
 #: Andrew et al.'s clip learning rate η_C (their geometric update's default, 0.2).
 CLIP_LR = 0.2
@@ -124,43 +125,74 @@ def holder_counts(mean_of: Callable[[List[Dict[str, object]], bool], Mapping[str
     return counts
 
 
+def noise_key(settings: PrivacySettings) -> int:
+    """The Philox key of the run's noise (63 bits of the stream (seed, STREAM_PRIVACY)); the counter is (update
+    number, coordinate)."""
+    return stream_seed(settings.seed, STREAM_PRIVACY)
+
+
+def normal_draws(key: int, offset: int, n: int) -> torch.Tensor:
+    """normal(key, offset, j) for j < n, float64 CPU: the fused kernel's draws (csrc/cpu/aggregate_private.cpp),
+    computed by its op where the extension has it, else by :func:`hasfl_ray.aggregation.philox.philox_normals`
+    (the same Philox bits; Box-Muller's log and cos within rounding)."""
+    from hasfl_ray.ops import aggregate_private
+
+    if aggregate_private.available():
+        return aggregate_private.normals(key, offset, n)
+    from hasfl_ray.aggregation.philox import philox_normals
+
+    return philox_normals(key, offset, n)
+
+
 def noised(delta: Mapping[str, torch.Tensor], counts: Mapping[str, torch.Tensor], settings: PrivacySettings
-           ) -> Tuple[Dict[str, torch.Tensor], torch.Generator]:
-    """Δ̄ + ξ / k per coordinate (module docstring), ξ ~ N(0, (z C)²) from the update's own stream; under Poisson
-    participation (Δ̄ k + ξ) / (q N) at every coordinate. The generator is returned to draw the count noise after
-    it."""
-    generator = torch_generator(settings.seed, STREAM_PRIVACY, settings.updates)
+           ) -> Dict[str, torch.Tensor]:
+    """Δ̄ + ξ / k per coordinate (module docstring), ξ_j ~ N(0, (z C)²) the draw of coordinate j (its index in the
+    flat model, parameters in ``counts``' order: the model's) of the update's counter; under Poisson participation
+    (Δ̄ k + ξ) / (q N) at every coordinate."""
     std = settings.noise_multiplier * settings.clip
-    out = {}
-    for name in sorted(counts):
-        k = counts[name]
-        xi = torch.randn(k.shape, generator=generator, dtype=torch.float64) * std
+    total = sum(k.numel() for k in counts.values())
+    draws = normal_draws(noise_key(settings), settings.updates, total)
+    out, start = {}, 0
+    for name, k in counts.items():
+        xi = draws[start:start + k.numel()].view(k.shape) * std
+        start += k.numel()
         mean = delta[name]
         if settings.expected is not None:  # the clipped sum S = Δ̄ k (recovered in float64), over the public q N
-            total = mean.to("cpu", torch.float64) * k + xi
-            out[name] = (total / settings.expected).to(mean.device, mean.dtype)
+            total_sum = mean.to("cpu", torch.float64) * k + xi
+            out[name] = (total_sum / settings.expected).to(mean.device, mean.dtype)
             continue
         noise = torch.where(k > 0, xi / torch.where(k > 0, k, 1), 0)
         out[name] = (mean.to(torch.float64) + noise.to(mean.device)).to(mean.dtype)
-    return {name: out[name] for name in delta}, generator
+    return {name: out[name] for name in delta}
 
 
 def privatize(mean_of: Callable[[List[Dict[str, object]], bool], object], shapes: Mapping[str, Sequence[int]],
-              updates: Sequence[Mapping[str, object]], clients: Sequence[int], settings: PrivacySettings
-              ) -> Tuple[object, Dict[str, float]]:
+              updates: Sequence[Mapping[str, object]], clients: Sequence[int], settings: PrivacySettings,
+              fused: Optional[Callable[..., object]] = None) -> Tuple[object, Dict[str, float]]:
     """One DP update: clip, count-weighted mean (``mean_of(updates, False)``, the path's AggregateResult; with no
     update, which only Poisson participation applies, an aggregate of zeros), noise;
     the settings move on (update count, adaptive clip). Returns the aggregate (its ``delta`` noised; the divergence
-    norms are the clipped updates' against the noiseless mean) and the metrics line's keys."""
+    norms are the clipped updates' against the noiseless mean) and the metrics line's keys.
+
+    ``fused(updates, bounds, std, key, offset, expected)``, where the round's layout has it (leading slices on the
+    CPU, :func:`hasfl_ray.ops.aggregate_private.aggregate_private`), does clip, mean, counts and noise in the
+    kernel's one pass with the same draws; the torch path otherwise."""
     clip = settings.clip
-    clipped, norms = clip_updates(updates, clients, clip)
-    aggregate = mean_of(clipped, False)  # no update (Poisson participation, nobody came): zeros, the noise alone
-    counts = holder_counts(lambda ups, extra: mean_of(ups, extra).delta, shapes, clipped) if clipped else \
-        {name: torch.zeros(tuple(shape), dtype=torch.float64) for name, shape in shapes.items()}
-    aggregate.delta, generator = noised(aggregate.delta, counts, settings)
+    if fused is not None and updates:
+        repeats = Counter(clients)
+        got = fused(updates, [clip / repeats[c] for c in clients], settings.noise_multiplier * clip,
+                    noise_key(settings), settings.updates, settings.expected)
+        aggregate, norms = got.result, got.norms.tolist()
+    else:
+        clipped, norms = clip_updates(updates, clients, clip)
+        aggregate = mean_of(clipped, False)  # no update (Poisson participation, nobody came): zeros, the noise alone
+        counts = holder_counts(lambda ups, extra: mean_of(ups, extra).delta, shapes, clipped) if clipped else \
+            {name: torch.zeros(tuple(shape), dtype=torch.float64) for name, shape in shapes.items()}
+        aggregate.delta = noised(aggregate.delta, counts, settings)
     keys: Dict[str, float] = {"dp_clip": clip, "dp_clipped": sum(n > clip for n in norms) / max(len(norms), 1)}
     if settings.quantile is not None:
         unclipped = sum(n <= clip for n in norms)
+        generator = torch_generator(settings.seed, STREAM_PRIVACY, settings.updates)
         count_noise = float(torch.randn((), generator=generator, dtype=torch.float64)) * settings.count_noise
         denominator = settings.expected if settings.expected is not None else len(norms)
         keys["dp_unclipped_noised"] = (unclipped + count_noise) / denominator
@@ -175,5 +207,6 @@ def next_clip(clip: float, unclipped: float, quantile: float, clip_lr: float = C
     return clip * math.exp(-clip_lr * (unclipped - quantile))
 
 
-__all__ = ["CLIP_LR", "PrivacySettings", "clip_updates", "holder_counts", "next_clip", "noised", "privatize",
+__all__ = ["CLIP_LR", "PrivacySettings", "clip_updates", "holder_counts", "next_clip", "noise_key", "noised",
+           "normal_draws", "privatize",
            "update_norm"]

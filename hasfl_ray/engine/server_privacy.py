@@ -22,8 +22,27 @@ def private_mean(server: Any, updates: List[Dict], offsets: List[int], holds: Op
         offs = offsets + [offsets[0]] if extra else offsets
         return server._aggregate(ups, offs, [1.0] * len(ups), rows)
 
-    aggregate, server.privacy_keys = privatize(mean_of, server.shapes, updates, list(clients), server.privacy)
+    aggregate, server.privacy_keys = privatize(mean_of, server.shapes, updates, list(clients), server.privacy,
+                                               fused_form(server, updates, offsets, holds))
     return aggregate
+
+
+def fused_form(server: Any, updates: List[Dict], offsets: List[int], holds: Optional[np.ndarray]):
+    """The fused kernel's one-pass form of the DP mean (clip, mean, counts, noise: aggregate_private_into) where the
+    round's layout has it: leading slices on a CPU server, the kernel built and not refused (``--aggregation
+    reference``); None elsewhere (index sets, masks, label split, rolling windows, CUDA: the torch path, same draws)."""
+    from hasfl_ray.ops import aggregate_private
+    from hasfl_ray.ops.sparse import has_sparse
+
+    if (holds is not None or any(offsets) or server.device.type != "cpu" or server.aggregation_backend == "reference"
+            or has_sparse(updates) or not aggregate_private.available()):
+        return None
+
+    def fused(ups, bounds, std, key, offset, expected):
+        return aggregate_private.aggregate_private(server.shapes, ups, [1.0] * len(ups), bounds, std, key, offset,
+                                                   expected, server.gate_blocks)
+
+    return fused
 
 
 def nothing(server: Any) -> Any:
@@ -47,4 +66,4 @@ def covered_everywhere(server: Any):
                     for name, shape in server.shapes.items()}
 
 
-__all__ = ["covered_everywhere", "nothing", "private_mean"]
+__all__ = ["covered_everywhere", "fused_form", "nothing", "private_mean"]

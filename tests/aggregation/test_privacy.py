@@ -10,7 +10,8 @@ import torch
 
 from hasfl_ray.aggregation import MaskedUpdate, aggregate_updates
 from hasfl_ray.aggregation.privacy import PrivacySettings, clip_updates, holder_counts, next_clip, privatize, update_norm
-from hasfl_ray.training.seeding import STREAM_PRIVACY, torch_generator
+from hasfl_ray.aggregation.philox import philox_normals
+from hasfl_ray.training.seeding import STREAM_PRIVACY, stream_seed
 
 SHAPES = {"w": (6, 4), "b": (6,)}
 
@@ -41,10 +42,11 @@ def _oracle(updates, clip, z, seed, key):
             index = tuple(slice(0, d) for d in t.shape)
             total[name][index] += t.double() * factor
             count[name][index] += 1
-    g = torch_generator(seed, STREAM_PRIVACY, key)
-    out = {}
-    for name in sorted(SHAPES):
-        xi = torch.randn(SHAPES[name], generator=g, dtype=torch.float64) * z * clip
+    draws = philox_normals(stream_seed(seed, STREAM_PRIVACY), key, sum(math.prod(s) for s in SHAPES.values()))
+    out, start = {}, 0
+    for name, shape in SHAPES.items():  # coordinate j's draw: its index in the flat model, parameters in order
+        xi = draws[start:start + math.prod(shape)].view(shape) * z * clip
+        start += math.prod(shape)
         k = count[name]
         out[name] = torch.where(k > 0, (total[name] + xi) / torch.where(k > 0, k, 1), 0)
     return out

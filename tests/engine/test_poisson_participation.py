@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from hasfl_ray.training.seeding import STREAM_PRIVACY, poisson_participants, torch_generator
+from hasfl_ray.training.seeding import STREAM_PRIVACY, poisson_participants, stream_seed
 from tests.cli.sentences import invoke, refused
 
 # seed 45 with 6 clients at q = 1/3: round 0 has participants, rounds 1 and 2 none (asserted below)
@@ -98,8 +98,10 @@ def test_the_noised_sum_is_over_the_expected_participants():
             factor = min(1.0, clip / math.sqrt(sum(float((t ** 2).sum()) for t in u.values())))
             for n, t in u.items():
                 total[n][:t.shape[0]] += t * factor
-        gen = torch_generator(11, STREAM_PRIVACY, key)
-        noise = {n: torch.randn(shapes[n], generator=gen, dtype=torch.float64) * z * clip for n in sorted(shapes)}
+        from hasfl_ray.aggregation.philox import philox_normals
+
+        draws = philox_normals(stream_seed(11, STREAM_PRIVACY), key, 30)  # coordinate j: its index in the flat model
+        noise = {"w": draws[:24].view(6, 4) * z * clip, "b": draws[24:].view(6) * z * clip}
         return {n: (total[n] + noise[n]) / expected for n in shapes}
 
     settings = PrivacySettings(noise_multiplier=0.7, clip=1.5, seed=11, updates=4, expected=2.5)

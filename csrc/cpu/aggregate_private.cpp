@@ -1,0 +1,287 @@
+// CPU implementation of hasfl_ray::aggregate_private_into: the fused aggregation of aggregate_into with client-level
+// differential privacy in the same pass (docs/privacy.md, hasfl_ray/ops/aggregate_private.py). Dense layouts only
+// (leading slices, rolling windows, gate blocks: the params/entries tables of csrc/aggregate_layout.h); index sets
+// and masks keep the torch path of hasfl_ray/aggregation/privacy.py, as does CUDA (this op has no CUDA kernel).
+//
+//   phase 1  ||u_i||, client i's L2 norm over every value it holds (float64; each entry's sum of squares in element
+//            order, a client's entries summed in parameter order), and its clip scale s_i = min(1, bound_i / ||u_i||);
+//   phase 2  per tile of the layout's chunks: acc[j] = sum_e w_e s_e x_e[j], den[j] = sum_e w_e and k_j, the number
+//            of entries covering j; mean_j = acc[j] / den[j] (0 where k_j = 0); the noised output
+//              fixed-size sampling:  mean_j + xi_j / k_j where k_j > 0, else 0
+//              Poisson (expected = qN): (mean_j k_j + xi_j) / expected at every coordinate,
+//            xi_j = noise_std * normal(seed, offset, j), j the coordinate's index in the flat output; then the
+//            divergence partials of the clipped values against the noiseless mean, as aggregate_into's.
+//
+// normal(seed, offset, j) is one Philox4x32-10 block (key: seed; counter: offset in the low 64 bits, j in the high
+// ones) turned into a standard normal by Box-Muller: it depends on (seed, offset, j) alone, never on the threads,
+// the tiling or the order of the work. hasfl_ray::private_normals returns these draws (the oracle tests' key).
+#include <ATen/ATen.h>
+#include <ATen/core/PhiloxRNGEngine.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <cstdint>
+#include <tuple>
+#include <vector>
+
+#include "aggregate_host.h"
+#include "aggregate_layout.h"
+
+namespace hasfl_ray {
+namespace {
+
+using namespace layout;
+
+// Work split (fixes the summation order of the divergence partials): the same as aggregate_into's.
+constexpr int64_t kPrivateTile = 1024;
+constexpr int64_t kPrivateChunkElems = 32768;
+
+// A standard normal from one Philox block: two 53-bit uniforms, u1 in (0, 1) and u2 in [0, 1), and
+// sqrt(-2 ln u1) cos(2 pi u2).
+inline double philox_normal(uint64_t seed, uint64_t offset, uint64_t index) {
+  at::Philox4_32 engine(seed, index, offset);  // Philox4x32, 10 rounds
+  const uint32_t a = engine(), b = engine(), c = engine(), d = engine();
+  const double scale = 1.0 / 9007199254740992.0;  // 2^-53
+  const uint64_t x = ((static_cast<uint64_t>(a) << 32) | b) >> 11;
+  const uint64_t y = ((static_cast<uint64_t>(c) << 32) | d) >> 11;
+  const double u1 = (static_cast<double>(x) + 0.5) * scale;
+  const double u2 = static_cast<double>(y) * scale;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+struct PrivateArgs {
+  const int64_t* params;
+  const int64_t* entries;
+  const int64_t* chunks;
+  const void* const* data;
+  const double* entry_weight;
+  const double* entry_scale;  // s of each entry's client
+  void* out;
+  double* counts;             // k_j per output coordinate
+  double* partial_num;
+  double* partial_den;
+  int64_t* chunk_covered;
+  double noise_std;
+  uint64_t seed;
+  uint64_t offset;
+  bool poisson;
+  double expected;
+};
+
+template <typename scalar_t>
+void run_private_chunk(const PrivateArgs& args, int64_t chunk, double* acc, double* den, double* cnt, double* mean,
+                       int64_t* row_entry, int64_t* row_start) {
+  const int64_t* chunk_row = args.chunks + chunk * kChunkCols;
+  const int64_t p = chunk_row[kChunkParam];
+  const int64_t* param = args.params + p * kParamCols;
+  const int64_t ndim = param[kParamNdim];
+  const int64_t length = row_length(param);
+  const int64_t tiles = tiles_per_row(param, kPrivateTile);
+  const int64_t entry_begin = param[kParamEntryBegin], entry_end = param[kParamEntryEnd];
+  double* part_num = args.partial_num + chunk_row[kChunkPartialBase];
+  double* part_den = args.partial_den + chunk_row[kChunkPartialBase];
+  const int64_t base = param[kParamOutOffset];
+  scalar_t* out = static_cast<scalar_t*>(args.out) + base;
+  int64_t covered = 0, current_row = -1, row_count = 0;
+  for (int64_t item = chunk_row[kChunkItemBegin]; item < chunk_row[kChunkItemEnd]; ++item) {
+    const int64_t row = item / tiles;
+    const int64_t c0 = (item % tiles) * kPrivateTile;
+    const int64_t c1 = min64(c0 + kPrivateTile, length);
+    const int64_t n = c1 - c0;
+    const int64_t first = row * length + c0;  // the tile's first coordinate inside the parameter
+    if (row != current_row) {
+      current_row = row;
+      row_count = 0;
+      for (int64_t e = entry_begin; e < entry_end; ++e) {
+        const int64_t* entry = args.entries + e * kEntryCols;
+        const int64_t local = local_row(param, entry, row);
+        if (local < 0) continue;
+        row_entry[row_count] = e;
+        row_start[row_count] = local * entry[kEntryPacked + ndim - 1];
+        ++row_count;
+      }
+    }
+    for (int64_t j = 0; j < n; ++j) acc[j] = den[j] = cnt[j] = 0.0;
+    for (int64_t k = 0; k < row_count; ++k) {
+      const int64_t e = row_entry[k];
+      const int64_t* entry = args.entries + e * kEntryCols;
+      const double w = args.entry_weight[e], ws = w * args.entry_scale[e];
+      const scalar_t* x_row = static_cast<const scalar_t*>(args.data[e]) + row_start[k];
+      Piece pieces[2];
+      const int count = window_pieces(entry[kEntryOffset + ndim - 1], entry[kEntryPacked + ndim - 1], length, c0, c1,
+                                      pieces);
+      for (int i = 0; i < count; ++i) {
+        const int64_t b = pieces[i].begin - c0, len = pieces[i].end - pieces[i].begin;
+        const scalar_t* x = x_row + pieces[i].local;
+        for (int64_t j = 0; j < len; ++j) {
+          acc[b + j] += ws * static_cast<double>(x[j]);
+          den[b + j] += w;
+          cnt[b + j] += 1.0;
+        }
+      }
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const double k = cnt[j];
+      const double m = k > 0.0 ? acc[j] / den[j] : 0.0;
+      mean[j] = m;
+      args.counts[base + first + j] = k;
+      covered += k > 0.0 ? 1 : 0;
+      const bool draw = args.noise_std != 0.0 && (args.poisson || k > 0.0);
+      const double xi =
+          draw ? args.noise_std * philox_normal(args.seed, args.offset, static_cast<uint64_t>(base + first + j)) : 0.0;
+      double value;
+      if (args.poisson)
+        value = (m * k + xi) / args.expected;
+      else
+        value = k > 0.0 ? m + xi / k : 0.0;
+      out[first + j] = static_cast<scalar_t>(value);
+    }
+    // Divergence partials of the clipped values against the noiseless mean.
+    for (int64_t k = 0; k < row_count; ++k) {
+      const int64_t e = row_entry[k];
+      const int64_t* entry = args.entries + e * kEntryCols;
+      const double s = args.entry_scale[e];
+      const scalar_t* x_row = static_cast<const scalar_t*>(args.data[e]) + row_start[k];
+      Piece pieces[2];
+      const int count = window_pieces(entry[kEntryOffset + ndim - 1], entry[kEntryPacked + ndim - 1], length, c0, c1,
+                                      pieces);
+      double sum_diff = 0.0, sum_mean = 0.0;
+      for (int i = 0; i < count; ++i) {
+        const int64_t b = pieces[i].begin - c0, len = pieces[i].end - pieces[i].begin;
+        const scalar_t* x = x_row + pieces[i].local;
+        for (int64_t j = 0; j < len; ++j) {
+          const double d = s * static_cast<double>(x[j]) - mean[b + j];
+          sum_diff += d * d;
+          sum_mean += mean[b + j] * mean[b + j];
+        }
+      }
+      part_num[e - entry_begin] += sum_diff;
+      part_den[e - entry_begin] += sum_mean;
+    }
+  }
+  args.chunk_covered[chunk] = covered;
+}
+
+// Each entry's sum of squares in float64, in element order (one entry per task: no dependence on the threads).
+template <typename scalar_t>
+void entry_squares(at::TensorList packed, double* square) {
+  const int64_t num_entries = static_cast<int64_t>(packed.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t e = 0; e < num_entries; ++e) {
+    const scalar_t* x = packed[e].data_ptr<scalar_t>();
+    double sum = 0.0;
+    for (int64_t j = 0, n = packed[e].numel(); j < n; ++j) sum += static_cast<double>(x[j]) * static_cast<double>(x[j]);
+    square[e] = sum;
+  }
+}
+
+template <typename scalar_t>
+void run_private_chunks(const PrivateArgs& args, int64_t num_chunks, int64_t max_entries) {
+#pragma omp parallel
+  {
+    std::vector<double> doubles(4 * kPrivateTile);
+    std::vector<int64_t> ints(2 * max_entries + 1);
+    double* d = doubles.data();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t chunk = 0; chunk < num_chunks; ++chunk)
+      run_private_chunk<scalar_t>(args, chunk, d, d + kPrivateTile, d + 2 * kPrivateTile, d + 3 * kPrivateTile,
+                                  ints.data(), ints.data() + max_entries);
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> aggregate_private_into_cpu(
+    const at::Tensor& out, at::TensorList packed, const at::Tensor& params, const at::Tensor& entries,
+    const at::Tensor& weights, const at::Tensor& bounds, double noise_std, int64_t seed, int64_t offset,
+    std::optional<double> expected) {
+  check_aggregate_args(packed, params, entries, weights, out);
+  TORCH_CHECK(out.device().is_cpu(), "out must be on the CPU for the CPU kernel, got ", out.device());
+  const int64_t num_entries = entries.size(0), num_clients = weights.size(0);
+  TORCH_CHECK(bounds.device().is_cpu() && bounds.scalar_type() == at::kDouble && bounds.dim() == 1 &&
+                  bounds.is_contiguous() && bounds.size(0) == num_clients,
+              "bounds must be a contiguous float64 CPU tensor of shape (", num_clients, "), got ", bounds.sizes(), " ",
+              bounds.scalar_type(), " on ", bounds.device());
+  const double* bound = bounds.data_ptr<double>();
+  for (int64_t i = 0; i < num_clients; ++i)
+    TORCH_CHECK(bound[i] > 0, "bounds[", i, "] is ", bound[i], "; expected positive (inf: no clipping)");
+  TORCH_CHECK(std::isfinite(noise_std) && noise_std >= 0, "noise_std is ", noise_std, "; expected finite and >= 0");
+  TORCH_CHECK(!expected.has_value() || (std::isfinite(*expected) && *expected > 0), "expected is ",
+              expected.value_or(0.0), "; expected finite and positive");
+  const AggregatePlan plan = make_plan(params, entries, weights, kPrivateTile, kPrivateChunkElems);
+  const int64_t num_chunks = plan.chunks.size(0);
+  const int64_t* E = entries.data_ptr<int64_t>();
+
+  // Phase 1: norms and clip scales.
+  std::vector<double> entry_square(num_entries, 0.0);
+  AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "hasfl_ray::aggregate_private_into norms",
+                             [&] { entry_squares<scalar_t>(packed, entry_square.data()); });
+  at::Tensor norms = at::zeros({num_clients}, at::kDouble);
+  double* norm = norms.data_ptr<double>();
+  const int64_t* cbegin = plan.client_entry_begin.data_ptr<int64_t>();
+  const int64_t* centries = plan.client_entries.data_ptr<int64_t>();
+  std::vector<double> scale(num_clients, 1.0), entry_scale(num_entries, 1.0);
+  for (int64_t i = 0; i < num_clients; ++i) {
+    double sum = 0.0;
+    for (int64_t k = cbegin[i]; k < cbegin[i + 1]; ++k) sum += entry_square[centries[k]];
+    norm[i] = std::sqrt(sum);
+    scale[i] = norm[i] <= bound[i] ? 1.0 : bound[i] / norm[i];
+  }
+  for (int64_t e = 0; e < num_entries; ++e) entry_scale[e] = scale[E[e * kEntryCols + kEntryClient]];
+
+  // Phase 2: the tile pass.
+  std::vector<const void*> data(num_entries);
+  for (int64_t e = 0; e < num_entries; ++e) data[e] = packed[e].data_ptr();
+  at::Tensor counts = at::zeros({out.numel()}, at::kDouble);
+  at::Tensor partial_num = at::zeros({plan.num_partials}, at::kDouble);
+  at::Tensor partial_den = at::zeros({plan.num_partials}, at::kDouble);
+  at::Tensor chunk_covered = at::zeros({num_chunks}, at::kLong);
+  const PrivateArgs args{params.data_ptr<int64_t>(), E, plan.chunks.data_ptr<int64_t>(), data.data(),
+                         plan.entry_weight.data_ptr<double>(), entry_scale.data(), out.data_ptr(),
+                         counts.data_ptr<double>(), partial_num.data_ptr<double>(), partial_den.data_ptr<double>(),
+                         chunk_covered.data_ptr<int64_t>(), noise_std, static_cast<uint64_t>(seed),
+                         static_cast<uint64_t>(offset), expected.has_value(), expected.value_or(1.0)};
+  const int64_t max_entries = plan.max_entries;
+  AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "hasfl_ray::aggregate_private_into",
+                             [&] { run_private_chunks<scalar_t>(args, num_chunks, max_entries); });
+
+  // Fixed-order reductions (each entry over its parameter's chunks, then each client over its entries).
+  at::Tensor div_num = at::zeros({num_clients}, at::kDouble);
+  at::Tensor div_den = at::zeros({num_clients}, at::kDouble);
+  double* num = div_num.data_ptr<double>();
+  double* den = div_den.data_ptr<double>();
+  const int64_t* chunk_begin = plan.param_chunk_begin.data_ptr<int64_t>();
+  for (int64_t i = 0; i < num_clients; ++i)
+    for (int64_t k = cbegin[i]; k < cbegin[i + 1]; ++k) {
+      num[i] += reduce_entry(args.params, args.entries, args.chunks, chunk_begin, args.partial_num, centries[k]);
+      den[i] += reduce_entry(args.params, args.entries, args.chunks, chunk_begin, args.partial_den, centries[k]);
+    }
+  return {div_num, div_den, chunk_covered.sum(), counts, norms};
+}
+
+// The draws normal(seed, offset, j) for j < n, float64: the torch path's noise and the oracle tests' key (each draw
+// depends on j alone, so the threads change nothing).
+at::Tensor private_normals(int64_t seed, int64_t offset, int64_t n) {
+  TORCH_CHECK(n >= 0, "n is ", n, "; expected >= 0");
+  at::Tensor draws = at::empty({n}, at::kDouble);
+  double* z = draws.data_ptr<double>();
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < n; ++j)
+    z[j] = philox_normal(static_cast<uint64_t>(seed), static_cast<uint64_t>(offset), static_cast<uint64_t>(j));
+  return draws;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(hasfl_ray, m) {
+  // aggregate_into with client-level DP in its pass (see the top of this file): bounds float64 CPU (num_clients,),
+  // each client's clip bound (C / its repeats; inf: none); noise_std: z C; seed, offset: the noise's key (run key,
+  // update number); expected: Poisson participation's q N, None for fixed-size sampling. Returns (div_num, div_den,
+  // covered) as aggregate_into, counts float64 (out.numel(),) k_j, and norms float64 (num_clients,) before clipping.
+  m.def("aggregate_private_into(Tensor(a!) out, Tensor[] packed, Tensor params, Tensor entries, Tensor weights, "
+        "Tensor bounds, float noise_std, int seed, int offset, float? expected) -> "
+        "(Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def("private_normals(int seed, int offset, int n) -> Tensor", &private_normals);
+}
+
+TORCH_LIBRARY_IMPL(hasfl_ray, CPU, m) { m.impl("aggregate_private_into", &aggregate_private_into_cpu); }
+
+}  // namespace hasfl_ray

@@ -1,0 +1,101 @@
+"""The fused aggregation with client-level DP in its pass: ``hasfl_ray::aggregate_private_into`` (CPU only).
+
+One call clips each client's packed update to its bound (C over its repeats, as
+:func:`hasfl_ray.aggregation.privacy.clip_updates`), takes the weighted mean over each coordinate's holders, counts
+them (k_j) and adds the Gaussian noise of :func:`hasfl_ray.aggregation.privacy.noised` — ξ_j / k_j where k_j > 0
+(fixed-size sampling), or (Δ̄_j k_j + ξ_j) / (q N) everywhere (Poisson participation) — with ξ_j = std · normal(seed,
+offset, j) from a counter-based generator (Philox4x32-10 keyed by the seed, counter (offset, j), j the coordinate's
+index in the flat output of ``global_shapes`` in order): the draws depend on nothing but (seed, offset, j), so the
+result is the same with any number of threads (csrc/cpu/aggregate_private.cpp).
+
+Scope: the dense layouts (leading slices, rolling windows, gate blocks) on the CPU. Index sets, masks and the label
+split, and CUDA, keep the torch path of :func:`hasfl_ray.aggregation.privacy.privatize` (this op has no CUDA
+kernel), with the same draws (:func:`hasfl_ray.aggregation.privacy.normal_draws`); the server takes this op for
+leading slices on the CPU (:func:`hasfl_ray.engine.server_privacy.fused_form`). Checked against a float64 oracle in
+tests/aggregation/test_private_fused.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, Mapping, Optional, Sequence, Tuple
+
+import torch
+
+from hasfl_ray.aggregation.result import AggregateResult
+from hasfl_ray.ops import aggregate as ops
+
+
+@dataclass
+class PrivateAggregate:
+    """What one private call returns.
+
+    Attributes:
+        result: the noised mean (``delta``; the clients' dtype) and the divergence norms of the clipped updates
+            against the noiseless mean (``div_num``, ``div_den``), the covered fraction.
+        counts: name -> k_j, float64 of the parameter's shape (0 where no client holds j).
+        norms: float64 (num_clients,), each client's L2 norm over its packed values before clipping.
+    """
+
+    result: AggregateResult
+    counts: Dict[str, torch.Tensor]
+    norms: torch.Tensor
+
+
+def available() -> bool:
+    """Whether the built extension registers the private op (a build older than it does not)."""
+    return ops.available() and hasattr(torch.ops.hasfl_ray, "aggregate_private_into")
+
+
+def normals(seed: int, offset: int, n: int) -> torch.Tensor:
+    """The op's standard normal draws normal(seed, offset, j) for j < n, float64 (what the noise is made of)."""
+    if not available():
+        raise RuntimeError("the private fused aggregation needs a build of hasfl_ray._C that has it; rebuild it "
+                           "with `pip install --no-build-isolation -e .`")
+    return torch.ops.hasfl_ray.private_normals(int(seed), int(offset), int(n))
+
+
+def aggregate_private(global_shapes: Mapping[str, Tuple[int, ...]], updates: Sequence[Mapping[str, torch.Tensor]],
+                      weights: Sequence[float], bounds: Sequence[float], noise_std: float, seed: int, offset: int,
+                      expected: Optional[float] = None, gate_blocks: Optional[Mapping[str, int]] = None,
+                      offsets: Optional[Sequence[Mapping[str, Sequence[int]]]] = None) -> PrivateAggregate:
+    """Clip, weighted mean over the holders, holder counts and noise in one pass (module docstring).
+
+    Args:
+        global_shapes, updates, gate_blocks, offsets: as for :func:`hasfl_ray.ops.aggregate.aggregate_fused`
+            (CPU tensors of one float dtype, dense packings; validated here like :func:`hasfl_ray.aggregate_updates`).
+        weights: one positive weight per client (DP uses 1 each: the count-weighted mean).
+        bounds: each client's clip bound (C / its repeats; ``math.inf``: not clipped).
+        noise_std: z·C, the std of ξ_j (0: no noise).
+        seed, offset: the noise's key (e.g. the run's privacy key and the update number), int64 each.
+        expected: Poisson participation's q·N, the denominator at every coordinate; None: fixed-size sampling.
+    """
+    if not available():
+        raise RuntimeError("the private fused aggregation needs a build of hasfl_ray._C that has it; rebuild it "
+                           "with `pip install --no-build-isolation -e .`")
+    if len(bounds) != len(updates):
+        raise ValueError(f"bounds has {len(bounds)} entries but updates has {len(updates)} clients; expected one "
+                         "bound per client")
+    from hasfl_ray.aggregation import validate_inputs
+
+    global_shapes, weights_t, blocks = validate_inputs(global_shapes, updates, list(weights), gate_blocks)
+    layout = ops.build_layout(global_shapes, updates, blocks, offsets)
+    first = layout.packed[0]
+    if first.device.type != "cpu":
+        raise ValueError(f"the private fused aggregation runs on the CPU; the updates are on {first.device}")
+    out = torch.empty(layout.total_numel, dtype=first.dtype)
+    weights_t = torch.as_tensor(weights_t, dtype=torch.float64).cpu().contiguous()
+    bounds_t = torch.as_tensor(list(bounds), dtype=torch.float64).contiguous()
+    div_num, div_den, covered, counts, norms = torch.ops.hasfl_ray.aggregate_private_into(
+        out, layout.packed, layout.params, layout.entries, weights_t, bounds_t, float(noise_std), int(seed),
+        int(offset), None if expected is None else float(expected))
+    sizes = [math.prod(shape) for shape in layout.shapes]
+    delta = {name: view.view(shape) for name, shape, view in zip(layout.names, layout.shapes, out.split(sizes))}
+    count = {name: view.view(shape) for name, shape, view in zip(layout.names, layout.shapes, counts.split(sizes))}
+    total = layout.total_numel
+    result = AggregateResult(delta, div_num, div_den, int(covered) / total if total else 0.0)
+    return PrivateAggregate(result, count, norms)
+
+
+__all__ = ["PrivateAggregate", "aggregate_private", "available", "normals"]
