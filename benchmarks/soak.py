@@ -91,23 +91,31 @@ def main() -> int:
     run_round = engine.run_round
     start = time.perf_counter()
 
+    def sample(t):
+        """Memory after round ``t`` and what each process handed back after it (hasfl_ray/allocator.py)."""
+        places = getattr(engine.backend, "places", [])  # Ray: the trainers, then the server actor if there is one
+        trainers = len(getattr(engine.backend, "slots", places))
+        names = [f"trainer{i}" for i in range(trainers)] + ["server"]
+        memory = {"driver": rss_mib(os.getpid())}
+        memory.update({name: rss_mib(place["pid"]) for name, place in zip(names, places)})
+        if args.probe_trim:
+            import ctypes
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+            memory["driver_trimmed"] = rss_mib(os.getpid())
+        samples.append((t, memory))
+        trainer = getattr(engine.backend, "trainer", None)  # local: its cache's networks
+        cached = f"  {len(trainer.cached_widths)} networks cached" if trainer is not None else ""
+        cached += f"  trims {allocator.spent['calls']:.0f} ({allocator.spent['seconds']:.2f} s)"
+        print(f"round {t:4d}  " + "  ".join(f"{k} {v:7.1f} MiB" for k, v in memory.items())
+              + f"{cached}  ({time.perf_counter() - start:6.0f} s)", flush=True)
+
     def sampled_round(t):
+        if t > 0 and (t - 1) % args.every == 0:  # as round t begins: round t-1 and its release are done
+            sample(t - 1)
         line = run_round(t)
-        if t % args.every == 0 or t == args.rounds - 1:
-            places = getattr(engine.backend, "places", [])  # Ray: trainers, then the server
-            names = [f"trainer{i}" for i in range(len(places) - 1)] + ["server"]
-            memory = {"driver": rss_mib(os.getpid())}
-            memory.update({name: rss_mib(place["pid"]) for name, place in zip(names, places)})
-            if args.probe_trim:
-                import ctypes
-                ctypes.CDLL("libc.so.6").malloc_trim(0)
-                memory["driver_trimmed"] = rss_mib(os.getpid())
-            samples.append((t, memory))
-            trainer = getattr(engine.backend, "trainer", None)  # local: its cache's networks
-            cached = f"  {len(trainer.cached_widths)} networks cached" if trainer is not None else ""
-            cached += f"  trims {allocator.spent['calls']:.0f} ({allocator.spent['seconds']:.2f} s)"
-            print(f"round {t:4d}  " + "  ".join(f"{k} {v:7.1f} MiB" for k, v in memory.items())
-                  + f"{cached}  ({time.perf_counter() - start:6.0f} s)", flush=True)
+        if t == args.rounds - 1:  # the last round, while Ray's actors are still up: the driver's release is next
+            allocator.release()
+            sample(t)
         return line
 
     engine.run_round = sampled_round

@@ -130,7 +130,6 @@ class TrainerActor:
         Ray'), each ``(tasks, batched)``: a batched group trained together (:meth:`Trainer.train_unit`), or clients
         trained one after the other, each exactly as alone (:meth:`Trainer.train`). Two returns: the small report
         for the driver, and every client's result, in the call's task order, as ONE object for the server."""
-        allocator.release()  # what the last call freed, back to the system (hasfl_ray/allocator.py)
         self._take(params)
         start = time.perf_counter()
         results: List[ClientResult] = []
@@ -140,7 +139,10 @@ class TrainerActor:
             else:
                 results += [self.trainer.train(task, self.params) for task in tasks]
         clients = tuple(task.client for tasks, _ in units for task in tasks)
-        return TaskReport(clients[0], time.perf_counter() - start, clients), pack(tuple(results))
+        report, packed = TaskReport(clients[0], time.perf_counter() - start, clients), pack(tuple(results))
+        del results
+        allocator.release()  # what the call freed, back to the system (hasfl_ray/allocator.py)
+        return report, packed
 
 
 
@@ -189,8 +191,9 @@ class ServerActor:
         calls' results (Ray resolves the references). Two returns, packed (:mod:`hasfl_ray.simulation.wire`): its
         summary for the driver, and the new parameters, one object-store object every trainer reads for the next
         round."""
-        allocator.release()  # what the last round freed, back to the system (hasfl_ray/allocator.py)
-        return pack(self.apply_round(weights, server_lr, layout, optimizer, calls, keep_updates)), self.params()
+        summary = pack(self.apply_round(weights, server_lr, layout, optimizer, calls, keep_updates))
+        allocator.release()  # what the round freed, back to the system (hasfl_ray/allocator.py)
+        return summary, self.params()
 
     def apply_round(self, weights: Sequence[float], server_lr: float, layout: Sequence[Sequence[int]],
                     optimizer: Any, calls: Sequence[Packed], keep_updates: bool = False) -> Tuple[Any, ...]:
