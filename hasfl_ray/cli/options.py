@@ -260,6 +260,10 @@ RUN_OPTIONS = (
                       "for the clients trained one at a time with plain cross-entropy: auto (default: on for --device "
                       "cuda, off on CPU), on or off. On a CPU, on runs the same static-buffer step eagerly (identical "
                       "results); recorded in config.yaml."),
+    click.option("--precision", metavar="[fp32|bf16]",
+                 help="The arithmetic of local training's forward and loss: fp32 (default; plain float32) or bf16 "
+                      "(bfloat16 autocast; weights, gradients, the optimiser step and evaluation stay float32; "
+                      "clients train one at a time). Changes results; recorded in config.yaml (docs/gpu.md)."),
     click.option("--fast-nondeterministic", is_flag=True, default=False,
                  help="On CUDA: let cuDNN autotune, use TF32 convolutions (torch's default; off by default here, "
                       "for exact float32) and torch use nondeterministic kernels (faster, but two runs of one config "
