@@ -115,3 +115,21 @@ def test_a_config_written_before_the_key_counts_as_fp32():
 def test_an_unknown_precision_is_one_sentence():
     with pytest.raises(ConfigError, match=r"^precision is 'fp16'; expected fp32 or bf16"):
         RunConfig(precision="fp16")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("model, dataset", [("digits", image_dataset), ("shakespeare", text_dataset)])
+def test_bf16_graphed_equals_bf16_eager_on_cuda_bit_for_bit(model, dataset):
+    """The captured step runs autocast without its weight-cast cache (what a capture needs); the replays give the
+    eager bf16 step's values bit for bit, and the step was captured, not run eagerly after a failed capture."""
+    from hasfl_ray.training.determinism import apply_determinism
+
+    apply_determinism(True)
+    params = initial(model)
+    eager = Trainer(dataset(), model, BF16, "cuda")
+    graphed = Trainer(dataset(), model, BF16, "cuda", cuda_graphs=True)
+    for client in range(4):
+        task = ClientTask(client, 1, 0.5, 0.2, 7)
+        assert_identical(eager.train(task, params), graphed.train(task, params))
+    (step,) = graphed.steps._steps.values()
+    assert step.captured
