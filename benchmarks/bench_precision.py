@@ -75,13 +75,15 @@ def report(runs: List[Dict]) -> None:
     by = {p: [r for r in runs if r["precision"] == p] for p in ("fp32", "bf16")}
     rows = [("final", [r["final_accuracy"] for r in by["fp32"]], [r["final_accuracy"] for r in by["bf16"]])]
     for width in by["fp32"][0]["at_width"]:
-        rows.append((f"p={width}", [r["at_width"][width] for r in by["fp32"]], [r["at_width"][width] for r in by["bf16"]]))
+        rows.append((f"p={width}", [r["at_width"][width] for r in by["fp32"]],
+                     [r["at_width"][width] for r in by["bf16"]]))
     print("| accuracy (%) | fp32 mean ± std | bf16 mean ± std | bf16 - fp32 (points) | within one fp32 std |")
     print("|---|---|---|---|---|")
     for label, exact, rounded in rows:
         gap = 100 * (statistics.mean(rounded) - statistics.mean(exact))
         std = 100 * statistics.stdev(exact) if len(exact) > 1 else 0.0
-        print(f"| {label} | {mean_std(exact)} | {mean_std(rounded)} | {gap:+.2f} | {'yes' if abs(gap) <= std else 'no'} |")
+        within = "yes" if abs(gap) <= std else "no"
+        print(f"| {label} | {mean_std(exact)} | {mean_std(rounded)} | {gap:+.2f} | {within} |")
     print()
     print("| seed | whole run CPU s fp32 / bf16 | ratio | training CPU s fp32 / bf16 | ratio | wall s fp32 / bf16 |")
     print("|---|---|---|---|---|---|")
