@@ -251,8 +251,8 @@ RUN_OPTIONS = (
                                    "else cpu), cpu or cuda (Ray trainers each get a GPU or --gpus-per-actor of one)."),
     click.option("--client-batching", metavar="[auto|on|mixed|off]",
                  help="Train the clients of one width as one batched computation per local step: auto (default: off "
-                      "everywhere, since no measurement has shown it ahead of graphed one-at-a-time training; "
-                      "docs/gpu.md), on, mixed (the clients of every width together, each padded to the widest "
+                      "everywhere, since no measurement has shown it ahead of one-at-a-time training in the "
+                      "protocol's rounds, graphed on a GPU or on a CPU; docs/gpu.md), on, mixed (the clients of every width together, each padded to the widest "
                       "with its mask; by width for a model whose forward depends on it) or off. Agrees with "
                       "one-at-a-time training to float tolerance; recorded in config.yaml."),
     click.option("--cuda-graphs", metavar="[auto|on|off]",
