@@ -11,6 +11,9 @@ run and training alone) with their median.
     python benchmarks/bench_precision.py --dataset digits --rounds 30 --seeds 3
     python benchmarks/bench_precision.py --dataset emnist --data-dir ../shared/data/torchvision --rounds 15 \\
         --clients 20 --clients-per-round 10 --local-steps 10 --eval-samples 2000 --seeds 3
+    python benchmarks/bench_precision.py --dataset cifar10 --data-dir ../shared/data/torchvision --algorithm heterofl \
+        --set model=preresnet18-1112 --set model_norm=sbn --set model_scaler=on --rounds 2 --clients 20 \
+        --clients-per-round 3 --local-steps 3 --eval-samples 200 --seeds 1     # the HeteroFL pack's ResNet
 
 ``--json PATH`` writes every run's figures. Accuracy on this CPU and on a GPU: the bf16 arithmetic is the same
 (autocast's op lists), the kernels are not, so the accuracies agree in distribution, not bit for bit.
@@ -26,6 +29,7 @@ import time
 from typing import Dict, List
 
 import torch
+import yaml
 
 from hasfl_ray.engine import Engine, RunConfig
 from hasfl_ray.training.trainer import Trainer
@@ -108,6 +112,8 @@ def main(argv=None) -> None:
     parser.add_argument("--clients-per-round", type=int)
     parser.add_argument("--local-steps", type=int)
     parser.add_argument("--eval-samples", type=int)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="another config key (YAML value), e.g. model=preresnet18-1112 (repeatable)")
     parser.add_argument("--json", help="write every run's figures here")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -116,6 +122,9 @@ def main(argv=None) -> None:
     for key in ("data_dir", "clients", "clients_per_round", "local_steps", "eval_samples"):
         if getattr(args, key) is not None:
             config[key] = getattr(args, key)
+    for item in args.set:
+        key, _, value = item.partition("=")
+        config[key] = yaml.safe_load(value)
     print(f"{args.dataset}, {args.algorithm}, {args.rounds} rounds, seeds 0-{args.seeds - 1}: {config}")
     runs = []
     for seed in range(args.seeds):
