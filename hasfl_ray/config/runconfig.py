@@ -173,7 +173,8 @@ def auto_training_modes(device: str) -> Dict[str, str]:
     thread, process CPU time, modes interleaved (issue 46 item 7; benchmarks/RESULTS.md, "Batching on a CPU"):
 
     - whole runs (HAS-FL, 20 rounds, the protocol's 10 clients a round): digits ``on`` 0.55x and ``mixed`` 0.61x
-      the speed of ``off``, synthetic (the MLP) 0.27x and 0.31x;
+      the speed of ``off``, synthetic (the MLP) 0.27x and 0.31x; the EMNIST sample (3 rounds, 10 local steps)
+      0.93x and 0.36x;
     - the EMNIST CNN (bench_training.py, steady state): a round of 20 clients at 8/5/4/3 over 4 widths ``on``
       1.00x and ``mixed`` 0.23x; 3 and 8 clients of width 0.5 batched 0.72x and 0.67x;
     - the digits CNN, steady state: the 20-client round ``on`` 1.46x and ``mixed`` 1.13x, since only width groups
