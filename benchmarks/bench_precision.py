@@ -9,13 +9,14 @@ difference to fp32 and whether it lies within one (fp32) std; and the fp32/bf16 
 run and training alone) with their median.
 
     python benchmarks/bench_precision.py --dataset digits --rounds 30 --seeds 3
-    python benchmarks/bench_precision.py --dataset emnist --data-dir ../shared/data/torchvision --rounds 15 \\
-        --clients 20 --clients-per-round 10 --local-steps 10 --eval-samples 2000 --seeds 3
-    python benchmarks/bench_precision.py --dataset cifar10 --data-dir ../shared/data/torchvision --algorithm heterofl \
+    python benchmarks/bench_precision.py --dataset emnist --data-dir DATA --rounds 5 \\
+        --clients 20 --clients-per-round 10 --local-steps 5 --eval-samples 1000 --seeds 3
+    python benchmarks/bench_precision.py --dataset cifar10 --data-dir DATA --algorithm heterofl \
         --set model=preresnet18-1112 --set model_norm=sbn --set model_scaler=on --rounds 2 --clients 20 \
-        --clients-per-round 3 --local-steps 3 --eval-samples 200 --seeds 1     # the HeteroFL pack's ResNet
+        --clients-per-round 3 --local-steps 5 --eval-samples 200 --seeds 3     # the HeteroFL pack's ResNet
 
-``--json PATH`` writes every run's figures. Accuracy on this CPU and on a GPU: the bf16 arithmetic is the same
+DATA is a folder holding the torchvision EMNIST and CIFAR-10 files (docs/datasets.md). ``--json PATH`` writes every
+run's figures. Accuracy on this CPU and on a GPU: the bf16 arithmetic is the same
 (autocast's op lists), the kernels are not, so the accuracies agree in distribution, not bit for bit.
 """
 
