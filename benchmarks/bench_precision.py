@@ -1,6 +1,6 @@
 """``--precision bf16`` against fp32 over whole runs: speed and accuracy, the two interleaved in one process.
 
-For each seed the same run (HAS-FL, local backend, one trainer thread) is made in fp32 and in bf16, one after the
+For each seed the same run (HAS-FL unless ``--algorithm``, local backend, one trainer thread) is made in fp32 and in bf16, one after the
 other (the order alternates from seed to seed), so both see the same machine under the same load. Each run is timed
 whole (every round: training, aggregation, evaluation at each width, which stays float32) in process CPU time and
 wall time, and its training alone is timed too (CPU seconds inside ``Trainer.train_unit``). It prints, per
@@ -11,8 +11,8 @@ run and training alone) with their median.
     python benchmarks/bench_precision.py --dataset digits --rounds 30 --seeds 3
     python benchmarks/bench_precision.py --dataset emnist --data-dir DATA --rounds 5 \\
         --clients 20 --clients-per-round 10 --local-steps 5 --eval-samples 1000 --seeds 3
-    python benchmarks/bench_precision.py --dataset cifar10 --data-dir DATA --algorithm heterofl \
-        --set model=preresnet18-1112 --set model_norm=sbn --set model_scaler=on --rounds 2 --clients 20 \
+    python benchmarks/bench_precision.py --dataset cifar10 --data-dir DATA --algorithm heterofl \\
+        --set model=preresnet18-1112 --set model_norm=sbn --set model_scaler=on --rounds 2 --clients 20 \\
         --clients-per-round 3 --local-steps 5 --eval-samples 200 --seeds 3     # the HeteroFL pack's ResNet
 
 DATA is a folder holding the torchvision EMNIST and CIFAR-10 files (docs/datasets.md). ``--json PATH`` writes every
