@@ -1,12 +1,12 @@
 """``--precision bf16`` against fp32 over whole runs: speed and accuracy, the two interleaved in one process.
 
-For each seed the same run (HAS-FL unless ``--algorithm``, local backend, one trainer thread) is made in fp32 and
-in bf16, one after the other (the order alternates from seed to seed), so both see the same machine under the same
-load. Each run is timed whole (every round: training, aggregation, evaluation at each width, which stays float32)
-in process CPU time and wall time, and its training alone is timed too (CPU seconds inside
-``Trainer.train_unit``). It prints, per precision, the final accuracy and the final accuracy at each evaluated width
-as mean ± std over the seeds, bf16's difference to fp32 and whether it lies within one (fp32) std; and the fp32/bf16 time ratios of each seed (whole
-run and training alone) with their median.
+For each seed the same run (HAS-FL unless ``--algorithm``, local backend, one trainer thread) is made in fp32 and in
+bf16, one after the other (the order alternates from seed to seed), so both see the same machine under the same
+load. Each run is timed whole (every round: training, aggregation, evaluation at each width, which stays float32) in
+process CPU time and wall time, and its training alone is timed too (CPU seconds inside ``Trainer.train_unit``). It
+prints, per precision, the final accuracy and the final accuracy at each evaluated width as mean ± std over the
+seeds, bf16's difference to fp32 and whether it lies within one (fp32) std; and the fp32/bf16 time ratios of each
+seed (whole run and training alone) with their median.
 
     python benchmarks/bench_precision.py --dataset digits --rounds 30 --seeds 3
     python benchmarks/bench_precision.py --dataset emnist --data-dir DATA --rounds 5 \\
