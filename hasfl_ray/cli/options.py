@@ -261,8 +261,8 @@ RUN_OPTIONS = (
                                    "else cpu), cpu or cuda (Ray trainers each get a GPU or --gpus-per-actor of one)."),
     click.option("--client-batching", metavar="[auto|on|mixed|off]",
                  help="Train the clients of one width as one batched computation per local step: auto (default: off "
-                      "everywhere, since no measurement has shown it ahead of graphed one-at-a-time training; "
-                      "docs/gpu.md), on, mixed (the clients of every width together, each padded to the widest "
+                      "everywhere, since no measurement has shown it ahead of one-at-a-time training in the "
+                      "protocol's rounds, graphed on a GPU or on a CPU; docs/gpu.md), on, mixed (the clients of every width together, each padded to the widest "
                       "with its mask; by width for a model whose forward depends on it) or off. Agrees with "
                       "one-at-a-time training to float tolerance; recorded in config.yaml."),
     click.option("--cuda-graphs", metavar="[auto|on|off]",
@@ -270,6 +270,10 @@ RUN_OPTIONS = (
                       "for the clients trained one at a time with plain cross-entropy: auto (default: on for --device "
                       "cuda, off on CPU), on or off. On a CPU, on runs the same static-buffer step eagerly (identical "
                       "results); recorded in config.yaml."),
+    click.option("--precision", metavar="[fp32|bf16]",
+                 help="The arithmetic of local training's forward and loss: fp32 (default; plain float32) or bf16 "
+                      "(bfloat16 autocast; weights, gradients, the optimiser step and evaluation stay float32; "
+                      "clients train one at a time). Changes results; recorded in config.yaml (docs/gpu.md)."),
     click.option("--fast-nondeterministic", is_flag=True, default=False,
                  help="On CUDA: let cuDNN autotune, use TF32 convolutions (torch's default; off by default here, "
                       "for exact float32) and torch use nondeterministic kernels (faster, but two runs of one config "

@@ -31,7 +31,7 @@ SECTIONS: Dict[str, Tuple[str, ...]] = {
     "Training": ("--rounds", "--clients", "--clients-per-round", "--participation", "--seed", "--local-epochs",
                  "--local-steps", "--batch-size", "--lr", "--lr-decay", "--lr-milestones", "--lr-gamma",
                  "--weight-decay", "--momentum", "--augmentation", "--masked-loss", "--local-optimizer",
-                 "--local-optimizer-options"),
+                 "--local-optimizer-options", "--precision"),
     "Evaluation": ("--eval-batch-size", "--eval-samples", "--eval-widths", "--eval-every", "--test-every",
                    "--local-eval-every",
                    "--local-eval-width", "--local-eval-clients", "--local-eval-rule"),

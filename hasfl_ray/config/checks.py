@@ -17,6 +17,8 @@ from hasfl_ray.federation import PAPER_WIDTHS, WIDTH_ASSIGNMENTS, global_width_o
 MAX_LR = registry.MAX_LR
 #: Where the Ray backend's server may run (``server_placement``; hasfl_ray.simulation.placement.server_placement).
 SERVER_PLACEMENTS = ("auto", "driver", "actor")
+#: ``precision``'s values (hasfl_ray/training/precision.py).
+PRECISIONS = ("fp32", "bf16")
 
 
 def check_fields(self) -> None:
@@ -117,6 +119,8 @@ def check_fields(self) -> None:
         raise bad("client_batching", self.client_batching, "auto, on, mixed or off")
     if self.cuda_graphs not in ("auto", "on", "off"):
         raise bad("cuda_graphs", self.cuda_graphs, "auto, on or off")
+    if self.precision not in PRECISIONS:
+        raise bad("precision", self.precision, "fp32 or bf16 (fp16 is not offered: it needs loss scaling)")
     if self.masked_loss in ("on", "off") and isinstance(self.masked_loss, str):  # --masked-loss on|off
         object.__setattr__(self, "masked_loss", self.masked_loss == "on")
     if not isinstance(self.masked_loss, bool):

@@ -168,8 +168,22 @@ def auto_training_modes(device: str) -> Dict[str, str]:
     - CNN, 10-50 equal clients: batched 2.3-7.1x *eager* one at a time, never compared with graphed.
 
     No measurement shows batching ahead of graphed one-at-a-time training for any (model, group size), so ``auto``
-    never batches; a new measurement that does belongs here, with the group sizes it holds for. On CPU (and MPS):
-    both off, since neither has a launch cost to save (and graphs need CUDA).
+    never batches; a new measurement that does belongs here, with the group sizes it holds for.
+
+    On CPU (and MPS): both off (graphs need CUDA). Measured on the 2-core AMD EPYC (Zen 4) CPU, 2026-11-28, one
+    thread, process CPU time, modes interleaved (issue 46 item 7; benchmarks/RESULTS.md, "Batching on a CPU"):
+
+    - whole runs (HAS-FL, 20 rounds, the protocol's 10 clients a round): digits ``on`` 0.55x and ``mixed`` 0.61x
+      the speed of ``off``, synthetic (the MLP) 0.27x and 0.31x; the EMNIST sample (3 rounds, 10 local steps)
+      0.93x and 0.36x;
+    - the EMNIST CNN (bench_training.py, steady state): a round of 20 clients at 8/5/4/3 over 4 widths ``on``
+      1.00x and ``mixed`` 0.23x; 3 and 8 clients of width 0.5 batched 0.72x and 0.67x;
+    - the digits CNN, steady state: the 20-client round ``on`` 1.46x and ``mixed`` 1.13x, since only width groups
+      of 6 or more clients gain (1.58x at 6, 1.91x at 10; 0.75x at 3); the protocol's rounds hold none (10 clients
+      over 4 tiers in the warm-up, continuous widths after), hence the whole runs' 0.55x and 0.61x; the MLP's
+      20-client round likewise (``on`` 1.16x, ``mixed`` 1.46x) against its whole runs' 0.27x and 0.31x.
+
+    So one at a time is the faster mode on this CPU wherever a run of the protocol's shape batches anything.
     """
     cuda = str(device).startswith("cuda")
     return {"client_batching": "off", "cuda_graphs": "on" if cuda else "off"}

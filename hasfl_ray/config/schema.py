@@ -148,6 +148,10 @@ class RunConfigFields:
     # objective allows it (auto = on for CUDA, off on CPU, where on runs the same static-buffer step eagerly, with
     # identical results); compared by --resume (a run written before it existed trained eagerly: off)
     cuda_graphs: str = "auto"
+    # the arithmetic of local training's forward and loss: fp32 (the default; every result before the key existed) or
+    # bf16 (torch.autocast to bfloat16 around them; fp32 weights, gradients, optimiser step and evaluation;
+    # hasfl_ray/training/precision.py); changes results, so --resume compares it
+    precision: str = "fp32"
     # bit-identical CUDA runs (deterministic cuBLAS/cuDNN, no autotuning); False = --fast-nondeterministic
     deterministic: bool = True
     # a Ray run that starts Ray here trains its first rounds in this process while Ray starts (docs/ray.md, 'Start-up');

@@ -27,7 +27,8 @@ def optimizer_settings(config: RunConfig) -> OptimizerSettings:
     return OptimizerSettings(momentum=config.momentum, weight_decay=config.weight_decay, clip_norm=config.clip_norm,
                              local_epochs=config.local_epochs, batch_size=config.batch_size,
                              local_steps=config.local_steps, augmentation=config.augmentation,
-                             optimizer=config.local_optimizer, optimizer_options=dict(config.local_optimizer_options))
+                             optimizer=config.local_optimizer, optimizer_options=dict(config.local_optimizer_options),
+                             precision=config.precision)
 
 
 def trainer_error(tasks: Sequence[ClientTask], error: BaseException, remote_traceback: str,

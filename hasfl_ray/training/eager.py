@@ -15,6 +15,7 @@ import torch
 from hasfl_ray.training.graphed import StaticStep
 from hasfl_ray.training.result import ClientResult
 from hasfl_ray.training.local_optim import builtin, local_optimizer
+from hasfl_ray.training.precision import forward_precision
 from hasfl_ray.training.task import ClientTask, client_result, graphable
 from hasfl_ray.training.augment import augmented
 from hasfl_ray.aggregation.packed import IndexedUpdate, MaskedUpdate
@@ -69,7 +70,8 @@ def train_eager(workspace: Workspace, task: ClientTask, global_params: Optional[
             static.run(x, y)  # a short last batch runs eagerly on the same parameters and buffers
         else:
             optimizer.zero_grad()
-            loss = objective.loss(model, x, y)
+            with forward_precision(workspace.device, s.precision):  # --precision bf16: autocast, else nothing
+                loss = objective.loss(model, x, y)
             loss.backward()
             objective.adjust_gradients(model)
             if masks is not None:  # the gradient through w ⊙ m: g ⊙ m (w stays 0 outside m)

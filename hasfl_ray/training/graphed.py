@@ -52,6 +52,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from hasfl_ray.training.precision import forward_precision
 from hasfl_ray.training.step import LocalSGD
 from hasfl_ray.training.task import OptimizerSettings
 
@@ -77,8 +78,10 @@ class StaticStep:
     """
 
     def __init__(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float, momentum: float,
-                 weight_decay: float, clip_norm: float, capture: bool, masked_labels: Optional[torch.Tensor] = None):
+                 weight_decay: float, clip_norm: float, capture: bool, masked_labels: Optional[torch.Tensor] = None,
+                 precision: str = "fp32"):
         self.model = model
+        self.precision = precision
         self.params: List[torch.Tensor] = list(model.parameters())
         self.optimizer = LocalSGD(self.params, lr, momentum, weight_decay, clip_norm, zero_buffers=True)
         self.x = x.detach().clone()
@@ -98,10 +101,11 @@ class StaticStep:
 
     def _body(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """The step's op sequence after zero_grad (on the static tensors: captured, or run eagerly)."""
-        logits = self.model(x)
-        if self.masked_labels is not None:  # masked_loss: task.mask_logits's masked_fill, on the static mask
-            logits = logits.masked_fill(self.masked_labels, 0)
-        loss = F.cross_entropy(logits, y)
+        with forward_precision(x.device, self.precision, cache=False):  # bf16: autocast (no cast cache: capture)
+            logits = self.model(x)
+            if self.masked_labels is not None:  # masked_loss: task.mask_logits's masked_fill, on the static mask
+                logits = logits.masked_fill(self.masked_labels, 0)
+            loss = F.cross_entropy(logits, y)
         loss.backward()
         self.optimizer.step()  # clips first when clip_norm > 0
         self.loss_sum += loss.detach()
@@ -209,7 +213,7 @@ class StepCache:
             del self._steps[old]
         capture = self.capture and shape not in self._failed
         step = StaticStep(model, x, y, lr, settings.momentum, settings.weight_decay, settings.clip_norm, capture,
-                          masked_labels)
+                          masked_labels, settings.precision)
         if capture and not step.captured:
             self._failed.add(shape)
         self.built += 1

@@ -30,6 +30,8 @@ class OptimizerSettings:
     # with its keyword options (those clients train one at a time)
     optimizer: str = "sgd"
     optimizer_options: Dict[str, Any] = field(default_factory=dict)
+    # the arithmetic of the forward and loss (hasfl_ray/training/precision.py): fp32, or bf16 autocast
+    precision: str = "fp32"
 
 
 class LocalObjective:

@@ -58,9 +58,9 @@ class Trainer:
         widest with :func:`~hasfl_ray.training.mixed.train_mixed`."""
         if len(tasks) == 1:
             return [self.train(tasks[0], global_params)]
-        s = self.workspace.settings  # index sets, masks, and another local optimiser than sgd: one at a time
+        s = self.workspace.settings  # index sets, masks, another local optimiser than sgd, bf16: one at a time
         if any(task.channels is not None or task.masks is not None for task in tasks) or \
-                not builtin(s.optimizer, s.optimizer_options):
+                not builtin(s.optimizer, s.optimizer_options) or s.precision != "fp32":
             return with_faults(tasks, lambda: [train_eager(self.workspace, task, global_params) for task in tasks])
         if len({float(task.width) for task in tasks}) > 1:
             return with_faults(tasks, lambda: train_mixed(self.workspace, tasks, global_params))

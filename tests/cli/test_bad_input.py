@@ -41,6 +41,7 @@ CASES = [
     (["simulate", "--device", "tpu", *LOCAL], ["device is 'tpu'", "cuda"]),
     (["simulate", "--client-batching", "sometimes", *LOCAL], ["sometimes", "auto"]),
     (["simulate", "--cuda-graphs", "always", *LOCAL], ["cuda_graphs is 'always'", "auto, on or off"]),
+    (["simulate", "--precision", "fp16", *LOCAL], ["precision is 'fp16'", "fp32 or bf16"]),
     (["simulate", "--aggregation-backend", "magic", *LOCAL], ["magic", "fused"]),
     (["simulate", "--heterofl-weighting", "equal", *LOCAL], ["equal", "samples"]),
     (["simulate", "--trainer-threads", "0", *LOCAL], ["trainer_threads is 0", "positive integer"]),
