@@ -19,6 +19,7 @@ from hasfl_ray.aggregation.common_core import common_core_divergence
 from hasfl_ray.aggregation.label_split import aggregate_label_split, output_layer
 from hasfl_ray.aggregation.windows import aggregate_windows
 from hasfl_ray.data.base import FederatedDataset
+from hasfl_ray.engine import shard_logits
 from hasfl_ray.errors import RunError
 from hasfl_ray.evaluation import beats, pack_bits
 from hasfl_ray.models import build_model, extract, gate_blocks_of, register_model
@@ -352,45 +353,11 @@ class Server:
             labels = torch.cat(ys).numpy().astype(np.int64)
         return (np.zeros(0, dtype=np.int64) if labels is None else labels), packed
 
-    @torch.no_grad()
     def test_logits(self, indices: np.ndarray, width: float = 1.0,
                     groups: Optional[Sequence[int]] = None) -> Tuple[np.ndarray, np.ndarray]:
-        """The labels, int64 (S,), and the width-``width`` global model's logits, float32 (S, C), of the test
-        samples ``indices`` (positions in the full test set), in batches of ``eval_batch_size``: the clients' own test
-        shards, for local accuracy as the sources score it (:func:`hasfl_ray.evaluation.shard_local_accuracies`).
-        ``groups``: the sizes of consecutive runs of ``indices`` (each sorted: one client's shard) evaluated apart, as
-        the sources' per-client test loaders do (HeteroFL ``train_classifier_fed.py::test``, FedRolex
-        ``resnet_client.py::test_model_for_user``), each run in their order (by label, then by position: a client's
-        shards one label after another, ``non_iid``) so that a batch normalised with its own statistics (``test_batch``,
-        batch-statistics norms) holds what theirs holds (a last batch of one sample, which has no batch statistics,
-        joins the batch before it); the rows returned follow ``indices``."""
-        model = self.width_model(width, None, cache=width in self._width_models)
-        model.eval()
-        indices = np.asarray(indices, dtype=np.int64)
-        ys, outs, start = [], [], 0
-        for size in ([len(indices)] if groups is None else [int(g) for g in groups]):
-            part, start = torch.as_tensor(indices[start:start + size]), start + size
-            if groups is None:
-                for x, y in self.dataset.test_subset_batches(part, self.eval_batch_size):
-                    outs.append(model(x.to(self.device)).float().cpu())
-                    ys.append(y.cpu())
-            elif size:
-                x, y = next(iter(self.dataset.test_subset_batches(part, size)))
-                order = torch.argsort(y.cpu(), stable=True)
-                logits = [None] * size
-                cuts = list(range(0, size, self.eval_batch_size)) + [size]
-                if len(cuts) > 2 and cuts[-1] - cuts[-2] == 1:  # one sample has no batch statistics: with the one before
-                    del cuts[-2]
-                for first, end in zip(cuts, cuts[1:]):
-                    chosen = order[first:end]
-                    out = model(x[chosen.to(x.device)].to(self.device)).float().cpu()
-                    for row, position in zip(out, chosen.tolist()):
-                        logits[position] = row
-                outs.append(torch.stack(logits))
-                ys.append(y.cpu())
-        if not outs:
-            return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
-        return torch.cat(ys).numpy().astype(np.int64), torch.cat(outs).numpy()
+        """The labels and the width-``width`` global model's logits of the test samples ``indices``, each client's
+        shard apart as the sources score it (:func:`hasfl_ray.engine.shard_logits.test_logits`)."""
+        return shard_logits.test_logits(self, indices, width, groups)
 
     def frozen_counts(self) -> Dict[str, int]:
         """Per parameter, how many of its entries are still bit-identical to w^(0) (computed once per update)."""
