@@ -67,6 +67,7 @@ class AsyncLoop:
         # bits: hasfl_ray/training/seed_blocks.py); numpy's own where a run has 1 client or 2**32 (no draw there)
         self.samplings = DispatchStreams((c.seed, STREAM_CLOCK), (SAMPLING,)) if 2 <= c.clients <= MASK32 else None
         self.dropouts = DispatchStreams((c.seed, STREAM_CLOCK), (DROPOUT,))
+        self.lr = (-1, 0.0)  # (server version, its learning rate)
         # --fault-inject KIND@N (testing): N counts dispatches; nan-update, inf-update and trainer-error go with
         # dispatch N's task (every backend); kill-trainer is the Ray backend's (it kills dispatch N's trainer)
         fault = parse_fault(c.fault_inject) if c.fault_inject else None
@@ -143,7 +144,9 @@ class AsyncLoop:
         clock.busy[client] += end - now
         handle = None
         if not lost:
-            lr = round_lr(c.lr, c.lr_decay, v, c.lr_milestones, c.lr_gamma)
+            if self.lr[0] != v:  # (the learning rate of the server version, once a version)
+                self.lr = (v, round_lr(c.lr, c.lr_decay, v, c.lr_milestones, c.lr_gamma))
+            lr = self.lr[1]
             task = client_task(algorithm, c, v, client, width, shape, lr, number=n, proximal=c.async_rho or 0.0)
             if self.fault is not None and self.fault[0] == n:
                 task.fault = self.fault[1]

@@ -61,10 +61,14 @@ class GuardedAlgorithm:
         """Whether ``method`` is a built-in algorithm's own: the class and the method defined in
         :mod:`hasfl_ray.algorithms` (a plug-in's subclass, or a method replaced on the class or the instance, is
         not), its checks skipped."""
-        cls = type(self.algorithm)
-        return cls.__module__.startswith("hasfl_ray.algorithms.") and \
-            getattr(getattr(cls, method, None), "__module__", "").startswith("hasfl_ray.algorithms.") and \
-            method not in getattr(self.algorithm, "__dict__", {})
+        cls, known = type(self.algorithm), self.__dict__.setdefault("_trust", {})
+        own = getattr(cls, method, None)
+        if method in getattr(self.algorithm, "__dict__", {}):
+            return False
+        if method not in known or known[method][0] is not own:  # (once per method, again where the class's method changed)
+            known[method] = (own, cls.__module__.startswith("hasfl_ray.algorithms.") and
+                             getattr(own, "__module__", "").startswith("hasfl_ray.algorithms."))
+        return known[method][1]
 
     def _call(self, method: str, *args: Any, check: Optional[Callable[[Any], Any]] = None,
               expected: str = "") -> Any:
@@ -104,9 +108,9 @@ class GuardedAlgorithm:
         return self._call("allocate", round, participants, check=check, expected="a mapping of clients to widths")
 
     def objective(self, round: int, client: int, width: float) -> Any:
-        from hasfl_ray.training.task import LocalObjective
-
         def check(objective: Any) -> Any:
+            from hasfl_ray.training.task import LocalObjective
+
             if not isinstance(objective, LocalObjective):
                 raise self._bad("objective", f"for client {client}:", objective,
                                 "a hasfl_ray.LocalObjective (or an instance of a subclass)")

@@ -6,9 +6,10 @@ import pytest
 
 from hasfl_ray.engine import Engine, RunConfig
 from hasfl_ray.engine.guard import GuardedAlgorithm
+from hasfl_ray.engine.participants import sub_models
 from hasfl_ray.errors import PluginError
 
-PER_DISPATCH = ("allocate", "objective", "window_offset", "channel_sets", "client_cost")
+PER_DISPATCH = ("allocate", "sub_model", "objective", "window_offset", "channel_sets", "client_cost")
 
 
 def guarded(tmp_path, algorithm="hasfl"):
@@ -21,7 +22,8 @@ def guarded(tmp_path, algorithm="hasfl"):
 def calls(guard, clock):
     cost = clock.base_cost(3, 0.5)
     return [guard.allocate(0, [1, 3, 5]), type(guard.objective(0, 3, 0.5)).__name__, guard.window_offset(0, 3),
-            guard.channel_sets(0, 3, 0.5), guard.client_cost(0, 3, 0.5, cost).bytes_down]
+            guard.channel_sets(0, 3, 0.5), guard.client_cost(0, 3, 0.5, cost).bytes_down,
+            sub_models(guard, 0, {1: 0.25, 3: 0.5, 5: 1.0})]
 
 
 @pytest.mark.parametrize("algorithm", ["hasfl", "fedrolex", "fluid", "fedprox"])
@@ -56,6 +58,10 @@ def test_a_plugins_override_is_still_checked(tmp_path):
 
 def test_a_method_set_on_the_instance_or_the_class_is_checked(tmp_path, monkeypatch):
     guard, _ = guarded(tmp_path)
+    guard.algorithm.sub_model = lambda round, client, width: (2.0, None)
+    assert not guard._trusted("sub_model")
+    with pytest.raises(PluginError, match="from sub_model"):
+        sub_models(guard, 0, {2: 0.5})
     guard.algorithm.window_offset = lambda round, client: -1
     assert not guard._trusted("window_offset")
     with pytest.raises(PluginError, match="offset for client 2: -1 from window_offset"):
