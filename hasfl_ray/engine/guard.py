@@ -15,9 +15,10 @@ The engine calls an :class:`~hasfl_ray.algorithms.Algorithm` through :class:`Gua
 
 Built-in algorithms pass every check; the checks cost microseconds a round. The per-client calls an asynchronous
 run makes at every dispatch (``allocate``, ``sub_model``, ``objective``, ``window_offset``, ``channel_sets``,
-``client_cost``) skip the checks where the method is a built-in's own (defined in :mod:`hasfl_ray.algorithms`, not
-overridden on the instance): what they return is converted as a check would (the same values), not re-validated.
-A plug-in's methods, a subclass's overrides included, are checked every call.
+``client_cost``) skip the checks where the method is a built-in's own (the class and the method defined in
+:mod:`hasfl_ray.algorithms`, not replaced on the class or the instance): what they return is converted as a check
+would (the same values), not re-validated. A plug-in's methods, a subclass's overrides included, are checked every
+call.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class GuardedAlgorithm:
         own = getattr(cls, method, None)
         if method in getattr(self.algorithm, "__dict__", {}):
             return False
-        if method not in known or known[method][0] is not own:  # (once per method, again where the class's method changed)
+        if method not in known or known[method][0] is not own:  # (once a method; again where the class's changed)
             known[method] = (own, cls.__module__.startswith("hasfl_ray.algorithms.") and
                              getattr(own, "__module__", "").startswith("hasfl_ray.algorithms."))
         return known[method][1]
@@ -103,9 +104,8 @@ class GuardedAlgorithm:
                     raise self._bad("allocate", f"width for client {client}:", width, "a width in (0, 1]")
             return {client: float(width) for client, width in widths.items()}
 
-        if self._trusted("allocate"):
-            check = _widths  # noqa: F811 (a built-in's widths: converted as the check does, not re-validated)
-        return self._call("allocate", round, participants, check=check, expected="a mapping of clients to widths")
+        return self._call("allocate", round, participants, check=_widths if self._trusted("allocate") else check,
+                          expected="a mapping of clients to widths")
 
     def objective(self, round: int, client: int, width: float) -> Any:
         def check(objective: Any) -> Any:
