@@ -14,13 +14,21 @@ subprocess (its peak RSS is its own), with the backend's methods wrapped to time
 The first update (or round) is left out: it pays one-off costs, and the first async update also the C initial
 dispatches' training.
 
+Both clocks are read: the wall clock and the main thread's CPU clock (``time.thread_time``: the loop runs on the
+main thread; the wait for a busy core on a shared machine is not in it). The loop's own CPU per client is the
+update's main-thread CPU less that inside training, the server and evaluation, over the K clients of the update
+(round); the table ends with the asynchronous mode's against the synchronous mode's, per size, and the target
+(issue 46: at most 2x).
+
     python benchmarks/bench_async.py                          # 10^4 and 10^5 clients, C = 1000, K = 100
     python benchmarks/bench_async.py --sizes 100000 --concurrency 1000 --buffer 100 --updates 20
+    python benchmarks/bench_async.py --point async,10000 --profile /tmp/async.prof   # one point under cProfile
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import resource
@@ -47,18 +55,27 @@ def measure(mode: str, clients: int, concurrency: int, buffer: int, updates: int
         config = RunConfig(**common, clients_per_round=buffer)
     engine = Engine(config)
     engine.prepare()
-    spent = {"train": 0.0, "server": 0.0, "eval": 0.0}
+    keys = ("train", "server", "eval")
+    spent = {f"{key}{clock}": 0.0 for key in keys for clock in ("", "_cpu")}
     backend = engine.backend
+
+    def now():
+        return time.perf_counter(), time.thread_time()
+
+    def add(key, since):
+        wall, cpu = now()
+        spent[key] += wall - since[0]
+        spent[key + "_cpu"] += cpu - since[1]
 
     def timed(owner, name, key):
         inner = getattr(owner, name)
 
         def wrapper(*args, **kwargs):
-            start = time.perf_counter()
+            since = now()
             try:
                 return inner(*args, **kwargs)
             finally:
-                spent[key] += time.perf_counter() - start
+                add(key, since)
         setattr(owner, name, wrapper)
 
     timed(backend, "dispatch", "train")
@@ -67,32 +84,37 @@ def measure(mode: str, clients: int, concurrency: int, buffer: int, updates: int
     request = evaluating.request_evaluation
 
     def evaluation(e, t):
-        start = time.perf_counter()
+        since = now()
         finish = request(e, t)
-        spent["eval"] += time.perf_counter() - start
+        add("eval", since)
 
         def done():
-            begin = time.perf_counter()
+            begin = now()
             try:
                 return finish()
             finally:
-                spent["eval"] += time.perf_counter() - begin
+                add("eval", begin)
         done.ready = finish.ready
         return done
 
     evaluating.request_evaluation = evaluation
     rows = []
-    marks = [time.perf_counter(), dict(spent)]
+    marks = [now(), dict(spent)]
     peak_in_flight = [0]
+
+    def mark():
+        wall, cpu = now()
+        rows.append({"wall": wall - marks[0][0], "cpu": cpu - marks[0][1],
+                     **{k: spent[k] - marks[1][k] for k in spent}})
+        marks[0], marks[1] = (wall, cpu), dict(spent)
+
     if mode == "async":
         original = asynchronous.AsyncLoop.server_update
 
         def server_update(self, wall_start):
             peak_in_flight[0] = max(peak_in_flight[0], len(self.state.in_flight) + len(self.state.buffer))
             original(self, wall_start)
-            now = time.perf_counter()
-            rows.append({"wall": now - marks[0], **{k: spent[k] - marks[1][k] for k in spent}})
-            marks[0], marks[1] = now, dict(spent)
+            mark()
 
         asynchronous.AsyncLoop.server_update = server_update
     else:
@@ -100,19 +122,18 @@ def measure(mode: str, clients: int, concurrency: int, buffer: int, updates: int
 
         def run_round(t):
             line = original(t)
-            now = time.perf_counter()
-            rows.append({"wall": now - marks[0], **{k: spent[k] - marks[1][k] for k in spent}})
-            marks[0], marks[1] = now, dict(spent)
+            mark()
             return line
 
         engine.run_round = run_round
     summary = engine.run()
     rows = rows[1:]  # the first pays one-off costs (and, async, the C initial dispatches)
     mean = {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
-    own = mean["wall"] - mean["train"] - mean["server"] - mean["eval"]
+    own = mean["wall"] - sum(mean[key] for key in keys)
+    own_cpu = mean["cpu"] - sum(mean[key + "_cpu"] for key in keys)
     return {"mode": mode, "clients": clients, "concurrency": concurrency if mode == "async" else None,
             "per_update": buffer, "measured": len(rows), "wall_s": mean["wall"], "train_s": mean["train"],
-            "server_s": mean["server"], "eval_s": mean["eval"], "own_s": own,
+            "server_s": mean["server"], "eval_s": mean["eval"], "own_s": own, "own_cpu_s": own_cpu,
             "peak_in_flight": peak_in_flight[0] if mode == "async" else None,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "staleness_mean": summary.get("staleness_mean")}
@@ -124,11 +145,19 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=1000)
     parser.add_argument("--buffer", type=int, default=100)
     parser.add_argument("--updates", type=int, default=10)
-    parser.add_argument("--point", help=argparse.SUPPRESS)  # MODE,CLIENTS: one point, in this process
+    parser.add_argument("--point", help="MODE,CLIENTS (sync or async): one point, in this process")
+    parser.add_argument("--profile", help="with --point: write the point's cProfile statistics here (pstats)")
     args = parser.parse_args()
     if args.point:
         mode, clients = args.point.split(",")
-        print(json.dumps(measure(mode, int(clients), args.concurrency, args.buffer, args.updates)))
+        profile = cProfile.Profile() if args.profile else None
+        if profile is not None:
+            profile.enable()
+        result = measure(mode, int(clients), args.concurrency, args.buffer, args.updates)
+        if profile is not None:
+            profile.disable()
+            profile.dump_stats(args.profile)
+        print(json.dumps(result))
         return
     results = []
     for clients in (int(s) for s in args.sizes.split(",")):
@@ -139,12 +168,20 @@ def main() -> None:
             results.append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(json.dumps(results[-1]), flush=True)
     print("\n| mode | clients | C | K (clients a round) | s/update (round) | training | server | evaluation | "
-          "loop's own | own ms per client | peak in flight | peak RSS MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "loop's own | own ms per client | own CPU ms per client | peak in flight | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['mode']} | {r['clients']:,} | {r['concurrency'] or '-'} | {r['per_update']} | {r['wall_s']:.3f} | "
               f"{r['train_s']:.3f} | {r['server_s']:.3f} | {r['eval_s']:.3f} | {r['own_s'] * 1000:.1f} ms | "
-              f"{r['own_s'] * 1000 / r['per_update']:.3f} | {r['peak_in_flight'] or '-'} | {r['peak_rss_mb']:.0f} |")
+              f"{r['own_s'] * 1000 / r['per_update']:.3f} | {r['own_cpu_s'] * 1000 / r['per_update']:.3f} | "
+              f"{r['peak_in_flight'] or '-'} | {r['peak_rss_mb']:.0f} |")
+    print()
+    for clients in sorted({r["clients"] for r in results}):
+        cpu = {r["mode"]: r["own_cpu_s"] / r["per_update"] for r in results if r["clients"] == clients}
+        ratio = cpu["async"] / cpu["sync"] if cpu["sync"] > 0 else float("inf")
+        print(f"{clients:,} clients: the loop's own CPU per client, async {cpu['async'] * 1000:.3f} ms against "
+              f"sync {cpu['sync'] * 1000:.3f} ms: {ratio:.2f}x (target: at most 2x, "
+              f"{'met' if ratio <= 2 else 'not met'})")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from hasfl_ray.engine.losses import loss_keys
 from hasfl_ray.engine.progress import open_bar
 from hasfl_ray.engine.participants import round_capacities, client_task, client_price, sub_models
 from hasfl_ray.schedule import round_lr
+from hasfl_ray.training.seed_blocks import MASK32, DispatchStreams
 from hasfl_ray.training.seeding import STREAM_CLOCK, numpy_rng
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,11 @@ class AsyncLoop:
         self.staleness = parse_staleness(c.staleness)
         self.optimizer = of_config(c)  # the server optimiser (FedBuff's momentum: fedavgm's heavy-ball step)
         self.state = AsyncState.fresh(c.clients)
+        # the generators numpy_rng(seed, STREAM_CLOCK, n, kind) of dispatches n, derived a block at a time (the same
+        # bits: hasfl_ray/training/seed_blocks.py); numpy's own where a run has 1 client or 2**32 (no draw there)
+        self.samplings = DispatchStreams((c.seed, STREAM_CLOCK), (SAMPLING,)) if 2 <= c.clients <= MASK32 else None
+        self.dropouts = DispatchStreams((c.seed, STREAM_CLOCK), (DROPOUT,))
+        self.lr = (-1, 0.0)  # (server version, its learning rate)
         # --fault-inject KIND@N (testing): N counts dispatches; nan-update, inf-update and trainer-error go with
         # dispatch N's task (every backend); kill-trainer is the Ray backend's (it kills dispatch N's trainer)
         fault = parse_fault(c.fault_inject) if c.fault_inject else None
@@ -73,11 +79,17 @@ class AsyncLoop:
         """Dispatch ``n``'s client: random candidates from ``rng(seed, STREAM_CLOCK, n, 2)`` until one is available
         now and not in flight; when DRAWS find none, the lowest id of those that are; when none is, -1."""
         now, busy, availability = self.clock.now, self.state.in_flight, self.clock.availability
-        rng = numpy_rng(self.config.seed, STREAM_CLOCK, n, SAMPLING)
+        clients = self.config.clients
+        if self.samplings is not None:
+            rng = self.samplings(n)
+            draw = rng.integers
+        else:
+            rng = numpy_rng(self.config.seed, STREAM_CLOCK, n, SAMPLING)
+            draw = lambda high, size: rng.integers(0, high, size=size).tolist()  # noqa: E731
         drawn, size = 0, FIRST_DRAWS
         while drawn < DRAWS:
             size = min(size, DRAWS - drawn)
-            for candidate in rng.integers(0, self.config.clients, size=size).tolist():
+            for candidate in draw(clients, size):
                 if candidate not in busy:
                     if availability.window(candidate, now)[0]:
                         return candidate
@@ -123,7 +135,7 @@ class AsyncLoop:
             cost = cost.plus(step_macs=clock.costs.params(*shape))
         full = clock.seconds(client, cost)
         # (without dropout its stream decides nothing, and is not drawn)
-        u = numpy_rng(c.seed, STREAM_CLOCK, n, DROPOUT).random(2) if c.dropout > 0 else (1.0, 0.0)
+        u = self.dropouts(n).random(2) if c.dropout > 0 else (1.0, 0.0)
         lost = bool(u[0] < c.dropout) or full > until
         end = now + (float(u[1]) * full if u[0] < c.dropout else until if full > until else full)
         s.bytes_down += int(cost.bytes_down)
@@ -132,7 +144,9 @@ class AsyncLoop:
         clock.busy[client] += end - now
         handle = None
         if not lost:
-            lr = round_lr(c.lr, c.lr_decay, v, c.lr_milestones, c.lr_gamma)
+            if self.lr[0] != v:  # (the learning rate of the server version, once a version)
+                self.lr = (v, round_lr(c.lr, c.lr_decay, v, c.lr_milestones, c.lr_gamma))
+            lr = self.lr[1]
             task = client_task(algorithm, c, v, client, width, shape, lr, number=n, proximal=c.async_rho or 0.0)
             if self.fault is not None and self.fault[0] == n:
                 task.fault = self.fault[1]

@@ -13,7 +13,12 @@ The engine calls an :class:`~hasfl_ray.algorithms.Algorithm` through :class:`Gua
   ``h_tilde()`` and in ``p_current`` (clients.csv has a row for every client, never fewer), a state that a
   checkpoint can hold.
 
-Built-in algorithms pass every check; the checks cost microseconds a round.
+Built-in algorithms pass every check; the checks cost microseconds a round. The per-client calls an asynchronous
+run makes at every dispatch (``allocate``, ``sub_model``, ``objective``, ``window_offset``, ``channel_sets``,
+``client_cost``) skip the checks where the method is a built-in's own (the class and the method defined in
+:mod:`hasfl_ray.algorithms`, not replaced on the class or the instance): what they return is converted as a check
+would (the same values), not re-validated. A plug-in's methods, a subclass's overrides included, are checked every
+call.
 """
 
 from __future__ import annotations
@@ -53,6 +58,19 @@ class GuardedAlgorithm:
     def __getattr__(self, name: str) -> Any:  # options, config, ...: read through
         return getattr(self.algorithm, name)
 
+    def _trusted(self, method: str) -> bool:
+        """Whether ``method`` is a built-in algorithm's own: the class and the method defined in
+        :mod:`hasfl_ray.algorithms` (a plug-in's subclass, or a method replaced on the class or the instance, is
+        not), its checks skipped."""
+        cls, known = type(self.algorithm), self.__dict__.setdefault("_trust", {})
+        own = getattr(cls, method, None)
+        if method in getattr(self.algorithm, "__dict__", {}):
+            return False
+        if method not in known or known[method][0] is not own:  # (once a method; again where the class's changed)
+            known[method] = (own, cls.__module__.startswith("hasfl_ray.algorithms.") and
+                             getattr(own, "__module__", "").startswith("hasfl_ray.algorithms."))
+        return known[method][1]
+
     def _call(self, method: str, *args: Any, check: Optional[Callable[[Any], Any]] = None,
               expected: str = "") -> Any:
         return call_plugin(f"algorithm {self.label!r}", method, lambda *a: getattr(self.algorithm, method)(*a), *args,
@@ -86,18 +104,20 @@ class GuardedAlgorithm:
                     raise self._bad("allocate", f"width for client {client}:", width, "a width in (0, 1]")
             return {client: float(width) for client, width in widths.items()}
 
-        return self._call("allocate", round, participants, check=check, expected="a mapping of clients to widths")
+        return self._call("allocate", round, participants, check=_widths if self._trusted("allocate") else check,
+                          expected="a mapping of clients to widths")
 
     def objective(self, round: int, client: int, width: float) -> Any:
-        from hasfl_ray.training.task import LocalObjective
-
         def check(objective: Any) -> Any:
+            from hasfl_ray.training.task import LocalObjective
+
             if not isinstance(objective, LocalObjective):
                 raise self._bad("objective", f"for client {client}:", objective,
                                 "a hasfl_ray.LocalObjective (or an instance of a subclass)")
             return objective
 
-        return self._call("objective", round, client, width, check=check, expected="a LocalObjective")
+        return self._call("objective", round, client, width, check=None if self._trusted("objective") else check,
+                          expected="a LocalObjective")
 
     def sub_model(self, round: int, client: int, width: float) -> Any:
         """(width, depth) the client trains; checked by :func:`~hasfl_ray.engine.participants.sub_models`."""
@@ -111,7 +131,8 @@ class GuardedAlgorithm:
                 raise self._bad("window_offset", f"offset for client {client}:", offset, "a non-negative integer")
             return int(offset)
 
-        return self._call("window_offset", round, client, check=check, expected="a non-negative integer")
+        return self._call("window_offset", round, client, check=int if self._trusted("window_offset") else check,
+                          expected="a non-negative integer")
 
     def channel_sets(self, round: int, client: int, width: float) -> Any:
         def check(sets: Any) -> Any:
@@ -139,7 +160,8 @@ class GuardedAlgorithm:
                                     f"{width:g}, not {width_channels(width, size)})")
             return sets
 
-        return self._call("channel_sets", round, client, width, check=check,
+        return self._call("channel_sets", round, client, width,
+                          check=_sets if self._trusted("channel_sets") else check,
                           expected="None or one list of channel numbers per channel group")
 
     def parameter_masks(self, round: int, client: int, width: float) -> Any:
@@ -188,7 +210,8 @@ class GuardedAlgorithm:
                                 "(cost.plus(...) of the one given)")
             return value
 
-        return self._call("client_cost", round, client, width, cost, check=check, expected="a ClientCost")
+        return self._call("client_cost", round, client, width, cost,
+                          check=None if self._trusted("client_cost") else check, expected="a ClientCost")
 
     def aggregation_weights(self, participants: Sequence[int]) -> List[float]:
         def check(weights: Any) -> List[float]:
@@ -298,6 +321,16 @@ def construct(cls: type, label: str, *args: Any) -> Any:
     """``cls(*args)``, with an exception raised by the plug-in's ``__init__`` as one :class:`PluginError` (before
     the run directory exists, nothing is written for a run that cannot start: -v shows the traceback)."""
     return call_plugin(f"algorithm {label!r}", "__init__", cls, *args, early=True)
+
+
+def _widths(widths: Dict[int, Any]) -> Dict[int, float]:
+    """A built-in's ``allocate``: the widths as floats (what the check returns)."""
+    return {client: float(width) for client, width in widths.items()}
+
+
+def _sets(sets: Any) -> Any:
+    """A built-in's ``channel_sets``: None, or tuples of ints (what the check returns)."""
+    return None if sets is None else tuple(tuple(int(c) for c in chosen) for chosen in sets)
 
 
 def _real(value: Any) -> bool:

@@ -65,11 +65,18 @@ def initial_parameters(model_name: str, seed: int) -> Dict[str, torch.Tensor]:
 def sub_models(algorithm, round: int, widths: Dict[int, float]) -> Dict[int, Tuple[float, Optional[int]]]:
     """Per client of ``widths`` (its allocation), the (width, depth) of the sub-model it trains
     (``Algorithm.sub_model``; depth None: the whole network's width-p slice), checked: a width in (0, 1] and a depth
-    the run's depth plan has, else one PluginError sentence naming the algorithm."""
+    the run's depth plan has, else one PluginError sentence naming the algorithm (a built-in's own ``sub_model``,
+    :meth:`GuardedAlgorithm._trusted <hasfl_ray.engine.guard.GuardedAlgorithm._trusted>`: not re-validated)."""
     from hasfl_ray.errors import PluginError
 
     plan = getattr(algorithm, "depth_plan", None)
+    trusted = getattr(algorithm, "_trusted", None)
     out = {}
+    if trusted is not None and trusted("sub_model"):  # a built-in's own (GuardedAlgorithm): not re-validated
+        for client, width in widths.items():
+            shape = algorithm.sub_model(round, client, width)
+            out[client] = (float(shape[0]), shape[1])
+        return out
     for client, width in widths.items():
         shape = algorithm.sub_model(round, client, width)
         ok = isinstance(shape, tuple) and len(shape) == 2 and isinstance(shape[0], (int, float)) and \
@@ -88,10 +95,12 @@ def sub_models(algorithm, round: int, widths: Dict[int, float]) -> Dict[int, Tup
 def task_objective(algorithm, round: int, client: int, width: float, shape: Tuple[float, Optional[int]]):
     """The objective ``client`` trains with: the algorithm's, except that a depth sub-model trained with the plain
     cross-entropy trains every exit up to its depth (:class:`~hasfl_ray.training.task.ExitsObjective`)."""
+    objective = algorithm.objective(round, client, width)
+    if shape[1] is None:
+        return objective
     from hasfl_ray.training.task import ExitsObjective, LocalObjective
 
-    objective = algorithm.objective(round, client, width)
-    return ExitsObjective() if shape[1] is not None and type(objective) is LocalObjective else objective
+    return ExitsObjective() if type(objective) is LocalObjective else objective
 
 
 def client_task(algorithm, config, round: int, client: int, width: float, shape: Tuple[float, Optional[int]],
