@@ -38,7 +38,7 @@ soak: install  # 500 HAS-FL rounds on Ray with 2 actors, then 500 on the local b
 	# $(SOAK_DATA) (continuous widths): memory flat within 2 %, no process left (not in CI: ~30+ min)
 	$(PY) benchmarks/soak.py --rounds 500
 	$(PY) benchmarks/soak.py --rounds 500 --backend local --dataset emnist --data-dir $(SOAK_DATA) --local-steps 2 \
-		--eval-every 25
+		--eval-every 25 --eval-samples 300
 
 gpu-check:  # on a GPU machine whose python3 already has torch (no venv, no Ray needed)
 	benchmarks/gpu_check.sh
