@@ -122,7 +122,10 @@ class TrainerActor:
         model ``params`` (as :meth:`run` takes them): the driver queues a round's evaluation on the trainers, ahead
         of the next round's training, which uses the same parameters (docs/ray.md, 'A round on Ray')."""
         self._take(params)
-        return self.evaluator(self.params, method, *args)
+        try:
+            return self.evaluator(self.params, method, *args)
+        finally:
+            allocator.release()  # the evaluation's activations, back to the system
 
     def run(self, params: Any, units: Sequence[Tuple[Sequence[ClientTask], bool]]
             ) -> Tuple[TaskReport, Tuple[ClientResult, ...]]:
@@ -170,7 +173,10 @@ class ServerActor:
     def evaluate_at(self, params: Any, method: str, *args: Any) -> Any:
         """:meth:`TrainerActor.evaluate_at` here: the evaluation of a trainer lost before it answered (``params``
         as the trainers take them, or the parameters themselves)."""
-        return self.evaluator(params if isinstance(params, Mapping) else unpack(ray.get(params[0])), method, *args)
+        try:
+            return self.evaluator(params if isinstance(params, Mapping) else unpack(ray.get(params[0])), method, *args)
+        finally:
+            allocator.release()  # the evaluation's activations, back to the system
 
     setup = TrainerActor.setup
 
