@@ -128,8 +128,18 @@ template <typename scalar_t>
 HASFL_SPARSE_TARGET inline int64_t sparse_accumulate_entry(const scalar_t* x, const scalar_t* limit, const uint8_t* m,
                                                            int64_t n, double w, double* acc, double* den,
                                                            scalar_t* kept, uint16_t* words, uint16_t* word_bits) {
-  int64_t count = 0;
-  for (int64_t j = 0; j < n; j += 16) {
+  int64_t count = 0, j = 0;
+  for (; j + 64 <= n; j += 64) {  // 64 columns (4 words) a load
+    uint64_t quad;
+    std::memcpy(&quad, m + j / 8, 8);
+    for (int t = 0; t < 4; ++t) {
+      const unsigned bits = static_cast<unsigned>(quad >> (16 * t)) & 0xFFFFu;
+      words[count] = static_cast<uint16_t>(j / 16 + t);
+      word_bits[count] = static_cast<uint16_t>(bits);
+      count += bits != 0;
+    }
+  }
+  for (; j < n; j += 16) {
     const unsigned bits = bits16(m, j, n);
     words[count] = static_cast<uint16_t>(j / 16);
     word_bits[count] = static_cast<uint16_t>(bits);
@@ -161,49 +171,114 @@ HASFL_SPARSE_TARGET inline void load_kept(const double* kept, __m512d* lo, __m51
   *hi = _mm512_loadu_pd(kept + 8);
 }
 
-// Pass 2 of one entry from what its pass 1 kept: sums[0] += sum (x(c) - mean[c])^2 and sums[1] += sum mean[c]^2
-// over its set bits, in 16 lanes (c mod 16, each in column order) combined in a fixed tree. Meanwhile it
-// prefetches `next[0, next_len)`, what pass 1 of the next item reads of this entry (two lines a word), and
-// `next_bits` (the next tile's bits): memory would idle while this pass computes, and the hardware prefetchers
-// give up on dozens of interleaved streams.
+// write_tile_mean (aggregate_tile.h) 8 columns a step: mean[j] = acc[j] / den[j] where den[j] > 0, else 0; out[j]
+// = mean[j] rounded to scalar_t (the same IEEE division and rounding, lane for lane). Lanes past n are computed
+// from whatever the buffers hold there (they are kCpuTile + 16 long) but neither written to out nor counted.
 template <typename scalar_t>
-HASFL_SPARSE_TARGET inline void sparse_squares_entry(const scalar_t* kept, const uint16_t* words,
-                                                     const uint16_t* word_bits, int64_t count, const double* mean,
-                                                     double* sums, const scalar_t* next, int64_t next_len,
-                                                     const uint8_t* next_bits) {
-  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(scalar_t));
-  __builtin_prefetch(next_bits);
-  __builtin_prefetch(next_bits + 64);
-  __m512d a0 = _mm512_setzero_pd(), a1 = a0, b0 = a0, b1 = a0;
-  for (int64_t i = 0; i < count; ++i) {
-    if (2 * i * kLine < next_len) {
-      __builtin_prefetch(next + 2 * i * kLine);
-      __builtin_prefetch(next + (2 * i + 1) * kLine);
-    }
-    const int64_t j = static_cast<int64_t>(words[i]) * 16;
-    const unsigned bits = word_bits[i];
-    const __mmask8 mlo = static_cast<__mmask8>(bits & 0xFFu), mhi = static_cast<__mmask8>(bits >> 8);
-    __m512d lo, hi;
-    load_kept(kept + 16 * i, &lo, &hi);
-    const __m512d m0 = _mm512_loadu_pd(mean + j), m1 = _mm512_loadu_pd(mean + j + 8);
-    const __m512d d0 = _mm512_sub_pd(lo, m0), d1 = _mm512_sub_pd(hi, m1);
-    a0 = _mm512_mask3_fmadd_pd(d0, d0, a0, mlo);
-    a1 = _mm512_mask3_fmadd_pd(d1, d1, a1, mhi);
-    b0 = _mm512_mask3_fmadd_pd(m0, m0, b0, mlo);
-    b1 = _mm512_mask3_fmadd_pd(m1, m1, b1, mhi);
+HASFL_SPARSE_TARGET inline int64_t write_tile_mean8(const double* acc, const double* den, int64_t n, double* mean,
+                                                    scalar_t* out) {
+  int64_t covered = 0;
+  for (int64_t j = 0; j < n; j += 8) {
+    const __mmask8 any = _mm512_cmp_pd_mask(_mm512_loadu_pd(den + j), _mm512_setzero_pd(), _CMP_GT_OQ);
+    const __mmask8 inside = n - j >= 8 ? static_cast<__mmask8>(0xFFu) : static_cast<__mmask8>((1u << (n - j)) - 1u);
+    const __m512d m = _mm512_maskz_div_pd(any, _mm512_loadu_pd(acc + j), _mm512_loadu_pd(den + j));
+    _mm512_storeu_pd(mean + j, m);
+    if constexpr (sizeof(scalar_t) == 4)
+      _mm256_mask_storeu_ps(reinterpret_cast<float*>(out) + j, inside, _mm512_cvtpd_ps(m));
+    else
+      _mm512_mask_storeu_pd(reinterpret_cast<double*>(out) + j, inside, m);
+    covered += __builtin_popcount(static_cast<unsigned>(any & inside));
   }
-  double diff[16], square[16];
-  _mm512_storeu_pd(diff, a0);
-  _mm512_storeu_pd(diff + 8, a1);
-  _mm512_storeu_pd(square, b0);
-  _mm512_storeu_pd(square + 8, b1);
-  for (int width = 8; width >= 1; width /= 2)
-    for (int l = 0; l < width; ++l) {
-      diff[l] += diff[l + width];
-      square[l] += square[l + width];
+  return covered;
+}
+
+// The 16 lanes of lo (lanes 0-7) and hi (8-15) summed in the fixed tree of the portable build (lane l += lane
+// l + width for width 8, 4, 2, 1): each vector add is those scalar adds, lane for lane.
+HASFL_SPARSE_TARGET inline double tree16(__m512d lo, __m512d hi) {
+  const __m512d s8 = _mm512_add_pd(lo, hi);
+  const __m256d s4 = _mm256_add_pd(_mm512_castpd512_pd256(s8), _mm512_extractf64x4_pd(s8, 1));
+  const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
+}
+
+// Pass 2's running sums of one entry: (x - mean)^2 and mean^2 in 16 lanes (column mod 16), each in column order.
+struct SquareLanes {
+  __m512d a0, a1, b0, b1;
+};
+
+// Adds listed word i of an entry (kept: its expanded values) to its lanes.
+template <typename scalar_t>
+HASFL_SPARSE_TARGET inline void square_word(SquareLanes& q, const scalar_t* kept, const uint16_t* words,
+                                            const uint16_t* word_bits, int64_t i, const double* mean) {
+  const int64_t j = static_cast<int64_t>(words[i]) * 16;
+  const unsigned bits = word_bits[i];
+  const __mmask8 mlo = static_cast<__mmask8>(bits & 0xFFu), mhi = static_cast<__mmask8>(bits >> 8);
+  __m512d lo, hi;
+  load_kept(kept + 16 * i, &lo, &hi);
+  const __m512d m0 = _mm512_loadu_pd(mean + j), m1 = _mm512_loadu_pd(mean + j + 8);
+  const __m512d d0 = _mm512_sub_pd(lo, m0), d1 = _mm512_sub_pd(hi, m1);
+  q.a0 = _mm512_mask3_fmadd_pd(d0, d0, q.a0, mlo);
+  q.a1 = _mm512_mask3_fmadd_pd(d1, d1, q.a1, mhi);
+  q.b0 = _mm512_mask3_fmadd_pd(m0, m0, q.b0, mlo);
+  q.b1 = _mm512_mask3_fmadd_pd(m1, m1, q.b1, mhi);
+}
+
+// What pass 2 of a row entry reads (pass 1's record) and prefetches (what pass 1 of the next item reads of the
+// entry: `next[0, next_len)` and the next tile's bits).
+template <typename scalar_t>
+struct KeptEntry {
+  const scalar_t* kept;
+  const uint16_t* words;
+  const uint16_t* word_bits;
+  int64_t count;
+  const scalar_t* next;
+  int64_t next_len;
+  const uint8_t* next_bits;
+};
+
+// Prefetches what pass 1 of the next item reads of an entry, two lines for its listed word i (lines 0 and 1 again
+// past its end: the address is clamped rather than the call skipped, because GCC drops a prefetch under a
+// condition from such loops).
+template <typename scalar_t>
+HASFL_SPARSE_TARGET inline void fetch_next(const KeptEntry<scalar_t>& entry, int64_t i) {
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(scalar_t));
+  const int64_t at = 2 * i * kLine < entry.next_len ? 2 * i * kLine : 0;
+  __builtin_prefetch(entry.next + at);
+  __builtin_prefetch(entry.next + at + kLine);
+}
+
+// Pass 2 of two entries at once (two independent chains of fused multiply-adds, so the loop does not wait on
+// one's latency; either entry's words still in order): sums[t][0] += sum (x(c) - mean[c])^2 and sums[t][1] +=
+// sum mean[c]^2 over entry t's set bits, in 16 lanes (c mod 16) combined in a fixed tree. `second` may be null.
+// Meanwhile it prefetches what pass 1 of the next item reads (two lines a word): memory would idle while this
+// pass computes, and the hardware prefetchers give up on dozens of interleaved streams.
+template <typename scalar_t>
+HASFL_SPARSE_TARGET inline void sparse_squares_pair(const KeptEntry<scalar_t>& first, const KeptEntry<scalar_t>* second,
+                                                    const double* mean, double (*sums)[2]) {
+  const KeptEntry<scalar_t>* entries[2] = {&first, second};
+  const int count = second ? 2 : 1;
+  SquareLanes q[2];
+  for (int t = 0; t < count; ++t) {
+    __builtin_prefetch(entries[t]->next_bits);
+    __builtin_prefetch(entries[t]->next_bits + 64);
+    q[t].a0 = q[t].a1 = q[t].b0 = q[t].b1 = _mm512_setzero_pd();
+  }
+  const int64_t both = second ? min64(first.count, second->count) : 0;
+  for (int64_t i = 0; i < both; ++i) {
+    fetch_next(first, i);
+    fetch_next(*second, i);
+    square_word(q[0], first.kept, first.words, first.word_bits, i, mean);
+    square_word(q[1], second->kept, second->words, second->word_bits, i, mean);
+  }
+  for (int t = 0; t < count; ++t) {
+    const KeptEntry<scalar_t>& entry = *entries[t];
+    for (int64_t i = both; i < entry.count; ++i) {
+      fetch_next(entry, i);
+      square_word(q[t], entry.kept, entry.words, entry.word_bits, i, mean);
     }
-  sums[0] += diff[0];
-  sums[1] += square[0];
+    sums[t][0] += tree16(q[t].a0, q[t].a1);
+    sums[t][1] += tree16(q[t].b0, q[t].b1);
+  }
 }
 #endif
 
@@ -276,24 +351,36 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
       sparse_accumulate(x, limit_of<scalar_t>(args, e, ndim), sp.bits[e] + c0 / 8, n, args.entry_weight[e], s.acc, s.den);
     }
 #endif
+#if HASFL_SPARSE_AVX512
+    covered += write_tile_mean8(s.acc, s.den, n, s.mean, out_tile);
+#else
     covered += write_tile_mean(s.acc, s.den, n, s.mean, out_tile);
+#endif
     for (int64_t j = n; j < n + 16; ++j) s.mean[j] = 0.0;  // the lanes past n of the last 16 are read, masked off
 #if HASFL_SPARSE_AVX512
-    for (int64_t k = 0; k < row_count; ++k) {
-      const int64_t e = s.row_entry[k];
-      const int64_t* prefix = sp.tile_prefix + sp.prefix_begin[e];
-      const int64_t packed_last = args.entries[e * kEntryCols + kEntryPacked + ndim - 1];
-      const auto prefix_at = [&](int64_t t) { return t < tiles ? prefix[t] : packed_last; };
-      // Pass 1 of the next item reads this entry's run from where this tile's ends (the next tile of the row, or
-      // the first of the next row), and the bits of that tile.
-      const scalar_t* next = static_cast<const scalar_t*>(args.data[e]) + s.row_start[k] + prefix_at(tile + 1);
-      const int64_t next_len = tile + 1 < tiles ? prefix_at(tile + 2) - prefix_at(tile + 1) : prefix_at(1);
-      const uint8_t* next_bits = sp.bits[e] + (tile + 1 < tiles ? c0 + kCpuTile : 0) / 8;
-      double sums[2] = {0.0, 0.0};
-      sparse_squares_entry(static_cast<const scalar_t*>(s.kept) + k * kCpuTile, s.words + k * kWordsPerTile,
-                           s.word_bits + k * kWordsPerTile, s.word_count[k], s.mean, sums, next, next_len, next_bits);
-      part_num[e - entry_begin] += sums[0];
-      part_den[e - entry_begin] += sums[1];
+    for (int64_t k = 0; k < row_count; k += 2) {
+      KeptEntry<scalar_t> kept[2];
+      const int count = static_cast<int>(min64(2, row_count - k));
+      for (int t = 0; t < count; ++t) {
+        const int64_t e = s.row_entry[k + t];
+        const int64_t* prefix = sp.tile_prefix + sp.prefix_begin[e];
+        const int64_t packed_last = args.entries[e * kEntryCols + kEntryPacked + ndim - 1];
+        const auto prefix_at = [&](int64_t u) { return u < tiles ? prefix[u] : packed_last; };
+        // Pass 1 of the next item reads this entry's run from where this tile's ends (the next tile of the row,
+        // or the first of the next row), and the bits of that tile.
+        kept[t] = KeptEntry<scalar_t>{static_cast<const scalar_t*>(s.kept) + (k + t) * kCpuTile,
+                                      s.words + (k + t) * kWordsPerTile, s.word_bits + (k + t) * kWordsPerTile,
+                                      s.word_count[k + t],
+                                      static_cast<const scalar_t*>(args.data[e]) + s.row_start[k + t] + prefix_at(tile + 1),
+                                      tile + 1 < tiles ? prefix_at(tile + 2) - prefix_at(tile + 1) : prefix_at(1),
+                                      sp.bits[e] + (tile + 1 < tiles ? c0 + kCpuTile : 0) / 8};
+      }
+      double sums[2][2] = {{0.0, 0.0}, {0.0, 0.0}};
+      sparse_squares_pair(kept[0], count == 2 ? &kept[1] : nullptr, s.mean, sums);
+      for (int t = 0; t < count; ++t) {
+        part_num[s.row_entry[k + t] - entry_begin] += sums[t][0];
+        part_den[s.row_entry[k + t] - entry_begin] += sums[t][1];
+      }
     }
 #else
     for (int64_t k = 0; k < row_count; ++k) {
