@@ -11,11 +11,15 @@
 // dims, with the column bitmask spelling out its last (merged) dim.
 //
 // Per item (one row, one tile of <= kCpuTile columns): pass 1 expands each covering entry's packed run
-// into the tile (acc += w x, den += w over its set bits), the mean is acc / den (0 where den is 0), pass 2
-// expands again (the bytes are in L1/L2) for sum (x - mean)^2 and sum mean^2 over the entry's set bits.
-// The AVX-512 build expands 16 columns at a time (one load of the next values, then vexpandps) for 4 entries per
-// load/store of the tile's sums (pass 1) and per load of the mean (pass 2); the portable build goes bit by bit, one
-// entry at a time. Norm partials are 16 lanes (column mod 16) combined in a fixed tree per tile, in both builds.
+// into the tile (acc = w x + acc, den += w over its set bits; entries in order), the mean is acc / den (0 where
+// den is 0), pass 2 computes sum (x - mean)^2 and sum mean^2 over the entry's set bits. The portable build goes
+// bit by bit, one entry at a time, and expands again in pass 2. The AVX-512 build lists each entry's 16-column
+// words that hold any value (branch-free), expands only those (one load of the next values, then vexpandps) and
+// keeps them expanded for pass 2 (SparseScratch::kept), so its work follows the held words rather than the
+// covered rows' width, and pass 2 reads L1/L2 only (two entries at once) while prefetching the next item's
+// values. Norm partials are 16 lanes (column mod 16) combined in a fixed tree per tile, in both builds. (The
+// AVX-512 build's results are bit for bit those of its earlier form, which took 4 entries per pass over every
+// word and expanded twice: the same operations per lane, in the same order.)
 
 // SparseScratch and SparseArgs are defined in aggregate_cpu.cpp, outside the two namespaces; clear_tile_sums,
 // write_tile_mean and write_tile_zeros (shared with the dense kernel) in aggregate_tile.h, included before this file.
