@@ -13,6 +13,8 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <tuple>
 #include <vector>
 
@@ -30,6 +32,7 @@ using namespace layout;
 // tiles (200 KiB in float32) stay in L2 between the two passes, more spill to L3 (Zen 3: 512 KiB L2).
 constexpr int64_t kCpuTile = 1024;
 constexpr int64_t kCpuChunkElems = 32768;
+constexpr int64_t kWordsPerTile = kCpuTile / 16;
 
 struct CpuArgs {
   const int64_t* params;
@@ -50,6 +53,11 @@ struct SparseScratch {
   double* mean;         // kCpuTile + 16
   int64_t* row_entry;   // max_entries: entries covering the current row
   int64_t* row_start;   // max_entries: element offset of that row inside the entry's packed tensor
+  // The AVX-512 build's per-item record of pass 1, read by pass 2 (row entry k at k * kCpuTile, k * kWordsPerTile):
+  void* kept;           // max_entries x kCpuTile values (scalar_t): entry k's expanded nonzero 16-column words
+  uint16_t* words;      // max_entries x kWordsPerTile: which 16-column words of the tile entry k holds values in
+  uint16_t* word_bits;  // max_entries x kWordsPerTile: their bits
+  int64_t* word_count;  // max_entries: how many
 };
 
 struct SparseArgs {
@@ -230,7 +238,13 @@ void run_all_mixed(const CpuArgs& args, const SparseArgs& sp, const int64_t* K, 
       int64_t* i = ints.data();
       const void** x = starts.data();
       double* sd = sparse_doubles.data();
-      const SparseScratch ss{sd, sd + kCpuTile + 16, sd + 2 * (kCpuTile + 16), i, i + max_entries};
+      // Not zeroed (pass 1 writes what pass 2 reads); only the AVX-512 build uses them.
+      const std::unique_ptr<double[]> kept(new double[avx512 ? max_entries * kCpuTile : 1]);
+      const std::unique_ptr<uint16_t[]> words(new uint16_t[avx512 ? 2 * max_entries * kWordsPerTile : 2]);
+      std::vector<int64_t> word_count(max_entries + 1);
+      const SparseScratch ss{sd, sd + kCpuTile + 16, sd + 2 * (kCpuTile + 16), i, i + max_entries, kept.get(),
+                             words.get(), words.get() + (avx512 ? max_entries * kWordsPerTile : 1),
+                             word_count.data()};
 #pragma omp for schedule(dynamic, 1)
       for (int64_t chunk = 0; chunk < num_chunks; ++chunk) {
         const int64_t p = args.chunks[chunk * kChunkCols + kChunkParam];

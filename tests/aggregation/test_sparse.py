@@ -160,6 +160,40 @@ def test_sparse_edge_cases_match_dense_oracle(backend, dtype):
         assert_matches(result, oracle(shapes, updates[:clients], weights[:clients], blocks), dtype)
 
 
+def word_round(dtype, num_clients):
+    """Rows of several of the CPU kernel's 1024-column tiles and a partial last one, for its lists of held 16-column
+    words: channel index sets whose columns come in runs of 16 aligned with the words (a linear layer's inputs from
+    a conv's channels) or in runs of 9 (conv kernels), masks from nearly empty to full, and a client holding only
+    the last coordinate of the flat tensor (its only word is the partial last one of the last tile)."""
+    g = torch.Generator().manual_seed(5)
+    shapes = {"fc": (3, 257, 16), "conv": (5, 200, 9), "flat": (2100,)}
+
+    def channels(size, p):
+        keep = torch.rand(size, generator=g) < p
+        return torch.nonzero(keep).ravel() if keep.any() else torch.tensor([size - 1])
+
+    updates = []
+    for client in range(num_clients):
+        full = {name: torch.randn(shape, generator=g, dtype=dtype) for name, shape in shapes.items()}
+        p = (0.05, 0.25, 0.5, 1.0)[client % 4]
+        mask = torch.rand(2100, generator=g) < (0.01, 0.3, 1.0)[client % 3]
+        if client == num_clients - 1:
+            mask = torch.arange(2100) == 2099
+        updates.append({"fc": IndexedUpdate.gather(full["fc"], (channels(3, p), channels(257, p), None)),
+                        "conv": IndexedUpdate.gather(full["conv"], (None, channels(200, p), None)),
+                        "flat": MaskedUpdate.gather(full["flat"], mask)})
+    return shapes, updates, [1.0 + 0.25 * client for client in range(num_clients)], {}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("num_clients", [2, 13])
+def test_sparse_word_lists_match_dense_oracle(backend, dtype, num_clients):
+    shapes, updates, weights, blocks = word_round(dtype, num_clients)
+    result = aggregate_updates(shapes, updates, weights, blocks, backend=backend)
+    assert_matches(result, oracle(shapes, updates, weights, blocks), dtype)
+
+
 @needs_ext
 def test_sparse_fused_is_deterministic_and_leaves_slices_on_the_old_op(monkeypatch):
     shapes, updates, weights, blocks = random_round(3, 9, torch.float32)
