@@ -23,6 +23,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 
+from hasfl_ray import allocator
 from hasfl_ray.aggregation.asynchronous import buffered_step, mixing_step
 from hasfl_ray.aggregation.server_optim import of_config
 from hasfl_ray.algorithms import Arrival
@@ -270,6 +271,7 @@ class AsyncLoop:
         else:
             line["wall_s"] = time.perf_counter() - wall_start
         records.record(e, (line, None, None, None))
+        allocator.release()  # the update's freed memory back to the system (hasfl_ray/allocator.py)
 
     def line(self, v: int, entries: List[InFlight], taus: List[int], results, aggregate, rejected) -> Dict[str, Any]:
         """Server update ``v``'s metrics line: the synchronous line's keys (round = v), the clock's (since the last
