@@ -104,7 +104,12 @@ def main() -> int:
             memory["driver_trimmed"] = rss_mib(os.getpid())
         samples.append((t, memory))
         trainer = getattr(engine.backend, "trainer", None)  # local: its cache's networks
-        cached = f"  {len(trainer.cached_widths)} networks cached" if trainer is not None else ""
+        cached = ""
+        if trainer is not None:  # the LRU's networks (parameters and their gradients): their size follows the widths
+            nets = trainer.workspace._models.values()
+            held = sum(t.numel() * t.element_size() for m in nets for p in m.parameters()
+                       for t in ((p,) if p.grad is None else (p, p.grad))) / 2 ** 20
+            cached = f"  {len(trainer.cached_widths)} networks cached ({held:.1f} MiB)"
         cached += f"  trims {allocator.spent['calls']:.0f} ({allocator.spent['seconds']:.2f} s)"
         print(f"round {t:4d}  " + "  ".join(f"{k} {v:7.1f} MiB" for k, v in memory.items())
               + f"{cached}  ({time.perf_counter() - start:6.0f} s)", flush=True)
