@@ -94,6 +94,8 @@ def train_eager(workspace: Workspace, task: ClientTask, global_params: Optional[
         update = {name: MaskedUpdate.gather(tensor, held_mask(objective, name, tensor, masks[name].cpu()))
                   if name in masks else tensor for name, tensor in update.items()}
     extras = objective.finish(model, initial, steps, task.lr)
+    if static is None:  # the cached network keeps no gradients between clients: the LRU holds weights only
+        optimizer.zero_grad()
     return client_result(task, update, n, float(loss_sum), steps, extras)
 
 

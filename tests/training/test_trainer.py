@@ -128,3 +128,14 @@ def test_the_model_cache_is_a_bounded_lru_and_a_rebuilt_network_trains_the_same(
     assert trainer.cached_widths == (widths + widths[:3])[-MODEL_CACHE:]  # least recently used first
     trainer.model_at(widths[-1])  # a use moves it to the end
     assert trainer.cached_widths[-1] == widths[-1]
+
+
+def test_a_cached_network_keeps_no_gradients_between_clients(setup):
+    """Issue 46 item 4: the LRU holds weights only (a network's gradients are dropped once its client is trained),
+    so what it holds is its networks' weights; the next client trains the same as on a fresh trainer."""
+    dataset, settings, params = setup
+    trainer = Trainer(dataset, "digits", settings)
+    first, second = ClientTask(0, 0, 0.5, 0.05, 3), ClientTask(1, 1, 0.5, 0.05, 3)
+    trainer.train(first, params)
+    assert all(p.grad is None for p in trainer.model_at(0.5).parameters())
+    assert identical(trainer.train(second, params), Trainer(dataset, "digits", settings).train(second, params))
