@@ -95,7 +95,8 @@ def train_eager(workspace: Workspace, task: ClientTask, global_params: Optional[
                   if name in masks else tensor for name, tensor in update.items()}
     extras = objective.finish(model, initial, steps, task.lr)
     if static is None:  # the cached network keeps no gradients between clients: the LRU holds weights only
-        optimizer.zero_grad()
+        for param in model.parameters():
+            param.grad = None
     return client_result(task, update, n, float(loss_sum), steps, extras)
 
 
