@@ -144,6 +144,71 @@ HASFL_HD bool window_meets(int64_t offset, int64_t width, int64_t length, int64_
   return max64(offset, c0) < min64(min64(offset + width, length), c1);
 }
 
+// One chunk of the work split, unpacked: what every CPU kernel's chunk loop starts from (the dense, the sparse and
+// the private one). Items are (row, tile of `tile` columns of the last dim); a chunk's norm partials are
+// [partial_base, + entries of its parameter), one per entry in order. Host code only (the CUDA kernel splits its
+// work by blocks).
+struct ChunkView {
+  const int64_t* param;
+  int64_t p, ndim, length, tiles, tile;
+  int64_t entry_begin, entry_end, item_begin, item_end, partial_base, out_offset;
+
+  inline ChunkView(const int64_t* params, const int64_t* chunks, int64_t chunk, int64_t tile_columns) {
+    const int64_t* chunk_row = chunks + chunk * kChunkCols;
+    p = chunk_row[kChunkParam];
+    param = params + p * kParamCols;
+    ndim = param[kParamNdim];
+    length = row_length(param);
+    tile = tile_columns;
+    tiles = tiles_per_row(param, tile);
+    entry_begin = param[kParamEntryBegin];
+    entry_end = param[kParamEntryEnd];
+    item_begin = chunk_row[kChunkItemBegin];
+    item_end = chunk_row[kChunkItemEnd];
+    partial_base = chunk_row[kChunkPartialBase];
+    out_offset = param[kParamOutOffset];
+  }
+
+  inline int64_t row_of(int64_t item) const { return item / tiles; }
+  inline int64_t tile_of(int64_t item) const { return item % tiles; }
+  inline int64_t first_column(int64_t item) const { return tile_of(item) * tile; }
+  inline int64_t end_column(int64_t item) const { return min64(first_column(item) + tile, length); }
+  // The parameter's output (its flat buffer inside the call's) and this chunk's partials.
+  template <typename scalar_t>
+  inline scalar_t* output(void* out) const { return static_cast<scalar_t*>(out) + out_offset; }
+  inline double* partials(double* partial) const { return partial + partial_base; }
+
+  // The entries covering row `row`, in entry order: row_entry[k] = e and row_start[k] = the row's first element
+  // inside e's packed tensor (local row x packed size of the last dim). local_of(e, entry, row) is the entry's
+  // local row or -1 where it misses the row; kStopAtMiss: stop at the first miss (nested windows: the covering
+  // entries are a prefix). Returns how many.
+  template <bool kStopAtMiss, typename LocalOf>
+  inline int64_t collect_row(const int64_t* entries, int64_t row, int64_t* row_entry, int64_t* row_start,
+                             LocalOf&& local_of) const {
+    int64_t count = 0;
+    for (int64_t e = entry_begin; e < entry_end; ++e) {
+      const int64_t* entry = entries + e * kEntryCols;
+      const int64_t local = local_of(e, entry, row);
+      if (local < 0) {
+        if (kStopAtMiss) break;
+        continue;
+      }
+      row_entry[count] = e;
+      row_start[count] = local * entry[kEntryPacked + ndim - 1];
+      ++count;
+    }
+    return count;
+  }
+
+  // collect_row of the dense layouts (slices, windows, gate blocks): local_row.
+  template <bool kStopAtMiss>
+  inline int64_t collect_dense_row(const int64_t* entries, int64_t row, int64_t* row_entry, int64_t* row_start) const {
+    const int64_t* of = param;
+    return collect_row<kStopAtMiss>(entries, row, row_entry, row_start,
+                                    [of](int64_t, const int64_t* entry, int64_t r) { return local_row(of, entry, r); });
+  }
+};
+
 // Sum of the chunk partials of entry `entry` (chunks of its parameter, in order).
 HASFL_HD double reduce_entry(const int64_t* params, const int64_t* entries, const int64_t* chunks,
                              const int64_t* param_chunk_begin, const double* partial, int64_t entry) {

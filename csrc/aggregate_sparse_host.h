@@ -29,6 +29,33 @@ struct SparsePrep {
   std::vector<int64_t> prefix_begin;   // (E)
 };
 
+// The sparse tables as the CPU kernels read them (prepare_sparse's, and each entry's bitmask).
+struct SparseArgs {
+  const uint8_t* const* bits;    // per entry: column bitmask of the last canonical dim
+  const int32_t* row_map;        // concatenated maps full index -> local index or -1
+  const int64_t* row_map_begin;  // (E, kMaxDims): start of entry e's map of dim d in row_map
+  const int64_t* tile_prefix;    // per entry and tile of a row: packed elements of the row before the tile
+  const int64_t* prefix_begin;   // (E): start of entry e's tile prefixes
+};
+
+// Index of row `row` (row-major over all dims but the last) inside sparse entry `e`'s packed rows, or -1 when
+// one of its index lists misses the row (the sparse layouts' local_row).
+inline int64_t sparse_local_row(const SparseArgs& sp, const int64_t* param, int64_t e, const int64_t* entry,
+                                int64_t row) {
+  using namespace layout;
+  const int64_t ndim = param[kParamNdim];
+  int64_t local = 0, stride = 1;
+  for (int64_t d = ndim - 2; d >= 0; --d) {
+    const int64_t full = param[kParamFull + d];
+    const int32_t index = sp.row_map[sp.row_map_begin[e * kMaxDims + d] + row % full];
+    row /= full;
+    if (index < 0) return -1;
+    local += index * stride;
+    stride *= entry[kEntryPacked + d];
+  }
+  return local;
+}
+
 // Checks what the sparse kernel relies on for memory safety (Python validates first, with sentences) and
 // builds the row maps and tile prefixes. `bits_host` are the bitmasks readable on the host.
 inline SparsePrep prepare_sparse(const at::Tensor& params, const at::Tensor& entries, const at::Tensor& kinds,

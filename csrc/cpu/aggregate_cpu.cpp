@@ -60,14 +60,6 @@ struct SparseScratch {
   int64_t* word_count;  // max_entries: how many
 };
 
-struct SparseArgs {
-  const uint8_t* const* bits;    // per entry: column bitmask of the last canonical dim
-  const int32_t* row_map;        // concatenated maps full index -> local index or -1
-  const int64_t* row_map_begin;  // (E, kMaxDims): start of entry e's map of dim d in row_map
-  const int64_t* tile_prefix;    // per entry and tile of a row: packed elements of the row before the tile
-  const int64_t* prefix_begin;   // (E): start of entry e's tile prefixes
-};
-
 // The kernel's 4-double vectors are passed between inline functions only; GCC's note that their ABI
 // differs with and without AVX does not concern them.
 #if defined(__GNUC__) && !defined(__clang__)

@@ -193,41 +193,25 @@ HASFL_CPU_TARGET inline void squares_some(int count, const scalar_t* const* x, c
 
 template <typename scalar_t, bool kNested>
 HASFL_CPU_TARGET void run_chunk(const CpuArgs& args, int64_t chunk, const Scratch& s) {
-  const int64_t* chunk_row = args.chunks + chunk * kChunkCols;
-  const int64_t p = chunk_row[kChunkParam];
-  const int64_t* param = args.params + p * kParamCols;
-  const int64_t ndim = param[kParamNdim];
-  const int64_t length = row_length(param);
-  const int64_t tiles = tiles_per_row(param, kCpuTile);
-  const int64_t entry_begin = param[kParamEntryBegin], entry_end = param[kParamEntryEnd];
-  const double* weight_prefix = args.weight_prefix + entry_begin + p;
-  double* part_num = args.partial_num + chunk_row[kChunkPartialBase];
-  double* part_den = args.partial_den + chunk_row[kChunkPartialBase];
-  scalar_t* out = static_cast<scalar_t*>(args.out) + param[kParamOutOffset];
+  const ChunkView v(args.params, args.chunks, chunk, kCpuTile);
+  const int64_t ndim = v.ndim, length = v.length, entry_begin = v.entry_begin;
+  const double* weight_prefix = args.weight_prefix + entry_begin + v.p;
+  double* part_num = v.partials(args.partial_num);
+  double* part_den = v.partials(args.partial_den);
+  scalar_t* out = v.output<scalar_t>(args.out);
   int64_t covered = 0;
   int64_t current_row = -1;
   int64_t row_count = 0;
 
-  for (int64_t item = chunk_row[kChunkItemBegin]; item < chunk_row[kChunkItemEnd]; ++item) {
-    const int64_t row = item / tiles;
-    const int64_t c0 = (item % tiles) * kCpuTile;
-    const int64_t c1 = min64(c0 + kCpuTile, length);
+  for (int64_t item = v.item_begin; item < v.item_end; ++item) {
+    const int64_t row = v.row_of(item);
+    const int64_t c0 = v.first_column(item);
+    const int64_t c1 = v.end_column(item);
     const int64_t n = c1 - c0;
     scalar_t* out_tile = out + row * length + c0;
     if (row != current_row) {
       current_row = row;
-      row_count = 0;
-      for (int64_t e = entry_begin; e < entry_end; ++e) {
-        const int64_t* entry = args.entries + e * kEntryCols;
-        const int64_t local = local_row(param, entry, row);
-        if (local < 0) {
-          if (kNested) break;
-          continue;
-        }
-        s.row_entry[row_count] = e;
-        s.row_start[row_count] = local * entry[kEntryPacked + ndim - 1];
-        ++row_count;
-      }
+      row_count = v.collect_dense_row<kNested>(args.entries, row, s.row_entry, s.row_start);
     }
     if (row_count == 0) {
       write_tile_zeros(out_tile, n);

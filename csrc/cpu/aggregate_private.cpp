@@ -1,7 +1,9 @@
 // CPU implementation of hasfl_ray::aggregate_private_into: the fused aggregation of aggregate_into with client-level
-// differential privacy in the same pass (docs/privacy.md, hasfl_ray/ops/aggregate_private.py). Dense layouts only
-// (leading slices, rolling windows, gate blocks: the params/entries tables of csrc/aggregate_layout.h); index sets
-// and masks keep the torch path of hasfl_ray/aggregation/privacy.py, as does CUDA (this op has no CUDA kernel).
+// differential privacy in the same pass (docs/privacy.md, hasfl_ray/ops/aggregate_private.py), and
+// hasfl_ray::aggregate_private_sparse_into, the same over the sparse layouts too: dense parameters (leading slices,
+// rolling windows, gate blocks: the params/entries tables of csrc/aggregate_layout.h) and, in the sparse form, index
+// sets and masks beside them (the kinds/bits/rows tables of csrc/aggregate_sparse_host.h). CUDA keeps the torch path
+// of hasfl_ray/aggregation/privacy.py (these ops have no CUDA kernel).
 //
 //   phase 1  ||u_i||, client i's L2 norm over every value it holds (float64; each entry's sum of squares in element
 //            order, a client's entries summed in parameter order), and its clip scale s_i = min(1, bound_i / ||u_i||);
@@ -26,6 +28,7 @@
 
 #include "aggregate_host.h"
 #include "aggregate_layout.h"
+#include "aggregate_sparse_host.h"
 
 namespace hasfl_ray {
 namespace {
@@ -66,59 +69,67 @@ struct PrivateArgs {
   uint64_t offset;
   bool poisson;
   double expected;
+  const int64_t* kinds;  // per parameter, 1: sparse (index sets, masks); null: every parameter dense
+  SparseArgs sparse;     // the sparse tables (read where kinds says sparse)
 };
+
+// Calls f(j, x) for every column c0 + j < c1 of the current tile that entry e holds, in column order, x its value
+// (double): a dense entry's window pieces, or a sparse entry's set bits from its packed run (start: the row's first
+// element in e's packed tensor; tile: the tile's index in the row).
+template <typename scalar_t, typename F>
+inline void for_each_held(const PrivateArgs& args, const ChunkView& v, bool sparse, int64_t e, int64_t start,
+                          int64_t tile, int64_t c0, int64_t c1, F&& f) {
+  const scalar_t* x_row = static_cast<const scalar_t*>(args.data[e]) + start;
+  if (sparse) {
+    const uint8_t* m = args.sparse.bits[e];
+    const scalar_t* x = x_row + args.sparse.tile_prefix[args.sparse.prefix_begin[e] + tile];
+    for (int64_t c = c0; c < c1; ++c)
+      if ((m[c >> 3] >> (c & 7)) & 1u) f(c - c0, static_cast<double>(*x++));
+    return;
+  }
+  const int64_t* entry = args.entries + e * kEntryCols;
+  Piece pieces[2];
+  const int count = window_pieces(entry[kEntryOffset + v.ndim - 1], entry[kEntryPacked + v.ndim - 1], v.length, c0,
+                                  c1, pieces);
+  for (int i = 0; i < count; ++i) {
+    const int64_t b = pieces[i].begin - c0, len = pieces[i].end - pieces[i].begin;
+    const scalar_t* x = x_row + pieces[i].local;
+    for (int64_t j = 0; j < len; ++j) f(b + j, static_cast<double>(x[j]));
+  }
+}
 
 template <typename scalar_t>
 void run_private_chunk(const PrivateArgs& args, int64_t chunk, double* acc, double* den, double* cnt, double* mean,
                        int64_t* row_entry, int64_t* row_start) {
-  const int64_t* chunk_row = args.chunks + chunk * kChunkCols;
-  const int64_t p = chunk_row[kChunkParam];
-  const int64_t* param = args.params + p * kParamCols;
-  const int64_t ndim = param[kParamNdim];
-  const int64_t length = row_length(param);
-  const int64_t tiles = tiles_per_row(param, kPrivateTile);
-  const int64_t entry_begin = param[kParamEntryBegin], entry_end = param[kParamEntryEnd];
-  double* part_num = args.partial_num + chunk_row[kChunkPartialBase];
-  double* part_den = args.partial_den + chunk_row[kChunkPartialBase];
-  const int64_t base = param[kParamOutOffset];
-  scalar_t* out = static_cast<scalar_t*>(args.out) + base;
+  const ChunkView v(args.params, args.chunks, chunk, kPrivateTile);
+  const bool sparse = args.kinds != nullptr && args.kinds[v.p] == 1;
+  double* part_num = v.partials(args.partial_num);
+  double* part_den = v.partials(args.partial_den);
+  const int64_t base = v.out_offset, length = v.length;
+  scalar_t* out = v.output<scalar_t>(args.out);
+  const auto sparse_local = [&args, &v](int64_t e, const int64_t* entry, int64_t row) {
+    return sparse_local_row(args.sparse, v.param, e, entry, row);
+  };
   int64_t covered = 0, current_row = -1, row_count = 0;
-  for (int64_t item = chunk_row[kChunkItemBegin]; item < chunk_row[kChunkItemEnd]; ++item) {
-    const int64_t row = item / tiles;
-    const int64_t c0 = (item % tiles) * kPrivateTile;
-    const int64_t c1 = min64(c0 + kPrivateTile, length);
+  for (int64_t item = v.item_begin; item < v.item_end; ++item) {
+    const int64_t row = v.row_of(item), tile = v.tile_of(item);
+    const int64_t c0 = v.first_column(item), c1 = v.end_column(item);
     const int64_t n = c1 - c0;
     const int64_t first = row * length + c0;  // the tile's first coordinate inside the parameter
     if (row != current_row) {
       current_row = row;
-      row_count = 0;
-      for (int64_t e = entry_begin; e < entry_end; ++e) {
-        const int64_t* entry = args.entries + e * kEntryCols;
-        const int64_t local = local_row(param, entry, row);
-        if (local < 0) continue;
-        row_entry[row_count] = e;
-        row_start[row_count] = local * entry[kEntryPacked + ndim - 1];
-        ++row_count;
-      }
+      row_count = sparse ? v.collect_row<false>(args.entries, row, row_entry, row_start, sparse_local)
+                         : v.collect_dense_row<false>(args.entries, row, row_entry, row_start);
     }
     for (int64_t j = 0; j < n; ++j) acc[j] = den[j] = cnt[j] = 0.0;
     for (int64_t k = 0; k < row_count; ++k) {
       const int64_t e = row_entry[k];
-      const int64_t* entry = args.entries + e * kEntryCols;
       const double w = args.entry_weight[e], ws = w * args.entry_scale[e];
-      const scalar_t* x_row = static_cast<const scalar_t*>(args.data[e]) + row_start[k];
-      Piece pieces[2];
-      const int count = window_pieces(entry[kEntryOffset + ndim - 1], entry[kEntryPacked + ndim - 1], length, c0, c1,
-                                      pieces);
-      for (int i = 0; i < count; ++i) {
-        const int64_t b = pieces[i].begin - c0, len = pieces[i].end - pieces[i].begin;
-        const scalar_t* x = x_row + pieces[i].local;
-        for (int64_t j = 0; j < len; ++j) {
-          acc[b + j] += ws * static_cast<double>(x[j]);
-          den[b + j] += w;
-          cnt[b + j] += 1.0;
-        }
-      }
+      for_each_held<scalar_t>(args, v, sparse, e, row_start[k], tile, c0, c1, [&](int64_t j, double x) {
+        acc[j] += ws * x;
+        den[j] += w;
+        cnt[j] += 1.0;
+      });
     }
     for (int64_t j = 0; j < n; ++j) {
       const double k = cnt[j];
@@ -139,24 +150,15 @@ void run_private_chunk(const PrivateArgs& args, int64_t chunk, double* acc, doub
     // Divergence partials of the clipped values against the noiseless mean.
     for (int64_t k = 0; k < row_count; ++k) {
       const int64_t e = row_entry[k];
-      const int64_t* entry = args.entries + e * kEntryCols;
       const double s = args.entry_scale[e];
-      const scalar_t* x_row = static_cast<const scalar_t*>(args.data[e]) + row_start[k];
-      Piece pieces[2];
-      const int count = window_pieces(entry[kEntryOffset + ndim - 1], entry[kEntryPacked + ndim - 1], length, c0, c1,
-                                      pieces);
       double sum_diff = 0.0, sum_mean = 0.0;
-      for (int i = 0; i < count; ++i) {
-        const int64_t b = pieces[i].begin - c0, len = pieces[i].end - pieces[i].begin;
-        const scalar_t* x = x_row + pieces[i].local;
-        for (int64_t j = 0; j < len; ++j) {
-          const double d = s * static_cast<double>(x[j]) - mean[b + j];
-          sum_diff += d * d;
-          sum_mean += mean[b + j] * mean[b + j];
-        }
-      }
-      part_num[e - entry_begin] += sum_diff;
-      part_den[e - entry_begin] += sum_mean;
+      for_each_held<scalar_t>(args, v, sparse, e, row_start[k], tile, c0, c1, [&](int64_t j, double x) {
+        const double d = s * x - mean[j];
+        sum_diff += d * d;
+        sum_mean += mean[j] * mean[j];
+      });
+      part_num[e - v.entry_begin] += sum_diff;
+      part_den[e - v.entry_begin] += sum_mean;
     }
   }
   args.chunk_covered[chunk] = covered;
@@ -189,12 +191,13 @@ void run_private_chunks(const PrivateArgs& args, int64_t num_chunks, int64_t max
   }
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> aggregate_private_into_cpu(
-    const at::Tensor& out, at::TensorList packed, const at::Tensor& params, const at::Tensor& entries,
-    const at::Tensor& weights, const at::Tensor& bounds, double noise_std, int64_t seed, int64_t offset,
-    std::optional<double> expected) {
-  check_aggregate_args(packed, params, entries, weights, out);
-  TORCH_CHECK(out.device().is_cpu(), "out must be on the CPU for the CPU kernel, got ", out.device());
+using PrivateResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+// Both ops' body, after check_aggregate_args: kinds null (every parameter dense) or the sparse tables in `sparse`.
+PrivateResult private_pass(const at::Tensor& out, at::TensorList packed, const at::Tensor& params,
+                           const at::Tensor& entries, const at::Tensor& weights, const at::Tensor& bounds,
+                           double noise_std, int64_t seed, int64_t offset, std::optional<double> expected,
+                           const int64_t* kinds, const SparseArgs& sparse) {
   const int64_t num_entries = entries.size(0), num_clients = weights.size(0);
   TORCH_CHECK(bounds.device().is_cpu() && bounds.scalar_type() == at::kDouble && bounds.dim() == 1 &&
                   bounds.is_contiguous() && bounds.size(0) == num_clients,
@@ -238,7 +241,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> aggregate
                          plan.entry_weight.data_ptr<double>(), entry_scale.data(), out.data_ptr(),
                          counts.data_ptr<double>(), partial_num.data_ptr<double>(), partial_den.data_ptr<double>(),
                          chunk_covered.data_ptr<int64_t>(), noise_std, static_cast<uint64_t>(seed),
-                         static_cast<uint64_t>(offset), expected.has_value(), expected.value_or(1.0)};
+                         static_cast<uint64_t>(offset), expected.has_value(), expected.value_or(1.0), kinds, sparse};
   const int64_t max_entries = plan.max_entries;
   AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "hasfl_ray::aggregate_private_into",
                              [&] { run_private_chunks<scalar_t>(args, num_chunks, max_entries); });
@@ -255,6 +258,49 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> aggregate
       den[i] += reduce_entry(args.params, args.entries, args.chunks, chunk_begin, args.partial_den, centries[k]);
     }
   return {div_num, div_den, chunk_covered.sum(), counts, norms};
+}
+
+PrivateResult aggregate_private_into_cpu(const at::Tensor& out, at::TensorList packed, const at::Tensor& params,
+                                         const at::Tensor& entries, const at::Tensor& weights,
+                                         const at::Tensor& bounds, double noise_std, int64_t seed, int64_t offset,
+                                         std::optional<double> expected) {
+  check_aggregate_args(packed, params, entries, weights, out);
+  TORCH_CHECK(out.device().is_cpu(), "out must be on the CPU for the CPU kernel, got ", out.device());
+  return private_pass(out, packed, params, entries, weights, bounds, noise_std, seed, offset, expected, nullptr,
+                      SparseArgs{nullptr, nullptr, nullptr, nullptr, nullptr});
+}
+
+// Dense and sparse parameters (index sets, masks) in one pass: the tables of aggregate_sparse_into.
+PrivateResult aggregate_private_sparse_into_cpu(const at::Tensor& out, at::TensorList packed,
+                                                const at::Tensor& params, const at::Tensor& entries,
+                                                const at::Tensor& weights, const at::Tensor& bounds, double noise_std,
+                                                int64_t seed, int64_t offset, std::optional<double> expected,
+                                                const at::Tensor& kinds, at::TensorList bits, const at::Tensor& rows,
+                                                const at::Tensor& row_offsets) {
+  check_aggregate_args(packed, params, entries, weights, out);
+  TORCH_CHECK(out.device().is_cpu(), "out must be on the CPU for the CPU kernel, got ", out.device());
+  const int64_t num_entries = entries.size(0);
+  TORCH_CHECK(static_cast<int64_t>(bits.size()) == num_entries, "bits has ", bits.size(), " tensors but entries has ",
+              num_entries, " rows");
+  TORCH_CHECK(kinds.device().is_cpu() && kinds.scalar_type() == at::kLong && kinds.dim() == 1 &&
+                  kinds.size(0) == params.size(0) && kinds.is_contiguous(),
+              "kinds must be a contiguous int64 CPU tensor of shape (", params.size(0), "), got ", kinds.sizes());
+  const int64_t* K = kinds.data_ptr<int64_t>();
+  const int64_t* E = entries.data_ptr<int64_t>();
+  std::vector<const uint8_t*> bits_ptr(num_entries, nullptr);
+  std::vector<int64_t> bits_len(num_entries, 0);
+  for (int64_t e = 0; e < num_entries; ++e) {
+    if (K[E[e * kEntryCols + kEntryParam]] != 1) continue;
+    TORCH_CHECK(bits[e].scalar_type() == at::kByte && bits[e].device().is_cpu() && bits[e].is_contiguous() &&
+                    bits[e].dim() == 1,
+                "bits[", e, "] must be a contiguous 1-D uint8 CPU tensor");
+    bits_ptr[e] = bits[e].data_ptr<uint8_t>();
+    bits_len[e] = bits[e].numel();
+  }
+  const SparsePrep prep = prepare_sparse(params, entries, kinds, bits_ptr, bits_len, rows, row_offsets, kPrivateTile);
+  const SparseArgs sparse{bits_ptr.data(), prep.row_map.data(), prep.row_map_begin.data(), prep.tile_prefix.data(),
+                          prep.prefix_begin.data()};
+  return private_pass(out, packed, params, entries, weights, bounds, noise_std, seed, offset, expected, K, sparse);
 }
 
 // The draws normal(seed, offset, j) for j < n, float64: the torch path's noise and the oracle tests' key (each draw
@@ -279,9 +325,17 @@ TORCH_LIBRARY_FRAGMENT(hasfl_ray, m) {
   m.def("aggregate_private_into(Tensor(a!) out, Tensor[] packed, Tensor params, Tensor entries, Tensor weights, "
         "Tensor bounds, float noise_std, int seed, int offset, float? expected) -> "
         "(Tensor, Tensor, Tensor, Tensor, Tensor)");
+  // The same with index sets and masks beside the dense parameters: kinds, bits, rows, row_offsets as for
+  // aggregate_sparse_into (csrc/aggregate_sparse_host.h).
+  m.def("aggregate_private_sparse_into(Tensor(a!) out, Tensor[] packed, Tensor params, Tensor entries, "
+        "Tensor weights, Tensor bounds, float noise_std, int seed, int offset, float? expected, Tensor kinds, "
+        "Tensor[] bits, Tensor rows, Tensor row_offsets) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("private_normals(int seed, int offset, int n) -> Tensor", &private_normals);
 }
 
-TORCH_LIBRARY_IMPL(hasfl_ray, CPU, m) { m.impl("aggregate_private_into", &aggregate_private_into_cpu); }
+TORCH_LIBRARY_IMPL(hasfl_ray, CPU, m) {
+  m.impl("aggregate_private_into", &aggregate_private_into_cpu);
+  m.impl("aggregate_private_sparse_into", &aggregate_private_sparse_into_cpu);
+}
 
 }  // namespace hasfl_ray

@@ -21,7 +21,7 @@
 // AVX-512 build's results are bit for bit those of its earlier form, which took 4 entries per pass over every
 // word and expanded twice: the same operations per lane, in the same order.)
 
-// SparseScratch and SparseArgs are defined in aggregate_cpu.cpp, outside the two namespaces; clear_tile_sums,
+// SparseScratch is defined in aggregate_cpu.cpp and SparseArgs in aggregate_sparse_host.h, outside the two namespaces; clear_tile_sums,
 // write_tile_mean and write_tile_zeros (shared with the dense kernel) in aggregate_tile.h, included before this file.
 
 #if HASFL_SPARSE_AVX512
@@ -289,47 +289,25 @@ HASFL_SPARSE_TARGET inline void sparse_squares_pair(const KeptEntry<scalar_t>& f
 template <typename scalar_t>
 HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs& sp, int64_t chunk,
                                           const SparseScratch& s) {
-  const int64_t* chunk_row = args.chunks + chunk * kChunkCols;
-  const int64_t p = chunk_row[kChunkParam];
-  const int64_t* param = args.params + p * kParamCols;
-  const int64_t ndim = param[kParamNdim];
-  const int64_t length = row_length(param);
-  const int64_t tiles = tiles_per_row(param, kCpuTile);
-  const int64_t entry_begin = param[kParamEntryBegin], entry_end = param[kParamEntryEnd];
-  double* part_num = args.partial_num + chunk_row[kChunkPartialBase];
-  double* part_den = args.partial_den + chunk_row[kChunkPartialBase];
-  scalar_t* out = static_cast<scalar_t*>(args.out) + param[kParamOutOffset];
+  const ChunkView v(args.params, args.chunks, chunk, kCpuTile);
+  const int64_t ndim = v.ndim, length = v.length, tiles = v.tiles, entry_begin = v.entry_begin;
+  double* part_num = v.partials(args.partial_num);
+  double* part_den = v.partials(args.partial_den);
+  scalar_t* out = v.output<scalar_t>(args.out);
+  const auto local_of = [&sp, &v](int64_t e, const int64_t* entry, int64_t row) {
+    return sparse_local_row(sp, v.param, e, entry, row);
+  };
   int64_t covered = 0;
   int64_t current_row = -1;
   int64_t row_count = 0;
-  for (int64_t item = chunk_row[kChunkItemBegin]; item < chunk_row[kChunkItemEnd]; ++item) {
-    const int64_t row = item / tiles, tile = item % tiles;
-    const int64_t c0 = tile * kCpuTile;
-    const int64_t n = min64(c0 + kCpuTile, length) - c0;
+  for (int64_t item = v.item_begin; item < v.item_end; ++item) {
+    const int64_t row = v.row_of(item), tile = v.tile_of(item);
+    const int64_t c0 = v.first_column(item);
+    const int64_t n = v.end_column(item) - c0;
     scalar_t* out_tile = out + row * length + c0;
     if (row != current_row) {
       current_row = row;
-      row_count = 0;
-      for (int64_t e = entry_begin; e < entry_end; ++e) {
-        const int64_t* entry = args.entries + e * kEntryCols;
-        int64_t local = 0, stride = 1, rest = row;
-        bool hit = true;
-        for (int64_t d = ndim - 2; d >= 0; --d) {
-          const int64_t full = param[kParamFull + d];
-          const int32_t index = sp.row_map[sp.row_map_begin[e * kMaxDims + d] + rest % full];
-          rest /= full;
-          if (index < 0) {
-            hit = false;
-            break;
-          }
-          local += index * stride;
-          stride *= entry[kEntryPacked + d];
-        }
-        if (!hit) continue;
-        s.row_entry[row_count] = e;
-        s.row_start[row_count] = local * entry[kEntryPacked + ndim - 1];
-        ++row_count;
-      }
+      row_count = v.collect_row<false>(args.entries, row, s.row_entry, s.row_start, local_of);
     }
     if (row_count == 0) {
       write_tile_zeros(out_tile, n);

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, Mapping, Sequence, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -49,6 +49,30 @@ def aggregate_windows(specs: Mapping[str, ParamSpec], updates: Sequence[Mapping[
         return result
     shapes, weights_t, _ = validate_inputs(shapes, updates, weights, blocks)
     return _aggregate_mixed(specs, updates, offsets, weights_t)
+
+
+def element_starts(specs: Mapping[str, ParamSpec], updates: Sequence[Mapping[str, object]], offsets: Sequence[int]
+                   ) -> Optional[List[Dict[str, Tuple[int, ...]]]]:
+    """The windows of ``offsets`` (one channel offset per client) as the fused kernel's layout takes them: per client,
+    name -> the window's first element in every dim (:func:`hasfl_ray.ops.aggregate.build_layout`'s ``offsets``).
+
+    A scaled dim of C channels, each ``unit`` positions wide, starts at element (offset mod C) · unit (per gate block
+    in dim 0: the layout's blocked dim); an unscaled dim at 0. The window of :func:`hasfl_ray.models.slicing.
+    window_index` is then exactly the op's: packed position k at element (start + k) mod (C · unit). None where a dim
+    after the first is split in blocks, which the layout cannot express (the caller keeps the torch path)."""
+    if any(dim.scaled and dim.blocks > 1 for spec in specs.values() for dim in spec.dims[1:]):
+        return None
+    starts: Dict[Tuple[str, int], Tuple[int, ...]] = {}
+    out = []
+    for update, offset in zip(updates, offsets):
+        client = {}
+        for name in update:
+            key = (name, offset)
+            if key not in starts:
+                starts[key] = tuple((offset % dim.channels) * dim.unit if dim.scaled else 0 for dim in specs[name].dims)
+            client[name] = starts[key]
+        out.append(client)
+    return out
 
 
 def _aggregate_mixed(specs: Mapping[str, ParamSpec], updates: Sequence[Mapping[str, torch.Tensor]],

@@ -28,19 +28,39 @@ def private_mean(server: Any, updates: List[Dict], offsets: List[int], holds: Op
 
 
 def fused_form(server: Any, updates: List[Dict], offsets: List[int], holds: Optional[np.ndarray]):
-    """The fused kernel's one-pass form of the DP mean (clip, mean, counts, noise: aggregate_private_into) where the
-    round's layout has it: leading slices on a CPU server, the kernel built and not refused (``--aggregation
-    reference``); None elsewhere (index sets, masks, label split, rolling windows, CUDA: the torch path, same draws)."""
+    """The fused kernel's one-pass form of the DP mean (clip, mean, counts, noise) where the round's layout has it on
+    a CPU server with the kernel built and not refused (``--aggregation reference``): leading slices and rolling
+    windows (their channel offsets as the layout's element starts, :func:`hasfl_ray.aggregation.windows.
+    element_starts`) through ``aggregate_private_into``, index sets and masks (beside slices) through
+    ``aggregate_private_sparse_into``. None elsewhere (the label split, CUDA: the torch path, the same draws)."""
     from hasfl_ray.ops import aggregate_private
     from hasfl_ray.ops.sparse import has_sparse
 
-    if (holds is not None or any(offsets) or server.device.type != "cpu" or server.aggregation_backend == "reference"
-            or has_sparse(updates) or not aggregate_private.available()):
+    if holds is not None or server.device.type != "cpu" or server.aggregation_backend == "reference":
         return None
+    if has_sparse(updates):
+        if any(offsets) or getattr(server, "estimator", None) == "common-core" \
+                or not aggregate_private.sparse_available():
+            return None  # beside windows or common-core: the round's own path refuses them in a sentence
+
+        def fused_sparse(ups, bounds, std, key, offset, expected):
+            return aggregate_private.aggregate_private_sparse(server.shapes, ups, [1.0] * len(ups), bounds, std, key,
+                                                              offset, expected, server.gate_blocks)
+
+        return fused_sparse
+    if not aggregate_private.available():
+        return None
+    starts = None
+    if any(offsets):
+        from hasfl_ray.aggregation.windows import element_starts
+
+        starts = element_starts(server.specs, updates, offsets)
+        if starts is None:
+            return None
 
     def fused(ups, bounds, std, key, offset, expected):
         return aggregate_private.aggregate_private(server.shapes, ups, [1.0] * len(ups), bounds, std, key, offset,
-                                                   expected, server.gate_blocks)
+                                                   expected, server.gate_blocks, starts)
 
     return fused
 

@@ -1,4 +1,5 @@
-"""The fused aggregation with client-level DP in its pass: ``hasfl_ray::aggregate_private_into`` (CPU only).
+"""The fused aggregation with client-level DP in its pass: ``hasfl_ray::aggregate_private_into`` and, with index sets
+and masks, ``hasfl_ray::aggregate_private_sparse_into`` (CPU only).
 
 One call clips each client's packed update to its bound (C over its repeats, as
 :func:`hasfl_ray.aggregation.privacy.clip_updates`), takes the weighted mean over each coordinate's holders, counts
@@ -8,11 +9,13 @@ offset, j) from a counter-based generator (Philox4x32-10 keyed by the seed, coun
 index in the flat output of ``global_shapes`` in order): the draws depend on nothing but (seed, offset, j), so the
 result is the same with any number of threads (csrc/cpu/aggregate_private.cpp).
 
-Scope: the dense layouts (leading slices, rolling windows, gate blocks) on the CPU. Index sets, masks and the label
-split, and CUDA, keep the torch path of :func:`hasfl_ray.aggregation.privacy.privatize` (this op has no CUDA
-kernel), with the same draws (:func:`hasfl_ray.aggregation.privacy.normal_draws`); the server takes this op for
-leading slices on the CPU (:func:`hasfl_ray.engine.server_privacy.fused_form`). Checked against a float64 oracle in
-tests/aggregation/test_private_fused.py.
+Scope: the dense layouts (leading slices, rolling windows, gate blocks; :func:`aggregate_private`) and the sparse ones
+beside them (index sets, masks; :func:`aggregate_private_sparse`, the tables of
+:func:`hasfl_ray.ops.sparse.build_sparse_layout`) on the CPU. The label split and CUDA keep the torch path of
+:func:`hasfl_ray.aggregation.privacy.privatize` (these ops have no CUDA kernel), with the same draws
+(:func:`hasfl_ray.aggregation.privacy.normal_draws`); the server takes these ops where the round's layout has them
+(:func:`hasfl_ray.engine.server_privacy.fused_form`). Checked against float64 oracles in
+tests/aggregation/test_private_fused.py, test_private_fused_windows.py and test_private_fused_sparse.py.
 """
 
 from __future__ import annotations
@@ -48,6 +51,11 @@ def available() -> bool:
     return ops.available() and hasattr(torch.ops.hasfl_ray, "aggregate_private_into")
 
 
+def sparse_available() -> bool:
+    """Whether the built extension registers the private op of index sets and masks."""
+    return available() and hasattr(torch.ops.hasfl_ray, "aggregate_private_sparse_into")
+
+
 def normals(seed: int, offset: int, n: int) -> torch.Tensor:
     """The op's standard normal draws normal(seed, offset, j) for j < n, float64 (what the noise is made of)."""
     if not available():
@@ -71,31 +79,74 @@ def aggregate_private(global_shapes: Mapping[str, Tuple[int, ...]], updates: Seq
         seed, offset: the noise's key (e.g. the run's privacy key and the update number), int64 each.
         expected: Poisson participation's q·N, the denominator at every coordinate; None: fixed-size sampling.
     """
-    if not available():
+    _check(available(), bounds, updates)
+    from hasfl_ray.aggregation import validate_inputs
+
+    global_shapes, weights_t, blocks = validate_inputs(global_shapes, updates, list(weights), gate_blocks)
+    layout = ops.build_layout(global_shapes, updates, blocks, offsets)
+    out, weights_t, bounds_t = _buffers(layout.packed[0], layout.total_numel, weights_t, bounds)
+    got = torch.ops.hasfl_ray.aggregate_private_into(
+        out, layout.packed, layout.params, layout.entries, weights_t, bounds_t, float(noise_std), int(seed),
+        int(offset), None if expected is None else float(expected))
+    return _unpacked(out, got, layout.names, layout.shapes, layout.total_numel, layout.names)
+
+
+def aggregate_private_sparse(global_shapes: Mapping[str, Tuple[int, ...]], updates: Sequence[Mapping[str, object]],
+                             weights: Sequence[float], bounds: Sequence[float], noise_std: float, seed: int,
+                             offset: int, expected: Optional[float] = None,
+                             gate_blocks: Optional[Mapping[str, int]] = None) -> PrivateAggregate:
+    """:func:`aggregate_private` where some client holds a parameter as an index set or a mask
+    (:class:`~hasfl_ray.aggregation.packed.IndexedUpdate`, :class:`~hasfl_ray.aggregation.packed.MaskedUpdate`)
+    beside slices: the tables of :func:`hasfl_ray.ops.sparse.build_sparse_layout`, each client's norm over its
+    packed values, the noise of coordinate j keyed by j's index in the flat model (``global_shapes`` in order, as
+    the dense op's: the layout puts the dense parameters first, so each parameter's output is moved to its place)."""
+    _check(sparse_available(), bounds, updates)
+    from hasfl_ray.aggregation import validate_inputs
+    from hasfl_ray.ops.sparse import build_sparse_layout
+
+    global_shapes, weights_t, blocks = validate_inputs(global_shapes, updates, list(weights), gate_blocks)
+    names = tuple(global_shapes)
+    layout = build_sparse_layout(global_shapes, updates, blocks)
+    where, start = {}, 0
+    for name in names:
+        where[name] = start
+        start += math.prod(global_shapes[name])
+    params = layout.params.clone()
+    params[:, ops._PARAM_OUT_OFFSET] = torch.tensor([where[name] for name in layout.names], dtype=torch.int64)
+    out, weights_t, bounds_t = _buffers(layout.packed[0], layout.total_numel, weights_t, bounds)
+    got = torch.ops.hasfl_ray.aggregate_private_sparse_into(
+        out, layout.packed, params, layout.entries, weights_t, bounds_t, float(noise_std), int(seed), int(offset),
+        None if expected is None else float(expected), layout.kinds, layout.bits, layout.rows, layout.row_offsets)
+    return _unpacked(out, got, names, tuple(tuple(global_shapes[n]) for n in names), layout.total_numel, names)
+
+
+def _check(present: bool, bounds: Sequence[float], updates: Sequence[Mapping[str, object]]) -> None:
+    if not present:
         raise RuntimeError("the private fused aggregation needs a build of hasfl_ray._C that has it; rebuild it "
                            "with `pip install --no-build-isolation -e .`")
     if len(bounds) != len(updates):
         raise ValueError(f"bounds has {len(bounds)} entries but updates has {len(updates)} clients; expected one "
                          "bound per client")
-    from hasfl_ray.aggregation import validate_inputs
 
-    global_shapes, weights_t, blocks = validate_inputs(global_shapes, updates, list(weights), gate_blocks)
-    layout = ops.build_layout(global_shapes, updates, blocks, offsets)
-    first = layout.packed[0]
+
+def _buffers(first: torch.Tensor, total: int, weights, bounds):
     if first.device.type != "cpu":
         raise ValueError(f"the private fused aggregation runs on the CPU; the updates are on {first.device}")
-    out = torch.empty(layout.total_numel, dtype=first.dtype)
-    weights_t = torch.as_tensor(weights_t, dtype=torch.float64).cpu().contiguous()
+    out = torch.empty(total, dtype=first.dtype)
+    weights_t = torch.as_tensor(weights, dtype=torch.float64).cpu().contiguous()
     bounds_t = torch.as_tensor(list(bounds), dtype=torch.float64).contiguous()
-    div_num, div_den, covered, counts, norms = torch.ops.hasfl_ray.aggregate_private_into(
-        out, layout.packed, layout.params, layout.entries, weights_t, bounds_t, float(noise_std), int(seed),
-        int(offset), None if expected is None else float(expected))
-    sizes = [math.prod(shape) for shape in layout.shapes]
-    delta = {name: view.view(shape) for name, shape, view in zip(layout.names, layout.shapes, out.split(sizes))}
-    count = {name: view.view(shape) for name, shape, view in zip(layout.names, layout.shapes, counts.split(sizes))}
-    total = layout.total_numel
-    result = AggregateResult(delta, div_num, div_den, int(covered) / total if total else 0.0)
-    return PrivateAggregate(result, count, norms)
+    return out, weights_t, bounds_t
 
 
-__all__ = ["PrivateAggregate", "aggregate_private", "available", "normals"]
+def _unpacked(out, got, names, shapes, total, order) -> PrivateAggregate:
+    """The op's flat output and counts (``names``' order, each of ``shapes``) as dicts in ``order``."""
+    div_num, div_den, covered, counts, norms = got
+    sizes = [math.prod(shape) for shape in shapes]
+    delta = {name: view.view(shape) for name, shape, view in zip(names, shapes, out.split(sizes))}
+    count = {name: view.view(shape) for name, shape, view in zip(names, shapes, counts.split(sizes))}
+    result = AggregateResult({n: delta[n] for n in order}, div_num, div_den, int(covered) / total if total else 0.0)
+    return PrivateAggregate(result, {n: count[n] for n in order}, norms)
+
+
+__all__ = ["PrivateAggregate", "aggregate_private", "aggregate_private_sparse", "available", "normals",
+           "sparse_available"]

@@ -198,7 +198,8 @@ def test_numpy_draws_are_the_kernels_where_the_extension_is_missing():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_the_servers_fused_form_adds_what_the_torch_path_adds(dtype, expected):
     """Leading slices on a CPU server take the one-pass op (server_privacy.fused_form); its noised mean equals the
-    torch path's (the same draws), and the path is not taken where the layout or the device has none."""
+    torch path's (the same draws), and the path is not taken where the layout or the device has none (rolling windows:
+    test_private_fused_windows.py; index sets and masks: test_private_fused_sparse.py)."""
     from types import SimpleNamespace
 
     import numpy as np
@@ -226,7 +227,6 @@ def test_the_servers_fused_form_adds_what_the_torch_path_adds(dtype, expected):
     assert got_keys == pytest.approx(want_keys, rel=1e-12) and got_clip == pytest.approx(want_clip, rel=1e-12)
     for other in (dict(aggregation_backend="reference"), dict(device=torch.device("meta"))):
         assert fused_form(SimpleNamespace(**{**vars(server), **other}), updates, [0] * 6, None) is None
-    assert fused_form(server, updates, [0, 1, 0, 0, 0, 0], None) is None  # rolling windows
     assert fused_form(server, updates, [0] * 6, np.ones((6, 2), bool)) is None  # label split
 
 
