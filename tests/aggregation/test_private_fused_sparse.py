@@ -7,7 +7,6 @@ whole DP runs of FLuID (index sets) and FIARSE (masks): local and Ray, and a res
 
 from __future__ import annotations
 
-import json
 import math
 from types import SimpleNamespace
 
@@ -20,6 +19,7 @@ from hasfl_ray.engine import server_privacy
 from hasfl_ray.engine.server import Server
 from hasfl_ray.ops import aggregate_private as private
 from test_sparse import edge_round, numpy_mask, random_round
+from tests.engine.run_outputs import run_into, summary
 
 pytestmark = pytest.mark.skipif(not private.sparse_available(),
                                 reason="needs hasfl_ray._C built with aggregate_private_sparse_into")
@@ -171,10 +171,6 @@ ALGORITHMS = {"fluid": ["--clients", "4", "--clients-per-round", "4", "--seed", 
               "fiarse": ["--clients", "6", "--clients-per-round", "3"]}
 
 
-def summary(out):
-    return json.loads((out / "summary.json").read_text())
-
-
 @pytest.mark.parametrize("algorithm, sparse_rounds", [("fluid", 1), ("fiarse", 3)])
 def test_a_dp_run_of_index_sets_or_masks_goes_through_the_op_and_ray_and_resume_agree(tmp_path, monkeypatch,
                                                                                          algorithm, sparse_rounds):
@@ -185,9 +181,7 @@ def test_a_dp_run_of_index_sets_or_masks_goes_through_the_op_and_ray_and_resume_
         monkeypatch.setattr(private, op, lambda *a, _op=getattr(private, op), _name=op, **k: calls.append(_name) or
                             _op(*a, **k))
     run = [*RUN, "--algorithm", algorithm, *ALGORITHMS[algorithm]]
-    local = tmp_path / "local"
-    result = invoke(*run, "--backend", "local", "--out", local)
-    assert result.exit_code == 0, result.output
+    local = run_into(run, tmp_path, "local", "--backend", "local")
     assert len(calls) == 3 and calls.count("aggregate_private_sparse") == sparse_rounds  # one fused pass a round
     assert summary(local)["dp_updates"] == 3
     crashed = tmp_path / "crashed"
@@ -197,7 +191,5 @@ def test_a_dp_run_of_index_sets_or_masks_goes_through_the_op_and_ray_and_resume_
     assert resumed.exit_code == 0, resumed.output
     assert summary(crashed)["params_sha256"] == summary(local)["params_sha256"]
     pytest.importorskip("ray", reason="needs Ray")
-    ray = tmp_path / "ray"
-    result = invoke(*run, "--backend", "ray", "--actors", "1", "--out", ray)
-    assert result.exit_code == 0, result.output
+    ray = run_into(run, tmp_path, "ray", "--backend", "ray", "--actors", "1")
     assert summary(ray)["params_sha256"] == summary(local)["params_sha256"]

@@ -5,7 +5,7 @@ noise, and the local and Ray backends agree bit for bit. Bad values are one sent
 
 from __future__ import annotations
 
-import json
+import functools
 import math
 
 import numpy as np
@@ -14,26 +14,13 @@ import torch
 
 from hasfl_ray.training.seeding import STREAM_PRIVACY, poisson_participants, stream_seed
 from tests.cli.sentences import invoke, refused
+from tests.engine.run_outputs import lines, run_into, summary
 
 # seed 45 with 6 clients at q = 1/3: round 0 has participants, rounds 1 and 2 none (asserted below)
 RUN = ["simulate", "--rounds", "3", "--clients", "6", "--clients-per-round", "2", "--seed", "45", "--quiet",
        "--participation", "poisson"]
 DP = ["--dp-noise-multiplier", "1.1", "--dp-clip", "0.5"]
-
-
-def lines(out):
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-
-
-def summary(out):
-    return json.loads((out / "summary.json").read_text())
-
-
-def run(tmp_path, name, *extra):
-    out = tmp_path / name
-    result = invoke(*RUN, *extra, "--out", out)
-    assert result.exit_code == 0, result.output
-    return out
+run = functools.partial(run_into, RUN)
 
 
 def test_poisson_participants_are_seeded_independent_draws():

@@ -5,32 +5,19 @@ sentence."""
 
 from __future__ import annotations
 
-import json
+import functools
 import sys
 
 import pytest
 
 from tests.cli.sentences import invoke, refused
+from tests.engine.run_outputs import lines, run_into, summary
 
 dp_accounting = pytest.importorskip("dp_accounting", reason="the privacy extra (dp-accounting) is not installed")
 
 RUN = ["simulate", "--rounds", "3", "--clients", "6", "--clients-per-round", "3", "--quiet",
        "--dp-noise-multiplier", "1.1", "--dp-clip", "0.5"]
-
-
-def lines(out):
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-
-
-def summary(out):
-    return json.loads((out / "summary.json").read_text())
-
-
-def run(tmp_path, name, *extra):
-    out = tmp_path / name
-    result = invoke(*RUN, *extra, "--out", out)
-    assert result.exit_code == 0, result.output
-    return out
+run = functools.partial(run_into, RUN)
 
 
 def own_rdp(z, clients, sampled, steps, delta, count_sigma=None):
