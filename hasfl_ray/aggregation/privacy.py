@@ -174,9 +174,10 @@ def privatize(mean_of: Callable[[List[Dict[str, object]], bool], object], shapes
     the settings move on (update count, adaptive clip). Returns the aggregate (its ``delta`` noised; the divergence
     norms are the clipped updates' against the noiseless mean) and the metrics line's keys.
 
-    ``fused(updates, bounds, std, key, offset, expected)``, where the round's layout has it (leading slices on the
-    CPU, :func:`hasfl_ray.ops.aggregate_private.aggregate_private`), does clip, mean, counts and noise in the
-    kernel's one pass with the same draws; the torch path otherwise."""
+    ``fused(updates, bounds, std, key, offset, expected)``, where the round's layout has it (on the CPU: slices and
+    windows, :func:`hasfl_ray.ops.aggregate_private.aggregate_private`; index sets and masks,
+    :func:`hasfl_ray.ops.aggregate_private.aggregate_private_sparse`), does clip, mean, counts and noise in the
+    kernel's one pass with the same draws; the torch path otherwise (the label split, CUDA)."""
     clip = settings.clip
     if fused is not None and updates:
         repeats = Counter(clients)
