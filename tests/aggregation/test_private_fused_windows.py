@@ -33,7 +33,7 @@ SPECS = {
     "scale": ParamSpec("scale", (DimSlice(7, scaled=False),)),
 }
 WIDTHS = [1.0, 0.25, 0.5, 0.75, 0.5, 0.25, 0.75]
-OFFSETS = [0, 7, 13, 5, 29, 0, 119]  # mixed, wrapping round every channel count (6, 8, 10)
+OFFSETS = [3, 7, 13, 5, 29, 0, 119]  # mixed, wrapping round every channel count (6, 8, 10), a full width rolled
 
 
 def federation(dtype, seed=3, widths=WIDTHS, offsets=OFFSETS):
