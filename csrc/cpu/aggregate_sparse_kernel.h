@@ -21,8 +21,10 @@
 // AVX-512 build's results are bit for bit those of its earlier form, which took 4 entries per pass over every
 // word and expanded twice: the same operations per lane, in the same order.)
 
-// SparseScratch is defined in aggregate_cpu.cpp and SparseArgs in aggregate_sparse_host.h, outside the two namespaces; clear_tile_sums,
-// write_tile_mean and write_tile_zeros (shared with the dense kernel) in aggregate_tile.h, included before this file.
+// SparseScratch is defined in aggregate_cpu.cpp and SparseArgs in aggregate_sparse_host.h, outside the two
+// namespaces; clear_tile_sums, write_tile_mean and write_tile_zeros (shared with the dense kernel) in
+// aggregate_tile.h, included before this file; ChunkView (the chunk's preamble and row collection) in
+// aggregate_layout.h.
 
 #if HASFL_SPARSE_AVX512
 // 16 columns [j, j + 16) of one entry: values expanded (0 where the bit is clear) into `kept` and, as doubles, lo/hi. The
