@@ -227,13 +227,16 @@ class LocalBackend(Backend):
     """
 
     name = "local"
+    #: Whether :meth:`dispatch` leaves training for later, and the :class:`Deferred` handles waiting, oldest first
+    #: (class defaults: a backend not started, or whose start a subclass replaced, has nothing waiting)
+    deferring: bool = False
+    deferred: Any = ()
 
     def start(self, config, dataset, model_name, initial_params) -> None:
         self.threads = config.trainer_threads
         self.batching = config.client_batching if config.client_batching in ("on", "mixed") else "off"
         self.trainer = Trainer(dataset, model_name, optimizer_settings(config), config.device, config.trainer_threads,
                                cuda_graphs=config.cuda_graphs == "on")
-        self.deferring, self.deferred = False, deque()  # (the asynchronous loop's dispatches left for later)
         self.server = Server(model_name, initial_params, dataset, config.eval_batch_size,
                              config.aggregation_backend, config.device,
                              evaluation_subset(config.seed, dataset.test_size, config.eval_samples),
@@ -326,8 +329,7 @@ class LocalBackend(Backend):
     def defer_dispatches(self, on, train_left=True):
         if train_left:
             self._train_deferred()
-        self.deferred.clear()
-        self.deferring = bool(on)
+        self.deferring, self.deferred = bool(on), deque()
 
     def train_deferred(self):
         self._train_deferred()
