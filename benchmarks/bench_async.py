@@ -5,7 +5,8 @@ Each point runs an Engine on the synthetic dataset (local backend, lognormal dev
 subprocess (its peak RSS is its own), with the backend's methods wrapped to time where the time goes:
 
 - async: C clients in flight, FedBuff with K updates a server update; per server update, the wall seconds, the
-  seconds inside training (``Backend.dispatch``: the client trains at its dispatch), inside the server
+  seconds inside training (``Backend.dispatch`` and ``Backend.train_deferred``: the local backend trains a server
+  version's clients before its update), inside the server
   (``Backend.apply_arrivals``) and inside evaluation; the loop's own cost is the rest (sampling a client among the
   available ones, the clock's arrival time, the event queue, the staleness weights, the metrics line);
 - sync: a synchronous round of K clients (``clients_per_round`` = K: the same updates per aggregation) on the same
@@ -79,6 +80,8 @@ def measure(mode: str, clients: int, concurrency: int, buffer: int, updates: int
         setattr(owner, name, wrapper)
 
     timed(backend, "dispatch", "train")
+    if hasattr(backend, "train_deferred"):  # the local backend's dispatches left for later: trained there
+        timed(backend, "train_deferred", "train")
     timed(backend, "apply_arrivals", "server")
     timed(backend, "run_round", "train")  # a synchronous round: training and aggregation together
     request = evaluating.request_evaluation

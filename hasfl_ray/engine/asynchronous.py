@@ -160,6 +160,18 @@ class AsyncLoop:
 
     def run(self) -> Dict[str, Any]:
         engine, c, s = self.engine, self.config, self.state
+        # the local backend leaves a server version's training for later (its bookkeeping back to back, in warm
+        # caches): trained before the server update, a checkpoint or a fault (the same model: the same bits); a
+        # plug-in's objective is not deferred (it could change after its dispatch, as it cannot on Ray)
+        trusted = getattr(self.algorithm, "_trusted", None)
+        self.backend.defer_dispatches(trusted is not None and trusted("objective"))
+        try:
+            return self._run()
+        finally:  # (at the end: the clients still in flight never arrive, so are not trained)
+            self.backend.defer_dispatches(False, train_left=False)
+
+    def _run(self) -> Dict[str, Any]:
+        engine, c, s = self.engine, self.config, self.state
         start = time.perf_counter()
         engine._in_loop, engine._loop_start, engine._bar = True, start, open_bar(engine, "server update")
         if c.width_assignment == "dynamic" and s.version < c.rounds:  # (after the last: the last update's stay)
@@ -218,6 +230,7 @@ class AsyncLoop:
         step, w ← w + m) or FedAsync's η_g α s(τ);
         the algorithm told and observing; the metrics line recorded (evaluated when due); the version moved on."""
         e, c, s = self.engine, self.config, self.state
+        self.backend.train_deferred()  # (before the algorithm or the model changes)
         entries, s.buffer = s.buffer, []
         v, now = s.version, self.clock.now
         taus = [v - entry.version for entry in entries]

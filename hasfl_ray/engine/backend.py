@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import traceback
 from abc import ABC, abstractmethod
+from collections import deque
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -139,6 +140,16 @@ class Backend(ABC):
         the model only, never on when or where it trains."""
         raise NotImplementedError(f"{type(self).__name__} does not run asynchronous clients")
 
+    def defer_dispatches(self, on: bool, train_left: bool = True) -> None:
+        """Whether :meth:`dispatch` may leave the training for later (:meth:`train_deferred`): a backend that trains
+        in this process (the local one) then runs the loop's bookkeeping of several dispatches back to back. Those
+        left when it is switched off are trained (``train_left``) or forgotten (the run is over: their updates
+        never arrive). Here: never deferred (a backend training elsewhere starts each task at its dispatch)."""
+
+    def train_deferred(self) -> None:
+        """Train the dispatches left for later, in dispatch order, from the model they were dispatched from (the
+        asynchronous loop calls it before the server's model changes; reading a handle does too)."""
+
     def apply_arrivals(self, handles: Sequence[Any], weights: Sequence[float], server_lr: float,
                        bases: Optional[Sequence[Optional[int]]] = None, optimizer: Any = None
                        ) -> Tuple[List[ClientResult], AggregateResult]:
@@ -191,6 +202,20 @@ class Backend(ABC):
         """Release everything the backend started."""
 
 
+#: The most dispatches the local backend leaves untrained at once (:meth:`LocalBackend.dispatch`): their bookkeeping
+#: runs back to back (warm caches), and a stop or a checkpoint waits for at most this many clients' training.
+DEFER_MAX = 64
+
+
+class Deferred:
+    """A dispatched client whose training the local backend left for later: its task, then its result."""
+
+    __slots__ = ("task", "result")
+
+    def __init__(self, task: ClientTask):
+        self.task, self.result = task, None
+
+
 class LocalBackend(Backend):
     """Everything in this process: one :class:`Trainer` trains the clients in order, one :class:`Server`.
 
@@ -202,6 +227,10 @@ class LocalBackend(Backend):
     """
 
     name = "local"
+    #: Whether :meth:`dispatch` leaves training for later, and the :class:`Deferred` handles waiting, oldest first
+    #: (class defaults: a backend not started, or whose start a subclass replaced, has nothing waiting)
+    deferring: bool = False
+    deferred: Any = ()
 
     def start(self, config, dataset, model_name, initial_params) -> None:
         self.threads = config.trainer_threads
@@ -214,6 +243,7 @@ class LocalBackend(Backend):
                              config.estimator, statistics_plan(config), label_masks_for(config, dataset, model_name))
 
     def run_round(self, tasks, weights, server_lr, optimizer=None, keep_updates=False):
+        self._train_deferred()  # (before the model changes)
         params = self.server.params
         results: List[ClientResult] = []
         # single clients, or one width's batchable ones (on), or every width's (mixed, for a model that pads exactly)
@@ -269,12 +299,26 @@ class LocalBackend(Backend):
         return self.server.get_params()
 
     def set_params(self, params):
+        self._train_deferred()  # (from the model they were dispatched from)
         self.server.set_params(params)
 
     def params_sha256(self):
         return self.server.params_sha256()
 
     def dispatch(self, task):
+        """Train ``task`` now, or (deferring) leave it for later: a :class:`Deferred` handle, trained before the
+        model changes or anything reads it (the same model, so the same bits). A task that injects a fault
+        (``--fault-inject``) trains at once, after those left before it, so a failure stops the run where it did."""
+        if self.deferring and task.fault is None:
+            handle = Deferred(task)
+            self.deferred.append(handle)
+            if len(self.deferred) >= DEFER_MAX:
+                self._train_deferred()
+            return handle
+        self._train_deferred()
+        return self._train(task)
+
+    def _train(self, task):
         try:
             return self.trainer.train(task, self.server.params)
         except (ConfigError, KeyboardInterrupt):
@@ -282,8 +326,34 @@ class LocalBackend(Backend):
         except BaseException as error:
             raise trainer_error([task], error, traceback.format_exc(), "dispatch") from None
 
+    def defer_dispatches(self, on, train_left=True):
+        if train_left:
+            self._train_deferred()
+        self.deferring, self.deferred = bool(on), deque()
+
+    def train_deferred(self):
+        self._train_deferred()
+
+    def _train_deferred(self):
+        """(One at a time, each taken off the queue once trained: a failure or a second Ctrl-C leaves the rest, and
+        itself, for the next call.)"""
+        deferred = self.deferred
+        while deferred:
+            handle = deferred[0]
+            handle.result = self._train(handle.task)
+            handle.task = None
+            deferred.popleft()
+
+    def _result(self, handle):
+        if type(handle) is Deferred:
+            if handle.result is None:
+                self._train_deferred()
+            return handle.result
+        return handle
+
     def apply_arrivals(self, handles, weights, server_lr, bases=None, optimizer=None):
-        return self.server.apply(list(handles), weights, server_lr, bases, optimizer)
+        self._train_deferred()
+        return self.server.apply([self._result(handle) for handle in handles], weights, server_lr, bases, optimizer)
 
     def server_momentum(self):
         return self.server.momentum_state()
@@ -295,7 +365,7 @@ class LocalBackend(Backend):
         self.server.set_privacy(settings)
 
     def handle_result(self, handle):
-        return handle
+        return self._result(handle)
 
     def restore_handle(self, result):
         return result
