@@ -56,6 +56,46 @@ inline int64_t sparse_local_row(const SparseArgs& sp, const int64_t* param, int6
   return local;
 }
 
+// Writes, for each tile of `tile` columns of a row of `length` columns, the set bits of bitmask m before it
+// (prefix[t], t < ceil(length / tile)), and returns the row's total. One body, inlined into a build with the
+// popcnt instruction and a portable one (without it, __builtin_popcountll is a library call per 8 bytes:
+// the masks of 50 clients of EMNIST are 20 MB).
+__attribute__((always_inline)) inline int64_t tile_prefix_body(const uint8_t* m, int64_t length, int64_t tile,
+                                                               int64_t* prefix) {
+  int64_t total = 0;
+  for (int64_t t = 0; t * tile < length; ++t) {
+    prefix[t] = total;
+    const int64_t c0 = t * tile, c1 = layout::min64(c0 + tile, length);
+    int64_t b = c0 / 8;
+    for (; (b + 8) * 8 <= c1; b += 8) {
+      uint64_t word;
+      std::memcpy(&word, m + b, 8);
+      total += __builtin_popcountll(word);
+    }
+    for (; b * 8 < c1; ++b) {
+      unsigned byte = m[b];
+      if (c1 - b * 8 < 8) byte &= (1u << (c1 - b * 8)) - 1u;
+      total += __builtin_popcount(byte);
+    }
+  }
+  return total;
+}
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(__CUDACC__)
+__attribute__((target("popcnt"))) inline int64_t tile_prefix_popcnt(const uint8_t* m, int64_t length, int64_t tile,
+                                                                     int64_t* prefix) {
+  return tile_prefix_body(m, length, tile, prefix);
+}
+inline int64_t fill_tile_prefix(const uint8_t* m, int64_t length, int64_t tile, int64_t* prefix) {
+  static const bool popcnt = __builtin_cpu_supports("popcnt");
+  return popcnt ? tile_prefix_popcnt(m, length, tile, prefix) : tile_prefix_body(m, length, tile, prefix);
+}
+#else
+inline int64_t fill_tile_prefix(const uint8_t* m, int64_t length, int64_t tile, int64_t* prefix) {
+  return tile_prefix_body(m, length, tile, prefix);
+}
+#endif
+
 // Checks what the sparse kernel relies on for memory safety (Python validates first, with sentences) and
 // builds the row maps and tile prefixes. `bits_host` are the bitmasks readable on the host.
 inline SparsePrep prepare_sparse(const at::Tensor& params, const at::Tensor& entries, const at::Tensor& kinds,
@@ -80,6 +120,7 @@ inline SparsePrep prepare_sparse(const at::Tensor& params, const at::Tensor& ent
   const int64_t* O = row_offsets.data_ptr<int64_t>();
   const int64_t num_rows_total = rows.size(0);
   SparsePrep prep;
+  std::vector<int64_t> sparse_entries, sparse_params;  // the entries of sparse parameters, in order, and theirs
   prep.row_map_begin.assign(num_entries * kMaxDims, 0);
   prep.prefix_begin.assign(num_entries, 0);
   for (int64_t p = 0; p < num_params; ++p) {
@@ -111,26 +152,27 @@ inline SparsePrep prepare_sparse(const at::Tensor& params, const at::Tensor& ent
       TORCH_CHECK(bits_len[e] >= ceil_div(length, 8), "bits[", e, "] has ", bits_len[e], " bytes; expected at least ",
                   ceil_div(length, 8));
       prep.prefix_begin[e] = static_cast<int64_t>(prep.tile_prefix.size());
-      const uint8_t* m = bits_host[e];
-      int64_t total = 0;
-      for (int64_t t = 0; t < tiles; ++t) {
-        prep.tile_prefix.push_back(total);
-        const int64_t c0 = t * tile, c1 = min64(c0 + tile, length);
-        int64_t b = c0 / 8;
-        for (; (b + 8) * 8 <= c1; b += 8) {
-          uint64_t word;
-          std::memcpy(&word, m + b, 8);
-          total += __builtin_popcountll(word);
-        }
-        for (; b * 8 < c1; ++b) {
-          unsigned byte = m[b];
-          if (c1 - b * 8 < 8) byte &= (1u << (c1 - b * 8)) - 1u;
-          total += __builtin_popcount(byte);
-        }
-      }
-      TORCH_CHECK(total == entry[kEntryPacked + ndim - 1], "bits[", e, "] sets ", total,
-                  " bits of the last dim but entries[", e, "] holds ", entry[kEntryPacked + ndim - 1]);
+      prep.tile_prefix.resize(prep.tile_prefix.size() + tiles);
+      sparse_entries.push_back(e);
+      sparse_params.push_back(p);
     }
+  }
+  // The bitmasks' prefixes, entries in parallel (no throw inside the parallel loop: the totals are checked after).
+  const int64_t count = static_cast<int64_t>(sparse_entries.size());
+  std::vector<int64_t> totals(count);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t e = sparse_entries[i];
+    const int64_t* param = P + sparse_params[i] * kParamCols;
+    totals[i] = fill_tile_prefix(bits_host[e], row_length(param), tile, prep.tile_prefix.data() + prep.prefix_begin[e]);
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t e = sparse_entries[i];
+    const int64_t held = E[e * kEntryCols + kEntryPacked + P[sparse_params[i] * kParamCols + kParamNdim] - 1];
+    TORCH_CHECK(totals[i] == held, "bits[", e, "] sets ", totals[i], " bits of the last dim but entries[", e,
+                "] holds ", held);
   }
   return prep;
 }
