@@ -285,6 +285,30 @@ def test_mask_of_wrong_shape_or_dtype_is_refused_when_gathered():
 
 
 @needs_ext
+def test_op_names_the_entry_whose_bitmask_disagrees():
+    # The tile prefixes are counted for all entries in parallel and checked after: the refusal still names the
+    # first entry whose bits disagree with its packed size, and a long row (several 1024-column tiles, a partial
+    # last one) counts right for the others.
+    from hasfl_ray.ops.sparse import build_sparse_layout
+
+    shapes = {"w": (3, 1100)}
+    generator = torch.Generator().manual_seed(5)
+    updates = [{"w": MaskedUpdate.gather(torch.randn(3, 1100, generator=generator),
+                                         torch.rand(3, 1100, generator=generator) < density)}
+               for density in (0.9, 0.5, 0.2)]
+    layout = build_sparse_layout(shapes, updates, {})
+    weights = torch.ones(3, dtype=torch.float64)
+    out = torch.empty(layout.total_numel)
+    torch.ops.hasfl_ray.aggregate_sparse_into(out, layout.packed, layout.params, layout.entries, weights,
+                                              layout.kinds, layout.bits, layout.rows, layout.row_offsets)
+    bad_bits = [b.clone() for b in layout.bits]
+    bad_bits[1][0] ^= 1  # one bit flipped in entry 1 only
+    with pytest.raises(RuntimeError, match=r"bits\[1\] sets \d+ bits of the last dim but entries\[1\] holds"):
+        torch.ops.hasfl_ray.aggregate_sparse_into(out, layout.packed, layout.params, layout.entries, weights,
+                                                  layout.kinds, bad_bits, layout.rows, layout.row_offsets)
+
+
+@needs_ext
 def test_op_refuses_inconsistent_tables_without_crashing():
     from hasfl_ray.ops.sparse import build_sparse_layout
 
