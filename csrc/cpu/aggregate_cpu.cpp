@@ -58,6 +58,8 @@ struct SparseScratch {
   uint16_t* words;      // max_entries x kWordsPerTile: which 16-column words of the tile entry k holds values in
   uint16_t* word_bits;  // max_entries x kWordsPerTile: their bits
   int64_t* word_count;  // max_entries: how many
+  int64_t* next_entry;  // max_entries: entries covering the next row (prefetch)
+  int64_t* next_start;  // max_entries
 };
 
 // The kernel's 4-double vectors are passed between inline functions only; GCC's note that their ABI
@@ -224,7 +226,7 @@ void run_all_mixed(const CpuArgs& args, const SparseArgs& sp, const int64_t* K, 
     {
       std::vector<double> doubles(3 * kCpuTile + max_entries + 1);
       std::vector<double> sparse_doubles(3 * (kCpuTile + 16), 0.0);
-      std::vector<int64_t> ints(3 * max_entries + 1);
+      std::vector<int64_t> ints(5 * max_entries + 1);
       std::vector<const void*> starts(max_entries + 1);
       double* d = doubles.data();
       int64_t* i = ints.data();
@@ -236,7 +238,7 @@ void run_all_mixed(const CpuArgs& args, const SparseArgs& sp, const int64_t* K, 
       std::vector<int64_t> word_count(max_entries + 1);
       const SparseScratch ss{sd, sd + kCpuTile + 16, sd + 2 * (kCpuTile + 16), i, i + max_entries, kept.get(),
                              words.get(), words.get() + (avx512 ? max_entries * kWordsPerTile : 1),
-                             word_count.data()};
+                             word_count.data(), i + 3 * max_entries, i + 4 * max_entries};
 #pragma omp for schedule(dynamic, 1)
       for (int64_t chunk = 0; chunk < num_chunks; ++chunk) {
         const int64_t p = args.chunks[chunk * kChunkCols + kChunkParam];

@@ -366,6 +366,21 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
         part_den[s.row_entry[k + t] - entry_begin] += sums[t][1];
       }
     }
+    // At a row's last tile, the next row's first tiles, of the entries that hold it: pass 2's prefetch above
+    // fetched each current entry's next local row, which is the next row only where the entry holds both (an
+    // index set's rows are a random subset), and nothing of an entry that holds the next row but not this one.
+    if (tile + 1 == tiles && item + 1 < v.item_end) {
+      constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(scalar_t));
+      const int64_t next_count = v.collect_row<false>(args.entries, row + 1, s.next_entry, s.next_start, local_of);
+      for (int64_t k = 0; k < next_count; ++k) {
+        const int64_t e = s.next_entry[k];
+        const int64_t len = tiles > 1 ? sp.tile_prefix[sp.prefix_begin[e] + 1]
+                                      : args.entries[e * kEntryCols + kEntryPacked + ndim - 1];
+        const scalar_t* run = static_cast<const scalar_t*>(args.data[e]) + s.next_start[k];
+        for (int64_t off = 0; off < len; off += kLine) __builtin_prefetch(run + off);
+        __builtin_prefetch(sp.bits[e]);
+      }
+    }
 #else
     for (int64_t k = 0; k < row_count; ++k) {
       const int64_t e = s.row_entry[k];
