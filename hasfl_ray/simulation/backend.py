@@ -43,6 +43,14 @@ UNITS_PER_CALL = 8
 CALLS_PER_TRAINER = 8
 #: Object store of a Ray instance this backend starts itself (bytes; Ray spills to disk beyond it).
 OBJECT_STORE_BYTES = 2 * 1024 ** 3
+#: In a Ray instance this backend starts itself, an object up to this many bytes (a trainer call's packed results,
+#: the small models' parameters) travels inside the call's own message, from the process that made it to the one
+#: that owns it, instead of through the object store (Ray's ``max_direct_call_object_size``, 100 KiB by default):
+#: on the digits' 0.1 s HAS-FL rounds (results 250-530 KiB a call, parameters 207 KiB) the raylet's CPU per round
+#: fell from ~6 to ~3 ms and the trainers' result store from 1-8 ms to ~0.3 ms (benchmarks/RESULTS.md, "Short
+#: rounds on Ray"). Larger objects (EMNIST's results are ~25 MiB) still go through the object store, whose
+#: shared memory is the cheaper path at that size. Placement only: results are the same bits either way.
+INLINE_OBJECT_BYTES = 2 * 1024 ** 2
 
 
 class RayBackend(AsyncTransport, Transport, Backend):
@@ -96,9 +104,9 @@ class RayBackend(AsyncTransport, Transport, Backend):
 
     def _start_in_background(self, config: RunConfig) -> None:
         try:
-            self.owns_ray = connect_ray(config.address, {"num_cpus": os.cpu_count(),
-                                                         "object_store_memory": _object_store_bytes()},
-                                    warn=self.warn_at_warm_up)
+            self.owns_ray = connect_ray(config.address, {
+                "num_cpus": os.cpu_count(), "object_store_memory": _object_store_bytes(),
+                "_system_config": {"max_direct_call_object_size": INLINE_OBJECT_BYTES}}, warn=self.warn_at_warm_up)
             self._create_actors(config)
         except BaseException as error:  # raised in the engine's thread by wait_started
             self._start_error = error
