@@ -23,6 +23,7 @@ from hasfl_ray.registry import FILE_MODULES
 from hasfl_ray.simulation import connect_ray, warn_auth_off
 from hasfl_ray.simulation.actors import ServerActor, TrainerActor
 from hasfl_ray.simulation.asynchronous import AsyncTransport
+from hasfl_ray.simulation.costs import CostModel
 from hasfl_ray.simulation.placement import ActorPlan, execution, plan_actors
 from hasfl_ray.simulation.server_port import ActorServer, DriverServer
 from hasfl_ray.simulation.transport import (  # noqa: F401 (re-exported)
@@ -162,6 +163,8 @@ class RayBackend(AsyncTransport, Transport, Backend):
         self.fault_round = fault_inject_round(config.fault_inject) if config.fault_inject else None
         self.dataset = dataset
         self.client_sizes = dataset.client_size
+        self.costs = CostModel(dataset.client_size, config.batch_size, config.local_epochs, config.local_steps)
+        self._features: Dict[Tuple[int, ...], Tuple[float, float]] = {}
         # whether clients of several widths may train padded to the widest (--client-batching mixed); the driver
         # plans the units, so it asks the model (registered by the engine) itself
         self.pads_exactly = config.client_batching == "mixed" and pads_exactly(build_model(model_name))
@@ -248,12 +251,18 @@ class RayBackend(AsyncTransport, Transport, Backend):
         # do not depend on the actors.
         batching = self.config.client_batching if self.config.client_batching in ("on", "mixed") else "off"
         units = group_tasks(tasks, batching=batching, pads_exactly=self.pads_exactly)
-        costs = [sum(self.client_sizes(tasks[k].client) * tasks[k].width ** 2 for k in unit) for unit in units]
-        if batching == "mixed":  # a mixed unit trains every client at its widest width
-            costs = [sum(self.client_sizes(tasks[k].client) for k in unit) * max(tasks[k].width for k in unit) ** 2
-                     if len({tasks[k].width for k in unit}) > 1 else cost for unit, cost in zip(units, costs)]
-        order: Deque[List[Tuple[List[int], bool]]] = deque(calls(units, costs, len(self.slots)))
+        # each unit's cost (hasfl_ray/simulation/costs.py: its steps' fixed price and width-squared arithmetic, the
+        # two fitted from the trainers' reported seconds), and its terms kept to fit them with (_observe)
+        features = [self.costs.features(tasks, unit, batching) for unit in units]
+        self._features = {tuple(unit): terms for unit, terms in zip(units, features)}
+        order: Deque[List[Tuple[List[int], bool]]] = deque(calls(units, self.costs.costs(features), len(self.slots)))
         return self._send(tasks, order)
+
+    def _observe(self, call: Sequence[Tuple[List[int], bool]], seconds: float) -> None:
+        """A trainer call of this round took ``seconds`` of training: one more point for the cost model."""
+        terms = [self._features.get(tuple(unit)) for unit, _ in call]
+        if all(term is not None for term in terms):
+            self.costs.observe((sum(t[0] for t in terms), sum(t[1] for t in terms)), seconds)
 
     # -- the server ---------------------------------------------------------------------------------------
 

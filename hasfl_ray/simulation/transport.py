@@ -68,7 +68,7 @@ class Transport:
     sent to the trainer slots and gathered, a dead trainer replaced and its calls sent again, a dead server one
     sentence. It uses the backend's ``slots``, ``timing``, ``total_train_seconds``, ``replaced_actors``,
     ``_params_ref``, ``fault_round``, ``_trainer_class``, ``_process``, ``_trainer_args``, ``_submit_queued``,
-    ``while_training`` and ``should_stop``."""
+    ``_observe``, ``while_training`` and ``should_stop``."""
 
     def _send(self, tasks: Sequence[ClientTask],
               order: Deque[List[Tuple[List[int], bool]]]) -> Tuple[List[List[int]], List[Any]]:
@@ -127,6 +127,7 @@ class Transport:
             if self.should_stop():
                 raise RoundInterrupted  # before anything reaches the server: the model is the last round's
             self.timing.train_seconds += report.train_seconds
+            self._observe(job.call, report.train_seconds)
             self.timing.slot_train_seconds[job.slot] = \
                 self.timing.slot_train_seconds.get(job.slot, 0.0) + report.train_seconds
             if same_actor:
