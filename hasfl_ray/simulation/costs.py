@@ -16,11 +16,20 @@ trains from its own RNG streams, so results never do.
 
 from __future__ import annotations
 
+import heapq
 import math
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from hasfl_ray.training.task import ClientTask
 from hasfl_ray.training.workspace import local_plan
+
+#: A round's units go to the trainers in calls (:func:`calls`): one call per trainer while a round has at most
+#: UNITS_PER_CALL units per trainer, else up to CALLS_PER_TRAINER calls each, so that the driver can even out the
+#: loads. Each call costs a submit, a result object and a round trip (~2-4 ms of CPU among the driver, the trainer
+#: and Ray), which on a 2-core machine at 0.1 s rounds was a third of the round at one call per client. Every
+#: client is still trained from its own RNG streams, so results do not depend on how clients are grouped.
+UNITS_PER_CALL = 8
+CALLS_PER_TRAINER = 8
 
 #: The price of a step relative to the width-squared term at width 1 until the fit has data (measured on the digits
 #: CNN on a CPU: 1.16 against 1.24 ms per step).
@@ -49,6 +58,7 @@ class CostModel:
         self.local_steps = local_steps
         self.sums = [0.0] * 5  # the normal equations' sums: f1 f1, f1 f2, f2 f2, f1 t, f2 t
         self.calls = 0
+        self.evaluation = [0.0, 0.0]  # evaluation cost units measured, and their seconds
 
     def steps(self, task: ClientTask) -> int:
         """The local steps the client takes (its epochs' batches, or --local-steps; at most its ``max_steps``)."""
@@ -70,23 +80,46 @@ class CostModel:
             return float(max(steps)), float(sum(s * w * w for s, w in zip(steps, widths)))
         return float(sum(steps)), float(sum(s * w * w for s, w in zip(steps, widths)))
 
-    @property
-    def ratio(self) -> float:
-        """The price of a step over the width-squared term's at width 1: fitted once MIN_CALLS calls reported."""
+    def prices(self) -> Optional[Tuple[float, float]]:
+        """(a, b): seconds per step and per step at width 1 of the width-squared term, fitted once MIN_CALLS calls
+        reported, kept within a/b in [0, MAX_RATIO]; None before, or when the calls cannot tell the terms apart."""
         if self.calls < MIN_CALLS:
-            return PRIOR_RATIO
+            return None
         s11, s12, s22, y1, y2 = self.sums
         det = s11 * s22 - s12 * s12
         if det <= 1e-12 * max(1.0, s11 * s22):  # every call alike: the terms cannot be told apart
-            return PRIOR_RATIO
+            return None
         a, b = (y1 * s22 - y2 * s12) / det, (y2 * s11 - y1 * s12) / det
-        if b <= 0:
-            return MAX_RATIO
-        return min(MAX_RATIO, max(0.0, a / b))
+        if a <= 0:  # the steps' price alone is noise: the width-squared term's fit alone
+            return (0.0, y2 / s22) if y2 > 0 else None
+        if b <= 0 or a > MAX_RATIO * b:
+            return (y1 / s11, y1 / s11 / MAX_RATIO) if y1 > 0 else None
+        return a, b
+
+    @property
+    def ratio(self) -> float:
+        """The price of a step over the width-squared term's at width 1 (PRIOR_RATIO until :meth:`prices`)."""
+        prices = self.prices()
+        return PRIOR_RATIO if prices is None else prices[0] / prices[1]
+
+    def seconds(self, features: Sequence[Features]) -> Optional[List[float]]:
+        """The units' predicted training seconds (None until :meth:`prices`)."""
+        prices = self.prices()
+        return None if prices is None else [prices[0] * f1 + prices[1] * f2 for f1, f2 in features]
 
     def costs(self, features: Sequence[Features]) -> List[float]:
         ratio = self.ratio
         return [ratio * f1 + f2 for f1, f2 in features]
+
+    def observe_evaluation(self, cost: float, seconds: float) -> None:
+        """Evaluations of ``cost`` (:func:`~hasfl_ray.simulation.backend.evaluation_cost` units) took ``seconds``."""
+        if cost > 0 and seconds > 0 and math.isfinite(seconds):
+            self.evaluation[0] += cost
+            self.evaluation[1] += seconds
+
+    def evaluation_seconds(self, cost: float) -> Optional[float]:
+        """An evaluation's predicted seconds (None before one was measured)."""
+        return cost * self.evaluation[1] / self.evaluation[0] if self.evaluation[0] > 0 else None
 
     def observe(self, features: Features, seconds: float) -> None:
         """A call trained units whose terms sum to ``features`` in ``seconds``."""
@@ -98,4 +131,46 @@ class CostModel:
         self.calls += 1
 
 
-__all__ = ["CostModel", "MAX_RATIO", "MIN_CALLS", "PRIOR_RATIO"]
+def evaluation_cost(method: str, args: Sequence[Any]) -> float:
+    """A request's evaluation work in passes of the full-width model over the test samples, to spread a round's
+    requests evenly over the trainers: ``evaluate`` is 1, ``evaluate_widths`` and ``test_beats`` 1 for width 1 and
+    0.3 for each width below it (smaller, and evaluated channels-last: the digits CNN's passes at 0.25-0.75 take
+    0.15-0.3 of the full width's); ``test_logits`` (the clients' test shards, at most the test set) 1. Only where
+    evaluations run depends on it, never what they give."""
+    if method in ("test_logits", "evaluate_depths"):
+        return 1.0
+    widths = list(args[0]) if method != "evaluate" and args and args[0] is not None else [1.0]
+    return sum(1.0 if not isinstance(width, (int, float)) or float(width) >= 1.0 else 0.3 for width in widths)
+
+
+def calls(units: Sequence[List[int]], costs: Sequence[float], trainers: int,
+          preload: Optional[Sequence[float]] = None) -> List[List[Tuple[List[int], bool]]]:
+    """The trainer calls of a round, heaviest first: each a list of units ``(positions, batched)`` (a batched
+    group of several clients is ``batched``; a single client is trained alone). The units are spread over
+    ``trainers`` x m calls by longest-processing-time-first (each unit, heaviest first by ``costs``, to the call
+    with the least work so far): m = 1 while a round has at most UNITS_PER_CALL units per trainer (one call, one
+    returned object per trainer per round), else enough calls, at most CALLS_PER_TRAINER per trainer, for the
+    driver to even out the trainers' loads as they finish. ``preload`` (with m = 1): the work each trainer has
+    besides (its evaluations), its call's starting load; the calls are then in trainer order, call i for trainer i,
+    an empty one where a trainer gets no unit. The plan depends only on the units and their costs, and every client
+    is trained from its own RNG streams, so results never depend on it."""
+    per_trainer = len(units) / max(1, trainers)
+    m = 1 if per_trainer <= UNITS_PER_CALL else min(CALLS_PER_TRAINER, int(per_trainer // UNITS_PER_CALL))
+    if preload is not None and m == 1 and len(preload) == trainers:
+        bins: List[Tuple[float, int, List[int]]] = [(float(load), b, []) for b, load in enumerate(preload)]
+    else:
+        preload = None
+        bins = [(0.0, b, []) for b in range(min(len(units), max(1, trainers) * m))]
+    heapq.heapify(bins)
+    for u in sorted(range(len(units)), key=lambda u: (-costs[u], units[u][0])):
+        load, b, members = heapq.heappop(bins)
+        members.append(u)
+        heapq.heappush(bins, (load + costs[u], b, members))
+    if preload is not None:
+        return [[(list(units[u]), len(units[u]) > 1) for u in sorted(members)] for _, _, members in sorted(
+            bins, key=lambda bin: bin[1])]
+    planned = sorted(bins, key=lambda bin: (-bin[0], bin[1]))
+    return [[(list(units[u]), len(units[u]) > 1) for u in sorted(members)] for _, _, members in planned if members]
+
+
+__all__ = ["CostModel", "MAX_RATIO", "MIN_CALLS", "PRIOR_RATIO", "calls", "evaluation_cost"]

@@ -56,7 +56,7 @@ def test_a_fit_that_cannot_tell_the_terms_apart_or_comes_out_negative_stays_in_b
     width_free = CostModel(SIZES.get, batch_size=32, local_epochs=1, local_steps=None)
     for f1, f2 in [(2.0, 1.0), (4.0, 9.0), (8.0, 2.0), (3.0, 7.0), (5.0, 1.0)]:
         width_free.observe((f1, f2), 1.0 * f1 - 0.1 * f2)  # a negative width price: steps alone decide
-    assert width_free.ratio == MAX_RATIO
+    assert math.isclose(width_free.ratio, MAX_RATIO)
     no_steps = CostModel(SIZES.get, batch_size=32, local_epochs=1, local_steps=None)
     for f1, f2 in [(2.0, 1.0), (4.0, 9.0), (8.0, 2.0), (3.0, 7.0), (5.0, 1.0)]:
         no_steps.observe((f1, f2), -0.2 * f1 + 1.0 * f2)
@@ -82,3 +82,32 @@ def test_a_plan_by_steps_and_width_evens_out_clients_the_width_squared_term_alon
     old = spread([s * w * w for s, w in zip(steps, widths)])
     new = spread([s * (PRIOR_RATIO + w * w) for s, w in zip(steps, widths)])
     assert old == 27.0 and new == 1.5  # the trainers 24.75 / 51.75 s apart before, 39 / 37.5 s now
+
+
+def test_absolute_seconds_of_units_and_of_evaluations_once_measured():
+    model = CostModel(SIZES.get, batch_size=32, local_epochs=1, local_steps=None)
+    assert model.seconds([(2.0, 1.0)]) is None and model.evaluation_seconds(1.0) is None
+    for f1, f2 in [(2.0, 1.0), (4.0, 9.0), (8.0, 2.0), (3.0, 7.0)]:
+        model.observe((f1, f2), 0.002 * f1 + 0.004 * f2)
+    assert [round(x, 9) for x in model.seconds([(10.0, 5.0)])] == [0.04]
+    model.observe_evaluation(1.3, 0.013)
+    model.observe_evaluation(1.0, 0.007)
+    model.observe_evaluation(0.0, 5.0)  # nothing evaluated: ignored
+    assert math.isclose(model.evaluation_seconds(2.0), 2.0 * 0.020 / 2.3)
+
+
+def test_a_plan_with_each_trainers_evaluations_preloaded_gives_call_i_to_trainer_i():
+    units = [[k] for k in range(6)]
+    costs = [4.0, 4.0, 3.0, 3.0, 2.0, 2.0]
+    # trainer 0 already evaluates for 6 s: it gets less training, and its call comes first
+    planned = calls(units, costs, trainers=2, preload=[6.0, 0.0])
+    trained = [sum(costs[k] for unit, _ in call for k in unit) for call in planned]
+    loads = [6.0 + trained[0], trained[1]]
+    assert sorted(k for call in planned for unit, _ in call for k in unit) == list(range(6))
+    assert abs(loads[0] - loads[1]) <= 2.0, loads
+    assert trained[0] < trained[1]
+    # a trainer with more than the whole round to evaluate gets no unit: its call is empty, in its place
+    assert calls(units, costs, trainers=2, preload=[100.0, 0.0])[0] == []
+    # several calls per trainer: no preload (the driver evens out the loads as calls finish)
+    many = [[k] for k in range(40)]
+    assert calls(many, [1.0] * 40, trainers=2, preload=[5.0, 0.0]) == calls(many, [1.0] * 40, trainers=2)
