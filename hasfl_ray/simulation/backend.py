@@ -78,7 +78,8 @@ class RayBackend(AsyncTransport, Transport, Backend):
         self.server = None
         self._params_ref = self._frozen = self._frozen_layers = None
         self._eval_loads: Dict[int, float] = {}  # per slot, the evaluation cost sent to it since the last round
-        self._eval_pending: Dict[int, float] = {}  # per slot, the evaluation cost sent to it since its last call
+        self._eval_pending: Dict[int, Dict[str, float]] = {}  # per slot and method, the evaluation cost sent to it
+        # since its last call
         self._queued: List[Any] = []  # the submissions of evaluations held back for the next round (request)
         self.timing = RoundTiming()
         self.total_train_seconds = 0.0
@@ -261,7 +262,7 @@ class RayBackend(AsyncTransport, Transport, Backend):
         until both prices are measured, with several calls per trainer, or when a trainer would get no unit."""
         queued = [submit for submit in self._queued if "ref" not in submit.call]
         seconds = self.costs.seconds(features)
-        predicted = [self.costs.evaluation_seconds(submit.cost) for submit in queued]
+        predicted = [self.costs.evaluation_seconds(submit.method, submit.cost) for submit in queued]
         if not queued or seconds is None or None in predicted or len(units) > UNITS_PER_CALL * len(self.slots):
             return None
         loads = [0.0] * len(self.slots)
@@ -278,12 +279,15 @@ class RayBackend(AsyncTransport, Transport, Backend):
         return planned
 
     def _observe(self, job: _Pending, report: Any) -> None:
-        """A trainer call of this round reported: its training seconds, and those of the evaluations its trainer ran
-        since its previous call, points for the cost model."""
-        terms = [self._features.get(tuple(unit)) for unit, _ in job.call]
-        if all(term is not None for term in terms):
-            self.costs.observe((sum(t[0] for t in terms), sum(t[1] for t in terms)), report.train_seconds)
-        self.costs.observe_evaluation(job.eval_cost, getattr(report, "eval_seconds", 0.0))
+        """A trainer call of this round reported: its units' CPU seconds, and those of the evaluations its trainer
+        ran since its previous call, points for the cost model."""
+        spent = getattr(report, "unit_seconds", ())
+        if len(spent) == len(job.call):
+            for (unit, _), seconds in zip(job.call, spent):
+                if tuple(unit) in self._features:
+                    self.costs.observe(self._features[tuple(unit)], seconds)
+        for method, seconds in getattr(report, "eval_seconds", ()):
+            self.costs.observe_evaluation(method, job.eval_cost.get(method, 0.0), seconds)
 
     # -- the server ---------------------------------------------------------------------------------------
 
@@ -307,10 +311,11 @@ class RayBackend(AsyncTransport, Transport, Backend):
                 slot = self.slots[call["slot"]] if call.get("slot", len(self.slots)) < len(self.slots) else \
                     min(reversed(self.slots), key=lambda s: self._eval_loads.get(s.index, 0.0))
                 self._eval_loads[slot.index] = self._eval_loads.get(slot.index, 0.0) + cost
-                self._eval_pending[slot.index] = self._eval_pending.get(slot.index, 0.0) + cost
+                sent = self._eval_pending.setdefault(slot.index, {})
+                sent[method] = sent.get(method, 0.0) + cost
                 call["ref"] = slot.actor.evaluate_at.remote(params, method, *args)
 
-        submit.call, submit.cost = call, cost  # type: ignore[attr-defined]  # for _plan_with_evaluations
+        submit.call, submit.cost, submit.method = call, cost, method  # type: ignore[attr-defined]  # for the plan
         self._queued.append(submit)
 
         def result():

@@ -8,17 +8,18 @@ layers' arithmetic). On the digits CNN on a CPU the two are about equal at width
 a 0.1 s HAS-FL round finished a quarter of the round apart; ``steps x (a + b x width^2)`` fitted to the same clients
 has an 11 % median error (benchmarks/RESULTS.md, "Short rounds on Ray").
 
-:class:`CostModel` learns a and b from the trainers' own reports (each call's training seconds against the sums of
-its clients' two terms; least squares over every call so far), so that it fits the model, device and batch size of
-the run; until a few calls have reported it assumes a = b. Only where clients train depends on it: every client
-trains from its own RNG streams, so results never do.
+:class:`CostModel` learns a and b from the trainers' own reports: each unit's seconds against its two terms, least
+squares over every unit so far, each unit timed in CPU seconds by its trainer so that a busy machine's preemptions do
+not count; it thereby fits the model, device and batch size of the run. Until a few units have reported it assumes
+a = b. An evaluation's seconds are measured per method the same way. Only where clients train depends on it: every
+client trains from its own RNG streams, so results never do.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from hasfl_ray.training.task import ClientTask
 from hasfl_ray.training.workspace import local_plan
@@ -34,7 +35,7 @@ CALLS_PER_TRAINER = 8
 #: The price of a step relative to the width-squared term at width 1 until the fit has data (measured on the digits
 #: CNN on a CPU: 1.16 against 1.24 ms per step).
 PRIOR_RATIO = 1.0
-#: Calls reported before the fitted ratio replaces the prior.
+#: Units reported before the fitted ratio replaces the prior.
 MIN_CALLS = 4
 #: The fitted ratio is kept within [0, MAX_RATIO] (a noisy fit must not make width irrelevant).
 MAX_RATIO = 100.0
@@ -58,7 +59,7 @@ class CostModel:
         self.local_steps = local_steps
         self.sums = [0.0] * 5  # the normal equations' sums: f1 f1, f1 f2, f2 f2, f1 t, f2 t
         self.calls = 0
-        self.evaluation = [0.0, 0.0]  # evaluation cost units measured, and their seconds
+        self.evaluation: Dict[str, List[float]] = {}  # per method, evaluation cost units measured and their seconds
 
     def steps(self, task: ClientTask) -> int:
         """The local steps the client takes (its epochs' batches, or --local-steps; at most its ``max_steps``)."""
@@ -111,18 +112,20 @@ class CostModel:
         ratio = self.ratio
         return [ratio * f1 + f2 for f1, f2 in features]
 
-    def observe_evaluation(self, cost: float, seconds: float) -> None:
-        """Evaluations of ``cost`` (:func:`~hasfl_ray.simulation.backend.evaluation_cost` units) took ``seconds``."""
+    def observe_evaluation(self, method: str, cost: float, seconds: float) -> None:
+        """Evaluations by ``method`` of ``cost`` (:func:`evaluation_cost` units) took ``seconds``."""
         if cost > 0 and seconds > 0 and math.isfinite(seconds):
-            self.evaluation[0] += cost
-            self.evaluation[1] += seconds
+            measured = self.evaluation.setdefault(method, [0.0, 0.0])
+            measured[0] += cost
+            measured[1] += seconds
 
-    def evaluation_seconds(self, cost: float) -> Optional[float]:
-        """An evaluation's predicted seconds (None before one was measured)."""
-        return cost * self.evaluation[1] / self.evaluation[0] if self.evaluation[0] > 0 else None
+    def evaluation_seconds(self, method: str, cost: float) -> Optional[float]:
+        """An evaluation's predicted seconds, from its method's measured ones (None before one was measured)."""
+        measured = self.evaluation.get(method)
+        return cost * measured[1] / measured[0] if measured else None
 
     def observe(self, features: Features, seconds: float) -> None:
-        """A call trained units whose terms sum to ``features`` in ``seconds``."""
+        """A unit (or a call of units whose terms sum to ``features``) trained in ``seconds``."""
         f1, f2 = features
         if not (seconds > 0 and math.isfinite(seconds)):
             return

@@ -44,9 +44,9 @@ class _Pending:
     slot: int
     generation: int
     result: Any
-    #: The evaluation cost (:func:`~hasfl_ray.simulation.backend.evaluation_cost`) sent to its trainer since the
-    #: trainer's previous call: what this call's report measures the seconds of.
-    eval_cost: float = 0.0
+    #: Per method, the evaluation cost (:func:`~hasfl_ray.simulation.costs.evaluation_cost`) sent to its trainer
+    #: since the trainer's previous call: what this call's report measures the seconds of.
+    eval_cost: Dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -94,7 +94,7 @@ class Transport:
                 report, result = slot.actor.run.options(num_returns=2).remote(
                     params, [([tasks[k] for k in unit], batched) for unit, batched in call])
                 pending[report] = _Pending(call, positions, slot.index, slot.generation, result,
-                                           self._eval_pending.pop(slot.index, 0.0))
+                                           self._eval_pending.pop(slot.index, {}))
                 slot.in_flight += 1
 
         for most in range(1, TASKS_IN_FLIGHT + 1):  # the heaviest calls first, one to each trainer in turn

@@ -86,14 +86,16 @@ def test_a_plan_by_steps_and_width_evens_out_clients_the_width_squared_term_alon
 
 def test_absolute_seconds_of_units_and_of_evaluations_once_measured():
     model = CostModel(SIZES.get, batch_size=32, local_epochs=1, local_steps=None)
-    assert model.seconds([(2.0, 1.0)]) is None and model.evaluation_seconds(1.0) is None
+    assert model.seconds([(2.0, 1.0)]) is None and model.evaluation_seconds("evaluate", 1.0) is None
     for f1, f2 in [(2.0, 1.0), (4.0, 9.0), (8.0, 2.0), (3.0, 7.0)]:
         model.observe((f1, f2), 0.002 * f1 + 0.004 * f2)
     assert [round(x, 9) for x in model.seconds([(10.0, 5.0)])] == [0.04]
-    model.observe_evaluation(1.3, 0.013)
-    model.observe_evaluation(1.0, 0.007)
-    model.observe_evaluation(0.0, 5.0)  # nothing evaluated: ignored
-    assert math.isclose(model.evaluation_seconds(2.0), 2.0 * 0.020 / 2.3)
+    model.observe_evaluation("evaluate_widths", 1.3, 0.013)
+    model.observe_evaluation("evaluate_widths", 1.0, 0.007)
+    model.observe_evaluation("evaluate_widths", 0.0, 5.0)  # nothing evaluated: ignored
+    model.observe_evaluation("evaluate", 1.0, 0.5)  # another method: its own price
+    assert math.isclose(model.evaluation_seconds("evaluate_widths", 2.0), 2.0 * 0.020 / 2.3)
+    assert model.evaluation_seconds("evaluate", 2.0) == 1.0 and model.evaluation_seconds("test_logits", 1.0) is None
 
 
 def test_a_plan_with_each_trainers_evaluations_preloaded_gives_call_i_to_trainer_i():
