@@ -76,6 +76,9 @@ def main() -> None:
     parser.add_argument("--local-epochs", type=int, default=None)
     parser.add_argument("--server-placement", default="auto", help="comma list of auto, driver, actor: a Ray run each")
     parser.add_argument("--trace", default=None, help="keep Ray's Chrome trace here (default: a temporary file)")
+    parser.add_argument("--inline-bytes", type=int, default=None,
+                        help="Ray's max_direct_call_object_size (default: the backend's INLINE_OBJECT_BYTES; 102400 "
+                             "is Ray's own default, to compare)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line last")
     args = parser.parse_args()
 
@@ -95,7 +98,9 @@ def main() -> None:
         # workers report task events every 100 ms instead of every second, so the last rounds' reach the GCS before
         # the backend ends its actors
         os.environ.setdefault("RAY_task_events_report_interval_ms", "100")
-        ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, logging_level="WARNING")
+        from hasfl_ray.simulation.backend import INLINE_OBJECT_BYTES  # as the backend starts its own Ray
+        ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, logging_level="WARNING",
+                 _system_config={"max_direct_call_object_size": args.inline_bytes or INLINE_OBJECT_BYTES})
         extra = {"gpus_per_actor": args.gpus_per_actor} if args.gpus_per_actor is not None else {}
         for placement in placements:
             start_us = time.time() * 1e6

@@ -28,6 +28,11 @@ class TaskReport:
     train_seconds: float
     #: Every client trained by the call (a batched group); empty for one client.
     clients: Tuple[int, ...] = ()
+    #: CPU seconds (the process's) of each unit the call trained, in order, and per evaluation method those the
+    #: trainer spent evaluating (:meth:`TrainerActor.evaluate_at`) since its previous call: the driver's measure of
+    #: what clients and evaluations cost, to plan the next rounds (hasfl_ray/simulation/costs.py).
+    unit_seconds: Tuple[float, ...] = ()
+    eval_seconds: Tuple[Tuple[str, float], ...] = ()
 
 
 def _process_setup(device: str, threads: int, deterministic: bool = True) -> torch.device:
@@ -121,11 +126,14 @@ class TrainerActor:
         """``method(*args)`` (``evaluate``, ``evaluate_widths`` or ``test_beats`` of :class:`Server`) of the global
         model ``params`` (as :meth:`run` takes them): the driver queues a round's evaluation on the trainers, ahead
         of the next round's training, which uses the same parameters (docs/ray.md, 'A round on Ray')."""
+        start = time.process_time()
         self._take(params)
         try:
             return self.evaluator(self.params, method, *args)
         finally:
             allocator.release()  # the evaluation's activations, back to the system
+            spent = self.__dict__.setdefault("eval_seconds", {})
+            spent[method] = spent.get(method, 0.0) + time.process_time() - start
 
     def run(self, params: Any, units: Sequence[Tuple[Sequence[ClientTask], bool]]
             ) -> Tuple[TaskReport, Tuple[ClientResult, ...]]:
@@ -136,13 +144,18 @@ class TrainerActor:
         self._take(params)
         start = time.perf_counter()
         results: List[ClientResult] = []
+        spent: List[float] = []
         for tasks, batched in units:
+            cpu = time.process_time()
             if batched:
                 results += self.trainer.train_unit(tasks, self.params)
             else:
                 results += [self.trainer.train(task, self.params) for task in tasks]
+            spent.append(time.process_time() - cpu)
         clients = tuple(task.client for tasks, _ in units for task in tasks)
-        report, packed = TaskReport(clients[0], time.perf_counter() - start, clients), pack(tuple(results))
+        report = TaskReport(clients[0], time.perf_counter() - start, clients, tuple(spent),
+                            tuple(sorted(self.__dict__.pop("eval_seconds", {}).items())))
+        packed = pack(tuple(results))
         del results
         allocator.release()  # what the call freed, back to the system (hasfl_ray/allocator.py)
         return report, packed

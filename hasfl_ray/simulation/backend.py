@@ -3,7 +3,6 @@ a server actor: ``server_placement``), any order in, client order out."""
 
 from __future__ import annotations
 
-import heapq
 import logging
 import os
 import threading
@@ -23,6 +22,8 @@ from hasfl_ray.registry import FILE_MODULES
 from hasfl_ray.simulation import connect_ray, warn_auth_off
 from hasfl_ray.simulation.actors import ServerActor, TrainerActor
 from hasfl_ray.simulation.asynchronous import AsyncTransport
+from hasfl_ray.simulation.costs import (  # noqa: F401 (calls, evaluation_cost and the two counts re-exported)
+    CALLS_PER_TRAINER, UNITS_PER_CALL, CostModel, calls, evaluation_cost)
 from hasfl_ray.simulation.placement import ActorPlan, execution, plan_actors
 from hasfl_ray.simulation.server_port import ActorServer, DriverServer
 from hasfl_ray.simulation.transport import (  # noqa: F401 (re-exported)
@@ -34,15 +35,16 @@ from hasfl_ray.training.task import ClientTask
 
 logger = logging.getLogger(__name__)
 
-#: A round's units go to the trainers in calls (:func:`calls`): one call per trainer while a round has at most
-#: UNITS_PER_CALL units per trainer, else up to CALLS_PER_TRAINER calls each, so that the driver can even out the
-#: loads. Each call costs a submit, a result object and a round trip (~2-4 ms of CPU among the driver, the trainer
-#: and Ray), which on a 2-core machine at 0.1 s rounds was a third of the round at one call per client. Every
-#: client is still trained from its own RNG streams, so results do not depend on how clients are grouped.
-UNITS_PER_CALL = 8
-CALLS_PER_TRAINER = 8
 #: Object store of a Ray instance this backend starts itself (bytes; Ray spills to disk beyond it).
 OBJECT_STORE_BYTES = 2 * 1024 ** 3
+#: In a Ray instance this backend starts itself, an object up to this many bytes (a trainer call's packed results,
+#: the small models' parameters) travels inside the call's own message, from the process that made it to the one
+#: that owns it, instead of through the object store (Ray's ``max_direct_call_object_size``, 100 KiB by default):
+#: on the digits' 0.1 s HAS-FL rounds (results 250-530 KiB a call, parameters 207 KiB) the raylet's CPU per round
+#: fell from ~6 to ~3 ms and the trainers' result store from 1-8 ms to ~0.3 ms (benchmarks/RESULTS.md, "Short
+#: rounds on Ray"). Larger objects (EMNIST's results are ~25 MiB) still go through the object store, whose
+#: shared memory is the cheaper path at that size. Placement only: results are the same bits either way.
+INLINE_OBJECT_BYTES = 2 * 1024 ** 2
 
 
 class RayBackend(AsyncTransport, Transport, Backend):
@@ -76,6 +78,8 @@ class RayBackend(AsyncTransport, Transport, Backend):
         self.server = None
         self._params_ref = self._frozen = self._frozen_layers = None
         self._eval_loads: Dict[int, float] = {}  # per slot, the evaluation cost sent to it since the last round
+        self._eval_pending: Dict[int, Dict[str, float]] = {}  # per slot and method, the evaluation cost sent to it
+        # since its last call
         self._queued: List[Any] = []  # the submissions of evaluations held back for the next round (request)
         self.timing = RoundTiming()
         self.total_train_seconds = 0.0
@@ -96,9 +100,9 @@ class RayBackend(AsyncTransport, Transport, Backend):
 
     def _start_in_background(self, config: RunConfig) -> None:
         try:
-            self.owns_ray = connect_ray(config.address, {"num_cpus": os.cpu_count(),
-                                                         "object_store_memory": _object_store_bytes()},
-                                    warn=self.warn_at_warm_up)
+            self.owns_ray = connect_ray(config.address, {
+                "num_cpus": os.cpu_count(), "object_store_memory": _object_store_bytes(),
+                "_system_config": {"max_direct_call_object_size": INLINE_OBJECT_BYTES}}, warn=self.warn_at_warm_up)
             self._create_actors(config)
         except BaseException as error:  # raised in the engine's thread by wait_started
             self._start_error = error
@@ -154,6 +158,8 @@ class RayBackend(AsyncTransport, Transport, Backend):
         self.fault_round = fault_inject_round(config.fault_inject) if config.fault_inject else None
         self.dataset = dataset
         self.client_sizes = dataset.client_size
+        self.costs = CostModel(dataset.client_size, config.batch_size, config.local_epochs, config.local_steps)
+        self._features: Dict[Tuple[int, ...], Tuple[float, float]] = {}
         # whether clients of several widths may train padded to the widest (--client-batching mixed); the driver
         # plans the units, so it asks the model (registered by the engine) itself
         self.pads_exactly = config.client_batching == "mixed" and pads_exactly(build_model(model_name))
@@ -240,12 +246,48 @@ class RayBackend(AsyncTransport, Transport, Backend):
         # do not depend on the actors.
         batching = self.config.client_batching if self.config.client_batching in ("on", "mixed") else "off"
         units = group_tasks(tasks, batching=batching, pads_exactly=self.pads_exactly)
-        costs = [sum(self.client_sizes(tasks[k].client) * tasks[k].width ** 2 for k in unit) for unit in units]
-        if batching == "mixed":  # a mixed unit trains every client at its widest width
-            costs = [sum(self.client_sizes(tasks[k].client) for k in unit) * max(tasks[k].width for k in unit) ** 2
-                     if len({tasks[k].width for k in unit}) > 1 else cost for unit, cost in zip(units, costs)]
-        order: Deque[List[Tuple[List[int], bool]]] = deque(calls(units, costs, len(self.slots)))
+        # each unit's cost (hasfl_ray/simulation/costs.py: its steps' fixed price and width-squared arithmetic, the
+        # two fitted from the trainers' reported seconds), and its terms kept to fit them with (_observe)
+        features = [self.costs.features(tasks, unit, batching) for unit in units]
+        self._features = {tuple(unit): terms for unit, terms in zip(units, features)}
+        planned = self._plan_with_evaluations(units, features)
+        order: Deque[List[Tuple[List[int], bool]]] = deque(
+            planned or calls(units, self.costs.costs(features), len(self.slots)))
         return self._send(tasks, order)
+
+    def _plan_with_evaluations(self, units, features) -> Optional[List[List[Tuple[List[int], bool]]]]:
+        """With one call per trainer, the last round's evaluations (queued by :meth:`request`, each run behind its
+        trainer's call) placed first, heaviest first on the least loaded trainer, and the units planned around them,
+        all in measured seconds (hasfl_ray/simulation/costs.py): call i for trainer i. None (the plan by costs alone)
+        until both prices are measured, with several calls per trainer, or when a trainer would get no unit."""
+        queued = [submit for submit in self._queued if "ref" not in submit.call]
+        seconds = self.costs.seconds(features)
+        predicted = [self.costs.evaluation_seconds(submit.method, submit.cost) for submit in queued]
+        if not queued or seconds is None or None in predicted or len(units) > UNITS_PER_CALL * len(self.slots):
+            return None
+        loads = [0.0] * len(self.slots)
+        places = []
+        for k in sorted(range(len(queued)), key=lambda k: -predicted[k]):
+            target = min(reversed(range(len(loads))), key=loads.__getitem__)  # the last first on a tie, as request
+            loads[target] += predicted[k]
+            places.append((queued[k], target))
+        planned = calls(units, seconds, len(self.slots), preload=loads)
+        if not all(planned):
+            return None
+        for submit, target in places:
+            submit.call["slot"] = target
+        return planned
+
+    def _observe(self, job: _Pending, report: Any) -> None:
+        """A trainer call of this round reported: its units' CPU seconds, and those of the evaluations its trainer
+        ran since its previous call, points for the cost model."""
+        spent = getattr(report, "unit_seconds", ())
+        if len(spent) == len(job.call):
+            for (unit, _), seconds in zip(job.call, spent):
+                if tuple(unit) in self._features:
+                    self.costs.observe(self._features[tuple(unit)], seconds)
+        for method, seconds in getattr(report, "eval_seconds", ()):
+            self.costs.observe_evaluation(method, job.eval_cost.get(method, 0.0), seconds)
 
     # -- the server ---------------------------------------------------------------------------------------
 
@@ -264,11 +306,16 @@ class RayBackend(AsyncTransport, Transport, Backend):
         call: Dict[str, Any] = {}
 
         def submit() -> None:
-            if "ref" not in call:  # to the trainer with the least evaluation so far, the lightest-trained on a tie
-                slot = min(reversed(self.slots), key=lambda s: self._eval_loads.get(s.index, 0.0))
+            if "ref" not in call:  # where the round's plan put it (_plan_with_evaluations), else to the trainer
+                # with the least evaluation so far, the lightest-trained on a tie
+                slot = self.slots[call["slot"]] if call.get("slot", len(self.slots)) < len(self.slots) else \
+                    min(reversed(self.slots), key=lambda s: self._eval_loads.get(s.index, 0.0))
                 self._eval_loads[slot.index] = self._eval_loads.get(slot.index, 0.0) + cost
+                sent = self._eval_pending.setdefault(slot.index, {})
+                sent[method] = sent.get(method, 0.0) + cost
                 call["ref"] = slot.actor.evaluate_at.remote(params, method, *args)
 
+        submit.call, submit.cost, submit.method = call, cost, method  # type: ignore[attr-defined]  # for the plan
         self._queued.append(submit)
 
         def result():
@@ -326,37 +373,6 @@ class RayBackend(AsyncTransport, Transport, Backend):
 
     def params_sha256(self) -> str:
         return self.server.call("params_sha256")
-
-
-def evaluation_cost(method: str, args: Sequence[Any]) -> float:
-    """A request's evaluation work in passes of the full-width model over the test samples, to spread a round's
-    requests evenly over the trainers: ``evaluate`` is 1, ``evaluate_widths`` and ``test_beats`` 1 for width 1 and
-    0.3 for each width below it (smaller, and evaluated channels-last: the digits CNN's passes at 0.25-0.75 take
-    0.15-0.3 of the full width's); ``test_logits`` (the clients' test shards, at most the test set) 1. Only where
-    evaluations run depends on it, never what they give."""
-    if method in ("test_logits", "evaluate_depths"):
-        return 1.0
-    widths = list(args[0]) if method != "evaluate" and args and args[0] is not None else [1.0]
-    return sum(1.0 if not isinstance(width, (int, float)) or float(width) >= 1.0 else 0.3 for width in widths)
-
-
-def calls(units: Sequence[List[int]], costs: Sequence[float], trainers: int) -> List[List[Tuple[List[int], bool]]]:
-    """The trainer calls of a round, heaviest first: each a list of units ``(positions, batched)`` (a batched
-    group of several clients is ``batched``; a single client is trained alone). The units are spread over
-    ``trainers`` x m calls by longest-processing-time-first (each unit, heaviest first by ``costs``, to the call
-    with the least work so far): m = 1 while a round has at most UNITS_PER_CALL units per trainer (one call, one
-    returned object per trainer per round), else enough calls, at most CALLS_PER_TRAINER per trainer, for the
-    driver to even out the trainers' loads as they finish. The plan depends only on the units and their costs, and
-    every client is trained from its own RNG streams, so results never depend on it."""
-    per_trainer = len(units) / max(1, trainers)
-    m = 1 if per_trainer <= UNITS_PER_CALL else min(CALLS_PER_TRAINER, int(per_trainer // UNITS_PER_CALL))
-    bins: List[Tuple[float, int, List[int]]] = [(0.0, b, []) for b in range(min(len(units), max(1, trainers) * m))]
-    for u in sorted(range(len(units)), key=lambda u: (-costs[u], units[u][0])):
-        load, b, members = heapq.heappop(bins)
-        members.append(u)
-        heapq.heappush(bins, (load + costs[u], b, members))
-    planned = sorted(bins, key=lambda bin: (-bin[0], bin[1]))
-    return [[(list(units[u]), len(units[u]) > 1) for u in sorted(members)] for _, _, members in planned if members]
 
 
 def _object_store_bytes() -> int:

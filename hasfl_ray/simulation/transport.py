@@ -44,6 +44,9 @@ class _Pending:
     slot: int
     generation: int
     result: Any
+    #: Per method, the evaluation cost (:func:`~hasfl_ray.simulation.costs.evaluation_cost`) sent to its trainer
+    #: since the trainer's previous call: what this call's report measures the seconds of.
+    eval_cost: Dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -68,7 +71,7 @@ class Transport:
     sent to the trainer slots and gathered, a dead trainer replaced and its calls sent again, a dead server one
     sentence. It uses the backend's ``slots``, ``timing``, ``total_train_seconds``, ``replaced_actors``,
     ``_params_ref``, ``fault_round``, ``_trainer_class``, ``_process``, ``_trainer_args``, ``_submit_queued``,
-    ``while_training`` and ``should_stop``."""
+    ``_observe``, ``_eval_pending``, ``while_training`` and ``should_stop``."""
 
     def _send(self, tasks: Sequence[ClientTask],
               order: Deque[List[Tuple[List[int], bool]]]) -> Tuple[List[List[int]], List[Any]]:
@@ -90,7 +93,8 @@ class Transport:
                     attempts[position] += 1
                 report, result = slot.actor.run.options(num_returns=2).remote(
                     params, [([tasks[k] for k in unit], batched) for unit, batched in call])
-                pending[report] = _Pending(call, positions, slot.index, slot.generation, result)
+                pending[report] = _Pending(call, positions, slot.index, slot.generation, result,
+                                           self._eval_pending.pop(slot.index, {}))
                 slot.in_flight += 1
 
         for most in range(1, TASKS_IN_FLIGHT + 1):  # the heaviest calls first, one to each trainer in turn
@@ -127,6 +131,7 @@ class Transport:
             if self.should_stop():
                 raise RoundInterrupted  # before anything reaches the server: the model is the last round's
             self.timing.train_seconds += report.train_seconds
+            self._observe(job, report)
             self.timing.slot_train_seconds[job.slot] = \
                 self.timing.slot_train_seconds.get(job.slot, 0.0) + report.train_seconds
             if same_actor:

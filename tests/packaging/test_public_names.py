@@ -138,7 +138,7 @@ FORMER_HOMES = {
         "protocol_line", "read_clients", "read_run", "run_groups", "run_option", "summarise_runs", "table_csv",
         "table_latex", "table_markdown", "width_of", "width_tables", "write_analysis"),
     "hasfl_ray.simulation.backend": (
-        "CALLS_PER_TRAINER", "MAX_ATTEMPTS", "OBJECT_STORE_BYTES", "RayBackend", "RoundTiming", "TASKS_IN_FLIGHT",
+        "CALLS_PER_TRAINER", "INLINE_OBJECT_BYTES", "MAX_ATTEMPTS", "OBJECT_STORE_BYTES", "RayBackend", "RoundTiming", "TASKS_IN_FLIGHT",
         "UNITS_PER_CALL", "calls", "evaluation_cost"),
     "hasfl_ray.bench.aggregate": (
         "Aggregator", "CaseResult", "Federation", "MODELS", "PEAK_PER_PACKED_BYTE", "Shapes", "TORCH_IMPLEMENTATIONS",
