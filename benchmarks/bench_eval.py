@@ -25,8 +25,9 @@ the final local accuracy, which no flag removes.
 
 - share (issue 46 item 1): the evaluation's share of a round's process CPU time (``time.process_time``: the
   server's evaluation calls and the sBN passes in them, against ``run_round``), before (``eval_layout.
-  FULL_WIDTH_LAYOUT = "default"``: the full model in the layout it had, test_accuracy every round) and after
-  (channels-last; every round, and amortised over ``--share-test-every`` rounds for EMNIST, over the pack's own
+  FULL_WIDTH_LAYOUT = "default"``: the full model in the layout it had, the sBN pass one forward a batch,
+  test_accuracy every round) and after (channels-last, the sBN pass's batches stacked: ``ghost_norm.STACK_SAMPLES``,
+  ``--share-stack``; every round, and amortised over ``--share-test-every`` rounds for EMNIST, over the pack's own
   cadence, HeteroFL's every round, for the pack) on the same round of the same run config, in one process: the EMNIST
   sample (the CLI's EMNIST defaults, the full model only, no local accuracy) and configs/pack-heterofl-cifar10.yaml's
   a-b-c-d-e (fixed) cell on the CIFAR-10 sample (10 clients, 4 a round), against 10 % and 20 %.
@@ -237,15 +238,21 @@ def cpu_timed() -> Iterator[Dict[int, Dict[str, float]]]:
 
 
 def share_run(config: Dict[str, object], layout: str, out: str) -> Dict[str, object]:
-    """One run in the full-width evaluation ``layout`` (``default``: the path before issue 46), CPU timed."""
+    """One run in the full-width evaluation ``layout`` (``default``: the path before issue 46, also the sBN pass one
+    forward a batch of the source's size; ``channels_last``: the current path, the pass's batches stacked
+    ``ghost_norm.STACK_SAMPLES`` samples at a time), CPU timed."""
     from hasfl_ray.engine import eval_layout
+    from hasfl_ray.models import ghost_norm
 
+    stack = ghost_norm.STACK_SAMPLES
     eval_layout.FULL_WIDTH_LAYOUT = layout
+    ghost_norm.STACK_SAMPLES = 1 if layout == "default" else stack
     try:
         with cpu_timed() as spent:
             summary = hasfl_ray.simulate(config, out_dir=out, force=True)
     finally:
         eval_layout.FULL_WIDTH_LAYOUT = "channels_last"
+        ghost_norm.STACK_SAMPLES = stack
     with open(os.path.join(out, "metrics.jsonl")) as f:
         lines = [json.loads(line) for line in f]
     shutil.rmtree(out, ignore_errors=True)
@@ -259,7 +266,10 @@ def share(name: str, config: Dict[str, object], every: int, repeats: int, scratc
     evaluation (checked) and round 1 is compared, before and after, on the same participants, widths and data: with
     test_every N a round costs its training and the rest (R) plus E / N on average, a share of E / N / (R + E / N)."""
     target = SHARE_TARGETS[name]
-    print(f"\n{name}, evaluation's share of a round's process CPU (target <= {100 * target:.0f} %): "
+    from hasfl_ray.models import ghost_norm
+
+    print(f"\n{name}, evaluation's share of a round's process CPU (target <= {100 * target:.0f} %; sBN stack before 1, "
+          f"after {ghost_norm.STACK_SAMPLES}; load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}): "
           f"{json.dumps(config)}")
     print(f"{'repeat':>6}  {'before: round s':>15}  {'eval s':>7}  {'sBN s':>6}  {'share':>6}  {'after: round s':>14}  "
           f"{'eval s':>7}  {'sBN s':>6}  {'share':>6}  {'rest of round s':>15}  {f'share, test_every {every}':>22}")
@@ -320,6 +330,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--share-data-dir", default="data",
                         help="The EMNIST and CIFAR-10 samples' root for the share section (issue 46 item 1).")
     parser.add_argument("--share-repeats", type=int, default=1)
+    parser.add_argument("--share-stack", type=int, default=None,
+                        help="Samples a stacked forward of the sBN pass after (default: ghost_norm.STACK_SAMPLES).")
+    parser.add_argument("--share-only", default="emnist,pack", help="Comma list of the share section's emnist, pack.")
     parser.add_argument("--share-test-every", type=int, default=5,
                         help="The share section's EMNIST test_every (the pack's is HeteroFL's own: every round).")
     options = parser.parse_args(argv)
@@ -342,8 +355,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         if "share" not in skip:
             emnist = dict(dataset="emnist", data_dir=options.share_data_dir, backend="local", checkpoint_every=0,
                           eval_widths=[1.0], local_eval_clients="off")
-            share("emnist", emnist, options.share_test_every, options.share_repeats, scratch)
-            share("pack", pack_config(options.share_data_dir), 1, options.share_repeats, scratch)
+            from hasfl_ray.models import ghost_norm
+
+            if options.share_stack is not None:
+                ghost_norm.STACK_SAMPLES = options.share_stack
+            only = set(options.share_only.split(","))
+            if "emnist" in only:
+                share("emnist", emnist, options.share_test_every, options.share_repeats, scratch)
+            if "pack" in only:
+                share("pack", pack_config(options.share_data_dir), 1, options.share_repeats, scratch)
         if "synthetic" not in skip:
             synthetic(options.synthetic_clients, 100, options.synthetic_rounds, options.synthetic_repeats, scratch)
     finally:
