@@ -49,3 +49,16 @@ def test_a_large_tensor_takes_far_fewer_page_faults_with_huge_pages():
         faults[value] = int(done.stdout.split()[-1])
     assert faults["0"] >= 16 * 2 ** 20 * 4 // 4096  # one fault a 4 KiB page
     assert faults["1"] < faults["0"] / 4, faults  # 2 MiB pages (the kernel may fall back to small ones for a few)
+
+
+@pytest.mark.parametrize("given, expected", [(None, "1"), ("0", "0")])
+def test_the_console_script_sets_it_before_torch_loads(given, expected):
+    code = ("import os, sys\nfrom hasfl_ray.cli import entry\nassert 'torch' not in sys.modules\n"
+            "try:\n    entry.main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print('torch' in sys.modules, os.environ.get('THP_MEM_ALLOC_ENABLE'))")
+    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+    if given is not None:
+        env["THP_MEM_ALLOC_ENABLE"] = given
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-2:] == ["True", expected]
