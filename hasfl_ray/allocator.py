@@ -68,6 +68,14 @@ def huge_pages(environ: Optional[MutableMapping[str, str]] = None) -> str:
     return environ[HUGE_PAGES]
 
 
+def pages() -> str:
+    """For ``hasfl-ray info``: the pages this process's large CPU tensors come in."""
+    value = os.environ.get(HUGE_PAGES)
+    if value == "1":
+        return f"transparent huge pages ({HUGE_PAGES}=1)"
+    return f"4 KiB pages ({HUGE_PAGES}={value if value is not None else 'unset'})"
+
+
 def status() -> str:
     """For ``hasfl-ray info``."""
     if _function() is None:
@@ -77,4 +85,4 @@ def status() -> str:
     return "handed back after every round (malloc_trim)"
 
 
-__all__ = ["HUGE_PAGES", "VARIABLE", "enabled", "huge_pages", "release", "spent", "status"]
+__all__ = ["HUGE_PAGES", "VARIABLE", "enabled", "huge_pages", "pages", "release", "spent", "status"]

@@ -62,3 +62,16 @@ def test_the_console_script_sets_it_before_torch_loads(given, expected):
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-2:] == ["True", expected]
+
+
+@pytest.mark.parametrize("given, expected", [(None, "transparent huge pages (THP_MEM_ALLOC_ENABLE=1)"),
+                                             ("0", "4 KiB pages (THP_MEM_ALLOC_ENABLE=0)")])
+def test_info_says_which_pages(given, expected):
+    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+    if given is not None:
+        env["THP_MEM_ALLOC_ENABLE"] = given
+    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "hasfl-ray"), "info"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"Large tensors: {expected}" in done.stdout
+    assert f"THP_MEM_ALLOC_ENABLE={given or '1'}" in done.stdout  # what every Ray actor starts with
