@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import shutil
@@ -246,15 +247,17 @@ def share_run(config: Dict[str, object], layout: str, out: str) -> Dict[str, obj
     from hasfl_ray.engine import eval_layout
     from hasfl_ray.models import ghost_norm
 
-    stack = ghost_norm.STACK_SAMPLES
+    evaluating = importlib.import_module("hasfl_ray.training.evaluate")
+    stack, split = ghost_norm.STACK_SAMPLES, evaluating.PER_SAMPLE_FORWARD
     eval_layout.FULL_WIDTH_LAYOUT = layout
     ghost_norm.STACK_SAMPLES = 1 if layout == "default" else stack
+    evaluating.PER_SAMPLE_FORWARD = 0 if layout == "default" else split
     try:
         with cpu_timed() as spent:
             summary = hasfl_ray.simulate(config, out_dir=out, force=True)
     finally:
         eval_layout.FULL_WIDTH_LAYOUT = "channels_last"
-        ghost_norm.STACK_SAMPLES = stack
+        ghost_norm.STACK_SAMPLES, evaluating.PER_SAMPLE_FORWARD = stack, split
     with open(os.path.join(out, "metrics.jsonl")) as f:
         lines = [json.loads(line) for line in f]
     shutil.rmtree(out, ignore_errors=True)
@@ -297,8 +300,8 @@ def share(name: str, config: Dict[str, object], every: int, repeats: int, scratc
     for repeat in range(repeats):
         before = share_call({**config, "rounds": 2, "test_every": 1}, "default", os.path.join(scratch, f"{name}-b"),
                             processes)
-        after = share_call({**config, "rounds": 2, "test_every": 2}, "channels_last", os.path.join(scratch, f"{name}-a"),
-                           processes)
+        after = share_call({**config, "rounds": 2, "test_every": 2}, "channels_last",
+                           os.path.join(scratch, f"{name}-a"), processes)
         b, a = before["spent"][1], after["spent"][1]  # round 1: the same participants, widths and data
         assert after["spent"][0].get("evaluation", 0.0) == 0.0, "round 0 of the test_every 2 run evaluated"
         round_b, eval_b = b["round"], b.get("evaluation", 0.0)

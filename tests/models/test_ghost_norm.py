@@ -4,6 +4,8 @@ model, BatchNorm2d with momentum None, the cumulative average of the batches' me
 several to a forward, each norm running each batch as its own. Checked against one forward a batch and against
 HeteroFL's rule written out (nn.BatchNorm2d(momentum=None) in train mode), in float64, a short last batch included."""
 
+import importlib
+
 import pytest
 import torch
 from torch import nn
@@ -131,3 +133,32 @@ def test_the_servers_accuracy_is_the_same_stacked_or_one_forward_a_batch(monkeyp
         results[stack] = server.evaluate()
     assert results[30][0] == results[1][0]  # the accuracy
     assert results[30][1] == pytest.approx(results[1][1], rel=1e-5)  # the loss, to float rounding
+
+
+def test_a_per_sample_evaluation_is_cut_into_smaller_forwards_with_the_same_results(monkeypatch):
+    """With sBN's running statistics the outputs are per sample (hasfl_ray/training/evaluate.py::per_sample), so a
+    CPU evaluation batch runs in forwards of PER_SAMPLE_FORWARD; without them (before the pass, FedRolex's
+    test_batch mode, the CNN's batch-statistics BatchNorm) the batch is one forward, its statistics the protocol's."""
+    from hasfl_ray.data.base import TensorFederatedDataset
+    from hasfl_ray.models import build_model
+    evaluating = importlib.import_module("hasfl_ray.training.evaluate")  # the module, not the re-exported function
+
+    generator = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 4, (40,), generator=generator)
+    x = torch.randn(40, 3, 8, 8, generator=generator) + labels.view(-1, 1, 1, 1)
+    data = TensorFederatedDataset("toy", "toy", 4, x, labels, x[:23], labels[:23], [torch.arange(40)])
+    model = network(torch.float32)
+    assert not evaluating.per_sample(model)  # no running statistics yet: each batch's own
+    assert not evaluating.per_sample(build_model("emnist"))
+    sbn_statistics(model, [(x[i:i + 10], None) for i in range(0, 40, 10)])
+    assert evaluating.per_sample(model)
+    sizes = []
+    model.register_forward_pre_hook(lambda module, args: sizes.append(args[0].shape[0]))
+    monkeypatch.setattr(evaluating, "PER_SAMPLE_FORWARD", 0)
+    whole = evaluating.evaluate(model, data, batch_size=20)
+    assert sizes == [20, 3]
+    sizes.clear()
+    monkeypatch.setattr(evaluating, "PER_SAMPLE_FORWARD", 7)
+    cut = evaluating.evaluate(model, data, batch_size=20)
+    assert sizes == [7, 7, 6, 3]
+    assert cut[0] == whole[0] and cut[1] == pytest.approx(whole[1], rel=1e-6)
