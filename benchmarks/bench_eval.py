@@ -242,8 +242,9 @@ def cpu_timed() -> Iterator[Dict[int, Dict[str, float]]]:
 
 def share_run(config: Dict[str, object], layout: str, out: str) -> Dict[str, object]:
     """One run in the full-width evaluation ``layout`` (``default``: the path before issue 46, also the sBN pass one
-    forward a batch of the source's size; ``channels_last``: the current path, the pass's batches stacked
-    ``ghost_norm.STACK_SAMPLES`` samples at a time), CPU timed."""
+    forward a batch of the source's size, each evaluation batch one forward; ``channels_last``: the current path,
+    the pass's batches stacked ``ghost_norm.STACK_SAMPLES`` samples at a time, a per-sample evaluation's batches in
+    forwards of ``PER_SAMPLE_FORWARD``), CPU timed."""
     from hasfl_ray.engine import eval_layout
     from hasfl_ray.models import ghost_norm
 
