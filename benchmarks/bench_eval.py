@@ -25,14 +25,17 @@ the final local accuracy, which no flag removes.
 
 - share (issue 46 item 1): the evaluation's share of a round's process CPU time (``time.process_time``: the
   server's evaluation calls and the sBN passes in them, against ``run_round``), before (``eval_layout.
-  FULL_WIDTH_LAYOUT = "default"``: the full model in the layout it had, test_accuracy every round) and after
-  (channels-last; every round, and amortised over ``--share-test-every`` rounds for EMNIST, over the pack's own
+  FULL_WIDTH_LAYOUT = "default"``: the full model in the layout it had, the sBN pass one forward a batch,
+  test_accuracy every round) and after (channels-last, the sBN pass's batches stacked: ``ghost_norm.STACK_SAMPLES``,
+  ``--share-stack``; with ``--share-processes`` each run in its own process, before without and after with huge
+  pages for large tensors, hasfl_ray/allocator.py; every round, and amortised over ``--share-test-every`` rounds for EMNIST, over the pack's own
   cadence, HeteroFL's every round, for the pack) on the same round of the same run config, in one process: the EMNIST
   sample (the CLI's EMNIST defaults, the full model only, no local accuracy) and configs/pack-heterofl-cifar10.yaml's
   a-b-c-d-e (fixed) cell on the CIFAR-10 sample (10 clients, 4 a round), against 10 % and 20 %.
 
     python benchmarks/bench_eval.py                                  # all four, 3 digits repeats of 30 rounds
     python benchmarks/bench_eval.py --skip digits,emnist,synthetic --share-data-dir DATA
+    python benchmarks/bench_eval.py --skip digits,emnist,synthetic --share-data-dir DATA --share-processes
     python benchmarks/bench_eval.py --skip emnist --repeats 5
     python benchmarks/bench_eval.py --skip emnist,synthetic --eval-every 2       # digits at another schedule
 """
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import shutil
@@ -237,36 +241,68 @@ def cpu_timed() -> Iterator[Dict[int, Dict[str, float]]]:
 
 
 def share_run(config: Dict[str, object], layout: str, out: str) -> Dict[str, object]:
-    """One run in the full-width evaluation ``layout`` (``default``: the path before issue 46), CPU timed."""
+    """One run in the full-width evaluation ``layout`` (``default``: the path before issue 46, also the sBN pass one
+    forward a batch of the source's size, each evaluation batch one forward; ``channels_last``: the current path,
+    the pass's batches stacked ``ghost_norm.STACK_SAMPLES`` samples at a time, a per-sample evaluation's batches in
+    forwards of ``PER_SAMPLE_FORWARD``), CPU timed."""
     from hasfl_ray.engine import eval_layout
+    from hasfl_ray.models import ghost_norm
 
+    evaluating = importlib.import_module("hasfl_ray.training.evaluate")
+    stack, split = ghost_norm.STACK_SAMPLES, evaluating.PER_SAMPLE_FORWARD
     eval_layout.FULL_WIDTH_LAYOUT = layout
+    ghost_norm.STACK_SAMPLES = 1 if layout == "default" else stack
+    evaluating.PER_SAMPLE_FORWARD = 0 if layout == "default" else split
     try:
         with cpu_timed() as spent:
             summary = hasfl_ray.simulate(config, out_dir=out, force=True)
     finally:
         eval_layout.FULL_WIDTH_LAYOUT = "channels_last"
+        ghost_norm.STACK_SAMPLES, evaluating.PER_SAMPLE_FORWARD = stack, split
     with open(os.path.join(out, "metrics.jsonl")) as f:
         lines = [json.loads(line) for line in f]
     shutil.rmtree(out, ignore_errors=True)
     return {"spent": {t: dict(v) for t, v in spent.items()}, "lines": lines, "sha": summary["params_sha256"]}
 
 
-def share(name: str, config: Dict[str, object], every: int, repeats: int, scratch: str) -> None:
+def share_call(config: Dict[str, object], layout: str, out: str, processes: bool) -> Dict[str, object]:
+    """:func:`share_run` here, or with ``processes`` in a fresh Python process whose torch allocates as the CLI's
+    did before issue 46 (``default``: THP_MEM_ALLOC_ENABLE=0) or does now (huge pages, hasfl_ray/allocator.py)."""
+    if not processes:
+        return share_run(config, layout, out)
+    import subprocess
+    import sys
+
+    env = {**os.environ, "THP_MEM_ALLOC_ENABLE": "0" if layout == "default" else "1"}
+    request = json.dumps({"config": config, "layout": layout, "out": out})
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--share-child", request], env=env,
+                          capture_output=True, text=True, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["spent"] = {int(t): v for t, v in result["spent"].items()}
+    return result
+
+
+def share(name: str, config: Dict[str, object], every: int, repeats: int, scratch: str,
+          processes: bool = False) -> None:
     """The evaluation's share of a round's CPU time, before (the default layout, test_accuracy every round) and
     after (channels-last; every round, and with test_every ``every``), in one process, repeat by repeat. Each run
     has two rounds: "before" tests both, "after" (test_every 2) only the last, so its round 0 is a round without
     evaluation (checked) and round 1 is compared, before and after, on the same participants, widths and data: with
     test_every N a round costs its training and the rest (R) plus E / N on average, a share of E / N / (R + E / N)."""
     target = SHARE_TARGETS[name]
-    print(f"\n{name}, evaluation's share of a round's process CPU (target <= {100 * target:.0f} %): "
+    from hasfl_ray.models import ghost_norm
+
+    print(f"\n{name}, evaluation's share of a round's process CPU (target <= {100 * target:.0f} %; sBN stack before 1, "
+          f"after {ghost_norm.STACK_SAMPLES}; load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}): "
           f"{json.dumps(config)}")
     print(f"{'repeat':>6}  {'before: round s':>15}  {'eval s':>7}  {'sBN s':>6}  {'share':>6}  {'after: round s':>14}  "
           f"{'eval s':>7}  {'sBN s':>6}  {'share':>6}  {'rest of round s':>15}  {f'share, test_every {every}':>22}")
     rows = []
     for repeat in range(repeats):
-        before = share_run({**config, "rounds": 2, "test_every": 1}, "default", os.path.join(scratch, f"{name}-b"))
-        after = share_run({**config, "rounds": 2, "test_every": 2}, "channels_last", os.path.join(scratch, f"{name}-a"))
+        before = share_call({**config, "rounds": 2, "test_every": 1}, "default", os.path.join(scratch, f"{name}-b"),
+                            processes)
+        after = share_call({**config, "rounds": 2, "test_every": 2}, "channels_last",
+                           os.path.join(scratch, f"{name}-a"), processes)
         b, a = before["spent"][1], after["spent"][1]  # round 1: the same participants, widths and data
         assert after["spent"][0].get("evaluation", 0.0) == 0.0, "round 0 of the test_every 2 run evaluated"
         round_b, eval_b = b["round"], b.get("evaluation", 0.0)
@@ -320,9 +356,19 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--share-data-dir", default="data",
                         help="The EMNIST and CIFAR-10 samples' root for the share section (issue 46 item 1).")
     parser.add_argument("--share-repeats", type=int, default=1)
+    parser.add_argument("--share-stack", type=int, default=None,
+                        help="Samples a stacked forward of the sBN pass after (default: ghost_norm.STACK_SAMPLES).")
+    parser.add_argument("--share-only", default="emnist,pack", help="Comma list of the share section's emnist, pack.")
+    parser.add_argument("--share-processes", action="store_true",
+                        help="Each share run in its own process, before without and after with huge pages.")
+    parser.add_argument("--share-child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--share-test-every", type=int, default=5,
                         help="The share section's EMNIST test_every (the pack's is HeteroFL's own: every round).")
     options = parser.parse_args(argv)
+    if options.share_child:  # one run of --share-processes: its result as the last line
+        request = json.loads(options.share_child)
+        print(json.dumps(share_run(request["config"], request["layout"], request["out"])))
+        return
     skip = set(filter(None, options.skip.split(",")))
     scratch = tempfile.mkdtemp(prefix="bench-eval-")
     try:
@@ -342,8 +388,17 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         if "share" not in skip:
             emnist = dict(dataset="emnist", data_dir=options.share_data_dir, backend="local", checkpoint_every=0,
                           eval_widths=[1.0], local_eval_clients="off")
-            share("emnist", emnist, options.share_test_every, options.share_repeats, scratch)
-            share("pack", pack_config(options.share_data_dir), 1, options.share_repeats, scratch)
+            from hasfl_ray.models import ghost_norm
+
+            if options.share_stack is not None:
+                ghost_norm.STACK_SAMPLES = options.share_stack
+            only = set(options.share_only.split(","))
+            if "emnist" in only:
+                share("emnist", emnist, options.share_test_every, options.share_repeats, scratch,
+                      options.share_processes)
+            if "pack" in only:
+                share("pack", pack_config(options.share_data_dir), 1, options.share_repeats, scratch,
+                      options.share_processes)
         if "synthetic" not in skip:
             synthetic(options.synthetic_clients, 100, options.synthetic_rounds, options.synthetic_repeats, scratch)
     finally:

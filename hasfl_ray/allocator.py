@@ -20,9 +20,16 @@ from __future__ import annotations
 import ctypes
 import os
 import time
-from typing import Dict
+from typing import Dict, MutableMapping, Optional
 
 VARIABLE = "HASFL_MALLOC_TRIM"
+#: PyTorch's own switch (c10's ``alloc_cpu``, read once, at torch's first allocation): every CPU tensor of 2 MiB and
+#: more aligned to 2 MiB and advised as transparent huge pages. glibc mmaps every block over its threshold (at most
+#: 32 MiB) afresh and unmaps it when freed, so each large activation of a forward pass is page-faulted in 4 KiB at a
+#: time: EMNIST's full-width test pass (batches of 500, activations of 100 MB) spent 1.8 s of its 5.7 s of CPU in
+#: the kernel so, 1.0 million minor faults; with huge pages 0.4-0.55 s (issue 46 item 1, benchmarks/bench_eval.py).
+#: Only where memory comes from: the same values.
+HUGE_PAGES = "THP_MEM_ALLOC_ENABLE"
 _trim = []  # [the C function] or [None], looked up once
 #: Calls made and seconds spent in this process, for benchmarks (soak.py prints them).
 spent: Dict[str, float] = {"calls": 0, "seconds": 0.0}
@@ -52,6 +59,23 @@ def release() -> None:
     spent["seconds"] += time.perf_counter() - start
 
 
+def huge_pages(environ: Optional[MutableMapping[str, str]] = None) -> str:
+    """Set :data:`HUGE_PAGES` to 1 in ``environ`` (default: this process's) unless it is set already (a user's 0
+    stays); returns its value. Call it before torch is imported: torch reads it once (the console script does, next
+    to the OpenMP wait policy, and every Ray actor starts with it: hasfl_ray/threads.py)."""
+    environ = os.environ if environ is None else environ
+    environ.setdefault(HUGE_PAGES, "1")
+    return environ[HUGE_PAGES]
+
+
+def pages() -> str:
+    """For ``hasfl-ray info``: the pages this process's large CPU tensors come in."""
+    value = os.environ.get(HUGE_PAGES)
+    if value == "1":
+        return f"transparent huge pages ({HUGE_PAGES}=1)"
+    return f"4 KiB pages ({HUGE_PAGES}={value if value is not None else 'unset'})"
+
+
 def status() -> str:
     """For ``hasfl-ray info``."""
     if _function() is None:
@@ -61,4 +85,4 @@ def status() -> str:
     return "handed back after every round (malloc_trim)"
 
 
-__all__ = ["VARIABLE", "enabled", "release", "spent", "status"]
+__all__ = ["HUGE_PAGES", "VARIABLE", "enabled", "huge_pages", "pages", "release", "spent", "status"]

@@ -38,6 +38,8 @@ def actor_environment() -> Dict[str, str]:
     environment = {VARIABLE: os.environ.get(VARIABLE, PASSIVE)}
     if "HASFL_MALLOC_TRIM" in os.environ:  # the driver's choice of hasfl_ray/allocator.py, on every machine
         environment["HASFL_MALLOC_TRIM"] = os.environ["HASFL_MALLOC_TRIM"]
+    # large tensors in transparent huge pages (hasfl_ray/allocator.py), unless the driver's user turned it off
+    environment["THP_MEM_ALLOC_ENABLE"] = os.environ.get("THP_MEM_ALLOC_ENABLE", "1")
     return environment
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import signal
 
-from hasfl_ray import interrupts, threads
+from hasfl_ray import allocator, interrupts, threads
 from hasfl_ray.cli.interrupts import ended_at_once, interrupted
 
 #: The signals the console script answers in one line.
@@ -21,6 +21,7 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 def main(argv=None) -> None:
     """Run `hasfl-ray` (``argv``: the arguments, default sys.argv[1:])."""
     threads.passive_waits()  # before torch loads OpenMP: waiting threads sleep (hasfl_ray/threads.py)
+    allocator.huge_pages()  # before torch's first allocation: large tensors in huge pages (hasfl_ray/allocator.py)
     interrupts.watch(statements=True)
     insisted = interrupts.when_insisted(ended_at_once)
     # (a signal the process was started with ignored stays ignored: a background job of a shell without job control)

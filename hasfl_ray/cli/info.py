@@ -56,6 +56,7 @@ def collect_info() -> Dict[str, object]:
                     "actors": "every Ray actor starts with " + ", ".join(f"{k}={v}" for k, v in
                                                                          actor_environment().items())},
         "freed_memory": allocator.status(),
+        "large_tensors": allocator.pages(),
     }
 
 
@@ -98,3 +99,4 @@ def info(as_json: bool) -> None:
                        f"compute capability {device['capability']}")
     click.echo(_threads_line(data["threads"]))
     click.echo(f"Freed memory: {data['freed_memory']}")
+    click.echo(f"Large tensors: {data['large_tensors']}")

@@ -34,6 +34,8 @@ from torch.nn import functional as F
 
 from hasfl_ray.models.resnet_cost import ResNetCost, _halve, _sizes, _stage_plan  # noqa: F401 (importable here)
 from hasfl_ray.models.sbn_pass import SBN_STREAM, training_batches  # noqa: F401 (importable here)
+from hasfl_ray.models import ghost_norm
+from hasfl_ray.models.ghost_norm import ghost_forward, stacked_batches
 from hasfl_ray.models.depth import ResNetExits, check_depth, dwconv_spec
 from hasfl_ray.models.resnet_groups import resnet_group_labels
 from hasfl_ray.models.slicing import DimSlice, ParamSpec, width_channels
@@ -53,8 +55,17 @@ class StaticBatchNorm2d(nn.BatchNorm2d):
     statistics, so nothing but the affine weight and bias is trained or aggregated); :func:`sbn_statistics` gives
     the evaluated model running statistics from a pass over the training data, as HeteroFL computes them."""
 
+    #: The sizes of the source's batches stacked in the current forward of :func:`sbn_statistics` (each normalised
+    #: and counted as its own batch: :func:`~hasfl_ray.models.ghost_norm.ghost_forward`); None: a plain BatchNorm.
+    ghost_sizes: Optional[List[int]] = None
+
     def __init__(self, channels: int):
         super().__init__(channels, momentum=None, track_running_stats=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.ghost_sizes is not None and self.training:
+            return ghost_forward(self, x, self.ghost_sizes)
+        return super().forward(x)
 
 
 class Scaler(nn.Module):
@@ -301,29 +312,41 @@ class _PostActBlock(nn.Module):
 
 
 @torch.no_grad()
-def sbn_statistics(model: nn.Module, batches: Iterable[Tuple[torch.Tensor, torch.Tensor]]) -> bool:
+def sbn_statistics(model: nn.Module, batches: Iterable[Tuple[torch.Tensor, torch.Tensor]],
+                   stack: Optional[int] = None) -> bool:
     """HeteroFL's sBN statistics: every :class:`StaticBatchNorm2d` of ``model`` gets running statistics from one
     pass over ``batches`` (inputs on any device), with momentum None (the cumulative average of the batches' means
     and unbiased variances), and keeps them: ``model.eval()`` then normalises with them. Called again, it starts
     over. Only the norms run in training mode during the pass (the Scaler and anything else as in evaluation, so
     the statistics are those of the activations evaluation sees: at width 1, where the Scaler divides by 1,
-    exactly HeteroFL's pass). Returns False (and does nothing) for a model without static BatchNorm."""
+    exactly HeteroFL's pass). The batches run ``stack`` samples at a time (default
+    :data:`~hasfl_ray.models.ghost_norm.STACK_SAMPLES`), whole batches stacked into one forward in which each norm
+    runs each batch through its own BatchNorm forward (:mod:`hasfl_ray.models.ghost_norm`: the same statistics up to
+    the convolutions' float rounding at another batch size; ``stack`` 1: one forward a batch). Returns False (and
+    does nothing) for a model without static BatchNorm."""
     layers = [m for m in model.modules() if isinstance(m, StaticBatchNorm2d)]
     if not layers:
         return False
-    device = next(model.parameters()).device
+    first = next(model.parameters())
+    device, dtype = first.device, first.dtype
     for layer in layers:
         layer.track_running_stats = True
-        layer.register_buffer("running_mean", torch.zeros(layer.num_features, device=device))
-        layer.register_buffer("running_var", torch.ones(layer.num_features, device=device))
+        layer.register_buffer("running_mean", torch.zeros(layer.num_features, device=device, dtype=dtype))
+        layer.register_buffer("running_var", torch.ones(layer.num_features, device=device, dtype=dtype))
         layer.register_buffer("num_batches_tracked", torch.zeros((), dtype=torch.long, device=device))
     model.eval()
     for layer in layers:
         layer.train()
     seen = 0
-    for x, _ in batches:
-        model(x.to(device))
-        seen += 1
+    try:
+        for x, sizes in stacked_batches(batches, ghost_norm.STACK_SAMPLES if stack is None else stack):
+            for layer in layers:  # one batch: the plain BatchNorm, as the source runs it
+                layer.ghost_sizes = sizes if len(sizes) > 1 else None
+            model(x.to(device))
+            seen += len(sizes)
+    finally:
+        for layer in layers:
+            layer.ghost_sizes = None
     model.eval()
     if not seen:
         raise ValueError("static BatchNorm needs training data for its statistics, and none was given; expected a "

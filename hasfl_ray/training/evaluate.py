@@ -26,6 +26,30 @@ def evaluation_subset(seed: int, test_size: int, samples: Optional[int]) -> Opti
     return torch.from_numpy(np.sort(chosen).astype(np.int64))
 
 
+#: Samples a forward of a CPU evaluation whose outputs are per sample (static BatchNorm with its running statistics:
+#: :func:`per_sample`) splits each evaluation batch into: on this 2-core CPU the convolutions are faster per sample
+#: at smaller batches (the HeteroFL pack's PreResNet (1,1,1,2) over 200 test images: 0.737 s in one forward, 0.650 s
+#: in forwards of 50, the logits bit-identical). The loss and counts are still taken per evaluation batch.
+PER_SAMPLE_FORWARD = 50
+
+
+def per_sample(model: nn.Module) -> bool:
+    """Whether ``model``'s outputs in evaluation mode are per sample, so how a batch is cut into forwards changes
+    nothing but float rounding: it has static BatchNorm (hasfl_ray's ResNets with ``norm: sbn``) and every
+    BatchNorm of it normalises with running statistics (after the sBN pass; ``test_batch`` mode has none)."""
+    from hasfl_ray.models.resnet import StaticBatchNorm2d
+
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    return any(isinstance(m, StaticBatchNorm2d) for m in norms) and all(
+        m.track_running_stats and m.running_mean is not None for m in norms)
+
+
+def _forward(model: nn.Module, x: torch.Tensor, split: int) -> torch.Tensor:
+    if split <= 0 or x.shape[0] <= split:
+        return model(x)
+    return torch.cat([model(x[start:start + split]) for start in range(0, x.shape[0], split)])
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, dataset: FederatedDataset, batch_size: int = 500,
              indices: Optional[torch.Tensor] = None,
@@ -43,12 +67,13 @@ def evaluate(model: nn.Module, dataset: FederatedDataset, batch_size: int = 500,
     """
     model.eval()
     device = next(model.parameters()).device
+    split = PER_SAMPLE_FORWARD if device.type == "cpu" and per_sample(model) else 0
     correct, loss_sum, total = 0, 0.0, 0
     batches = dataset.test_batches(batch_size) if indices is None else \
         dataset.test_subset_batches(indices, batch_size)
     for x, y in batches:
         x, y = x.to(device), y.to(device)
-        logits = model(x)
+        logits = _forward(model, x, split)
         loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
         if beaten is None:
             correct += int(right(logits, y).sum())
