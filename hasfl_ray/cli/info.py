@@ -14,6 +14,7 @@ from hasfl_ray import allocator
 from hasfl_ray.threads import actor_environment, wait_policy
 from hasfl_ray.ops import aggregate as ops
 from hasfl_ray.training.determinism import apply_determinism
+from hasfl_ray.training.workspace import cache_bound_text
 
 
 def collect_info() -> Dict[str, object]:
@@ -56,6 +57,7 @@ def collect_info() -> Dict[str, object]:
                     "actors": "every Ray actor starts with " + ", ".join(f"{k}={v}" for k, v in
                                                                          actor_environment().items())},
         "freed_memory": allocator.status(),
+        "model_cache": cache_bound_text(),
     }
 
 
@@ -98,3 +100,4 @@ def info(as_json: bool) -> None:
                        f"compute capability {device['capability']}")
     click.echo(_threads_line(data["threads"]))
     click.echo(f"Freed memory: {data['freed_memory']}")
+    click.echo(f"Model cache: {data['model_cache']}")
