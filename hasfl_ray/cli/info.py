@@ -58,6 +58,7 @@ def collect_info() -> Dict[str, object]:
                                                                          actor_environment().items())},
         "freed_memory": allocator.status(),
         "model_cache": cache_bound_text(),
+        "primitive_cache": allocator.primitive_cache_status(),
     }
 
 
@@ -101,3 +102,4 @@ def info(as_json: bool) -> None:
     click.echo(_threads_line(data["threads"]))
     click.echo(f"Freed memory: {data['freed_memory']}")
     click.echo(f"Model cache: {data['model_cache']}")
+    click.echo(f"Convolution primitives: {data['primitive_cache']}")
