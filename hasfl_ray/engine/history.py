@@ -2,8 +2,8 @@
 
 Every round appends its metrics line to ``Engine.history`` (checkpoints, the summary, the coverage warning and
 callbacks read it). As dicts of Python numbers an EMNIST line held about 8 KB in dozens of small objects that pin the
-allocator's pages; over 500 rounds the driver's RSS crept by ~2.5 MiB per 100 rounds. :class:`History` keeps each
-line but the last pickled (one block of about 1.7 KB), and the last as it is, so the round being recorded can still be
+allocator's pages (4 MiB over 500 rounds, a part of the driver's creep; oneDNN's primitive cache was the larger,
+hasfl_ray/allocator.py). :class:`History` keeps each line but the last pickled (one block of about 1.7 KB), and the last as it is, so the round being recorded can still be
 completed in place (:func:`~hasfl_ray.engine.evaluating.settle_owed_local`). Everything is kept, as it was: reading
 a line gives back an equal dict (a copy for every line but the last); metrics.jsonl holds the same lines on disk.
 """
