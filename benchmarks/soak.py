@@ -1,8 +1,9 @@
 """Soak test (issues 10 and 46): many HAS-FL rounds (continuous widths) on Ray with 2 trainer actors, or on the
 local backend; the resident memory of the driver, the server actor and each trainer actor must stay flat (within
-``--tolerance`` after warm-up) and no process of the run may outlive it. The trainers' model cache is an LRU of
-MODEL_CACHE networks (hasfl_ray/training/workspace.py), so continuous widths never accumulate networks: the local
-backend's count is printed with the memory.
+``--tolerance`` after warm-up, i.e. at every sample from round ``--warmup`` on, against the sample at that round)
+and no process of the run may outlive it. The trainers' model cache is an LRU bounded in bytes (MODEL_CACHE_WEIGHTS
+full-width networks' weights, hasfl_ray/training/workspace.py), so continuous widths never accumulate networks: the
+local backend's networks and their bytes against the bound are printed with the memory.
 
     python benchmarks/soak.py [--rounds 500] [--warmup 50] [--every 10] [--tolerance 0.02]          (make soak)
     python benchmarks/soak.py --backend local --dataset emnist --data-dir DIR --local-steps 2 --eval-every 25
@@ -105,11 +106,10 @@ def main() -> int:
         samples.append((t, memory))
         trainer = getattr(engine.backend, "trainer", None)  # local: its cache's networks
         cached = ""
-        if trainer is not None:  # the LRU's networks (parameters and their gradients): their size follows the widths
-            nets = trainer.workspace._models.values()
-            held = sum(t.numel() * t.element_size() for m in nets for p in m.parameters()
-                       for t in ((p,) if p.grad is None else (p, p.grad))) / 2 ** 20
-            cached = f"  {len(trainer.cached_widths)} networks cached ({held:.1f} MiB)"
+        if trainer is not None:  # the LRU's networks' weights, within one network of its bound in bytes
+            space = trainer.workspace
+            cached = (f"  {len(space.cached_widths)} networks cached ({space.cached_bytes / 2 ** 20:.1f} of "
+                      f"{space.cache_bound / 2 ** 20:.1f} MiB)")
         cached += f"  trims {allocator.spent['calls']:.0f} ({allocator.spent['seconds']:.2f} s)"
         print(f"round {t:4d}  " + "  ".join(f"{k} {v:7.1f} MiB" for k, v in memory.items())
               + f"{cached}  ({time.perf_counter() - start:6.0f} s)", flush=True)

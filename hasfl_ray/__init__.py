@@ -7,6 +7,10 @@ it with ``hasfl-ray simulate --algorithm ...`` or :func:`simulate`.
 
 __version__ = "0.1.0"
 
+from hasfl_ray import allocator as _allocator  # noqa: E402 (ctypes and os only)
+
+_allocator.bound_primitive_cache()  # before any convolution runs: oneDNN's compiled-primitive cache bounded
+
 #: Public names loaded on first use, so that importing hasfl_ray stays light and layered (no torch: the console
 #: script's entry, hasfl_ray.cli.entry, is reached before anything heavy is imported, so a Ctrl-C while the rest
 #: loads is one line, never a traceback).

@@ -13,6 +13,14 @@ touches again (RESULTS.md gives it per round); pinning the mmap threshold instea
 large allocation of every local step. ``HASFL_MALLOC_TRIM=0`` turns it off. Nothing here changes a result: only
 where freed memory goes. Where the C library has no ``malloc_trim`` (macOS, musl) it does nothing, and
 ``hasfl-ray info`` says so.
+
+oneDNN, which runs torch's CPU convolutions, caches a compiled primitive per convolution shape (forward and both
+backward passes), up to 1024 by default: continuous widths make new channel counts for a long time, so that cache
+kept filling (some 80 KB a primitive), the driver's RSS creeping ~3 MiB per 100 EMNIST rounds long after warm-up.
+:func:`bound_primitive_cache` (called when hasfl_ray is imported, before any convolution runs: oneDNN reads the
+variable when it builds its first primitive) sets ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` to
+:data:`PRIMITIVE_CACHE` unless it is set already; a capacity the user set is left as it is. The primitives are the
+same whether cached or rebuilt: nothing here changes a result either.
 """
 
 from __future__ import annotations
@@ -30,6 +38,10 @@ VARIABLE = "HASFL_MALLOC_TRIM"
 #: the kernel so, 1.0 million minor faults; with huge pages 0.4-0.55 s (issue 46 item 1, benchmarks/bench_eval.py).
 #: Only where memory comes from: the same values.
 HUGE_PAGES = "THP_MEM_ALLOC_ENABLE"
+PRIMITIVES = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+#: oneDNN primitives a process keeps (a few clients' convolutions at a few widths: ResNet-18's 20 convolutions x 3
+#: passes x 4 widths fit), against oneDNN's own 1024.
+PRIMITIVE_CACHE = 256
 _trim = []  # [the C function] or [None], looked up once
 #: Calls made and seconds spent in this process, for benchmarks (soak.py prints them).
 spent: Dict[str, float] = {"calls": 0, "seconds": 0.0}
@@ -76,6 +88,20 @@ def pages() -> str:
     return f"4 KiB pages ({HUGE_PAGES}={value if value is not None else 'unset'})"
 
 
+def bound_primitive_cache(environ=None) -> str:
+    """Set ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` to :data:`PRIMITIVE_CACHE` in ``environ`` (default: this process's)
+    unless set; returns the capacity in force."""
+    environ = os.environ if environ is None else environ
+    return environ.setdefault(PRIMITIVES, str(PRIMITIVE_CACHE))
+
+
+def primitive_cache_status() -> str:
+    """For ``hasfl-ray info``."""
+    value = os.environ.get(PRIMITIVES)
+    return f"oneDNN keeps at most {value} compiled primitives ({PRIMITIVES})" if value else \
+        f"oneDNN's default (1024 compiled primitives; {PRIMITIVES} unset)"
+
+
 def status() -> str:
     """For ``hasfl-ray info``."""
     if _function() is None:
@@ -85,4 +111,5 @@ def status() -> str:
     return "handed back after every round (malloc_trim)"
 
 
-__all__ = ["HUGE_PAGES", "VARIABLE", "enabled", "huge_pages", "pages", "release", "spent", "status"]
+__all__ = ["HUGE_PAGES", "PRIMITIVES", "PRIMITIVE_CACHE", "VARIABLE", "bound_primitive_cache", "enabled",
+           "huge_pages", "pages", "primitive_cache_status", "release", "spent", "status"]

@@ -36,6 +36,8 @@ def actor_environment() -> Dict[str, str]:
     """The variables every Ray actor's process starts with (``runtime_env`` ``env_vars``): this process's wait
     policy, PASSIVE unless the user chose another, so trainers on a cluster's other machines sleep too."""
     environment = {VARIABLE: os.environ.get(VARIABLE, PASSIVE)}
+    if "ONEDNN_PRIMITIVE_CACHE_CAPACITY" in os.environ:  # hasfl_ray/allocator.py's bound (or the user's), everywhere
+        environment["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"]
     if "HASFL_MALLOC_TRIM" in os.environ:  # the driver's choice of hasfl_ray/allocator.py, on every machine
         environment["HASFL_MALLOC_TRIM"] = os.environ["HASFL_MALLOC_TRIM"]
     # large tensors in transparent huge pages (hasfl_ray/allocator.py), unless the driver's user turned it off

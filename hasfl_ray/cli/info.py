@@ -14,6 +14,7 @@ from hasfl_ray import allocator
 from hasfl_ray.threads import actor_environment, wait_policy
 from hasfl_ray.ops import aggregate as ops
 from hasfl_ray.training.determinism import apply_determinism
+from hasfl_ray.training.workspace import cache_bound_text
 
 
 def collect_info() -> Dict[str, object]:
@@ -57,6 +58,8 @@ def collect_info() -> Dict[str, object]:
                                                                          actor_environment().items())},
         "freed_memory": allocator.status(),
         "large_tensors": allocator.pages(),
+        "model_cache": cache_bound_text(),
+        "primitive_cache": allocator.primitive_cache_status(),
     }
 
 
@@ -100,3 +103,5 @@ def info(as_json: bool) -> None:
     click.echo(_threads_line(data["threads"]))
     click.echo(f"Freed memory: {data['freed_memory']}")
     click.echo(f"Large tensors: {data['large_tensors']}")
+    click.echo(f"Model cache: {data['model_cache']}")
+    click.echo(f"Convolution primitives: {data['primitive_cache']}")

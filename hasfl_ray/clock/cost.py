@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Tuple, Union
 
@@ -24,6 +25,9 @@ BYTES_PER_PARAM = 4
 #: A training step's MACs per sample in forward MACs: the forward pass (1) and the backward pass (2: the gradients
 #: of the activations and of the weights, each about one forward's MACs).
 TRAIN_FACTOR = 3
+#: Widths whose costs :class:`WidthCosts` keeps (least recently used out): continuous widths are a new width per
+#: client, and a long clocked run must not keep one entry for each (issue 46 item 4).
+WIDTH_COSTS_KEPT = 1024
 
 
 class WidthCosts:
@@ -33,11 +37,15 @@ class WidthCosts:
         model = build_model(model_name)
         self.model_name = model_name
         self._model, self._specs = model, model.param_specs()
-        self._cache: Dict[object, Tuple[int, int]] = {}  # width, or (width, depth)
+        self._cache: "OrderedDict[object, Tuple[int, int]]" = OrderedDict()  # width, or (width, depth): an LRU
 
     def _entry(self, width: float, depth: Optional[int] = None) -> Tuple[int, int]:
         key = float(width) if depth is None else (float(width), int(depth))
-        if key not in self._cache:
+        if key in self._cache:
+            self._cache.move_to_end(key)
+        else:
+            while len(self._cache) >= WIDTH_COSTS_KEPT:
+                self._cache.popitem(last=False)
             if depth is None:
                 self._cache[key] = (sum(spec.numel(width) for spec in self._specs.values()),
                                     int(self._model.macs(width)))

@@ -8,7 +8,7 @@ line has ``frozen_by_layer`` (runs written since it exists), the warning names t
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 #: Rounds after warm-up that frozen_fraction must stay above :data:`NEGLIGIBLE` before the run's log warns (once).
 WARN_AFTER_ROUNDS = 5
@@ -24,15 +24,34 @@ CAUSE = ("no participant covered those coordinates: every allocation stayed belo
          "initial value w^(0) (Proposition 1)")
 
 
+def streak_step(start: Optional[int], line: Mapping[str, Any]) -> Optional[int]:
+    """:func:`frozen_streak_start` of the lines so far (``start``) and one more, ``line``."""
+    if (line.get("frozen_fraction") or 0.0) > NEGLIGIBLE:
+        return line["round"] if start is None else start
+    return None
+
+
 def frozen_streak_start(history: Sequence[Mapping[str, Any]]) -> Optional[int]:
     """The round from which frozen_fraction has been above :data:`NEGLIGIBLE` in every line up to the last, or None."""
     start = None
     for line in history:
-        if (line.get("frozen_fraction") or 0.0) > NEGLIGIBLE:
-            start = line["round"] if start is None else start
-        else:
-            start = None
+        start = streak_step(start, line)
     return start
+
+
+def streak_after(history: Sequence[Mapping[str, Any]], counted: int, start: Optional[int]) -> Tuple[int, Optional[int]]:
+    """(len(history), frozen_streak_start(history)) from those of its first ``counted`` lines: only the lines since
+    are read (a run's recorder keeps the pair, so a round does not read back the whole history)."""
+    if counted > len(history):  # another history since: read it all
+        counted, start = 0, None
+    for line in history[counted:]:
+        start = streak_step(start, line)
+    return len(history), start
+
+
+def warns(start: Optional[int], last_round: int, warmup: int) -> bool:
+    """:func:`should_warn` from the streak's start and the last line's round."""
+    return start is not None and last_round - max(start, warmup) + 1 == WARN_AFTER_ROUNDS
 
 
 def frozen_layers(line: Mapping[str, Any]) -> Optional[Dict[str, float]]:
@@ -58,10 +77,7 @@ def frozen_layers_phrase(line: Mapping[str, Any]) -> str:
 def should_warn(history: Sequence[Mapping[str, Any]], warmup: int) -> bool:
     """True at the round where the log warns: frozen_fraction above :data:`NEGLIGIBLE` for :data:`WARN_AFTER_ROUNDS`
     rounds in a row after warm-up (the one round of the run where this holds first)."""
-    start = frozen_streak_start(history)
-    if start is None or not history:
-        return False
-    return history[-1]["round"] - max(start, warmup) + 1 == WARN_AFTER_ROUNDS
+    return bool(history) and warns(frozen_streak_start(history), history[-1]["round"], warmup)
 
 
 def coverage_warning(history: Sequence[Mapping[str, Any]], warmup: int) -> Optional[Dict[str, Any]]:

@@ -26,6 +26,7 @@ from hasfl_ray.engine.config import RunConfig, parse_fault
 from hasfl_ray.engine.events import RunEvents
 from hasfl_ray.engine.factory import make_backend
 from hasfl_ray.engine.guard import PluginError
+from hasfl_ray.engine.history import History
 from hasfl_ray.schedule import round_lr
 from hasfl_ray.engine.progress import mark_run_start, open_bar
 from hasfl_ray.engine.participants import (round_capacities, round_participants, sample_participants,  # noqa: F401
@@ -70,7 +71,8 @@ class Engine:
         self.backend = backend or make_backend(self.config)
         self.progress = progress
         self.resume, self.force = resume, force
-        self.history: List[Dict[str, Any]] = []
+        self.history = History()  # every line so far, kept compactly (hasfl_ray/engine/history.py)
+        self.frozen_streak: Tuple[int, Optional[int]] = (0, None)  # (lines counted, coverage.frozen_streak_start)
         self.checkpoint: Optional[Checkpoint] = None
         self.elapsed_before = 0.0
         self.local: Any = None  # the last local-accuracy evaluation (Engine.local_accuracy)

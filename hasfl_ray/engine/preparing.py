@@ -22,6 +22,7 @@ from hasfl_ray.engine.checkpoint import (START_AGAIN, check_checkpoint, check_re
 from hasfl_ray.engine.async_state import state_problem
 from hasfl_ray.engine.config import RunConfig
 from hasfl_ray.engine.guard import GuardedAlgorithm, PluginError, construct
+from hasfl_ray.engine.history import History
 from hasfl_ray.engine.participants import capacity_tiers, initial_parameters, round_capacities
 from hasfl_ray.engine.rundir import check_no_links, check_output_folder, check_run_directory, check_start
 from hasfl_ray.errors import ConfigError, progress_phrase
@@ -106,7 +107,7 @@ def prepare_parts(engine: Any) -> None:
             raise ConfigError(f"checkpoint {path!r} does not match this run: algorithm {c.algorithm!r} cannot load "
                               f"its algorithm_state ({type(error).__name__}: {str(error)[:60]}); expected this "
                               f"run's algorithm state, {START_AGAIN}") from None
-        engine.history = [dict(line) for line in engine.checkpoint.history]
+        engine.history = History(dict(line) for line in engine.checkpoint.history)
         check_clock_state(engine, path)
         if engine.clock is not None and engine.checkpoint.clock is not None:
             engine.clock.load_state_dict(engine.checkpoint.clock)

@@ -15,7 +15,7 @@ from hasfl_ray.engine import privacy
 from hasfl_ray.clock.records import clock_summary, profile_columns
 from hasfl_ray.engine.checkpoint import Snapshot, load_checkpoint_round
 from hasfl_ray.engine.coverage import CAUSE as COVERAGE_CAUSE
-from hasfl_ray.engine.coverage import coverage_warning, frozen_layers_phrase, frozen_streak_start, should_warn
+from hasfl_ray.engine.coverage import coverage_warning, frozen_layers_phrase, streak_after, warns
 from hasfl_ray.engine.guard import PluginError
 from hasfl_ray.engine.losses import final_train_loss, last_losses, loss_keys  # noqa: F401 (loss_keys: the engine's)
 from hasfl_ray.engine.participants import round_participants
@@ -72,9 +72,10 @@ def record(engine: Any, pending: Optional[Tuple[Dict[str, Any], Any, Any, Option
     start, bar = engine._loop_start, engine._bar
     c, t = engine.config, line["round"]
     engine.history.append(line)
-    if should_warn(engine.history, c.warmup):
+    engine.frozen_streak = streak_after(engine.history, *engine.frozen_streak)
+    if warns(engine.frozen_streak[1], t, c.warmup):
         logger.warning("round %d: %.1f %% of the global model has stayed at w^(0) since round %d%s; %s", t,
-                       100 * line["frozen_fraction"], frozen_streak_start(engine.history),
+                       100 * line["frozen_fraction"], engine.frozen_streak[1],
                        frozen_layers_phrase(line), COVERAGE_CAUSE)
     if engine.rundir:
         with writing(engine.rundir, "metrics.jsonl"):

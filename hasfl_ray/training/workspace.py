@@ -26,10 +26,28 @@ from hasfl_ray.training.seeding import STREAM_CLIENT, torch_generator
 from hasfl_ray.training.task import ClientTask, OptimizerSettings
 
 
-#: The most networks a workspace keeps built (local backend and every Ray trainer alike): the least recently used
-#: is dropped, with its memory, when another is needed. A network is rebuilt at no cost to results (its parameters
-#: and buffers are set before every use), so the bound trades a rebuild (milliseconds) for memory.
-MODEL_CACHE = 8
+#: The model cache's bound (local backend and every Ray trainer alike), in bytes: its networks' weights (parameters
+#: and buffers) together at most MODEL_CACHE_WEIGHTS times the full-width network's. The least recently used network
+#: is dropped, with its memory, while another would not fit. A network's size follows its width (about p² of the
+#: full width's), so a count of networks bounds nothing where widths are continuous (every client a new width); a
+#: bound in bytes keeps what the cache holds within one network of its bound whatever widths it holds. Three
+#: full-width networks hold every width ladder of the built-ins at once (HeteroFL's 1, 1/2, ... 1/16: 1.33; five
+#: evenly spaced widths 0.2-1: 2.2; DepthFL's four depths: at most 2.5). A network is rebuilt at no cost to results
+#: (its parameters and buffers are set before every use), so the bound trades a rebuild (milliseconds) for memory.
+MODEL_CACHE_WEIGHTS = 3
+#: ... and at most this many networks, whatever their size (a Python module's own few KiB, for tiny widths).
+MODEL_CACHE = 32
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes of ``model``'s parameters and buffers (what a cached network holds: its gradients are dropped)."""
+    return sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+
+
+def cache_bound_text() -> str:
+    """The model cache's bound in words (``hasfl-ray info``)."""
+    return (f"an LRU per trainer of at most {MODEL_CACHE_WEIGHTS}x the full-width network's weights "
+            f"(parameters and buffers) and at most {MODEL_CACHE} networks")
 
 class Workspace:
     """One device's training state, shared by every client a trainer trains.
@@ -54,10 +72,13 @@ class Workspace:
         self.specs: Dict[str, ParamSpec] = full.param_specs()
         #: Whether clients of different widths may train as one stack padded to the widest (``mixed``).
         self.pads_exactly = pads_exactly(full)
+        #: The cache's bound in bytes: MODEL_CACHE_WEIGHTS full-width networks' weights.
+        self.cache_bound = MODEL_CACHE_WEIGHTS * weight_bytes(full)
         del full
-        #: width, or (width, depth) for a depth sub-model -> its network; least recently used first (an LRU of at
-        #: most MODEL_CACHE networks: a run of continuous widths never holds more)
-        self._models: "OrderedDict[object, nn.Module]" = OrderedDict()
+        #: width, or (width, depth) for a depth sub-model -> (its network, its weights' bytes); least recently used
+        #: first (an LRU of at most ``cache_bound`` bytes and MODEL_CACHE networks)
+        self._models: "OrderedDict[object, Tuple[nn.Module, int]]" = OrderedDict()
+        self.cached_bytes = 0  #: the cached networks' weights, in bytes (at most ``cache_bound``)
         self._depth_names: Dict[int, List[str]] = {}
         self.steps: Optional[StepCache] = StepCache(capture=self.device.type == "cuda") if cuda_graphs else None
         # A dataset that gathers a batch on its device from positions held there gets each epoch's order on the
@@ -75,20 +96,27 @@ class Workspace:
         """A cached width-``width`` network on this device (buffers reused across rounds); ``depth``: its depth
         sub-model (:mod:`hasfl_ray.models.depth`), cached under (width, depth)."""
         key = width if depth is None else (width, depth)
-        if key not in self._models:
-            while len(self._models) >= MODEL_CACHE:  # the least recently used goes, with its captured steps
-                self._models.popitem(last=False)
-                if self.steps is not None:
-                    self.steps.release(set(k[0] if isinstance(k, tuple) else k for k in self._models))
-            self._models[key] = build_model(self.model_name, width, depth).to(self.device)
-        self._models.move_to_end(key)
-        return self._models[key]
+        if key in self._models:
+            self._models.move_to_end(key)
+            return self._models[key][0]
+        model = build_model(self.model_name, width, depth).to(self.device)
+        size = weight_bytes(model)
+        # the least recently used go, with their captured steps, until the new one fits (a network larger than the
+        # bound alone, e.g. a plug-in's, is kept alone)
+        while self._models and (len(self._models) >= MODEL_CACHE or self.cached_bytes + size > self.cache_bound):
+            _, (_, dropped) = self._models.popitem(last=False)
+            self.cached_bytes -= dropped
+            if self.steps is not None:
+                self.steps.release(set(k[0] if isinstance(k, tuple) else k for k in self._models))
+        self._models[key] = (model, size)
+        self.cached_bytes += size
+        return model
 
     def release(self, keep: Iterable[float] = ()) -> None:
         """Drop cached models (and their device memory), except those of the widths in ``keep``."""
         keep = set(keep)
         for key in [k for k in self._models if (k[0] if isinstance(k, tuple) else k) not in keep]:
-            del self._models[key]
+            self.cached_bytes -= self._models.pop(key)[1]
         if self.steps is not None:
             self.steps.release(keep)
         if self.device.type == "cuda":

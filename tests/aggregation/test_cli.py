@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from aggregation_cases import check_agreement
 from hasfl_ray.cli.main import main
 from hasfl_ray.ops import aggregate as ops
+from hasfl_ray.training.workspace import MODEL_CACHE_WEIGHTS
 
 
 def test_info_json_reports_extension_versions_and_devices():
@@ -20,11 +21,13 @@ def test_info_json_reports_extension_versions_and_devices():
     assert data["extension"]["cuda_kernel"] == ops.cuda_available()
     assert data["devices"][0]["device"] == "cpu"
     assert len(data["devices"]) == 1 + (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    assert data["model_cache"].startswith(f"an LRU per trainer of at most {MODEL_CACHE_WEIGHTS}x the full-width")
 
 
 def test_info_text_names_the_kernels():
     result = CliRunner().invoke(main, ["info"])
     assert result.exit_code == 0 and "CPU kernel" in result.output and "CUDA kernel" in result.output
+    assert f"Model cache: an LRU per trainer of at most {MODEL_CACHE_WEIGHTS}x" in result.output
 
 
 def test_bench_aggregate_json_has_every_implementation():

@@ -117,6 +117,22 @@ def test_the_cost_of_a_width_is_the_cost_tables():
         4 * costs.params(0.5) / 1e6 + 3 * costs.macs(0.5) * 140 / 2e9 + 4 * costs.params(0.5) / 1e5 + 0.25
 
 
+def test_the_cost_table_keeps_a_bounded_number_of_widths_and_gives_the_same_costs(monkeypatch):
+    """Issue 46 item 4: continuous widths (a new width every client) keep at most WIDTH_COSTS_KEPT entries, the least
+    recently used out, and a width asked again after its entry went gives the same costs."""
+    import hasfl_ray.clock.cost as cost_module
+
+    monkeypatch.setattr(cost_module, "WIDTH_COSTS_KEPT", 4)
+    costs, fresh = WidthCosts("digits"), WidthCosts("digits")
+    widths = [0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.3]
+    for width in widths:
+        assert (costs.params(width), costs.macs(width)) == (fresh.params(width), fresh.macs(width))
+        assert len(costs._cache) <= 4
+    assert list(costs._cache) == [0.45, 0.5, 0.55, 0.3]  # 0.3 came back after it went; the least recent first
+    costs.macs(0.45)  # a use moves it to the end
+    assert list(costs._cache)[-1] == 0.45
+
+
 # -- availability -----------------------------------------------------------------------------------------------------
 
 def test_markov_availability_does_not_depend_on_what_else_was_asked():

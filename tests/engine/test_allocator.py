@@ -53,3 +53,21 @@ def test_once_a_round_and_the_same_bits(tmp_path, monkeypatch):
                     out_dir=str(tmp_path / "off"))
     assert allocator.spent["calls"] - calls == 3  # off: no call
     assert trimmed["params_sha256"] == kept["params_sha256"]
+
+
+def test_onednns_primitive_cache_is_bounded_unless_the_user_chose_a_capacity():
+    """Issue 46 item 4: importing hasfl_ray sets ONEDNN_PRIMITIVE_CACHE_CAPACITY (continuous widths filled oneDNN's
+    default 1024 with convolution shapes), leaves a capacity the user set, and every Ray actor gets the same."""
+    import os
+
+    code = ("import os, hasfl_ray; from hasfl_ray import allocator; from hasfl_ray.threads import actor_environment; "
+            "print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'], actor_environment()"
+            "['ONEDNN_PRIMITIVE_CACHE_CAPACITY'], allocator.primitive_cache_status())")
+    env = {k: v for k, v in os.environ.items() if k != allocator.PRIMITIVES}
+    ours = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert ours.split()[:2] == [str(allocator.PRIMITIVE_CACHE)] * 2 and "at most 256 compiled primitives" in ours
+    theirs = subprocess.run([sys.executable, "-c", code], env={**env, allocator.PRIMITIVES: "40"}, capture_output=True,
+                            text=True, check=True).stdout
+    assert theirs.split()[:2] == ["40", "40"]
+    assert allocator.bound_primitive_cache({}) == str(allocator.PRIMITIVE_CACHE)
+    assert allocator.bound_primitive_cache({allocator.PRIMITIVES: "7"}) == "7"

@@ -34,6 +34,7 @@ def test_trainer_keeps_at_most_the_recent_widths_and_matches_a_plain_trainer(set
         [result] = unpack(packed)
         assert report.client == task.client and report.clients == (task.client,) and report.train_seconds > 0
         assert len(actor.trainer.cached_widths) <= MODEL_CACHE
+        assert actor.trainer.workspace.cached_bytes <= actor.trainer.workspace.cache_bound
         expected = plain.train(task, params)
         assert all((result.update[k] == expected.update[k]).all() for k in expected.update)
     assert actor.trainer.cached_widths[-1] == 1.0

@@ -113,21 +113,42 @@ def test_local_still_exports_the_training_api():
     assert local.ClientResult is result.ClientResult and local.Trainer is trainer.Trainer
 
 
-def test_the_model_cache_is_a_bounded_lru_and_a_rebuilt_network_trains_the_same(setup):
-    """Issue 46 item 4: a run of continuous widths holds at most MODEL_CACHE networks (the least recently used goes),
-    and a width whose network was dropped and rebuilt trains bit for bit as on a fresh trainer."""
-    from hasfl_ray.training.workspace import MODEL_CACHE
+def test_the_model_cache_is_an_lru_bounded_by_bytes_and_a_rebuilt_network_trains_the_same(setup):
+    """Issue 46 item 4: a run of continuous widths (every client a new width) holds at most MODEL_CACHE_WEIGHTS
+    full-width networks' weights: the least recently used go until the new network fits, in the order an LRU of
+    these sizes gives; a cached width is reused (the same network, nothing rebuilt); and a width whose network was
+    dropped and rebuilt trains bit for bit as on a fresh trainer."""
+    from collections import OrderedDict
+
+    from hasfl_ray.training.workspace import MODEL_CACHE, MODEL_CACHE_WEIGHTS, weight_bytes
 
     dataset, settings, params = setup
     trainer = Trainer(dataset, "digits", settings)
-    widths = [round(0.2 + 0.05 * k, 2) for k in range(MODEL_CACHE + 4)]
+    bound = trainer.workspace.cache_bound
+    assert bound == MODEL_CACHE_WEIGHTS * weight_bytes(build_model("digits"))
+    widths = [round(0.3 + 0.05 * k, 2) for k in range(15)]  # 0.3 ... 1.0: about 6.9 full-width networks' weights
+    sizes = {w: weight_bytes(build_model("digits", w)) for w in widths}
+    assert sum(sizes.values()) > 2 * bound and len(widths) < MODEL_CACHE  # the bytes bound, not the count, bites
+    expected = OrderedDict()
     for k, width in enumerate(widths + widths[:3]):  # the first three come back after they were dropped
+        if width in expected:
+            expected.move_to_end(width)
+        else:
+            while expected and sum(expected.values()) + sizes[width] > bound:
+                expected.popitem(last=False)
+            expected[width] = sizes[width]
         task = ClientTask(k % len(SIZES), k, width, 0.05, 3)
         assert identical(trainer.train(task, params), Trainer(dataset, "digits", settings).train(task, params))
-        assert len(trainer.cached_widths) <= MODEL_CACHE
-    assert trainer.cached_widths == (widths + widths[:3])[-MODEL_CACHE:]  # least recently used first
-    trainer.model_at(widths[-1])  # a use moves it to the end
-    assert trainer.cached_widths[-1] == widths[-1]
+        assert trainer.cached_widths == list(expected)  # least recently used first
+        assert trainer.workspace.cached_bytes == sum(expected.values()) <= bound
+    assert len(expected) < len(widths)
+    held = trainer.workspace.cached_bytes
+    oldest, newest = trainer.cached_widths[0], trainer.cached_widths[-1]
+    network = trainer.model_at(oldest)  # a hit: the same network, moved to the end, nothing evicted
+    assert trainer.model_at(oldest) is network and trainer.cached_widths[-1] == oldest
+    assert trainer.workspace.cached_bytes == held and newest in trainer.cached_widths
+    trainer.release(keep=[newest])
+    assert trainer.cached_widths == [newest] and trainer.workspace.cached_bytes == sizes[newest]
 
 
 def test_a_cached_network_keeps_no_gradients_between_clients(setup):
