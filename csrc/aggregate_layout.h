@@ -87,6 +87,25 @@ HASFL_HD int64_t items_per_chunk(const int64_t* param, int64_t tile, int64_t chu
   return max64(1, chunk_elems / max64(width, 1));
 }
 
+// The sparse layouts' local_row: index of row `row` (row-major over all dims but the last) inside sparse entry
+// `e`'s packed rows, or -1 when one of its index lists misses the row. `row_map` concatenates the entries' maps
+// (full index -> local index or -1), `row_map_begin` (E, kMaxDims) says where entry e's map of dim d starts. The
+// CPU kernels (aggregate_sparse_host.h) and the CUDA kernel (aggregate_sparse_cuda.cu) both call this one.
+HASFL_HD int64_t mapped_local_row(const int32_t* row_map, const int64_t* row_map_begin, const int64_t* param,
+                                  int64_t e, const int64_t* entry, int64_t row) {
+  const int64_t ndim = param[kParamNdim];
+  int64_t local = 0, stride = 1;
+  for (int64_t d = ndim - 2; d >= 0; --d) {
+    const int64_t full = param[kParamFull + d];
+    const int32_t index = row_map[row_map_begin[e * kMaxDims + d] + row % full];
+    row /= full;
+    if (index < 0) return -1;
+    local += index * stride;
+    stride *= entry[kEntryPacked + d];
+  }
+  return local;
+}
+
 // Index of row `row` (row-major over all dims but the last) inside entry `entry`'s packed tensor, or -1
 // when the entry does not cover that row. The packed row starts at local_row * packed[last].
 HASFL_HD int64_t local_row(const int64_t* param, const int64_t* entry, int64_t row) {

@@ -42,18 +42,7 @@ struct SparseArgs {
 // one of its index lists misses the row (the sparse layouts' local_row).
 inline int64_t sparse_local_row(const SparseArgs& sp, const int64_t* param, int64_t e, const int64_t* entry,
                                 int64_t row) {
-  using namespace layout;
-  const int64_t ndim = param[kParamNdim];
-  int64_t local = 0, stride = 1;
-  for (int64_t d = ndim - 2; d >= 0; --d) {
-    const int64_t full = param[kParamFull + d];
-    const int32_t index = sp.row_map[sp.row_map_begin[e * kMaxDims + d] + row % full];
-    row /= full;
-    if (index < 0) return -1;
-    local += index * stride;
-    stride *= entry[kEntryPacked + d];
-  }
-  return local;
+  return layout::mapped_local_row(sp.row_map, sp.row_map_begin, param, e, entry, row);
 }
 
 // Writes, for each tile of `tile` columns of a row of `length` columns, the set bits of bitmask m before it

@@ -77,16 +77,8 @@ __device__ int64_t sparse_row_start(const SparseCudaArgs& a, const int64_t* para
     const int64_t local = local_row(param, entry, row);
     return local < 0 ? -1 : local * entry[kEntryPacked + ndim - 1];
   }
-  int64_t local = 0, stride = 1, rest = row;
-  for (int64_t d = ndim - 2; d >= 0; --d) {
-    const int64_t full = param[kParamFull + d];
-    const int32_t index = a.row_map[a.row_map_begin[e * kMaxDims + d] + rest % full];
-    rest /= full;
-    if (index < 0) return -1;
-    local += index * stride;
-    stride *= entry[kEntryPacked + d];
-  }
-  return local * entry[kEntryPacked + ndim - 1];
+  const int64_t local = mapped_local_row(a.row_map, a.row_map_begin, param, e, entry, row);
+  return local < 0 ? -1 : local * entry[kEntryPacked + ndim - 1];
 }
 
 // The element of entry e at column c0 + j of a row starting at `start`, or -1 where the entry does not hold it.
