@@ -1,5 +1,5 @@
 """The sub-model league's table (issue 44 item 4): per method and cell (dataset, partition, width ladder) the global
-accuracy, the accuracy at every width and the local accuracy's mean and worst client, at equal rounds (the run's
+accuracy (and FedLASE's: its mean over the last 20 rounds), the accuracy at every width and the local accuracy's mean and worst client, at equal rounds (the run's
 end), at equal simulated time and at equal bytes (the device clock's time and bytes to 50 % and 70 % accuracy, and the
 accuracy held at a time budget and at a bytes budget), mean ± std over seeds.
 
@@ -41,6 +41,10 @@ NOT_EVALUATED = "not evaluated by then"
 NO_ROUND = "no round by then"
 #: A target no seed reached.
 NOT_REACHED = "not reached"
+#: FedLASE's global accuracy (OpenReview 2uS2RBE0hv, section 5): the test accuracy averaged over the last 20 rounds.
+LAST_ROUNDS = 20
+#: A run none of whose last rounds recorded a test accuracy.
+NOT_TESTED = "no test accuracy in the last rounds"
 #: What each of these texts means, for the lines under a table.
 REASONS = {ENDED: "the run's whole simulated time or data is less than the budget (it was not scored there)",
            NOT_PER_ROUND: "the run's metrics.jsonl has local_accuracy_mean but not local_accuracy_worst (a run made "
@@ -49,7 +53,8 @@ REASONS = {ENDED: "the run's whole simulated time or data is less than the budge
            NOT_LOCAL: "the run evaluated local accuracy at its end only (--local-eval-every 0)",
            NOT_EVALUATED: "no round finished by the budget evaluated it (--eval-every)",
            NO_ROUND: "the run's first round ended after the budget",
-           NOT_REACHED: "no round's test accuracy reached the target"}
+           NOT_REACHED: "no round's test accuracy reached the target",
+           NOT_TESTED: f"none of the run's last {LAST_ROUNDS} rounds recorded a test accuracy (--test-every)"}
 #: The two budget axes: (name, index of the trajectory, flag, words).
 AXES = (("time", 0, "--budget-seconds", "simulated time"), ("bytes", 1, "--budget-bytes", "bytes moved"))
 
@@ -169,6 +174,18 @@ def _or(value: Any, text: str) -> Any:
     return text if value is None else value
 
 
+def last_rounds_mean(run: Dict[str, Any], rounds: int = LAST_ROUNDS) -> Any:
+    """FedLASE's global accuracy: the mean test accuracy over the run's last ``rounds`` rounds (the metrics.jsonl lines
+    whose round is within ``rounds`` of the last one; all of a shorter run's), leaving out a round that recorded none
+    (``--test-every``); or :data:`NOT_TESTED`."""
+    lines = _metrics(run)
+    last = max((line["round"] for line in lines if number(line.get("round"))), default=None)
+    window = lines[-rounds:] if last is None else [line for line in lines if number(line.get("round"))
+                                                                and line["round"] > last - rounds]
+    values = [line["test_accuracy"] for line in window if number(line.get("test_accuracy"))]
+    return sum(values) / len(values) if values else NOT_TESTED
+
+
 def _widths(members: Sequence[Dict[str, Any]]) -> List[float]:
     return sorted({width_of(w) for r in members for w in (r["summary"].get("accuracy_at_width_final") or {})
                    if width_of(w) is not None}, reverse=True)
@@ -184,7 +201,8 @@ def _local(run: Dict[str, Any], statistic: str) -> Any:
 def league_table(runs: Sequence[Dict[str, Any]], order: Sequence[str] = (), budget_seconds: Optional[float] = None,
                  budget_bytes: Optional[float] = None) -> Optional[Dict[str, Any]]:
     """The league table (None unless some run has a device clock): ``rows`` per (dataset, partition, ladder,
-    method) with ``cells`` (accuracies in %, times in s, bytes): at equal rounds ``global``, ``p=<w>``,
+    method) with ``cells`` (accuracies in %, times in s, bytes): at equal rounds ``global``, ``global_last20``
+    (:func:`last_rounds_mean`), ``p=<w>``,
     ``local_mean``, ``local_worst``; at equal time ``time_to_<target>_s`` and the same four ``...@time``; at equal
     bytes ``bytes_to_<target>`` and the four ``...@bytes``. ``budgets``: per dataset the time and bytes budget and
     whether a flag gave it (default: :func:`default_budgets`)."""
@@ -206,7 +224,8 @@ def league_table(runs: Sequence[Dict[str, Any]], order: Sequence[str] = (), budg
     for (dataset, partition, ladder, method), members in league_groups(runs, order):
         widths = _widths(members)
         clocked = [is_clocked(r) for r in members]
-        cells: Dict[str, Any] = {"global": _over([r["summary"]["final_accuracy"] for r in members], 100)}
+        cells: Dict[str, Any] = {"global": _over([r["summary"]["final_accuracy"] for r in members], 100),
+                                 f"global_last{LAST_ROUNDS}": _over([last_rounds_mean(r) for r in members], 100)}
         for w in widths:
             cells[f"p={width_label(w)}"] = _over([(r["summary"].get("accuracy_at_width_final") or {})
                                                   .get(width_label(w), "not evaluated") for r in members], 100)
@@ -264,7 +283,8 @@ def league_columns(kind: str, widths: Sequence[str], unit: Mapping[str, Tuple[fl
     """(key, header, scale, decimals) of one of the three views: ``rounds``, ``time`` or ``bytes``."""
     accuracy = [("global", "Global (%)")] + [(f"p={w}", f"p = {w} (%)") for w in widths] + [
         ("local_mean", "Local mean (%)"), ("local_worst", "Local worst (%)")]
-    if kind == "rounds":
+    if kind == "rounds":  # FedLASE's mean over the last rounds beside the run's end
+        accuracy.insert(1, (f"global_last{LAST_ROUNDS}", f"Global, last {LAST_ROUNDS} rounds (%)"))
         return [(key, header, 1.0, 1) for key, header in accuracy]
     scale, name = unit[kind]
     reach = [(f"time_to_{width_label(t)}_s" if kind == "time" else f"bytes_to_{width_label(t)}",

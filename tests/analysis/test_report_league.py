@@ -210,3 +210,27 @@ def test_the_report_prints_the_league_after_the_clock_table(league):
     text = result.output
     assert text.index("Time and data to accuracy:") < text.index("# The sub-model league")
     assert "### At equal bytes (down and up) (budget" in text and "| IID | HeteroFL | 1 |" in text
+
+
+def test_fedlases_global_accuracy_is_the_mean_over_the_last_20_rounds(league, tmp_path):
+    """FedLASE's metric (its section 5): test accuracy averaged over the last 20 rounds. On a real 23-round clocked run
+    that tests every 2nd round (and the last), the cell is the mean of the test accuracies its last 20 lines hold,
+    rounds without one left out; on the 3-round runs, the mean over all their rounds."""
+    run = tmp_path / "runs" / "digits-heterofl-seed1"
+    result = CliRunner().invoke(main, ["simulate", "--backend", "local", "--rounds", "23", "--clients", "4",
+                                       "--clients-per-round", "2", "--quiet", "--algorithm", "heterofl", "--seed",
+                                       "1", "--devices", "lognormal", "--test-every", "2", "--out", str(run)])
+    assert result.exit_code == 0, result.output
+    tested = [line["test_accuracy"] for line in lines(run)]
+    assert len(tested) == 23 and None in tested[-20:]  # some of the last 20 rounds recorded none
+    window = [a for a in tested[-20:] if a is not None]
+    cell = rows_of(report(tmp_path / "runs", "--json"))[("Dir(0.3)", "heterofl")]["cells"]["global_last20"]
+    assert (cell["mean"], cell["n"]) == (pytest.approx(100 * np.mean(window)), 1)
+    earlier = [a for a in tested[:-20] if a is not None]
+    assert earlier and np.mean(window) != pytest.approx(np.mean(window + earlier))  # the window is not the whole run
+    rows = rows_of(report(league, "--json"))
+    for key, folders in SEEDS.items():  # 3 rounds: all of them
+        check(rows[key]["cells"]["global_last20"],
+              expected_cell([np.mean([line["test_accuracy"] for line in lines(league / f)]) for f in folders], 100))
+    markdown = report(league)
+    assert "| Partition | Method | Seeds | Global (%) | Global, last 20 rounds (%) |" in markdown.output

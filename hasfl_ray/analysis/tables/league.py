@@ -13,7 +13,8 @@ from hasfl_ray.analysis.tables.summary import table_csv
 #: The three views: (kind, heading).
 VIEWS = (("rounds", "At equal rounds (each run's last round)"), ("time", "At equal simulated time"),
          ("bytes", "At equal bytes (down and up)"))
-CAPTION = ("Per method and cell (dataset, partition, width ladder): global test accuracy (%) of the full model, "
+CAPTION = ("Per method and cell (dataset, partition, width ladder): global test accuracy (%) of the full model "
+           "(at equal rounds also its mean over the run's last 20 rounds, FedLASE's metric), "
            "accuracy (%) of the global model cut to each width, and the masked local accuracy's mean and worst client "
            "(docs/metrics.md); at equal rounds (each run's end), at equal simulated time and at equal bytes (the device "
            "clock, docs/clock.md): the time and bytes moved until the end of the first round whose test accuracy "
