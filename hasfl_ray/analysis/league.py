@@ -1,7 +1,8 @@
 """The sub-model league's table (issue 44 item 4): per method and cell (dataset, partition, width ladder) the global
-accuracy (and FedLASE's: its mean over the last 20 rounds), the accuracy at every width and the local accuracy's mean and worst client, at equal rounds (the run's
-end), at equal simulated time and at equal bytes (the device clock's time and bytes to 50 % and 70 % accuracy, and the
-accuracy held at a time budget and at a bytes budget), mean ± std over seeds.
+accuracy (and FedLASE's: its mean over the last 20 rounds), the accuracy at every width and the local accuracy's mean
+and worst client, at equal rounds (the run's end), at equal simulated time and at equal bytes (the device clock's
+time and bytes to 50 % and 70 % accuracy, and the accuracy held at a time budget and at a bytes budget), mean ± std
+over seeds.
 
 A report has this table when some run has a device clock (docs/clock.md); a run without one has no simulated time,
 and its time and bytes cells say so (never a number). Only summary.json and metrics.jsonl are read: the tables the
@@ -87,8 +88,9 @@ def league_groups(runs: Sequence[Dict[str, Any]], order: Sequence[str] = ()
                   ) -> List[Tuple[Tuple[str, str, str, str], List[Dict[str, Any]]]]:
     """The runs by (dataset, partition, ladder, method): a method's label is the report's row label within its cell
     (:func:`~hasfl_ray.analysis.rows.row_keys` over that cell's runs, so a sweep's per-cell variant
-    ``heterofl-dir0.1-l4`` is ``heterofl``), each group checked as a row (one protocol, one run per seed). Order:
-    datasets and cells as ``order`` first names them (a sweep's variants), methods likewise, then alphabetically."""
+    ``heterofl-dir0.1-l4-10.20.30.40`` is ``heterofl``), each group checked as a row (one protocol, one run per
+    seed). Order: datasets and cells as ``order`` first names them (a sweep's variants), methods likewise, then
+    alphabetically."""
     cells: Dict[Tuple[str, str, str], List[Dict[str, Any]]] = {}
     for run in runs:
         config = run["config"]
