@@ -94,29 +94,46 @@ def aggregate_private(global_shapes: Mapping[str, Tuple[int, ...]], updates: Seq
 def aggregate_private_sparse(global_shapes: Mapping[str, Tuple[int, ...]], updates: Sequence[Mapping[str, object]],
                              weights: Sequence[float], bounds: Sequence[float], noise_std: float, seed: int,
                              offset: int, expected: Optional[float] = None,
-                             gate_blocks: Optional[Mapping[str, int]] = None) -> PrivateAggregate:
+                             gate_blocks: Optional[Mapping[str, int]] = None,
+                             offsets: Optional[Sequence[Mapping[str, Sequence[int]]]] = None,
+                             aside: Sequence[Tuple[int, Mapping[str, object]]] = ()) -> PrivateAggregate:
     """:func:`aggregate_private` where some client holds a parameter as an index set or a mask
     (:class:`~hasfl_ray.aggregation.packed.IndexedUpdate`, :class:`~hasfl_ray.aggregation.packed.MaskedUpdate`)
     beside slices: the tables of :func:`hasfl_ray.ops.sparse.build_sparse_layout`, each client's norm over its
     packed values, the noise of coordinate j keyed by j's index in the flat model (``global_shapes`` in order, as
-    the dense op's: the layout puts the dense parameters first, so each parameter's output is moved to its place)."""
+    the dense op's: the layout puts the dense parameters first, so each parameter's output is moved to its place).
+
+    ``offsets``: the dense parameters' window starts per client (:func:`aggregate_private`'s). ``aside``: (client,
+    packed values) of coordinates a client trained but is not averaged over (the label split's rows of labels it
+    does not hold, :func:`hasfl_ray.aggregation.label_split.split_by_label`): they count in its norm and its
+    divergence norms, not in any mean or k_j (the op's ``uncounted`` entries)."""
     _check(sparse_available(), bounds, updates)
     from hasfl_ray.aggregation import validate_inputs
     from hasfl_ray.ops.sparse import build_sparse_layout
 
     global_shapes, weights_t, blocks = validate_inputs(global_shapes, updates, list(weights), gate_blocks)
     names = tuple(global_shapes)
-    layout = build_sparse_layout(global_shapes, updates, blocks)
+    owners = [client for client, _ in aside]
+    layout = build_sparse_layout(global_shapes, list(updates) + [part for _, part in aside], blocks,
+                                 None if offsets is None else list(offsets) + [{} for _ in aside])
     where, start = {}, 0
     for name in names:
         where[name] = start
         start += math.prod(global_shapes[name])
     params = layout.params.clone()
     params[:, ops._PARAM_OUT_OFFSET] = torch.tensor([where[name] for name in layout.names], dtype=torch.int64)
+    entries, uncounted = layout.entries, None
+    if aside:  # the aside parts' entries belong to their clients, uncounted
+        entries = entries.clone()
+        column = entries[:, ops._ENTRY_CLIENT]
+        extra = column >= len(updates)
+        uncounted = extra.to(torch.uint8).contiguous()
+        column[extra] = torch.tensor(owners, dtype=torch.int64)[column[extra] - len(updates)]
     out, weights_t, bounds_t = _buffers(layout.packed[0], layout.total_numel, weights_t, bounds)
     got = torch.ops.hasfl_ray.aggregate_private_sparse_into(
-        out, layout.packed, params, layout.entries, weights_t, bounds_t, float(noise_std), int(seed), int(offset),
-        None if expected is None else float(expected), layout.kinds, layout.bits, layout.rows, layout.row_offsets)
+        out, layout.packed, params, entries, weights_t, bounds_t, float(noise_std), int(seed), int(offset),
+        None if expected is None else float(expected), layout.kinds, layout.bits, layout.rows, layout.row_offsets,
+        uncounted)
     return _unpacked(out, got, names, tuple(tuple(global_shapes[n]) for n in names), layout.total_numel, names)
 
 

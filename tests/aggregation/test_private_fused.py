@@ -198,11 +198,10 @@ def test_numpy_draws_are_the_kernels_where_the_extension_is_missing():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_the_servers_fused_form_adds_what_the_torch_path_adds(dtype, expected):
     """Leading slices on a CPU server take the one-pass op (server_privacy.fused_form); its noised mean equals the
-    torch path's (the same draws), and the path is not taken where the layout or the device has none (rolling windows:
-    test_private_fused_windows.py; index sets and masks: test_private_fused_sparse.py)."""
+    torch path's (the same draws), and the path is not taken where the device has none or the fallback switch is set
+    (rolling windows: test_private_fused_windows.py; index sets and masks: test_private_fused_sparse.py; the label
+    split: test_private_fused_label_split.py)."""
     from types import SimpleNamespace
-
-    import numpy as np
 
     from hasfl_ray.engine.server_privacy import fused_form
 
@@ -227,7 +226,6 @@ def test_the_servers_fused_form_adds_what_the_torch_path_adds(dtype, expected):
     assert got_keys == pytest.approx(want_keys, rel=1e-12) and got_clip == pytest.approx(want_clip, rel=1e-12)
     for other in (dict(aggregation_backend="reference"), dict(device=torch.device("meta"))):
         assert fused_form(SimpleNamespace(**{**vars(server), **other}), updates, [0] * 6, None) is None
-    assert fused_form(server, updates, [0] * 6, np.ones((6, 2), bool)) is None  # label split
 
 
 def test_a_dp_run_of_leading_slices_goes_through_the_one_pass_op(tmp_path, monkeypatch):
