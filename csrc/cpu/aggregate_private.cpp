@@ -15,10 +15,11 @@
 //            divergence partials of the clipped values against the noiseless mean, as aggregate_into's.
 //
 // normal(seed, offset, j) is one Philox4x32-10 block (key: seed; counter: offset in the low 64 bits, j in the high
-// ones) turned into a standard normal by Box-Muller: it depends on (seed, offset, j) alone, never on the threads,
-// the tiling or the order of the work. hasfl_ray::private_normals returns these draws (the oracle tests' key).
+// ones) turned into a standard normal by Box-Muller with ln and cos written out in IEEE operations
+// (csrc/private_normal.h, shared with the CUDA kernels: the same bits on either device): it depends on (seed,
+// offset, j) alone, never on the threads, the tiling, the order of the work or the device.
+// hasfl_ray::private_normals returns these draws (the oracle tests' key).
 #include <ATen/ATen.h>
-#include <ATen/core/PhiloxRNGEngine.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -29,6 +30,7 @@
 #include "aggregate_host.h"
 #include "aggregate_layout.h"
 #include "aggregate_sparse_host.h"
+#include "private_normal.h"
 
 namespace hasfl_ray {
 namespace {
@@ -39,18 +41,7 @@ using namespace layout;
 constexpr int64_t kPrivateTile = 1024;
 constexpr int64_t kPrivateChunkElems = 32768;
 
-// A standard normal from one Philox block: two 53-bit uniforms, u1 in (0, 1) and u2 in [0, 1), and
-// sqrt(-2 ln u1) cos(2 pi u2).
-inline double philox_normal(uint64_t seed, uint64_t offset, uint64_t index) {
-  at::Philox4_32 engine(seed, index, offset);  // Philox4x32, 10 rounds
-  const uint32_t a = engine(), b = engine(), c = engine(), d = engine();
-  const double scale = 1.0 / 9007199254740992.0;  // 2^-53
-  const uint64_t x = ((static_cast<uint64_t>(a) << 32) | b) >> 11;
-  const uint64_t y = ((static_cast<uint64_t>(c) << 32) | d) >> 11;
-  const double u1 = (static_cast<double>(x) + 0.5) * scale;
-  const double u2 = static_cast<double>(y) * scale;
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-}
+using normal::philox_normal;  // csrc/private_normal.h: the CUDA kernels' draws too
 
 struct PrivateArgs {
   const int64_t* params;
