@@ -1,7 +1,15 @@
 """The server's differentially private mean (docs/privacy.md): each accepted update clipped over the coordinates its
 client holds, the count-weighted sum noised and divided by each coordinate's holders
-(:func:`hasfl_ray.aggregation.privacy.privatize`), on the same aggregation path the round's updates take without
-privacy (:meth:`hasfl_ray.engine.server.Server._aggregate`: slices, windows, label split, index sets, masks)."""
+(:func:`hasfl_ray.aggregation.privacy.privatize`), with the coverage of the aggregation path the round's updates take
+without privacy (:meth:`hasfl_ray.engine.server.Server._aggregate`: slices, windows, label split, index sets, masks).
+
+Every layout goes through the fused kernel's one pass (:func:`fused_form`): slices and windows through
+``aggregate_private_into``; index sets, masks and the label split (:func:`label_split_form`) through
+``aggregate_private_sparse_into``; on the CPU, and on a CUDA server whose build has their CUDA kernel (compiled for
+sm_90, not yet run on a card). The torch path of :func:`~hasfl_ray.aggregation.privacy.privatize` remains where
+``--aggregation reference`` selects it, on another device or a build without the kernel, and where the op cannot
+express the round (windows split in blocks past dim 0; index sets beside a label split or windows, which the round's
+own path refuses in a sentence): the same draws (csrc/private_normal.h), so the paths agree to rounding."""
 
 from __future__ import annotations
 
@@ -28,16 +36,19 @@ def private_mean(server: Any, updates: List[Dict], offsets: List[int], holds: Op
 
 
 def fused_form(server: Any, updates: List[Dict], offsets: List[int], holds: Optional[np.ndarray]):
-    """The fused kernel's one-pass form of the DP mean (clip, mean, counts, noise) where the round's layout has it on
-    a CPU server with the kernel built and not refused (``--aggregation reference``): leading slices and rolling
-    windows (their channel offsets as the layout's element starts, :func:`hasfl_ray.aggregation.windows.
-    element_starts`) through ``aggregate_private_into``, index sets and masks (beside slices) and the label split
-    (:func:`label_split_form`) through ``aggregate_private_sparse_into``. None elsewhere (CUDA; a layout the op
-    cannot express: the torch path, the same draws)."""
+    """The fused kernel's one-pass form of the DP mean (clip, mean, counts, noise) where the round's layout has it,
+    on a CPU server with the kernel built, or a CUDA server whose build has the private ops' CUDA kernel
+    (:func:`hasfl_ray.ops.aggregate_private.cuda_available`; not yet run on a card), unless refused
+    (``--aggregation reference``: the torch path): leading slices and rolling windows (their channel offsets as the
+    layout's element starts, :func:`hasfl_ray.aggregation.windows.element_starts`) through
+    ``aggregate_private_into``, index sets and masks (beside slices) and the label split (:func:`label_split_form`)
+    through ``aggregate_private_sparse_into``. None elsewhere (another device, a build without the kernel, a layout
+    the op cannot express: the torch path, the same draws)."""
     from hasfl_ray.ops import aggregate_private
     from hasfl_ray.ops.sparse import has_sparse
 
-    if server.device.type != "cpu" or server.aggregation_backend == "reference":
+    if server.aggregation_backend == "reference" or server.device.type not in ("cpu", "cuda") or \
+            (server.device.type == "cuda" and not aggregate_private.cuda_available()):
         return None
     if holds is not None:
         return label_split_form(server, updates, offsets, holds)

@@ -1,5 +1,6 @@
 """The fused aggregation with client-level DP in its pass: ``hasfl_ray::aggregate_private_into`` and, with index sets
-and masks, ``hasfl_ray::aggregate_private_sparse_into`` (CPU only).
+and masks (and the label split's masks), ``hasfl_ray::aggregate_private_sparse_into`` (CPU; CUDA where the extension
+is built with it: csrc/cuda/aggregate_private_cuda.cu, compiled for sm_90 but not yet run on a card).
 
 One call clips each client's packed update to its bound (C over its repeats, as
 :func:`hasfl_ray.aggregation.privacy.clip_updates`), takes the weighted mean over each coordinate's holders, counts
@@ -10,12 +11,14 @@ index in the flat output of ``global_shapes`` in order): the draws depend on not
 result is the same with any number of threads (csrc/cpu/aggregate_private.cpp).
 
 Scope: the dense layouts (leading slices, rolling windows, gate blocks; :func:`aggregate_private`) and the sparse ones
-beside them (index sets, masks; :func:`aggregate_private_sparse`, the tables of
-:func:`hasfl_ray.ops.sparse.build_sparse_layout`) on the CPU. The label split and CUDA keep the torch path of
-:func:`hasfl_ray.aggregation.privacy.privatize` (these ops have no CUDA kernel), with the same draws
-(:func:`hasfl_ray.aggregation.privacy.normal_draws`); the server takes these ops where the round's layout has them
+beside them (index sets, masks, the label split's output layer with its ``aside`` rows; :func:`aggregate_private_sparse`,
+the tables of :func:`hasfl_ray.ops.sparse.build_sparse_layout`). normal(seed, offset, j) is one definition for the CPU
+and CUDA kernels (csrc/private_normal.h), so either device adds the same draws; the torch path of
+:func:`hasfl_ray.aggregation.privacy.privatize` (``--aggregation reference``) adds them too
+(:func:`hasfl_ray.aggregation.privacy.normal_draws`). The server takes these ops where the round's layout has them
 (:func:`hasfl_ray.engine.server_privacy.fused_form`). Checked against float64 oracles in
-tests/aggregation/test_private_fused.py, test_private_fused_windows.py and test_private_fused_sparse.py.
+tests/aggregation/test_private_fused.py, test_private_fused_windows.py, test_private_fused_sparse.py,
+test_private_fused_label_split.py and, on a GPU, test_private_cuda.py.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ class PrivateAggregate:
 
     result: AggregateResult
     counts: Dict[str, torch.Tensor]
-    norms: torch.Tensor
+    norms: torch.Tensor  # (CPU; counts on the updates' device)
 
 
 def available() -> bool:
@@ -54,6 +57,13 @@ def available() -> bool:
 def sparse_available() -> bool:
     """Whether the built extension registers the private op of index sets and masks."""
     return available() and hasattr(torch.ops.hasfl_ray, "aggregate_private_sparse_into")
+
+
+def cuda_available() -> bool:
+    """Whether both private ops have their CUDA kernel (csrc/cuda/aggregate_private_cuda.cu: a build with CUDA)."""
+    return sparse_available() and all(
+        torch._C._dispatch_has_kernel_for_dispatch_key(f"hasfl_ray::{op}", "CUDA")
+        for op in ("aggregate_private_into", "aggregate_private_sparse_into"))
 
 
 def normals(seed: int, offset: int, n: int) -> torch.Tensor:
@@ -147,17 +157,20 @@ def _check(present: bool, bounds: Sequence[float], updates: Sequence[Mapping[str
 
 
 def _buffers(first: torch.Tensor, total: int, weights, bounds):
-    if first.device.type != "cpu":
-        raise ValueError(f"the private fused aggregation runs on the CPU; the updates are on {first.device}")
-    out = torch.empty(total, dtype=first.dtype)
+    if first.device.type not in ("cpu", "cuda") or (first.device.type == "cuda" and not cuda_available()):
+        raise ValueError(f"the updates are on {first.device} but this build of the private fused aggregation runs on "
+                         f"the CPU{' and CUDA' if cuda_available() else ''}; expected updates there")
+    out = torch.empty(total, dtype=first.dtype, device=first.device)
     weights_t = torch.as_tensor(weights, dtype=torch.float64).cpu().contiguous()
     bounds_t = torch.as_tensor(list(bounds), dtype=torch.float64).contiguous()
     return out, weights_t, bounds_t
 
 
 def _unpacked(out, got, names, shapes, total, order) -> PrivateAggregate:
-    """The op's flat output and counts (``names``' order, each of ``shapes``) as dicts in ``order``."""
+    """The op's flat output and counts (``names``' order, each of ``shapes``) as dicts in ``order``; the norms and
+    divergence norms on the CPU, the output and counts on the updates' device."""
     div_num, div_den, covered, counts, norms = got
+    div_num, div_den, norms = div_num.cpu(), div_den.cpu(), norms.cpu()
     sizes = [math.prod(shape) for shape in shapes]
     delta = {name: view.view(shape) for name, shape, view in zip(names, shapes, out.split(sizes))}
     count = {name: view.view(shape) for name, shape, view in zip(names, shapes, counts.split(sizes))}
@@ -165,5 +178,5 @@ def _unpacked(out, got, names, shapes, total, order) -> PrivateAggregate:
     return PrivateAggregate(result, {n: count[n] for n in order}, norms)
 
 
-__all__ = ["PrivateAggregate", "aggregate_private", "aggregate_private_sparse", "available", "normals",
-           "sparse_available"]
+__all__ = ["PrivateAggregate", "aggregate_private", "aggregate_private_sparse", "available", "cuda_available",
+           "normals", "sparse_available"]
