@@ -2,8 +2,9 @@
 // differential privacy in the same pass (docs/privacy.md, hasfl_ray/ops/aggregate_private.py), and
 // hasfl_ray::aggregate_private_sparse_into, the same over the sparse layouts too: dense parameters (leading slices,
 // rolling windows, gate blocks: the params/entries tables of csrc/aggregate_layout.h) and, in the sparse form, index
-// sets and masks beside them (the kinds/bits/rows tables of csrc/aggregate_sparse_host.h). CUDA keeps the torch path
-// of hasfl_ray/aggregation/privacy.py (these ops have no CUDA kernel).
+// sets and masks beside them (the kinds/bits/rows tables of csrc/aggregate_sparse_host.h), with `uncounted` entries
+// (in their client's norm and divergence, in no sum or k_j: the label split's rows of labels a client does not hold).
+// The CUDA form of both ops: cuda/aggregate_private_cuda.cu (the same draws, csrc/private_normal.h).
 //
 //   phase 1  ||u_i||, client i's L2 norm over every value it holds (float64; each entry's sum of squares in element
 //            order, a client's entries summed in parameter order), and its clip scale s_i = min(1, bound_i / ||u_i||);
