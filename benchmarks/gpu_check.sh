@@ -45,8 +45,10 @@ step info 60 "$PY" cli info --json
 
 # 2. Tests that touch the device: the fused kernel against the float64 oracle (CUDA cases run only on a GPU),
 #    batched vs one-at-a-time training, determinism and resume bit-identity (device auto = cuda on a GPU).
+#    The CUDA test files: tests/aggregation/test_fused.py (dense), test_sparse_cuda.py (index sets, masks) and
+#    test_private_cuda.py (the DP ops' CUDA kernel, every layout, never yet run on a card: its first run is here).
 TESTS="tests/aggregation tests/training tests/engine/test_checkpoint.py tests/engine/test_engine.py"
-[ "$QUICK" = 1 ] && TESTS="tests/aggregation/test_fused.py tests/training/test_determinism.py"
+[ "$QUICK" = 1 ] && TESTS="tests/aggregation/test_fused.py tests/aggregation/test_private_cuda.py tests/training/test_determinism.py"
 # On the lent H100 (2026-11-27) this step took 141 s in one process, the most of any; with pytest-xdist (there on
 # the GPU machines) 4 workers share the card, so the script's 6 minutes hold.
 PARALLEL=""; "$PY" -c "import xdist" 2>/dev/null && PARALLEL="-n $(( $(nproc) >= 16 ? 8 : 4 ))"  # 16 cores on the H200 machine

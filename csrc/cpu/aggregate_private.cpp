@@ -2,8 +2,9 @@
 // differential privacy in the same pass (docs/privacy.md, hasfl_ray/ops/aggregate_private.py), and
 // hasfl_ray::aggregate_private_sparse_into, the same over the sparse layouts too: dense parameters (leading slices,
 // rolling windows, gate blocks: the params/entries tables of csrc/aggregate_layout.h) and, in the sparse form, index
-// sets and masks beside them (the kinds/bits/rows tables of csrc/aggregate_sparse_host.h). CUDA keeps the torch path
-// of hasfl_ray/aggregation/privacy.py (these ops have no CUDA kernel).
+// sets and masks beside them (the kinds/bits/rows tables of csrc/aggregate_sparse_host.h), with `uncounted` entries
+// (in their client's norm and divergence, in no sum or k_j: the label split's rows of labels a client does not hold).
+// The CUDA form of both ops: cuda/aggregate_private_cuda.cu (the same draws, csrc/private_normal.h).
 //
 //   phase 1  ||u_i||, client i's L2 norm over every value it holds (float64; each entry's sum of squares in element
 //            order, a client's entries summed in parameter order), and its clip scale s_i = min(1, bound_i / ||u_i||);
@@ -15,10 +16,11 @@
 //            divergence partials of the clipped values against the noiseless mean, as aggregate_into's.
 //
 // normal(seed, offset, j) is one Philox4x32-10 block (key: seed; counter: offset in the low 64 bits, j in the high
-// ones) turned into a standard normal by Box-Muller: it depends on (seed, offset, j) alone, never on the threads,
-// the tiling or the order of the work. hasfl_ray::private_normals returns these draws (the oracle tests' key).
+// ones) turned into a standard normal by Box-Muller with ln and cos written out in IEEE operations
+// (csrc/private_normal.h, shared with the CUDA kernels: the same bits on either device): it depends on (seed,
+// offset, j) alone, never on the threads, the tiling, the order of the work or the device.
+// hasfl_ray::private_normals returns these draws (the oracle tests' key).
 #include <ATen/ATen.h>
-#include <ATen/core/PhiloxRNGEngine.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -29,6 +31,7 @@
 #include "aggregate_host.h"
 #include "aggregate_layout.h"
 #include "aggregate_sparse_host.h"
+#include "private_normal.h"
 
 namespace hasfl_ray {
 namespace {
@@ -39,18 +42,7 @@ using namespace layout;
 constexpr int64_t kPrivateTile = 1024;
 constexpr int64_t kPrivateChunkElems = 32768;
 
-// A standard normal from one Philox block: two 53-bit uniforms, u1 in (0, 1) and u2 in [0, 1), and
-// sqrt(-2 ln u1) cos(2 pi u2).
-inline double philox_normal(uint64_t seed, uint64_t offset, uint64_t index) {
-  at::Philox4_32 engine(seed, index, offset);  // Philox4x32, 10 rounds
-  const uint32_t a = engine(), b = engine(), c = engine(), d = engine();
-  const double scale = 1.0 / 9007199254740992.0;  // 2^-53
-  const uint64_t x = ((static_cast<uint64_t>(a) << 32) | b) >> 11;
-  const uint64_t y = ((static_cast<uint64_t>(c) << 32) | d) >> 11;
-  const double u1 = (static_cast<double>(x) + 0.5) * scale;
-  const double u2 = static_cast<double>(y) * scale;
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-}
+using normal::philox_normal;  // csrc/private_normal.h: the CUDA kernels' draws too
 
 struct PrivateArgs {
   const int64_t* params;
@@ -71,6 +63,8 @@ struct PrivateArgs {
   double expected;
   const int64_t* kinds;  // per parameter, 1: sparse (index sets, masks); null: every parameter dense
   SparseArgs sparse;     // the sparse tables (read where kinds says sparse)
+  const uint8_t* uncounted;  // per entry, 1: in its client's norm and divergence but not in the mean, k_j (the label
+                             // split's rows a client trained without holding the label); null: every entry counted
 };
 
 // Calls f(j, x) for every column c0 + j < c1 of the current tile that entry e holds, in column order, x its value
@@ -124,6 +118,7 @@ void run_private_chunk(const PrivateArgs& args, int64_t chunk, double* acc, doub
     for (int64_t j = 0; j < n; ++j) acc[j] = den[j] = cnt[j] = 0.0;
     for (int64_t k = 0; k < row_count; ++k) {
       const int64_t e = row_entry[k];
+      if (args.uncounted != nullptr && args.uncounted[e]) continue;
       const double w = args.entry_weight[e], ws = w * args.entry_scale[e];
       for_each_held<scalar_t>(args, v, sparse, e, row_start[k], tile, c0, c1, [&](int64_t j, double x) {
         acc[j] += ws * x;
@@ -197,7 +192,7 @@ using PrivateResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor,
 PrivateResult private_pass(const at::Tensor& out, at::TensorList packed, const at::Tensor& params,
                            const at::Tensor& entries, const at::Tensor& weights, const at::Tensor& bounds,
                            double noise_std, int64_t seed, int64_t offset, std::optional<double> expected,
-                           const int64_t* kinds, const SparseArgs& sparse) {
+                           const int64_t* kinds, const SparseArgs& sparse, const uint8_t* uncounted) {
   const int64_t num_entries = entries.size(0), num_clients = weights.size(0);
   TORCH_CHECK(bounds.device().is_cpu() && bounds.scalar_type() == at::kDouble && bounds.dim() == 1 &&
                   bounds.is_contiguous() && bounds.size(0) == num_clients,
@@ -241,7 +236,8 @@ PrivateResult private_pass(const at::Tensor& out, at::TensorList packed, const a
                          plan.entry_weight.data_ptr<double>(), entry_scale.data(), out.data_ptr(),
                          counts.data_ptr<double>(), partial_num.data_ptr<double>(), partial_den.data_ptr<double>(),
                          chunk_covered.data_ptr<int64_t>(), noise_std, static_cast<uint64_t>(seed),
-                         static_cast<uint64_t>(offset), expected.has_value(), expected.value_or(1.0), kinds, sparse};
+                         static_cast<uint64_t>(offset), expected.has_value(), expected.value_or(1.0), kinds, sparse,
+                         uncounted};
   const int64_t max_entries = plan.max_entries;
   AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "hasfl_ray::aggregate_private_into",
                              [&] { run_private_chunks<scalar_t>(args, num_chunks, max_entries); });
@@ -267,7 +263,7 @@ PrivateResult aggregate_private_into_cpu(const at::Tensor& out, at::TensorList p
   check_aggregate_args(packed, params, entries, weights, out);
   TORCH_CHECK(out.device().is_cpu(), "out must be on the CPU for the CPU kernel, got ", out.device());
   return private_pass(out, packed, params, entries, weights, bounds, noise_std, seed, offset, expected, nullptr,
-                      SparseArgs{nullptr, nullptr, nullptr, nullptr, nullptr});
+                      SparseArgs{nullptr, nullptr, nullptr, nullptr, nullptr}, nullptr);
 }
 
 // Dense and sparse parameters (index sets, masks) in one pass: the tables of aggregate_sparse_into.
@@ -276,7 +272,8 @@ PrivateResult aggregate_private_sparse_into_cpu(const at::Tensor& out, at::Tenso
                                                 const at::Tensor& weights, const at::Tensor& bounds, double noise_std,
                                                 int64_t seed, int64_t offset, std::optional<double> expected,
                                                 const at::Tensor& kinds, at::TensorList bits, const at::Tensor& rows,
-                                                const at::Tensor& row_offsets) {
+                                                const at::Tensor& row_offsets,
+                                                const std::optional<at::Tensor>& uncounted) {
   check_aggregate_args(packed, params, entries, weights, out);
   TORCH_CHECK(out.device().is_cpu(), "out must be on the CPU for the CPU kernel, got ", out.device());
   const int64_t num_entries = entries.size(0);
@@ -300,7 +297,16 @@ PrivateResult aggregate_private_sparse_into_cpu(const at::Tensor& out, at::Tenso
   const SparsePrep prep = prepare_sparse(params, entries, kinds, bits_ptr, bits_len, rows, row_offsets, kPrivateTile);
   const SparseArgs sparse{bits_ptr.data(), prep.row_map.data(), prep.row_map_begin.data(), prep.tile_prefix.data(),
                           prep.prefix_begin.data()};
-  return private_pass(out, packed, params, entries, weights, bounds, noise_std, seed, offset, expected, K, sparse);
+  const uint8_t* skip = nullptr;
+  if (uncounted.has_value()) {
+    TORCH_CHECK(uncounted->device().is_cpu() && uncounted->scalar_type() == at::kByte && uncounted->dim() == 1 &&
+                    uncounted->is_contiguous() && uncounted->size(0) == num_entries,
+                "uncounted must be a contiguous uint8 CPU tensor of shape (", num_entries, "), got ",
+                uncounted->sizes(), " ", uncounted->scalar_type(), " on ", uncounted->device());
+    skip = uncounted->data_ptr<uint8_t>();
+  }
+  return private_pass(out, packed, params, entries, weights, bounds, noise_std, seed, offset, expected, K, sparse,
+                      skip);
 }
 
 // The draws normal(seed, offset, j) for j < n, float64: the torch path's noise and the oracle tests' key (each draw
@@ -326,10 +332,12 @@ TORCH_LIBRARY_FRAGMENT(hasfl_ray, m) {
         "Tensor bounds, float noise_std, int seed, int offset, float? expected) -> "
         "(Tensor, Tensor, Tensor, Tensor, Tensor)");
   // The same with index sets and masks beside the dense parameters: kinds, bits, rows, row_offsets as for
-  // aggregate_sparse_into (csrc/aggregate_sparse_host.h).
+  // aggregate_sparse_into (csrc/aggregate_sparse_host.h); uncounted: None, or uint8 CPU (E,), 1 where an entry
+  // counts in its client's norm and divergence but not in the mean and k_j (the label split's unheld rows).
   m.def("aggregate_private_sparse_into(Tensor(a!) out, Tensor[] packed, Tensor params, Tensor entries, "
         "Tensor weights, Tensor bounds, float noise_std, int seed, int offset, float? expected, Tensor kinds, "
-        "Tensor[] bits, Tensor rows, Tensor row_offsets) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+        "Tensor[] bits, Tensor rows, Tensor row_offsets, Tensor? uncounted=None) -> "
+        "(Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("private_normals(int seed, int offset, int n) -> Tensor", &private_normals);
 }
 

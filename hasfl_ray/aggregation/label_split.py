@@ -26,7 +26,7 @@ label-split mean (0 on rows no holder covers), in float64 with the unrounded mea
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -151,5 +151,45 @@ def aggregate_label_split(specs: Mapping[str, ParamSpec], updates: Sequence[Mapp
     return AggregateResult(merged, div_num, div_den, covered / total if total else 0.0, by_layer)
 
 
+def split_by_label(specs: Mapping[str, ParamSpec], updates: Sequence[Mapping[str, torch.Tensor]],
+                   offsets: Sequence[int], holds: np.ndarray, output: Sequence[str]
+                   ) -> Tuple[List[Dict[str, object]], List[Tuple[int, Dict[str, object]]]]:
+    """The label split as masks, for the fused DP pass (:func:`hasfl_ray.ops.aggregate_private.
+    aggregate_private_sparse`): each client's ``output`` parameters become the :class:`~hasfl_ray.aggregation.
+    packed.MaskedUpdate` of the coordinates :func:`aggregate_label_split` averages it over (its slice or window, rows
+    of the labels it holds), and the rest of its packed values, rows of labels it does not hold, is returned aside
+    (client, its masked values): in its norm (:func:`hasfl_ray.aggregation.privacy.update_norm` is over every packed
+    value) and its divergence norms (over all its own coordinates, module docstring), in no mean. Values in the
+    full tensor's row-major order (a rolled window's are reordered). Other parameters are passed as they are."""
+    from hasfl_ray.aggregation.packed import MaskedUpdate, pack_bits
+
+    held = torch.as_tensor(np.asarray(holds, dtype=bool))
+    split: List[Dict[str, object]] = []
+    aside: List[Tuple[int, Dict[str, object]]] = []
+    for i, update in enumerate(updates):
+        mine, rest = dict(update), {}
+        for name in output:
+            packed = update.get(name)
+            if packed is None:
+                continue
+            spec = specs[name]
+            flat = window_linear_index(spec, packed.shape, offsets[i], packed.device)
+            rows = held[i].to(packed.device).view((-1,) + (1,) * (packed.dim() - 1)).expand(packed.shape)
+            parts = []
+            for part in (rows, ~rows):
+                positions, values = flat[part], packed[part]
+                order = torch.argsort(positions)
+                mask = torch.zeros(spec.numel(), dtype=torch.bool)
+                mask[positions.cpu()] = True
+                parts.append(MaskedUpdate(values[order].contiguous(), pack_bits(mask)))
+            mine[name] = parts[0]
+            if parts[1].values.numel():
+                rest[name] = parts[1]
+        split.append(mine)
+        if rest:
+            aside.append((i, rest))
+    return split, aside
+
+
 __all__ = ["CLASSIFIER_AGGREGATIONS", "aggregate_label_split", "client_label_masks", "label_masks_for",
-           "output_layer"]
+           "output_layer", "split_by_label"]

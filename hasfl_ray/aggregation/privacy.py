@@ -11,9 +11,9 @@ and 0 (no noise) where no client covers j. Under Poisson participation (``expect
 of participants) the denominator is that public number instead, Δ̃_j = (Σ_{i ∈ H_j} c_ij + ξ_j) / (q N) at every
 coordinate (noise everywhere, a round without participants included): the actual holder counts would tell whether a
 client took part, which the add-or-remove accounting of a Poisson sample must not reveal. ξ_j is a counter-based draw
-in float64 on the CPU, Philox keyed by (run seed, STREAM_PRIVACY) with counter (update number, j), j the coordinate's
-index in the flat model: the fused kernel's own draws (hasfl_ray::aggregate_private_into), so that its one-pass form,
-the torch path, the local and Ray backends, any device and a resumed run add the same numbers.
+in float64, Philox keyed by (run seed, STREAM_PRIVACY) with counter (update number, j), j the coordinate's index in
+the flat model: the fused kernel's own draws (csrc/private_normal.h, one definition for its CPU and CUDA forms), so
+that its one-pass form, the torch path, the local and Ray backends, any device and a resumed run add the same numbers.
 Adaptive clipping (Andrew et al. 2021): b̄ = (Σ_i 1[‖u_i‖ ≤ C] + N(0, σ_b²)) / n and C ← C · exp(−η_C (b̄ − γ)).
 
 Nothing here runs when DP is off: the server then never imports this module.
@@ -134,7 +134,7 @@ def noise_key(settings: PrivacySettings) -> int:
 def normal_draws(key: int, offset: int, n: int) -> torch.Tensor:
     """normal(key, offset, j) for j < n, float64 CPU: the fused kernel's draws (csrc/cpu/aggregate_private.cpp),
     computed by its op where the extension has it, else by :func:`hasfl_ray.aggregation.philox.philox_normals`
-    (the same Philox bits; Box-Muller's log and cos within rounding)."""
+    (the same operations in numpy: the same bits)."""
     from hasfl_ray.ops import aggregate_private
 
     if aggregate_private.available():
@@ -174,10 +174,11 @@ def privatize(mean_of: Callable[[List[Dict[str, object]], bool], object], shapes
     the settings move on (update count, adaptive clip). Returns the aggregate (its ``delta`` noised; the divergence
     norms are the clipped updates' against the noiseless mean) and the metrics line's keys.
 
-    ``fused(updates, bounds, std, key, offset, expected)``, where the round's layout has it (on the CPU: slices and
-    windows, :func:`hasfl_ray.ops.aggregate_private.aggregate_private`; index sets and masks,
-    :func:`hasfl_ray.ops.aggregate_private.aggregate_private_sparse`), does clip, mean, counts and noise in the
-    kernel's one pass with the same draws; the torch path otherwise (the label split, CUDA)."""
+    ``fused(updates, bounds, std, key, offset, expected)``, where the round's layout has it (slices and windows,
+    :func:`hasfl_ray.ops.aggregate_private.aggregate_private`; index sets, masks and the label split,
+    :func:`hasfl_ray.ops.aggregate_private.aggregate_private_sparse`; on the CPU, and on CUDA where built:
+    :func:`hasfl_ray.engine.server_privacy.fused_form`), does clip, mean, counts and noise in the kernel's one pass
+    with the same draws; the torch path otherwise (``--aggregation reference``, a layout the op cannot express)."""
     clip = settings.clip
     if fused is not None and updates:
         repeats = Counter(clients)

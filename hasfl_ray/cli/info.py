@@ -13,6 +13,7 @@ from hasfl_ray import __version__
 from hasfl_ray import allocator
 from hasfl_ray.threads import actor_environment, wait_policy
 from hasfl_ray.ops import aggregate as ops
+from hasfl_ray.ops import aggregate_private
 from hasfl_ray.training.determinism import apply_determinism
 from hasfl_ray.training.workspace import cache_bound_text
 
@@ -49,6 +50,7 @@ def collect_info() -> Dict[str, object]:
             "path": ops.extension_path(),
             "cpu_kernel": ops.available(),
             "cuda_kernel": ops.cuda_available(),
+            "private_cuda_kernel": aggregate_private.cuda_available(),  # the DP ops' (not yet run on a card)
             "error": ops.load_error(),
         },
         "devices": devices,
@@ -88,6 +90,8 @@ def info(as_json: bool) -> None:
     click.echo(f"  CPU kernel:  {_yes_no(extension['cpu_kernel'])}")
     click.echo(f"  CUDA kernel: {_yes_no(extension['cuda_kernel'])}"
                + ("" if extension["cuda_kernel"] else " (build with a GPU visible or HASFL_FORCE_CUDA=1)"))
+    click.echo(f"  CUDA kernel of the DP ops: {_yes_no(extension['private_cuda_kernel'])}"
+               + (" (compiled, not yet run on a card)" if extension["private_cuda_kernel"] else ""))
     click.echo(f"CUDA available: {_yes_no(data['cuda_available'])}")
     settings = data["determinism"]
     click.echo(f"determinism: {'on' if settings['deterministic'] else 'off'} (CUBLAS_WORKSPACE_CONFIG="

@@ -1,7 +1,15 @@
 """The server's differentially private mean (docs/privacy.md): each accepted update clipped over the coordinates its
 client holds, the count-weighted sum noised and divided by each coordinate's holders
-(:func:`hasfl_ray.aggregation.privacy.privatize`), on the same aggregation path the round's updates take without
-privacy (:meth:`hasfl_ray.engine.server.Server._aggregate`: slices, windows, label split, index sets, masks)."""
+(:func:`hasfl_ray.aggregation.privacy.privatize`), with the coverage of the aggregation path the round's updates take
+without privacy (:meth:`hasfl_ray.engine.server.Server._aggregate`: slices, windows, label split, index sets, masks).
+
+Every layout goes through the fused kernel's one pass (:func:`fused_form`): slices and windows through
+``aggregate_private_into``; index sets, masks and the label split (:func:`label_split_form`) through
+``aggregate_private_sparse_into``; on the CPU, and on a CUDA server whose build has their CUDA kernel (compiled for
+sm_90, not yet run on a card). The torch path of :func:`~hasfl_ray.aggregation.privacy.privatize` remains where
+``--aggregation reference`` selects it, on another device or a build without the kernel, and where the op cannot
+express the round (windows split in blocks past dim 0; index sets beside a label split or windows, which the round's
+own path refuses in a sentence): the same draws (csrc/private_normal.h), so the paths agree to rounding."""
 
 from __future__ import annotations
 
@@ -28,16 +36,22 @@ def private_mean(server: Any, updates: List[Dict], offsets: List[int], holds: Op
 
 
 def fused_form(server: Any, updates: List[Dict], offsets: List[int], holds: Optional[np.ndarray]):
-    """The fused kernel's one-pass form of the DP mean (clip, mean, counts, noise) where the round's layout has it on
-    a CPU server with the kernel built and not refused (``--aggregation reference``): leading slices and rolling
-    windows (their channel offsets as the layout's element starts, :func:`hasfl_ray.aggregation.windows.
-    element_starts`) through ``aggregate_private_into``, index sets and masks (beside slices) through
-    ``aggregate_private_sparse_into``. None elsewhere (the label split, CUDA: the torch path, the same draws)."""
+    """The fused kernel's one-pass form of the DP mean (clip, mean, counts, noise) where the round's layout has it,
+    on a CPU server with the kernel built, or a CUDA server whose build has the private ops' CUDA kernel
+    (:func:`hasfl_ray.ops.aggregate_private.cuda_available`; not yet run on a card), unless refused
+    (``--aggregation reference``: the torch path): leading slices and rolling windows (their channel offsets as the
+    layout's element starts, :func:`hasfl_ray.aggregation.windows.element_starts`) through
+    ``aggregate_private_into``, index sets and masks (beside slices) and the label split (:func:`label_split_form`)
+    through ``aggregate_private_sparse_into``. None elsewhere (another device, a build without the kernel, a layout
+    the op cannot express: the torch path, the same draws)."""
     from hasfl_ray.ops import aggregate_private
     from hasfl_ray.ops.sparse import has_sparse
 
-    if holds is not None or server.device.type != "cpu" or server.aggregation_backend == "reference":
+    if server.aggregation_backend == "reference" or server.device.type not in ("cpu", "cuda") or \
+            (server.device.type == "cuda" and not aggregate_private.cuda_available()):
         return None
+    if holds is not None:
+        return label_split_form(server, updates, offsets, holds)
     if has_sparse(updates):
         if any(offsets) or getattr(server, "estimator", None) == "common-core" \
                 or not aggregate_private.sparse_available():
@@ -65,6 +79,40 @@ def fused_form(server: Any, updates: List[Dict], offsets: List[int], holds: Opti
     return fused
 
 
+def label_split_form(server: Any, updates: List[Dict], offsets: List[int], holds: np.ndarray):
+    """The label split's one pass (HeteroFL's and FedRolex's ``classifier_aggregation: label_split``): the output
+    layer's coordinates a client is averaged over (its slice or window, rows of the labels it holds) as a mask, the
+    rows of labels it does not hold as its ``uncounted`` entries (in its norm and divergence, in no mean or k_j:
+    :func:`hasfl_ray.aggregation.label_split.split_by_label`), the other parameters slices or windows beside them;
+    ``covered_by_layer`` of the output layer as :func:`~hasfl_ray.aggregation.label_split.aggregate_label_split`
+    gives it. None where the round's own path refuses the round (index sets or masks beside a label split) or the
+    windows cannot be expressed (:func:`hasfl_ray.aggregation.windows.element_starts`)."""
+    from hasfl_ray.aggregation.label_split import split_by_label
+    from hasfl_ray.ops import aggregate_private
+    from hasfl_ray.ops.sparse import has_sparse
+
+    if has_sparse(updates) or not aggregate_private.sparse_available():
+        return None
+    starts = None
+    if any(offsets):
+        from hasfl_ray.aggregation.windows import element_starts
+
+        starts = element_starts(server.specs, updates, offsets)
+        if starts is None:
+            return None
+
+    def fused_label_split(ups, bounds, std, key, offset, expected):
+        split, aside = split_by_label(server.specs, ups, offsets, holds, server.output_layer)
+        got = aggregate_private.aggregate_private_sparse(server.shapes, split, [1.0] * len(ups), bounds, std, key,
+                                                         offset, expected, server.gate_blocks, starts, aside)
+        for name in server.output_layer:
+            counts = got.counts[name]
+            got.result.covered_by_layer[name] = int((counts > 0).sum()) / counts.numel()
+        return got
+
+    return fused_label_split
+
+
 def nothing(server: Any) -> Any:
     """The aggregate of no update: zeros of every parameter's shape on the server's device, nothing covered."""
     import torch
@@ -86,4 +134,4 @@ def covered_everywhere(server: Any):
                     for name, shape in server.shapes.items()}
 
 
-__all__ = ["covered_everywhere", "fused_form", "nothing", "private_mean"]
+__all__ = ["covered_everywhere", "fused_form", "label_split_form", "nothing", "private_mean"]

@@ -1,5 +1,6 @@
 """The fused aggregation with client-level DP in its pass: ``hasfl_ray::aggregate_private_into`` and, with index sets
-and masks, ``hasfl_ray::aggregate_private_sparse_into`` (CPU only).
+and masks (and the label split's masks), ``hasfl_ray::aggregate_private_sparse_into`` (CPU; CUDA where the extension
+is built with it: csrc/cuda/aggregate_private_cuda.cu, compiled for sm_90 but not yet run on a card).
 
 One call clips each client's packed update to its bound (C over its repeats, as
 :func:`hasfl_ray.aggregation.privacy.clip_updates`), takes the weighted mean over each coordinate's holders, counts
@@ -10,12 +11,14 @@ index in the flat output of ``global_shapes`` in order): the draws depend on not
 result is the same with any number of threads (csrc/cpu/aggregate_private.cpp).
 
 Scope: the dense layouts (leading slices, rolling windows, gate blocks; :func:`aggregate_private`) and the sparse ones
-beside them (index sets, masks; :func:`aggregate_private_sparse`, the tables of
-:func:`hasfl_ray.ops.sparse.build_sparse_layout`) on the CPU. The label split and CUDA keep the torch path of
-:func:`hasfl_ray.aggregation.privacy.privatize` (these ops have no CUDA kernel), with the same draws
-(:func:`hasfl_ray.aggregation.privacy.normal_draws`); the server takes these ops where the round's layout has them
+beside them (index sets, masks, the label split's output layer with its ``aside`` rows; :func:`aggregate_private_sparse`,
+the tables of :func:`hasfl_ray.ops.sparse.build_sparse_layout`). normal(seed, offset, j) is one definition for the CPU
+and CUDA kernels (csrc/private_normal.h), so either device adds the same draws; the torch path of
+:func:`hasfl_ray.aggregation.privacy.privatize` (``--aggregation reference``) adds them too
+(:func:`hasfl_ray.aggregation.privacy.normal_draws`). The server takes these ops where the round's layout has them
 (:func:`hasfl_ray.engine.server_privacy.fused_form`). Checked against float64 oracles in
-tests/aggregation/test_private_fused.py, test_private_fused_windows.py and test_private_fused_sparse.py.
+tests/aggregation/test_private_fused.py, test_private_fused_windows.py, test_private_fused_sparse.py,
+test_private_fused_label_split.py and, on a GPU, test_private_cuda.py.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ class PrivateAggregate:
 
     result: AggregateResult
     counts: Dict[str, torch.Tensor]
-    norms: torch.Tensor
+    norms: torch.Tensor  # (CPU; counts on the updates' device)
 
 
 def available() -> bool:
@@ -54,6 +57,13 @@ def available() -> bool:
 def sparse_available() -> bool:
     """Whether the built extension registers the private op of index sets and masks."""
     return available() and hasattr(torch.ops.hasfl_ray, "aggregate_private_sparse_into")
+
+
+def cuda_available() -> bool:
+    """Whether both private ops have their CUDA kernel (csrc/cuda/aggregate_private_cuda.cu: a build with CUDA)."""
+    return sparse_available() and all(
+        torch._C._dispatch_has_kernel_for_dispatch_key(f"hasfl_ray::{op}", "CUDA")
+        for op in ("aggregate_private_into", "aggregate_private_sparse_into"))
 
 
 def normals(seed: int, offset: int, n: int) -> torch.Tensor:
@@ -94,29 +104,46 @@ def aggregate_private(global_shapes: Mapping[str, Tuple[int, ...]], updates: Seq
 def aggregate_private_sparse(global_shapes: Mapping[str, Tuple[int, ...]], updates: Sequence[Mapping[str, object]],
                              weights: Sequence[float], bounds: Sequence[float], noise_std: float, seed: int,
                              offset: int, expected: Optional[float] = None,
-                             gate_blocks: Optional[Mapping[str, int]] = None) -> PrivateAggregate:
+                             gate_blocks: Optional[Mapping[str, int]] = None,
+                             offsets: Optional[Sequence[Mapping[str, Sequence[int]]]] = None,
+                             aside: Sequence[Tuple[int, Mapping[str, object]]] = ()) -> PrivateAggregate:
     """:func:`aggregate_private` where some client holds a parameter as an index set or a mask
     (:class:`~hasfl_ray.aggregation.packed.IndexedUpdate`, :class:`~hasfl_ray.aggregation.packed.MaskedUpdate`)
     beside slices: the tables of :func:`hasfl_ray.ops.sparse.build_sparse_layout`, each client's norm over its
     packed values, the noise of coordinate j keyed by j's index in the flat model (``global_shapes`` in order, as
-    the dense op's: the layout puts the dense parameters first, so each parameter's output is moved to its place)."""
+    the dense op's: the layout puts the dense parameters first, so each parameter's output is moved to its place).
+
+    ``offsets``: the dense parameters' window starts per client (:func:`aggregate_private`'s). ``aside``: (client,
+    packed values) of coordinates a client trained but is not averaged over (the label split's rows of labels it
+    does not hold, :func:`hasfl_ray.aggregation.label_split.split_by_label`): they count in its norm and its
+    divergence norms, not in any mean or k_j (the op's ``uncounted`` entries)."""
     _check(sparse_available(), bounds, updates)
     from hasfl_ray.aggregation import validate_inputs
     from hasfl_ray.ops.sparse import build_sparse_layout
 
     global_shapes, weights_t, blocks = validate_inputs(global_shapes, updates, list(weights), gate_blocks)
     names = tuple(global_shapes)
-    layout = build_sparse_layout(global_shapes, updates, blocks)
+    owners = [client for client, _ in aside]
+    layout = build_sparse_layout(global_shapes, list(updates) + [part for _, part in aside], blocks,
+                                 None if offsets is None else list(offsets) + [{} for _ in aside])
     where, start = {}, 0
     for name in names:
         where[name] = start
         start += math.prod(global_shapes[name])
     params = layout.params.clone()
     params[:, ops._PARAM_OUT_OFFSET] = torch.tensor([where[name] for name in layout.names], dtype=torch.int64)
+    entries, uncounted = layout.entries, None
+    if aside:  # the aside parts' entries belong to their clients, uncounted
+        entries = entries.clone()
+        column = entries[:, ops._ENTRY_CLIENT]
+        extra = column >= len(updates)
+        uncounted = extra.to(torch.uint8).contiguous()
+        column[extra] = torch.tensor(owners, dtype=torch.int64)[column[extra] - len(updates)]
     out, weights_t, bounds_t = _buffers(layout.packed[0], layout.total_numel, weights_t, bounds)
     got = torch.ops.hasfl_ray.aggregate_private_sparse_into(
-        out, layout.packed, params, layout.entries, weights_t, bounds_t, float(noise_std), int(seed), int(offset),
-        None if expected is None else float(expected), layout.kinds, layout.bits, layout.rows, layout.row_offsets)
+        out, layout.packed, params, entries, weights_t, bounds_t, float(noise_std), int(seed), int(offset),
+        None if expected is None else float(expected), layout.kinds, layout.bits, layout.rows, layout.row_offsets,
+        uncounted)
     return _unpacked(out, got, names, tuple(tuple(global_shapes[n]) for n in names), layout.total_numel, names)
 
 
@@ -130,17 +157,20 @@ def _check(present: bool, bounds: Sequence[float], updates: Sequence[Mapping[str
 
 
 def _buffers(first: torch.Tensor, total: int, weights, bounds):
-    if first.device.type != "cpu":
-        raise ValueError(f"the private fused aggregation runs on the CPU; the updates are on {first.device}")
-    out = torch.empty(total, dtype=first.dtype)
+    if first.device.type not in ("cpu", "cuda") or (first.device.type == "cuda" and not cuda_available()):
+        raise ValueError(f"the updates are on {first.device} but this build of the private fused aggregation runs on "
+                         f"the CPU{' and CUDA' if cuda_available() else ''}; expected updates there")
+    out = torch.empty(total, dtype=first.dtype, device=first.device)
     weights_t = torch.as_tensor(weights, dtype=torch.float64).cpu().contiguous()
     bounds_t = torch.as_tensor(list(bounds), dtype=torch.float64).contiguous()
     return out, weights_t, bounds_t
 
 
 def _unpacked(out, got, names, shapes, total, order) -> PrivateAggregate:
-    """The op's flat output and counts (``names``' order, each of ``shapes``) as dicts in ``order``."""
+    """The op's flat output and counts (``names``' order, each of ``shapes``) as dicts in ``order``; the norms and
+    divergence norms on the CPU, the output and counts on the updates' device."""
     div_num, div_den, covered, counts, norms = got
+    div_num, div_den, norms = div_num.cpu(), div_den.cpu(), norms.cpu()
     sizes = [math.prod(shape) for shape in shapes]
     delta = {name: view.view(shape) for name, shape, view in zip(names, shapes, out.split(sizes))}
     count = {name: view.view(shape) for name, shape, view in zip(names, shapes, counts.split(sizes))}
@@ -148,5 +178,5 @@ def _unpacked(out, got, names, shapes, total, order) -> PrivateAggregate:
     return PrivateAggregate(result, {n: count[n] for n in order}, norms)
 
 
-__all__ = ["PrivateAggregate", "aggregate_private", "aggregate_private_sparse", "available", "normals",
-           "sparse_available"]
+__all__ = ["PrivateAggregate", "aggregate_private", "aggregate_private_sparse", "available", "cuda_available",
+           "normals", "sparse_available"]

@@ -109,13 +109,18 @@ def _merge(dims: List[int], vectors: List[List[np.ndarray]]) -> Tuple[List[int],
 
 
 def build_sparse_layout(global_shapes: Mapping[str, Tuple[int, ...]], updates: Sequence[Mapping[str, object]],
-                        gate_blocks: Mapping[str, int]) -> SparseLayout:
-    """The tables of validated inputs where some parameter is held as an index set or a mask."""
+                        gate_blocks: Mapping[str, int],
+                        offsets: Optional[Sequence[Mapping[str, Sequence[int]]]] = None) -> SparseLayout:
+    """The tables of validated inputs where some parameter is held as an index set or a mask (``offsets``: the
+    dense parameters' window starts per client, as :func:`hasfl_ray.ops.aggregate.build_layout` takes them; the
+    sparse parameters' entries are never rolled)."""
     sparse_names = {name for update in updates for name, packed in update.items() if isinstance(packed, SPARSE_TYPES)}
     dense_shapes = {name: shape for name, shape in global_shapes.items() if name not in sparse_names}
     dense_updates = [{name: t for name, t in update.items() if name not in sparse_names} for update in updates]
+    if offsets is not None:
+        offsets = [{name: start for name, start in client.items() if name not in sparse_names} for client in offsets]
     if dense_shapes:
-        dense = dense_ops.build_layout(dense_shapes, dense_updates, gate_blocks)
+        dense = dense_ops.build_layout(dense_shapes, dense_updates, gate_blocks, offsets)
         param_blocks, entry_blocks = [dense.params.numpy()], [dense.entries.numpy()]
         packed, names, shapes = list(dense.packed), list(dense.names), list(dense.shapes)
         out_offset = dense.total_numel

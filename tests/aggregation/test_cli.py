@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from aggregation_cases import check_agreement
 from hasfl_ray.cli.main import main
 from hasfl_ray.ops import aggregate as ops
+from hasfl_ray.ops import aggregate_private as private
 from hasfl_ray.training.workspace import MODEL_CACHE_WEIGHTS
 
 
@@ -19,6 +20,7 @@ def test_info_json_reports_extension_versions_and_devices():
     assert data["torch"] == torch.__version__
     assert data["extension"]["built"] == ops.available()
     assert data["extension"]["cuda_kernel"] == ops.cuda_available()
+    assert data["extension"]["private_cuda_kernel"] == private.cuda_available()
     assert data["devices"][0]["device"] == "cpu"
     assert len(data["devices"]) == 1 + (torch.cuda.device_count() if torch.cuda.is_available() else 0)
     assert data["model_cache"].startswith(f"an LRU per trainer of at most {MODEL_CACHE_WEIGHTS}x the full-width")

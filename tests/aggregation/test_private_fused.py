@@ -186,23 +186,48 @@ def test_bad_arguments_are_refused_in_a_sentence():
         _run(federation, [1.0, 0.0, 1.0], [1.0] * 3)
 
 
-def test_numpy_draws_are_the_kernels_where_the_extension_is_missing():
+def test_numpy_draws_are_the_kernels_bit_for_bit():
+    """The fallback where the extension is missing, and the check that the host build rounds every operation of
+    csrc/private_normal.h once (no fused multiply-add): the CUDA kernels' draws are these bits too."""
     from hasfl_ray.aggregation.philox import philox_normals
 
     for key, offset in ((5, 0), (2 ** 62 + 12345, 7), (0, 2 ** 33 + 1)):
-        torch.testing.assert_close(philox_normals(key, offset, 50_000), private.normals(key, offset, 50_000),
-                                   rtol=0, atol=4e-15)
+        assert torch.equal(philox_normals(key, offset, 50_000), private.normals(key, offset, 50_000))
+
+
+def test_the_written_out_log_and_cos_are_within_an_ulp_and_a_half():
+    """ln u1 and cos 2πu2 of private_normal.h (in philox.py's numpy form, the same bits) against a 120-bit mpmath,
+    and the draws against numpy's own log and cos, on uniforms of the draws' grid including the ends."""
+    mpmath = pytest.importorskip("mpmath", reason="needs mpmath (a sympy dependency) for the exact reference")
+    import numpy as np
+
+    from hasfl_ray.aggregation.philox import cos_turn, log_unit
+
+    rng = np.random.default_rng(7)
+    u1 = (rng.integers(0, 2 ** 53, 4000).astype(np.float64) + 0.5) * 2.0 ** -53
+    u1[:3] = [(0 + 0.5) * 2.0 ** -53, 1.0, 0.5]
+    u2 = rng.integers(0, 2 ** 53, 4000).astype(np.float64) * 2.0 ** -53
+    u2[:5] = [0.0, 0.25, 0.5, 0.75, 1.0 - 2.0 ** -53]
+    mpmath.mp.prec = 120
+    ln, cos = log_unit(u1), cos_turn(u2)
+    for i in range(len(u1)):
+        exact_ln = mpmath.log(mpmath.mpf(float(u1[i])))
+        exact_cos = mpmath.cospi(2 * mpmath.mpf(float(u2[i])))
+        assert abs(float(mpmath.mpf(float(ln[i])) - exact_ln)) <= 1.5 * np.spacing(abs(float(exact_ln))) or ln[i] == 0
+        assert abs(float(mpmath.mpf(float(cos[i])) - exact_cos)) <= 1.5 * np.spacing(abs(float(exact_cos)))
+    assert ln[1] == 0.0 and cos[0] == 1.0 and cos[2] == -1.0
+    numpy_draws = np.sqrt(-2.0 * np.log(u1)) * np.cos(6.283185307179586 * u2)
+    assert np.max(np.abs(np.sqrt(-2.0 * ln) * cos - numpy_draws)) < 1e-14
 
 
 @pytest.mark.parametrize("expected", [None, 4.5], ids=["fixed-size", "poisson"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_the_servers_fused_form_adds_what_the_torch_path_adds(dtype, expected):
     """Leading slices on a CPU server take the one-pass op (server_privacy.fused_form); its noised mean equals the
-    torch path's (the same draws), and the path is not taken where the layout or the device has none (rolling windows:
-    test_private_fused_windows.py; index sets and masks: test_private_fused_sparse.py)."""
+    torch path's (the same draws), and the path is not taken where the device has none or the fallback switch is set
+    (rolling windows: test_private_fused_windows.py; index sets and masks: test_private_fused_sparse.py; the label
+    split: test_private_fused_label_split.py)."""
     from types import SimpleNamespace
-
-    import numpy as np
 
     from hasfl_ray.engine.server_privacy import fused_form
 
@@ -227,7 +252,6 @@ def test_the_servers_fused_form_adds_what_the_torch_path_adds(dtype, expected):
     assert got_keys == pytest.approx(want_keys, rel=1e-12) and got_clip == pytest.approx(want_clip, rel=1e-12)
     for other in (dict(aggregation_backend="reference"), dict(device=torch.device("meta"))):
         assert fused_form(SimpleNamespace(**{**vars(server), **other}), updates, [0] * 6, None) is None
-    assert fused_form(server, updates, [0] * 6, np.ones((6, 2), bool)) is None  # label split
 
 
 def test_a_dp_run_of_leading_slices_goes_through_the_one_pass_op(tmp_path, monkeypatch):
