@@ -175,6 +175,22 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
       write_tile_zeros(out_tile, n);
       continue;
     }
+    // At a row's last tile, the next item is the next row's first tile: its entries (an index set's rows are a
+    // random subset of each client's, so they are not this row's) and their runs there, prefetched a part at each
+    // 64 columns of this tile. Elsewhere the next item is the next tile of this row, each entry's run continuing.
+    const int64_t steps = ceil_div(n, 64);
+    const bool row_end = tile + 1 == tiles;
+    int64_t next_count = 0;
+    if (row_end && item + 1 < v.item_end) {
+      next_count = v.collect_row<false>(args.entries, row + 1, s.next_entry, s.next_start, local_of);
+      for (int64_t k = 0; k < next_count; ++k) {
+        const int64_t e = s.next_entry[k];
+        const int64_t len = tiles > 1 ? sp.tile_prefix[sp.prefix_begin[e] + 1]
+                                      : args.entries[e * kEntryCols + kEntryPacked + ndim - 1];
+        s.next_lines[k] = ceil_div(ceil_div(len, kLine), steps);
+        __builtin_prefetch(sp.bits[e]);
+      }
+    }
     for (int64_t k = 0; k < row_count; ++k) {
       const int64_t e = s.row_entry[k];
       const int64_t* prefix = sp.tile_prefix + sp.prefix_begin[e];
@@ -186,14 +202,23 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
       entry.bits = sp.bits[e] + c0 / 8;
       // The next item reads this entry's run from where this tile's ends (its next tile of the row, or the first of
       // its next held row), and the bits of that tile.
-      entry.next = row_x + prefix_at(tile + 1);
-      entry.next_len = tile + 1 < tiles ? prefix_at(tile + 2) - prefix_at(tile + 1) : prefix_at(1);
-      const uint8_t* next_bits = sp.bits[e] + (tile + 1 < tiles ? c0 + kCpuTile : 0) / 8;
-      __builtin_prefetch(next_bits);
-      __builtin_prefetch(next_bits + 64);
+      if (row_end) {
+        entry.next = entry.run;  // (step 1 prefetches its own run: a no-op)
+        entry.next_len = 0;
+      } else {
+        entry.next = row_x + prefix[tile + 1];
+        entry.next_len = prefix_at(tile + 2) - prefix[tile + 1];
+        __builtin_prefetch(sp.bits[e] + (c0 + kCpuTile) / 8);
+        __builtin_prefetch(sp.bits[e] + (c0 + kCpuTile) / 8 + 64);
+      }
       for (int l = 0; l < 32; l += 8) _mm512_store_pd(entry.lanes + l, _mm512_setzero_pd());
     }
     for (int64_t j = 0; j < n; j += 64) {
+      for (int64_t k = 0; k < next_count; ++k) {
+        const scalar_t* run = static_cast<const scalar_t*>(args.data[s.next_entry[k]]) + s.next_start[k];
+        const int64_t lines = s.next_lines[k], first = j / 64 * lines;
+        for (int64_t l = first; l < first + lines; ++l) __builtin_prefetch(run + l * kLine);
+      }
       __m512d acc[8], den[8];
       for (int i = 0; i < 8; ++i) acc[i] = den[i] = _mm512_setzero_pd();
       for (int64_t k = 0; k < row_count; ++k) {
@@ -240,20 +265,6 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
       sums[1] += tree16(_mm512_load_pd(lanes + 16), _mm512_load_pd(lanes + 24));
       part_num[s.row_entry[k] - entry_begin] += sums[0];
       part_den[s.row_entry[k] - entry_begin] += sums[1];
-    }
-    // At a row's last tile, the next row's first tiles, of the entries that hold it: step 3's prefetch fetched each
-    // current entry's next local row, which is the next row only where the entry holds both (an index set's rows
-    // are a random subset), and nothing of an entry that holds the next row but not this one.
-    if (tile + 1 == tiles && item + 1 < v.item_end) {
-      const int64_t next_count = v.collect_row<false>(args.entries, row + 1, s.next_entry, s.next_start, local_of);
-      for (int64_t k = 0; k < next_count; ++k) {
-        const int64_t e = s.next_entry[k];
-        const int64_t len = tiles > 1 ? sp.tile_prefix[sp.prefix_begin[e] + 1]
-                                      : args.entries[e * kEntryCols + kEntryPacked + ndim - 1];
-        const scalar_t* run = static_cast<const scalar_t*>(args.data[e]) + s.next_start[k];
-        for (int64_t off = 0; off < len; off += kLine) __builtin_prefetch(run + off);
-        __builtin_prefetch(sp.bits[e]);
-      }
     }
   }
   args.chunk_covered[chunk] = covered;
