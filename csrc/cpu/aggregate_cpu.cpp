@@ -52,8 +52,7 @@ struct alignas(64) PullEntry {
   const void* run;        // where its packed run of the current tile starts
   const void* at;         // where the values of the current 64 columns start
   const void* limit;      // one past its packed tensor
-  const void* next;       // where the next item's run starts (prefetched)
-  int64_t next_len;       // that run's length
+  std::ptrdiff_t ahead;   // where the next item's run starts, in values past this one's (prefetched)
   const uint8_t* bits;    // its bitmask at the current tile's first column
   uint64_t quad;          // the bits of the current 64 columns
   double weight;

@@ -78,23 +78,20 @@ HASFL_SPARSE_TARGET inline void kept_values(const double* kept, __m512d* lo, __m
 
 // Step 1 for one entry: its values in 64 columns (quad: their bits; x: its first value there) added to the
 // registers, acc[v] = w x + acc[v] where the word holds any value, den[v] += w on the set bits (v: 8 columns), and
-// kept expanded (kept[0, 64)) for step 3. Meanwhile it prefetches `next` at the offsets these values have in the
-// current run (from `run`), clamped to next_len (GCC drops a prefetch under a condition from such loops): the part
-// of the entry's next item that matches.
+// kept expanded (kept[0, 64)) for step 3. Meanwhile it prefetches, `ahead` values past each word's, the part of the
+// entry's next item that matches (where its next run starts minus where this one does; a prefetch past the next run
+// reads the run after it, and faults never).
 template <typename scalar_t, bool kChecked>
 HASFL_SPARSE_TARGET __attribute__((always_inline)) inline void pull_sums(const scalar_t* x, const scalar_t* limit,
                                                                          uint64_t quad, __m512d wv, __m512d* acc,
                                                                          __m512d* den, scalar_t* kept,
-                                                                         const scalar_t* run, const scalar_t* next,
-                                                                         int64_t next_len) {
+                                                                         std::ptrdiff_t ahead) {
   constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(scalar_t));
 #pragma GCC unroll 4
   for (int t = 0; t < 4; ++t) {
     const unsigned bits = static_cast<unsigned>(quad >> (16 * t)) & 0xFFFFu;
-    const int64_t off = x - run;
-    const int64_t at = off < next_len ? off : 0;
-    __builtin_prefetch(next + at);
-    if (sizeof(scalar_t) == 8) __builtin_prefetch(next + at + kLine);
+    __builtin_prefetch(x + ahead);
+    if (sizeof(scalar_t) == 8) __builtin_prefetch(x + ahead + kLine);
     __m512d lo, hi;
     word_values<scalar_t, kChecked>(x, limit, bits, &lo, &hi, kept + 16 * t);
     x += __builtin_popcount(bits);
@@ -193,21 +190,16 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
     }
     for (int64_t k = 0; k < row_count; ++k) {
       const int64_t e = s.row_entry[k];
-      const int64_t* prefix = sp.tile_prefix + sp.prefix_begin[e];
-      const int64_t packed_last = args.entries[e * kEntryCols + kEntryPacked + ndim - 1];
-      const auto prefix_at = [&](int64_t u) { return u < tiles ? prefix[u] : packed_last; };
+      const int64_t* prefix = sp.tile_prefix + sp.prefix_begin[e];  // (tile + 1 < tiles where it is read)
       const scalar_t* row_x = static_cast<const scalar_t*>(args.data[e]) + s.row_start[k];
       PullEntry& entry = pull[k];
       entry.run = entry.at = row_x + prefix[tile];
       entry.bits = sp.bits[e] + c0 / 8;
-      // The next item reads this entry's run from where this tile's ends (its next tile of the row, or the first of
-      // its next held row), and the bits of that tile.
+      // Not at a row's end, the next item reads this entry's run from where this tile's ends, and the bits there.
       if (row_end) {
-        entry.next = entry.run;  // (step 1 prefetches its own run: a no-op)
-        entry.next_len = 0;
+        entry.ahead = 0;  // (step 1 prefetches its own run: a no-op)
       } else {
-        entry.next = row_x + prefix[tile + 1];
-        entry.next_len = prefix_at(tile + 2) - prefix[tile + 1];
+        entry.ahead = prefix[tile + 1] - prefix[tile];
         __builtin_prefetch(sp.bits[e] + (c0 + kCpuTile) / 8);
         __builtin_prefetch(sp.bits[e] + (c0 + kCpuTile) / 8 + 64);
       }
@@ -230,12 +222,10 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
         const scalar_t* limit = static_cast<const scalar_t*>(entry.limit);
         const __m512d wv = _mm512_set1_pd(entry.weight);
         scalar_t* kept = static_cast<scalar_t*>(s.kept) + 64 * k;
-        const scalar_t* run = static_cast<const scalar_t*>(entry.run);
-        const scalar_t* next = static_cast<const scalar_t*>(entry.next);
         if (limit - x >= 80)
-          pull_sums<scalar_t, false>(x, limit, quad, wv, acc, den, kept, run, next, entry.next_len);
+          pull_sums<scalar_t, false>(x, limit, quad, wv, acc, den, kept, entry.ahead);
         else
-          pull_sums<scalar_t, true>(x, limit, quad, wv, acc, den, kept, run, next, entry.next_len);
+          pull_sums<scalar_t, true>(x, limit, quad, wv, acc, den, kept, entry.ahead);
         entry.at = x + __builtin_popcountll(quad);
       }
       __m512d mean[8];
