@@ -130,11 +130,15 @@ def check_packed(where: str, full: Tuple[int, ...], packed: Union[IndexedUpdate,
                     raise TypeError(f"{where}.index[{dim}] is {got}; expected a 1-D torch.int64 tensor or None")
                 length = chosen.numel()
                 array = chosen.numpy() if chosen.device.type == "cpu" else chosen.cpu().numpy()
-                if length and (array[0] < 0 or array[-1] >= size or array.min() < 0 or array.max() >= size):
-                    bad = int(array.min()) if array.min() < 0 else int(array.max())
-                    raise ValueError(f"{where}.index[{dim}] holds index {bad}, outside dim {dim} of size {size} "
-                                     f"of the global shape {full}; expected indices in [0, {size})")
-                if length > 1 and not (array[1:] > array[:-1]).all():
+                # Strictly increasing (the usual case), its ends are its extremes: one pass over it, not three.
+                increasing = length <= 1 or bool((array[1:] > array[:-1]).all())
+                if length:
+                    low, high = (array[0], array[-1]) if increasing else (array.min(), array.max())
+                    if low < 0 or high >= size:
+                        bad = int(low) if low < 0 else int(high)
+                        raise ValueError(f"{where}.index[{dim}] holds index {bad}, outside dim {dim} of size {size} "
+                                         f"of the global shape {full}; expected indices in [0, {size})")
+                if not increasing:
                     raise ValueError(f"{where}.index[{dim}] is {chosen.tolist()[:8]}{'...' if length > 8 else ''}, "
                                      "which is not strictly increasing; expected sorted indices without duplicates")
             if values.shape[dim] != length:

@@ -252,6 +252,9 @@ BAD = {
     "negative index": (IndexedUpdate(torch.zeros(2, 6), (idx(-1, 2), None)), ValueError, "holds index -1"),
     "duplicated index": (IndexedUpdate(torch.zeros(2, 6), (idx(1, 1), None)), ValueError, "not strictly increasing"),
     "unsorted index": (IndexedUpdate(torch.zeros(2, 6), (idx(2, 1), None)), ValueError, "not strictly increasing"),
+    # the range is checked first, and on an unsorted list not by its ends alone (7 sits in the middle)
+    "unsorted index outside the layer": (IndexedUpdate(torch.zeros(3, 6), (idx(2, 7, 1), None)), ValueError,
+                                         "holds index 7, outside dim 0 of size 4"),
     "index of floats": (IndexedUpdate(torch.zeros(2, 6), (torch.tensor([1.0, 2.0]), None)), TypeError,
                         "expected a 1-D torch.int64 tensor or None"),
     "index per dim missing": (IndexedUpdate(torch.zeros(2, 6), (idx(1, 2),)), ValueError, "one per dim"),
