@@ -36,29 +36,26 @@ HASFL_SPARSE_TARGET inline uint64_t bits64(const uint8_t* m, int64_t j, int64_t 
 // The 16 columns of one word of an entry as doubles (lo: lanes 0-7, hi: 8-15), its next values x expanded into the
 // bits' lanes (0 elsewhere), and the expanded word kept (16 scalar_t) for step 3. kChecked: read at most up to
 // `limit` (the entry's end; a masked load), else a plain 64-byte load (the caller checked that 80 values lie
-// ahead). The empty asm keeps the load a plain one: GCC would otherwise fold it into vexpandps's memory form (an
-// expand-load), microcoded and far slower on AMD Zen 4/5.
+// ahead; GCC may fold it into vexpandps's memory form, an expand-load: the same values, and no slower here).
 template <typename scalar_t, bool kChecked>
 HASFL_SPARSE_TARGET __attribute__((always_inline)) inline void word_values(const scalar_t* x, const scalar_t* limit,
                                                                            unsigned bits, __m512d* lo, __m512d* hi,
                                                                            scalar_t* kept) {
   const int count = __builtin_popcount(bits);
   if constexpr (sizeof(scalar_t) == 4) {
-    __m512 v = !kChecked || limit - x >= 16 ? _mm512_loadu_ps(x)
-                                            : _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << count) - 1u), x);
-    asm("" : "+v"(v));
+    const __m512 v = !kChecked || limit - x >= 16 ? _mm512_loadu_ps(x)
+                                                  : _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << count) - 1u), x);
     const __m512 e = _mm512_maskz_expand_ps(static_cast<__mmask16>(bits), v);
     _mm512_store_ps(reinterpret_cast<float*>(kept), e);
     *lo = _mm512_cvtps_pd(_mm512_castps512_ps256(e));
     *hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
   } else {
     const int first = __builtin_popcount(bits & 0xFFu);  // values of the low 8 lanes
-    __m512d a = !kChecked || limit - x >= 8 ? _mm512_loadu_pd(x)
-                                            : _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << first) - 1u), x);
-    __m512d b = !kChecked || limit - (x + first) >= 8
-                    ? _mm512_loadu_pd(x + first)
-                    : _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << (count - first)) - 1u), x + first);
-    asm("" : "+v"(a), "+v"(b));
+    const __m512d a = !kChecked || limit - x >= 8 ? _mm512_loadu_pd(x)
+                                                  : _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << first) - 1u), x);
+    const __m512d b = !kChecked || limit - (x + first) >= 8
+                          ? _mm512_loadu_pd(x + first)
+                          : _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << (count - first)) - 1u), x + first);
     *lo = _mm512_maskz_expand_pd(static_cast<__mmask8>(bits & 0xFFu), a);
     *hi = _mm512_maskz_expand_pd(static_cast<__mmask8>(bits >> 8), b);
     _mm512_store_pd(reinterpret_cast<double*>(kept), *lo);
