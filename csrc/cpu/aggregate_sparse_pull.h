@@ -43,8 +43,8 @@ HASFL_SPARSE_TARGET __attribute__((always_inline)) inline void word_values(const
                                                                            scalar_t* kept) {
   const int count = __builtin_popcount(bits);
   if constexpr (sizeof(scalar_t) == 4) {
-    const __m512 v = !kChecked || limit - x >= 16 ? _mm512_loadu_ps(x)
-                                                  : _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << count) - 1u), x);
+    const __mmask16 first_count = static_cast<__mmask16>((1u << count) - 1u);
+    const __m512 v = !kChecked || limit - x >= 16 ? _mm512_loadu_ps(x) : _mm512_maskz_loadu_ps(first_count, x);
     const __m512 e = _mm512_maskz_expand_ps(static_cast<__mmask16>(bits), v);
     _mm512_store_ps(reinterpret_cast<float*>(kept), e);
     *lo = _mm512_cvtps_pd(_mm512_castps512_ps256(e));
