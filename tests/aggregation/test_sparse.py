@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from hasfl_ray.aggregation import IndexedUpdate, MaskedUpdate, aggregate_updates
-from hasfl_ray.aggregation.packed import pack_bits, unpack_bits
+from hasfl_ray.aggregation.packed import count_bits, pack_bits, unpack_bits
 from hasfl_ray.ops import aggregate as ops
 
 needs_ext = pytest.mark.skipif(not (ops.available() and hasattr(torch.ops.hasfl_ray, "aggregate_sparse_into")),
@@ -236,6 +236,16 @@ def test_bits_round_trip():
     bits = pack_bits(mask)
     assert bits.dtype == torch.uint8 and bits.numel() == (91 + 7) // 8
     assert torch.equal(unpack_bits(bits, (7, 13)), mask)
+
+
+def test_count_bits_counts_every_byte_of_any_length():
+    """8 bytes a step and the rest byte by byte: lengths around the 8-byte boundary, and an unaligned start."""
+    rng = np.random.default_rng(3)
+    data = rng.integers(0, 256, 40, dtype=np.uint8)
+    for start in (0, 1):
+        for length in range(0, 26):
+            array = data[start:start + length]
+            assert count_bits(array) == int(np.unpackbits(array).sum())
 
 
 SHAPES = {"w": (4, 6), "b": (4,)}
