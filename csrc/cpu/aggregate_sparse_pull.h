@@ -11,11 +11,13 @@
 // of fused multiply-adds in column order, the lanes combined in a fixed tree at the item's end. Only the loop nest
 // differs: per item, for each 64 columns (4 words of 16) of the tile,
 //   1. for each covering entry in order, its 64 bits and the values they hold (a plain 64-byte load and vexpandps per
-//      word), added to 8 vectors of weighted sums and 8 of covering weights held in registers (no stores);
+//      word), added to 8 vectors of weighted sums and 8 of covering weights held in registers; the only stores are
+//      the expanded words, kept for step 3 (64 values an entry, L1); meanwhile the matching part of the entry's next
+//      item is prefetched (its packed run continues there when the item is not a row's last tile; at a row's last
+//      tile the next row's entries are looked up and their first runs prefetched instead);
 //   2. the 64 columns' mean from the registers, written to the output once;
-//   3. for each entry again, its values re-read from L1 (read moments ago) and expanded again, into its 16 + 16
-//      norm lanes (kept in PullEntry, L1, loaded and stored once per 64 columns), while prefetching the part of the
-//      entry's next item that matches (its packed run continues there: the next tile, or its next held row).
+//   3. for each entry again, its kept words into its 16 + 16 norm lanes (kept in PullEntry, L1, loaded and stored
+//      once per 64 columns).
 // A word none of an entry's bits is set in is a no-op for its sums, as when the earlier forms skipped it: the
 // weighted sum's update is masked by "any bit set" (w x + acc with x = +0 would turn an acc of -0 into +0), the
 // others by the bits themselves. The entries' state lives in PullEntry (aggregate_cpu.cpp), one 64-byte-aligned
