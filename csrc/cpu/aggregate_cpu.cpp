@@ -32,7 +32,6 @@ using namespace layout;
 // tiles (200 KiB in float32) stay in L2 between the two passes, more spill to L3 (Zen 3: 512 KiB L2).
 constexpr int64_t kCpuTile = 1024;
 constexpr int64_t kCpuChunkElems = 32768;
-constexpr int64_t kWordsPerTile = kCpuTile / 16;
 
 struct CpuArgs {
   const int64_t* params;
@@ -47,19 +46,33 @@ struct CpuArgs {
   int64_t* chunk_covered;
 };
 
+// The AVX-512 sparse kernel's state of one entry covering the current row (cpu/aggregate_sparse_pull.h).
+struct alignas(64) PullEntry {
+  double lanes[32];       // its norm lanes of the current item: (x - mean)^2 then mean^2, 16 columns (mod 16) each
+  const void* run;        // where its packed run of the current tile starts
+  const void* at;         // where the values of the current 64 columns start
+  const void* limit;      // one past its packed tensor
+  std::ptrdiff_t ahead;   // where the next item's run starts, in values past this one's (prefetched)
+  const uint8_t* bits;    // its bitmask at the current tile's first column
+  uint64_t quad;          // the bits of the current 64 columns
+  double weight;
+};
+
+struct alignas(64) Line {
+  double v[8];
+};
+
 struct SparseScratch {
-  double* acc;          // kCpuTile + 16
-  double* den;          // kCpuTile + 16
-  double* mean;         // kCpuTile + 16
+  double* acc;          // kCpuTile + 16 (portable build)
+  double* den;          // kCpuTile + 16 (portable build)
+  double* mean;         // kCpuTile + 16 (portable build)
   int64_t* row_entry;   // max_entries: entries covering the current row
   int64_t* row_start;   // max_entries: element offset of that row inside the entry's packed tensor
-  // The AVX-512 build's per-item record of pass 1, read by pass 2 (row entry k at k * kCpuTile, k * kWordsPerTile):
-  void* kept;           // max_entries x kCpuTile values (scalar_t): entry k's expanded nonzero 16-column words
-  uint16_t* words;      // max_entries x kWordsPerTile: which 16-column words of the tile entry k holds values in
-  uint16_t* word_bits;  // max_entries x kWordsPerTile: their bits
-  int64_t* word_count;  // max_entries: how many
+  PullEntry* pull;      // max_entries (AVX-512 build): row entry k's state
+  void* kept;           // max_entries x 64 values (scalar_t), 64-byte aligned: row entry k's expanded 64 columns
   int64_t* next_entry;  // max_entries: entries covering the next row (prefetch)
   int64_t* next_start;  // max_entries
+  int64_t* next_lines;  // max_entries (AVX-512 build): cache lines of its first tile prefetched per 64 columns
 };
 
 // The kernel's 4-double vectors are passed between inline functions only; GCC's note that their ABI
@@ -106,6 +119,7 @@ namespace avx512 {
 #define HASFL_SPARSE_AVX512 1
 #include "cpu/aggregate_tile.h"
 #include "cpu/aggregate_sparse_kernel.h"
+#include "cpu/aggregate_sparse_pull.h"
 #undef HASFL_TILE_TARGET
 #undef HASFL_SPARSE_AVX512
 #undef HASFL_SPARSE_TARGET
@@ -226,19 +240,16 @@ void run_all_mixed(const CpuArgs& args, const SparseArgs& sp, const int64_t* K, 
     {
       std::vector<double> doubles(3 * kCpuTile + max_entries + 1);
       std::vector<double> sparse_doubles(3 * (kCpuTile + 16), 0.0);
-      std::vector<int64_t> ints(5 * max_entries + 1);
+      std::vector<int64_t> ints(6 * max_entries + 1);
       std::vector<const void*> starts(max_entries + 1);
       double* d = doubles.data();
       int64_t* i = ints.data();
       const void** x = starts.data();
       double* sd = sparse_doubles.data();
-      // Not zeroed (pass 1 writes what pass 2 reads); only the AVX-512 build uses them.
-      const std::unique_ptr<double[]> kept(new double[avx512 ? max_entries * kCpuTile : 1]);
-      const std::unique_ptr<uint16_t[]> words(new uint16_t[avx512 ? 2 * max_entries * kWordsPerTile : 2]);
-      std::vector<int64_t> word_count(max_entries + 1);
-      const SparseScratch ss{sd, sd + kCpuTile + 16, sd + 2 * (kCpuTile + 16), i, i + max_entries, kept.get(),
-                             words.get(), words.get() + (avx512 ? max_entries * kWordsPerTile : 1),
-                             word_count.data(), i + 3 * max_entries, i + 4 * max_entries};
+      std::vector<PullEntry> pull(avx512 ? max_entries + 1 : 1);  // aligned: C++17's operator new
+      std::vector<Line> kept(avx512 ? 8 * (max_entries + 1) : 1);
+      const SparseScratch ss{sd, sd + kCpuTile + 16, sd + 2 * (kCpuTile + 16), i, i + max_entries, pull.data(),
+                             kept.data(), i + 3 * max_entries, i + 4 * max_entries, i + 5 * max_entries};
 #pragma omp for schedule(dynamic, 1)
       for (int64_t chunk = 0; chunk < num_chunks; ++chunk) {
         const int64_t p = args.chunks[chunk * kChunkCols + kChunkParam];

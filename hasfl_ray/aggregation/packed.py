@@ -100,6 +100,14 @@ def unpack_bits(bits: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     return torch.from_numpy(flat).reshape(tuple(shape))
 
 
+def count_bits(array: np.ndarray) -> int:
+    """How many bits a 1-D uint8 array sets: 8 bytes a step (a tenth of the time byte by byte: 50 EMNIST clients'
+    masks are 20 MB a round)."""
+    whole = array.size // 8 * 8
+    return (int(np.bitwise_count(array[:whole].view(np.uint64)).sum(dtype=np.int64)) +
+            int(np.bitwise_count(array[whole:]).sum(dtype=np.int64)))
+
+
 def is_sparse(update: object) -> bool:
     return isinstance(update, SPARSE_TYPES)
 
@@ -130,11 +138,15 @@ def check_packed(where: str, full: Tuple[int, ...], packed: Union[IndexedUpdate,
                     raise TypeError(f"{where}.index[{dim}] is {got}; expected a 1-D torch.int64 tensor or None")
                 length = chosen.numel()
                 array = chosen.numpy() if chosen.device.type == "cpu" else chosen.cpu().numpy()
-                if length and (array[0] < 0 or array[-1] >= size or array.min() < 0 or array.max() >= size):
-                    bad = int(array.min()) if array.min() < 0 else int(array.max())
-                    raise ValueError(f"{where}.index[{dim}] holds index {bad}, outside dim {dim} of size {size} "
-                                     f"of the global shape {full}; expected indices in [0, {size})")
-                if length > 1 and not (array[1:] > array[:-1]).all():
+                # Strictly increasing (the usual case), its ends are its extremes: one pass over it, not three.
+                increasing = length <= 1 or bool((array[1:] > array[:-1]).all())
+                if length:
+                    low, high = (array[0], array[-1]) if increasing else (array.min(), array.max())
+                    if low < 0 or high >= size:
+                        bad = int(low) if low < 0 else int(high)
+                        raise ValueError(f"{where}.index[{dim}] holds index {bad}, outside dim {dim} of size {size} "
+                                         f"of the global shape {full}; expected indices in [0, {size})")
+                if not increasing:
                     raise ValueError(f"{where}.index[{dim}] is {chosen.tolist()[:8]}{'...' if length > 8 else ''}, "
                                      "which is not strictly increasing; expected sorted indices without duplicates")
             if values.shape[dim] != length:
@@ -155,7 +167,7 @@ def check_packed(where: str, full: Tuple[int, ...], packed: Union[IndexedUpdate,
     spare = expected * 8 - numel
     if spare and int(array[-1]) >> (8 - spare):
         raise ValueError(f"{where}.bits sets padding bits past coordinate {numel}; expected them clear")
-    held = int(np.bitwise_count(array).sum(dtype=np.int64))
+    held = count_bits(array)
     if values.dim() != 1 or values.numel() != held:
         raise ValueError(f"{where}.values has shape {tuple(values.shape)} but its mask holds {held} coordinates; "
                          f"expected a 1-D tensor of {held} values")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from hasfl_ray.aggregation import IndexedUpdate, MaskedUpdate, aggregate_updates
-from hasfl_ray.aggregation.packed import pack_bits, unpack_bits
+from hasfl_ray.aggregation.packed import count_bits, pack_bits, unpack_bits
 from hasfl_ray.ops import aggregate as ops
 
 needs_ext = pytest.mark.skipif(not (ops.available() and hasattr(torch.ops.hasfl_ray, "aggregate_sparse_into")),
@@ -238,6 +238,16 @@ def test_bits_round_trip():
     assert torch.equal(unpack_bits(bits, (7, 13)), mask)
 
 
+def test_count_bits_counts_every_byte_of_any_length():
+    """8 bytes a step and the rest byte by byte: lengths around the 8-byte boundary, and an unaligned start."""
+    rng = np.random.default_rng(3)
+    data = rng.integers(0, 256, 40, dtype=np.uint8)
+    for start in (0, 1):
+        for length in range(0, 26):
+            array = data[start:start + length]
+            assert count_bits(array) == int(np.unpackbits(array).sum())
+
+
 SHAPES = {"w": (4, 6), "b": (4,)}
 DENSE = torch.arange(24.0).reshape(4, 6)
 
@@ -252,6 +262,9 @@ BAD = {
     "negative index": (IndexedUpdate(torch.zeros(2, 6), (idx(-1, 2), None)), ValueError, "holds index -1"),
     "duplicated index": (IndexedUpdate(torch.zeros(2, 6), (idx(1, 1), None)), ValueError, "not strictly increasing"),
     "unsorted index": (IndexedUpdate(torch.zeros(2, 6), (idx(2, 1), None)), ValueError, "not strictly increasing"),
+    # the range is checked first, and on an unsorted list not by its ends alone (7 sits in the middle)
+    "unsorted index outside the layer": (IndexedUpdate(torch.zeros(3, 6), (idx(2, 7, 1), None)), ValueError,
+                                         "holds index 7, outside dim 0 of size 4"),
     "index of floats": (IndexedUpdate(torch.zeros(2, 6), (torch.tensor([1.0, 2.0]), None)), TypeError,
                         "expected a 1-D torch.int64 tensor or None"),
     "index per dim missing": (IndexedUpdate(torch.zeros(2, 6), (idx(1, 2),)), ValueError, "one per dim"),
