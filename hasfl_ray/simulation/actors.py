@@ -141,6 +141,11 @@ class TrainerActor:
         held = getattr(self, "_params_ref", None)
         if held is None or type(held) is not type(key) or held != key:
             self._params_ref = None
+            self.params = {}
+            # a new model, a new round: what the last one freed (its training, its evaluations), back to the system
+            # once here, as the local backend does once a round (hasfl_ray/allocator.py), rather than after each
+            # call, whose next call then faulted the same pages in again (~7 ms of a trainer's CPU a digits round)
+            allocator.release()
             self.begin_round(unpack(read_params(params)))
             self._params_ref = key
 
@@ -152,8 +157,7 @@ class TrainerActor:
         self._take(params)
         try:
             return self.evaluator(self.params, method, *args)
-        finally:
-            allocator.release()  # the evaluation's activations, back to the system
+        finally:  # (its activations go back to the system with the round's, at the next model: _take)
             spent = self.__dict__.setdefault("eval_seconds", {})
             spent[method] = spent.get(method, 0.0) + time.process_time() - start
 
@@ -178,8 +182,7 @@ class TrainerActor:
         report = TaskReport(clients[0], time.perf_counter() - start, clients, tuple(spent),
                             tuple(sorted(self.__dict__.pop("eval_seconds", {}).items())))
         packed = pack(tuple(results))
-        del results
-        allocator.release()  # what the call freed, back to the system (hasfl_ray/allocator.py)
+        del results  # (what the call freed goes back to the system with the round's, at the next model: _take)
         return report, packed
 
 
