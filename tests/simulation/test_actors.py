@@ -134,3 +134,22 @@ def test_a_server_round_takes_results_the_driver_unpacked_as_they_arrived_as_the
         shas.append(server.params_sha256())
         summaries.append(([r.client for r in accepted], frozen))
     assert len(set(shas)) == 1 and summaries[0] == summaries[1] == summaries[2] and summaries[0][0] == [0, 3, 4]
+
+
+@pytest.mark.skipif(not __import__("hasfl_ray.allocator").allocator.enabled(),
+                    reason="needs glibc's malloc_trim (Linux) and HASFL_MALLOC_TRIM not 0")
+def test_a_trainer_hands_freed_memory_back_once_a_model_not_after_each_call(setup):
+    """malloc_trim once as each new model arrives (the round's calls and evaluations after it reuse the pages the
+    last one freed), as the local backend trims once a round: not after every call and evaluation."""
+    from hasfl_ray import allocator
+
+    config, dataset, params = setup
+    actor = TrainerActor(dataset, "digits", optimizer_settings(config), "cpu", 1, True, False, (500, None))
+    task = ClientTask(2, 0, 0.5, 0.05, 0)
+    calls = allocator.spent["calls"]
+    actor.run([Inline(1, pack(params))], [([task], False)])
+    actor.evaluate_at([Inline(1, pack(params))], "evaluate")
+    actor.run([Inline(1, pack(params))], [([task], False)])
+    assert allocator.spent["calls"] == calls + 1
+    actor.evaluate_at([Inline(2, pack(params))], "evaluate")
+    assert allocator.spent["calls"] == calls + 2
