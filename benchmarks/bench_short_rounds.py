@@ -202,9 +202,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             cpus = [c for c in map(cpu_per_round, results) if c is not None]
             if cpus:
                 trainers = [sum(c["trainers"]) for c in cpus]
+                together = f"{statistics.median(trainers):.1f}" if any(trainers) else "- (none: one process)"
                 print(f"CPU ms/round, {setting} {name} (median over repeats): driver "
-                      f"{statistics.median(c['driver'] for c in cpus):.1f}, trainers together "
-                      f"{statistics.median(trainers) if any(trainers) else 0:.1f}, raylet+gcs "
+                      f"{statistics.median(c['driver'] for c in cpus):.1f}, trainers together {together}, raylet+gcs "
                       f"{statistics.median(c['raylet+gcs'] for c in cpus):.1f}, beside the trainers "
                       f"{statistics.median(c['beside trainers'] for c in cpus):.1f}; outside the run, per repeat: "
                       + ", ".join(f"{c['outside the run']:.1f}" for c in cpus))
