@@ -20,10 +20,10 @@ two late (docs/ray.md, 'A round on Ray'), and polling the file costs the CPU the
 end of the first round is printed beside the rates, and the default command's (``--backend`` left out: local
 first, Ray takes over) with it. The two-process capacity of the machine (the same CNN steps in 1 process, then 2
 at once: 2.0 on two idle cores) is measured before and after, since two actors can only be that much faster than
-one process. Every run's params_sha256 is compared: they must be equal. Over the same rounds as the rate, each run's CPU is
-read from /proc (benchmarks/run_cpu.py, holds under load): per round, the driver's, each trainer's, Ray's raylet
-and GCS, all of the run's beside the trainers (what Ray costs on top of the training), and the machine's CPU outside
-the run (something else running: a repeat to discount).
+one process. Every run's params_sha256 is compared: they must be equal. Over the same rounds as the rate, each
+run's CPU is read from /proc (benchmarks/run_cpu.py, holds under load): per round, the driver's, each trainer's,
+Ray's raylet and GCS, all of the run's beside the trainers (what Ray costs on top of the training), and the
+machine's CPU outside the run (something else running: a repeat to discount).
 
 A target is met when every repeat's ratio (Ray against the local run interleaved with it) reaches it, not the
 median. ``--placements`` names where Ray's server runs (``--server-placement``: auto, driver, actor; each a Ray run

@@ -70,8 +70,8 @@ class Transport:
     """How :class:`~hasfl_ray.simulation.backend.RayBackend` reaches its actors (mixed into it): a round's calls
     sent to the trainer slots and gathered, a dead trainer replaced and its calls sent again, a dead server one
     sentence. It uses the backend's ``slots``, ``timing``, ``total_train_seconds``, ``replaced_actors``,
-    ``_params_ref``, ``server``, ``fault_round``, ``_trainer_class``, ``_process``, ``_trainer_args``, ``_submit_queued``,
-    ``_observe``, ``_eval_pending``, ``while_training`` and ``should_stop``."""
+    ``_params_ref``, ``server``, ``fault_round``, ``_trainer_class``, ``_process``, ``_trainer_args``,
+    ``_submit_queued``, ``_observe``, ``_eval_pending``, ``while_training`` and ``should_stop``."""
 
     def _send(self, tasks: Sequence[ClientTask],
               order: Deque[List[Tuple[List[int], bool]]]) -> Tuple[List[List[int]], List[Any]]:
