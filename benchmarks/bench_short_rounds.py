@@ -20,7 +20,10 @@ two late (docs/ray.md, 'A round on Ray'), and polling the file costs the CPU the
 end of the first round is printed beside the rates, and the default command's (``--backend`` left out: local
 first, Ray takes over) with it. The two-process capacity of the machine (the same CNN steps in 1 process, then 2
 at once: 2.0 on two idle cores) is measured before and after, since two actors can only be that much faster than
-one process. Every run's params_sha256 is compared: they must be equal.
+one process. Every run's params_sha256 is compared: they must be equal. Over the same rounds as the rate, each
+run's CPU is read from /proc (benchmarks/run_cpu.py, holds under load): per round, the driver's, each trainer's,
+Ray's raylet and GCS, all of the run's beside the trainers (what Ray costs on top of the training), and the
+machine's CPU outside the run (something else running: a repeat to discount).
 
 A target is met when every repeat's ratio (Ray against the local run interleaved with it) reaches it, not the
 median. ``--placements`` names where Ray's server runs (``--server-placement``: auto, driver, actor; each a Ray run
@@ -47,6 +50,7 @@ from typing import Dict, List, Optional, Sequence
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_first_round import finished  # noqa: E402
 from bench_simulation import parallel_capacity  # noqa: E402
+from run_cpu import CpuWatch  # noqa: E402
 
 #: The bounds of issue 29 item 1 and issue 46 item 3: Ray with 2 actors over the local backend, in rounds/s, in
 #: every repeat.
@@ -89,16 +93,45 @@ def run(args: Sequence[str], out: str, timeout: float = 600.0, env: Optional[Dic
     process = subprocess.Popen([sys.executable, STAMPED_CLI, "simulate", *args, "--out", out, "--quiet", "--json"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, **(env or {}), "HASFL_ROUND_STAMPS": stamps_file})
+    watch = CpuWatch(process.pid).start()
     try:
         process.wait(timeout)
     except subprocess.TimeoutExpired:
         pass
+    finally:
+        watch.stop()
     summary, total = finished(process, args, start)
     with open(stamps_file, encoding="utf-8") as handle:
         stamps = [seconds - start for _, seconds in json.load(handle)]
     os.unlink(stamps_file)
+    cpu = watch.window(start + stamps[SKIP - 1], start + stamps[-1]) if len(stamps) > SKIP else None
     return {"stamps": stamps, "total": total, "sha": summary["params_sha256"],
-            "ray_from": summary.get("ray_from_round")}
+            "ray_from": summary.get("ray_from_round"), "cpu": cpu}
+
+
+def cpu_per_round(result: Dict[str, object]) -> Optional[Dict[str, object]]:
+    """CPU ms per round over the rate's rounds (benchmarks/run_cpu.py): the driver, each trainer, Ray's raylet and
+    GCS, the run's other processes, all but the trainers, and the machine's CPU outside the run; None off Linux."""
+    if result["cpu"] is None:
+        return None
+    kinds, outside = result["cpu"]
+    rounds = len(result["stamps"]) - SKIP
+    ms = {kind: [seconds / rounds * 1e3 for seconds in values] for kind, values in kinds.items()}
+    driver, trainers = sum(ms.get("driver", [])), sorted(ms.get("trainer", []), reverse=True)
+    ray = sum(ms.get("raylet", [])) + sum(ms.get("gcs", []))
+    other = sum(ms.get("other", []))
+    return {"driver": driver, "trainers": trainers, "raylet+gcs": ray, "other": other,
+            "beside trainers": driver + ray + other, "outside the run": outside / rounds * 1e3}
+
+
+def cpu_line(result: Dict[str, object]) -> str:
+    got = cpu_per_round(result)
+    if got is None:
+        return ""
+    trainers = " + ".join(f"{t:.1f}" for t in got["trainers"]) or "-"
+    return (f"; CPU ms/round: driver {got['driver']:.1f}, trainers {trainers}, raylet+gcs {got['raylet+gcs']:.1f}, "
+            f"other {got['other']:.1f} (beside the trainers {got['beside trainers']:.1f}); outside the run "
+            f"{got['outside the run']:.1f}")
 
 
 def rate(result: Dict[str, object]) -> float:
@@ -144,7 +177,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                     shutil.rmtree(out, ignore_errors=True)
                     r = got[name][-1]
                     print(f"  {setting} {name} #{repeat}: {rate(r):.2f} rounds/s, first round at "
-                          f"{r['stamps'][0]:.2f} s, whole run {r['total']:.1f} s", flush=True)
+                          f"{r['stamps'][0]:.2f} s, whole run {r['total']:.1f} s, load {os.getloadavg()[0]:.1f}"
+                          f"{cpu_line(r)}", flush=True)
             shas = {r["sha"] for results in got.values() for r in results}
             for name in got:
                 if name.startswith("ray2"):
@@ -163,6 +197,17 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         print(f"{setting:<9} {name:<11} {epochs:>6} {spread([rate(r) for r in got['local']], '.2f'):>16} "
               f"{spread([rate(r) for r in got[name]], '.2f'):>16} {spread(ratios, '.3f'):>18} "
               f"{TARGETS[setting]:>5.1f}x {first:>44} {'yes' if same else 'NO':>8}  {verdict}")
+    for setting, got in {row[0]: row[3] for row in rows}.items():
+        for name, results in got.items():
+            cpus = [c for c in map(cpu_per_round, results) if c is not None]
+            if cpus:
+                trainers = [sum(c["trainers"]) for c in cpus]
+                together = f"{statistics.median(trainers):.1f}" if any(trainers) else "- (none: one process)"
+                print(f"CPU ms/round, {setting} {name} (median over repeats): driver "
+                      f"{statistics.median(c['driver'] for c in cpus):.1f}, trainers together {together}, raylet+gcs "
+                      f"{statistics.median(c['raylet+gcs'] for c in cpus):.1f}, beside the trainers "
+                      f"{statistics.median(c['beside trainers'] for c in cpus):.1f}; outside the run, per repeat: "
+                      + ", ".join(f"{c['outside the run']:.1f}" for c in cpus))
     if "default" in rows[0][3]:
         print("default command: Ray took over at round",
               ", ".join(str(r["ray_from"]) for setting in dict.fromkeys(row[0] for row in rows)

@@ -20,6 +20,24 @@ from hasfl_ray.training.task import ClientTask
 from hasfl_ray.training.trainer import Trainer
 
 
+@dataclass(frozen=True, eq=False)
+class Inline:
+    """A round's global parameters carried inside each call that needs them, instead of one object-store object
+    (``server_placement: driver`` in a Ray this run started, parameters up to ``INLINE_OBJECT_BYTES``,
+    hasfl_ray/simulation/backend.py): no put in the driver between two rounds, no store read in the trainers, no
+    work for the raylet. ``version`` names the parameters (it grows with every new model of the run), so a trainer
+    that already holds them does not unpack the copy a later call of the round brings."""
+
+    version: int
+    packed: Packed
+
+
+def read_params(carried: Any) -> Packed:
+    """The packed parameters of ``carried`` (``[ref]`` or ``[Inline]``, as :meth:`TrainerActor.run` takes them):
+    from the object store, or from the call itself."""
+    return carried[0].packed if isinstance(carried[0], Inline) else ray.get(carried[0])
+
+
 @dataclass(frozen=True)
 class TaskReport:
     """What the driver learns of a finished client (the update itself goes to the server by reference)."""
@@ -113,14 +131,23 @@ class TrainerActor:
     def _take(self, params: Any) -> None:
         """The round's global parameters: ``[ref]``, a reference to the server's object (in a list, so that Ray
         does not resolve it for every call), read from the object store once per actor per round however many
-        calls carry it; or the parameters themselves (a caller without Ray)."""
+        calls carry it; ``[Inline]``, the parameters inside the call, unpacked once per actor per round (by their
+        version); or the parameters themselves (a caller without Ray)."""
         if isinstance(params, Mapping):
             self.begin_round(params)
             self._params_ref = None
-        elif params[0] != getattr(self, "_params_ref", None):
+            return
+        key = ("inline", params[0].version) if isinstance(params[0], Inline) else params[0]
+        held = getattr(self, "_params_ref", None)
+        if held is None or type(held) is not type(key) or held != key:
             self._params_ref = None
-            self.begin_round(unpack(ray.get(params[0])))
-            self._params_ref = params[0]
+            self.params = {}
+            # a new model, a new round: what the last one freed (its training, its evaluations), back to the system
+            # once here, as the local backend does once a round (hasfl_ray/allocator.py), rather than after each
+            # call, whose next call then faulted the same pages in again (~7 ms of a trainer's CPU a digits round)
+            allocator.release()
+            self.begin_round(unpack(read_params(params)))
+            self._params_ref = key
 
     def evaluate_at(self, params: Any, method: str, *args: Any) -> Any:
         """``method(*args)`` (``evaluate``, ``evaluate_widths`` or ``test_beats`` of :class:`Server`) of the global
@@ -130,8 +157,7 @@ class TrainerActor:
         self._take(params)
         try:
             return self.evaluator(self.params, method, *args)
-        finally:
-            allocator.release()  # the evaluation's activations, back to the system
+        finally:  # (its activations go back to the system with the round's, at the next model: _take)
             spent = self.__dict__.setdefault("eval_seconds", {})
             spent[method] = spent.get(method, 0.0) + time.process_time() - start
 
@@ -156,8 +182,7 @@ class TrainerActor:
         report = TaskReport(clients[0], time.perf_counter() - start, clients, tuple(spent),
                             tuple(sorted(self.__dict__.pop("eval_seconds", {}).items())))
         packed = pack(tuple(results))
-        del results
-        allocator.release()  # what the call freed, back to the system (hasfl_ray/allocator.py)
+        del results  # (what the call freed goes back to the system with the round's, at the next model: _take)
         return report, packed
 
 
@@ -187,7 +212,7 @@ class ServerActor:
         """:meth:`TrainerActor.evaluate_at` here: the evaluation of a trainer lost before it answered (``params``
         as the trainers take them, or the parameters themselves)."""
         try:
-            return self.evaluator(params if isinstance(params, Mapping) else unpack(ray.get(params[0])), method, *args)
+            return self.evaluator(params if isinstance(params, Mapping) else unpack(read_params(params)), method, *args)
         finally:
             allocator.release()  # the evaluation's activations, back to the system
 
@@ -215,8 +240,9 @@ class ServerActor:
         return summary, self.params()
 
     def apply_round(self, weights: Sequence[float], server_lr: float, layout: Sequence[Sequence[int]],
-                    optimizer: Any, calls: Sequence[Packed], keep_updates: bool = False) -> Tuple[Any, ...]:
-        """The trainer calls' results (``layout[i]`` = the task positions of call i's results) put back in client
+                    optimizer: Any, calls: Sequence[Any], keep_updates: bool = False) -> Tuple[Any, ...]:
+        """The trainer calls' results (``layout[i]`` = the task positions of call i's results; each call's packed,
+        or already unpacked by the driver as it arrived) put back in client
         order, :meth:`Server.apply`, and what the driver records of the new model: the accepted results with their
         updates emptied, the aggregate's statistics, the frozen fractions (overall, per layer). ``keep_updates``:
         the accepted results keep their updates (an algorithm that inspects them,
@@ -224,7 +250,7 @@ class ServerActor:
         torch.set_num_threads(self.threads)
         results: List[Optional[ClientResult]] = [None] * sum(len(positions) for positions in layout)
         for positions, call in zip(layout, calls):
-            for position, result in zip(positions, unpack(call)):
+            for position, result in zip(positions, unpack(call) if isinstance(call, Packed) else call):
                 results[position] = result
         accepted, aggregate = self.server.apply(results, weights, server_lr, None, optimizer, keep_updates=keep_updates)
         return accepted, aggregate, self.server.frozen_fraction(), self.server.frozen_by_layer()

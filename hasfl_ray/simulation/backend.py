@@ -20,7 +20,7 @@ from hasfl_ray.engine.server import NonFiniteModelError, statistics_plan
 from hasfl_ray.models import build_model, pads_exactly
 from hasfl_ray.registry import FILE_MODULES
 from hasfl_ray.simulation import connect_ray, warn_auth_off
-from hasfl_ray.simulation.actors import ServerActor, TrainerActor
+from hasfl_ray.simulation.actors import Inline, ServerActor, TrainerActor
 from hasfl_ray.simulation.asynchronous import AsyncTransport
 from hasfl_ray.simulation.costs import (  # noqa: F401 (calls, evaluation_cost and the two counts re-exported)
     CALLS_PER_TRAINER, UNITS_PER_CALL, CostModel, calls, evaluation_cost)
@@ -184,7 +184,9 @@ class RayBackend(AsyncTransport, Transport, Backend):
         except (RayActorError, RayTaskError) as error:
             raise _lost("a Ray actor failed to start", error) from None
         if self.plan.server == "driver":  # the driver's torch settings are the run's already (Engine, local backend)
-            self.server = DriverServer(ServerActor(*server_args))
+            # the parameters inside the calls where Ray sends a call's arguments up to INLINE_OBJECT_BYTES as they
+            # are: in the Ray this run started (a joined cluster's calls would put them in the store each time)
+            self.server = DriverServer(ServerActor(*server_args), INLINE_OBJECT_BYTES if self.owns_ray else 0)
         self.places = places  # where each trainer (then the server actor) runs, and its determinism settings
         self.nodes = len({place["node"] for place in places})
         logger.info("Ray backend: %d trainer actors on %d node(s), server in the %s on %s", len(self.slots),
@@ -313,7 +315,7 @@ class RayBackend(AsyncTransport, Transport, Backend):
                 self._eval_loads[slot.index] = self._eval_loads.get(slot.index, 0.0) + cost
                 sent = self._eval_pending.setdefault(slot.index, {})
                 sent[method] = sent.get(method, 0.0) + cost
-                call["ref"] = slot.actor.evaluate_at.remote(params, method, *args)
+                call["ref"], call["on"] = slot.actor.evaluate_at.remote(params, method, *args), slot.index
 
         submit.call, submit.cost, submit.method = call, cost, method  # type: ignore[attr-defined]  # for the plan
         self._queued.append(submit)
@@ -328,11 +330,16 @@ class RayBackend(AsyncTransport, Transport, Backend):
         result.ready = lambda: "ref" in call and bool(ray.wait([call["ref"]], timeout=0)[0])
         return result
 
-    def _submit_queued(self) -> None:
-        """Submit the evaluations :meth:`request` holds back (behind the training just submitted)."""
+    def _submit_queued(self) -> List[Tuple[Any, int]]:
+        """Submit the evaluations :meth:`request` holds back (behind the training just submitted); returns the
+        reference and trainer slot of each submitted now."""
         queued, self._queued = self._queued, []
+        sent = []
         for submit in queued:
-            submit()
+            if "ref" not in submit.call:
+                submit()
+                sent.append((submit.call["ref"], submit.call["on"]))
+        return sent
 
     def evaluate(self) -> Tuple[float, float]:
         return self.request("evaluate")()
@@ -358,14 +365,13 @@ class RayBackend(AsyncTransport, Transport, Backend):
         return self.server.call("frozen_by_layer") if value is None else value
 
     def get_params(self):
-        return unpack(self._from_server(self._params_ref if self._params_ref is not None else
-                                        self.server.params()))
+        return self.params_later()()
 
     def params_later(self):
-        """The reference to this round's parameters (one object-store object, kept while it is held), read when
-        called."""
+        """This round's parameters as the calls carry them (a reference to one object-store object, kept while it
+        is held, or the :class:`Inline` copy), read when called."""
         ref = self._params_ref if self._params_ref is not None else self.server.params()
-        return lambda: unpack(self._from_server(ref))
+        return lambda: unpack(ref.packed if isinstance(ref, Inline) else self._from_server(ref))
 
     def set_params(self, params) -> None:
         self.server.call("set_params", params)

@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence, Tuple
 
 import ray
 
-from hasfl_ray.simulation.actors import ServerActor
+from hasfl_ray.simulation.actors import Inline, ServerActor
 from hasfl_ray.simulation.transport import Transport
 from hasfl_ray.simulation.wire import unpack
 
@@ -49,6 +49,11 @@ class ActorServer:
                                                                              optimizer, *results)
         return unpack(Transport._from_server(summary)), params
 
+    @staticmethod
+    def receive(result: Any) -> Any:
+        """A trainer call's results as they arrive: the reference, which Ray resolves on the server actor."""
+        return result
+
     def call(self, method: str, *args: Any) -> Any:
         """``method(*args)`` on the actor, waited for (a dead server actor is one sentence)."""
         return Transport._from_server(getattr(self.actor, method).remote(*args))
@@ -68,16 +73,31 @@ class DriverServer:
 
     where = "driver"
 
-    def __init__(self, server: ServerActor) -> None:
+    def __init__(self, server: ServerActor, inline_bytes: int = 0) -> None:
         self.server = server
+        #: Parameters packed into at most this many bytes travel inside the calls (:class:`Inline`); larger ones,
+        #: or any with 0 (a joined cluster, whose calls Ray would store anyway), as one object-store object.
+        self.inline_bytes = inline_bytes
+        self.version = 0
 
     def params(self) -> Any:
-        return ray.put(self.server.params())
+        """The global parameters, packed, as the trainers' calls carry them: an :class:`Inline` (no object-store
+        put: the first call to each trainer brings them, the trainer keeps them for the round's later calls) or
+        a reference to one object-store object."""
+        packed = self.server.params()
+        if packed.buffer.nbytes > self.inline_bytes:
+            return ray.put(packed)
+        self.version += 1
+        return Inline(self.version, packed)
+
+    def receive(self, result: Any) -> Any:
+        """A trainer call's results as they arrive (while other calls of the round still train): read and
+        unpacked here now, off the hand-off between rounds."""
+        return unpack(ray.get(result))
 
     def round(self, weights: Sequence[float], server_lr: float, layout: Sequence[Sequence[int]], optimizer: Any,
               results: Sequence[Any], keep_updates: bool) -> Tuple[Summary, Any]:
-        summary = self.server.apply_round(list(weights), server_lr, layout, optimizer, ray.get(list(results)),
-                                          keep_updates)
+        summary = self.server.apply_round(list(weights), server_lr, layout, optimizer, results, keep_updates)
         return summary, self.params()
 
     def arrivals(self, weights: Sequence[float], server_lr: float, bases: Optional[Sequence[Optional[int]]],

@@ -10,7 +10,7 @@ from hasfl_ray.data import load_dataset  # noqa: E402
 from hasfl_ray.engine import RunConfig, Server  # noqa: E402
 from hasfl_ray.engine.backend import optimizer_settings  # noqa: E402
 from hasfl_ray.engine.engine import initial_parameters  # noqa: E402
-from hasfl_ray.simulation.actors import ServerActor, TrainerActor  # noqa: E402
+from hasfl_ray.simulation.actors import Inline, ServerActor, TrainerActor  # noqa: E402
 from hasfl_ray.training.workspace import MODEL_CACHE  # noqa: E402
 from hasfl_ray.simulation.wire import pack, unpack  # noqa: E402
 from hasfl_ray.training.local import ClientTask, Trainer  # noqa: E402
@@ -96,3 +96,60 @@ def test_evaluation_on_a_trainer_equals_the_servers(setup):
     assert server.params_sha256() != plain.params_sha256()  # the server actor still holds w^(0)
     with pytest.raises(ValueError, match="evaluation method 'apply'"):
         actor.evaluate_at(round_params, "apply")
+
+
+def test_parameters_inside_the_calls_are_unpacked_once_per_version_and_train_as_the_parameters_themselves(setup):
+    """A driver's server sends the round's parameters inside each call (Inline, no object store): the trainer
+    unpacks them at the first call of a version and keeps them for the round's later calls (evaluations included);
+    a new version replaces them; what it trains is what the parameters themselves give, bit for bit."""
+    config, dataset, params = setup
+    actor = TrainerActor(dataset, "digits", optimizer_settings(config), "cpu", 1, True, False, (500, None))
+    plain = Trainer(dataset, "digits", optimizer_settings(config), "cpu", 1)
+    task = ClientTask(2, 0, 0.5, 0.05, 0)
+    first = [Inline(1, pack(params))]
+    _, packed = actor.run(first, [([task], False)])
+    held = actor.params
+    assert all(torch.equal(held[k], params[k]) for k in params)
+    actor.evaluate_at([Inline(1, pack(params))], "evaluate")  # another copy of version 1: not unpacked again
+    assert actor.params is held
+    [result] = unpack(packed)
+    expected = plain.train(task, params)
+    assert all(torch.equal(result.update[k], expected.update[k]) for k in expected.update)
+    changed = {k: v + 1 for k, v in params.items()}
+    actor.run([Inline(2, pack(changed))], [([task], False)])
+    assert actor.params is not held and all(torch.equal(actor.params[k], changed[k]) for k in params)
+
+
+def test_a_server_round_takes_results_the_driver_unpacked_as_they_arrived_as_their_packed_objects(setup):
+    """The server in the driver reads a trainer call's results as soon as they arrive (while other calls train):
+    apply_round given those unpacked tuples, packed ones, or a mix, gives the same model and summary."""
+    config, dataset, params = setup
+    trainer = Trainer(dataset, "digits", optimizer_settings(config), "cpu", 1)
+    results = [trainer.train(ClientTask(i, 0, w, 0.05, 0), params) for i, w in ((0, 0.5), (3, 1.0), (4, 0.25))]
+    calls = [(results[2], results[0]), (results[1],)]
+    shas, summaries = [], []
+    for given in ([pack(c) for c in calls], [unpack(pack(c)) for c in calls], [unpack(pack(calls[0])), pack(calls[1])]):
+        server = ServerActor("digits", params, dataset, 500, "reference", "cpu", 1)
+        accepted, _, frozen, _ = server.apply_round([3.0, 1.0, 2.0], 1.0, [[2, 0], [1]], None, given)
+        shas.append(server.params_sha256())
+        summaries.append(([r.client for r in accepted], frozen))
+    assert len(set(shas)) == 1 and summaries[0] == summaries[1] == summaries[2] and summaries[0][0] == [0, 3, 4]
+
+
+@pytest.mark.skipif(not __import__("hasfl_ray.allocator").allocator.enabled(),
+                    reason="needs glibc's malloc_trim (Linux) and HASFL_MALLOC_TRIM not 0")
+def test_a_trainer_hands_freed_memory_back_once_a_model_not_after_each_call(setup):
+    """malloc_trim once as each new model arrives (the round's calls and evaluations after it reuse the pages the
+    last one freed), as the local backend trims once a round: not after every call and evaluation."""
+    from hasfl_ray import allocator
+
+    config, dataset, params = setup
+    actor = TrainerActor(dataset, "digits", optimizer_settings(config), "cpu", 1, True, False, (500, None))
+    task = ClientTask(2, 0, 0.5, 0.05, 0)
+    calls = allocator.spent["calls"]
+    actor.run([Inline(1, pack(params))], [([task], False)])
+    actor.evaluate_at([Inline(1, pack(params))], "evaluate")
+    actor.run([Inline(1, pack(params))], [([task], False)])
+    assert allocator.spent["calls"] == calls + 1
+    actor.evaluate_at([Inline(2, pack(params))], "evaluate")
+    assert allocator.spent["calls"] == calls + 2
