@@ -1,5 +1,6 @@
 """--cells-per-gpu K: a CUDA cell's Ray task asks for 1/K of a GPU, so K cells share one card at once. Checked on
-CPU with a GPU resource declared to Ray (the cells' bodies are replaced by a timed stand-in: no CUDA here)."""
+CPU with a GPU resource declared to Ray (the cells' bodies are replaced by a stand-in that waits at a gate: no CUDA
+here)."""
 
 import pytest
 from click.testing import CliRunner
@@ -24,22 +25,56 @@ def cells(n):
                  values={"device": "cuda", "trainer_threads": 1}) for i in range(n)]
 
 
-def run_all(executor, n):
+@ray.remote(num_cpus=0)
+class Gate:
+    """Counts the cells inside at once; a cell's group of k (tickets in arrival order) waits until all of it has
+    arrived, so k cells are inside together however slowly Ray starts its workers (no timer decides the test)."""
+
+    def __init__(self, k: int, n: int):
+        self.k, self.n, self.arrived, self.inside, self.peak = k, n, 0, 0, 0
+
+    def enter(self) -> int:
+        self.arrived += 1
+        self.inside += 1
+        self.peak = max(self.peak, self.inside)
+        return self.arrived
+
+    def ready(self, ticket: int) -> bool:
+        group_end = min(-(-ticket // self.k) * self.k, self.n)
+        return self.arrived >= group_end
+
+    def leave(self) -> int:
+        self.inside -= 1
+        return self.peak
+
+    def most_inside(self) -> int:
+        return self.peak
+
+
+def run_all(executor, n, k):
+    gate = Gate.remote(k, n)
+
     def stand_in(cell, force, cwd):  # nested, so Ray ships it by value (workers cannot import this test module)
-        """Hold the cell's GPU share for a while; report when it ran and which GPU Ray gave it."""
+        """Hold the cell's GPU share until its group of k is inside; report which GPU Ray gave it."""
         import time as clock
 
         import ray as worker_ray
 
-        start = clock.time()
-        clock.sleep(1.5)
-        return {"name": cell["name"], "status": "done", "start": start, "end": clock.time(),
-                "gpu_ids": [str(g) for g in worker_ray.get_gpu_ids()]}
+        ticket = worker_ray.get(gate.enter.remote())
+        deadline = clock.time() + 120
+        while not worker_ray.get(gate.ready.remote(ticket)):
+            if clock.time() > deadline:  # fewer than k ran at once: the test fails on its status, not on a hang
+                worker_ray.get(gate.leave.remote())
+                return {"name": cell["name"], "status": "its group never came in together"}
+            clock.sleep(0.01)
+        worker_ray.get(gate.leave.remote())
+        return {"name": cell["name"], "status": "done", "gpu_ids": [str(g) for g in worker_ray.get_gpu_ids()]}
 
     executor.remote = ray.remote(stand_in)
     for cell in cells(n):
         executor.submit(cell)
-    return [executor.wait()[1] for _ in range(n)]
+    results = [executor.wait()[1] for _ in range(n)]
+    return results, ray.get(gate.most_inside.remote())
 
 
 @pytest.mark.parametrize("k", [1, 2, 4])
@@ -48,12 +83,9 @@ def test_k_cells_share_one_gpu_at_once(one_gpu_cluster, k):
 
     executor = RayExecutor(cells_per_gpu=k)
     assert executor.resources(cells(1)[0]) == (1, pytest.approx(1 / k))
-    results = run_all(executor, 4)
+    results, most_inside = run_all(executor, 4, k)
     assert all(r["status"] == "done" for r in results), results
-    starts = sorted(r["start"] for r in results)
-    ends = sorted(r["end"] for r in results)
-    overlapping = sum(1 for s in starts if s < ends[0])  # cells running before the first one ended
-    assert overlapping == k
+    assert most_inside == k  # k at once (each group waited for its k), never more (Ray's 1/k GPU each)
     assert all(r["gpu_ids"] == ["0"] for r in results)  # every share is of the one GPU
 
 
