@@ -64,19 +64,26 @@ def fused_form(server: Any, updates: List[Dict], offsets: List[int], holds: Opti
         return fused_sparse
     if not aggregate_private.available():
         return None
-    starts = None
-    if any(offsets):
-        from hasfl_ray.aggregation.windows import element_starts
-
-        starts = element_starts(server.specs, updates, offsets)
-        if starts is None:
-            return None
+    expressible, starts = window_starts(server, updates, offsets)
+    if not expressible:
+        return None
 
     def fused(ups, bounds, std, key, offset, expected):
         return aggregate_private.aggregate_private(server.shapes, ups, [1.0] * len(ups), bounds, std, key, offset,
                                                    expected, server.gate_blocks, starts)
 
     return fused
+
+
+def window_starts(server: Any, updates: List[Dict], offsets: List[int]):
+    """(True, None) for leading slices, (True, the op's element starts) for rolling windows
+    (:func:`hasfl_ray.aggregation.windows.element_starts`), (False, None) where the windows cannot be expressed."""
+    if not any(offsets):
+        return True, None
+    from hasfl_ray.aggregation.windows import element_starts
+
+    starts = element_starts(server.specs, updates, offsets)
+    return starts is not None, starts
 
 
 def label_split_form(server: Any, updates: List[Dict], offsets: List[int], holds: np.ndarray):
@@ -93,13 +100,9 @@ def label_split_form(server: Any, updates: List[Dict], offsets: List[int], holds
 
     if has_sparse(updates) or not aggregate_private.sparse_available():
         return None
-    starts = None
-    if any(offsets):
-        from hasfl_ray.aggregation.windows import element_starts
-
-        starts = element_starts(server.specs, updates, offsets)
-        if starts is None:
-            return None
+    expressible, starts = window_starts(server, updates, offsets)
+    if not expressible:
+        return None
 
     def fused_label_split(ups, bounds, std, key, offset, expected):
         split, aside = split_by_label(server.specs, ups, offsets, holds, server.output_layer)
