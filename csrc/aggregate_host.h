@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "aggregate_layout.h"
@@ -159,6 +160,23 @@ inline AggregatePlan make_plan(const at::Tensor& params, const at::Tensor& entri
   std::vector<int64_t> fill(cbegin, cbegin + num_clients);
   for (int64_t e = 0; e < num_entries; ++e) centries[fill[E[e * kEntryCols + kEntryClient]]++] = e;
   return plan;
+}
+
+// The private ops' own arguments (both devices): the per-client clip bounds (float64 on the CPU, > 0, inf: no
+// clipping), the noise's standard deviation and the expected participant count; returns the bounds' pointer.
+inline const double* check_private_args(const at::Tensor& bounds, int64_t num_clients, double noise_std,
+                                        std::optional<double> expected) {
+  TORCH_CHECK(bounds.device().is_cpu() && bounds.scalar_type() == at::kDouble && bounds.dim() == 1 &&
+                  bounds.is_contiguous() && bounds.size(0) == num_clients,
+              "bounds must be a contiguous float64 CPU tensor of shape (", num_clients, "), got ", bounds.sizes(), " ",
+              bounds.scalar_type(), " on ", bounds.device());
+  const double* bound = bounds.data_ptr<double>();
+  for (int64_t i = 0; i < num_clients; ++i)
+    TORCH_CHECK(bound[i] > 0, "bounds[", i, "] is ", bound[i], "; expected positive (inf: no clipping)");
+  TORCH_CHECK(std::isfinite(noise_std) && noise_std >= 0, "noise_std is ", noise_std, "; expected finite and >= 0");
+  TORCH_CHECK(!expected.has_value() || (std::isfinite(*expected) && *expected > 0), "expected is ",
+              expected.value_or(0.0), "; expected finite and positive");
+  return bound;
 }
 
 }  // namespace hasfl_ray

@@ -194,16 +194,7 @@ PrivateResult private_pass(const at::Tensor& out, at::TensorList packed, const a
                            double noise_std, int64_t seed, int64_t offset, std::optional<double> expected,
                            const int64_t* kinds, const SparseArgs& sparse, const uint8_t* uncounted) {
   const int64_t num_entries = entries.size(0), num_clients = weights.size(0);
-  TORCH_CHECK(bounds.device().is_cpu() && bounds.scalar_type() == at::kDouble && bounds.dim() == 1 &&
-                  bounds.is_contiguous() && bounds.size(0) == num_clients,
-              "bounds must be a contiguous float64 CPU tensor of shape (", num_clients, "), got ", bounds.sizes(), " ",
-              bounds.scalar_type(), " on ", bounds.device());
-  const double* bound = bounds.data_ptr<double>();
-  for (int64_t i = 0; i < num_clients; ++i)
-    TORCH_CHECK(bound[i] > 0, "bounds[", i, "] is ", bound[i], "; expected positive (inf: no clipping)");
-  TORCH_CHECK(std::isfinite(noise_std) && noise_std >= 0, "noise_std is ", noise_std, "; expected finite and >= 0");
-  TORCH_CHECK(!expected.has_value() || (std::isfinite(*expected) && *expected > 0), "expected is ",
-              expected.value_or(0.0), "; expected finite and positive");
+  const double* bound = check_private_args(bounds, num_clients, noise_std, expected);
   const AggregatePlan plan = make_plan(params, entries, weights, kPrivateTile, kPrivateChunkElems);
   const int64_t num_chunks = plan.chunks.size(0);
   const int64_t* E = entries.data_ptr<int64_t>();

@@ -201,16 +201,7 @@ PrivateResult private_cuda(const at::Tensor& out, at::TensorList packed, const a
                            const std::vector<int64_t>& bits_len, const at::Tensor& rows, const at::Tensor& row_offsets,
                            const std::optional<at::Tensor>& uncounted) {
   const int64_t num_params = params.size(0), num_entries = entries.size(0), num_clients = weights.size(0);
-  TORCH_CHECK(bounds.device().is_cpu() && bounds.scalar_type() == at::kDouble && bounds.dim() == 1 &&
-                  bounds.is_contiguous() && bounds.size(0) == num_clients,
-              "bounds must be a contiguous float64 CPU tensor of shape (", num_clients, "), got ", bounds.sizes(), " ",
-              bounds.scalar_type(), " on ", bounds.device());
-  const double* bound = bounds.data_ptr<double>();
-  for (int64_t i = 0; i < num_clients; ++i)
-    TORCH_CHECK(bound[i] > 0, "bounds[", i, "] is ", bound[i], "; expected positive (inf: no clipping)");
-  TORCH_CHECK(std::isfinite(noise_std) && noise_std >= 0, "noise_std is ", noise_std, "; expected finite and >= 0");
-  TORCH_CHECK(!expected.has_value() || (std::isfinite(*expected) && *expected > 0), "expected is ",
-              expected.value_or(0.0), "; expected finite and positive");
+  const double* bound = check_private_args(bounds, num_clients, noise_std, expected);
   if (uncounted.has_value())
     TORCH_CHECK(uncounted->device().is_cpu() && uncounted->scalar_type() == at::kByte && uncounted->dim() == 1 &&
                     uncounted->is_contiguous() && uncounted->size(0) == num_entries,
