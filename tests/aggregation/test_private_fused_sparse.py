@@ -19,7 +19,7 @@ from hasfl_ray.engine import server_privacy
 from hasfl_ray.engine.server import Server
 from hasfl_ray.ops import aggregate_private as private
 from test_sparse import edge_round, numpy_mask, random_round
-from tests.engine.run_outputs import run_into, summary
+from tests.engine.run_outputs import assert_resume_and_ray_equal, run_into, summary
 
 pytestmark = pytest.mark.skipif(not private.sparse_available(),
                                 reason="needs hasfl_ray._C built with aggregate_private_sparse_into")
@@ -174,8 +174,6 @@ ALGORITHMS = {"fluid": ["--clients", "4", "--clients-per-round", "4", "--seed", 
 @pytest.mark.parametrize("algorithm, sparse_rounds", [("fluid", 1), ("fiarse", 3)])
 def test_a_dp_run_of_index_sets_or_masks_goes_through_the_op_and_ray_and_resume_agree(tmp_path, monkeypatch,
                                                                                          algorithm, sparse_rounds):
-    from tests.cli.sentences import invoke
-
     calls = []
     for op in ("aggregate_private", "aggregate_private_sparse"):
         monkeypatch.setattr(private, op, lambda *a, _op=getattr(private, op), _name=op, **k: calls.append(_name) or
@@ -184,12 +182,4 @@ def test_a_dp_run_of_index_sets_or_masks_goes_through_the_op_and_ray_and_resume_
     local = run_into(run, tmp_path, "local", "--backend", "local")
     assert len(calls) == 3 and calls.count("aggregate_private_sparse") == sparse_rounds  # one fused pass a round
     assert summary(local)["dp_updates"] == 3
-    crashed = tmp_path / "crashed"
-    result = invoke(*run, "--backend", "local", "--fault-inject", "trainer-error@2", "--out", crashed)
-    assert result.exit_code == 1, result.output
-    resumed = invoke("simulate", "--out", crashed, "--resume", "--quiet")
-    assert resumed.exit_code == 0, resumed.output
-    assert summary(crashed)["params_sha256"] == summary(local)["params_sha256"]
-    pytest.importorskip("ray", reason="needs Ray")
-    ray = run_into(run, tmp_path, "ray", "--backend", "ray", "--actors", "1")
-    assert summary(ray)["params_sha256"] == summary(local)["params_sha256"]
+    assert_resume_and_ray_equal(run, tmp_path, local)

@@ -26,3 +26,19 @@ def run_into(base: Sequence[str], tmp_path: Path, name: str, *extra) -> Path:
     result = invoke(*base, *extra, "--out", out)
     assert result.exit_code == 0, result.output
     return out
+
+
+def assert_resume_and_ray_equal(run: Sequence[str], tmp_path: Path, local: Path) -> None:
+    """The same run stopped by a fault at round 2 and resumed, and on Ray with one actor, end with ``local``'s
+    params_sha256 (the Ray half skips, saying why, where Ray is not installed)."""
+    import pytest
+
+    crashed = tmp_path / "crashed"
+    result = invoke(*run, "--backend", "local", "--fault-inject", "trainer-error@2", "--out", crashed)
+    assert result.exit_code == 1, result.output
+    resumed = invoke("simulate", "--out", crashed, "--resume", "--quiet")
+    assert resumed.exit_code == 0, resumed.output
+    assert summary(crashed)["params_sha256"] == summary(local)["params_sha256"]
+    pytest.importorskip("ray", reason="needs Ray")
+    ray = run_into(run, tmp_path, "ray", "--backend", "ray", "--actors", "1")
+    assert summary(ray)["params_sha256"] == summary(local)["params_sha256"]
