@@ -19,7 +19,6 @@ from hasfl_ray.clock.records import round_record
 from hasfl_ray.callbacks import call_start, check_callbacks
 from hasfl_ray.engine import asynchronous, evaluating, preparing, privacy, records
 from hasfl_ray.engine.backend import Backend, RoundInterrupted
-from hasfl_ray import allocator
 from hasfl_ray.aggregation.server_optim import server_call, server_state
 from hasfl_ray.engine.checkpoint import SNAPSHOT_BYTES, Checkpoint, Snapshot, save_checkpoint, state_bytes
 from hasfl_ray.engine.config import RunConfig, parse_fault
@@ -137,7 +136,7 @@ class Engine:
                 self.backend.should_stop = self.stop_signals.requested
                 if self.clock is not None:  # its scan for an available client stops on the first signal too
                     self.clock.stop_when(self.stop_signals.requested)
-                self.backend.while_training = lambda: self.record_pending(wait=False)
+                self.backend.while_training = lambda: records.while_training(self)  # records, memory
                 self.backend.start(c, self.dataset, self.model_name, self.initial_params)
                 try:
                     if self.checkpoint is not None:
@@ -220,7 +219,7 @@ class Engine:
                 records.record(self, (line, None, None, None))
             while len(self._pending) > MAX_PENDING_LINES:  # never more than a few rounds behind
                 records.record(self, self._pending.pop(0))
-            allocator.release()  # the round's freed memory back to the system: RSS stays flat (hasfl_ray/allocator.py)
+            records.release_memory(self)  # the round's freed memory back to the system: RSS stays flat
             if self.stopped_early is not None:  # a callback's Stop (the line asking it is recorded)
                 break
             if self.stop_signals.requested() and (t + 1 < c.rounds or self.local_owed is not None):

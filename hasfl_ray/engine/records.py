@@ -10,6 +10,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
+from hasfl_ray import allocator
 from hasfl_ray.callbacks import call_end, call_line, run_info
 from hasfl_ray.engine import privacy
 from hasfl_ray.clock.records import clock_summary, profile_columns
@@ -57,6 +58,25 @@ def record_pending(engine: Any, wait: bool = True) -> None:
     the lines are written while the trainers train."""
     while engine._pending and (wait or getattr(engine._pending[0][1], "ready", lambda: True)()):
         record(engine, engine._pending.pop(0))
+
+
+def release_memory(engine: Any) -> None:
+    """The round's freed memory back to the system, once a round (hasfl_ray/allocator.py: RSS stays flat): now, or,
+    where the next round trains elsewhere (Ray), once it is under way (:func:`while_training`), not on the hand-off
+    between the rounds, where the trainers wait for this process."""
+    if engine.backend.overlaps_evaluation:
+        engine.trim_owed = True
+    else:
+        allocator.release()
+
+
+def while_training(engine: Any) -> None:
+    """What the engine does while a backend that trains elsewhere trains (:attr:`Backend.while_training`): the
+    lines whose evaluation is in (:func:`record_pending`), and the memory release the last round owes."""
+    record_pending(engine, wait=False)
+    if getattr(engine, "trim_owed", False):
+        engine.trim_owed = False
+        allocator.release()
 
 
 def record(engine: Any, pending: Optional[Tuple[Dict[str, Any], Any, Any, Optional[Snapshot]]]) -> None:

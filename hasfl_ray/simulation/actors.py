@@ -32,6 +32,17 @@ class Inline:
     packed: Packed
 
 
+@dataclass(frozen=True)
+class Held:
+    """An :class:`Inline` that the trainer a call goes to was sent by an earlier call, named by its version alone:
+    the packed parameters travel once per trainer and model, not with each of its calls (the round's evaluations
+    behind its training, an asynchronous run's clients). The driver sends it only where that trainer's previous
+    parameters were that version (Ray runs one caller's calls to an actor in the order they were sent;
+    hasfl_ray/simulation/transport.py, ``Transport._carried``)."""
+
+    version: int
+
+
 def read_params(carried: Any) -> Packed:
     """The packed parameters of ``carried`` (``[ref]`` or ``[Inline]``, as :meth:`TrainerActor.run` takes them):
     from the object store, or from the call itself."""
@@ -132,14 +143,18 @@ class TrainerActor:
         """The round's global parameters: ``[ref]``, a reference to the server's object (in a list, so that Ray
         does not resolve it for every call), read from the object store once per actor per round however many
         calls carry it; ``[Inline]``, the parameters inside the call, unpacked once per actor per round (by their
-        version); or the parameters themselves (a caller without Ray)."""
+        version); ``[Held]``, the version an earlier call of this actor brought; or the parameters themselves (a
+        caller without Ray)."""
         if isinstance(params, Mapping):
             self.begin_round(params)
             self._params_ref = None
             return
-        key = ("inline", params[0].version) if isinstance(params[0], Inline) else params[0]
+        key = ("inline", params[0].version) if isinstance(params[0], (Inline, Held)) else params[0]
         held = getattr(self, "_params_ref", None)
         if held is None or type(held) is not type(key) or held != key:
+            if isinstance(params[0], Held):  # the driver's record of what this trainer holds is wrong: a bug
+                raise RuntimeError(f"a call names the parameters of version {params[0].version}, which this trainer "
+                                   f"does not hold (it holds {held!r}); expected the version its last call brought")
             self._params_ref = None
             self.params = {}
             # a new model, a new round: what the last one freed (its training, its evaluations), back to the system

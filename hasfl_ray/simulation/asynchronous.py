@@ -56,8 +56,8 @@ class AsyncTransport:
     def _send_client(self, handle: AsyncHandle) -> None:
         """Send ``handle``'s client to the trainer with the fewest calls in flight, from the model it holds."""
         slot = min(self.slots, key=lambda s: (s.in_flight, s.index))
-        handle.report, handle.result = slot.actor.run.options(num_returns=2).remote([handle.params],
-                                                                                   [([handle.task], False)])
+        handle.report, handle.result = slot.actor.run.options(num_returns=2).remote(
+            self._carried(slot, [handle.params]), [([handle.task], False)])
         handle.slot, handle.generation = slot.index, slot.generation
         handle.attempts += 1
         slot.in_flight += 1

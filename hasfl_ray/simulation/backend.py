@@ -315,7 +315,8 @@ class RayBackend(AsyncTransport, Transport, Backend):
                 self._eval_loads[slot.index] = self._eval_loads.get(slot.index, 0.0) + cost
                 sent = self._eval_pending.setdefault(slot.index, {})
                 sent[method] = sent.get(method, 0.0) + cost
-                call["ref"], call["on"] = slot.actor.evaluate_at.remote(params, method, *args), slot.index
+                call["ref"], call["on"] = slot.actor.evaluate_at.remote(self._carried(slot, params), method,
+                                                                        *args), slot.index
 
         submit.call, submit.cost, submit.method = call, cost, method  # type: ignore[attr-defined]  # for the plan
         self._queued.append(submit)

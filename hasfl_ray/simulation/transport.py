@@ -12,7 +12,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from hasfl_ray.engine.backend import RoundInterrupted, trainer_error
 from hasfl_ray.errors import ActorLostError, ConfigError
-from hasfl_ray.simulation.actors import TaskReport
+from hasfl_ray.simulation.actors import Held, Inline, TaskReport
 from hasfl_ray.training.task import ClientTask
 
 #: The Ray backend's own logger: RUN/log.txt names these lines hasfl_ray.simulation.backend, as it always has.
@@ -32,6 +32,8 @@ class _Slot:
     actor: Any
     generation: int = 0
     in_flight: int = 0
+    #: The version of the last :class:`Inline` parameters sent to this actor (None: none, or a new actor).
+    sent: Any = None
 
 
 @dataclass
@@ -73,6 +75,10 @@ class Transport:
     ``_params_ref``, ``server``, ``fault_round``, ``_trainer_class``, ``_process``, ``_trainer_args``,
     ``_submit_queued``, ``_observe``, ``_eval_pending``, ``while_training`` and ``should_stop``."""
 
+    #: The engine's records (``while_training``) were not made during the last round: the next one makes them as
+    #: soon as its calls are sent (:meth:`_send`).
+    _records_owed = False
+
     def _send(self, tasks: Sequence[ClientTask],
               order: Deque[List[Tuple[List[int], bool]]]) -> Tuple[List[List[int]], List[Any]]:
         """Send ``order``, a round's planned calls (heaviest first), to the trainers, ``TASKS_IN_FLIGHT`` calls
@@ -92,7 +98,7 @@ class Transport:
                 for position in positions:
                     attempts[position] += 1
                 report, result = slot.actor.run.options(num_returns=2).remote(
-                    params, [([tasks[k] for k in unit], batched) for unit, batched in call])
+                    self._carried(slot, params), [([tasks[k] for k in unit], batched) for unit, batched in call])
                 pending[report] = _Pending(call, positions, slot.index, slot.generation, result,
                                            self._eval_pending.pop(slot.index, {}))
                 slot.in_flight += 1
@@ -104,11 +110,14 @@ class Transport:
         evaluations = dict(self._submit_queued())
         if inject:  # testing only: kill the busiest trainer while its call is in flight
             self._inject_fault(tasks[0].round)
-        # The engine records the lines evaluated by now (metrics, TensorBoard, a checkpoint: ~3 ms of CPU and a few
-        # fsyncs) once a trainer has nothing left to do this round while another still trains: on a core no
-        # trainer needs, off the hand-off between rounds. One trainer: while it trains, as there is no such moment.
+        # The engine records the lines evaluated by now (metrics, TensorBoard, a checkpoint: ~3 ms of CPU and four
+        # fsyncs, 2.5-8 ms of the driver's wall) once a trainer has nothing left to do this round while another
+        # still trains: on a core no trainer needs, off the hand-off between rounds. A round without such a moment
+        # owes them to the next, which records them here, its calls sent: while the trainers train, not while they
+        # wait for this driver (docs/ray.md, 'A round on Ray'). One trainer: while it trains, as there is no moment.
         recorded = len(self.slots) < 2
-        if recorded:
+        if recorded or self._records_owed:
+            self._records_owed = False
             self.while_training()
 
         def record_if_idle(index: int) -> bool:
@@ -154,8 +163,8 @@ class Transport:
                 submit(slot)
             if not recorded:
                 recorded = record_if_idle(job.slot)
-        if not recorded:  # no trainer was done before the last call came back
-            self.while_training()
+        if not recorded:  # no trainer was done before the last call came back: after the next round's calls
+            self._records_owed = True
         self.total_train_seconds += self.timing.train_seconds
         return layout, results
 
@@ -171,6 +180,21 @@ class Transport:
                            job.slot, task.client, task.round)
             self.timing.retrained_clients.append(task.client)
 
+    @staticmethod
+    def _carried(slot: _Slot, params: List[Any]) -> List[Any]:
+        """``params`` (``[ref]`` or ``[Inline]``) as a call to ``slot``'s trainer carries them: an :class:`Inline`
+        of the version this trainer's previous parameters were (sent by an earlier call, which Ray runs first) as
+        that version alone (:class:`Held`), so the parameters travel once per trainer and model: not with the
+        round's evaluations queued behind its training, nor with each client of an asynchronous run (207 KiB on
+        the digits, serialised by the driver and read by the trainer each time)."""
+        carried = params[0]
+        if not isinstance(carried, Inline):
+            return params
+        if slot.sent == carried.version:
+            return [Held(carried.version)]
+        slot.sent = carried.version
+        return params
+
     def _replace(self, slot: _Slot) -> None:
         """Start a new trainer in ``slot`` (same resources), give it the round's parameters."""
         ray.kill(slot.actor, no_restart=True)
@@ -178,6 +202,7 @@ class Transport:
         slot.actor.setup.remote(*self._trainer_args)
         slot.generation += 1
         slot.in_flight = 0
+        slot.sent = None  # the new actor holds no parameters yet
         self.replaced_actors += 1
         self.timing.replaced_actors += 1
 

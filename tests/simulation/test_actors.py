@@ -153,3 +153,53 @@ def test_a_trainer_hands_freed_memory_back_once_a_model_not_after_each_call(setu
     assert allocator.spent["calls"] == calls + 1
     actor.evaluate_at([Inline(2, pack(params))], "evaluate")
     assert allocator.spent["calls"] == calls + 2
+
+
+def test_a_call_naming_the_version_its_trainer_holds_evaluates_and_trains_as_one_carrying_the_parameters(setup):
+    """Issue 46 item 3: a trainer's later calls of a round carry the version its first call brought (``Held``), not
+    the parameters again; they give the same bits, and a version the trainer does not hold is a bug, said so."""
+    from hasfl_ray.simulation.actors import Held
+
+    config, dataset, params = setup
+    task = ClientTask(3, 0, 0.75, 0.05, 0)
+    carried = TrainerActor(dataset, "digits", optimizer_settings(config), "cpu", 1, True, False, (500, None))
+    named = TrainerActor(dataset, "digits", optimizer_settings(config), "cpu", 1, True, False, (500, None))
+    carried.run([Inline(1, pack(params))], [([task], False)])
+    named.run([Inline(1, pack(params))], [([task], False)])
+    want = carried.evaluate_at([Inline(1, pack(params))], "evaluate_widths", [0.5, 1.0])
+    assert named.evaluate_at([Held(1)], "evaluate_widths", [0.5, 1.0]) == want
+    _, want_packed = carried.run([Inline(1, pack(params))], [([task], False)])
+    _, got_packed = named.run([Held(1)], [([task], False)])
+    [want_result], [got_result] = unpack(want_packed), unpack(got_packed)
+    assert all(torch.equal(got_result.update[k], want_result.update[k]) for k in want_result.update)
+    with pytest.raises(RuntimeError, match="version 2, which this trainer does not hold"):
+        named.evaluate_at([Held(2)], "evaluate")
+
+
+def test_the_parameters_travel_once_per_trainer_and_version(monkeypatch):
+    """Transport._carried: the first call to a trainer brings an Inline version, later ones to the same trainer name
+    it (Held) until another version goes there; a replaced trainer (a new actor) gets the parameters again; an
+    object-store reference always travels as it is."""
+    from types import SimpleNamespace
+
+    from hasfl_ray.simulation import transport
+    from hasfl_ray.simulation.actors import Held
+    from hasfl_ray.simulation.transport import RoundTiming, Transport, _Slot
+
+    first, second = Inline(1, pack({"w": torch.ones(2)})), Inline(2, pack({"w": torch.zeros(2)}))
+    a, b = _Slot(0, "actor a"), _Slot(1, "actor b")
+    sent = [Transport._carried(slot, [params]) for slot, params in
+            [(a, first), (a, first), (b, first), (a, first), (b, first), (a, second), (a, second), (b, first)]]
+    assert [type(carried[0]).__name__ for carried in sent] == \
+        ["Inline", "Held", "Inline", "Held", "Held", "Inline", "Held", "Held"]
+    assert sent[6] == [Held(2)] and sent[7] == [Held(1)]
+    monkeypatch.setattr(transport.ray, "kill", lambda actor, no_restart: None)
+    started = SimpleNamespace(setup=SimpleNamespace(remote=lambda *args: None))
+    backend = Transport()
+    backend._trainer_class = SimpleNamespace(remote=lambda **process: started)
+    backend._process, backend._trainer_args, backend.replaced_actors, backend.timing = {}, (), 0, RoundTiming()
+    backend._replace(a)  # a dead trainer's successor holds nothing yet
+    assert a.actor is started and Transport._carried(a, [second])[0] is second
+    assert Transport._carried(a, [second]) == [Held(2)]
+    reference = object()
+    assert Transport._carried(a, [reference]) == [reference] and Transport._carried(a, [reference])[0] is reference
