@@ -158,9 +158,11 @@ class TrainerActor:
             self._params_ref = None
             self.params = {}
             # a new model, a new round: what the last one freed (its training, its evaluations), back to the system
-            # once here, as the local backend does once a round (hasfl_ray/allocator.py), rather than after each
-            # call, whose next call then faulted the same pages in again (~7 ms of a trainer's CPU a digits round)
-            allocator.release()
+            # once a model, as the local backend does once a round (hasfl_ray/allocator.py), rather than after each
+            # call, whose next call then faulted the same pages in again (~7 ms of a trainer's CPU a digits round):
+            # here, unless the last model's evaluation did it as it ended (evaluate_at)
+            if not self.__dict__.pop("released", False):
+                allocator.release()
             self.begin_round(unpack(read_params(params)))
             self._params_ref = key
 
@@ -172,7 +174,12 @@ class TrainerActor:
         self._take(params)
         try:
             return self.evaluator(self.params, method, *args)
-        finally:  # (its activations go back to the system with the round's, at the next model: _take)
+        finally:
+            # its activations and the round's training memory back to the system now: an evaluation is the last of
+            # a trainer's work in a round (queued behind its training), so this runs while the driver aggregates,
+            # not at the start of the next round's training, which then need not (_take)
+            allocator.release()
+            self.released = True
             spent = self.__dict__.setdefault("eval_seconds", {})
             spent[method] = spent.get(method, 0.0) + time.process_time() - start
 
