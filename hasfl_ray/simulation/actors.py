@@ -177,9 +177,11 @@ class TrainerActor:
         finally:
             # its activations and the round's training memory back to the system now: an evaluation is the last of
             # a trainer's work in a round (queued behind its training), so this runs while the driver aggregates,
-            # not at the start of the next round's training, which then need not (_take)
-            allocator.release()
-            self.released = True
+            # not at the start of the next round's training, which then need not (_take); once a model (a second
+            # evaluation of it reuses the pages the first freed)
+            if not self.__dict__.get("released", False):
+                allocator.release()
+                self.released = True
             spent = self.__dict__.setdefault("eval_seconds", {})
             spent[method] = spent.get(method, 0.0) + time.process_time() - start
 

@@ -153,6 +153,8 @@ def test_a_trainer_hands_freed_memory_back_once_a_model_not_after_each_call(setu
     assert allocator.spent["calls"] == calls + 1  # as model 1 arrived
     actor.evaluate_at([Inline(1, pack(params))], "evaluate")
     assert allocator.spent["calls"] == calls + 2  # as its evaluation ended
+    actor.evaluate_at([Inline(1, pack(params))], "evaluate_widths", [0.5, 1.0])
+    assert allocator.spent["calls"] == calls + 2  # once a model
     actor.run([Inline(2, pack(params))], [([task], False)])
     actor.run([Inline(2, pack(params))], [([task], False)])
     assert allocator.spent["calls"] == calls + 2  # model 2 arrived with model 1's memory already handed back
