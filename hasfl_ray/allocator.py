@@ -6,8 +6,9 @@ first rounds a round's activations and packed updates (hundreds of KiB to tens o
 every continuous width) come from the heap, and the holes they leave stay resident: over 200 EMNIST rounds of HAS-FL
 the driver's RSS wandered 1004-1213 MiB while what the run held (its RSS after ``malloc_trim``) stayed within 1 %
 (benchmarks/RESULTS.md, "Memory over long runs"). :func:`release` calls glibc's ``malloc_trim(0)`` once a
-round in each process that trains or aggregates (the driver's engine after each round or asynchronous server
-update, each Ray trainer as a new model arrives, the server actor after each round and evaluation), so RSS
+round in each process that trains or aggregates (the driver's engine after each round, or with Ray while the next
+round trains, and after each asynchronous server update; each Ray trainer once a model, as its evaluation ends or
+else as the next model arrives; the server actor after each round and evaluation), so RSS
 is what the run holds. Its price is the pages the next round
 touches again (RESULTS.md gives it per round); pinning the mmap threshold instead (``mallopt``) cost more, on every
 large allocation of every local step. ``HASFL_MALLOC_TRIM=0`` turns it off. Nothing here changes a result: only
