@@ -15,7 +15,8 @@
 //      the expanded words as doubles, kept for step 3 (64 doubles an entry, L1); meanwhile the matching part of the
 //      entry's next item is prefetched (its packed run continues there when the item is not a row's last tile; at a
 //      row's last tile the next row's entries are looked up and their first runs prefetched instead);
-//   2. the 64 columns' mean from the registers, written to the output once;
+//   2. the 64 columns' mean from the registers, written to the output once (the matching 64 columns of the next
+//      item's output prefetched for writing);
 //   3. for each entry again, its kept words (no conversion left to do) into its 16 + 16 norm lanes (kept in
 //      PullEntry, L1, loaded and stored once per 64 columns).
 // A word none of an entry's bits is set in is a no-op for its sums, as when the earlier forms skipped it: the
@@ -200,6 +201,9 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
         const int64_t lines = s.next_lines[k], first = j / 64 * lines;
         for (int64_t l = first; l < first + lines; ++l) __builtin_prefetch(run + l * kLine);
       }
+      // The next item's output starts where this one's ends (the output is row-major and items follow it): its
+      // lines are fetched for writing now, so step 2's stores there do not wait on memory (past the end: no fault).
+      for (int64_t l = 0; l < 64; l += kLine) __builtin_prefetch(out_tile + n + j + l, 1);
       __m512d acc[8], den[8];
       for (int i = 0; i < 8; ++i) acc[i] = den[i] = _mm512_setzero_pd();
       for (int64_t k = 0; k < row_count; ++k) {
