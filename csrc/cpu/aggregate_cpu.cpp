@@ -69,7 +69,7 @@ struct SparseScratch {
   int64_t* row_entry;   // max_entries: entries covering the current row
   int64_t* row_start;   // max_entries: element offset of that row inside the entry's packed tensor
   PullEntry* pull;      // max_entries (AVX-512 build): row entry k's state
-  void* kept;           // max_entries x 64 values (scalar_t), 64-byte aligned: row entry k's expanded 64 columns
+  double* kept;         // max_entries x 64, 64-byte aligned (AVX-512 build): row entry k's 64 columns, expanded
   int64_t* next_entry;  // max_entries: entries covering the next row (prefetch)
   int64_t* next_start;  // max_entries
   int64_t* next_lines;  // max_entries (AVX-512 build): cache lines of its first tile prefetched per 64 columns
@@ -249,7 +249,7 @@ void run_all_mixed(const CpuArgs& args, const SparseArgs& sp, const int64_t* K, 
       std::vector<PullEntry> pull(avx512 ? max_entries + 1 : 1);  // aligned: C++17's operator new
       std::vector<Line> kept(avx512 ? 8 * (max_entries + 1) : 1);
       const SparseScratch ss{sd, sd + kCpuTile + 16, sd + 2 * (kCpuTile + 16), i, i + max_entries, pull.data(),
-                             kept.data(), i + 3 * max_entries, i + 4 * max_entries, i + 5 * max_entries};
+                             kept.data()->v, i + 3 * max_entries, i + 4 * max_entries, i + 5 * max_entries};
 #pragma omp for schedule(dynamic, 1)
       for (int64_t chunk = 0; chunk < num_chunks; ++chunk) {
         const int64_t p = args.chunks[chunk * kChunkCols + kChunkParam];

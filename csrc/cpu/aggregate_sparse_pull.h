@@ -12,16 +12,18 @@
 // differs: per item, for each 64 columns (4 words of 16) of the tile,
 //   1. for each covering entry in order, its 64 bits and the values they hold (a plain 64-byte load and vexpandps per
 //      word), added to 8 vectors of weighted sums and 8 of covering weights held in registers; the only stores are
-//      the expanded words, kept for step 3 (64 values an entry, L1); meanwhile the matching part of the entry's next
-//      item is prefetched (its packed run continues there when the item is not a row's last tile; at a row's last
-//      tile the next row's entries are looked up and their first runs prefetched instead);
-//   2. the 64 columns' mean from the registers, written to the output once;
-//   3. for each entry again, its kept words into its 16 + 16 norm lanes (kept in PullEntry, L1, loaded and stored
-//      once per 64 columns).
+//      the expanded words as doubles, kept for step 3 (64 doubles an entry, L1); meanwhile the matching part of the
+//      entry's next item is prefetched (its packed run continues there when the item is not a row's last tile; at a
+//      row's last tile the next row's entries are looked up and their first runs prefetched instead);
+//   2. the 64 columns' mean from the registers, written to the output once (the matching 64 columns of the next
+//      item's output prefetched for writing);
+//   3. for each entry again, its kept words (no conversion left to do) into its 16 + 16 norm lanes (kept in
+//      PullEntry, L1, loaded and stored once per 64 columns).
 // A word none of an entry's bits is set in is a no-op for its sums, as when the earlier forms skipped it: the
-// weighted sum's update is masked by "any bit set" (w x + acc with x = +0 would turn an acc of -0 into +0), the
-// others by the bits themselves. The entries' state lives in PullEntry (aggregate_cpu.cpp), one 64-byte-aligned
-// record of 320 bytes each.
+// covering weights' and the norms' updates are masked by the bits; the weighted sum's needs no mask, because acc
+// starts at +0 and a fused multiply-add gives -0 only from w x = -0 and acc = -0, so acc is never -0, and
+// w x (+0) + acc (w finite and > 0, checked on the host) is then acc itself, bit for bit (NaN and infinities
+// included). The entries' state lives in PullEntry (aggregate_cpu.cpp), one 64-byte-aligned record of 320 bytes each.
 
 // The 64 bits of columns [j, j + 64) of a tile of n columns whose bitmask starts at m (j a multiple of 64; bits past
 // n cleared; the bytes read are those bits16 reads for the same four words).
@@ -36,54 +38,46 @@ HASFL_SPARSE_TARGET inline uint64_t bits64(const uint8_t* m, int64_t j, int64_t 
 }
 
 // The 16 columns of one word of an entry as doubles (lo: lanes 0-7, hi: 8-15), its next values x expanded into the
-// bits' lanes (0 elsewhere), and the expanded word kept (16 scalar_t) for step 3. kChecked: read at most up to
-// `limit` (the entry's end; a masked load), else a plain 64-byte load (the caller checked that 80 values lie
-// ahead; GCC may fold it into vexpandps's memory form, an expand-load: the same values, and no slower here).
+// bits' lanes (+0 elsewhere), and kept (16 doubles) for step 3. kChecked: read at most up to `limit` (the entry's
+// end; a masked load), else a plain 64-byte load (the caller checked that 80 values lie ahead). The empty asm keeps
+// the loaded values in a register: GCC would otherwise fold the load into vexpandps's memory form, an expand-load,
+// which is microcoded on this Zen (about 4 ns a word against 1.2 for load and register expand, L1-resident).
 template <typename scalar_t, bool kChecked>
 HASFL_SPARSE_TARGET __attribute__((always_inline)) inline void word_values(const scalar_t* x, const scalar_t* limit,
                                                                            unsigned bits, __m512d* lo, __m512d* hi,
-                                                                           scalar_t* kept) {
+                                                                           double* kept) {
   const int count = __builtin_popcount(bits);
   if constexpr (sizeof(scalar_t) == 4) {
     const __mmask16 first_count = static_cast<__mmask16>((1u << count) - 1u);
-    const __m512 v = !kChecked || limit - x >= 16 ? _mm512_loadu_ps(x) : _mm512_maskz_loadu_ps(first_count, x);
+    __m512 v = !kChecked || limit - x >= 16 ? _mm512_loadu_ps(x) : _mm512_maskz_loadu_ps(first_count, x);
+    __asm__("" : "+v"(v));  // a register for vexpandps: its memory form is microcoded here, ~4x slower
     const __m512 e = _mm512_maskz_expand_ps(static_cast<__mmask16>(bits), v);
-    _mm512_store_ps(reinterpret_cast<float*>(kept), e);
     *lo = _mm512_cvtps_pd(_mm512_castps512_ps256(e));
     *hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
   } else {
     const int first = __builtin_popcount(bits & 0xFFu);  // values of the low 8 lanes
-    const __m512d a = !kChecked || limit - x >= 8 ? _mm512_loadu_pd(x)
-                                                  : _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << first) - 1u), x);
-    const __m512d b = !kChecked || limit - (x + first) >= 8
-                          ? _mm512_loadu_pd(x + first)
-                          : _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << (count - first)) - 1u), x + first);
+    __m512d a = !kChecked || limit - x >= 8 ? _mm512_loadu_pd(x)
+                                            : _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << first) - 1u), x);
+    __m512d b = !kChecked || limit - (x + first) >= 8
+                    ? _mm512_loadu_pd(x + first)
+                    : _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << (count - first)) - 1u), x + first);
+    __asm__("" : "+v"(a), "+v"(b));
     *lo = _mm512_maskz_expand_pd(static_cast<__mmask8>(bits & 0xFFu), a);
     *hi = _mm512_maskz_expand_pd(static_cast<__mmask8>(bits >> 8), b);
-    _mm512_store_pd(reinterpret_cast<double*>(kept), *lo);
-    _mm512_store_pd(reinterpret_cast<double*>(kept) + 8, *hi);
   }
-}
-
-// A kept word (16 expanded values) as doubles.
-HASFL_SPARSE_TARGET inline void kept_values(const float* kept, __m512d* lo, __m512d* hi) {
-  *lo = _mm512_cvtps_pd(_mm256_load_ps(kept));
-  *hi = _mm512_cvtps_pd(_mm256_load_ps(kept + 8));
-}
-HASFL_SPARSE_TARGET inline void kept_values(const double* kept, __m512d* lo, __m512d* hi) {
-  *lo = _mm512_load_pd(kept);
-  *hi = _mm512_load_pd(kept + 8);
+  _mm512_store_pd(kept, *lo);
+  _mm512_store_pd(kept + 8, *hi);
 }
 
 // Step 1 for one entry: its values in 64 columns (quad: their bits; x: its first value there) added to the
-// registers, acc[v] = w x + acc[v] where the word holds any value, den[v] += w on the set bits (v: 8 columns), and
-// kept expanded (kept[0, 64)) for step 3. Meanwhile it prefetches, `ahead` values past each word's, the part of the
-// entry's next item that matches (where its next run starts minus where this one does; a prefetch past the next run
-// reads the run after it, and faults never).
+// registers, acc[v] = w x + acc[v] (x = +0 in clear lanes: a no-op, see the top), den[v] += w on the set bits
+// (v: 8 columns), and kept expanded as doubles (kept[0, 64)) for step 3. Meanwhile it prefetches, `ahead` values
+// past each word's, the part of the entry's next item that matches (where its next run starts minus where this one
+// does; a prefetch past the next run reads the run after it, and faults never).
 template <typename scalar_t, bool kChecked>
 HASFL_SPARSE_TARGET __attribute__((always_inline)) inline void pull_sums(const scalar_t* x, const scalar_t* limit,
                                                                          uint64_t quad, __m512d wv, __m512d* acc,
-                                                                         __m512d* den, scalar_t* kept,
+                                                                         __m512d* den, double* kept,
                                                                          std::ptrdiff_t ahead) {
   constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(scalar_t));
 #pragma GCC unroll 4
@@ -94,9 +88,8 @@ HASFL_SPARSE_TARGET __attribute__((always_inline)) inline void pull_sums(const s
     __m512d lo, hi;
     word_values<scalar_t, kChecked>(x, limit, bits, &lo, &hi, kept + 16 * t);
     x += __builtin_popcount(bits);
-    const __mmask8 any = static_cast<__mmask8>(bits != 0 ? 0xFFu : 0u);
-    acc[2 * t] = _mm512_mask3_fmadd_pd(wv, lo, acc[2 * t], any);
-    acc[2 * t + 1] = _mm512_mask3_fmadd_pd(wv, hi, acc[2 * t + 1], any);
+    acc[2 * t] = _mm512_fmadd_pd(wv, lo, acc[2 * t]);
+    acc[2 * t + 1] = _mm512_fmadd_pd(wv, hi, acc[2 * t + 1]);
     den[2 * t] = _mm512_mask_add_pd(den[2 * t], static_cast<__mmask8>(bits & 0xFFu), den[2 * t], wv);
     den[2 * t + 1] = _mm512_mask_add_pd(den[2 * t + 1], static_cast<__mmask8>(bits >> 8), den[2 * t + 1], wv);
   }
@@ -104,16 +97,14 @@ HASFL_SPARSE_TARGET __attribute__((always_inline)) inline void pull_sums(const s
 
 // Step 3 for one entry: its lanes (a: (x - mean)^2, b: mean^2, low and high 8 columns of a word) over the set bits
 // of 64 columns (quad), in column order, from the words step 1 kept.
-template <typename scalar_t>
-HASFL_SPARSE_TARGET __attribute__((always_inline)) inline void pull_squares(uint64_t quad, const scalar_t* kept,
+HASFL_SPARSE_TARGET __attribute__((always_inline)) inline void pull_squares(uint64_t quad, const double* kept,
                                                                             const __m512d* mean, double* lanes) {
   __m512d a0 = _mm512_load_pd(lanes), a1 = _mm512_load_pd(lanes + 8);
   __m512d b0 = _mm512_load_pd(lanes + 16), b1 = _mm512_load_pd(lanes + 24);
 #pragma GCC unroll 4
   for (int t = 0; t < 4; ++t) {
     const unsigned bits = static_cast<unsigned>(quad >> (16 * t)) & 0xFFFFu;
-    __m512d lo, hi;
-    kept_values(kept + 16 * t, &lo, &hi);
+    const __m512d lo = _mm512_load_pd(kept + 16 * t), hi = _mm512_load_pd(kept + 16 * t + 8);
     const __mmask8 mlo = static_cast<__mmask8>(bits & 0xFFu), mhi = static_cast<__mmask8>(bits >> 8);
     const __m512d m0 = mean[2 * t], m1 = mean[2 * t + 1];
     const __m512d d0 = _mm512_sub_pd(lo, m0), d1 = _mm512_sub_pd(hi, m1);
@@ -210,6 +201,9 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
         const int64_t lines = s.next_lines[k], first = j / 64 * lines;
         for (int64_t l = first; l < first + lines; ++l) __builtin_prefetch(run + l * kLine);
       }
+      // The next item's output starts where this one's ends (the output is row-major and items follow it): its
+      // lines are fetched for writing now, so step 2's stores there do not wait on memory (past the end: no fault).
+      for (int64_t l = 0; l < 64; l += kLine) __builtin_prefetch(out_tile + n + j + l, 1);
       __m512d acc[8], den[8];
       for (int i = 0; i < 8; ++i) acc[i] = den[i] = _mm512_setzero_pd();
       for (int64_t k = 0; k < row_count; ++k) {
@@ -220,7 +214,7 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
         const scalar_t* x = static_cast<const scalar_t*>(entry.at);
         const scalar_t* limit = static_cast<const scalar_t*>(entry.limit);
         const __m512d wv = _mm512_set1_pd(entry.weight);
-        scalar_t* kept = static_cast<scalar_t*>(s.kept) + 64 * k;
+        double* kept = s.kept + 64 * k;
         if (limit - x >= 80)
           pull_sums<scalar_t, false>(x, limit, quad, wv, acc, den, kept, entry.ahead);
         else
@@ -244,7 +238,7 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
         PullEntry& entry = pull[k];
         const uint64_t quad = entry.quad;
         if (quad == 0) continue;
-        pull_squares(quad, static_cast<const scalar_t*>(s.kept) + 64 * k, mean, entry.lanes);
+        pull_squares(quad, s.kept + 64 * k, mean, entry.lanes);
       }
     }
     for (int64_t k = 0; k < row_count; ++k) {

@@ -215,6 +215,39 @@ def test_sparse_fused_is_deterministic_and_leaves_slices_on_the_old_op(monkeypat
 
 
 @needs_ext
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_coordinate_held_only_as_signed_zeros_averages_to_plus_zero_as_in_the_reference(dtype):
+    """Values from {+0, -0, +-1.5} at equal weights (every sum exact, some cancelling to zero), and a parameter every
+    client holds at the same coordinates as -0 only: the mean of a coordinate whose sum is zero is +0, never -0, in
+    the fused kernel as in the reference (the AVX-512 kernel adds w x +0 for the clear lanes of a word unmasked,
+    which is exact only because its sums start at +0)."""
+    rng = np.random.default_rng(17)
+    shapes = {"flat": (2100,), "rows": (6, 300), "same": (300,)}
+    choices = np.array([0.0, -0.0, -0.0, -0.0, 1.5, -1.5])
+    same = torch.from_numpy(rng.random(300) < 0.4)
+    updates = []
+    for client in range(7):
+        update = {"same": MaskedUpdate.gather(torch.full((300,), -0.0, dtype=dtype), same)}
+        for name, full in list(shapes.items())[:2]:
+            dense = torch.from_numpy(rng.choice(choices, size=full)).to(dtype)
+            if client % 2 and len(full) == 2:
+                rows = torch.from_numpy(np.sort(rng.choice(full[0], 4, replace=False))).long()
+                cols = torch.from_numpy(np.sort(rng.choice(full[1], 170, replace=False))).long()
+                update[name] = IndexedUpdate.gather(dense, (rows, cols))
+            else:
+                update[name] = MaskedUpdate.gather(dense, torch.from_numpy(rng.random(full) < 0.4))
+        updates.append(update)
+    weights = [1.0] * len(updates)
+    fused = aggregate_updates(shapes, updates, weights, {}, backend="fused")
+    reference = aggregate_updates(shapes, updates, weights, {}, backend="reference")
+    for name in shapes:
+        zero = fused.delta[name] == 0
+        assert zero.any() and not torch.signbit(fused.delta[name][zero]).any()
+        assert torch.equal(torch.signbit(fused.delta[name]), torch.signbit(reference.delta[name]))
+        torch.testing.assert_close(fused.delta[name], reference.delta[name], rtol=0, atol=0)
+
+
+@needs_ext
 def test_portable_sparse_kernel_matches_oracle():
     """The portable build (no AVX-512), which this machine would otherwise never run."""
     script = (
