@@ -11,6 +11,7 @@ from torch.nn import functional as F
 
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.evaluation import beats, right
+from hasfl_ray.models.unfilled import unfilled_memory
 from hasfl_ray.training.seeding import STREAM_EVAL, numpy_rng
 
 
@@ -51,6 +52,7 @@ def _forward(model: nn.Module, x: torch.Tensor, split: int) -> torch.Tensor:
 
 
 @torch.no_grad()
+@unfilled_memory()
 def evaluate(model: nn.Module, dataset: FederatedDataset, batch_size: int = 500,
              indices: Optional[torch.Tensor] = None,
              beaten: Optional[List[Tuple[torch.Tensor, torch.Tensor]]] = None) -> Tuple[float, float]:
