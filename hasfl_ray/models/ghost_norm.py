@@ -42,12 +42,42 @@ def ghost_forward(layer: torch.nn.BatchNorm2d, x: torch.Tensor, sizes: Sequence[
     """``layer`` in training mode over ``x``, the concatenation of batches of ``sizes``: each batch through the
     layer's own BatchNorm forward, one after another (its batch statistics normalise it; with momentum None the
     running statistics become the cumulative average of the batches' means and unbiased variances, updated batch
-    by batch as the unstacked pass updates them), the outputs concatenated in ``x``'s memory format."""
+    by batch as the unstacked pass updates them), the outputs concatenated in ``x``'s memory format. On a CPU
+    without autograd each batch's output is written straight into its rows of the result (:func:`_ghost_into`: the
+    same kernel, no concatenation afterwards)."""
+    if x.device.type == "cpu" and not torch.is_grad_enabled() and _plain_update(layer) and min(sizes) >= 2:
+        return _ghost_into(layer, x, sizes)
     outputs, start = [], 0
     for size in sizes:
         outputs.append(torch.nn.BatchNorm2d.forward(layer, x[start:start + size]))
         start += size
     return torch.cat(outputs).contiguous(memory_format=_format(x))
+
+
+def _plain_update(layer: torch.nn.BatchNorm2d) -> bool:
+    """Whether ``layer`` is a BatchNorm in training mode that counts batches into running statistics (what
+    :func:`_ghost_into` writes out of ``nn.BatchNorm2d.forward``)."""
+    return layer.training and layer.track_running_stats and layer.running_mean is not None and \
+        layer.running_var is not None and layer.num_batches_tracked is not None
+
+
+def _ghost_into(layer: torch.nn.BatchNorm2d, x: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
+    """:func:`ghost_forward` on a CPU: ``nn.BatchNorm2d.forward``'s steps for each batch (count the batch; the update
+    factor, 1 / batches counted with momentum None; torch's ``native_batch_norm`` in training mode) with the
+    kernel's out= form writing the batch's rows of one output in ``x``'s memory format: the same values and running
+    statistics bit for bit (tests/models/test_ghost_norm.py), without the concatenation's copy (~4 % of the pack's
+    sBN pass)."""
+    out = torch.empty_like(x, memory_format=_format(x))
+    spare = (x.new_empty(0), x.new_empty(0))  # the kernel's saved mean and inverse deviation (unused here)
+    start = 0
+    for size in sizes:
+        layer.num_batches_tracked.add_(1)
+        factor = 1.0 / float(layer.num_batches_tracked) if layer.momentum is None else layer.momentum
+        torch.ops.aten.native_batch_norm.out(x[start:start + size], layer.weight, layer.bias, layer.running_mean,
+                                             layer.running_var, True, factor, layer.eps,
+                                             out=out[start:start + size], save_mean=spare[0], save_invstd=spare[1])
+        start += size
+    return out
 
 
 def _format(x: torch.Tensor) -> torch.memory_format:
