@@ -20,6 +20,9 @@ import torch
 #: (1,1,1,2) pass over 500 CIFAR-10 images 1.88 s at 1 sample, 1.69-1.74 s at 20-30, 2.0 s at 50 and more
 #: (benchmarks/bench_eval.py); a GPU, idle at batch 10, gains far more (not measured here).
 STACK_SAMPLES = 30
+#: Whether a CPU pass without autograd writes each batch's output into its rows (:func:`_ghost_into`) rather than
+#: concatenating them (benchmarks/bench_eval.py sets it False to measure the path before it).
+WRITE_INTO = True
 
 
 def stacked_batches(batches: Iterable[Tuple[torch.Tensor, torch.Tensor]], samples: int = STACK_SAMPLES
@@ -45,7 +48,8 @@ def ghost_forward(layer: torch.nn.BatchNorm2d, x: torch.Tensor, sizes: Sequence[
     by batch as the unstacked pass updates them), the outputs concatenated in ``x``'s memory format. On a CPU
     without autograd each batch's output is written straight into its rows of the result (:func:`_ghost_into`: the
     same kernel, no concatenation afterwards)."""
-    if x.device.type == "cpu" and not torch.is_grad_enabled() and _plain_update(layer) and min(sizes) >= 2:
+    if WRITE_INTO and x.device.type == "cpu" and not torch.is_grad_enabled() and _plain_update(layer) and \
+            min(sizes) >= 2:
         return _ghost_into(layer, x, sizes)
     outputs, start = [], 0
     for size in sizes:
