@@ -131,8 +131,9 @@ def test_the_sbn_pass_and_test_pass_of_a_network_are_the_same_bits(arch):
     torch.manual_seed(0)
     base = arch(norm="sbn", in_channels=3, num_classes=10, image_size=16, stages=(16, 32, 64, 128))
     generator = torch.Generator().manual_seed(4)
-    batches = [(torch.randn(10, 3, 16, 16, generator=generator) * (1 + b), torch.zeros(10, dtype=torch.int64))
-               for b in range(7)] + [(torch.randn(4, 3, 16, 16, generator=generator), torch.zeros(4, dtype=torch.int64))]
+    sizes = [10] * 7 + [4]  # the source's batches, a short last one
+    batches = [(torch.randn(n, 3, 16, 16, generator=generator) * (1 + b), torch.zeros(n, dtype=torch.int64))
+               for b, n in enumerate(sizes)]
     test = torch.randn(120, 3, 16, 16, generator=generator)
     results = {}
     for enabled in (False, True):
