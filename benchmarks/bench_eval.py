@@ -248,21 +248,21 @@ def cpu_timed() -> Iterator[Dict[int, Dict[str, float]]]:
 #: kept their reordered weights and evaluation stopped filling new tensors with NaN (channels-last, the sBN pass's
 #: batches stacked ``ghost_norm.STACK_SAMPLES`` at a time, a per-sample evaluation's batches in forwards of
 #: ``PER_SAMPLE_FORWARD``, huge pages); ``after`` the current path (``main`` with hasfl_ray/models/packed_conv.py,
-#: inplace_norm.py, unfilled.py and ghost_norm.py's batches written in place).
+#: unfilled.py and ghost_norm.py's batches written in place).
 SHARE_VARIANTS = ("pre46", "main", "after")
 
 
 def share_run(config: Dict[str, object], variant: str, out: str) -> Dict[str, object]:
     """One run of ``variant`` (:data:`SHARE_VARIANTS`), CPU timed."""
     from hasfl_ray.engine import eval_layout
-    from hasfl_ray.models import ghost_norm, inplace_norm, packed_conv, unfilled
+    from hasfl_ray.models import ghost_norm, packed_conv, unfilled
 
     evaluating = importlib.import_module("hasfl_ray.training.evaluate")
     stack, split = ghost_norm.STACK_SAMPLES, evaluating.PER_SAMPLE_FORWARD
     eval_layout.FULL_WIDTH_LAYOUT = "default" if variant == "pre46" else "channels_last"
     ghost_norm.STACK_SAMPLES = 1 if variant == "pre46" else stack
     evaluating.PER_SAMPLE_FORWARD = 0 if variant == "pre46" else split
-    packed_conv.ENABLED = inplace_norm.ENABLED = unfilled.EVALUATION_UNFILLED = ghost_norm.WRITE_INTO = \
+    packed_conv.ENABLED = unfilled.EVALUATION_UNFILLED = ghost_norm.WRITE_INTO = \
         variant == "after"
     try:
         with cpu_timed() as spent:
@@ -270,7 +270,7 @@ def share_run(config: Dict[str, object], variant: str, out: str) -> Dict[str, ob
     finally:
         eval_layout.FULL_WIDTH_LAYOUT = "channels_last"
         ghost_norm.STACK_SAMPLES, evaluating.PER_SAMPLE_FORWARD = stack, split
-        packed_conv.ENABLED = inplace_norm.ENABLED = unfilled.EVALUATION_UNFILLED = ghost_norm.WRITE_INTO = True
+        packed_conv.ENABLED = unfilled.EVALUATION_UNFILLED = ghost_norm.WRITE_INTO = True
     with open(os.path.join(out, "metrics.jsonl")) as f:
         lines = [json.loads(line) for line in f]
     shutil.rmtree(out, ignore_errors=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hasfl_ray.models.inplace_norm import normalise_in_place
 from hasfl_ray.models.packed_conv import pack_convolutions
 
 #: The layout of the full-width evaluation model (``test_accuracy``, its sBN statistics, local accuracy at width 1):
@@ -29,10 +28,9 @@ def _evaluation_layout(model: nn.Module) -> nn.Module:
     default layout's in the last bits (another convolution kernel), the same on every backend, since the server's
     code alone evaluates (on Ray a trainer runs the same :class:`~hasfl_ray.engine.server.Server`). Its convolutions
     keep their weights reordered for oneDNN between forwards (:mod:`hasfl_ray.models.packed_conv`: the same bits,
-    without a reorder of every weight on every forward), and a BatchNorm right after a convolution normalises the
-    convolution's output in place (:mod:`hasfl_ray.models.inplace_norm`: the same bits, no new activation)."""
+    without a reorder of every weight on every forward)."""
     if any(isinstance(m, nn.Conv2d) for m in model.modules()):
-        model = normalise_in_place(pack_convolutions(model.to(memory_format=torch.channels_last)))
+        model = pack_convolutions(model.to(memory_format=torch.channels_last))
         model.register_forward_pre_hook(_to_channels_last)
     return model
 
