@@ -56,6 +56,10 @@ def test_the_packed_convolution_is_torchs_bit_for_bit(shape):
     assert torch.equal(out, expected) and torch.equal(again, expected)
     assert out.is_contiguous(memory_format=torch.channels_last) == expected.is_contiguous(
         memory_format=torch.channels_last)
+    for batch in {max(1, size[0] // 2), size[0] + 7, 1}:  # the weight reordered at the first batch size, reused
+        other = image((batch,) + size[1:], spec[0], seed=batch)
+        with torch.no_grad():
+            assert torch.equal(conv(other), conv_reference(conv, other))
 
 
 def test_a_new_weight_or_input_shape_is_reordered_afresh():
@@ -68,7 +72,9 @@ def test_a_new_weight_or_input_shape_is_reordered_afresh():
         after = conv(x)
         other = conv(y)
         assert torch.equal(after, conv_reference(conv, x)) and not torch.equal(after, first)
+        held = packed_conv._PACKED[conv].packed
         assert torch.equal(other, conv_reference(conv, y))
+        assert packed_conv._PACKED[conv].packed is held  # one reordering a weight, whatever the batch
         conv.weight.data = torch.randn_like(conv.weight).contiguous(memory_format=torch.channels_last)
         assert torch.equal(conv(y), conv_reference(conv, y))
 
