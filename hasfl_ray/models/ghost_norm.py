@@ -49,7 +49,7 @@ def ghost_forward(layer: torch.nn.BatchNorm2d, x: torch.Tensor, sizes: Sequence[
     without autograd each batch's output is written straight into its rows of the result (:func:`_ghost_into`: the
     same kernel, no concatenation afterwards)."""
     if WRITE_INTO and x.device.type == "cpu" and not torch.is_grad_enabled() and _plain_update(layer) and \
-            min(sizes) >= 2:
+            min(sizes) >= 2 and (x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last)):
         return _ghost_into(layer, x, sizes)
     outputs, start = [], 0
     for size in sizes:
@@ -68,10 +68,11 @@ def _plain_update(layer: torch.nn.BatchNorm2d) -> bool:
 def _ghost_into(layer: torch.nn.BatchNorm2d, x: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
     """:func:`ghost_forward` on a CPU: ``nn.BatchNorm2d.forward``'s steps for each batch (count the batch; the update
     factor, 1 / batches counted with momentum None; torch's ``native_batch_norm`` in training mode) with the
-    kernel's out= form writing the batch's rows of one output in ``x``'s memory format: the same values and running
-    statistics bit for bit (tests/models/test_ghost_norm.py), without the concatenation's copy (~4 % of the pack's
-    sBN pass)."""
-    out = torch.empty_like(x, memory_format=_format(x))
+    kernel's out= form writing the batch's rows of one output with ``x``'s strides (those the concatenation had, also
+    where a shape is both contiguous and channels-last, as at 1x1, where a later kernel chooses its path by them):
+    the same values, strides and running statistics bit for bit (tests/models/test_ghost_norm.py), without the
+    concatenation's copy (~4 % of the pack's sBN pass). ``x`` is dense (contiguous or channels-last)."""
+    out = torch.empty_like(x)  # x's own strides
     spare = (x.new_empty(0), x.new_empty(0))  # the kernel's saved mean and inverse deviation (unused here)
     start = 0
     for size in sizes:

@@ -94,22 +94,29 @@ def counting_norm(channels, momentum, dtype):
     return layer.train()
 
 
-@pytest.mark.parametrize("dtype,channels_last,momentum", [(torch.float32, True, None), (torch.float64, False, None),
-                                                          (torch.float32, False, 0.1), (torch.float32, True, 0.3)])
-def test_the_batches_written_in_place_are_the_concatenations_bits(dtype, channels_last, momentum):
+@pytest.mark.parametrize("dtype,channels_last,momentum,side", [(torch.float32, True, None, 6),
+                                                               (torch.float64, False, None, 6),
+                                                               (torch.float32, False, 0.1, 6),
+                                                               (torch.float32, True, 0.3, 6),
+                                                               (torch.float32, True, None, 1),
+                                                               (torch.float32, False, None, 1)])
+def test_the_batches_written_in_place_are_the_concatenations_bits(dtype, channels_last, momentum, side):
     """The CPU form without autograd (each batch's output written into its rows) against the concatenation of
-    ``nn.BatchNorm2d.forward`` over each batch: the same output bits, running statistics and batch count."""
+    ``nn.BatchNorm2d.forward`` over each batch (the form before it): the same output bits and strides (at 1x1 a
+    tensor is both contiguous and channels-last, and later kernels choose their path by its strides), running
+    statistics and batch count."""
     sizes = [10, 10, 7]
     generator = torch.Generator().manual_seed(9)
-    x = (torch.randn(27, 16, 6, 6, generator=generator, dtype=torch.float64) * 2 + 1).to(dtype)
+    x = (torch.randn(27, 16, side, side, generator=generator, dtype=torch.float64) * 2 + 1).to(dtype)
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     into, reference = counting_norm(16, momentum, dtype), counting_norm(16, momentum, dtype)
     with torch.no_grad():
         out = ghost_norm.ghost_forward(into, x, sizes)
         expected = torch.cat([nn.BatchNorm2d.forward(reference, part) for part in torch.split(x, sizes)])
-    assert torch.equal(out, expected)
-    assert out.is_contiguous(memory_format=torch.channels_last) == channels_last
+        expected = expected.contiguous(memory_format=ghost_norm._format(x))
+    assert torch.equal(out, expected) and out.stride() == expected.stride()
+    assert out.is_contiguous(memory_format=torch.channels_last) == (channels_last or side == 1)
     assert torch.equal(into.running_mean, reference.running_mean) and torch.equal(into.running_var,
                                                                                   reference.running_var)
     assert int(into.num_batches_tracked) == int(reference.num_batches_tracked) == 3

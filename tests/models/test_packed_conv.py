@@ -29,7 +29,8 @@ SHAPES = [(3, 64, 3, 1, 1, 1, False, (30, 32, 32)), (64, 64, 3, 1, 1, 1, False, 
           (512, 512, 3, 1, 1, 1, False, (30, 4, 4)), (256, 512, 3, 2, 1, 1, False, (7, 8, 8)),
           (1, 32, 3, 1, 1, 1, True, (500, 28, 28)), (32, 64, 3, 1, 1, 1, True, (33, 14, 14)),
           (16, 16, 3, 1, 1, 16, False, (12, 8, 8)), (8, 8, 3, 1, 1, 1, True, (1, 5, 5)),
-          (8, 16, 1, 1, 0, 1, False, (1, 2, 2))]
+          (8, 16, 1, 1, 0, 1, False, (1, 2, 2)), (16, 32, 3, 2, 1, 1, False, (30, 2, 2)),
+          (32, 32, 3, 1, 1, 1, False, (30, 1, 1))]
 
 
 def packed(cin, cout, kernel, stride, padding, groups, bias, seed=0):
@@ -54,12 +55,12 @@ def test_the_packed_convolution_is_torchs_bit_for_bit(shape):
         expected = conv_reference(conv, x)
         out, again = conv(x), conv(x)  # the second forward reuses the reordered weight
     assert torch.equal(out, expected) and torch.equal(again, expected)
-    assert out.is_contiguous(memory_format=torch.channels_last) == expected.is_contiguous(
-        memory_format=torch.channels_last)
+    assert out.stride() == expected.stride()  # later kernels choose their path by the strides (1x1: ambiguous)
     for batch in {max(1, size[0] // 2), size[0] + 7, 1}:  # the weight reordered at the first batch size, reused
         other = image((batch,) + size[1:], spec[0], seed=batch)
         with torch.no_grad():
-            assert torch.equal(conv(other), conv_reference(conv, other))
+            out, expected = conv(other), conv_reference(conv, other)
+        assert torch.equal(out, expected) and out.stride() == expected.stride()
 
 
 def test_a_new_weight_or_input_shape_is_reordered_afresh():
