@@ -247,9 +247,12 @@ def cpu_timed() -> Iterator[Dict[int, Dict[str, float]]]:
 #: one forward a batch, each evaluation batch one forward, no huge pages); ``main`` the path before the convolutions
 #: kept their reordered weights and evaluation stopped filling new tensors with NaN (channels-last, the sBN pass's
 #: batches stacked ``ghost_norm.STACK_SAMPLES`` at a time, a per-sample evaluation's batches in forwards of
-#: ``PER_SAMPLE_FORWARD``, huge pages); ``after`` the current path (``main`` with hasfl_ray/models/packed_conv.py,
-#: unfilled.py and ghost_norm.py's batches written in place).
+#: :data:`MAIN_PER_SAMPLE_FORWARD`, huge pages); ``after`` the current path (``main`` with
+#: hasfl_ray/models/packed_conv.py, unfilled.py, ghost_norm.py's batches written in place, forwards of
+#: ``PER_SAMPLE_FORWARD``).
 SHARE_VARIANTS = ("pre46", "main", "after")
+#: main's (da2a895) forwards of a per-sample CPU evaluation (``PER_SAMPLE_FORWARD`` now 25).
+MAIN_PER_SAMPLE_FORWARD = 50
 
 
 def share_run(config: Dict[str, object], variant: str, out: str) -> Dict[str, object]:
@@ -261,7 +264,7 @@ def share_run(config: Dict[str, object], variant: str, out: str) -> Dict[str, ob
     stack, split = ghost_norm.STACK_SAMPLES, evaluating.PER_SAMPLE_FORWARD
     eval_layout.FULL_WIDTH_LAYOUT = "default" if variant == "pre46" else "channels_last"
     ghost_norm.STACK_SAMPLES = 1 if variant == "pre46" else stack
-    evaluating.PER_SAMPLE_FORWARD = 0 if variant == "pre46" else split
+    evaluating.PER_SAMPLE_FORWARD = 0 if variant == "pre46" else MAIN_PER_SAMPLE_FORWARD if variant == "main" else split
     packed_conv.ENABLED = unfilled.EVALUATION_UNFILLED = ghost_norm.WRITE_INTO = \
         variant == "after"
     try:
