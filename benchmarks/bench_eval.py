@@ -24,14 +24,17 @@ the final local accuracy, which no flag removes.
   one forward pass per distinct sub-model, the per-client counts, the summaries).
 
 - share (issue 46 item 1): the evaluation's share of a round's process CPU time (``time.process_time``: the
-  server's evaluation calls and the sBN passes in them, against ``run_round``), before (``eval_layout.
-  FULL_WIDTH_LAYOUT = "default"``: the full model in the layout it had, the sBN pass one forward a batch,
-  test_accuracy every round) and after (channels-last, the sBN pass's batches stacked: ``ghost_norm.STACK_SAMPLES``,
-  ``--share-stack``; with ``--share-processes`` each run in its own process, before without and after with huge
-  pages for large tensors, hasfl_ray/allocator.py; every round, and amortised over ``--share-test-every`` rounds for EMNIST, over the pack's own
-  cadence, HeteroFL's every round, for the pack) on the same round of the same run config, in one process: the EMNIST
-  sample (the CLI's EMNIST defaults, the full model only, no local accuracy) and configs/pack-heterofl-cifar10.yaml's
-  a-b-c-d-e (fixed) cell on the CIFAR-10 sample (10 clients, 4 a round), against 10 % and 20 %.
+  server's evaluation calls and the sBN passes in them, against ``run_round``), before (``--share-before``: ``main``,
+  the path before the evaluation's convolutions kept their reordered weights and before it stopped filling new
+  tensors with NaN; or ``pre46``, the path before issue 46: the full model in the layout it had, the sBN pass one
+  forward a batch; :data:`SHARE_VARIANTS`), test_accuracy every round, and after (the current path: channels-last,
+  the sBN pass's batches stacked ``ghost_norm.STACK_SAMPLES`` at a time, ``--share-stack``, packed convolution
+  weights, no NaN fill; every round, and amortised over ``--share-test-every`` rounds for EMNIST, over the pack's
+  own cadence, HeteroFL's every round, for the pack) on the same round of the same run config, interleaved repeat by
+  repeat (with ``--share-processes`` each run in its own process, ``pre46`` without and the others with huge pages
+  for large tensors, hasfl_ray/allocator.py): the EMNIST sample (the CLI's EMNIST defaults, the full model only, no
+  local accuracy) and configs/pack-heterofl-cifar10.yaml's a-b-c-d-e (fixed) cell on the CIFAR-10 sample (10
+  clients, 4 a round), against 10 % and 20 %.
 
     python benchmarks/bench_eval.py                                  # all four, 3 digits repeats of 30 rounds
     python benchmarks/bench_eval.py --skip digits,emnist,synthetic --share-data-dir DATA
@@ -240,41 +243,53 @@ def cpu_timed() -> Iterator[Dict[int, Dict[str, float]]]:
             setattr(owner, name, original)
 
 
-def share_run(config: Dict[str, object], layout: str, out: str) -> Dict[str, object]:
-    """One run in the full-width evaluation ``layout`` (``default``: the path before issue 46, also the sBN pass one
-    forward a batch of the source's size, each evaluation batch one forward; ``channels_last``: the current path,
-    the pass's batches stacked ``ghost_norm.STACK_SAMPLES`` samples at a time, a per-sample evaluation's batches in
-    forwards of ``PER_SAMPLE_FORWARD``), CPU timed."""
+#: The share section's variants: ``pre46`` the path before issue 46 (the full model in the layout it had, the sBN pass
+#: one forward a batch, each evaluation batch one forward, no huge pages); ``main`` the path before the convolutions
+#: kept their reordered weights and evaluation stopped filling new tensors with NaN (channels-last, the sBN pass's
+#: batches stacked ``ghost_norm.STACK_SAMPLES`` at a time, a per-sample evaluation's batches in forwards of
+#: :data:`MAIN_PER_SAMPLE_FORWARD`, huge pages); ``after`` the current path (``main`` with
+#: hasfl_ray/models/packed_conv.py, unfilled.py, ghost_norm.py's batches written in place, forwards of
+#: ``PER_SAMPLE_FORWARD``).
+SHARE_VARIANTS = ("pre46", "main", "after")
+#: main's (da2a895) forwards of a per-sample CPU evaluation (``PER_SAMPLE_FORWARD`` now 25).
+MAIN_PER_SAMPLE_FORWARD = 50
+
+
+def share_run(config: Dict[str, object], variant: str, out: str) -> Dict[str, object]:
+    """One run of ``variant`` (:data:`SHARE_VARIANTS`), CPU timed."""
     from hasfl_ray.engine import eval_layout
-    from hasfl_ray.models import ghost_norm
+    from hasfl_ray.models import ghost_norm, packed_conv, unfilled
 
     evaluating = importlib.import_module("hasfl_ray.training.evaluate")
     stack, split = ghost_norm.STACK_SAMPLES, evaluating.PER_SAMPLE_FORWARD
-    eval_layout.FULL_WIDTH_LAYOUT = layout
-    ghost_norm.STACK_SAMPLES = 1 if layout == "default" else stack
-    evaluating.PER_SAMPLE_FORWARD = 0 if layout == "default" else split
+    eval_layout.FULL_WIDTH_LAYOUT = "default" if variant == "pre46" else "channels_last"
+    ghost_norm.STACK_SAMPLES = 1 if variant == "pre46" else stack
+    evaluating.PER_SAMPLE_FORWARD = 0 if variant == "pre46" else MAIN_PER_SAMPLE_FORWARD if variant == "main" else split
+    packed_conv.ENABLED = unfilled.EVALUATION_UNFILLED = ghost_norm.WRITE_INTO = \
+        variant == "after"
     try:
         with cpu_timed() as spent:
             summary = hasfl_ray.simulate(config, out_dir=out, force=True)
     finally:
         eval_layout.FULL_WIDTH_LAYOUT = "channels_last"
         ghost_norm.STACK_SAMPLES, evaluating.PER_SAMPLE_FORWARD = stack, split
+        packed_conv.ENABLED = unfilled.EVALUATION_UNFILLED = ghost_norm.WRITE_INTO = True
     with open(os.path.join(out, "metrics.jsonl")) as f:
         lines = [json.loads(line) for line in f]
     shutil.rmtree(out, ignore_errors=True)
     return {"spent": {t: dict(v) for t, v in spent.items()}, "lines": lines, "sha": summary["params_sha256"]}
 
 
-def share_call(config: Dict[str, object], layout: str, out: str, processes: bool) -> Dict[str, object]:
+def share_call(config: Dict[str, object], variant: str, out: str, processes: bool) -> Dict[str, object]:
     """:func:`share_run` here, or with ``processes`` in a fresh Python process whose torch allocates as the CLI's
-    did before issue 46 (``default``: THP_MEM_ALLOC_ENABLE=0) or does now (huge pages, hasfl_ray/allocator.py)."""
+    did before issue 46 (``pre46``: THP_MEM_ALLOC_ENABLE=0) or does now (huge pages, hasfl_ray/allocator.py)."""
     if not processes:
-        return share_run(config, layout, out)
+        return share_run(config, variant, out)
     import subprocess
     import sys
 
-    env = {**os.environ, "THP_MEM_ALLOC_ENABLE": "0" if layout == "default" else "1"}
-    request = json.dumps({"config": config, "layout": layout, "out": out})
+    env = {**os.environ, "THP_MEM_ALLOC_ENABLE": "0" if variant == "pre46" else "1"}
+    request = json.dumps({"config": config, "variant": variant, "out": out})
     done = subprocess.run([sys.executable, os.path.abspath(__file__), "--share-child", request], env=env,
                           capture_output=True, text=True, check=True)
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -283,26 +298,27 @@ def share_call(config: Dict[str, object], layout: str, out: str, processes: bool
 
 
 def share(name: str, config: Dict[str, object], every: int, repeats: int, scratch: str,
-          processes: bool = False) -> None:
-    """The evaluation's share of a round's CPU time, before (the default layout, test_accuracy every round) and
-    after (channels-last; every round, and with test_every ``every``), in one process, repeat by repeat. Each run
+          processes: bool = False, before_variant: str = "main") -> None:
+    """The evaluation's share of a round's CPU time, before (``before_variant``, test_accuracy every round) and
+    after (the current path; every round, and with test_every ``every``), interleaved, repeat by repeat. Each run
     has two rounds: "before" tests both, "after" (test_every 2) only the last, so its round 0 is a round without
     evaluation (checked) and round 1 is compared, before and after, on the same participants, widths and data: with
     test_every N a round costs its training and the rest (R) plus E / N on average, a share of E / N / (R + E / N)."""
     target = SHARE_TARGETS[name]
     from hasfl_ray.models import ghost_norm
 
-    print(f"\n{name}, evaluation's share of a round's process CPU (target <= {100 * target:.0f} %; sBN stack before 1, "
-          f"after {ghost_norm.STACK_SAMPLES}; load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}): "
+    print(f"\n{name}, evaluation's share of a round's process CPU (target <= {100 * target:.0f} %; before: "
+          f"{before_variant}, sBN stack {1 if before_variant == 'pre46' else ghost_norm.STACK_SAMPLES}, after "
+          f"{ghost_norm.STACK_SAMPLES}; load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}): "
           f"{json.dumps(config)}")
     print(f"{'repeat':>6}  {'before: round s':>15}  {'eval s':>7}  {'sBN s':>6}  {'share':>6}  {'after: round s':>14}  "
           f"{'eval s':>7}  {'sBN s':>6}  {'share':>6}  {'rest of round s':>15}  {f'share, test_every {every}':>22}")
     rows = []
     for repeat in range(repeats):
-        before = share_call({**config, "rounds": 2, "test_every": 1}, "default", os.path.join(scratch, f"{name}-b"),
-                            processes)
-        after = share_call({**config, "rounds": 2, "test_every": 2}, "channels_last",
-                           os.path.join(scratch, f"{name}-a"), processes)
+        before = share_call({**config, "rounds": 2, "test_every": 1}, before_variant,
+                            os.path.join(scratch, f"{name}-b"), processes)
+        after = share_call({**config, "rounds": 2, "test_every": 2}, "after", os.path.join(scratch, f"{name}-a"),
+                           processes)
         b, a = before["spent"][1], after["spent"][1]  # round 1: the same participants, widths and data
         assert after["spent"][0].get("evaluation", 0.0) == 0.0, "round 0 of the test_every 2 run evaluated"
         round_b, eval_b = b["round"], b.get("evaluation", 0.0)
@@ -359,6 +375,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--share-stack", type=int, default=None,
                         help="Samples a stacked forward of the sBN pass after (default: ghost_norm.STACK_SAMPLES).")
     parser.add_argument("--share-only", default="emnist,pack", help="Comma list of the share section's emnist, pack.")
+    parser.add_argument("--share-before", default="main", choices=SHARE_VARIANTS[:2],
+                        help="The share section's before: main (the path before packed convolution weights and "
+                             "unfilled evaluation memory, the default) or pre46 (the path before issue 46).")
     parser.add_argument("--share-processes", action="store_true",
                         help="Each share run in its own process, before without and after with huge pages.")
     parser.add_argument("--share-child", default=None, help=argparse.SUPPRESS)
@@ -367,7 +386,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     options = parser.parse_args(argv)
     if options.share_child:  # one run of --share-processes: its result as the last line
         request = json.loads(options.share_child)
-        print(json.dumps(share_run(request["config"], request["layout"], request["out"])))
+        print(json.dumps(share_run(request["config"], request["variant"], request["out"])))
         return
     skip = set(filter(None, options.skip.split(",")))
     scratch = tempfile.mkdtemp(prefix="bench-eval-")
@@ -395,10 +414,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             only = set(options.share_only.split(","))
             if "emnist" in only:
                 share("emnist", emnist, options.share_test_every, options.share_repeats, scratch,
-                      options.share_processes)
+                      options.share_processes, options.share_before)
             if "pack" in only:
                 share("pack", pack_config(options.share_data_dir), 1, options.share_repeats, scratch,
-                      options.share_processes)
+                      options.share_processes, options.share_before)
         if "synthetic" not in skip:
             synthetic(options.synthetic_clients, 100, options.synthetic_rounds, options.synthetic_repeats, scratch)
     finally:

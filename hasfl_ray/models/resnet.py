@@ -39,6 +39,7 @@ from hasfl_ray.models.ghost_norm import ghost_forward, stacked_batches
 from hasfl_ray.models.depth import ResNetExits, check_depth, dwconv_spec
 from hasfl_ray.models.resnet_groups import resnet_group_labels
 from hasfl_ray.models.slicing import DimSlice, ParamSpec, width_channels
+from hasfl_ray.models.unfilled import unfilled_memory
 
 #: Channels of the four stages at width 1.
 STAGES = (64, 128, 256, 512)
@@ -339,11 +340,12 @@ def sbn_statistics(model: nn.Module, batches: Iterable[Tuple[torch.Tensor, torch
         layer.train()
     seen = 0
     try:
-        for x, sizes in stacked_batches(batches, ghost_norm.STACK_SAMPLES if stack is None else stack):
-            for layer in layers:  # one batch: the plain BatchNorm, as the source runs it
-                layer.ghost_sizes = sizes if len(sizes) > 1 else None
-            model(x.to(device))
-            seen += len(sizes)
+        with unfilled_memory():
+            for x, sizes in stacked_batches(batches, ghost_norm.STACK_SAMPLES if stack is None else stack):
+                for layer in layers:  # one batch: the plain BatchNorm, as the source runs it
+                    layer.ghost_sizes = sizes if len(sizes) > 1 else None
+                model(x.to(device))
+                seen += len(sizes)
     finally:
         for layer in layers:
             layer.ghost_sizes = None

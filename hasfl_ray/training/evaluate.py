@@ -11,6 +11,7 @@ from torch.nn import functional as F
 
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.evaluation import beats, right
+from hasfl_ray.models.unfilled import unfilled_memory
 from hasfl_ray.training.seeding import STREAM_EVAL, numpy_rng
 
 
@@ -29,8 +30,10 @@ def evaluation_subset(seed: int, test_size: int, samples: Optional[int]) -> Opti
 #: Samples a forward of a CPU evaluation whose outputs are per sample (static BatchNorm with its running statistics:
 #: :func:`per_sample`) splits each evaluation batch into: on this 2-core CPU the convolutions are faster per sample
 #: at smaller batches (the HeteroFL pack's PreResNet (1,1,1,2) over 200 test images: 0.737 s in one forward, 0.650 s
-#: in forwards of 50, the logits bit-identical). The loss and counts are still taken per evaluation batch.
-PER_SAMPLE_FORWARD = 50
+#: in forwards of 50; with the convolutions' weights reordered once (hasfl_ray/models/packed_conv.py), forwards of 25
+#: 0.572 s against 0.612-0.617 s at 50, medians of 8 and 10 interleaved repeats; the logits and loss bit-identical
+#: at 10, 25, 40, 50 and 200). The loss and counts are still taken per evaluation batch.
+PER_SAMPLE_FORWARD = 25
 
 
 def per_sample(model: nn.Module) -> bool:
@@ -51,6 +54,7 @@ def _forward(model: nn.Module, x: torch.Tensor, split: int) -> torch.Tensor:
 
 
 @torch.no_grad()
+@unfilled_memory()
 def evaluate(model: nn.Module, dataset: FederatedDataset, batch_size: int = 500,
              indices: Optional[torch.Tensor] = None,
              beaten: Optional[List[Tuple[torch.Tensor, torch.Tensor]]] = None) -> Tuple[float, float]:

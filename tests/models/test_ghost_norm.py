@@ -85,6 +85,45 @@ def test_each_batch_is_its_own_group_not_the_stack():
     assert not torch.allclose(first(stacked).running_var, first(merged).running_var, rtol=1e-3)
 
 
+def counting_norm(channels, momentum, dtype):
+    torch.manual_seed(channels)
+    layer = nn.BatchNorm2d(channels, momentum=momentum).to(dtype)
+    with torch.no_grad():
+        layer.weight.uniform_(0.5, 1.5)
+        layer.bias.uniform_(-1, 1)
+    return layer.train()
+
+
+@pytest.mark.parametrize("dtype,channels_last,momentum,side", [(torch.float32, True, None, 6),
+                                                               (torch.float64, False, None, 6),
+                                                               (torch.float32, False, 0.1, 6),
+                                                               (torch.float32, True, 0.3, 6),
+                                                               (torch.float32, True, None, 1),
+                                                               (torch.float32, False, None, 1)])
+def test_the_batches_written_in_place_are_the_concatenations_bits(dtype, channels_last, momentum, side):
+    """The CPU form without autograd (each batch's output written into its rows) against the concatenation of
+    ``nn.BatchNorm2d.forward`` over each batch (the form before it): the same output bits and strides (at 1x1 a
+    tensor is both contiguous and channels-last, and later kernels choose their path by its strides), running
+    statistics and batch count."""
+    sizes = [10, 10, 7]
+    generator = torch.Generator().manual_seed(9)
+    x = (torch.randn(27, 16, side, side, generator=generator, dtype=torch.float64) * 2 + 1).to(dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    into, reference = counting_norm(16, momentum, dtype), counting_norm(16, momentum, dtype)
+    with torch.no_grad():
+        out = ghost_norm.ghost_forward(into, x, sizes)
+        expected = torch.cat([nn.BatchNorm2d.forward(reference, part) for part in torch.split(x, sizes)])
+        expected = expected.contiguous(memory_format=ghost_norm._format(x))
+    assert torch.equal(out, expected) and out.stride() == expected.stride()
+    assert out.is_contiguous(memory_format=torch.channels_last) == (channels_last or side == 1)
+    assert torch.equal(into.running_mean, reference.running_mean) and torch.equal(into.running_var,
+                                                                                  reference.running_var)
+    assert int(into.num_batches_tracked) == int(reference.num_batches_tracked) == 3
+    with_grad = counting_norm(16, momentum, dtype)  # autograd: the concatenation (out= takes no gradient)
+    assert torch.equal(ghost_norm.ghost_forward(with_grad, x, sizes).detach(), expected)
+
+
 def test_stacks_hold_whole_batches_in_order_the_short_last_one_its_own():
     data = batches(sizes=(10, 10, 10, 10, 10, 10, 10, 3))
     stacks = list(stacked_batches(data, 25))
