@@ -30,7 +30,7 @@ from hasfl_ray.cli.main import main
 from hasfl_ray.engine.checkpoint import load_checkpoint, save_checkpoint
 from hasfl_ray.config import CONFIG_VERSION, LEGACY_OPTION_KEYS, RunConfig, migrate_config
 from hasfl_ray.errors import ConfigError, TrainerError
-from hasfl_ray.training.determinism import machine_type
+from tests.engine.recorded_machine import other_machine
 
 V1_RUNS = Path(__file__).parent / "data" / "v1-runs"
 COMMON = dict(rounds=4, clients=6, clients_per_round=3, seed=5, backend="local")
@@ -77,18 +77,6 @@ def write_version_1_run(path, values):
     checkpoint.config = version_1(checkpoint.config)
     save_checkpoint(str(path), checkpoint)
     return path
-
-
-def this_machine():
-    return machine_type()
-
-
-def other_machine():
-    """Why this machine is not the one the fixtures' hashes were recorded on; None when it is."""
-    recorded = json.loads((V1_RUNS / "machine.json").read_text(encoding="utf-8"))
-    here = this_machine()
-    differ = [f"{key} {recorded[key]!r} there, {here[key]!r} here" for key in here if recorded.get(key) != here[key]]
-    return "; ".join(differ) or None
 
 
 def test_the_fixtures_are_version_1_and_the_writer_gives_their_layout(tmp_path):
@@ -162,7 +150,7 @@ def test_the_stored_version_1_runs_migrate_and_resume(stored_runs_resumed):
 
 
 def test_the_stored_version_1_runs_end_with_their_recorded_hash(stored_runs_resumed):
-    reason = other_machine()
+    reason = other_machine(V1_RUNS / "machine.json")
     if reason:
         pytest.skip(f"the fixtures' params_sha256 were recorded on another machine type ({reason}); bit-identity "
                     "holds within one machine type and torch build, and the resume is checked against a run made "

@@ -36,7 +36,7 @@ from hasfl_ray.engine.checkpoint import load_checkpoint, save_checkpoint
 from hasfl_ray.engine.server import params_sha256
 from hasfl_ray.engine.statistics import pass_batches, statistics_plan
 from hasfl_ray.errors import TrainerError
-from hasfl_ray.training.determinism import machine_type
+from tests.engine.recorded_machine import other_machine
 
 V2_RUNS = Path(__file__).parent / "data" / "v2-runs"
 RUN = V2_RUNS / "heterofl-sbn"
@@ -49,13 +49,6 @@ def stored_config():
 
 def jsonl(path):
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
-
-
-def other_machine():
-    """Why this machine is not the one the fixture was written on; None when it is."""
-    here = machine_type()
-    differ = [f"{key} {RECORDED[key]!r} there, {here[key]!r} here" for key in here if RECORDED.get(key) != here[key]]
-    return "; ".join(differ) or None
 
 
 def write_version_2_run(path):
@@ -76,7 +69,7 @@ def write_version_2_run(path):
 
 
 def test_a_version_2_run_resumes_with_the_accuracy_it_recorded_at_every_width(tmp_path):
-    reason = other_machine()
+    reason = other_machine(V2_RUNS / "machine.json")
     if reason:
         pytest.skip(f"the version-2 run was written on another machine type ({reason}); its checkpoint is remade here "
                     "and its accuracies are bit-for-bit only on that type. The pass it ran with is checked on every "
