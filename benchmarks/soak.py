@@ -110,8 +110,7 @@ def main() -> int:
             space = trainer.workspace
             cached = (f"  {len(space.cached_widths)} networks cached ({space.cached_bytes / 2 ** 20:.1f} of "
                       f"{space.cache_bound / 2 ** 20:.1f} MiB)")
-        cached += (f"  trims {allocator.spent['trims']:.0f} of {allocator.spent['calls']:.0f} calls "
-                   f"({allocator.spent['seconds']:.2f} s)")
+        cached += f"  trims {allocator.spent['calls']:.0f} ({allocator.spent['seconds']:.2f} s)"
         print(f"round {t:4d}  " + "  ".join(f"{k} {v:7.1f} MiB" for k, v in memory.items())
               + f"{cached}  ({time.perf_counter() - start:6.0f} s)", flush=True)
 

@@ -1,22 +1,17 @@
-"""Freed memory handed back to the system once it has piled up (issue 46 item 4): a long run's resident memory stays
+"""Freed memory handed back to the system after every round (issue 46 item 4): a long run's resident memory stays
 flat.
 
 glibc raises its mmap threshold to the size of every mmapped block that is freed (up to 32 MiB), so after the
 first rounds a round's activations and packed updates (hundreds of KiB to tens of MiB, of sizes that change with
 every continuous width) come from the heap, and the holes they leave stay resident: over 200 EMNIST rounds of HAS-FL
 the driver's RSS wandered 1004-1213 MiB while what the run held (its RSS after ``malloc_trim``) stayed within 1 %
-(benchmarks/RESULTS.md, "Memory over long runs"). :func:`release` is called once a
+(benchmarks/RESULTS.md, "Memory over long runs"). :func:`release` calls glibc's ``malloc_trim(0)`` once a
 round in each process that trains or aggregates (the driver's engine after each round, or with Ray while the next
 round trains, and after each asynchronous server update; each Ray trainer once a model, as its evaluation ends or
-else as the next model arrives; the server actor after each round and evaluation), and calls glibc's
-``malloc_trim(0)`` only when the process's resident memory has grown by more than :func:`slack` (1 %, at least
-8 MiB) over its steady level: the resident memory at the first call after the last trim, which is what the run
-holds plus the pages a round touches again. So RSS stays within the slack of a level it cannot drift from, and a
-round that only reuses the holes the last one left (the steady state: the same sizes, or sizes already seen) pays
-nothing: trimming every round handed those pages back only for the next round to fault them in again (digits'
-HAS-FL: ~3,500 minor faults a round a process, ~5 ms of a 100 ms local round and ~13 ms of Ray's two trainers
-together; RESULTS.md). Where /proc/self/statm cannot be read, every call trims, as before.
-``HASFL_MALLOC_TRIM=0`` turns it off. Nothing here changes a result: only
+else as the next model arrives; the server actor after each round and evaluation), so RSS
+is what the run holds. Its price is the pages the next round
+touches again (RESULTS.md gives it per round); pinning the mmap threshold instead (``mallopt``) cost more, on every
+large allocation of every local step. ``HASFL_MALLOC_TRIM=0`` turns it off. Nothing here changes a result: only
 where freed memory goes. Where the C library has no ``malloc_trim`` (macOS, musl) it does nothing, and
 ``hasfl-ray info`` says so.
 
@@ -48,16 +43,9 @@ PRIMITIVES = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
 #: oneDNN primitives a process keeps (a few clients' convolutions at a few widths: ResNet-18's 20 convolutions x 3
 #: passes x 4 widths fit), against oneDNN's own 1024.
 PRIMITIVE_CACHE = 256
-#: Growth of the resident memory over its steady level that a trim waits for: a fraction of that level, at least
-#: :data:`SLACK_FLOOR` bytes (a process's own small allocations move its RSS by a few MiB).
-SLACK_FRACTION = 0.01
-SLACK_FLOOR = 8 << 20
 _trim = []  # [the C function] or [None], looked up once
-#: Calls made, trims done and seconds spent trimming in this process, for benchmarks (soak.py prints them).
-spent: Dict[str, float] = {"calls": 0, "trims": 0, "seconds": 0.0}
-#: The steady level (bytes; None until measured) and whether the next call measures it (the first after a trim).
-_level: Dict[str, Optional[int]] = {"steady": None, "measure": 0}
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+#: Calls made and seconds spent in this process, for benchmarks (soak.py prints them).
+spent: Dict[str, float] = {"calls": 0, "seconds": 0.0}
 
 
 def _function():
@@ -73,40 +61,15 @@ def enabled() -> bool:
     return os.environ.get(VARIABLE, "1") != "0" and _function() is not None
 
 
-def resident_bytes() -> Optional[int]:
-    """This process's resident memory now (``/proc/self/statm``), or None where it cannot be read."""
-    try:
-        with open("/proc/self/statm", "rb") as handle:
-            return int(handle.read().split()[1]) * _PAGE
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def slack(steady: int) -> int:
-    """How far (bytes) the resident memory may grow over a steady level ``steady`` before :func:`release` trims."""
-    return max(int(SLACK_FRACTION * steady), SLACK_FLOOR)
-
-
 def release() -> None:
-    """The once-a-round point (see the module's docstring): hand the memory freed since the last trim back to the
-    system (glibc's ``malloc_trim(0)``) when the resident memory has grown by more than :func:`slack` over its
-    steady level, or when that level is not known yet; the first call after a trim measures it. Off with
-    ``HASFL_MALLOC_TRIM=0``."""
+    """Hand the memory freed since the last call back to the system (glibc's ``malloc_trim(0)``), unless turned
+    off."""
     if not enabled():
-        return
-    spent["calls"] += 1
-    resident = resident_bytes()
-    if resident is not None and _level["measure"]:
-        _level["steady"], _level["measure"] = resident, 0  # what the run holds plus what a round touches again
-        return
-    steady = _level["steady"]
-    if resident is not None and steady is not None and resident <= steady + slack(steady):
         return
     start = time.perf_counter()
     _function()(0)
-    spent["trims"] += 1
+    spent["calls"] += 1
     spent["seconds"] += time.perf_counter() - start
-    _level["measure"] = 1
 
 
 def huge_pages(environ: Optional[MutableMapping[str, str]] = None) -> str:
@@ -146,9 +109,8 @@ def status() -> str:
         return "kept by the C library (no malloc_trim here)"
     if not enabled():
         return f"kept by the allocator ({VARIABLE}=0)"
-    return (f"handed back (malloc_trim) once a round's resident memory has grown "
-            f"{SLACK_FRACTION:.0%} (at least {SLACK_FLOOR >> 20} MiB) over its steady level")
+    return "handed back after every round (malloc_trim)"
 
 
 __all__ = ["HUGE_PAGES", "PRIMITIVES", "PRIMITIVE_CACHE", "VARIABLE", "bound_primitive_cache", "enabled",
-           "huge_pages", "pages", "primitive_cache_status", "release", "resident_bytes", "slack", "spent", "status"]
+           "huge_pages", "pages", "primitive_cache_status", "release", "spent", "status"]

@@ -1,4 +1,4 @@
-"""Freed memory handed back once it piles up (hasfl_ray/allocator.py, issue 46 item 4)."""
+"""Freed memory handed back after every round (hasfl_ray/allocator.py, issue 46 item 4)."""
 
 import subprocess
 import sys
@@ -30,8 +30,8 @@ def test_release_returns_freed_heap_memory_to_the_system():
         for b in blocks[:-1]:
             libc.free(b)  # the last one stays: the heap's top is not free, nothing trims itself
         before = rss()
-        allocator.release()  # the first call knows no steady level yet: it trims
-        print(before - rss(), allocator.spent["trims"])
+        allocator.release()
+        print(before - rss(), allocator.spent["calls"])
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)})
@@ -40,72 +40,18 @@ def test_release_returns_freed_heap_memory_to_the_system():
     assert int(calls) == 1
 
 
-class _Fake:
-    """The process's resident memory as a test sets it, and the trims done."""
-
-    def __init__(self, monkeypatch, resident):
-        self.resident, self.trims = resident, 0
-        monkeypatch.setattr(allocator, "resident_bytes", lambda: self.resident)
-        monkeypatch.setattr(allocator, "_function", lambda: self.trim)
-        monkeypatch.setattr(allocator, "_level", {"steady": None, "measure": 0})
-        monkeypatch.setattr(allocator, "spent", {"calls": 0, "trims": 0, "seconds": 0.0})
-        monkeypatch.delenv(allocator.VARIABLE, raising=False)
-
-    def trim(self, pad):
-        assert pad == 0
-        self.trims += 1
-
-
-def test_a_trim_waits_for_the_resident_memory_to_grow_past_the_slack_over_its_steady_level(monkeypatch):
-    """Trimming every round handed back the pages the next round faulted in again (~3,500 minor faults a digits round
-    a process, ~13 ms of Ray's two trainers' CPU a round): now the first call after a trim measures the steady level
-    (what the run holds plus what a round touches again), and only growth past the slack over it trims."""
-    mib = 1 << 20
-    fake = _Fake(monkeypatch, 600 * mib)
-    allocator.release()
-    assert fake.trims == 1  # no steady level known yet
-    fake.resident = 640 * mib  # the next round faults its working set in again
-    allocator.release()
-    assert fake.trims == 1 and allocator._level["steady"] == 640 * mib
-    assert allocator.slack(640 * mib) == 8 * mib  # 1 % is 6.4 MiB: the floor
-    for resident in (640, 645, 648, 641):  # rounds that reuse what the last freed: nothing to hand back
-        fake.resident = resident * mib
-        allocator.release()
-    assert fake.trims == 1
-    fake.resident = 648 * mib + 1  # grown past the slack
-    allocator.release()
-    assert fake.trims == 2 and allocator._level["measure"] == 1
-    fake.resident = 630 * mib
-    allocator.release()  # measures the new steady level
-    assert fake.trims == 2 and allocator._level["steady"] == 630 * mib
-    assert allocator.slack(2000 * mib) == 20 * mib  # 1 % above the floor
-    assert allocator.spent["calls"] == 8 and allocator.spent["trims"] == 2
-
-
-def test_without_proc_every_call_trims(monkeypatch):
-    fake = _Fake(monkeypatch, None)
-    for _ in range(3):
-        allocator.release()
-    assert fake.trims == 3
-    monkeypatch.setenv(allocator.VARIABLE, "0")
-    allocator.release()
-    assert fake.trims == 3 and allocator.spent["calls"] == 3
-
-
 @needs_glibc
 def test_once_a_round_and_the_same_bits(tmp_path, monkeypatch):
     monkeypatch.delenv(allocator.VARIABLE, raising=False)
-    calls, trims = allocator.spent["calls"], allocator.spent["trims"]
-    trimmed = simulate(dataset="digits", rounds=8, clients=6, clients_per_round=3, backend="local",
+    calls = allocator.spent["calls"]
+    trimmed = simulate(dataset="digits", rounds=3, clients=6, clients_per_round=3, backend="local",
                        out_dir=str(tmp_path / "on"))
-    assert allocator.spent["calls"] - calls == 8
-    # a steady run reuses what its last round freed: it trims far less than once a round (one run here: 1 in 40)
-    assert allocator.spent["trims"] - trims <= 4
+    assert allocator.spent["calls"] - calls == 3
     monkeypatch.setenv(allocator.VARIABLE, "0")
     assert not allocator.enabled()
-    kept = simulate(dataset="digits", rounds=8, clients=6, clients_per_round=3, backend="local",
+    kept = simulate(dataset="digits", rounds=3, clients=6, clients_per_round=3, backend="local",
                     out_dir=str(tmp_path / "off"))
-    assert allocator.spent["calls"] - calls == 8  # off: not counted
+    assert allocator.spent["calls"] - calls == 3  # off: no call
     assert trimmed["params_sha256"] == kept["params_sha256"]
 
 
