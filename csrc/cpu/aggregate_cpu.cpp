@@ -70,6 +70,7 @@ struct SparseScratch {
   int64_t* row_start;   // max_entries: element offset of that row inside the entry's packed tensor
   PullEntry* pull;      // max_entries (AVX-512 build): row entry k's state
   double* kept;         // max_entries x 64, 64-byte aligned (AVX-512 build): row entry k's 64 columns, expanded
+                        // (float32: as 64 floats at k x 32 doubles, the buffer's first half: kKeptWord)
   int64_t* next_entry;  // max_entries: entries covering the next row (prefetch)
   int64_t* next_start;  // max_entries
   int64_t* next_lines;  // max_entries (AVX-512 build): cache lines of its first tile prefetched per 64 columns

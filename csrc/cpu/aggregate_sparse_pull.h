@@ -12,12 +12,13 @@
 // differs: per item, for each 64 columns (4 words of 16) of the tile,
 //   1. for each covering entry in order, its 64 bits and the values they hold (a plain 64-byte load and vexpandps per
 //      word), added to 8 vectors of weighted sums and 8 of covering weights held in registers; the only stores are
-//      the expanded words as doubles, kept for step 3 (64 doubles an entry, L1); meanwhile the matching part of the
-//      entry's next item is prefetched (its packed run continues there when the item is not a row's last tile; at a
+//      the expanded words, kept for step 3 (64 values an entry as they came, floats or doubles, L1); meanwhile the
+//      entry's own run 4 cache lines ahead is prefetched (it is read from L2 otherwise) and the matching part of the
+//      entry's next item (its packed run continues there when the item is not a row's last tile; at a
 //      row's last tile the next row's entries are looked up and their first runs prefetched instead);
 //   2. the 64 columns' mean from the registers, written to the output once (the matching 64 columns of the next
 //      item's output prefetched for writing);
-//   3. for each entry again, its kept words (no conversion left to do) into its 16 + 16 norm lanes (kept in
+//   3. for each entry again, its kept words (float32: converted to doubles again) into its 16 + 16 norm lanes (kept in
 //      PullEntry, L1, loaded and stored once per 64 columns).
 // A word none of an entry's bits is set in is a no-op for its sums, as when the earlier forms skipped it: the
 // covering weights' and the norms' updates are masked by the bits; the weighted sum's needs no mask, because acc
@@ -37,8 +38,15 @@ HASFL_SPARSE_TARGET inline uint64_t bits64(const uint8_t* m, int64_t j, int64_t 
   return quad & ((uint64_t{1} << (n - j)) - 1u);
 }
 
+// Doubles of room one kept word takes: its 16 expanded values as they came (float32: 8 doubles' room; float64: 16).
+// Float32 words are kept as floats so the kept buffer (max_entries x 64 values, with PullEntry the kernel's L1 working
+// set) is half the size: 50 entries' 12.8 KB instead of 25.6; step 3 converts them again (exact), which costs less
+// than the L1 misses the larger buffer caused (masks -6 %, one thread).
+template <typename scalar_t>
+constexpr int64_t kKeptWord = sizeof(scalar_t) == 4 ? 8 : 16;
+
 // The 16 columns of one word of an entry as doubles (lo: lanes 0-7, hi: 8-15), its next values x expanded into the
-// bits' lanes (+0 elsewhere), and kept (16 doubles) for step 3. kChecked: read at most up to `limit` (the entry's
+// bits' lanes (+0 elsewhere), and kept (kKeptWord) for step 3. kChecked: read at most up to `limit` (the entry's
 // end; a masked load), else a plain 64-byte load (the caller checked that 80 values lie ahead). The empty asm keeps
 // the loaded values in a register: GCC would otherwise fold the load into vexpandps's memory form, an expand-load,
 // which is microcoded on this Zen (about 4 ns a word against 1.2 for load and register expand, L1-resident).
@@ -54,6 +62,7 @@ HASFL_SPARSE_TARGET __attribute__((always_inline)) inline void word_values(const
     const __m512 e = _mm512_maskz_expand_ps(static_cast<__mmask16>(bits), v);
     *lo = _mm512_cvtps_pd(_mm512_castps512_ps256(e));
     *hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+    _mm512_store_ps(reinterpret_cast<float*>(kept), e);  // (8 doubles' room: 16 floats)
   } else {
     const int first = __builtin_popcount(bits & 0xFFu);  // values of the low 8 lanes
     __m512d a = !kChecked || limit - x >= 8 ? _mm512_loadu_pd(x)
@@ -64,16 +73,17 @@ HASFL_SPARSE_TARGET __attribute__((always_inline)) inline void word_values(const
     __asm__("" : "+v"(a), "+v"(b));
     *lo = _mm512_maskz_expand_pd(static_cast<__mmask8>(bits & 0xFFu), a);
     *hi = _mm512_maskz_expand_pd(static_cast<__mmask8>(bits >> 8), b);
+    _mm512_store_pd(kept, *lo);
+    _mm512_store_pd(kept + 8, *hi);
   }
-  _mm512_store_pd(kept, *lo);
-  _mm512_store_pd(kept + 8, *hi);
 }
 
 // Step 1 for one entry: its values in 64 columns (quad: their bits; x: its first value there) added to the
 // registers, acc[v] = w x + acc[v] (x = +0 in clear lanes: a no-op, see the top), den[v] += w on the set bits
-// (v: 8 columns), and kept expanded as doubles (kept[0, 64)) for step 3. Meanwhile it prefetches, `ahead` values
+// (v: 8 columns), and kept expanded (kKeptWord a word) for step 3. Meanwhile it prefetches, `ahead` values
 // past each word's, the part of the entry's next item that matches (where its next run starts minus where this one
-// does; a prefetch past the next run reads the run after it, and faults never).
+// does; a prefetch past the next run reads the run after it, and faults never), and 4 cache lines past each word's
+// own values (the next 64 columns' of this item, or the next item's: one thread, index sets -11 %, masks +-0).
 template <typename scalar_t, bool kChecked>
 HASFL_SPARSE_TARGET __attribute__((always_inline)) inline void pull_sums(const scalar_t* x, const scalar_t* limit,
                                                                          uint64_t quad, __m512d wv, __m512d* acc,
@@ -85,8 +95,9 @@ HASFL_SPARSE_TARGET __attribute__((always_inline)) inline void pull_sums(const s
     const unsigned bits = static_cast<unsigned>(quad >> (16 * t)) & 0xFFFFu;
     __builtin_prefetch(x + ahead);
     if (sizeof(scalar_t) == 8) __builtin_prefetch(x + ahead + kLine);
+    __builtin_prefetch(x + 4 * kLine);
     __m512d lo, hi;
-    word_values<scalar_t, kChecked>(x, limit, bits, &lo, &hi, kept + 16 * t);
+    word_values<scalar_t, kChecked>(x, limit, bits, &lo, &hi, kept + kKeptWord<scalar_t> * t);
     x += __builtin_popcount(bits);
     acc[2 * t] = _mm512_fmadd_pd(wv, lo, acc[2 * t]);
     acc[2 * t + 1] = _mm512_fmadd_pd(wv, hi, acc[2 * t + 1]);
@@ -97,6 +108,7 @@ HASFL_SPARSE_TARGET __attribute__((always_inline)) inline void pull_sums(const s
 
 // Step 3 for one entry: its lanes (a: (x - mean)^2, b: mean^2, low and high 8 columns of a word) over the set bits
 // of 64 columns (quad), in column order, from the words step 1 kept.
+template <typename scalar_t>
 HASFL_SPARSE_TARGET __attribute__((always_inline)) inline void pull_squares(uint64_t quad, const double* kept,
                                                                             const __m512d* mean, double* lanes) {
   __m512d a0 = _mm512_load_pd(lanes), a1 = _mm512_load_pd(lanes + 8);
@@ -104,7 +116,15 @@ HASFL_SPARSE_TARGET __attribute__((always_inline)) inline void pull_squares(uint
 #pragma GCC unroll 4
   for (int t = 0; t < 4; ++t) {
     const unsigned bits = static_cast<unsigned>(quad >> (16 * t)) & 0xFFFFu;
-    const __m512d lo = _mm512_load_pd(kept + 16 * t), hi = _mm512_load_pd(kept + 16 * t + 8);
+    __m512d lo, hi;
+    if constexpr (sizeof(scalar_t) == 4) {
+      const __m512 e = _mm512_load_ps(reinterpret_cast<const float*>(kept + 8 * t));
+      lo = _mm512_cvtps_pd(_mm512_castps512_ps256(e));
+      hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+    } else {
+      lo = _mm512_load_pd(kept + 16 * t);
+      hi = _mm512_load_pd(kept + 16 * t + 8);
+    }
     const __mmask8 mlo = static_cast<__mmask8>(bits & 0xFFu), mhi = static_cast<__mmask8>(bits >> 8);
     const __m512d m0 = mean[2 * t], m1 = mean[2 * t + 1];
     const __m512d d0 = _mm512_sub_pd(lo, m0), d1 = _mm512_sub_pd(hi, m1);
@@ -214,7 +234,7 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
         const scalar_t* x = static_cast<const scalar_t*>(entry.at);
         const scalar_t* limit = static_cast<const scalar_t*>(entry.limit);
         const __m512d wv = _mm512_set1_pd(entry.weight);
-        double* kept = s.kept + 64 * k;
+        double* kept = s.kept + 4 * kKeptWord<scalar_t> * k;
         if (limit - x >= 80)
           pull_sums<scalar_t, false>(x, limit, quad, wv, acc, den, kept, entry.ahead);
         else
@@ -238,7 +258,7 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
         PullEntry& entry = pull[k];
         const uint64_t quad = entry.quad;
         if (quad == 0) continue;
-        pull_squares(quad, s.kept + 64 * k, mean, entry.lanes);
+        pull_squares<scalar_t>(quad, s.kept + 4 * kKeptWord<scalar_t> * k, mean, entry.lanes);
       }
     }
     for (int64_t k = 0; k < row_count; ++k) {
