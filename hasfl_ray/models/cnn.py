@@ -30,13 +30,15 @@ class BatchNorm2d(nn.BatchNorm2d):
     nothing else reads (issue 46 item 3): the same kernel (``native_batch_norm``'s out form: the statistics, then each
     element ``x * alpha + beta`` of its own channel, read before it is written) into the same layout, so the same
     bits (tests/models/test_cnn_inplace_norm.py), without a new tensor the size of every activation it normalises.
-    An evaluation pass over the digits test set so touches some 1,400 fewer pages a round, which glibc's once-a-round
-    ``malloc_trim`` (hasfl_ray/allocator.py) handed back and the next pass faulted in again. Training (autograd
+    A digits round's test passes (four widths) so touch ~1,000-1,150 fewer pages, which glibc's once-a-round
+    ``malloc_trim`` (hasfl_ray/allocator.py) handed back and the next round faulted in again. Only a dense input (in
+    either layout) is written over. Training (autograd
     keeps the input for the backward pass) and running statistics are ``nn.BatchNorm2d``'s own path."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() or x.device.type != "cpu" or self.running_mean is not None or x.dim() != 4 or \
-                (self.weight is not None and x.dtype != self.weight.dtype) or x.requires_grad:
+                (self.weight is not None and x.dtype != self.weight.dtype) or x.requires_grad or \
+                not (x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last)):
             return super().forward(x)
         saved = (x.new_empty(0), x.new_empty(0))
         torch.ops.aten.native_batch_norm.out(x, self.weight, self.bias, None, None, True, 0.0, self.eps, out=x,
