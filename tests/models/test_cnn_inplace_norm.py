@@ -119,3 +119,15 @@ def test_an_evaluation_pass_after_malloc_trim_faults_in_its_norms_outputs_pages_
         counts[norms] = measured["faults"]
     norm_pages = (32 * 8 * 8 + 64 * 4 * 4) * measured["test_size"] * 4 // 4096
     assert counts["plain"] - counts["in_place"] >= 0.95 * norm_pages, counts
+
+
+def test_a_strided_input_is_left_as_it_is():
+    """Only a dense input (either layout) is written over; a view with gaps gets the plain norm's new tensor."""
+    norm = cnn.BatchNorm2d(4, track_running_stats=False)
+    whole = torch.randn(6, 8, 5, 5)
+    x = whole[:, ::2]
+    kept = whole.clone()
+    with torch.no_grad():
+        got = norm(x)
+        want = nn.BatchNorm2d.forward(norm, x)
+    assert torch.equal(whole, kept) and torch.equal(bits(got), bits(want))
