@@ -12,6 +12,7 @@ are bit-identical to sending the tensors themselves (tests/simulation/test_wire.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Tuple
 
@@ -103,7 +104,17 @@ def unpack(packed: Packed) -> Any:
         whole = typed.get(where.dtype)
         if whole is None:
             whole = typed[where.dtype] = flat.view(where.dtype)
-        size = whole.element_size()
-        return whole[where.offset // size:(where.offset + where.nbytes) // size].view(where.shape)
+        # one call (a slice, then a view, cost twice as much: ~2.3 us a tensor, ~60 tensors a digits call)
+        return whole.as_strided(where.shape, _strides(where.shape), where.offset // whole.element_size())
 
     return _replace(packed.skeleton, _Slot, view)
+
+
+@functools.lru_cache(maxsize=1024)
+def _strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
+    """The strides, in elements, of a contiguous tensor of ``shape``."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
