@@ -247,8 +247,9 @@ class ServerActor:
 
     def params(self) -> Packed:
         """The global parameters on the CPU, packed (:mod:`hasfl_ray.simulation.wire`): one object-store object
-        that every trainer reads once per round."""
-        return pack(self.server.get_params())
+        that every trainer reads once per round. Packed from the server's own tensors: :func:`pack` copies their
+        bytes (to the CPU) itself, so the copy :meth:`Server.get_params` makes first would be a second one."""
+        return pack(self.server.params)
 
     def set_params(self, params: Mapping[str, torch.Tensor]) -> None:
         self.server.set_params(params)
