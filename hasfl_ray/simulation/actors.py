@@ -189,8 +189,10 @@ class TrainerActor:
             ) -> Tuple[TaskReport, Tuple[ClientResult, ...]]:
         """One call of a round: the training units the driver planned for this actor (docs/ray.md, 'A round on
         Ray'), each ``(tasks, batched)``: a batched group trained together (:meth:`Trainer.train_unit`), or clients
-        trained one after the other, each exactly as alone (:meth:`Trainer.train`). Two returns: the small report
-        for the driver, and every client's result, in the call's task order, as ONE object for the server."""
+        trained one after the other, each exactly as alone (:meth:`Trainer.train`). A pair: the small report for the
+        driver, and every client's result, in the call's task order, packed as ONE object for the server; two
+        returns where the server is an actor (it takes the results by reference), one object, read at once, where
+        it is in the driver (hasfl_ray/simulation/transport.py, ``Transport._send``)."""
         self._take(params)
         start = time.perf_counter()
         results: List[ClientResult] = []
@@ -247,8 +249,9 @@ class ServerActor:
 
     def params(self) -> Packed:
         """The global parameters on the CPU, packed (:mod:`hasfl_ray.simulation.wire`): one object-store object
-        that every trainer reads once per round."""
-        return pack(self.server.get_params())
+        that every trainer reads once per round. Packed from the server's own tensors: :func:`pack` copies their
+        bytes (to the CPU) itself, so the copy :meth:`Server.get_params` makes first would be a second one."""
+        return pack(self.server.params)
 
     def set_params(self, params: Mapping[str, torch.Tensor]) -> None:
         self.server.set_params(params)

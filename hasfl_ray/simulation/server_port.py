@@ -17,7 +17,7 @@ import ray
 
 from hasfl_ray.simulation.actors import Inline, ServerActor
 from hasfl_ray.simulation.transport import Transport
-from hasfl_ray.simulation.wire import unpack
+from hasfl_ray.simulation.wire import Packed, unpack
 
 #: What a round gives the driver: the accepted results, the aggregate's statistics, the frozen fractions (overall,
 #: per layer); and the reference to the new parameters, one object-store object every trainer reads.
@@ -91,9 +91,10 @@ class DriverServer:
         return Inline(self.version, packed)
 
     def receive(self, result: Any) -> Any:
-        """A trainer call's results as they arrive (while other calls of the round still train): read and
-        unpacked here now, off the hand-off between rounds."""
-        return unpack(ray.get(result))
+        """A trainer call's results as they arrive (while other calls of the round still train): read (unless the
+        call's one object, already read with its report, brought them) and unpacked here now, off the hand-off
+        between rounds."""
+        return unpack(result if isinstance(result, Packed) else ray.get(result))
 
     def round(self, weights: Sequence[float], server_lr: float, layout: Sequence[Sequence[int]], optimizer: Any,
               results: Sequence[Any], keep_updates: bool) -> Tuple[Summary, Any]:

@@ -45,6 +45,8 @@ class _Pending:
     positions: List[int]
     slot: int
     generation: int
+    #: The reference to its results, or None where the call's one object holds its report and its results
+    #: together (the server in the driver, which reads both at once: :meth:`Transport._send`).
     result: Any
     #: Per method, the evaluation cost (:func:`~hasfl_ray.simulation.costs.evaluation_cost`) sent to its trainer
     #: since the trainer's previous call: what this call's report measures the seconds of.
@@ -90,6 +92,9 @@ class Transport:
         pending: Dict[Any, _Pending] = {}
         inject = self.fault_round is not None and tasks and tasks[0].round == self.fault_round
         params = [self._params_ref]
+        # A server in the driver reads every call's results as they arrive: each call returns them with its report
+        # as one object (a server actor takes the results by reference, so there they are a return of their own).
+        together = getattr(self.server, "where", None) == "driver"
 
         def submit(slot: _Slot, most: int = TASKS_IN_FLIGHT) -> None:
             while order and slot.in_flight < most:
@@ -97,8 +102,12 @@ class Transport:
                 positions = [k for unit, _ in call for k in unit]
                 for position in positions:
                     attempts[position] += 1
-                report, result = slot.actor.run.options(num_returns=2).remote(
-                    self._carried(slot, params), [([tasks[k] for k in unit], batched) for unit, batched in call])
+                carried, units = self._carried(slot, params), [([tasks[k] for k in unit], batched)
+                                                               for unit, batched in call]
+                if together:  # one object, (report, results): one return for the trainer to store, one read here
+                    report, result = slot.actor.run.remote(carried, units), None
+                else:  # the report for this driver, the results by reference for the server actor
+                    report, result = slot.actor.run.options(num_returns=2).remote(carried, units)
                 pending[report] = _Pending(call, positions, slot.index, slot.generation, result,
                                            self._eval_pending.pop(slot.index, {}))
                 slot.in_flight += 1
@@ -138,6 +147,8 @@ class Transport:
                 slot.in_flight -= 1
             try:
                 report: TaskReport = ray.get(ready)
+                if job.result is None:  # (report, results) in one object
+                    report, job.result = report
             except RayActorError as error:
                 self._lost(tasks, job, attempts, error)
                 order.appendleft(job.call)

@@ -210,3 +210,22 @@ def test_the_parameters_travel_once_per_trainer_and_version(monkeypatch):
     assert Transport._carried(a, [second]) == [Held(2)]
     reference = object()
     assert Transport._carried(a, [reference]) == [reference] and Transport._carried(a, [reference])[0] is reference
+
+
+def test_the_packed_parameters_are_the_servers_bit_for_bit_and_a_copy_of_them(setup):
+    """ServerActor.params packs the server's own tensors (no copy first): the same names, dtypes, shapes and bytes
+    as Server.get_params, and a copy: the server's next update changes neither the packed buffer nor what it
+    unpacks to."""
+    config, dataset, params = setup
+    actor = ServerActor("digits", params, dataset, 500, "reference", "cpu", 1)
+    packed = actor.params()
+    want = actor.server.get_params()
+    got = unpack(packed)
+    assert list(got) == list(want)
+    assert all(got[k].dtype == want[k].dtype and torch.equal(got[k].view(-1).view(torch.uint8),
+                                                            want[k].reshape(-1).view(torch.uint8)) for k in want)
+    before = packed.buffer.copy()
+    for tensor in actor.server.params.values():
+        tensor.add_(1.0)
+    assert np.array_equal(packed.buffer, before)
+    assert all(torch.equal(unpack(packed)[k], want[k]) for k in want)

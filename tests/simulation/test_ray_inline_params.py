@@ -53,3 +53,38 @@ def test_a_run_that_starts_its_own_ray_sends_the_parameters_inside_the_calls_and
     assert [carried.version for carried in sent] == list(range(1, len(sent) + 1))
     assert got[:3] == local[:3] and local[2] > 0
     assert local[3].keys() == got[3].keys() and all(torch.equal(local[3][k], got[3][k]) for k in local[3])
+
+
+def test_each_trainer_call_brings_its_report_and_results_in_one_object_to_a_server_in_the_driver(tmp_path,
+                                                                                                 monkeypatch):
+    """With the server in the driver, which reads every call's results as they arrive, a trainer call returns its
+    report and its results as one object (one return for the trainer to store, one read for the driver): the
+    driver's server is handed the packed results themselves, never a reference to read, one per call, and the run
+    is still the local backend's bit for bit."""
+    from hasfl_ray.simulation import transport
+    from hasfl_ray.simulation.wire import Packed
+
+    received, sent = [], []
+    receive, send = server_port.DriverServer.receive, transport.Transport._send
+
+    def watched_receive(self, result):
+        received.append(result)
+        return receive(self, result)
+
+    def watched_send(self, tasks, order):
+        layout, results = send(self, tasks, order)
+        sent.append(len(layout))
+        return layout, results
+
+    monkeypatch.setattr(server_port.DriverServer, "receive", watched_receive)
+    monkeypatch.setattr(transport.Transport, "_send", watched_send)
+    config = {**SYNC, "rounds": 3, "checkpoint_every": 0}
+    local = outcome_sha(tmp_path, "local", {**config, "backend": "local"})
+    got = outcome_sha(tmp_path, "ray2", {**config, "backend": "ray", "actors": 2, "server_placement": "driver"})
+    assert got == local
+    assert len(sent) == 3 and len(received) == sum(sent) >= 3 * 2  # every call of every round, 2 trainers
+    assert all(isinstance(result, Packed) for result in received)
+
+
+def outcome_sha(tmp_path, name, config):
+    return Engine(RunConfig(**config), out_dir=str(tmp_path / name)).run()["params_sha256"]

@@ -81,3 +81,20 @@ def test_a_structure_of_only_empty_tensors_survives():
     value = {"covered": torch.zeros(0, dtype=torch.float64), "norms": torch.zeros(0, 2, dtype=torch.float64)}
     out = unpack(pack(value))
     assert {k: (t.shape, t.dtype) for k, t in out.items()} == {k: (t.shape, t.dtype) for k, t in value.items()}
+
+
+def test_unpacked_tensors_are_contiguous_and_each_owns_its_own_bytes():
+    """Every tensor comes back contiguous (its strides those of a fresh tensor of its shape) over its own bytes of
+    the buffer: writing one leaves every other as it was."""
+    generator = torch.Generator().manual_seed(3)
+    value = {"a": torch.randn(2, 3, 4, generator=generator), "b": torch.randn(5, generator=generator),
+             "c": torch.randn(3, 1, 2, generator=generator).to(torch.float64), "d": torch.tensor(1.5),
+             "e": torch.randn(1, 7, generator=generator).to(torch.float16)}
+    out = unpack(pack(value))
+    for key, tensor in out.items():
+        assert tensor.is_contiguous() and tensor.stride() == torch.empty(value[key].shape).stride()
+    for key in out:
+        out[key].fill_(0)
+        for other in out:
+            if other != key and other not in list(out)[:list(out).index(key)]:
+                assert torch.equal(out[other], value[other])
