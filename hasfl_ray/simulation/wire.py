@@ -83,7 +83,7 @@ def pack(value: Any) -> Packed:
         return tensors[-1][1]
 
     skeleton = _replace(value, torch.Tensor, slot)
-    buffer = np.empty(end, dtype=np.uint8)
+    buffer = np.zeros(end, dtype=np.uint8)  # the alignment padding too: a packed object's bytes are its tensors' alone
     flat = torch.from_numpy(buffer)
     with torch.no_grad():  # (a tensor that requires grad is copied as its data)
         for tensor, where in tensors:
