@@ -11,7 +11,7 @@
 // of fused multiply-adds in column order, the lanes combined in a fixed tree at the item's end. Only the loop nest
 // differs: per item, for each 64 columns (4 words of 16) of the tile,
 //   1. for each covering entry in order, its 64 bits and the values they hold (a plain 64-byte load and vexpandps per
-//      word), added to 8 vectors of weighted sums and 8 of covering weights held in registers; the only stores are
+//      word; where all the parameter's words are runs from their first column, one load masked by the bits), added to 8 vectors of weighted sums and 8 of covering weights held in registers; the only stores are
 //      the expanded words, kept for step 3 (64 values an entry as they came, floats or doubles, L1); meanwhile the
 //      entry's own run 4 cache lines ahead is prefetched (it is read from L2 otherwise) and the matching part of the
 //      entry's next item (its packed run continues there when the item is not a row's last tile; at a
