@@ -36,7 +36,31 @@ struct SparseArgs {
   const int64_t* row_map_begin;  // (E, kMaxDims): start of entry e's map of dim d in row_map
   const int64_t* tile_prefix;    // per entry and tile of a row: packed elements of the row before the tile
   const int64_t* prefix_begin;   // (E): start of entry e's tile prefixes
+  const uint8_t* runs = nullptr;  // per parameter or null (AVX-512 CPU kernel): 1 when every 16-column word of each
+                                  // of its entries' bitmasks sets a run of columns from the word's first (run_words)
 };
+
+// True when every 16-column word (from column 0) of the bitmask m of a row of `length` columns sets a run of columns
+// starting at the word's first (0, 1, 3, ..., 0xFFFF bits; bits past length count as clear).
+inline bool run_words(const uint8_t* m, int64_t length) {
+  int64_t j = 0;
+  for (; j + 64 <= length; j += 64) {  // 64 columns at a time: a full mask's bitmask is scanned 8 bytes a step
+    uint64_t quad;
+    std::memcpy(&quad, m + j / 8, 8);
+    if (quad == ~uint64_t{0}) continue;
+    for (int t = 0; t < 4; ++t) {
+      const unsigned bits = static_cast<unsigned>(quad >> (16 * t)) & 0xFFFFu;
+      if (bits & (bits + 1u)) return false;
+    }
+  }
+  for (; j < length; j += 16) {
+    unsigned bits = m[j / 8];
+    if (j + 8 < length) bits |= static_cast<unsigned>(m[j / 8 + 1]) << 8;
+    if (length - j < 16) bits &= (1u << (length - j)) - 1u;
+    if (bits & (bits + 1u)) return false;
+  }
+  return true;
+}
 
 // Index of row `row` (row-major over all dims but the last) inside sparse entry `e`'s packed rows, or -1 when
 // one of its index lists misses the row (the sparse layouts' local_row).

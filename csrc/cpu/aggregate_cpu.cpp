@@ -320,8 +320,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> aggregate_sparse_into_cpu(
   CpuArgs args{params.data_ptr<int64_t>(), entries.data_ptr<int64_t>(), plan.chunks.data_ptr<int64_t>(), data.data(),
                plan.entry_weight.data_ptr<double>(), plan.weight_prefix.data_ptr<double>(), out.data_ptr(),
                partial_num.data_ptr<double>(), partial_den.data_ptr<double>(), chunk_covered.data_ptr<int64_t>()};
+  // Per sparse parameter: are all its entries' words runs (the AVX-512 kernel then loads them masked)?
+  std::vector<uint8_t> runs(params.size(0), 0);
+  if (use_avx512()) {
+    const int64_t* P = params.data_ptr<int64_t>();
+    for (int64_t p = 0; p < params.size(0); ++p) {
+      if (K[p] == 0) continue;
+      const int64_t* param = P + p * kParamCols;
+      bool all = true;
+      for (int64_t e = param[kParamEntryBegin]; all && e < param[kParamEntryEnd]; ++e)
+        all = run_words(bits_ptr[e], layout::row_length(param));
+      runs[p] = all;
+    }
+  }
   const SparseArgs sp{bits_ptr.data(), prep.row_map.data(), prep.row_map_begin.data(), prep.tile_prefix.data(),
-                      prep.prefix_begin.data()};
+                      prep.prefix_begin.data(), runs.data()};
   AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "hasfl_ray::aggregate_sparse_into",
                              [&] { run_all_mixed<scalar_t>(args, sp, K, num_chunks, plan.max_entries); });
   return reduce_results(args, plan, num_clients, chunk_covered);

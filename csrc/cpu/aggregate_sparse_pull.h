@@ -11,7 +11,7 @@
 // of fused multiply-adds in column order, the lanes combined in a fixed tree at the item's end. Only the loop nest
 // differs: per item, for each 64 columns (4 words of 16) of the tile,
 //   1. for each covering entry in order, its 64 bits and the values they hold (a plain 64-byte load and vexpandps per
-//      word), added to 8 vectors of weighted sums and 8 of covering weights held in registers; the only stores are
+//      word; where all the parameter's words are runs from their first column, one load masked by the bits), added to 8 vectors of weighted sums and 8 of covering weights held in registers; the only stores are
 //      the expanded words, kept for step 3 (64 values an entry as they came, floats or doubles, L1); meanwhile the
 //      entry's own run 4 cache lines ahead is prefetched (it is read from L2 otherwise) and the matching part of the
 //      entry's next item (its packed run continues there when the item is not a row's last tile; at a
@@ -50,12 +50,28 @@ constexpr int64_t kKeptWord = sizeof(scalar_t) == 4 ? 8 : 16;
 // end; a masked load), else a plain 64-byte load (the caller checked that 80 values lie ahead). The empty asm keeps
 // the loaded values in a register: GCC would otherwise fold the load into vexpandps's memory form, an expand-load,
 // which is microcoded on this Zen (about 4 ns a word against 1.2 for load and register expand, L1-resident).
-template <typename scalar_t, bool kChecked>
+template <typename scalar_t, bool kChecked, bool kRuns>
 HASFL_SPARSE_TARGET __attribute__((always_inline)) inline void word_values(const scalar_t* x, const scalar_t* limit,
                                                                            unsigned bits, __m512d* lo, __m512d* hi,
                                                                            double* kept) {
   const int count = __builtin_popcount(bits);
-  if constexpr (sizeof(scalar_t) == 4) {
+  if constexpr (kRuns) {
+    // The word's set bits are its first `count` columns: a load masked by them is the expanded word (+0 elsewhere),
+    // and reads nothing past them.
+    if constexpr (sizeof(scalar_t) == 4) {
+      const __m512 e = _mm512_maskz_loadu_ps(static_cast<__mmask16>(bits), x);
+      *lo = _mm512_cvtps_pd(_mm512_castps512_ps256(e));
+      *hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+      _mm512_store_ps(reinterpret_cast<float*>(kept), e);
+    } else {
+      *lo = _mm512_maskz_loadu_pd(static_cast<__mmask8>(bits & 0xFFu), x);
+      *hi = _mm512_maskz_loadu_pd(static_cast<__mmask8>(bits >> 8), x + 8);
+      _mm512_store_pd(kept, *lo);
+      _mm512_store_pd(kept + 8, *hi);
+    }
+    (void)limit;
+    (void)count;
+  } else if constexpr (sizeof(scalar_t) == 4) {
     const __mmask16 first_count = static_cast<__mmask16>((1u << count) - 1u);
     __m512 v = !kChecked || limit - x >= 16 ? _mm512_loadu_ps(x) : _mm512_maskz_loadu_ps(first_count, x);
     __asm__("" : "+v"(v));  // a register for vexpandps: its memory form is microcoded here, ~4x slower
@@ -84,7 +100,7 @@ HASFL_SPARSE_TARGET __attribute__((always_inline)) inline void word_values(const
 // past each word's, the part of the entry's next item that matches (where its next run starts minus where this one
 // does; a prefetch past the next run reads the run after it, and faults never), and 4 cache lines past each word's
 // own values (the next 64 columns' of this item, or the next item's: one thread, index sets -11 %, masks +-0).
-template <typename scalar_t, bool kChecked>
+template <typename scalar_t, bool kChecked, bool kRuns>
 HASFL_SPARSE_TARGET __attribute__((always_inline)) inline void pull_sums(const scalar_t* x, const scalar_t* limit,
                                                                          uint64_t quad, __m512d wv, __m512d* acc,
                                                                          __m512d* den, double* kept,
@@ -97,7 +113,7 @@ HASFL_SPARSE_TARGET __attribute__((always_inline)) inline void pull_sums(const s
     if (sizeof(scalar_t) == 8) __builtin_prefetch(x + ahead + kLine);
     __builtin_prefetch(x + 4 * kLine);
     __m512d lo, hi;
-    word_values<scalar_t, kChecked>(x, limit, bits, &lo, &hi, kept + kKeptWord<scalar_t> * t);
+    word_values<scalar_t, kChecked, kRuns>(x, limit, bits, &lo, &hi, kept + kKeptWord<scalar_t> * t);
     x += __builtin_popcount(bits);
     acc[2 * t] = _mm512_fmadd_pd(wv, lo, acc[2 * t]);
     acc[2 * t + 1] = _mm512_fmadd_pd(wv, hi, acc[2 * t + 1]);
@@ -148,9 +164,9 @@ HASFL_SPARSE_TARGET inline double tree16(__m512d lo, __m512d hi) {
   return _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
 }
 
-template <typename scalar_t>
-HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs& sp, int64_t chunk,
-                                          const SparseScratch& s) {
+template <typename scalar_t, bool kRuns>
+HASFL_SPARSE_TARGET void run_sparse_chunk_words(const CpuArgs& args, const SparseArgs& sp, int64_t chunk,
+                                                const SparseScratch& s) {
   constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(scalar_t));
   const ChunkView v(args.params, args.chunks, chunk, kCpuTile);
   const int64_t ndim = v.ndim, length = v.length, tiles = v.tiles, entry_begin = v.entry_begin;
@@ -235,10 +251,10 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
         const scalar_t* limit = static_cast<const scalar_t*>(entry.limit);
         const __m512d wv = _mm512_set1_pd(entry.weight);
         double* kept = s.kept + 4 * kKeptWord<scalar_t> * k;
-        if (limit - x >= 80)
-          pull_sums<scalar_t, false>(x, limit, quad, wv, acc, den, kept, entry.ahead);
+        if (kRuns || limit - x >= 80)
+          pull_sums<scalar_t, false, kRuns>(x, limit, quad, wv, acc, den, kept, entry.ahead);
         else
-          pull_sums<scalar_t, true>(x, limit, quad, wv, acc, den, kept, entry.ahead);
+          pull_sums<scalar_t, true, kRuns>(x, limit, quad, wv, acc, den, kept, entry.ahead);
         entry.at = x + __builtin_popcountll(quad);
       }
       __m512d mean[8];
@@ -271,4 +287,16 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
     }
   }
   args.chunk_covered[chunk] = covered;
+}
+
+
+// A chunk of a parameter whose entries' words are all runs from the word's first column (sp.runs: a channel index
+// set over runs of 16 columns, or 0/16 bits a word) loads each word masked instead of expanding it: the same values.
+template <typename scalar_t>
+HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs& sp, int64_t chunk,
+                                          const SparseScratch& s) {
+  if (sp.runs != nullptr && sp.runs[args.chunks[chunk * kChunkCols + kChunkParam]])
+    run_sparse_chunk_words<scalar_t, true>(args, sp, chunk, s);
+  else
+    run_sparse_chunk_words<scalar_t, false>(args, sp, chunk, s);
 }

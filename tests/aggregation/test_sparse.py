@@ -194,6 +194,35 @@ def test_sparse_word_lists_match_dense_oracle(backend, dtype, num_clients):
     assert_matches(result, oracle(shapes, updates, weights, blocks), dtype)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_run_words_match_dense_oracle(backend, dtype):
+    """Parameters whose every 16-column word sets a run from the word's first column, which the AVX-512 kernel loads
+    masked instead of expanding: masks of prefix runs of 0-16 columns a word (the flat tensor's last word partial,
+    2100 = 131 x 16 + 4, its run ending at the packed tensor's last value), beside a mask that breaks the pattern
+    in one word only (that parameter takes the expand path) and a linear layer's index set over runs of 16."""
+    g = torch.Generator().manual_seed(9)
+    shapes = {"runs": (2100,), "broken": (2100,), "fc": (4, 70, 16)}
+    column = torch.arange(2100)
+    updates = []
+    for client in range(5):
+        full = {name: torch.randn(shape, generator=g, dtype=dtype) for name, shape in shapes.items()}
+        lengths = torch.randint(0, 17, (132,), generator=g)
+        runs = column % 16 < lengths[column // 16]
+        if client == 0:
+            runs[-4:] = True  # the partial last word full
+        broken = runs.clone()
+        if client == 2:
+            broken[0], broken[1] = False, True  # word 0 sets column 1 but not 0: not a run
+        channels = torch.nonzero(torch.rand(70, generator=g) < 0.6).ravel()
+        updates.append({"runs": MaskedUpdate.gather(full["runs"], runs),
+                        "broken": MaskedUpdate.gather(full["broken"], broken),
+                        "fc": IndexedUpdate.gather(full["fc"], (torch.tensor([0, 2, 3]), channels, None))})
+    weights = [1.0 + 0.5 * client for client in range(5)]
+    result = aggregate_updates(shapes, updates, weights, {}, backend=backend)
+    assert_matches(result, oracle(shapes, updates, weights, {}), dtype)
+
+
 @needs_ext
 def test_sparse_fused_is_deterministic_and_leaves_slices_on_the_old_op(monkeypatch):
     shapes, updates, weights, blocks = random_round(3, 9, torch.float32)
