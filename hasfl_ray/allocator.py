@@ -11,7 +11,7 @@ round trains, and after each asynchronous server update; each Ray trainer once a
 else as the next model arrives; the server actor after each round and evaluation), so RSS
 is what the run holds. Its price is the pages the next round
 touches again (RESULTS.md gives it per round), so a round should free few: the image CNN's norms write over their
-input without autograd (hasfl_ray/models/cnn.py, ``BatchNorm2d``: a digits evaluation round ~1,000-1,500 pages
+input without autograd (hasfl_ray/models/cnn.py, ``BatchNorm2d``: a digits evaluation round ~1,000-1,150 pages
 fewer); pinning the mmap threshold instead (``mallopt``) cost more, on every
 large allocation of every local step. ``HASFL_MALLOC_TRIM=0`` turns it off. Nothing here changes a result: only
 where freed memory goes. Where the C library has no ``malloc_trim`` (macOS, musl) it does nothing, and
