@@ -1,6 +1,8 @@
 """Every `hasfl-ray ...` command line of README.md and docs/*.md (issue 45 item 1): each parses with the commands'
-own click parser (its command and flags exist, its values have their types), and the quick ones run as written, one
-after another in document order in one fresh folder, as a reader following the docs would run them.
+own click parser (its command and flags exist, its values have their types), every `sweep` line plans its cells
+(its config's variants and the flags beside them are accepted, as the command checks them before running a cell),
+and the quick ones run as written, one after another in document order in one fresh folder, as a reader following
+the docs would run them. Beyond the fenced blocks (tests/packaging/test_doc_flags.py): the flags named inline.
 
 Which commands run: those in a fenced block that the doc marks, on the line before its fence, with an HTML comment
 (invisible on the rendered page)::
@@ -26,7 +28,7 @@ from click.testing import CliRunner
 from hasfl_ray.cli.main import main
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PAGES = ["README.md"] + sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
+PAGES = ["README.md"] + sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md"))
 MARKER = re.compile(r"<!--\s*doc-test:\s*quick\b(.*?)-->")
 #: What a command needs that the test's folder cannot give: data read from files, a GPU, a cluster, minutes.
 FILE_DATASETS = ("emnist", "cifar10", "cifar100", "shakespeare")
@@ -141,3 +143,51 @@ def test_the_quick_doc_commands_run_as_written_one_after_another(tmp_path, monke
                           f"{result.output.strip()[-300:]}")
     assert failed == [] and len(ran) >= 20, (ran, failed)
     assert os.path.islink("runs/latest")
+
+
+class Planned(Exception):
+    """Raised where `sweep` would start running its planned cells (see the test below)."""
+
+
+def test_every_doc_sweep_plans_its_cells(tmp_path, monkeypatch):
+    """Each `hasfl-ray sweep` line of the docs, as written, gets as far as its cells' executor: the config's variants
+    it names exist and every cell's config is valid with the line's flags (e.g. --local-steps refused beside a
+    config's local_epochs), which parsing alone cannot see. Nothing runs or is written: the executor stops it."""
+    import hasfl_ray.cli.sweep as sweep_command
+
+    for name in CARRIED:
+        shutil.copytree(ROOT / name, tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+
+    def stop(*args, **kwargs):
+        raise Planned()
+
+    monkeypatch.setattr(sweep_command, "_executor", stop)
+    planned, refused = [], []
+    for page, line, args, _ in COMMANDS:
+        if args[:1] != ["sweep"]:
+            continue
+        result = CliRunner().invoke(main, args)
+        planned.append(f"{page}:{line}")
+        if not isinstance(result.exception, Planned):
+            refused.append(f"{page}:{line} `hasfl-ray {shlex.join(args)}` exit {result.exit_code}: "
+                           f"{result.output.strip()[-300:]}")
+    assert refused == [] and len(planned) >= 10, (planned, refused)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_sweep_check_sees_a_variant_that_is_gone(tmp_path, monkeypatch):
+    """The check above fails on the forms the league page had (so it can fail): an old variant name, and
+    --local-steps beside the config's local_epochs."""
+    import hasfl_ray.cli.sweep as sweep_command
+
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sweep_command, "_executor", lambda *a, **k: (_ for _ in ()).throw(Planned()))
+    base = ["sweep", "configs/league-cifar10.yaml", "--data-dir", "DATA", "--seeds", "42", "--algorithms"]
+    gone = CliRunner().invoke(main, base + ["fiarse-dir0.3-l4"])
+    both = CliRunner().invoke(main, base + ["fiarse-dir0.3-l4-10.20.30.40", "--local-steps", "2"])
+    fine = CliRunner().invoke(main, base + ["fiarse-dir0.3-l4-10.20.30.40", "--local-epochs", "1"])
+    assert gone.exit_code == 2 and "did you mean 'fiarse-dir0.3-l4-10.20.30.40'" in gone.output
+    assert both.exit_code == 2 and "local_steps" in both.output
+    assert isinstance(fine.exception, Planned)
