@@ -6,6 +6,7 @@ import glob
 import io
 import math
 import os
+import zipfile
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
@@ -137,11 +138,27 @@ def load_checkpoint(run_dir: str) -> Optional[Checkpoint]:
             reason = (text.strip().splitlines() or [type(error).__name__])[0][:120]
         raise ConfigError(f"checkpoint {path!r} cannot be read ({reason}); expected a whole hasfl-ray checkpoint, "
                           f"{START_AGAIN}") from None
+    damaged = damaged_record(path)
+    if damaged is not None:
+        raise ConfigError(f"checkpoint {path!r} cannot be read (it is corrupt: the bytes of its record {damaged!r} "
+                          f"fail the CRC-32 check written with them); expected a whole hasfl-ray checkpoint, "
+                          f"{START_AGAIN}")
     problem = _malformed(values)
     if problem:
         raise ConfigError(f"checkpoint {path!r} cannot be used: {problem}; expected a hasfl-ray checkpoint, "
                           f"{START_AGAIN}")
     return Checkpoint(**{f.name: from_plain(values[f.name]) for f in fields(Checkpoint) if f.name in values})
+
+
+def damaged_record(path: str) -> Optional[str]:
+    """The first record of a checkpoint's zip archive whose bytes fail the CRC-32 that ``torch.save`` wrote for them,
+    None when every record passes. ``torch.load`` never checks them: a flipped byte inside a tensor loads as a
+    different value and the resumed run silently differs. A file that is no zip archive (an old format) is None."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip()
+    except zipfile.BadZipFile:
+        return None
 
 
 def _malformed(values: Any) -> Optional[str]:
