@@ -65,9 +65,11 @@ def initial_parameters(model_name: str, seed: int) -> Dict[str, torch.Tensor]:
 def sub_models(algorithm, round: int, widths: Dict[int, float]) -> Dict[int, Tuple[float, Optional[int]]]:
     """Per client of ``widths`` (its allocation), the (width, depth) of the sub-model it trains
     (``Algorithm.sub_model``; depth None: the whole network's width-p slice), checked: a width in (0, 1] and a depth
-    the run's depth plan has, else one PluginError sentence naming the algorithm (a built-in's own ``sub_model``,
+    the run's depth plan has, else one PluginInputError sentence (exit status 2) naming the algorithm (a built-in's own ``sub_model``,
     :meth:`GuardedAlgorithm._trusted <hasfl_ray.engine.guard.GuardedAlgorithm._trusted>`: not re-validated)."""
-    from hasfl_ray.errors import PluginError
+    import numbers
+
+    from hasfl_ray.errors import PluginInputError
 
     plan = getattr(algorithm, "depth_plan", None)
     trusted = getattr(algorithm, "_trusted", None)
@@ -81,14 +83,15 @@ def sub_models(algorithm, round: int, widths: Dict[int, float]) -> Dict[int, Tup
         shape = algorithm.sub_model(round, client, width)
         ok = isinstance(shape, tuple) and len(shape) == 2 and isinstance(shape[0], (int, float)) and \
             0 < float(shape[0]) <= 1 and (
-            (shape[1] is None and plan is None) or (plan is not None and isinstance(shape[1], int)
+            (shape[1] is None and plan is None) or (plan is not None and isinstance(shape[1], numbers.Integral)
+                                                    and not isinstance(shape[1], bool)
                                                     and 1 <= shape[1] <= plan.num_depths))
-        if not ok:
-            raise PluginError(f"algorithm {getattr(algorithm, 'label', type(algorithm).__name__)!r} returned {shape!r} "
+        if not ok:  # a sub-model description the run cannot use: bad input, exit status 2
+            raise PluginInputError(f"algorithm {getattr(algorithm, 'label', type(algorithm).__name__)!r} returned {shape!r} "
                               f"from sub_model(); expected (width in (0, 1], depth) with "
                               "a depth from 1 to the model's depths where the run has sub_model depth or width_depth, "
                               "else depth None")
-        out[client] = (float(shape[0]), shape[1])
+        out[client] = (float(shape[0]), None if shape[1] is None else int(shape[1]))
     return out
 
 
