@@ -116,11 +116,33 @@ def client_task(algorithm, config, round: int, client: int, width: float, shape:
     from hasfl_ray.training.task import ClientTask
 
     channels = algorithm.channel_sets(round, client, width)
-    return ClientTask(client, round if number is None else number, shape[0], lr, config.seed,
-                      task_objective(algorithm, round, client, width, shape),
-                      offset=algorithm.window_offset(round, client), masked_loss=config.masked_loss,
-                      depth=shape[1], channels=channels,
-                      masks=packed_masks(algorithm, round, client, width, shape, channels), **extra)
+    objective = task_objective(algorithm, round, client, width, shape)
+    offset = algorithm.window_offset(round, client)
+    masks = packed_masks(algorithm, round, client, width, shape, channels)
+    if channels is not None or masks is not None:
+        check_sparse_task(algorithm, config, client, offset, "channel sets" if channels is not None else "masks")
+    return ClientTask(client, round if number is None else number, shape[0], lr, config.seed, objective,
+                      offset=offset, masked_loss=config.masked_loss, depth=shape[1], channels=channels, masks=masks,
+                      **extra)
+
+
+def check_sparse_task(algorithm, config, client: int, offset: int, what: str) -> None:
+    """A client handed channel sets or masks (``what``) is refused, before it trains, in one sentence (exit status 2)
+    where the server could not aggregate its update: beside a rolling-window offset, a label split or the
+    common-core estimator (``Server._aggregate``); a built-in refuses the config itself before anything runs."""
+    from hasfl_ray.algorithms.base import sparse_config_conflict
+    from hasfl_ray.errors import PluginInputError
+
+    label = getattr(algorithm, "label", type(algorithm).__name__)
+    conflict = sparse_config_conflict(config)
+    if offset:
+        problem, expected = f"with window offset {offset}", "offset 0 (rolling windows are of leading slices)"
+    elif conflict is not None:
+        problem, expected = f"and {conflict[0]} is {conflict[1]!r}", f"{conflict[0]} {conflict[2]}"
+    else:
+        return
+    raise PluginInputError(f"algorithm {label!r} handed client {client} {what} {problem}, which the server cannot "
+                           f"aggregate together; expected {expected}")
 
 
 def packed_masks(algorithm, round: int, client: int, width: float, shape: Tuple[float, Optional[int]],
