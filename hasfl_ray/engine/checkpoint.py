@@ -106,7 +106,16 @@ def save_checkpoint(run_dir: str, checkpoint: Checkpoint) -> None:
     for stale in glob.glob(os.path.join(directory, ".tmp-*")):  # left by a process killed mid-write
         os.unlink(stale)
     buffer = io.BytesIO()
-    torch.save(to_plain({f.name: getattr(checkpoint, f.name) for f in fields(checkpoint)}), buffer)  # no deep copy
+    values = to_plain({f.name: getattr(checkpoint, f.name) for f in fields(checkpoint)})  # no deep copy
+    serialization = torch.serialization
+    if serialization.get_crc32_options():
+        torch.save(values, buffer)
+    else:  # someone in the process turned the CRC-32s off: load_checkpoint checks them (damaged_record), so write them
+        serialization.set_crc32_options(True)
+        try:
+            torch.save(values, buffer)
+        finally:
+            serialization.set_crc32_options(False)
     atomic_write(checkpoint_path(run_dir), buffer.getvalue())
 
 

@@ -54,3 +54,18 @@ def test_an_intact_checkpoint_passes_the_check(tmp_path):
     save_checkpoint(str(tmp_path), _checkpoint())
     assert torch.equal(load_checkpoint(str(tmp_path)).params["w"], torch.arange(4096, dtype=torch.float32))
     assert os.listdir(os.path.dirname(checkpoint_path(str(tmp_path)))) == ["latest.pt"]
+
+
+def test_the_crc_32s_are_written_even_where_the_process_turned_them_off(tmp_path):
+    """torch.serialization.set_crc32_options(False) (a plug-in's or a script's, process-wide) writes every CRC as 0;
+    save_checkpoint writes them anyway, so its checkpoint is not refused as damaged on resume, and leaves the option
+    as it found it."""
+    torch.serialization.set_crc32_options(False)
+    try:
+        save_checkpoint(str(tmp_path), _checkpoint())
+        assert torch.serialization.get_crc32_options() is False
+    finally:
+        torch.serialization.set_crc32_options(True)
+    with zipfile.ZipFile(checkpoint_path(str(tmp_path))) as archive:
+        assert archive.testzip() is None and all(info.CRC for info in archive.infolist())
+    assert load_checkpoint(str(tmp_path)).round == 2
