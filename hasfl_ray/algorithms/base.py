@@ -21,31 +21,6 @@ if TYPE_CHECKING:  # the run configuration sits below the algorithms; only type 
     from hasfl_ray.config import RunConfig
 
 
-#: What the server cannot aggregate beside index sets or masks (``Server._aggregate``): config key -> the value a run
-#: whose clients train channel sets or masks must keep.
-SPARSE_PLAIN_KEYS = (("classifier_aggregation", "all"), ("estimator", "masked"))
-
-
-def sparse_config_conflict(config: "RunConfig") -> Optional[Tuple[str, Any, str]]:
-    """(key, its value, the value expected) of the first setting of ``config`` the server cannot combine with index
-    sets or masks (a label split, the common-core estimator), None when there is none."""
-    for key, plain in SPARSE_PLAIN_KEYS:
-        if getattr(config, key, plain) != plain:
-            return key, getattr(config, key), plain
-    return None
-
-
-def check_sparse_config(config: "RunConfig", name: str, what: str) -> None:
-    """A built-in that trains ``what`` (channel index sets, parameter masks) refuses, before anything runs, a config
-    the server cannot aggregate it with: one ConfigError sentence (exit status 2)."""
-    from hasfl_ray.errors import ConfigError
-
-    conflict = sparse_config_conflict(config)
-    if conflict is not None:
-        key, value, plain = conflict
-        raise ConfigError(f"algorithm {name} trains {what} and {key} is {value!r}; expected {key} {plain}")
-
-
 @dataclass(frozen=True)
 class Arrival:
     """One client's update as an asynchronous server applies it (docs/async.md), what :meth:`Algorithm.arrived`

@@ -27,7 +27,8 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as F
 
-from hasfl_ray.algorithms.base import Algorithm, check_sparse_config
+from hasfl_ray.algorithms.base import Algorithm
+from hasfl_ray.config.sparse_mix import check_sparse_config
 from hasfl_ray.algorithms.league import fiarse as rules
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.models import build_model

@@ -31,7 +31,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from hasfl_ray.algorithms.base import Algorithm, check_sparse_config
+from hasfl_ray.algorithms.base import Algorithm
+from hasfl_ray.config.sparse_mix import check_sparse_config
 from hasfl_ray.algorithms.league import fluid as rules
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.registry import register_algorithm

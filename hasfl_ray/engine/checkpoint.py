@@ -6,7 +6,6 @@ import glob
 import io
 import math
 import os
-import zipfile
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
@@ -17,6 +16,7 @@ import yaml
 from hasfl_ray.config import (EXECUTION_FIELDS, DuplicateKeyError, RunConfig, migrate_config, option_fields,
                               strict_yaml_load)
 from hasfl_ray.config.inputs import changed_inputs, input_name
+from hasfl_ray.engine.archive import damaged_record, save_with_crc
 from hasfl_ray.data.fingerprint import data_change
 from hasfl_ray.engine.rundir import METRIC_KEYS
 from hasfl_ray.errors import ConfigError
@@ -106,16 +106,7 @@ def save_checkpoint(run_dir: str, checkpoint: Checkpoint) -> None:
     for stale in glob.glob(os.path.join(directory, ".tmp-*")):  # left by a process killed mid-write
         os.unlink(stale)
     buffer = io.BytesIO()
-    values = to_plain({f.name: getattr(checkpoint, f.name) for f in fields(checkpoint)})  # no deep copy
-    serialization = torch.serialization
-    if serialization.get_crc32_options():
-        torch.save(values, buffer)
-    else:  # someone in the process turned the CRC-32s off: load_checkpoint checks them (damaged_record), so write them
-        serialization.set_crc32_options(True)
-        try:
-            torch.save(values, buffer)
-        finally:
-            serialization.set_crc32_options(False)
+    save_with_crc(to_plain({f.name: getattr(checkpoint, f.name) for f in fields(checkpoint)}), buffer)  # no deep copy
     atomic_write(checkpoint_path(run_dir), buffer.getvalue())
 
 
@@ -157,17 +148,6 @@ def load_checkpoint(run_dir: str) -> Optional[Checkpoint]:
         raise ConfigError(f"checkpoint {path!r} cannot be used: {problem}; expected a hasfl-ray checkpoint, "
                           f"{START_AGAIN}")
     return Checkpoint(**{f.name: from_plain(values[f.name]) for f in fields(Checkpoint) if f.name in values})
-
-
-def damaged_record(path: str) -> Optional[str]:
-    """The first record of a checkpoint's zip archive whose bytes fail the CRC-32 that ``torch.save`` wrote for them,
-    None when every record passes. ``torch.load`` never checks them: a flipped byte inside a tensor loads as a
-    different value and the resumed run silently differs. A file that is no zip archive (an old format) is None."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            return archive.testzip()
-    except zipfile.BadZipFile:
-        return None
 
 
 def _malformed(values: Any) -> Optional[str]:

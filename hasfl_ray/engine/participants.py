@@ -130,7 +130,7 @@ def check_sparse_task(algorithm, config, client: int, offset: int, what: str) ->
     """A client handed channel sets or masks (``what``) is refused, before it trains, in one sentence (exit status 2)
     where the server could not aggregate its update: beside a rolling-window offset, a label split or the
     common-core estimator (``Server._aggregate``); a built-in refuses the config itself before anything runs."""
-    from hasfl_ray.algorithms.base import sparse_config_conflict
+    from hasfl_ray.config.sparse_mix import sparse_config_conflict
     from hasfl_ray.errors import PluginInputError
 
     label = getattr(algorithm, "label", type(algorithm).__name__)
