@@ -172,7 +172,16 @@ def random_channel_sets(specs: Mapping[str, ParamSpec], width: float, generator:
 
 def extract_indexed(params: Mapping[str, torch.Tensor], sets: IndexSets) -> Dict[str, IndexedUpdate]:
     """The packed sub-model: per parameter the gathered channels (a narrower network's weights) and their lists."""
+    _check_names("sets", sets, params)
     return {name: IndexedUpdate.gather(params[name], sets[name]) for name in sets}
+
+
+def _check_names(what: str, given: Mapping[str, object], params: Mapping[str, torch.Tensor]) -> None:
+    """Every name of ``given`` is a parameter of ``params``, else one sentence (not a KeyError of the name alone)."""
+    missing = [name for name in given if name not in params]
+    if missing:
+        raise ValueError(f"{what} names {missing[0]!r}, which params does not have; expected names of "
+                         f"{', '.join(list(params)[:6])}{', ...' if len(params) > 6 else ''}")
 
 
 @torch.no_grad()
@@ -201,6 +210,7 @@ def check_masks(specs: Mapping[str, ParamSpec], masks: Mapping[str, torch.Tensor
 
 def extract_masked(params: Mapping[str, torch.Tensor], masks: Mapping[str, torch.Tensor]) -> Dict[str, MaskedUpdate]:
     """The packed sub-model of unstructured masks: per parameter the held values and the bitmask."""
+    _check_names("masks", masks, params)
     return {name: MaskedUpdate.gather(params[name], mask) for name, mask in masks.items()}
 
 
