@@ -140,6 +140,10 @@ class GuardedAlgorithm:
             if sets is None:
                 return None
             expected = "None or one sorted list of ceil(width x C) channel numbers per channel group"
+            if getattr(self.algorithm, "depth_plan", None) is not None:  # as masks beside a depth (packed_masks)
+                raise self._bad("channel_sets", f"channel sets for client {client}:", sets,
+                                "None with sub_model depth or width_depth (one sub-model shape per client: channel "
+                                "sets are of the network without exits)", PluginInputError)
             from hasfl_ray.models.index_slicing import channel_groups, channel_numbers, index_sets
             from hasfl_ray.models.slicing import width_channels
 

@@ -71,3 +71,20 @@ def test_a_plugins_channel_sets_beside_a_rolling_window_are_refused_before_train
     assert text.endswith(", which the server cannot aggregate together; expected offset 0 (rolling windows are of "
                          "leading slices)"), text
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_plugins_channel_sets_in_a_depth_run_are_refused_as_masks_are(tmp_path):
+    """Channel sets beside a depth said "parameter 'exit1.weight' takes 32 input channels but the layer before it has
+    128; expected a sequential conv/linear chain" (the exits' model has no channel groups); now the sentence masks
+    beside a depth get: one sub-model shape per client."""
+    (tmp_path / "plugin.py").write_text(
+        "from hasfl_ray import Algorithm\nfrom hasfl_ray.models import build_model\n"
+        "from hasfl_ray.models.index_slicing import random_channel_sets\nimport torch\n\n\n"
+        "class Channels(Algorithm):\n    def channel_sets(self, round, client, width):\n"
+        "        specs = build_model('digits').param_specs()\n"
+        "        return random_channel_sets(specs, width, torch.Generator().manual_seed(client))\n")
+    text = simulate(tmp_path / "run", "--algorithm", f"{tmp_path / 'plugin.py'}:Channels", "--sub-model",
+                    "width_depth")
+    assert text.startswith("algorithm 'Channels' returned channel sets for client ") and text.endswith(
+        "from channel_sets(); expected None with sub_model depth or width_depth (one sub-model shape per client: "
+        "channel sets are of the network without exits)"), text
