@@ -65,8 +65,9 @@ def initial_parameters(model_name: str, seed: int) -> Dict[str, torch.Tensor]:
 def sub_models(algorithm, round: int, widths: Dict[int, float]) -> Dict[int, Tuple[float, Optional[int]]]:
     """Per client of ``widths`` (its allocation), the (width, depth) of the sub-model it trains
     (``Algorithm.sub_model``; depth None: the whole network's width-p slice), checked: a width in (0, 1] and a depth
-    the run's depth plan has, else one PluginInputError sentence (exit status 2) naming the algorithm (a built-in's own ``sub_model``,
-    :meth:`GuardedAlgorithm._trusted <hasfl_ray.engine.guard.GuardedAlgorithm._trusted>`: not re-validated)."""
+    the run's depth plan has, else one PluginInputError sentence (exit status 2) naming the algorithm (a built-in's
+    own ``sub_model``, :meth:`GuardedAlgorithm._trusted <hasfl_ray.engine.guard.GuardedAlgorithm._trusted>`: not
+    re-validated)."""
     import numbers
 
     from hasfl_ray.errors import PluginInputError
@@ -87,10 +88,10 @@ def sub_models(algorithm, round: int, widths: Dict[int, float]) -> Dict[int, Tup
                                                     and not isinstance(shape[1], bool)
                                                     and 1 <= shape[1] <= plan.num_depths))
         if not ok:  # a sub-model description the run cannot use: bad input, exit status 2
-            raise PluginInputError(f"algorithm {getattr(algorithm, 'label', type(algorithm).__name__)!r} returned {shape!r} "
-                              f"from sub_model(); expected (width in (0, 1], depth) with "
-                              "a depth from 1 to the model's depths where the run has sub_model depth or width_depth, "
-                              "else depth None")
+            label = getattr(algorithm, "label", type(algorithm).__name__)
+            raise PluginInputError(f"algorithm {label!r} returned {shape!r} from sub_model(); expected (width in "
+                                   "(0, 1], depth) with a depth from 1 to the model's depths where the run has "
+                                   "sub_model depth or width_depth, else depth None")
         out[client] = (float(shape[0]), None if shape[1] is None else int(shape[1]))
     return out
 
