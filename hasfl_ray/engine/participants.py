@@ -82,8 +82,8 @@ def sub_models(algorithm, round: int, widths: Dict[int, float]) -> Dict[int, Tup
         return out
     for client, width in widths.items():
         shape = algorithm.sub_model(round, client, width)
-        ok = isinstance(shape, tuple) and len(shape) == 2 and isinstance(shape[0], (int, float)) and \
-            0 < float(shape[0]) <= 1 and (
+        ok = isinstance(shape, tuple) and len(shape) == 2 and isinstance(shape[0], numbers.Real) and \
+            not isinstance(shape[0], bool) and 0 < float(shape[0]) <= 1 and (
             (shape[1] is None and plan is None) or (plan is not None and isinstance(shape[1], numbers.Integral)
                                                     and not isinstance(shape[1], bool)
                                                     and 1 <= shape[1] <= plan.num_depths))

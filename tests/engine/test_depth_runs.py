@@ -131,9 +131,12 @@ def test_an_algorithm_may_hand_out_depths_and_a_bad_one_is_one_sentence():
 
     chosen = sub_models(GuardedAlgorithm(Policy(lambda w: (w, np.int64(2))), "policy"), 0, {0: 0.5})
     assert chosen == {0: (0.5, 2)} and type(chosen[0][1]) is int
+    chosen = sub_models(GuardedAlgorithm(Policy(lambda w: (np.float32(w), 1)), "policy"), 0, {0: 0.5})
+    assert chosen == {0: (0.5, 1)} and type(chosen[0][0]) is float
     from hasfl_ray.errors import PluginInputError
 
-    for answer in (lambda w: (w, 3), lambda w: (w, None), lambda w: (0.0, 1), lambda w: w, lambda w: (w, True)):
+    for answer in (lambda w: (w, 3), lambda w: (w, None), lambda w: (0.0, 1), lambda w: w, lambda w: (w, True),
+                   lambda w: (True, 1)):
         with pytest.raises(PluginInputError, match=r"^algorithm 'policy' returned .* from sub_model\(\); expected"):
             sub_models(GuardedAlgorithm(Policy(answer), "policy"), 0, {0: 0.5})
 
