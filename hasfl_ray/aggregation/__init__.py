@@ -19,6 +19,20 @@ BACKENDS = ("auto", "fused", "reference")
 _FLOAT_DTYPES = (torch.float32, torch.float64)
 
 
+def _checked_shape(name: str, shape) -> Tuple[int, ...]:
+    """``global_shapes[name]`` as a tuple of ints: a sequence of non-negative integers (Python, numpy, torch.Size);
+    anything else (a float such as 2.5, never truncated; a bool; a negative size; a number or a string) is one
+    sentence."""
+    try:
+        dims = tuple(operator.index(size) for size in shape if not isinstance(size, bool)) \
+            if isinstance(shape, (tuple, list, torch.Size)) else None
+    except TypeError:
+        dims = None
+    if dims is None or len(dims) != len(shape) or any(size < 0 for size in dims):
+        raise ValueError(f"global_shapes[{name!r}] is {shape!r}; expected a tuple of non-negative integer sizes")
+    return dims
+
+
 def validate_inputs(global_shapes: Mapping[str, Sequence[int]], updates: Sequence[Mapping[str, torch.Tensor]],
                     weights, gate_blocks: Optional[Mapping[str, int]]) -> Tuple[dict, torch.Tensor, dict]:
     """Check the aggregation arguments; raise ValueError/TypeError with one sentence naming the argument.
@@ -27,7 +41,7 @@ def validate_inputs(global_shapes: Mapping[str, Sequence[int]], updates: Sequenc
     """
     if not isinstance(global_shapes, Mapping) or not global_shapes:
         raise ValueError("global_shapes must be a non-empty mapping of parameter name to full shape")
-    shapes = {name: tuple(int(s) for s in shape) for name, shape in global_shapes.items()}
+    shapes = {name: _checked_shape(name, shape) for name, shape in global_shapes.items()}
     blocks = dict(gate_blocks or {})
     for name, g in blocks.items():
         if name not in shapes:

@@ -53,7 +53,14 @@ class IndexedUpdate(_Values):
 
     @staticmethod
     def gather(full: torch.Tensor, index: Sequence[Optional[torch.Tensor]]) -> "IndexedUpdate":
-        """The coordinates of ``full`` in the product of ``index`` (a copy), as an update."""
+        """The coordinates of ``full`` in the product of ``index`` (a copy), as an update; index lists that do not
+        fit ``full``'s shape (a list per dim, each a strictly increasing int64 tensor inside its dim, or None) are
+        one sentence, as :func:`check_packed` says them."""
+        if not isinstance(index, (tuple, list)) or len(index) != full.dim():
+            raise ValueError(f"index has {len(index) if isinstance(index, (tuple, list)) else index!r} entries; "
+                             f"expected one per dim of the shape {tuple(full.shape)}")
+        for dim, (chosen, size) in enumerate(zip(index, full.shape)):
+            check_index(f"index[{dim}]", dim, chosen, size, tuple(full.shape))
         values = full
         for dim, chosen in enumerate(index):
             if chosen is not None:
@@ -112,6 +119,32 @@ def is_sparse(update: object) -> bool:
     return isinstance(update, SPARSE_TYPES)
 
 
+def check_index(where: str, dim: int, chosen: Optional[torch.Tensor], size: int, full: Tuple[int, ...]) -> int:
+    """Check one dim's index list ``chosen`` (named ``where``) of a shape ``full`` whose dim ``dim`` has ``size``
+    indices: None (the whole dim) or a strictly increasing 1-D int64 tensor inside it; return how many it holds.
+    Raises ValueError/TypeError with one sentence naming ``where``, the value and what was expected."""
+    if chosen is None:
+        return size
+    if not isinstance(chosen, torch.Tensor) or chosen.dtype != torch.int64 or chosen.dim() != 1:
+        got = (f"a {type(chosen).__name__}" if not isinstance(chosen, torch.Tensor)
+               else f"dtype {chosen.dtype} and {chosen.dim()} dims")
+        raise TypeError(f"{where} is {got}; expected a 1-D torch.int64 tensor or None")
+    length = chosen.numel()
+    array = chosen.numpy() if chosen.device.type == "cpu" else chosen.cpu().numpy()
+    # Strictly increasing (the usual case), its ends are its extremes: one pass over it, not three.
+    increasing = length <= 1 or bool((array[1:] > array[:-1]).all())
+    if length:
+        low, high = (array[0], array[-1]) if increasing else (array.min(), array.max())
+        if low < 0 or high >= size:
+            bad = int(low) if low < 0 else int(high)
+            raise ValueError(f"{where} holds index {bad}, outside dim {dim} of size {size} of the global shape "
+                             f"{full}; expected indices in [0, {size})")
+    if not increasing:
+        raise ValueError(f"{where} is {chosen.tolist()[:8]}{'...' if length > 8 else ''}, which is not strictly "
+                         "increasing; expected sorted indices without duplicates")
+    return length
+
+
 def check_packed(where: str, full: Tuple[int, ...], packed: Union[IndexedUpdate, MaskedUpdate]) -> torch.Tensor:
     """Check an index-set or mask update of a parameter of shape ``full``; return its values tensor.
 
@@ -130,25 +163,7 @@ def check_packed(where: str, full: Tuple[int, ...], packed: Union[IndexedUpdate,
         if values.dim() != len(full):
             raise ValueError(f"{where}.values has {values.dim()} dims but the global shape {full} has {len(full)}")
         for dim, (chosen, size) in enumerate(zip(index, full)):
-            length = size if chosen is None else None
-            if chosen is not None:
-                if not isinstance(chosen, torch.Tensor) or chosen.dtype != torch.int64 or chosen.dim() != 1:
-                    got = (f"a {type(chosen).__name__}" if not isinstance(chosen, torch.Tensor)
-                           else f"dtype {chosen.dtype} and {chosen.dim()} dims")
-                    raise TypeError(f"{where}.index[{dim}] is {got}; expected a 1-D torch.int64 tensor or None")
-                length = chosen.numel()
-                array = chosen.numpy() if chosen.device.type == "cpu" else chosen.cpu().numpy()
-                # Strictly increasing (the usual case), its ends are its extremes: one pass over it, not three.
-                increasing = length <= 1 or bool((array[1:] > array[:-1]).all())
-                if length:
-                    low, high = (array[0], array[-1]) if increasing else (array.min(), array.max())
-                    if low < 0 or high >= size:
-                        bad = int(low) if low < 0 else int(high)
-                        raise ValueError(f"{where}.index[{dim}] holds index {bad}, outside dim {dim} of size {size} "
-                                         f"of the global shape {full}; expected indices in [0, {size})")
-                if not increasing:
-                    raise ValueError(f"{where}.index[{dim}] is {chosen.tolist()[:8]}{'...' if length > 8 else ''}, "
-                                     "which is not strictly increasing; expected sorted indices without duplicates")
+            length = check_index(f"{where}.index[{dim}]", dim, chosen, size, full)
             if values.shape[dim] != length:
                 raise ValueError(f"{where}.values has {values.shape[dim]} entries in dim {dim} but its index set "
                                  f"there holds {length}")
@@ -161,8 +176,10 @@ def check_packed(where: str, full: Tuple[int, ...], packed: Union[IndexedUpdate,
                else f"shape {tuple(bits.shape)} and dtype {bits.dtype}")
         raise ValueError(f"{where}.bits has {got}; expected a 1-D torch.uint8 bitmask of {expected} bytes "
                          f"(ceil({numel} / 8)) for the global shape {full}")
-    if bits.device.type != "cpu" or not bits.is_contiguous():
-        raise ValueError(f"{where}.bits is on {bits.device}; expected a contiguous CPU tensor")
+    if bits.device.type != "cpu":
+        raise ValueError(f"{where}.bits is on {bits.device}; expected a CPU tensor")
+    if not bits.is_contiguous():
+        raise ValueError(f"{where}.bits is not contiguous (strides {bits.stride()}); expected a contiguous bitmask")
     array = bits.numpy()
     spare = expected * 8 - numel
     if spare and int(array[-1]) >> (8 - spare):

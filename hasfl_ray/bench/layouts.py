@@ -93,8 +93,10 @@ def _make_layout_federation(model: str, num_clients: int, layout: str, seed: int
     return Federation(model, shapes, updates, weights, gate_blocks_of(specs), widths, offsets or None)
 
 
-def depth_model(model: str):
-    """``model``'s network with an exit after every stage (the depth layout's), or a ValueError sentence."""
+def depth_model(model: str, choices=None):
+    """``model``'s network with an exit after every stage (the depth layout's), or a ValueError sentence offering
+    the models of ``choices`` (default: every built-in) that have depths: the caller's own list, so that the sentence
+    never offers a model its caller refuses (``bench aggregate --models`` takes fewer than the built-ins)."""
     from hasfl_ray.models import MODEL_CONFIGS, build_model_from
 
     try:
@@ -102,7 +104,7 @@ def depth_model(model: str):
     except TypeError:
         network = None
     if network is None or exit_depths(network) < 2:
-        offering = [name for name in MODEL_CONFIGS if _has_depths(name)]
+        offering = [name for name in (MODEL_CONFIGS if choices is None else choices) if _has_depths(name)]
         raise ValueError(f"--layout depth needs a model with depth sub-models (exits), but {model!r} has none; "
                          f"expected one of {', '.join(offering)}")
     return network

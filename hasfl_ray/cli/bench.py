@@ -127,7 +127,7 @@ def aggregate(device: str, client_counts: Sequence[int], models: Sequence[str], 
     if layout == "depth":
         for model in models:
             try:
-                depth_model(model)
+                depth_model(model, choices=MODELS)
             except ValueError as error:
                 raise ConfigError(str(error)) from None
     check_case_memory(models, client_counts, device)  # one sentence, never hours of swapping towards terabytes

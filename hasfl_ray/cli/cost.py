@@ -277,6 +277,9 @@ def mask_method(algorithm: str, plugin: bool, depths: Optional[str]) -> bool:
     from hasfl_ray.algorithms import ALGORITHMS
     from hasfl_ray.errors import ConfigError
 
+    if algorithm not in ALGORITHMS and ":" in algorithm:  # FILE.py:Class or MODULE:Class, as simulate takes them
+        raise ConfigError(f"--algorithm is {algorithm!r}, a plug-in, whose sub-models only its run knows (the device "
+                          "clock prices them there); expected a built-in method's name, such as fiarse or fedgmr")
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"--algorithm is {algorithm!r}; " + expected_one_of(algorithm, list(ALGORITHMS)))
     if algorithm not in MASK_ALGORITHMS:

@@ -14,6 +14,7 @@ code (:mod:`hasfl_ray.sweep` plans the cells). One concept a module:
 - :mod:`~hasfl_ray.config.strict_yaml`: config files read strictly;
 - :mod:`~hasfl_ray.config.sweep_block`: a sweep config's ``sweep:`` block;
 - :mod:`~hasfl_ray.config.faults`: ``--fault-inject`` specs.
+- :mod:`~hasfl_ray.config.sparse_mix`: what the server cannot aggregate beside channel sets or masks.
 """
 
 from hasfl_ray.config.faults import FAULT_KINDS, fault_inject_round, parse_fault

@@ -16,6 +16,7 @@ import yaml
 from hasfl_ray.config import (EXECUTION_FIELDS, DuplicateKeyError, RunConfig, migrate_config, option_fields,
                               strict_yaml_load)
 from hasfl_ray.config.inputs import changed_inputs, input_name
+from hasfl_ray.engine.archive import damaged_record, save_with_crc
 from hasfl_ray.data.fingerprint import data_change
 from hasfl_ray.engine.rundir import METRIC_KEYS
 from hasfl_ray.errors import ConfigError
@@ -105,7 +106,7 @@ def save_checkpoint(run_dir: str, checkpoint: Checkpoint) -> None:
     for stale in glob.glob(os.path.join(directory, ".tmp-*")):  # left by a process killed mid-write
         os.unlink(stale)
     buffer = io.BytesIO()
-    torch.save(to_plain({f.name: getattr(checkpoint, f.name) for f in fields(checkpoint)}), buffer)  # no deep copy
+    save_with_crc(to_plain({f.name: getattr(checkpoint, f.name) for f in fields(checkpoint)}), buffer)  # no deep copy
     atomic_write(checkpoint_path(run_dir), buffer.getvalue())
 
 
@@ -137,6 +138,11 @@ def load_checkpoint(run_dir: str) -> Optional[Checkpoint]:
             reason = (text.strip().splitlines() or [type(error).__name__])[0][:120]
         raise ConfigError(f"checkpoint {path!r} cannot be read ({reason}); expected a whole hasfl-ray checkpoint, "
                           f"{START_AGAIN}") from None
+    damaged = damaged_record(path)
+    if damaged is not None:
+        raise ConfigError(f"checkpoint {path!r} cannot be read (it is corrupt: the bytes of its record {damaged!r} "
+                          f"fail the CRC-32 check written with them); expected a whole hasfl-ray checkpoint, "
+                          f"{START_AGAIN}")
     problem = _malformed(values)
     if problem:
         raise ConfigError(f"checkpoint {path!r} cannot be used: {problem}; expected a hasfl-ray checkpoint, "

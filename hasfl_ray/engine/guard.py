@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from hasfl_ray.config import FLOAT32_MAX
-from hasfl_ray.errors import PluginError
+from hasfl_ray.errors import PluginError, PluginInputError
 from hasfl_ray.registry import call_plugin, shown
 
 
@@ -76,9 +76,10 @@ class GuardedAlgorithm:
         return call_plugin(f"algorithm {self.label!r}", method, lambda *a: getattr(self.algorithm, method)(*a), *args,
                            check=check, expected=expected)
 
-    def _bad(self, method: str, what: str, value: Any, expected: str) -> PluginError:
-        return PluginError(f"algorithm {self.label!r} returned {what} {shown(value)} from {method}(); expected "
-                           f"{expected}")
+    def _bad(self, method: str, what: str, value: Any, expected: str, kind: type = PluginError) -> PluginError:
+        """The one sentence of a bad return value; ``kind`` PluginInputError (exit status 2) for a sub-model
+        description the run cannot use (channel sets, masks, depths: bad input, issue 44)."""
+        return kind(f"algorithm {self.label!r} returned {what} {shown(value)} from {method}(); expected {expected}")
 
     def select(self, round: int, available: Sequence[int], k: int) -> List[int]:
         def check(chosen: Any) -> List[int]:
@@ -139,25 +140,33 @@ class GuardedAlgorithm:
             if sets is None:
                 return None
             expected = "None or one sorted list of ceil(width x C) channel numbers per channel group"
-            try:
-                sets = tuple(tuple(int(c) for c in chosen) for chosen in sets)
-            except (TypeError, ValueError):
-                raise self._bad("channel_sets", f"channel sets for client {client}:", sets, expected) from None
-            from hasfl_ray.models.index_slicing import channel_groups, index_sets
+            if getattr(self.algorithm, "depth_plan", None) is not None:  # as masks beside a depth (packed_masks)
+                raise self._bad("channel_sets", f"channel sets for client {client}:", sets,
+                                "None with sub_model depth or width_depth (one sub-model shape per client: channel "
+                                "sets are of the network without exits)", PluginInputError)
+            from hasfl_ray.models.index_slicing import channel_groups, channel_numbers, index_sets
             from hasfl_ray.models.slicing import width_channels
 
+            try:
+                sets = tuple(channel_numbers(group, chosen) for group, chosen in enumerate(sets))
+            except TypeError:
+                raise self._bad("channel_sets", f"channel sets for client {client}:", sets, expected,
+                                PluginInputError) from None
+            except ValueError as error:
+                raise self._bad("channel_sets", f"channel sets for client {client}:", sets,
+                                f"{expected} ({error})", PluginInputError) from None
             specs = _specs_of(self.model_name)
             try:
                 index_sets(specs, sets)
                 sizes = channel_groups(specs)[1]
             except ValueError as error:
                 raise self._bad("channel_sets", f"channel sets for client {client}:", sets,
-                                f"{expected} ({error})") from None
+                                f"{expected} ({error})", PluginInputError) from None
             for group, (chosen, size) in enumerate(zip(sets, sizes)):
                 if len(chosen) != width_channels(width, size):
                     raise self._bad("channel_sets", f"channel sets for client {client}:", sets,
                                     f"{expected} (group {group} holds {len(chosen)} of {size} channels at width "
-                                    f"{width:g}, not {width_channels(width, size)})")
+                                    f"{width:g}, not {width_channels(width, size)})", PluginInputError)
             return sets
 
         return self._call("channel_sets", round, client, width,
@@ -178,7 +187,6 @@ class GuardedAlgorithm:
         def check(masks: Any) -> Any:
             if masks is None:
                 return None
-            from hasfl_ray.errors import PluginInputError
             from hasfl_ray.models.index_slicing import check_masks
 
             try:

@@ -65,9 +65,12 @@ def initial_parameters(model_name: str, seed: int) -> Dict[str, torch.Tensor]:
 def sub_models(algorithm, round: int, widths: Dict[int, float]) -> Dict[int, Tuple[float, Optional[int]]]:
     """Per client of ``widths`` (its allocation), the (width, depth) of the sub-model it trains
     (``Algorithm.sub_model``; depth None: the whole network's width-p slice), checked: a width in (0, 1] and a depth
-    the run's depth plan has, else one PluginError sentence naming the algorithm (a built-in's own ``sub_model``,
-    :meth:`GuardedAlgorithm._trusted <hasfl_ray.engine.guard.GuardedAlgorithm._trusted>`: not re-validated)."""
-    from hasfl_ray.errors import PluginError
+    the run's depth plan has, else one PluginInputError sentence (exit status 2) naming the algorithm (a built-in's
+    own ``sub_model``, :meth:`GuardedAlgorithm._trusted <hasfl_ray.engine.guard.GuardedAlgorithm._trusted>`: not
+    re-validated)."""
+    import numbers
+
+    from hasfl_ray.errors import PluginInputError
 
     plan = getattr(algorithm, "depth_plan", None)
     trusted = getattr(algorithm, "_trusted", None)
@@ -79,16 +82,17 @@ def sub_models(algorithm, round: int, widths: Dict[int, float]) -> Dict[int, Tup
         return out
     for client, width in widths.items():
         shape = algorithm.sub_model(round, client, width)
-        ok = isinstance(shape, tuple) and len(shape) == 2 and isinstance(shape[0], (int, float)) and \
-            0 < float(shape[0]) <= 1 and (
-            (shape[1] is None and plan is None) or (plan is not None and isinstance(shape[1], int)
+        ok = isinstance(shape, tuple) and len(shape) == 2 and isinstance(shape[0], numbers.Real) and \
+            not isinstance(shape[0], bool) and 0 < float(shape[0]) <= 1 and (
+            (shape[1] is None and plan is None) or (plan is not None and isinstance(shape[1], numbers.Integral)
+                                                    and not isinstance(shape[1], bool)
                                                     and 1 <= shape[1] <= plan.num_depths))
-        if not ok:
-            raise PluginError(f"algorithm {getattr(algorithm, 'label', type(algorithm).__name__)!r} returned {shape!r} "
-                              f"from sub_model(); expected (width in (0, 1], depth) with "
-                              "a depth from 1 to the model's depths where the run has sub_model depth or width_depth, "
-                              "else depth None")
-        out[client] = (float(shape[0]), shape[1])
+        if not ok:  # a sub-model description the run cannot use: bad input, exit status 2
+            label = getattr(algorithm, "label", type(algorithm).__name__)
+            raise PluginInputError(f"algorithm {label!r} returned {shape!r} from sub_model(); expected (width in "
+                                   "(0, 1], depth) with a depth from 1 to the model's depths where the run has "
+                                   "sub_model depth or width_depth, else depth None")
+        out[client] = (float(shape[0]), None if shape[1] is None else int(shape[1]))
     return out
 
 
@@ -113,11 +117,33 @@ def client_task(algorithm, config, round: int, client: int, width: float, shape:
     from hasfl_ray.training.task import ClientTask
 
     channels = algorithm.channel_sets(round, client, width)
-    return ClientTask(client, round if number is None else number, shape[0], lr, config.seed,
-                      task_objective(algorithm, round, client, width, shape),
-                      offset=algorithm.window_offset(round, client), masked_loss=config.masked_loss,
-                      depth=shape[1], channels=channels,
-                      masks=packed_masks(algorithm, round, client, width, shape, channels), **extra)
+    objective = task_objective(algorithm, round, client, width, shape)
+    offset = algorithm.window_offset(round, client)
+    masks = packed_masks(algorithm, round, client, width, shape, channels)
+    if channels is not None or masks is not None:
+        check_sparse_task(algorithm, config, client, offset, "channel sets" if channels is not None else "masks")
+    return ClientTask(client, round if number is None else number, shape[0], lr, config.seed, objective,
+                      offset=offset, masked_loss=config.masked_loss, depth=shape[1], channels=channels, masks=masks,
+                      **extra)
+
+
+def check_sparse_task(algorithm, config, client: int, offset: int, what: str) -> None:
+    """A client handed channel sets or masks (``what``) is refused, before it trains, in one sentence (exit status 2)
+    where the server could not aggregate its update: beside a rolling-window offset, a label split or the
+    common-core estimator (``Server._aggregate``); a built-in refuses the config itself before anything runs."""
+    from hasfl_ray.config.sparse_mix import sparse_config_conflict
+    from hasfl_ray.errors import PluginInputError
+
+    label = getattr(algorithm, "label", type(algorithm).__name__)
+    conflict = sparse_config_conflict(config)
+    if offset:
+        problem, expected = f"with window offset {offset}", "offset 0 (rolling windows are of leading slices)"
+    elif conflict is not None:
+        problem, expected = f"and {conflict[0]} is {conflict[1]!r}", f"{conflict[0]} {conflict[2]}"
+    else:
+        return
+    raise PluginInputError(f"algorithm {label!r} handed client {client} {what} {problem}, which the server cannot "
+                           f"aggregate together; expected {expected}")
 
 
 def packed_masks(algorithm, round: int, client: int, width: float, shape: Tuple[float, Optional[int]],

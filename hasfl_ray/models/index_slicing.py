@@ -18,8 +18,10 @@ Masks: any subset of each tensor's coordinates, a bool tensor of the parameter's
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+import operator
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
 from hasfl_ray.aggregation.packed import IndexedUpdate, MaskedUpdate, unpack_bits
@@ -99,13 +101,38 @@ def group_names(specs: Mapping[str, ParamSpec]) -> List[str]:
     return [str(n) for n in names]
 
 
+def channel_numbers(group: int, chosen: Any) -> Tuple[int, ...]:
+    """Group ``group``'s channel numbers as ints: Python, numpy or torch integers (a 1-D integer tensor or array
+    too); anything else (a float such as 2.0 or 1.5, a bool) is one sentence, never rounded."""
+    try:
+        items = list(chosen)
+    except TypeError:
+        raise ValueError(f"channel_sets[{group}] is a {type(chosen).__name__}; expected a list of channel "
+                         "numbers") from None
+    numbers = []
+    for item in items:
+        kind = getattr(item, "dtype", None)
+        if isinstance(item, (bool, np.bool_)) or kind == torch.bool:
+            number = None
+        else:
+            try:
+                number = operator.index(item)
+            except TypeError:
+                number = None
+        if number is None:
+            raise ValueError(f"channel_sets[{group}] holds {item!r}, which is not an integer; expected integer "
+                             "channel numbers")
+        numbers.append(number)
+    return tuple(numbers)
+
+
 def check_channel_sets(channel_sets: Sequence[Sequence[int]], sizes: Sequence[int]) -> List[torch.Tensor]:
     """``channel_sets`` (one per group) as int64 tensors; a bad one is one sentence."""
     if len(channel_sets) != len(sizes):
         raise ValueError(f"channel_sets has {len(channel_sets)} lists; expected one per channel group ({len(sizes)})")
     checked = []
     for group, (chosen, size) in enumerate(zip(channel_sets, sizes)):
-        values = torch.as_tensor(list(chosen), dtype=torch.int64)
+        values = torch.tensor(channel_numbers(group, chosen), dtype=torch.int64)
         if values.numel() == 0:
             raise ValueError(f"channel_sets[{group}] is empty; expected at least one of the layer's {size} channels")
         low, high = int(values.min()), int(values.max())
@@ -145,7 +172,16 @@ def random_channel_sets(specs: Mapping[str, ParamSpec], width: float, generator:
 
 def extract_indexed(params: Mapping[str, torch.Tensor], sets: IndexSets) -> Dict[str, IndexedUpdate]:
     """The packed sub-model: per parameter the gathered channels (a narrower network's weights) and their lists."""
+    _check_names("sets", sets, params)
     return {name: IndexedUpdate.gather(params[name], sets[name]) for name in sets}
+
+
+def _check_names(what: str, given: Mapping[str, object], params: Mapping[str, torch.Tensor]) -> None:
+    """Every name of ``given`` is a parameter of ``params``, else one sentence (not a KeyError of the name alone)."""
+    missing = [name for name in given if name not in params]
+    if missing:
+        raise ValueError(f"{what} names {missing[0]!r}, which params does not have; expected names of "
+                         f"{', '.join(list(params)[:6])}{', ...' if len(params) > 6 else ''}")
 
 
 @torch.no_grad()
@@ -174,6 +210,7 @@ def check_masks(specs: Mapping[str, ParamSpec], masks: Mapping[str, torch.Tensor
 
 def extract_masked(params: Mapping[str, torch.Tensor], masks: Mapping[str, torch.Tensor]) -> Dict[str, MaskedUpdate]:
     """The packed sub-model of unstructured masks: per parameter the held values and the bitmask."""
+    _check_names("masks", masks, params)
     return {name: MaskedUpdate.gather(params[name], mask) for name, mask in masks.items()}
 
 

@@ -140,7 +140,7 @@ def build_sparse_layout(global_shapes: Mapping[str, Tuple[int, ...]], updates: S
         holders = [(client, update[name]) for client, update in enumerate(updates) if name in update]
         masked = any(isinstance(p, MaskedUpdate) for _, p in holders)
         if masked:
-            dims = [max(math.prod(full), 1)]
+            dims = [math.prod(full)]  # a scalar: 1; a parameter of no coordinates: 0 (nothing to write)
             lists = [[None] for _ in holders]
             last_bits = [_flat_bits(p, full, blocks) for _, p in holders]
             last_sizes = [_values_of(p).numel() for _, p in holders]

@@ -96,6 +96,19 @@ def test_bench_aggregate_depth_layout_of_a_model_without_exits_exits_2():
     assert "'shakespeare' has none; expected one of" in result.output and "emnist" in result.output
 
 
+def test_bench_aggregate_depth_layout_offers_only_models_that_models_takes():
+    """The sentence offered cifar100 and digits, which --models then refused (h50)."""
+    from hasfl_ray.bench.aggregate import MODELS
+
+    result = CliRunner().invoke(main, ["bench", "aggregate", "--layout", "depth", "--models", "shakespeare",
+                                       "--clients", "2", "--repeats", "1"])
+    offered = result.output.strip().rsplit("expected one of ", 1)[1].split(", ")
+    assert result.exit_code == 2 and offered and set(offered) <= set(MODELS), result.output
+    for model in offered:
+        assert CliRunner().invoke(main, ["bench", "aggregate", "--layout", "depth", "--models", model,
+                                         "--clients", "0"]).output.count("--models") == 0
+
+
 def test_depth_layout_clients_hold_their_depths_prefix():
     """Each client's update is exactly its depth's parameters (depth from its tier's rank), full width; every
     depth occurs; the fused result (where built) and the slice competitors agree with the reference."""

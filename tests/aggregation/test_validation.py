@@ -81,3 +81,21 @@ def test_unknown_backend():
 def test_bad_rolling_offsets(offsets, argument):
     with pytest.raises(ValueError, match=argument):
         build_layout(SHAPES, [good_update()], BLOCKS, offsets)
+
+
+@pytest.mark.parametrize("backend", ["fused", "reference"])
+@pytest.mark.parametrize("shape", [(2.5, 3), (-1, 3), (True, 3), "ab", 5])
+def test_a_global_shape_that_is_no_tuple_of_sizes_is_one_sentence(backend, shape):
+    """(2.5, 3) was truncated to (2, 3) and aggregated; 'ab' and 5 were int()'s and iter()'s own errors; (-1, 3) said
+    the update did not fit (h50)."""
+    with pytest.raises(ValueError) as raised:
+        aggregate_updates({"w": shape}, [{"w": torch.ones(1, 3)}], [1.0], backend=backend)
+    assert str(raised.value) == f"global_shapes['w'] is {shape!r}; expected a tuple of non-negative integer sizes"
+
+
+def test_global_shapes_of_torch_and_numpy_sizes_are_taken():
+    import numpy as np
+
+    for shape in (torch.Size([2, 3]), [np.int64(2), 3]):
+        result = aggregate_updates({"w": shape}, [{"w": torch.ones(1, 3)}], [1.0], backend="reference")
+        assert result.delta["w"].shape == (2, 3)

@@ -64,14 +64,37 @@ def test_channel_plugin_async_resumes_bit_for_bit(tmp_path, monkeypatch, crash_a
     ("return [[0]] * 3", "group 0 holds 1 of 32 channels at width"),
     ("return [[1, 0]] + [[0]] * 2", "channel_sets[0] is not strictly increasing"),
     ("return 'abc'", "expected None or one sorted list"),
+    ("return [[c * 1.5 for c in range(16)], list(range(32)), list(range(64))]",
+     "channel_sets[0] holds 0.0, which is not an integer; expected integer channel numbers"),
+    ("return [[False, True] + list(range(2, 16)), list(range(32)), list(range(64))]",
+     "channel_sets[0] holds False, which is not an integer"),
+    ("return [[10 ** 6] * 16, list(range(32)), list(range(64))]", "holds channel 1000000, outside the layer's 32"),
 ])
 def test_bad_channel_sets_from_a_plugin_are_one_sentence(tmp_path, body, words):
+    """Bad input (issue 44: an index outside a layer, a float channel never rounded to another one): one sentence,
+    exit status 2, as a bad mask is."""
     (tmp_path / "bad.py").write_text("from hasfl_ray import Algorithm\n\n\nclass Bad(Algorithm):\n"
                                      f"    def channel_sets(self, round, client, width):\n        {body}\n")
     result = CliRunner().invoke(main, ["simulate", *TINY, "--backend", "local", "--algorithm",
                                        f"{tmp_path / 'bad.py'}:Bad", "--out", str(tmp_path / "run")])
-    assert result.exit_code != 0 and "algorithm 'Bad' returned channel sets for client" in result.output
-    assert words in result.output and "Traceback" not in result.output
+    assert result.exit_code == 2 and "algorithm 'Bad' returned channel sets for client" in result.output, \
+        result.output
+    assert words in result.output and "Traceback" not in result.output, result.output
+    assert result.output.strip().count("\n") == 0, result.output
+
+
+def test_integer_channels_of_numpy_and_torch_are_taken_as_they_are():
+    import numpy as np
+    import torch
+
+    from hasfl_ray.models.index_slicing import channel_numbers, check_channel_sets
+
+    assert channel_numbers(0, np.array([1, 4], dtype=np.int32)) == (1, 4)
+    assert channel_numbers(0, torch.tensor([2, 3])) == (2, 3)
+    assert [t.tolist() for t in check_channel_sets([[0, np.int64(3)]], [4])] == [[0, 3]]
+    for bad in ([0.0, 1.0], [0, 2.5], torch.tensor([0.0, 1.0]), [True], np.array([0.5])):
+        with pytest.raises(ValueError, match=r"^channel_sets\[0\] holds .*, which is not an integer"):
+            check_channel_sets([bad], [4])
 
 
 def test_slices_and_channel_sets_in_one_round(tmp_path):

@@ -129,3 +129,14 @@ def test_bad_input_is_one_sentence(args, needle):
     assert result.exit_code == 2, result.output
     assert needle in result.output and result.output.startswith("Error: ")
     assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("spec", ["examples/mask_policy.py:RandomMasks", "my_package.module:Policy"])
+def test_cost_algorithm_names_a_plugin_as_one_and_asks_for_a_built_in(spec):
+    """A plug-in given to cost --algorithm was told "expected one of the 14 listed by `hasfl-ray simulate --help`",
+    where plug-ins are listed too (h50)."""
+    result = CliRunner().invoke(main, ["cost", "--model", "cifar100", "--algorithm", spec])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        f"Error: --algorithm is {spec!r}, a plug-in, whose sub-models only its run knows (the device clock prices them "
+        "there); expected a built-in method's name, such as fiarse or fedgmr")

@@ -114,7 +114,6 @@ def test_an_algorithm_may_hand_out_depths_and_a_bad_one_is_one_sentence():
     """``Algorithm.sub_model`` is the policy's hook: its (width, depth) is checked against the run's depth plan."""
     from hasfl_ray.engine.guard import GuardedAlgorithm
     from hasfl_ray.engine.participants import sub_models
-    from hasfl_ray.errors import PluginError
     from hasfl_ray.models.depth_plan import DepthPlan
 
     class Policy:
@@ -128,9 +127,32 @@ def test_an_algorithm_may_hand_out_depths_and_a_bad_one_is_one_sentence():
 
     chosen = sub_models(GuardedAlgorithm(Policy(lambda w: (w, 2 if w > 0.3 else 1)), "policy"), 0, {0: 0.25, 1: 0.5})
     assert chosen == {0: (0.25, 1), 1: (0.5, 2)}
-    for answer in (lambda w: (w, 3), lambda w: (w, None), lambda w: (0.0, 1), lambda w: w):
-        with pytest.raises(PluginError, match=r"^algorithm 'policy' returned .* from sub_model\(\); expected"):
+    import numpy as np  # a depth computed with numpy is a depth; a bool is not one
+
+    chosen = sub_models(GuardedAlgorithm(Policy(lambda w: (w, np.int64(2))), "policy"), 0, {0: 0.5})
+    assert chosen == {0: (0.5, 2)} and type(chosen[0][1]) is int
+    chosen = sub_models(GuardedAlgorithm(Policy(lambda w: (np.float32(w), 1)), "policy"), 0, {0: 0.5})
+    assert chosen == {0: (0.5, 1)} and type(chosen[0][0]) is float
+    from hasfl_ray.errors import PluginInputError
+
+    for answer in (lambda w: (w, 3), lambda w: (w, None), lambda w: (0.0, 1), lambda w: w, lambda w: (w, True),
+                   lambda w: (True, 1)):
+        with pytest.raises(PluginInputError, match=r"^algorithm 'policy' returned .* from sub_model\(\); expected"):
             sub_models(GuardedAlgorithm(Policy(answer), "policy"), 0, {0: 0.5})
+
+
+def test_a_depth_a_plugin_hands_out_that_the_model_lacks_is_exit_2(tmp_path):
+    """Issue 44: a depth the model lacks is bad input, one sentence and exit status 2, from a plug-in as from
+    --depths."""
+    (tmp_path / "deep.py").write_text("from hasfl_ray import Algorithm\n\n\nclass Deep(Algorithm):\n"
+                                      "    def sub_model(self, round, client, width):\n        return width, 99\n")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, RUN + ["--backend", "local", "--algorithm", f"{tmp_path / 'deep.py'}:Deep",
+                                             "--out", str(out)])
+    text = result.output.strip()
+    assert result.exit_code == 2, text
+    assert text.startswith("Error: algorithm 'Deep' returned (") and ", 99) from sub_model(); expected" in text, text
+    assert "Traceback" not in text and text.count("\n") == 0 and not (out / "summary.json").exists(), text
 
 
 def test_the_clock_charges_a_depth_client_for_what_it_holds(tmp_path):

@@ -154,3 +154,13 @@ def test_a_recurrent_model_is_not_a_channel_chain():
     with pytest.raises(ValueError, match="has gate blocks \\(a recurrent layer\\); channel index sets are for "
                                          "sequential conv/linear chains"):
         channel_groups(build_model("shakespeare").param_specs())
+
+
+def test_extracting_a_parameter_the_model_lacks_is_one_sentence():
+    """extract_masked / extract_indexed raised a bare KeyError of the name (h50)."""
+    params = {"fc.weight": torch.zeros(3, 4), "fc.bias": torch.zeros(3)}
+    with pytest.raises(ValueError, match=r"^masks names 'nope', which params does not have; expected names of "
+                                         r"fc.weight, fc.bias$"):
+        extract_masked(params, {"nope": torch.ones(3, dtype=torch.bool)})
+    with pytest.raises(ValueError, match=r"^sets names 'other.weight', which params does not have"):
+        extract_indexed(params, {"other.weight": (None, None)})
