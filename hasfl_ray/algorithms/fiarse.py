@@ -103,6 +103,29 @@ class FIARSE(Algorithm):
             self._names = rules.scored_names(build_model(self.model_name))
         return self._names
 
+    #: The option naming how a width gives the model size (FedGMR's is fedgmr_size).
+    size_option = "fiarse_size"
+
+    def check_model(self, widths: Sequence[float]) -> None:
+        """Refuse a width whose model size keeps none of the scored parameters (of the network, or of a stage with
+        ``fiarse_scope: stage``): its thresholds, at a round or an evaluation, would have nothing to keep."""
+        specs = build_model(self.model_name).param_specs()
+        names = self.scored()
+        groups: Dict[str, int] = {}
+        scope = getattr(self.options, "fiarse_scope", "global")
+        for name, stage in stage_of(names).items():
+            key = stage if scope == "stage" else ""
+            groups[key] = groups.get(key, 0) + specs[name].numel(1.0)
+        for width in widths:
+            size = self.size(width)
+            for stage, count in groups.items():
+                if rules.kept_count(count, size) < 1:
+                    where = f" of stage {stage}" if stage else ""
+                    raise ConfigError(f"width {width:g} gives {self.name} model size {size:.3g} "
+                                      f"({self.size_option} {getattr(self.options, self.size_option)}), which keeps "
+                                      f"none of the {count} scored parameters{where}; expected widths whose size "
+                                      f"keeps at least one (size >= {1 / count:.3g})")
+
     def thresholds(self, params: Mapping[str, torch.Tensor], size: float) -> Dict[str, torch.Tensor]:
         names = self.scored()
         return rules.thresholds(params, names, size, getattr(self.options, "fiarse_scope", "global"), stage_of(names))

@@ -58,8 +58,9 @@ class ChannelLayout:
         try:
             groups, self.sizes = channel_groups(specs)
         except ValueError as error:
-            raise ConfigError(f"algorithm fluid needs a model of channel groups (a CNN, an MLP or a ResNet without "
-                              f"exits) and model {model_name!r} is not one ({error})") from None
+            reason = str(error).split(";")[0]  # its first clause: the sentence stays one short line
+            raise ConfigError(f"algorithm fluid needs a model of channel groups (a CNN, an MLP or a ResNet) and "
+                              f"model {model_name!r} is not one: {reason}") from None
         self.slices: List[List[Tuple[str, int]]] = [[] for _ in self.sizes]
         for (name, dim), group in groups.items():
             self.slices[group].append((name, dim))
@@ -94,6 +95,10 @@ class FLuID(Algorithm):
         self.previous: Dict[int, List[List[int]]] = {}
         self._layout: Optional[ChannelLayout] = None
         self._sets: Dict[int, List[List[int]]] = {}
+
+    def check_model(self, widths) -> None:
+        """Refuse a model without channel groups (an LSTM, a model with exits) before anything is written."""
+        ChannelLayout(self.model_name)
 
     # -- who is a straggler ----------------------------------------------------------------------------------------
 

@@ -1,0 +1,62 @@
+"""The league's methods refuse a run their model cannot give them in one sentence with exit status 2, before the
+run directory is made (``Algorithm.check_model``, called while the run is prepared): a FIARSE or FedGMR width (of
+the ladder, or an evaluation width) whose model size keeps none of the scored parameters, and FLuID on a model
+without channel groups (an LSTM). Before, each was found in the first round, after config.yaml, log.txt and
+metrics.jsonl had been written."""
+
+import textwrap
+
+import pytest
+
+from sentences import invoke, refused
+
+BASE = ["--rounds", 1, "--clients", 4, "--clients-per-round", 2, "--backend", "local", "--quiet"]
+
+
+@pytest.mark.parametrize("algorithm, args, words", [
+    ("fiarse", ["--widths", "0.001,1"], ["width 0.001 gives fiarse model size 1e-06 (fiarse_size square)",
+                                         "keeps none of the 53002 scored parameters", "size >= 1.89e-05"]),
+    ("fiarse", ["--eval-widths", "0.001"], ["width 0.001 gives fiarse model size 1e-06"]),
+    ("fiarse", ["--widths", "0.00001,1", "--algo-opt", "fiarse_size=width"],
+     ["width 1e-05 gives fiarse model size 1e-05 (fiarse_size width)"]),
+    ("fiarse", ["--widths", "0.01,1", "--algo-opt", "fiarse_scope=stage"],
+     ["model size 0.0001", "none of the 1290 scored parameters of stage fc2"]),
+    ("fedgmr", ["--widths", "0.001,1"], ["width 0.001 gives fedgmr model size 1e-06 (fedgmr_size square)"]),
+])
+def test_a_mask_methods_width_that_keeps_nothing_is_refused_before_the_run_directory(tmp_path, algorithm, args,
+                                                                                    words):
+    result = invoke("simulate", "--algorithm", algorithm, *BASE, "--out", tmp_path / "run", *args)
+    refused(result, *words)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_smallest_width_that_keeps_one_parameter_still_runs(tmp_path):
+    """The boundary: int(53002 x 0.0044^2) = 1 scored parameter is a size the threshold rule can take."""
+    result = invoke("simulate", "--algorithm", "fiarse", *BASE, "--widths", "0.0044,1", "--out", tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "run" / "summary.json").exists()
+
+
+def test_fluid_on_an_lstm_is_refused_before_the_run_directory(tmp_path):
+    plugin = tmp_path / "text.py"
+    plugin.write_text(textwrap.dedent("""
+        import torch
+        from hasfl_ray import Dataset
+        from hasfl_ray.data.base import TextFederatedDataset
+
+        class Text(Dataset):
+            model = "bad-input-lstm"
+            model_config = dict(kind="lstm", vocab_size=20, embed_dim=8, hidden=16, layers=1, seq_len=12)
+            defaults = dict(rounds=1, local_epochs=1, lr=0.5, clip_norm=5.0, batch_size=8)
+
+            def load(self, config):
+                stream = torch.randint(0, 20, (config.clients * 24 + 13,), dtype=torch.uint8,
+                                       generator=torch.Generator().manual_seed(0))
+                return TextFederatedDataset("text", self.model, 20, stream,
+                                            list(torch.arange(config.clients * 24).split(24)), torch.arange(40),
+                                            [f"c{i}" for i in range(config.clients)], 12)
+    """))
+    result = invoke("simulate", "--algorithm", "fluid", "--dataset", f"{plugin}:Text", *BASE,
+                    "--out", tmp_path / "run")
+    refused(result, "algorithm fluid needs a model of channel groups", "model 'bad-input-lstm' is not one")
+    assert not (tmp_path / "run").exists()
