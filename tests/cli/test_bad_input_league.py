@@ -60,3 +60,21 @@ def test_fluid_on_an_lstm_is_refused_before_the_run_directory(tmp_path):
                     "--out", tmp_path / "run")
     refused(result, "algorithm fluid needs a model of channel groups", "model 'bad-input-lstm' is not one")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("config", ["lr_decay: 0.5\n", "lr_decay: 0.5\nalgorithm_options:\n  depthfl_lr_decay: 0.9\n"])
+def test_depthfl_refuses_an_lr_decay_it_would_replace(tmp_path, config):
+    """DepthFL's learning rate decays by depthfl_lr_decay (the run's lr_decay is set from it): an lr_decay given
+    beside it, in a YAML config or a flag, was replaced without a word; now it is refused, naming the option to use."""
+    (tmp_path / "c.yaml").write_text("algorithm: depthfl\n" + config)
+    result = invoke("simulate", "--config", tmp_path / "c.yaml", *BASE, "--out", tmp_path / "run")
+    refused(result, "lr_decay is 0.5 but algorithm depthfl decays the learning rate by depthfl_lr_decay",
+            "expected --algo-opt depthfl_lr_decay=0.5 in its place")
+    assert not (tmp_path / "run").exists()
+
+
+def test_depthfl_takes_an_lr_decay_equal_to_its_own(tmp_path):
+    result = invoke("simulate", "--algorithm", "depthfl", *BASE, "--lr-decay", 0.9, "--algo-opt",
+                    "depthfl_lr_decay=0.9", "--out", tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    assert "lr_decay: 0.9\n" in (tmp_path / "run" / "config.yaml").read_text()
