@@ -89,8 +89,9 @@ def plugin_cost_table(spec: str, dataset: str, data_dir: Optional[str] = None,
               help="Price a method's sub-models: fiarse or fedgmr (parameter masks: the full network's MACs, the held "
                    "values and the bitmask's bytes, docs/clock.md); depthfl (the full width up to each size's depth) "
                    "or scalefl (the size's width up to its level's exit), exits included, --depths one depth per "
-                   "size (default ceil(size x stages): 1,2,3,4 on a ResNet); any other built-in trains the width-p "
-                   "slice this table prices without it (docs/algorithms.md).")
+                   "size (default ceil(size x stages): 1,2,3,4 on a ResNet); fluid adds --index-sets' columns (a "
+                   "straggler of width p < 1 moves its index lists; at p = 1 none); any other built-in trains the "
+                   "width-p slice this table prices without it (docs/algorithms.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {p, params, macs, upload_mb} "
                                                       "(and flops for the ResNets and plug-in models).")
 @user_errors
@@ -138,8 +139,11 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
         rows = resnet_cost_table(model_name, dataset, norm=model_norm, **chosen)
     else:
         rows = cost_table(model_name, **chosen)
+    if algorithm == "fluid":  # its stragglers train channel index sets and the clock charges their lists
+        index_sets = True
     if index_sets:
-        add_index_bytes(rows, model_name, dataset, model_norm, plugin)
+        add_index_bytes(rows, model_name, dataset, model_norm, plugin, whole_at_one=algorithm == "fluid",
+                        label="--algorithm fluid" if algorithm == "fluid" else "--index-sets")
     if as_json:
         click.echo(json.dumps(rows))
         return
@@ -159,10 +163,12 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
                    + (f" {row['flops']:>14,}" if flops else "") + f" {row['upload_mb']:>10.2f}" + index(row))
 
 
-def add_index_bytes(rows: List[dict], model_name: str, dataset: str, norm: Optional[str], plugin: bool) -> None:
+def add_index_bytes(rows: List[dict], model_name: str, dataset: str, norm: Optional[str], plugin: bool,
+                    whole_at_one: bool = False, label: str = "--index-sets") -> None:
     """``--index-sets``: each row's ``index_bytes`` (the int64 index lists, :func:`hasfl_ray.clock.cost.
     index_list_bytes`) and ``index_upload_mb`` (held values plus those lists); one sentence for a model without
-    channel groups (the LSTM, a plug-in)."""
+    channel groups (the LSTM, a plug-in). ``whole_at_one``: a client of width 1 holds the whole model and moves no
+    lists (FLuID's non-stragglers, whose ``channel_sets`` is None)."""
     from hasfl_ray.clock.cost import index_bytes_of
     from hasfl_ray.errors import ConfigError
     from hasfl_ray.models import MODEL_CONFIGS, build_model, register_model
@@ -170,7 +176,7 @@ def add_index_bytes(rows: List[dict], model_name: str, dataset: str, norm: Optio
     from hasfl_ray.models.resnet import resnet_config
 
     if plugin:
-        raise ConfigError(f"--index-sets with --model {model_name!r}; expected a built-in model or a ResNet (a "
+        raise ConfigError(f"{label} with --model {model_name!r}; expected a built-in model or a ResNet (a "
                           "plug-in model's channel groups are not known here)")
     name = model_name
     if model_name in RESNET_MODELS:
@@ -182,10 +188,10 @@ def add_index_bytes(rows: List[dict], model_name: str, dataset: str, norm: Optio
     try:
         channel_groups(specs)
     except ValueError:
-        raise ConfigError(f"--index-sets with --model {model_name!r}; expected a model of channel groups (an image "
+        raise ConfigError(f"{label} with --model {model_name!r}; expected a model of channel groups (an image "
                           "CNN, an MLP or a ResNet), not a recurrent one") from None
     for row in rows:
-        row["index_bytes"] = index_bytes_of(specs, row["p"])
+        row["index_bytes"] = 0 if whole_at_one and row["p"] >= 1 else index_bytes_of(specs, row["p"])
         row["index_upload_mb"] = (4 * row["params"] + row["index_bytes"]) / 1e6
 
 
