@@ -20,7 +20,7 @@ p gives s = p², so the FIARSE pack's width ladder {1, 1/2, 1/4, 1/8} is FIARSE'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import torch
 from torch import nn
@@ -162,12 +162,14 @@ class FIARSE(Algorithm):
                 for name, tensor in params.items()}
 
 
-def mask_cost_table(model_name: str, widths: Sequence[float], size_rule: str = "square") -> List[dict]:
+def mask_cost_table(model_name: str, widths: Sequence[float], size_rule: str = "square",
+                    kept: Optional[Callable[[int, float], int]] = None) -> List[dict]:
     """What a FIARSE (or FedGMR) client of each width moves and computes (``hasfl-ray cost --algorithm fiarse``):
-    its model size s, the values it holds (int(s x the scored parameters) by the threshold rule, ties aside, and
-    every norm parameter), the full network's MACs (and FLOPs) per sample (it trains masked dense layers), the
-    bitmask's bytes (ceil(numel / 8) per parameter) and the upload in MB (4 bytes a held value plus the bitmask;
-    the download is the same size)."""
+    its model size s, the values it holds (``kept(scored parameters, s)``: FIARSE's threshold rule int(n x s),
+    ties aside, by default; FedGMR's ``league.fedgmr.kept_count`` at its initial density), and every norm
+    parameter), the full network's MACs (and FLOPs) per sample (it trains masked dense layers), the bitmask's bytes
+    (ceil(numel / 8) per parameter) and the upload in MB (4 bytes a held value plus the bitmask; the download is
+    the same size)."""
     from hasfl_ray.clock.cost import BYTES_PER_PARAM
 
     model = build_model(model_name)
@@ -179,7 +181,7 @@ def mask_cost_table(model_name: str, widths: Sequence[float], size_rule: str = "
     rows = []
     for p in widths:
         size = float(p) ** 2 if size_rule == "square" else float(p)
-        held = max(1, int(scored * size)) + whole
+        held = (kept or rules.kept_count)(scored, size) + whole
         row = {"p": p, "size": size, "params": held, "macs": model.macs(1.0), "bitmask_bytes": bitmask,
                "upload_mb": (BYTES_PER_PARAM * held + bitmask) / 1e6}
         if hasattr(model, "flops"):

@@ -308,11 +308,15 @@ def mask_output(model_name: str, dataset: str, norm: Optional[str], ladder: Opti
         name, built = resnet_config(model_name, config["in_channels"], config["num_classes"], config["image_size"],
                                     norm)
         register_model(name, built)
-    rows = mask_cost_table(name, widths)
+    from hasfl_ray.algorithms.league.fedgmr import kept_count
+
+    # FedGMR's masks hold ceil(density x n) (its restore_mask), at their initial density p^2 in round 0
+    rows = mask_cost_table(name, widths, kept=kept_count if algorithm == "fedgmr" else None)
     if as_json:
         return json.dumps(rows)
     flops = "flops" in rows[0]
-    lines = [f"{algorithm}: parameter masks (size = p^2 of the scored parameters; the full network's MACs)",
+    size = "initial density" if algorithm == "fedgmr" else "size"
+    lines = [f"{algorithm}: parameter masks ({size} = p^2 of the scored parameters; the full network's MACs)",
              f"{'p':>7} {'size':>9} {'params held':>12} {'MACs/sample':>14}" + (f" {'FLOPs/sample':>14}" if flops
                                                                                  else "")
              + f" {'bitmask KB':>10} {'upload MB':>10}"]
