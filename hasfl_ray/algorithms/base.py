@@ -265,3 +265,18 @@ class Algorithm(ABC):
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         self.p_current = np.asarray(state["p_current"], dtype=np.float64).copy()
+
+
+def check_sparse_config(config: "RunConfig", name: str, shape: str) -> None:
+    """Refuse, before the run, what a built-in handing out ``shape`` (channel index sets, parameter masks) cannot
+    run with: depth sub-models (a client trains one shape), and what the server cannot mix with index sets or
+    masks in one round (a label-split classifier, the common-core estimator)."""
+    from hasfl_ray.errors import ConfigError
+
+    if getattr(config, "sub_model", "width") != "width":
+        raise ConfigError(f"algorithm {name} trains {shape} and sub_model is {config.sub_model!r}; expected "
+                          "sub_model width")
+    for key, plain in (("classifier_aggregation", "all"), ("estimator", "masked")):
+        if getattr(config, key, plain) != plain:  # the server cannot mix these with index sets in one round
+            raise ConfigError(f"algorithm {name} trains {shape} and {key} is {getattr(config, key)!r}; expected "
+                              f"{key} {plain}")

@@ -27,7 +27,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as F
 
-from hasfl_ray.algorithms.base import Algorithm
+from hasfl_ray.algorithms.base import Algorithm, check_sparse_config
 from hasfl_ray.algorithms.league import fiarse as rules
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.models import build_model
@@ -88,6 +88,7 @@ class FIARSE(Algorithm):
 
     def __init__(self, config, p_max, num_samples):
         super().__init__(config, p_max, num_samples)
+        check_sparse_config(config, self.name, "parameter masks")
         self.server_lr = float(getattr(self.options, "fiarse_lr_global", 1.0))
         self._names: Optional[List[str]] = None
         self._round: Optional[int] = None  # the round whose global model and thresholds are cached

@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from hasfl_ray.algorithms.base import Algorithm
+from hasfl_ray.algorithms.base import Algorithm, check_sparse_config
 from hasfl_ray.algorithms.league import fluid as rules
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.registry import register_algorithm
@@ -80,13 +80,7 @@ class FLuID(Algorithm):
         if getattr(config, "mode", "sync") == "async":
             raise ConfigError(f"algorithm fluid runs in rounds and mode is {config.mode!r}; expected mode sync "
                               "(its stragglers, thresholds and drops are the source's per-round bookkeeping)")
-        if getattr(config, "sub_model", "width") != "width":
-            raise ConfigError(f"algorithm fluid trains channel index sets and sub_model is {config.sub_model!r}; "
-                              "expected sub_model width")
-        for key, plain in (("classifier_aggregation", "all"), ("estimator", "masked")):
-            if getattr(config, key, plain) != plain:  # the server cannot mix these with index sets in one round
-                raise ConfigError(f"algorithm fluid trains channel index sets and {key} is "
-                                  f"{getattr(config, key)!r}; expected {key} {plain}")
+        check_sparse_config(config, "fluid", "channel index sets")
         self.thresholds: Optional[List[float]] = None
         self.stopped: Optional[List[bool]] = None
         self.counter = 0

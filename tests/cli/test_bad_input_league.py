@@ -78,3 +78,27 @@ def test_depthfl_takes_an_lr_decay_equal_to_its_own(tmp_path):
                     "depthfl_lr_decay=0.9", "--out", tmp_path / "run")
     assert result.exit_code == 0, result.output
     assert "lr_decay: 0.9\n" in (tmp_path / "run" / "config.yaml").read_text()
+
+
+@pytest.mark.parametrize("algorithm", ["fiarse", "fedgmr"])
+@pytest.mark.parametrize("args, words", [
+    (["--estimator", "common-core"], "trains parameter masks and estimator is 'common-core'; expected estimator masked"),
+    (["--classifier-aggregation", "label_split", "--partition", "classes:5"],
+     "trains parameter masks and classifier_aggregation is 'label_split'; expected classifier_aggregation all"),
+    (["--sub-model", "depth"], "trains parameter masks and sub_model is 'depth'; expected sub_model width"),
+])
+def test_a_mask_method_refuses_what_the_server_cannot_mix_with_masks(tmp_path, algorithm, args, words):
+    """FIARSE and FedGMR with a label split or the common-core estimator ended in a ValueError traceback in the
+    first round's aggregation (exit 1), with a depth in a sentence after the run directory was written; each is
+    now refused up front, as FLuID's index sets are (algorithms.base.check_sparse_config, one rule for both)."""
+    result = invoke("simulate", "--algorithm", algorithm, *BASE, "--out", tmp_path / "run", *args)
+    refused(result, f"algorithm {algorithm} {words}")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_plugins_masks_beside_the_common_core_estimator_are_one_sentence(tmp_path):
+    """A plug-in's masks are known only once it hands them out: the server's refusal is one sentence, exit 2, not
+    a ValueError traceback."""
+    result = invoke("simulate", "--algorithm", "examples/mask_policy.py:RandomMasks", *BASE, "--estimator",
+                    "common-core", "--out", tmp_path / "run")
+    refused(result, "index-set or masked updates cannot be combined with", "--estimator common-core")
