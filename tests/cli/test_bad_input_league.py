@@ -96,9 +96,14 @@ def test_a_mask_method_refuses_what_the_server_cannot_mix_with_masks(tmp_path, a
     assert not (tmp_path / "run").exists()
 
 
-def test_a_plugins_masks_beside_the_common_core_estimator_are_one_sentence(tmp_path):
+@pytest.mark.parametrize("backend", [["--backend", "local"], ["--backend", "ray", "--actors", 2,
+                                                               "--server-placement", "actor"]], ids=["local", "ray"])
+def test_a_plugins_masks_beside_the_common_core_estimator_are_one_sentence(tmp_path, backend):
     """A plug-in's masks are known only once it hands them out: the server's refusal is one sentence, exit 2, not
-    a ValueError traceback."""
-    result = invoke("simulate", "--algorithm", "examples/mask_policy.py:RandomMasks", *BASE, "--estimator",
-                    "common-core", "--out", tmp_path / "run")
+    a ValueError traceback (nor, from Ray's server actor, Ray's report of it)."""
+    if backend[1] == "ray":
+        pytest.importorskip("ray", reason="the server actor needs Ray")
+    args = [a for a in BASE if a not in ("--backend", "local")]
+    result = invoke("simulate", "--algorithm", "examples/mask_policy.py:RandomMasks", *args, *backend,
+                    "--estimator", "common-core", "--out", tmp_path / "run")
     refused(result, "index-set or masked updates cannot be combined with", "--estimator common-core")
