@@ -79,7 +79,7 @@ def plugin_cost_table(spec: str, dataset: str, data_dir: Optional[str] = None,
               help="Price depth sub-models (docs/models.md#depth-sub-models): the model with an exit after every "
                    "stage, one row per depth and width (its first D stages and exits 1..D: parameters, MACs and "
                    "FLOPs per sample of its training forward, every exit counted, and upload MB). The ResNets and the "
-                   "image CNNs (cifar10, emnist, digits).")
+                   "image CNNs (cifar10, cifar100, emnist, digits).")
 @click.option("--index-sets", is_flag=True,
               help="Add what a client holding channel index sets (FLuID's sub-models, docs/models.md#channel-index-"
                    "sets) uploads at each width: its held values (4 bytes each, the params column) plus its index "

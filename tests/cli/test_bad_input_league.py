@@ -107,3 +107,12 @@ def test_a_plugins_masks_beside_the_common_core_estimator_are_one_sentence(tmp_p
     result = invoke("simulate", "--algorithm", "examples/mask_policy.py:RandomMasks", *args, *backend,
                     "--estimator", "common-core", "--out", tmp_path / "run")
     refused(result, "index-set or masked updates cannot be combined with", "--estimator common-core")
+
+
+@pytest.mark.parametrize("algorithm", ["depthfl", "scalefl"])
+def test_a_depth_method_on_a_model_without_exits_names_every_model_with_them(tmp_path, algorithm):
+    """The sentence listed the image CNNs with exits as digits, emnist and cifar10; CIFAR-100's CNN has them too
+    (DepthFL and ScaleFL run on it)."""
+    result = invoke("simulate", "--algorithm", algorithm, "--dataset", "synthetic", *BASE, "--out", tmp_path / "run")
+    refused(result, "model 'synthetic' has no exits", "(digits, emnist, cifar10, cifar100)")
+    assert not (tmp_path / "run").exists()
