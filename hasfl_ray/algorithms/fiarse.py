@@ -118,14 +118,9 @@ class FIARSE(Algorithm):
             key = stage if scope == "stage" else ""
             groups[key] = groups.get(key, 0) + specs[name].numel(1.0)
         for width in widths:
-            size = self.size(width)
             for stage, count in groups.items():
-                if rules.kept_count(count, size) < 1:
-                    where = f" of stage {stage}" if stage else ""
-                    raise ConfigError(f"width {width:g} gives {self.name} model size {size:.3g} "
-                                      f"({self.size_option} {getattr(self.options, self.size_option)}), which keeps "
-                                      f"none of the {count} scored parameters{where}; expected widths whose size "
-                                      f"keeps at least one (size >= {1 / count:.3g})")
+                check_kept(width, self.size(width), count, f"{self.name}",
+                           f"{self.size_option} {getattr(self.options, self.size_option)}", stage)
 
     def thresholds(self, params: Mapping[str, torch.Tensor], size: float) -> Dict[str, torch.Tensor]:
         names = self.scored()
@@ -163,8 +158,19 @@ class FIARSE(Algorithm):
                 for name, tensor in params.items()}
 
 
+def check_kept(width: float, size: float, count: int, method: str, rule: str, stage: str = "") -> None:
+    """One sentence unless FIARSE's threshold at model ``size`` (of a client of ``width``, by ``rule``) keeps one
+    of ``count`` scored parameters (of ``stage``): the rule both a run (:meth:`FIARSE.check_model`) and its cost
+    table (:func:`mask_cost_table`) hold it to."""
+    if rules.kept_count(count, size) < 1:
+        where = f" of stage {stage}" if stage else ""
+        raise ConfigError(f"width {width:g} gives {method} model size {size:.3g} ({rule}), which keeps none of the "
+                          f"{count} scored parameters{where}; expected widths whose size keeps at least one (size >= "
+                          f"{1 / count:.3g})")
+
+
 def mask_cost_table(model_name: str, widths: Sequence[float], size_rule: str = "square",
-                    kept: Optional[Callable[[int, float], int]] = None) -> List[dict]:
+                    kept: Optional[Callable[[int, float], int]] = None, method: str = "fiarse") -> List[dict]:
     """What a FIARSE (or FedGMR) client of each width moves and computes (``hasfl-ray cost --algorithm fiarse``):
     its model size s, the values it holds (``kept(scored parameters, s)``: FIARSE's threshold rule int(n x s),
     ties aside, by default; FedGMR's ``league.fedgmr.kept_count`` at its initial density), and every norm
@@ -182,6 +188,7 @@ def mask_cost_table(model_name: str, widths: Sequence[float], size_rule: str = "
     rows = []
     for p in widths:
         size = float(p) ** 2 if size_rule == "square" else float(p)
+        check_kept(p, size, scored, method, f"size rule {size_rule}")  # its evaluation's threshold needs one
         held = (kept or rules.kept_count)(scored, size) + whole
         row = {"p": p, "size": size, "params": held, "macs": model.macs(1.0), "bitmask_bytes": bitmask,
                "upload_mb": (BYTES_PER_PARAM * held + bitmask) / 1e6}

@@ -118,6 +118,7 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
         raise click.UsageError(f"--dataset is {dataset!r} but --model is {model_name!r}; expected an image dataset, "
                                f"one of {', '.join(IMAGE_DATASETS)}")
     chosen = {} if ladder is None else {"widths": tuple(ladder)}
+    check_shapes(algorithm, depths, index_sets)
     if algorithm is not None and mask_method(algorithm, plugin, depths):
         click.echo(mask_output(model_name, dataset, model_norm, ladder, algorithm, as_json))
         return
@@ -127,10 +128,11 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
         if as_json:
             click.echo(json.dumps(rows))
             return
-        click.echo((f"{'size':>7} " if algorithm else "") + f"{'depth':>5} {'p':>7} {'params':>12} {'MACs/sample':>14} "
+        sized = algorithm in DEPTH_ALGORITHMS  # a method's rows name their size; --depths alone's do not
+        click.echo((f"{'size':>7} " if sized else "") + f"{'depth':>5} {'p':>7} {'params':>12} {'MACs/sample':>14} "
                    f"{'FLOPs/sample':>14} {'upload MB':>10}")
         for row in rows:
-            click.echo((f"{row['size']:>7g} " if algorithm else "") + f"{row['depth']:>5} {row['p']:>7g} "
+            click.echo((f"{row['size']:>7g} " if sized else "") + f"{row['depth']:>5} {row['p']:>7g} "
                        f"{row['params']:>12,} {row['macs']:>14,} {row['flops']:>14,} {row['upload_mb']:>10.2f}")
         return
     if plugin:
@@ -277,6 +279,20 @@ DEPTH_ALGORITHMS = ("depthfl", "scalefl")
 MASK_ALGORITHMS = ("fiarse", "fedgmr")
 
 
+def check_shapes(algorithm: Optional[str], depths: Optional[str], index_sets: bool) -> None:
+    """One sentence for sub-model shapes no run combines: FLuID's index sets with --depths (it trains width
+    sub-models), --index-sets beside a method whose clients hold masks or depth sub-models."""
+    from hasfl_ray.errors import ConfigError
+
+    if algorithm == "fluid" and depths is not None:
+        raise ConfigError(f"--depths is {depths!r} with --algorithm fluid; expected no --depths (FLuID's clients "
+                          "train channel index sets of the whole network, sub_model width)")
+    if index_sets and algorithm in MASK_ALGORITHMS + DEPTH_ALGORITHMS:
+        held = "parameter masks" if algorithm in MASK_ALGORITHMS else "depth sub-models"
+        raise ConfigError(f"--index-sets with --algorithm {algorithm}; expected it alone or with --algorithm fluid "
+                          f"({algorithm}'s clients hold {held}, not channel index sets)")
+
+
 def mask_method(algorithm: str, plugin: bool, depths: Optional[str]) -> bool:
     """Whether ``--algorithm`` prices masks (fiarse, fedgmr); another built-in's table is the slices'; one
     ConfigError sentence for an unknown name or a combination the mask table does not price."""
@@ -311,7 +327,7 @@ def mask_output(model_name: str, dataset: str, norm: Optional[str], ladder: Opti
     from hasfl_ray.algorithms.league.fedgmr import kept_count
 
     # FedGMR's masks hold ceil(density x n) (its restore_mask), at their initial density p^2 in round 0
-    rows = mask_cost_table(name, widths, kept=kept_count if algorithm == "fedgmr" else None)
+    rows = mask_cost_table(name, widths, kept=kept_count if algorithm == "fedgmr" else None, method=algorithm)
     if as_json:
         return json.dumps(rows)
     flops = "flops" in rows[0]
