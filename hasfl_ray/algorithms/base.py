@@ -128,6 +128,12 @@ class Algorithm(ABC):
     #: an asynchronous run); the engine sets it before the first round (FIARSE's thresholds read it), None before.
     global_params: Optional[Any] = None
 
+    def check_model(self, widths: Sequence[float]) -> None:
+        """Refuse, in one sentence (raise :class:`~hasfl_ray.errors.ConfigError`), a run this algorithm cannot train:
+        its model (``model_name`` and ``depth_plan`` are set by then) at ``widths`` (every width the run's ladder
+        can deal and every evaluation width). The engine calls it once, before anything is written (the run
+        directory, the device), so a refusal leaves nothing behind. Default: nothing to refuse."""
+
     def device(self, client: int) -> Optional[Dict[str, float]]:
         """Client ``client``'s device (speed_macs_per_s, down_bytes_per_s, up_bytes_per_s, latency_s), or None
         without a device population."""

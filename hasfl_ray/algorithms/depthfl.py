@@ -22,6 +22,7 @@ FedDyn's server step is defined per synchronous round over all N clients: ``--mo
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -94,6 +95,11 @@ class DepthFL(Algorithm):
         if config.mode == "async" and options.depthfl_feddyn:
             raise ConfigError("mode is 'async' but DepthFL's FedDyn server correction is defined per synchronous "
                               "round over all clients; expected --mode sync, or depthfl_feddyn false")
+        default = next(f.default for f in dataclasses.fields(config) if f.name == "lr_decay")
+        if config.lr_decay not in (default, options.depthfl_lr_decay):  # given, and it would be replaced unsaid
+            raise ConfigError(f"lr_decay is {config.lr_decay!r} but algorithm depthfl decays the learning rate by "
+                              f"depthfl_lr_decay ({options.depthfl_lr_decay!r}), the source's; expected --algo-opt "
+                              f"depthfl_lr_decay={config.lr_decay!r} in its place")
         updates: Dict[str, Any] = {"sub_model": "depth", "lr_decay": options.depthfl_lr_decay}
         if config.momentum is None:
             updates["momentum"] = 0.0

@@ -46,6 +46,7 @@ class FedGMR(FIARSE):
     name = "fedgmr"
     options_class = FedGMRRunOptions
     source_status = rules.SOURCE_STATUS
+    size_option = "fedgmr_size"
 
     def __init__(self, config, p_max, num_samples):
         super().__init__(config, p_max, num_samples)

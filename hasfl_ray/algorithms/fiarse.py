@@ -20,7 +20,7 @@ p gives s = p², so the FIARSE pack's width ladder {1, 1/2, 1/4, 1/8} is FIARSE'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import torch
 from torch import nn
@@ -105,6 +105,24 @@ class FIARSE(Algorithm):
             self._names = rules.scored_names(build_model(self.model_name))
         return self._names
 
+    #: The option naming how a width gives the model size (FedGMR's is fedgmr_size).
+    size_option = "fiarse_size"
+
+    def check_model(self, widths: Sequence[float]) -> None:
+        """Refuse a width whose model size keeps none of the scored parameters (of the network, or of a stage with
+        ``fiarse_scope: stage``): its thresholds, at a round or an evaluation, would have nothing to keep."""
+        specs = build_model(self.model_name).param_specs()
+        names = self.scored()
+        groups: Dict[str, int] = {}
+        scope = getattr(self.options, "fiarse_scope", "global")
+        for name, stage in stage_of(names).items():
+            key = stage if scope == "stage" else ""
+            groups[key] = groups.get(key, 0) + specs[name].numel(1.0)
+        for width in widths:
+            for stage, count in groups.items():
+                check_kept(width, self.size(width), count, f"{self.name}",
+                           f"{self.size_option} {getattr(self.options, self.size_option)}", stage)
+
     def thresholds(self, params: Mapping[str, torch.Tensor], size: float) -> Dict[str, torch.Tensor]:
         names = self.scored()
         return rules.thresholds(params, names, size, getattr(self.options, "fiarse_scope", "global"), stage_of(names))
@@ -141,12 +159,25 @@ class FIARSE(Algorithm):
                 for name, tensor in params.items()}
 
 
-def mask_cost_table(model_name: str, widths: Sequence[float], size_rule: str = "square") -> List[dict]:
+def check_kept(width: float, size: float, count: int, method: str, rule: str, stage: str = "") -> None:
+    """One sentence unless FIARSE's threshold at model ``size`` (of a client of ``width``, by ``rule``) keeps one
+    of ``count`` scored parameters (of ``stage``): the rule both a run (:meth:`FIARSE.check_model`) and its cost
+    table (:func:`mask_cost_table`) hold it to."""
+    if rules.kept_count(count, size) < 1:
+        where = f" of stage {stage}" if stage else ""
+        raise ConfigError(f"width {width:g} gives {method} model size {size:.3g} ({rule}), which keeps none of the "
+                          f"{count} scored parameters{where}; expected widths whose size keeps at least one (size >= "
+                          f"{1 / count:.3g})")
+
+
+def mask_cost_table(model_name: str, widths: Sequence[float], size_rule: str = "square",
+                    kept: Optional[Callable[[int, float], int]] = None, method: str = "fiarse") -> List[dict]:
     """What a FIARSE (or FedGMR) client of each width moves and computes (``hasfl-ray cost --algorithm fiarse``):
-    its model size s, the values it holds (int(s x the scored parameters) by the threshold rule, ties aside, and
-    every norm parameter), the full network's MACs (and FLOPs) per sample (it trains masked dense layers), the
-    bitmask's bytes (ceil(numel / 8) per parameter) and the upload in MB (4 bytes a held value plus the bitmask;
-    the download is the same size)."""
+    its model size s, the values it holds (``kept(scored parameters, s)``: FIARSE's threshold rule int(n x s),
+    ties aside, by default; FedGMR's ``league.fedgmr.kept_count`` at its initial density), and every norm
+    parameter), the full network's MACs (and FLOPs) per sample (it trains masked dense layers), the bitmask's bytes
+    (ceil(numel / 8) per parameter) and the upload in MB (4 bytes a held value plus the bitmask; the download is
+    the same size)."""
     from hasfl_ray.clock.cost import BYTES_PER_PARAM
 
     model = build_model(model_name)
@@ -158,7 +189,8 @@ def mask_cost_table(model_name: str, widths: Sequence[float], size_rule: str = "
     rows = []
     for p in widths:
         size = float(p) ** 2 if size_rule == "square" else float(p)
-        held = max(1, int(scored * size)) + whole
+        check_kept(p, size, scored, method, f"size rule {size_rule}")  # its evaluation's threshold needs one
+        held = (kept or rules.kept_count)(scored, size) + whole
         row = {"p": p, "size": size, "params": held, "macs": model.macs(1.0), "bitmask_bytes": bitmask,
                "upload_mb": (BYTES_PER_PARAM * held + bitmask) / 1e6}
         if hasattr(model, "flops"):

@@ -59,8 +59,9 @@ class ChannelLayout:
         try:
             groups, self.sizes = channel_groups(specs)
         except ValueError as error:
-            raise ConfigError(f"algorithm fluid needs a model of channel groups (a CNN, an MLP or a ResNet without "
-                              f"exits) and model {model_name!r} is not one ({error})") from None
+            reason = str(error).split(";")[0]  # its first clause: the sentence stays one short line
+            raise ConfigError(f"algorithm fluid needs a model of channel groups (a CNN, an MLP or a ResNet) and "
+                              f"model {model_name!r} is not one: {reason}") from None
         self.slices: List[List[Tuple[str, int]]] = [[] for _ in self.sizes]
         for (name, dim), group in groups.items():
             self.slices[group].append((name, dim))
@@ -80,10 +81,7 @@ class FLuID(Algorithm):
         if getattr(config, "mode", "sync") == "async":
             raise ConfigError(f"algorithm fluid runs in rounds and mode is {config.mode!r}; expected mode sync "
                               "(its stragglers, thresholds and drops are the source's per-round bookkeeping)")
-        if getattr(config, "sub_model", "width") != "width":
-            raise ConfigError(f"algorithm fluid trains channel index sets and sub_model is {config.sub_model!r}; "
-                              "expected sub_model width")
-        check_sparse_config(config, "fluid", "channel index sets")  # the server cannot mix these in one round
+        check_sparse_config(config, "fluid", "channel index sets")  # before anything runs
         self.thresholds: Optional[List[float]] = None
         self.stopped: Optional[List[bool]] = None
         self.counter = 0
@@ -92,6 +90,10 @@ class FLuID(Algorithm):
         self.previous: Dict[int, List[List[int]]] = {}
         self._layout: Optional[ChannelLayout] = None
         self._sets: Dict[int, List[List[int]]] = {}
+
+    def check_model(self, widths) -> None:
+        """Refuse a model without channel groups (an LSTM, a model with exits) before anything is written."""
+        ChannelLayout(self.model_name)
 
     # -- who is a straggler ----------------------------------------------------------------------------------------
 

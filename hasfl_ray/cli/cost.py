@@ -79,7 +79,7 @@ def plugin_cost_table(spec: str, dataset: str, data_dir: Optional[str] = None,
               help="Price depth sub-models (docs/models.md#depth-sub-models): the model with an exit after every "
                    "stage, one row per depth and width (its first D stages and exits 1..D: parameters, MACs and "
                    "FLOPs per sample of its training forward, every exit counted, and upload MB). The ResNets and the "
-                   "image CNNs (cifar10, emnist, digits).")
+                   "image CNNs (cifar10, cifar100, emnist, digits).")
 @click.option("--index-sets", is_flag=True,
               help="Add what a client holding channel index sets (FLuID's sub-models, docs/models.md#channel-index-"
                    "sets) uploads at each width: its held values (4 bytes each, the params column) plus its index "
@@ -89,8 +89,9 @@ def plugin_cost_table(spec: str, dataset: str, data_dir: Optional[str] = None,
               help="Price a method's sub-models: fiarse or fedgmr (parameter masks: the full network's MACs, the held "
                    "values and the bitmask's bytes, docs/clock.md); depthfl (the full width up to each size's depth) "
                    "or scalefl (the size's width up to its level's exit), exits included, --depths one depth per "
-                   "size (default ceil(size x stages): 1,2,3,4 on a ResNet); any other built-in trains the width-p "
-                   "slice this table prices without it (docs/algorithms.md).")
+                   "size (default ceil(size x stages): 1,2,3,4 on a ResNet); fluid adds --index-sets' columns (a "
+                   "straggler of width p < 1 moves its index lists; at p = 1 none); any other built-in trains the "
+                   "width-p slice this table prices without it (docs/algorithms.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {p, params, macs, upload_mb} "
                                                       "(and flops for the ResNets and plug-in models).")
 @user_errors
@@ -117,6 +118,7 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
         raise click.UsageError(f"--dataset is {dataset!r} but --model is {model_name!r}; expected an image dataset, "
                                f"one of {', '.join(IMAGE_DATASETS)}")
     chosen = {} if ladder is None else {"widths": tuple(ladder)}
+    check_shapes(algorithm, depths, index_sets)
     if algorithm is not None and mask_method(algorithm, plugin, depths):
         click.echo(mask_output(model_name, dataset, model_norm, ladder, algorithm, as_json))
         return
@@ -126,10 +128,11 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
         if as_json:
             click.echo(json.dumps(rows))
             return
-        click.echo((f"{'size':>7} " if algorithm else "") + f"{'depth':>5} {'p':>7} {'params':>12} {'MACs/sample':>14} "
+        sized = algorithm in DEPTH_ALGORITHMS  # a method's rows name their size; --depths alone's do not
+        click.echo((f"{'size':>7} " if sized else "") + f"{'depth':>5} {'p':>7} {'params':>12} {'MACs/sample':>14} "
                    f"{'FLOPs/sample':>14} {'upload MB':>10}")
         for row in rows:
-            click.echo((f"{row['size']:>7g} " if algorithm else "") + f"{row['depth']:>5} {row['p']:>7g} "
+            click.echo((f"{row['size']:>7g} " if sized else "") + f"{row['depth']:>5} {row['p']:>7g} "
                        f"{row['params']:>12,} {row['macs']:>14,} {row['flops']:>14,} {row['upload_mb']:>10.2f}")
         return
     if plugin:
@@ -138,8 +141,11 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
         rows = resnet_cost_table(model_name, dataset, norm=model_norm, **chosen)
     else:
         rows = cost_table(model_name, **chosen)
+    if algorithm == "fluid":  # its stragglers train channel index sets and the clock charges their lists
+        index_sets = True
     if index_sets:
-        add_index_bytes(rows, model_name, dataset, model_norm, plugin)
+        add_index_bytes(rows, model_name, dataset, model_norm, plugin, whole_at_one=algorithm == "fluid",
+                        label="--algorithm fluid" if algorithm == "fluid" else "--index-sets")
     if as_json:
         click.echo(json.dumps(rows))
         return
@@ -159,10 +165,12 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
                    + (f" {row['flops']:>14,}" if flops else "") + f" {row['upload_mb']:>10.2f}" + index(row))
 
 
-def add_index_bytes(rows: List[dict], model_name: str, dataset: str, norm: Optional[str], plugin: bool) -> None:
+def add_index_bytes(rows: List[dict], model_name: str, dataset: str, norm: Optional[str], plugin: bool,
+                    whole_at_one: bool = False, label: str = "--index-sets") -> None:
     """``--index-sets``: each row's ``index_bytes`` (the int64 index lists, :func:`hasfl_ray.clock.cost.
     index_list_bytes`) and ``index_upload_mb`` (held values plus those lists); one sentence for a model without
-    channel groups (the LSTM, a plug-in)."""
+    channel groups (the LSTM, a plug-in). ``whole_at_one``: a client of width 1 holds the whole model and moves no
+    lists (FLuID's non-stragglers, whose ``channel_sets`` is None)."""
     from hasfl_ray.clock.cost import index_bytes_of
     from hasfl_ray.errors import ConfigError
     from hasfl_ray.models import MODEL_CONFIGS, build_model, register_model
@@ -170,7 +178,7 @@ def add_index_bytes(rows: List[dict], model_name: str, dataset: str, norm: Optio
     from hasfl_ray.models.resnet import resnet_config
 
     if plugin:
-        raise ConfigError(f"--index-sets with --model {model_name!r}; expected a built-in model or a ResNet (a "
+        raise ConfigError(f"{label} with --model {model_name!r}; expected a built-in model or a ResNet (a "
                           "plug-in model's channel groups are not known here)")
     name = model_name
     if model_name in RESNET_MODELS:
@@ -182,10 +190,10 @@ def add_index_bytes(rows: List[dict], model_name: str, dataset: str, norm: Optio
     try:
         channel_groups(specs)
     except ValueError:
-        raise ConfigError(f"--index-sets with --model {model_name!r}; expected a model of channel groups (an image "
+        raise ConfigError(f"{label} with --model {model_name!r}; expected a model of channel groups (an image "
                           "CNN, an MLP or a ResNet), not a recurrent one") from None
     for row in rows:
-        row["index_bytes"] = index_bytes_of(specs, row["p"])
+        row["index_bytes"] = 0 if whole_at_one and row["p"] >= 1 else index_bytes_of(specs, row["p"])
         row["index_upload_mb"] = (4 * row["params"] + row["index_bytes"]) / 1e6
 
 
@@ -271,6 +279,20 @@ DEPTH_ALGORITHMS = ("depthfl", "scalefl")
 MASK_ALGORITHMS = ("fiarse", "fedgmr")
 
 
+def check_shapes(algorithm: Optional[str], depths: Optional[str], index_sets: bool) -> None:
+    """One sentence for sub-model shapes no run combines: FLuID's index sets with --depths (it trains width
+    sub-models), --index-sets beside a method whose clients hold masks or depth sub-models."""
+    from hasfl_ray.errors import ConfigError
+
+    if algorithm == "fluid" and depths is not None:
+        raise ConfigError(f"--depths is {depths!r} with --algorithm fluid; expected no --depths (FLuID's clients "
+                          "train channel index sets of the whole network, sub_model width)")
+    if index_sets and algorithm in MASK_ALGORITHMS + DEPTH_ALGORITHMS:
+        held = "parameter masks" if algorithm in MASK_ALGORITHMS else "depth sub-models"
+        raise ConfigError(f"--index-sets with --algorithm {algorithm}; expected it alone or with --algorithm fluid "
+                          f"({algorithm}'s clients hold {held}, not channel index sets)")
+
+
 def mask_method(algorithm: str, plugin: bool, depths: Optional[str]) -> bool:
     """Whether ``--algorithm`` prices masks (fiarse, fedgmr); another built-in's table is the slices'; one
     ConfigError sentence for an unknown name or a combination the mask table does not price."""
@@ -305,11 +327,15 @@ def mask_output(model_name: str, dataset: str, norm: Optional[str], ladder: Opti
         name, built = resnet_config(model_name, config["in_channels"], config["num_classes"], config["image_size"],
                                     norm)
         register_model(name, built)
-    rows = mask_cost_table(name, widths)
+    from hasfl_ray.algorithms.league.fedgmr import kept_count
+
+    # FedGMR's masks hold ceil(density x n) (its restore_mask), at their initial density p^2 in round 0
+    rows = mask_cost_table(name, widths, kept=kept_count if algorithm == "fedgmr" else None, method=algorithm)
     if as_json:
         return json.dumps(rows)
     flops = "flops" in rows[0]
-    lines = [f"{algorithm}: parameter masks (size = p^2 of the scored parameters; the full network's MACs)",
+    size = "initial density" if algorithm == "fedgmr" else "size"
+    lines = [f"{algorithm}: parameter masks ({size} = p^2 of the scored parameters; the full network's MACs)",
              f"{'p':>7} {'size':>9} {'params held':>12} {'MACs/sample':>14}" + (f" {'FLOPs/sample':>14}" if flops
                                                                                  else "")
              + f" {'bitmask KB':>10} {'upload MB':>10}"]

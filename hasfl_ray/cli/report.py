@@ -11,12 +11,15 @@ from hasfl_ray.cli.common import user_errors
 from hasfl_ray.errors import ConfigError, DataError, OutputError
 
 
-def run_directories(paths):
+def run_directories(paths, started=None):
     """The run directories under PATHS (each one, or folders holding them at any depth), each run once however
     many paths reach it: the same real path through a link, a link loop or overlapping PATHS counts once. Links
     are followed, but only after every folder reached without one (so a run keeps the name it has without a link)
-    and each real folder is entered once (so a loop ends). Order: by PATH, then by name under it."""
+    and each real folder is entered once (so a loop ends). Order: by PATH, then by name under it. ``started``, a
+    list, receives (in the same order) the run directories that hold config.yaml but no summary.json: runs
+    stopped, failed or still running."""
     found = {}  # real path -> (index of the PATH that reached it, the name it was reached by)
+    unfinished = {}
     entered = set()
     pending = [(top, index) for index, top in reversed(list(enumerate(paths)))]
     through_links = []  # folders reached through a link wait until everything else is walked
@@ -28,6 +31,8 @@ def run_directories(paths):
         entered.add(real)
         if os.path.lexists(os.path.join(folder, "summary.json")):
             found[real] = (index, folder)
+        elif os.path.lexists(os.path.join(folder, "config.yaml")):
+            unfinished[real] = (index, folder)
         try:
             entries = sorted(os.scandir(folder), key=lambda entry: entry.name, reverse=True)
         except OSError:
@@ -35,6 +40,8 @@ def run_directories(paths):
         for entry in entries:
             if not entry.name.startswith(".") and _is_folder(entry):
                 (through_links if entry.is_symlink() else pending).append((entry.path, index))
+    if started is not None:
+        started.extend(folder for _, folder in sorted(unfinished.values()))
     return [folder for _, folder in sorted(found.values())]
 
 
@@ -91,6 +98,28 @@ def unfinished_cells(paths, sweep, runs):
         if isinstance(name, str) and name and os.path.realpath(os.path.join(root, name)) not in finished:
             unfinished.append((name, str(cell.get("status") or "pending")))
     return unfinished
+
+
+def unfinished_runs(paths, sweep, cells):
+    """The run directories under PATHS that a run started (config.yaml) and did not finish (no summary.json), other
+    than the sweep's cells already named (``cells``, :func:`unfinished_cells`): [(path, "no summary.json")]."""
+    started = []
+    run_directories(paths, started)
+    if not started:
+        return []
+    named = set()
+    if cells:
+        root = next(path for path in paths if os.path.lexists(os.path.join(path, "sweep.json")))
+        named = {os.path.realpath(os.path.join(root, name)) for name, _ in cells}
+    return [(folder, "no summary.json") for folder in started if os.path.realpath(folder) not in named]
+
+
+def unfinished_runs_line(unfinished):
+    """"unfinished: 1 run directory holds config.yaml but no summary.json (...): runs/a"."""
+    count = len(unfinished)
+    return (f"unfinished: {count} run director{'y holds' if count == 1 else 'ies hold'} config.yaml but no "
+            "summary.json (stopped, failed or still running), so the tables and figures leave "
+            f"{'it' if count == 1 else 'them'} out: {', '.join(path for path, _ in unfinished)}")
 
 
 def unfinished_line(unfinished, total):
@@ -176,7 +205,10 @@ def report(paths, as_json, out_dir, budget_seconds, budget_bytes, fmt) -> None:
     if out_dir is not None:
         check_out(out_dir)
     unfinished = unfinished_cells(paths, sweep, runs)  # a sweep stopped early: said, never silently left out
-    note = unfinished_line(unfinished, len(sweep["cells"])) if unfinished else ""
+    started = unfinished_runs(paths, sweep, unfinished)  # so is a run directory without its summary
+    note = "\n".join(([unfinished_line(unfinished, len(sweep["cells"]))] if unfinished else [])
+                      + ([unfinished_runs_line(started)] if started else []))
+    unfinished += started
     written = write_files(lambda: write_report(runs, out_dir, order, sweep.get("reproduces") or "", budget_seconds,
                                                budget_bytes, note, fmt), out_dir) \
         if out_dir is not None else []

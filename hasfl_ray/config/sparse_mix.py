@@ -21,9 +21,13 @@ def sparse_config_conflict(config: Any) -> Optional[Tuple[str, Any, str]]:
 
 def check_sparse_config(config: Any, name: str, what: str) -> None:
     """A built-in that trains ``what`` (channel index sets, parameter masks) refuses, before anything runs, a config
-    the server cannot aggregate it with: one ConfigError sentence (exit status 2)."""
+    it cannot run with: depth sub-models (a client trains one shape) and what the server cannot aggregate it with
+    (:func:`sparse_config_conflict`): one ConfigError sentence (exit status 2)."""
     from hasfl_ray.errors import ConfigError
 
+    if getattr(config, "sub_model", "width") != "width":  # a client trains one sub-model shape
+        raise ConfigError(f"algorithm {name} trains {what} and sub_model is {config.sub_model!r}; expected "
+                          "sub_model width")
     conflict = sparse_config_conflict(config)
     if conflict is not None:
         key, value, plain = conflict

@@ -174,6 +174,9 @@ def build(engine: Any) -> None:
         engine.algorithm.algorithm.model_name = engine.model_name  # what FedRolex's window reads (channel counts)
     engine.algorithm.algorithm.depth_plan = depth_plan(c, engine.model_name)  # sub_model depth, width_depth
     engine.algorithm.algorithm.global_params = lambda: engine.backend.get_params()  # FIARSE's thresholds read it
+    widths = sorted({float(w) for w in engine.ladder.widths} | {float(w) for w in np.unique(engine.p_max)}
+                    | {float(w) for w in engine.eval_widths})  # what it can hand out or be evaluated at
+    call_plugin(f"algorithm {label!r}", "check_model", engine.algorithm.algorithm.check_model, widths, early=True)
     engine.initial_params = initial_parameters(engine.model_name, c.seed)
     engine.clock = make_clock(c, engine.model_name, engine.num_samples, engine.p_max, engine.dataset.client_names)
     if engine.clock is not None:  # allocation policies read devices and costs through it (docs/clock.md)

@@ -20,7 +20,7 @@ from hasfl_ray.aggregation.label_split import aggregate_label_split, output_laye
 from hasfl_ray.aggregation.windows import aggregate_windows
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.engine import shard_logits
-from hasfl_ray.errors import RunError
+from hasfl_ray.errors import ConfigError, RunError
 from hasfl_ray.evaluation import beats, pack_bits
 from hasfl_ray.models import build_model, extract, gate_blocks_of, register_model
 from hasfl_ray.engine.depth_eval import evaluate_depths, shape_model, shape_width
@@ -247,9 +247,9 @@ class Server:
         """The coordinate-wise mean of ``updates``: index sets or masks, label split (``holds``: the clients' label
         rows, HeteroFL's combine), rolling windows or leading slices, each by its own aggregation."""
         if has_sparse(updates):  # index sets or masks: the kernel takes them as they are
-            if holds is not None or any(offsets) or self.estimator == "common-core":
-                raise ValueError("index-set or masked updates cannot be combined with label splits, rolling windows "
-                                 "or --estimator common-core in one round; expected leading slices beside them")
+            if holds is not None or any(offsets) or self.estimator == "common-core":  # bad input: one sentence
+                raise ConfigError("index-set or masked updates cannot be combined with label splits, rolling windows "
+                                  "or --estimator common-core in one round; expected leading slices beside them")
             return aggregate_updates(self.shapes, updates, weights, self.gate_blocks, backend=self.aggregation_backend)
         if holds is not None:  # the output layer's rows over their label's holders (HeteroFL's combine)
             return aggregate_label_split(self.specs, updates, offsets, weights, holds, self.output_layer,

@@ -236,6 +236,11 @@ class Transport:
             return ray.get(ref)
         except RayActorError as error:
             raise _lost("the Ray server actor died", error) from None
+        except RayTaskError as error:  # bad input the server met (index sets beside a label split): its sentence
+            cause = getattr(error, "cause", None)
+            if isinstance(cause, ConfigError):
+                raise type(cause)(str(cause)) from None
+            raise
 
 
 def _lost(what: str, error: BaseException) -> ActorLostError:

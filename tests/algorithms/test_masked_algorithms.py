@@ -142,6 +142,23 @@ def test_cost_counts_the_bitmask(tmp_path):
     assert bad.exit_code == 2 and "--algorithm is 'fiarse' with --depths" in bad.output
 
 
+@pytest.mark.parametrize("algorithm", ["fiarse", "fedgmr"])
+def test_cost_prices_a_mask_methods_first_round_as_the_clock_charges_it(tmp_path, algorithm):
+    """`cost --algorithm fedgmr` counted int(n x p^2) held values, FIARSE's threshold rule, while FedGMR's masks hold
+    ceil(n x p^2) (league.fedgmr.kept_count): one value a client fewer than its run's round 0 moved. The table
+    now counts each method's own rule, so a round's bytes are the sum of its participants' rows."""
+    result = CliRunner().invoke(main, ["cost", "--model", "digits", "--algorithm", algorithm, "--json"])
+    assert result.exit_code == 0, result.output
+    upload = {row["p"]: round(row["upload_mb"] * 1e6) for row in json.loads(result.output)}
+    out = tmp_path / "run"
+    run = CliRunner().invoke(main, ["simulate", *TINY, "--rounds", "1", "--backend", "local", "--algorithm",
+                                    algorithm, "--devices", "lognormal", "--out", str(out)])
+    assert run.exit_code == 0, run.output
+    line = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    expected = sum(count * upload[float(p)] for p, count in line["participants_by_tier"].items())
+    assert line["bytes_down"] == line["bytes_up"] == expected
+
+
 def test_the_clock_prices_a_masked_client_by_its_held_values_and_bitmask():
     from hasfl_ray.clock.cost import WidthCosts, base_cost
 

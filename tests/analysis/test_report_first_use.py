@@ -83,3 +83,22 @@ def test_figures_as_vector_files_the_same_bytes_each_time(two_seeds, tmp_path, f
 def test_a_format_not_offered_is_refused():
     result = CliRunner().invoke(main, ["plot", "runs", "--format", "jpg"])
     assert result.exit_code == 2 and "jpg" in result.output and "png" in result.output
+
+
+def test_report_names_a_run_directory_without_its_summary(two_seeds, tmp_path):
+    """A run directory that a run started (config.yaml) but never finished (no summary.json: stopped, failed or
+    still running), named as a PATH or under a folder that is not a sweep's, was left out without a word: the
+    seeds column showed one seed fewer and nothing said why. It is now named, as a sweep's unfinished cells are."""
+    folder = tmp_path / "runs"
+    shutil.copytree(two_seeds, folder)
+    (folder / "digits-hasfl-seed2" / "summary.json").unlink()
+    line = ("unfinished: 1 run directory holds config.yaml but no summary.json (stopped, failed or still running), "
+            f"so the tables and figures leave it out: {folder / 'digits-hasfl-seed2'}")
+    for paths in ([folder], [folder / "digits-hasfl-seed1", folder / "digits-hasfl-seed2"]):
+        result = report(*paths, "--out", tmp_path / f"tables{len(paths)}")
+        assert result.exit_code == 0, result.output
+        assert line in result.output.splitlines()
+        assert line in (tmp_path / f"tables{len(paths)}" / "table.md").read_text()
+        data = json.loads(report(*paths, "--json").output)
+        assert data["unfinished"] == [{"name": str(folder / "digits-hasfl-seed2"), "status": "no summary.json"}]
+    assert "unfinished" not in report(two_seeds).output

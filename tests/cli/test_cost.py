@@ -123,6 +123,16 @@ def test_the_example_vit_table():
     (["--model", "imagenet"], "--model is 'imagenet'; expected one of cifar10"),
     (["--model", "resnet18", "--dataset", "synthetic"], "--dataset is 'synthetic' but --model is 'resnet18'; "
                                                         "expected an image dataset"),
+    # the league's methods (h49): a traceback, a width simulate refuses priced, --index-sets ignored, before
+    (["--model", "digits", "--algorithm", "fluid", "--depths", "1,1,2,2"],
+     "--depths is '1,1,2,2' with --algorithm fluid; expected no --depths"),
+    (["--model", "digits", "--algorithm", "fiarse", "--widths", "0.001,1"],
+     "width 0.001 gives fiarse model size 1e-06 (size rule square), which keeps none of the 53002 scored"),
+    (["--model", "digits", "--algorithm", "fedgmr", "--widths", "0.001"], "width 0.001 gives fedgmr model size"),
+    (["--model", "digits", "--algorithm", "fiarse", "--index-sets"],
+     "--index-sets with --algorithm fiarse; expected it alone or with --algorithm fluid (fiarse's clients hold "
+     "parameter masks"),
+    (["--model", "digits", "--algorithm", "depthfl", "--index-sets"], "depthfl's clients hold depth sub-models"),
 ])
 def test_bad_input_is_one_sentence(args, needle):
     result = cost(*args)
@@ -140,3 +150,12 @@ def test_cost_algorithm_names_a_plugin_as_one_and_asks_for_a_built_in(spec):
     assert result.output.strip() == (
         f"Error: --algorithm is {spec!r}, a plug-in, whose sub-models only its run knows (the device clock prices them "
         "there); expected a built-in method's name, such as fiarse or fedgmr")
+
+
+def test_depths_beside_an_algorithm_that_trains_slices_print_the_depth_table():
+    """`cost --algorithm hasfl --depths ...` ended in KeyError: 'size' (the size column is the depth methods')."""
+    result = cost("--model", "digits", "--algorithm", "hasfl", "--depths", "1,1,2,2")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].split() == ["depth", "p", "params", "MACs/sample", "FLOPs/sample", "upload",
+                                                     "MB"]
+    assert result.output == cost("--model", "digits", "--depths", "1,1,2,2").output

@@ -63,3 +63,30 @@ def test_cost_index_sets_prints_the_index_lists():
     assert refused.exit_code == 2 and refused.output.strip() == (
         "Error: --index-sets with --model 'shakespeare'; expected a model of channel groups (an image CNN, an MLP or "
         "a ResNet), not a recurrent one")
+
+
+def test_cost_algorithm_fluid_prices_what_fluids_clients_move():
+    """`cost --algorithm fluid` printed the slice table, without the index lists a FLuID straggler moves and the
+    clock charges (its help said every other built-in trains the width-p slice). Now its rows carry them where
+    FLuID's ``client_cost`` charges them: a straggler's width p < 1, and nothing at p = 1 (a non-straggler)."""
+    from hasfl_ray.algorithms.fluid import FLuID
+    from hasfl_ray.engine import RunConfig
+
+    result = CliRunner().invoke(main, ["cost", "--model", "digits", "--algorithm", "fluid", "--widths", "0.5,1",
+                                       "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {row["p"]: row for row in json.loads(result.output)}
+    config = RunConfig(dataset="digits", algorithm="fluid", clients=4, clients_per_round=4, rounds=5, seed=3)
+    algorithm = FLuID(config, np.array([1.0, 1.0, 1.0, 0.5]), np.array([10, 10, 10, 10]))
+    algorithm.model_name = "digits"
+    algorithm.allocate(2, [0, 3])  # rnd 3: client 3 a straggler at 0.5, client 0 at full width
+    for client, p in ((3, 0.5), (0, 1.0)):
+        plain = ClientCost(p, 4 * rows[p]["params"], 4 * rows[p]["params"], np.array([10]), np.array([5]))
+        charged = algorithm.client_cost(2, client, p, plain)
+        assert charged.bytes_up == 4 * rows[p]["params"] + rows[p]["index_bytes"]
+        assert rows[p]["index_upload_mb"] == pytest.approx(charged.bytes_up / 1e6)
+    assert rows[0.5]["index_bytes"] > 0 and rows[1.0]["index_bytes"] == 0
+    text = CliRunner().invoke(main, ["cost", "--model", "digits", "--algorithm", "fluid"]).output
+    assert "index MB" in text.splitlines()[0]
+    refused = CliRunner().invoke(main, ["cost", "--model", "shakespeare", "--algorithm", "fluid"])
+    assert refused.exit_code == 2 and refused.output.startswith("Error: --algorithm fluid with --model 'shakespeare'")

@@ -77,10 +77,16 @@ def scored_names(model: nn.Module) -> List[str]:
     return names
 
 
+def kept_count(numel: int, size: float) -> int:
+    """k = int(numel · size): how many of ``numel`` scored values the threshold at model ``size`` keeps (ties
+    aside); the source's ``int(len(scores) * size)``."""
+    return int(numel * size)
+
+
 def threshold(scores: torch.Tensor, size: float) -> torch.Tensor:
     """T = the k-th largest of ``scores`` (1-D, |w|), k = int(numel · size): ``torch.topk(scores, k).values[-1]``."""
     check_range("model size", size, 0, 1, "a fraction of the parameters in (0, 1]", low_open=True)
-    k = int(scores.numel() * size)
+    k = kept_count(scores.numel(), size)
     if k < 1:
         raise ConfigError(f"model size {size!r} keeps int({scores.numel()} x {size!r}) = 0 of {scores.numel()} "
                           "scored parameters; expected a size that keeps at least one")
@@ -173,5 +179,5 @@ def held(delta: torch.Tensor) -> torch.Tensor:
     return delta != 0
 
 
-__all__ = ["FIARSEOptions", "GRADIENTS", "SCOPES", "aggregate", "effective_weight", "held", "kept_fraction", "masks",
-           "scored_names", "threshold", "thresholds"]
+__all__ = ["FIARSEOptions", "GRADIENTS", "SCOPES", "aggregate", "effective_weight", "held", "kept_count",
+           "kept_fraction", "masks", "scored_names", "threshold", "thresholds"]
