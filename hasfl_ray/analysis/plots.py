@@ -17,7 +17,9 @@ from hasfl_ray.analysis.runfiles import _metrics, _save, load_metrics, read_metr
 
 
 def _curves(runs: Sequence[Dict[str, Any]], key: str, scale: float = 1.0) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rounds, mean over seeds, std over seeds) of a metric; NaN where a run has no value."""
+    """(rounds, mean over seeds, std over seeds) of a metric over the rounds where at least one seed has a value
+    (a round ``--test-every`` or ``--eval-every`` skipped, or one before the first H̃, is left out, so the
+    evaluated rounds are joined rather than broken into isolated points no line connects)."""
     curves = [[line.get(key) if line.get(key) is not None else np.nan for line in _metrics(r)] for r in runs]
     length = min(len(c) for c in curves)
     values = scale * np.array([c[:length] for c in curves], dtype=np.float64)
@@ -28,13 +30,16 @@ def _curves(runs: Sequence[Dict[str, Any]], key: str, scale: float = 1.0) -> Tup
             warnings.simplefilter("ignore", RuntimeWarning)
             mean = np.nanmean(values, axis=0) if length else np.zeros(0)
             std = np.nanstd(values, axis=0) if length else np.zeros(0)
-    return np.arange(1, length + 1), mean, std
+    kept = ~np.isnan(mean)
+    return np.arange(1, length + 1)[kept], mean[kept], std[kept]
 
 
 def _band(ax, runs, key, label, scale=1.0, **style):
     x, mean, std = _curves(runs, key, scale)
-    if len(x) == 0 or np.all(np.isnan(mean)):
+    if len(x) == 0:
         return False
+    if len(x) == 1:  # one evaluated round (e.g. --test-every past --rounds: the last only): a point, not a line
+        style = {"marker": "o", **style}
     line, = ax.plot(x, mean, label=f"{label} ({len(runs)} seed{'s' if len(runs) > 1 else ''})", **style)
     if len(runs) > 1:
         ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
