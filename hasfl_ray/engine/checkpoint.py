@@ -20,6 +20,7 @@ from hasfl_ray.engine.archive import damaged_record, save_with_crc
 from hasfl_ray.data.fingerprint import data_change
 from hasfl_ray.engine.rundir import METRIC_KEYS
 from hasfl_ray.errors import ConfigError
+from hasfl_ray.evaluation import is_eval_round
 from hasfl_ray.files import atomic_write
 
 CHECKPOINT_DIR = "checkpoints"
@@ -169,8 +170,12 @@ def _malformed(values: Any) -> Optional[str]:
         return "its history holds something other than metrics lines"
     if len(values["history"]) != values["round"]:
         return f"its round is {values['round']} but its history holds {len(values['history'])} rounds"
+    # the run's test cadence (a config written before test_every existed: every round)
+    every, rounds = (values["config"].get(key, default) for key, default in (("test_every", 1), ("rounds", 0)))
+    cadence = (every, rounds) if all(isinstance(v, int) and not isinstance(v, bool) for v in (every, rounds)) \
+        else (1, 0)
     for index, line in enumerate(values["history"]):
-        problem = _bad_line(line, index)
+        problem = _bad_line(line, index, *cadence)
         if problem:
             return f"its history line {index} {problem}"
     for name, tensor in values["params"].items():
@@ -181,16 +186,20 @@ def _malformed(values: Any) -> Optional[str]:
     return None
 
 
-def _bad_line(line: Dict[str, Any], index: int) -> Optional[str]:
+def _bad_line(line: Dict[str, Any], index: int, test_every: int = 1, rounds: int = 0) -> Optional[str]:
     """What is wrong with history line ``index`` (a metrics.jsonl line: round ``index`` and a number for every key of
-    :data:`METRIC_KEYS`, ``mean_h`` possibly null), None when nothing is."""
+    :data:`METRIC_KEYS`, ``mean_h`` possibly null, and ``test_accuracy`` and ``test_loss`` null on a line that was
+    not evaluated: an asynchronous update's, or a round that the run's ``test_every`` skips), None when nothing
+    is."""
     missing = [key for key in METRIC_KEYS if key not in line]
     if missing:
         return f"has no {missing[0]!r}"
+    # a synchronous round that is not a test_every round is not tested (engine/evaluating.py: the same rule)
+    skipped = "staleness_mean" in line or not is_eval_round(index, rounds, test_every)
     for key in METRIC_KEYS:
         value = line[key]
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        unevaluated = key in ("test_accuracy", "test_loss") and "staleness_mean" in line  # async, docs/async.md
+        unevaluated = key in ("test_accuracy", "test_loss") and skipped  # async: docs/async.md; sync: --test-every
         if not number and not (value is None and (key == "mean_h" or unevaluated)):
             return f"has {key} {value!r}, not a number"
     return None if line["round"] == index else f"is of round {line['round']!r}"

@@ -106,3 +106,33 @@ def test_two_ray_actors_write_the_local_backends_lines(tmp_path):
     assert remote == local  # the untested rounds' null lines included, deferred or not
     assert [line["test_accuracy"] is None for line in local] == [True, False, True, False]
     assert all("local_accuracy_mean" in line for line in local)  # its own cadence, on untested rounds too
+
+
+def test_a_run_interrupted_after_an_untested_round_resumes_bit_for_bit(tmp_path):
+    # h52: --resume refused the run's own checkpoint ("its history line 0 has test_accuracy None, not a number"):
+    # the checkpoint check allowed a null test_accuracy on an asynchronous line only
+    run = ["simulate", "--backend", "local", "--rounds", "6", "--clients", "6", "--clients-per-round", "3",
+           "--test-every", "3", "--checkpoint-every", "1", "--local-eval-clients", "off", "--quiet"]
+    whole = CliRunner().invoke(main, run + ["--out", str(tmp_path / "whole")])
+    assert whole.exit_code == 0, whole.output
+    out = tmp_path / "run"
+    crashed = CliRunner().invoke(main, run + ["--fault-inject", "trainer-error@4", "--out", str(out)])
+    assert crashed.exit_code == 1 and "injected trainer failure" in crashed.output, crashed.output
+    assert [line["test_accuracy"] is None for line in lines_of(out)] == [True, True, False, True]  # round 3: none
+    resumed = CliRunner().invoke(main, ["simulate", "--out", str(out), "--resume", "--quiet"])
+    assert resumed.exit_code == 0, resumed.output
+    assert lines_of(out) == lines_of(tmp_path / "whole")
+    summaries = [json.loads((d / "summary.json").read_text()) for d in (out, tmp_path / "whole")]
+    assert summaries[0]["params_sha256"] == summaries[1]["params_sha256"]
+
+
+def test_a_checkpoint_with_no_test_accuracy_on_a_tested_round_is_still_refused():
+    from hasfl_ray.engine.checkpoint import _bad_line
+    from hasfl_ray.engine.rundir import METRIC_KEYS
+
+    line = {key: 0.5 for key in METRIC_KEYS}
+    untested = dict(line, round=0, test_accuracy=None, test_loss=None)
+    assert _bad_line(untested, 0, test_every=3, rounds=6) is None  # (0 + 1) % 3 != 0: not tested
+    assert _bad_line(dict(untested, round=2), 2, test_every=3, rounds=6) == "has test_accuracy None, not a number"
+    assert _bad_line(dict(untested, round=4), 4, test_every=2, rounds=5) == "has test_accuracy None, not a number"
+    assert _bad_line(untested, 0) == "has test_accuracy None, not a number"  # every round tested (the default)
