@@ -18,9 +18,8 @@ from hasfl_ray.config import (EXECUTION_FIELDS, DuplicateKeyError, RunConfig, mi
 from hasfl_ray.config.inputs import changed_inputs, input_name
 from hasfl_ray.engine.archive import damaged_record, save_with_crc
 from hasfl_ray.data.fingerprint import data_change
-from hasfl_ray.engine.rundir import METRIC_KEYS
+from hasfl_ray.engine.rundir import history_line_problem
 from hasfl_ray.errors import ConfigError
-from hasfl_ray.evaluation import is_eval_round
 from hasfl_ray.files import atomic_write
 
 CHECKPOINT_DIR = "checkpoints"
@@ -175,7 +174,7 @@ def _malformed(values: Any) -> Optional[str]:
     cadence = (every, rounds) if all(isinstance(v, int) and not isinstance(v, bool) for v in (every, rounds)) \
         else (1, 0)
     for index, line in enumerate(values["history"]):
-        problem = _bad_line(line, index, *cadence)
+        problem = history_line_problem(line, index, *cadence)
         if problem:
             return f"its history line {index} {problem}"
     for name, tensor in values["params"].items():
@@ -184,25 +183,6 @@ def _malformed(values: Any) -> Optional[str]:
         if not bool(torch.isfinite(tensor).all()):
             return f"parameter {name!r} holds {int((~torch.isfinite(tensor)).sum())} NaN or infinite values"
     return None
-
-
-def _bad_line(line: Dict[str, Any], index: int, test_every: int = 1, rounds: int = 0) -> Optional[str]:
-    """What is wrong with history line ``index`` (a metrics.jsonl line: round ``index`` and a number for every key of
-    :data:`METRIC_KEYS`, ``mean_h`` possibly null, and ``test_accuracy`` and ``test_loss`` null on a line that was
-    not evaluated: an asynchronous update's, or a round that the run's ``test_every`` skips), None when nothing
-    is."""
-    missing = [key for key in METRIC_KEYS if key not in line]
-    if missing:
-        return f"has no {missing[0]!r}"
-    # a synchronous round that is not a test_every round is not tested (engine/evaluating.py: the same rule)
-    skipped = "staleness_mean" in line or not is_eval_round(index, rounds, test_every)
-    for key in METRIC_KEYS:
-        value = line[key]
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        unevaluated = key in ("test_accuracy", "test_loss") and skipped  # async: docs/async.md; sync: --test-every
-        if not number and not (value is None and (key == "mean_h" or unevaluated)):
-            return f"has {key} {value!r}, not a number"
-    return None if line["round"] == index else f"is of round {line['round']!r}"
 
 
 def check_checkpoint(path: str, checkpoint: Checkpoint, params: Mapping[str, torch.Tensor],

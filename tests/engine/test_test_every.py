@@ -127,8 +127,7 @@ def test_a_run_interrupted_after_an_untested_round_resumes_bit_for_bit(tmp_path)
 
 
 def test_a_checkpoint_with_no_test_accuracy_on_a_tested_round_is_still_refused():
-    from hasfl_ray.engine.checkpoint import _bad_line
-    from hasfl_ray.engine.rundir import METRIC_KEYS
+    from hasfl_ray.engine.rundir import METRIC_KEYS, history_line_problem as _bad_line
 
     line = {key: 0.5 for key in METRIC_KEYS}
     untested = dict(line, round=0, test_accuracy=None, test_loss=None)
