@@ -169,12 +169,8 @@ def _malformed(values: Any) -> Optional[str]:
         return "its history holds something other than metrics lines"
     if len(values["history"]) != values["round"]:
         return f"its round is {values['round']} but its history holds {len(values['history'])} rounds"
-    # the run's test cadence (a config written before test_every existed: every round)
-    every, rounds = (values["config"].get(key, default) for key, default in (("test_every", 1), ("rounds", 0)))
-    cadence = (every, rounds) if all(isinstance(v, int) and not isinstance(v, bool) for v in (every, rounds)) \
-        else (1, 0)
     for index, line in enumerate(values["history"]):
-        problem = history_line_problem(line, index, *cadence)
+        problem = history_line_problem(line, index)
         if problem:
             return f"its history line {index} {problem}"
     for name, tensor in values["params"].items():

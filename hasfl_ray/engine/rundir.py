@@ -17,7 +17,6 @@ import yaml
 
 from hasfl_ray.engine.metrics_csv import MetricsTable
 from hasfl_ray.errors import ConfigError
-from hasfl_ray.evaluation import is_eval_round
 from hasfl_ray.files import (TEMP_PREFIX, atomic_text_writer, atomic_write, make_folders, ownership_problem,  # noqa: F401
                              path_kind, remove_made)
 
@@ -358,20 +357,20 @@ def clear_run_directory(path: str) -> None:
             os.unlink(entry.path)
 
 
-def history_line_problem(line: Dict[str, Any], index: int, test_every: int = 1, rounds: int = 0) -> Optional[str]:
-    """What is wrong with checkpoint history line ``index`` (a metrics.jsonl line: round ``index`` and a number for every key of
-    :data:`METRIC_KEYS`, ``mean_h`` possibly null, and ``test_accuracy`` and ``test_loss`` null on a line that was
-    not evaluated: an asynchronous update's, or a round that the run's ``test_every`` skips), None when nothing
-    is."""
+def history_line_problem(line: Dict[str, Any], index: int) -> Optional[str]:
+    """What is wrong with checkpoint history line ``index`` (a metrics.jsonl line: round ``index`` and a number for
+    every key of :data:`METRIC_KEYS`, ``mean_h`` possibly null, ``test_accuracy`` and ``test_loss`` null together on
+    a line that was not evaluated), None when nothing is. Which lines were evaluated is not the checkpoint's config
+    to say: an asynchronous update is evaluated by ``eval_every_updates``/``eval_every_seconds``, a round by
+    ``test_every``, and each may change when the run is resumed (an execution field), so a null pair is taken as
+    an unevaluated line whatever the cadence in force now."""
     missing = [key for key in METRIC_KEYS if key not in line]
     if missing:
         return f"has no {missing[0]!r}"
-    # a synchronous round that is not a test_every round is not tested (engine/evaluating.py: the same rule)
-    skipped = "staleness_mean" in line or not is_eval_round(index, rounds, test_every)
+    unevaluated = line["test_accuracy"] is None and line["test_loss"] is None
     for key in METRIC_KEYS:
         value = line[key]
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        unevaluated = key in ("test_accuracy", "test_loss") and skipped  # async: docs/async.md; sync: --test-every
-        if not number and not (value is None and (key == "mean_h" or unevaluated)):
+        if not number and not (value is None and (key == "mean_h" or (unevaluated and key.startswith("test_")))):
             return f"has {key} {value!r}, not a number"
     return None if line["round"] == index else f"is of round {line['round']!r}"

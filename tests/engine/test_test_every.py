@@ -126,12 +126,28 @@ def test_a_run_interrupted_after_an_untested_round_resumes_bit_for_bit(tmp_path)
     assert summaries[0]["params_sha256"] == summaries[1]["params_sha256"]
 
 
-def test_a_checkpoint_with_no_test_accuracy_on_a_tested_round_is_still_refused():
-    from hasfl_ray.engine.rundir import METRIC_KEYS, history_line_problem as _bad_line
+def test_a_run_whose_test_every_changes_at_each_resume_resumes_again(tmp_path):
+    # test_every is an execution field (it may change on --resume): the checkpoint's config at one save cannot say
+    # which earlier lines were tested, so a cadence read from it refused the second resume
+    run = ["simulate", "--backend", "local", "--rounds", "6", "--clients", "6", "--clients-per-round", "3",
+           "--checkpoint-every", "1", "--local-eval-clients", "off", "--quiet"]
+    out = tmp_path / "run"
+    assert CliRunner().invoke(main, run + ["--test-every", "3", "--fault-inject", "trainer-error@4",
+                                           "--out", str(out)]).exit_code == 1
+    again = CliRunner().invoke(main, ["simulate", "--out", str(out), "--resume", "--quiet", "--test-every", "1",
+                                      "--fault-inject", "trainer-error@5"])
+    assert again.exit_code == 1 and "injected trainer failure" in again.output, again.output
+    resumed = CliRunner().invoke(main, ["simulate", "--out", str(out), "--resume", "--quiet"])
+    assert resumed.exit_code == 0, resumed.output
+    assert [line["test_accuracy"] is None for line in lines_of(out)] == [True, True, False, True, False, False]
 
-    line = {key: 0.5 for key in METRIC_KEYS}
-    untested = dict(line, round=0, test_accuracy=None, test_loss=None)
-    assert _bad_line(untested, 0, test_every=3, rounds=6) is None  # (0 + 1) % 3 != 0: not tested
-    assert _bad_line(dict(untested, round=2), 2, test_every=3, rounds=6) == "has test_accuracy None, not a number"
-    assert _bad_line(dict(untested, round=4), 4, test_every=2, rounds=5) == "has test_accuracy None, not a number"
-    assert _bad_line(untested, 0) == "has test_accuracy None, not a number"  # every round tested (the default)
+
+def test_a_checkpoint_line_with_half_an_evaluation_is_still_refused():
+    from hasfl_ray.engine.rundir import METRIC_KEYS, history_line_problem
+
+    line = dict({key: 0.5 for key in METRIC_KEYS}, round=0)
+    assert history_line_problem(dict(line, test_accuracy=None, test_loss=None), 0) is None  # not evaluated
+    assert history_line_problem(dict(line, test_accuracy=None), 0) == "has test_accuracy None, not a number"
+    assert history_line_problem(dict(line, test_loss=None), 0) == "has test_loss None, not a number"
+    assert history_line_problem(dict(line, avg_p=None, test_accuracy=None, test_loss=None), 0) == \
+        "has avg_p None, not a number"
