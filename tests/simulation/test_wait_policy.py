@@ -58,3 +58,29 @@ def test_every_ray_actor_starts_with_the_policy(ray_local, monkeypatch):
     engine.run_round = watched
     engine.run()
     assert len(seen) == 3 and set(seen.values()) == {b"PASSIVE"}
+
+
+@pytest.mark.parametrize("given", ["", "bogus", "PASIVE"])
+def test_a_value_openmp_does_not_take_is_replaced_by_passive(given):
+    # h52: libgomp answers "Invalid value for environment variable OMP_WAIT_POLICY" and spins by default, while
+    # `info` printed the value as the user's policy and every Ray actor started with it
+    environ = {"OMP_WAIT_POLICY": given}
+    assert threads.passive_waits(environ) == "PASSIVE" and environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    for chosen in ("active", " passive ", "Active"):  # libgomp's parse: any case, blanks around
+        assert threads.passive_waits({"OMP_WAIT_POLICY": chosen}) == chosen
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "_HASFL_RAY_SET_OMP_WAIT_POLICY")}
+    env["OMP_WAIT_POLICY"] = given
+    done = subprocess.run([os.path.join(BIN, "hasfl-ray"), "info", "--json"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "Invalid value" not in done.stderr  # torch loaded OpenMP with PASSIVE
+    state = json.loads(done.stdout)["threads"]
+    assert state["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert state["set_by"] == f"hasfl-ray, in place of the environment's {given!r}, which OpenMP does not take"
+    assert "OMP_WAIT_POLICY=PASSIVE" in state["actors"]
+
+
+def test_an_api_users_value_openmp_does_not_take_is_not_given_to_the_actors(monkeypatch):
+    monkeypatch.setenv("OMP_WAIT_POLICY", "")  # no console script ran: the actors still sleep
+    assert threads.actor_environment()["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert threads.wait_policy()["OMP_WAIT_POLICY"].startswith("'' (not a policy OpenMP takes")
