@@ -275,7 +275,8 @@ class AsyncLoop:
         for entry, tau in zip(entries, taus):
             s.stale_sum[entry.client] += tau
         line = self.line(v, entries, taus, results, aggregate, rejected)
-        due = eval_due(v, v + 1 == c.rounds, now, s.last_update_s, c.eval_every_updates, c.eval_every_seconds)
+        last = v + 1 == c.rounds or (e.stopped_early or {}).get("round") == v  # (dp_epsilon's stop: the line's)
+        due = eval_due(v, last, now, s.last_update_s, c.eval_every_updates, c.eval_every_seconds)
         s.version, s.last_update_s = v + 1, now
         if c.width_assignment == "dynamic" and s.version < c.rounds:
             self.capacities(s.version)

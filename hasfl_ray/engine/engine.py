@@ -305,6 +305,7 @@ class Engine:
                            ", ".join(map(str, rejected)),
                            "; every update was rejected, so the global model is unchanged" if not results else "")
         self.algorithm.observe(t, results, aggregate)
+        dp = privacy.line_keys(self, t, aggregate)  # first: it may end the run here, and a last round is evaluated
         evaluation = self.request_evaluation(t)
         used = [r.width if r.trained_width is None else r.trained_width for r in results] or \
             [widths[i] for i in participants] or list(widths.values()) or [0.0]  # (Poisson: nobody came)
@@ -313,7 +314,7 @@ class Engine:
                 "coverage": aggregate.covered_fraction, "frozen_fraction": self.backend.frozen_fraction(),
                 "mean_h": float(h.mean()) if h is not None else None, "rejected_updates": len(rejected),
                 "frozen_by_layer": self.backend.frozen_by_layer(), "coverage_by_layer": aggregate.covered_by_layer,
-                **clocked, **records.loss_keys(results), **privacy.line_keys(self, t, aggregate), "wall_s": None}
+                **clocked, **records.loss_keys(results), **dp, "wall_s": None}
         if self.backend.overlaps_evaluation and self._may_defer(t):
             # recorded once its evaluation is in, while a later round trains; wall_s is the round's time up to here;
             # a round that checkpoints keeps the state its checkpoint holds (or is completed now when it cannot)

@@ -54,14 +54,18 @@ def request_evaluation(engine: Any, t: int):
     (on its local-evaluation rounds). Returns a function giving (accuracy, loss, the line's other evaluation
     fields); everything it reads of the run is read now, so it may be called after the next round."""
     c = engine.config
+    # the run's rounds: rounds, or t + 1 where the run ends after t (dp_epsilon's stop, decided as the round's DP keys
+    # were computed, before this): its last round is evaluated like any last round
+    ended = getattr(engine, "stopped_early", None)
+    rounds = t + 1 if ended is not None and ended.get("round") == t else c.rounds
     plan = getattr(engine.algorithm, "depth_plan", None)  # depth sub-models: every exit's accuracy too
     ensemble = bool(getattr(engine.algorithm, "global_ensemble", False))  # DepthFL: the mean of the exits' logits
     # test_every (docs/metrics.md): a round that is not a test round evaluates nothing of the global model (no
     # forward pass, no sBN statistics pass); its line holds null, as an asynchronous update's that is not evaluated
-    tested = is_eval_round(t, c.rounds, getattr(c, "test_every", 1))
+    tested = is_eval_round(t, rounds, getattr(c, "test_every", 1))
     full = global_evaluation(engine, ensemble) if tested else untested
     at_widths = at_depths = local = None
-    if tested and is_eval_round(t, c.rounds, c.eval_every):
+    if tested and is_eval_round(t, rounds, c.eval_every):
         all_widths = list(engine.eval_widths)
         widths = [w for w in all_widths if w != 1.0]
         at_widths = (all_widths, shaped(engine.backend.request(
@@ -71,7 +75,7 @@ def request_evaluation(engine: Any, t: int):
         if plan is not None:  # the deepest exit is test_accuracy, unless that is the ensemble
             depths = list(range(1, plan.num_depths + (1 if ensemble else 0)))
             at_depths = (None if ensemble else plan.num_depths, engine.backend.request("evaluate_depths", depths))
-    if is_eval_round(t, c.rounds, c.local_eval_every):
+    if is_eval_round(t, rounds, c.local_eval_every):
         try:
             local = engine.request_local_accuracy()
         except EvaluationInterrupted as stop:  # the first signal: the round is recorded without it, the run stops
