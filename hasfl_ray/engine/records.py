@@ -104,12 +104,25 @@ def record(engine: Any, pending: Optional[Tuple[Dict[str, Any], Any, Any, Option
     if stop is not None and engine.stopped_early is None:
         engine.stopped_early = {"round": t, "reason": stop.reason}
         logger.warning("stopping after round %d: %s", t, stop.reason)
+        if line["test_accuracy"] is None:  # now the run's last round, which is always evaluated
+            evaluate_last(engine, line)
     if engine.rundir:
         if engine._checkpoints(t) or (stop is not None and engine.config.checkpoint_every):
             with writing(engine.rundir, "checkpoints/latest.pt"):
                 engine.save_checkpoint(engine.elapsed_before + time.perf_counter() - start, snapshot)
     if bar:
         show_line(bar, line)  # (an asynchronous line between evaluations has no accuracy: the bar keeps the last)
+
+
+def evaluate_last(engine: Any, line: Dict[str, Any]) -> None:
+    """A round (or server update) that a callback's Stop made the run's last, recorded without an evaluation
+    (``--test-every``, ``--eval-every-updates``): evaluated now, as every last round is (the global model is still
+    its own: a run with callbacks never trains a round ahead), its history line and metrics.jsonl completed. The
+    callback saw the line before its evaluation."""
+    complete(line, engine.request_evaluation(line["round"]), wall_s=line["wall_s"])
+    if engine.rundir:
+        with writing(engine.rundir, "metrics.jsonl"):
+            engine.rundir.reset_metrics(engine.history)
 
 
 def sampled_clients(engine: Any) -> np.ndarray:
