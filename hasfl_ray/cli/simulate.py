@@ -139,4 +139,5 @@ def simulate(config_file, out, force, resume, quiet, track, as_json, verbose, no
         return
     from hasfl_ray.cli.summary import readable_summary
 
-    click.echo(readable_summary(summary, out, spec_label(config.algorithm), spec_label(config.dataset), config.seed))
+    click.echo(readable_summary(summary, out, spec_label(config.algorithm), spec_label(config.dataset), config.seed,
+                                config.precision))

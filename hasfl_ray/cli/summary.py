@@ -69,8 +69,10 @@ def _clock(summary: Mapping[str, Any]) -> Optional[str]:
     return line + (f"; updates {', '.join(lost)}" if lost else "")
 
 
-def readable_summary(summary: Mapping[str, Any], run_dir: str, algorithm: str, dataset: str, seed: int) -> str:
-    """The lines `simulate` ends with (see the module docstring)."""
+def readable_summary(summary: Mapping[str, Any], run_dir: str, algorithm: str, dataset: str, seed: int,
+                     precision: str = "fp32") -> str:
+    """The lines `simulate` ends with (see the module docstring); ``precision``: the run's ``--precision``, named
+    in the first line where it is not fp32 (a bf16 run's accuracy is not an fp32 run's)."""
     rows: List[Tuple[str, str]] = [("accuracy", f"final {_percent(summary.get('final_accuracy'))}, best "
                                       f"{_percent(summary.get('best_accuracy'))}")]
     losses = [f"{name} {summary[key]:.4f}" for name, key in (("test", "final_test_loss"),
@@ -92,6 +94,9 @@ def readable_summary(summary: Mapping[str, Any], run_dir: str, algorithm: str, d
     clock = _clock(summary)
     if clock:
         rows.append(("simulated time", clock))
+    stopped = summary.get("stopped_early")  # dp_epsilon's or a callback's stop, before --rounds
+    if isinstance(stopped, Mapping) and isinstance(stopped.get("round"), int):
+        rows.append(("stopped early", f"after round {stopped['round'] + 1}: {stopped.get('reason')}"))
     if summary.get("coverage_warning"):
         rows.append(("warning", str(summary["coverage_warning"])))
     if summary.get("inputs_unverified"):
@@ -102,7 +107,8 @@ def readable_summary(summary: Mapping[str, Any], run_dir: str, algorithm: str, d
         (f"{summary.get('server_updates')} server updates ({summary.get('async_rule')}, "
          f"staleness mean {summary.get('staleness_mean', 0):.2f}, max {summary.get('staleness_max')})")
     startup = summary.get("startup_s")  # data, model and Ray, timed apart from the rounds
-    head = f"{algorithm} on {dataset}, seed {seed}: {done}" + \
+    arithmetic = "" if precision == "fp32" else f", {precision} autocast"
+    head = f"{algorithm} on {dataset}, seed {seed}{arithmetic}: {done}" + \
         (f" in {wall:.1f} s" if isinstance(wall, (int, float)) else "") + \
         (f" (+{startup:.1f} s start-up)" if isinstance(startup, (int, float)) else "")
     return "\n".join([head] + [f"  {label:<{LABEL_WIDTH}}{text}" for label, text in rows])

@@ -61,3 +61,20 @@ def test_an_asynchronous_run_counts_server_updates_not_rounds():
                "sim_gb_up": 0.001}
     head = readable_summary(summary, "runs/x", "hasfl", "digits", 42).splitlines()[0]
     assert head == "hasfl on digits, seed 42: 5 server updates (fedbuff, staleness mean 0.45, max 2) in 1.0 s"
+
+
+def test_a_bf16_run_and_an_early_stop_say_so(tmp_path):
+    # h52: a bf16 run's summary read as an fp32 run's (config.yaml only held the precision), and a run dp_epsilon
+    # ended after 2 of 20 rounds said "2 rounds" with no word of why
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["simulate", "--backend", "local", "--rounds", "20", "--clients", "6",
+                                       "--clients-per-round", "3", "--precision", "bf16", "--dp-noise-multiplier",
+                                       "1", "--dp-epsilon", "10", "--local-eval-clients", "off", "--quiet",
+                                       "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    lines = result.output.splitlines()
+    assert lines[0].startswith("hasfl on digits, seed 42, bf16 autocast: 2 rounds in ")
+    assert f"  stopped early   after round 2: {summary['stopped_early']['reason']}" in lines
+    fp32 = readable_summary({**summary, "stopped_early": None}, "runs/x", "hasfl", "digits", 42, "fp32")
+    assert fp32.splitlines()[0].startswith("hasfl on digits, seed 42: 2 rounds") and "stopped early" not in fp32
