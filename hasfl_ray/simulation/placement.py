@@ -65,6 +65,9 @@ def plan_actors(config: RunConfig, cluster_cpus: float, cluster_gpus: float) -> 
     """
     threads = config.trainer_threads
     cpus = int(math.floor(cluster_cpus + _EPS))
+    if threads > cpus:  # not even one trainer fits: the threads are what to change, not the actors (at most 0)
+        raise ConfigError(f"trainer_threads is {threads}, which needs {threads} CPUs for one trainer actor, but the "
+                          f"Ray cluster has {cpus}; expected at most {cpus}")
     if not config.device.startswith("cuda"):
         actors = config.actors or max(1, cpus // threads)
         if actors * threads > cpus:

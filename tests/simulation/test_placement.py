@@ -45,6 +45,17 @@ def test_plans_that_cannot_fit_are_refused_in_one_sentence(kw, cpus, gpus, needl
         plan_actors(ray_config(**kw), cpus, gpus)
 
 
+@pytest.mark.parametrize("kw", [dict(trainer_threads=3), dict(trainer_threads=3, actors=1),
+                                dict(trainer_threads=3, device="cuda")])
+def test_more_trainer_threads_than_the_cluster_has_cpus_name_the_threads(kw):
+    # h52: `--backend ray --trainer-threads 3` on 2 CPUs answered "actors is 1 with trainer_threads 3 ...; expected
+    # at most 0 actors", a remedy no run can take
+    with pytest.raises(ConfigError) as refused:
+        plan_actors(ray_config(**kw), 2, 1)
+    assert str(refused.value) == ("trainer_threads is 3, which needs 3 CPUs for one trainer actor, but the Ray "
+                                  "cluster has 2; expected at most 2")
+
+
 def test_ray_only_options_need_the_ray_backend_and_gpus_need_cuda():
     with pytest.raises(ConfigError, match="backend ray"):
         RunConfig(backend="local", actors=2)
