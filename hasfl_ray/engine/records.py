@@ -104,8 +104,8 @@ def record(engine: Any, pending: Optional[Tuple[Dict[str, Any], Any, Any, Option
     if stop is not None and engine.stopped_early is None:
         engine.stopped_early = {"round": t, "reason": stop.reason}
         logger.warning("stopping after round %d: %s", t, stop.reason)
-        if line["test_accuracy"] is None:  # now the run's last round, which is always evaluated
-            evaluate_last(engine, line)
+        if line["test_accuracy"] is None or "accuracy_at_width" not in line:  # now the run's last round, which is
+            evaluate_last(engine, line)  # always evaluated, at each width too
     if engine.rundir:
         if engine._checkpoints(t) or (stop is not None and engine.config.checkpoint_every):
             with writing(engine.rundir, "checkpoints/latest.pt"):
@@ -116,7 +116,7 @@ def record(engine: Any, pending: Optional[Tuple[Dict[str, Any], Any, Any, Option
 
 def evaluate_last(engine: Any, line: Dict[str, Any]) -> None:
     """A round (or server update) that a callback's Stop made the run's last, recorded without an evaluation
-    (``--test-every``, ``--eval-every-updates``): evaluated now, as every last round is (the global model is still
+    (``--test-every``, ``--eval-every-updates``) or without one at each width (``--eval-every``): evaluated now, as every last round is (the global model is still
     its own: a run with callbacks never trains a round ahead), its history line and metrics.jsonl completed. The
     callback saw the line before its evaluation."""
     complete(line, engine.request_evaluation(line["round"]), wall_s=line["wall_s"])

@@ -84,3 +84,11 @@ def test_the_update_a_callback_stops_an_asynchronous_run_on_is_evaluated(tmp_pat
                          **PLAIN)
     assert [line["test_accuracy"] is None for line in lines] == [True, True, False, False]
     assert summary["final_accuracy"] == lines[-1]["test_accuracy"]
+
+
+def test_the_round_a_callback_stops_on_is_evaluated_at_each_width(tmp_path):
+    every, every_lines = run(tmp_path, "every", [StopAt(3)], eval_every=1, **PLAIN)
+    sparse, sparse_lines = run(tmp_path, "sparse", [StopAt(3)], eval_every=3, **PLAIN)
+    assert ["accuracy_at_width" in line for line in sparse_lines] == [False, False, True, True]
+    assert sparse_lines[-1] == {**every_lines[-1], "wall_s": sparse_lines[-1]["wall_s"]}
+    assert sparse["accuracy_at_width_final"] == every["accuracy_at_width_final"]
