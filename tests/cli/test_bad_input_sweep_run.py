@@ -124,6 +124,25 @@ def test_a_cell_given_twice_is_refused_before_anything_runs(tmp_path, block, nam
     assert not os.path.exists(tmp_path / "out")
 
 
+@pytest.mark.parametrize("where, block, keys, words", [
+    ("variant", {"algorithms": ["good", "bad"], "variants": {"good": {"algorithm": "heterofl"},
+                                                             "bad": {"algorithm": "fiarse", "alpha": -1}}}, {},
+     "alpha is -1 (config file '{config}' sweep variant 'bad'); expected a number > 0"),
+    ("shared", {"algorithms": ["fedavg"]}, {"momentum": 7},
+     "momentum is 7 (config file '{config}'); expected a number in [0, 1]"),
+    ("option", {"algorithms": ["bad"], "variants": {"bad": {"algorithm": "fiarse", "fiarse_scope": "nonsense"}}}, {},
+     "fiarse_scope is 'nonsense' (sweep cell digits-bad-seed42); expected global"),
+])
+def test_a_bad_value_in_a_sweep_file_names_the_variant_or_cell_holding_it(tmp_path, where, block, keys, words):
+    """A bad value in one of a sweep file's variants ("alpha is -1; expected a number > 0") did not say which of
+    them holds it: the league's configs have 88. The sentence now names the layer of the file (or the cell, for an
+    algorithm's option, checked as each cell is planned), before anything runs."""
+    config = write_sweep(tmp_path / "s.yaml", {"seeds": [42], **block}, **keys)
+    result = sweep(config, "--backend", "local", "--quiet", "--out", str(tmp_path / "out"))
+    one_sentence(result, words.format(config=config))
+    assert not os.path.exists(tmp_path / "out")
+
+
 # ------------------------------------------------------------------------------------ row 14: one signal stops all
 
 def start_sweep(config, out, backend="local"):
