@@ -56,6 +56,11 @@ def find_runs(paths):
     """Finished runs under PATHS (see :func:`run_directories`), read; one sentence if none."""
     from hasfl_ray.analysis import read_run
 
+    for path in paths:  # a mistyped PATH beside others was walked as an empty one: its runs left out without a word
+        if not os.path.isdir(path):
+            what = "does not exist" if not os.path.lexists(path) else "is not a folder"
+            raise ConfigError(f"PATH {path!r} {what}; expected a run directory, a folder holding them or a sweep's "
+                              "folder")
     started = []
     run_dirs = run_directories(paths, started)
     if not run_dirs:

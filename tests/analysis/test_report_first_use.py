@@ -131,3 +131,19 @@ def test_plot_names_the_runs_its_figures_leave_out(two_seeds, tmp_path):
             f"Error: no finished runs under {folder / 'extra'} (1 run directory holds config.yaml but no "
             f"summary.json, stopped, failed or still running: {folder / 'extra' / 'digits-uniform-seed1'}); "
             "expected run directories holding summary.json")
+
+
+@pytest.mark.parametrize("command", ["report", "plot", "analyze"])
+def test_a_path_that_is_missing_or_a_file_beside_others_is_refused(two_seeds, tmp_path, command):
+    """`report runs/sweep-a runs/sweep-b` with the second mistyped (or a file: a summary.json named itself) reported
+    the first alone, exit 0, without a word of the PATH it walked as an empty folder: each PATH must now be a
+    folder, or the command says which one is not (exit 2, nothing written)."""
+    (tmp_path / "notes.txt").write_text("not runs\n")
+    for path, what in ((tmp_path / "mistyped", "does not exist"), (tmp_path / "notes.txt", "is not a folder"),
+                       (two_seeds / "digits-hasfl-seed1" / "summary.json", "is not a folder")):
+        args = [command, str(two_seeds), str(path)] + (["--out", str(tmp_path / "out")] if command != "analyze" else [])
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert result.output.strip() == (f"Error: PATH {str(path)!r} {what}; expected a run directory, a folder "
+                                          "holding them or a sweep's folder")
+        assert not (tmp_path / "out").exists()
