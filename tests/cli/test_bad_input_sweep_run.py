@@ -143,6 +143,23 @@ def test_a_bad_value_in_a_sweep_file_names_the_variant_or_cell_holding_it(tmp_pa
     assert not os.path.exists(tmp_path / "out")
 
 
+def test_a_cell_refused_as_it_starts_is_not_told_to_retry(tmp_path):
+    """A cell refused as it starts (a width FIARSE keeps nothing of: the model is needed to see it, so the plan
+    cannot) failed alone while the others finished, and the sweep ended "run the same command again to retry them",
+    which fails the same way until its config changes. It now says the cell was refused and that its config needs
+    changing; a cell that failed while it ran keeps the retry line (tests/cli/test_sweep.py)."""
+    config = write_sweep(tmp_path / "s.yaml", {"seeds": [42], "algorithms": ["good", "bad"], "variants": {
+        "good": {"algorithm": "heterofl"}, "bad": {"algorithm": "fiarse", "widths": [0.001, 1.0]}}})
+    result = CliRunner().invoke(main, ["sweep", config, "--backend", "local", "--quiet", "--out",
+                                       str(tmp_path / "out")])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert "digits-bad-seed42: failed: width 0.001 gives fiarse model size 1e-06" in result.stdout
+    assert result.stderr.strip() == (
+        "Error: 1 of 2 cells was refused as it started, for bad input (digits-bad-seed42: the sentence above); "
+        "expected a config it accepts: change it, then run the same command again (finished cells are skipped)")
+    assert os.path.exists(tmp_path / "out" / "digits-good-seed42" / "summary.json")
+
+
 # ------------------------------------------------------------------------------------ row 14: one signal stops all
 
 def start_sweep(config, out, backend="local"):
