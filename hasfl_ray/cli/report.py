@@ -56,9 +56,19 @@ def find_runs(paths):
     """Finished runs under PATHS (see :func:`run_directories`), read; one sentence if none."""
     from hasfl_ray.analysis import read_run
 
-    run_dirs = run_directories(paths)
+    for path in paths:  # a mistyped PATH beside others was walked as an empty one: its runs left out without a word
+        if not os.path.isdir(path):
+            what = "does not exist" if not os.path.lexists(path) else "is not a folder"
+            raise ConfigError(f"PATH {path!r} {what}; expected a run directory, a folder holding them or a sweep's "
+                              "folder")
+    started = []
+    run_dirs = run_directories(paths, started)
     if not run_dirs:
-        raise ConfigError(f"no finished runs under {', '.join(paths)}; expected run directories holding summary.json")
+        count = len(started)
+        unfinished = (f" ({count} run director{'y holds' if count == 1 else 'ies hold'} config.yaml but no summary.json"
+                      f", stopped, failed or still running: {', '.join(started)})") if started else ""
+        raise ConfigError(f"no finished runs under {', '.join(paths)}{unfinished}; expected run directories holding "
+                          "summary.json")
     return [read_run(path) for path in run_dirs]
 
 
@@ -120,6 +130,17 @@ def unfinished_runs_line(unfinished):
     return (f"unfinished: {count} run director{'y holds' if count == 1 else 'ies hold'} config.yaml but no "
             "summary.json (stopped, failed or still running), so the tables and figures leave "
             f"{'it' if count == 1 else 'them'} out: {', '.join(path for path, _ in unfinished)}")
+
+
+def unfinished_note(paths, sweep, runs):
+    """What report and plot say of the runs they leave out: the sweep's cells without a result
+    (:func:`unfinished_cells`) and the other run directories without their summary.json (:func:`unfinished_runs`),
+    as (the lines, [(name, status)])."""
+    cells = unfinished_cells(paths, sweep, runs)  # a sweep stopped early: said, never silently left out
+    started = unfinished_runs(paths, sweep, cells)  # so is a run directory without its summary
+    note = "\n".join(([unfinished_line(cells, len(sweep["cells"]))] if cells else [])
+                     + ([unfinished_runs_line(started)] if started else []))
+    return note, cells + started
 
 
 def unfinished_line(unfinished, total):
@@ -204,11 +225,7 @@ def report(paths, as_json, out_dir, budget_seconds, budget_bytes, fmt) -> None:
         out_dir = os.path.join(paths[0], "report")
     if out_dir is not None:
         check_out(out_dir)
-    unfinished = unfinished_cells(paths, sweep, runs)  # a sweep stopped early: said, never silently left out
-    started = unfinished_runs(paths, sweep, unfinished)  # so is a run directory without its summary
-    note = "\n".join(([unfinished_line(unfinished, len(sweep["cells"]))] if unfinished else [])
-                      + ([unfinished_runs_line(started)] if started else []))
-    unfinished += started
+    note, unfinished = unfinished_note(paths, sweep, runs)
     written = write_files(lambda: write_report(runs, out_dir, order, sweep.get("reproduces") or "", budget_seconds,
                                                budget_bytes, note, fmt), out_dir) \
         if out_dir is not None else []
@@ -312,11 +329,17 @@ def analyze(runs, as_json) -> None:
 def plot(paths, out_dir, fmt) -> None:
     """The paper's figures per dataset: convergence, mean H̃ and p per round, per-client p against p max,
     and the accuracy-capacity frontier (and accuracy against simulated time and data moved for runs with a device
-    clock, docs/clock.md). PATHS are run directories or folders holding them."""
+    clock, docs/clock.md). PATHS are run directories or folders holding them; the runs left out (a sweep's
+    unfinished cells, run directories without summary.json) are named on stderr, as report names them."""
     from hasfl_ray.analysis.plots import plot_runs
 
     runs = find_runs(paths)
-    order = sweep_description(paths).get("algorithms") or ()  # a sweep's: its lines in its tables' order
+    sweep = sweep_description(paths)
+    order = sweep.get("algorithms") or ()  # a sweep's: its lines in its tables' order
     check_out(out_dir)
-    for path in write_files(lambda: plot_runs(runs, out_dir, order, fmt), out_dir):
+    note, _ = unfinished_note(paths, sweep, runs)  # the runs the figures leave out, named as report names them
+    written = write_files(lambda: plot_runs(runs, out_dir, order, fmt), out_dir)
+    if note:  # on stderr: stdout stays the list of the figures' paths
+        click.echo(note, err=True)
+    for path in written:
         click.echo(path)

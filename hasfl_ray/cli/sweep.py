@@ -99,8 +99,9 @@ def sweep(config, seeds, algorithms, datasets, out, force, cells_per_gpu, quiet,
         executor.shutdown()
         raise
     stop = StopSignals()  # one SIGINT or SIGTERM stops the whole sweep, its running cells with a checkpoint
-    statuses = _run(plan, executor, force, quiet, stop, lock)
-    failed = [name for name, status in statuses.items() if status in ("failed", "blocked")]
+    refused: list = []  # the cells refused as they started (bad input), not failed while they ran
+    statuses = _run(plan, executor, force, quiet, stop, lock, refused)
+    failed = [name for name, status in statuses.items() if status in ("failed", "blocked") and name not in refused]
     click.echo(f"sweep folder: {plan.out} (sweep.json); report it with `hasfl-ray report {plan.out}`")
     stopped = [name for name, status in statuses.items() if status in STOPPED]
     if stop.requested() and stopped:  # (a signal once every cell had ended stopped nothing)
@@ -108,9 +109,17 @@ def sweep(config, seeds, algorithms, datasets, out, force, cells_per_gpu, quiet,
                    f"did not finish ({', '.join(stopped)}); run the same command again to resume them (finished "
                    "cells are skipped, interrupted ones resume from their checkpoints)", err=True)
         sys.exit(128 + stop.signal_number)
+    if refused:  # running them again refuses them again
+        one = len(refused) == 1
+        accept = "it accepts: change it" if one else "they accept: change them"
+        click.echo(f"Error: {len(refused)} of {len(statuses)} cells {'was' if one else 'were'} refused as "
+                   f"{'it' if one else 'they'} started, for bad input ({', '.join(refused)}: the sentence"
+                   f"{'' if one else 's'} above); expected a config {accept}, then run the same command again "
+                   "(finished cells are skipped)", err=True)
     if failed:
         click.echo(f"Error: {len(failed)} of {len(statuses)} cells did not finish ({', '.join(failed)}); run the same "
                    "command again to retry them (finished cells are skipped)", err=True)
+    if failed or refused:
         sys.exit(1)
 
 
@@ -130,7 +139,7 @@ def _executor(backend, address, gpus_per_actor, force, quiet, cells_per_gpu=None
     return RayExecutor(address=address, gpus_per_task=gpus_per_actor, force=force, cells_per_gpu=cells_per_gpu)
 
 
-def _run(plan, executor, force, quiet, stop=None, lock=None):
+def _run(plan, executor, force, quiet, stop=None, lock=None, refused=None):
     from hasfl_ray.sweep import describe_result, rounds_done, run_sweep, sweep_summary_line
 
     what = f" ({plan.reproduces})" if plan.reproduces else ""
@@ -147,6 +156,8 @@ def _run(plan, executor, force, quiet, stop=None, lock=None):
     ended = [0]
 
     def on_result(cell, result):
+        if refused is not None and result.get("refused"):
+            refused.append(cell.name)
         ended[0] += 1
         bar.update(1)
         line = f"[{ended[0]}/{len(plan.cells)}] {describe_result(cell, result)}"

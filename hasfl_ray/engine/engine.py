@@ -80,6 +80,7 @@ class Engine:
         #: wall_s and, for a round that checkpoints, the run's state as the round ended (see run_round).
         self._pending: List[Tuple[Dict[str, Any], Any, float, Optional[Snapshot]]] = []
         self._in_loop = False  # run_round called by the loop (which records deferred lines), not by a caller
+        self._clock_before_round: Optional[Dict[str, Any]] = None  # the clock's state as the running round began
         self._loop_start, self._bar = 0.0, None
         self.prepared = False
         self.clock: Any = None  # the device clock (hasfl_ray.clock, docs/clock.md) when devices are configured
@@ -205,7 +206,9 @@ class Engine:
         for t in range(len(self.history), c.rounds):
             try:
                 line = self.run_round(t)
-            except RoundInterrupted:
+            except RoundInterrupted:  # stopped while the round's clients trained: the round is not run, on the
+                if self._clock_before_round is not None:  # clock either (it moved past the round as it began)
+                    self.clock.load_state_dict(self._clock_before_round)
                 self.record_pending()
                 if bar:
                     bar.close()
@@ -270,6 +273,8 @@ class Engine:
         """One round: sample, allocate, train, aggregate, observe, evaluate; returns its metrics line."""
         c = self.config
         round_start = time.perf_counter()
+        # the clock as the round begins (a copy): a stop while its clients train puts it back (_loop)
+        self._clock_before_round = self.clock.state_dict() if self.clock is not None else None
         invitation = self.clock.invite(t, c.clients_per_round) if self.clock is not None else None
         participants = invitation.clients if invitation is not None else \
             round_participants(self.algorithm, c, t)

@@ -25,12 +25,13 @@ this package).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from hasfl_ray.config import (RunConfig, check_inert_keys, load_yaml_config, option_fields, option_owners,
                               split_sweep_config, sweep_list)
@@ -142,6 +143,21 @@ def _option(values: Mapping[str, Any], name: str, default: Any = None) -> Any:
     return values.get(name, default)
 
 
+@contextlib.contextmanager
+def naming(source: str) -> Iterator[None]:
+    """A bad value's sentence from the block it runs (``alpha is -1; expected a number > 0``) says which layer of
+    the sweep's file, or which cell, holds it: ``alpha is -1 (config file 's.yaml' sweep variant 'bad'); expected
+    ...`` (a league config has 88 variants). A sentence that names it already is left as it is."""
+    try:
+        yield
+    except ConfigError as error:
+        text = str(error)
+        if source in text:
+            raise
+        head, sep, tail = text.partition("; expected")
+        raise type(error)(f"{head} ({source}){sep}{tail}") from None
+
+
 def check_layer(values: Mapping[str, Any], source: str, block: Mapping[str, Any]) -> None:
     """Refuse (one sentence) a bad value or an unknown key among a sweep config's shared, variant or per-dataset
     keys, before any cell is planned: RunConfig fields are checked as such; any other key must be an option of an
@@ -151,7 +167,8 @@ def check_layer(values: Mapping[str, Any], source: str, block: Mapping[str, Any]
     fields = {k: v for k, v in values.items() if k in known and k != "algorithm_options"}
     if fields.get("global_width") == "first" and "width_mix" not in fields:  # the variants name the levels: each
         fields.pop("global_width")  # cell's whole config is checked when it is planned
-    RunConfig.from_dict(fields, source, check_options=False)
+    with naming(source):
+        RunConfig.from_dict(fields, source, check_options=False)
     variants = block.get("variants") or {}
     names = [variants.get(a, {}).get("algorithm", a) for a in sweep_list(block.get("algorithms"), "algorithms", source)]
     names = names or [values.get("algorithm", RunConfig.algorithm)]
@@ -253,7 +270,8 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
         if problem:  # a run directory under `out`, never beside or above it
             raise ConfigError(f"sweep cell {name!r} (algorithm {algorithm!r}, dataset {dataset!r}), {problem}; "
                               "expected a name that is one folder under --out")
-        RunConfig.from_dict(values, f"sweep cell {name}", foreign="drop")  # another algorithm's options: dropped
+        with naming(f"sweep cell {name}"):  # another algorithm's options: dropped
+            RunConfig.from_dict(values, f"sweep cell {name}", foreign="drop")
         check_inert_keys(values, values, f"sweep cell {name}")
         if values.get("control_variates_dir"):  # cells run at once: each keeps its c_i files in a folder of its own
             values["control_variates_dir"] = os.path.join(values["control_variates_dir"], name)

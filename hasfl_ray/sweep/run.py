@@ -54,7 +54,14 @@ def run_cell(cell: Mapping[str, Any], force: bool = False, progress: bool = Fals
     except RunInterrupted as stop:
         return interrupted_result(cell["name"], stop.signal_number, stop.rounds_done)
     except Exception as error:
-        return {"name": cell["name"], "status": "failed", "error": failure_message(error)}
+        return failed_result(cell["name"], error)
+
+
+def failed_result(name: str, error: BaseException) -> Dict[str, Any]:
+    """The result of a cell that raised: its one line, and whether it was refused (bad input, a ConfigError: the
+    same command fails the same way until its config changes) rather than failed while it ran."""
+    return {"name": name, "status": "failed", "error": failure_message(error),
+            "refused": isinstance(error, ConfigError)}
 
 
 def interrupted_result(name: str, signal_number: Optional[int], rounds_done: Optional[int]) -> Dict[str, Any]:
@@ -189,7 +196,7 @@ def run_sweep(sweep: Sweep, executor: Executor,
                     try:
                         state = cell_state(cell.to_dict(), force)
                     except Exception as error:
-                        finish(cell, {"status": "failed", "error": failure_message(error)})
+                        finish(cell, failed_result(cell.name, error))
                         continue
                     if state == "finished":
                         finish(cell, execute_cell(cell.to_dict(), force))

@@ -102,3 +102,48 @@ def test_report_names_a_run_directory_without_its_summary(two_seeds, tmp_path):
         data = json.loads(report(*paths, "--json").output)
         assert data["unfinished"] == [{"name": str(folder / "digits-hasfl-seed2"), "status": "no summary.json"}]
     assert "unfinished" not in report(two_seeds).output
+
+
+def test_plot_names_the_runs_its_figures_leave_out(two_seeds, tmp_path):
+    """plot drew the figures of the finished runs and said nothing of a sweep's unfinished cells or of a run
+    directory without its summary.json (report named them, 94babb2): they are now named in report's words (on
+    stderr: stdout stays the figures' paths), and with no finished run at all the refusal names the unfinished."""
+    folder = sweep_folder(two_seeds, tmp_path)
+    shutil.copytree(two_seeds / "digits-hasfl-seed1", folder / "extra" / "digits-uniform-seed1")
+    (folder / "digits-fedavg-seed1" / "config.yaml").write_text("algorithm: fedavg\n")  # an interrupted cell's
+    (folder / "extra" / "digits-uniform-seed1" / "summary.json").unlink()
+    plotted = CliRunner().invoke(main, ["plot", str(folder), "--out", str(tmp_path / "figures")])
+    assert plotted.exit_code == 0, plotted.output
+    cells = ("unfinished: 2 of 4 cells of the sweep have no result, so the tables and figures leave them out: "
+             "digits-fedavg-seed1 (interrupted), digits-fedavg-seed2 (pending)")
+    started = ("unfinished: 1 run directory holds config.yaml but no summary.json (stopped, failed or still running), "
+               f"so the tables and figures leave it out: {folder / 'extra' / 'digits-uniform-seed1'}")
+    assert plotted.stderr.splitlines() == [cells, started]
+    assert plotted.stdout.splitlines() and all(line.startswith(str(tmp_path / "figures"))
+                                               for line in plotted.stdout.splitlines())
+    assert report(folder, "--out", tmp_path / "tables").output.splitlines()[:2] == [cells, started]
+    clean = CliRunner().invoke(main, ["plot", str(two_seeds), "--out", str(tmp_path / "clean")])
+    assert clean.exit_code == 0 and clean.stderr == ""
+    for command in ("plot", "report"):
+        nothing = CliRunner().invoke(main, [command, str(folder / "extra"), "--out", str(tmp_path / f"no-{command}")])
+        assert nothing.exit_code == 2 and "Traceback" not in nothing.output
+        assert nothing.output.strip() == (
+            f"Error: no finished runs under {folder / 'extra'} (1 run directory holds config.yaml but no "
+            f"summary.json, stopped, failed or still running: {folder / 'extra' / 'digits-uniform-seed1'}); "
+            "expected run directories holding summary.json")
+
+
+@pytest.mark.parametrize("command", ["report", "plot", "analyze"])
+def test_a_path_that_is_missing_or_a_file_beside_others_is_refused(two_seeds, tmp_path, command):
+    """`report runs/sweep-a runs/sweep-b` with the second mistyped (or a file: a summary.json named itself) reported
+    the first alone, exit 0, without a word of the PATH it walked as an empty folder: each PATH must now be a
+    folder, or the command says which one is not (exit 2, nothing written)."""
+    (tmp_path / "notes.txt").write_text("not runs\n")
+    for path, what in ((tmp_path / "mistyped", "does not exist"), (tmp_path / "notes.txt", "is not a folder"),
+                       (two_seeds / "digits-hasfl-seed1" / "summary.json", "is not a folder")):
+        args = [command, str(two_seeds), str(path)] + (["--out", str(tmp_path / "out")] if command != "analyze" else [])
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert result.output.strip() == (f"Error: PATH {str(path)!r} {what}; expected a run directory, a folder "
+                                          "holding them or a sweep's folder")
+        assert not (tmp_path / "out").exists()

@@ -124,6 +124,42 @@ def test_a_cell_given_twice_is_refused_before_anything_runs(tmp_path, block, nam
     assert not os.path.exists(tmp_path / "out")
 
 
+@pytest.mark.parametrize("where, block, keys, words", [
+    ("variant", {"algorithms": ["good", "bad"], "variants": {"good": {"algorithm": "heterofl"},
+                                                             "bad": {"algorithm": "fiarse", "alpha": -1}}}, {},
+     "alpha is -1 (config file '{config}' sweep variant 'bad'); expected a number > 0"),
+    ("shared", {"algorithms": ["fedavg"]}, {"momentum": 7},
+     "momentum is 7 (config file '{config}'); expected a number in [0, 1]"),
+    ("option", {"algorithms": ["bad"], "variants": {"bad": {"algorithm": "fiarse", "fiarse_scope": "nonsense"}}}, {},
+     "fiarse_scope is 'nonsense' (sweep cell digits-bad-seed42); expected global"),
+])
+def test_a_bad_value_in_a_sweep_file_names_the_variant_or_cell_holding_it(tmp_path, where, block, keys, words):
+    """A bad value in one of a sweep file's variants ("alpha is -1; expected a number > 0") did not say which of
+    them holds it: the league's configs have 88. The sentence now names the layer of the file (or the cell, for an
+    algorithm's option, checked as each cell is planned), before anything runs."""
+    config = write_sweep(tmp_path / "s.yaml", {"seeds": [42], **block}, **keys)
+    result = sweep(config, "--backend", "local", "--quiet", "--out", str(tmp_path / "out"))
+    one_sentence(result, words.format(config=config))
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_a_cell_refused_as_it_starts_is_not_told_to_retry(tmp_path):
+    """A cell refused as it starts (a width FIARSE keeps nothing of: the model is needed to see it, so the plan
+    cannot) failed alone while the others finished, and the sweep ended "run the same command again to retry them",
+    which fails the same way until its config changes. It now says the cell was refused and that its config needs
+    changing; a cell that failed while it ran keeps the retry line (tests/cli/test_sweep.py)."""
+    config = write_sweep(tmp_path / "s.yaml", {"seeds": [42], "algorithms": ["good", "bad"], "variants": {
+        "good": {"algorithm": "heterofl"}, "bad": {"algorithm": "fiarse", "widths": [0.001, 1.0]}}})
+    result = CliRunner().invoke(main, ["sweep", config, "--backend", "local", "--quiet", "--out",
+                                       str(tmp_path / "out")])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert "digits-bad-seed42: failed: width 0.001 gives fiarse model size 1e-06" in result.stdout
+    assert result.stderr.strip() == (
+        "Error: 1 of 2 cells was refused as it started, for bad input (digits-bad-seed42: the sentence above); "
+        "expected a config it accepts: change it, then run the same command again (finished cells are skipped)")
+    assert os.path.exists(tmp_path / "out" / "digits-good-seed42" / "summary.json")
+
+
 # ------------------------------------------------------------------------------------ row 14: one signal stops all
 
 def start_sweep(config, out, backend="local"):

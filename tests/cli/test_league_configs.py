@@ -88,7 +88,24 @@ def test_the_sample_is_the_full_protocol_scaled_down():
     for name, keys in sample["sweep"]["variants"].items():
         assert full["sweep"]["variants"][name] == keys
     assert {v["algorithm"] for v in sample["sweep"]["variants"].values()} == \
-        {"heterofl", "fedrolex", "fjord", "hasfl", "uniform", "fedavg"}  # the methods that exist today
+        {"heterofl", "fedrolex", "fjord", "hasfl", "uniform", "fedavg"}  # the six it was written with
+
+
+def test_the_samples_comment_names_its_methods_as_league_md_does():
+    """The sample's first comment said its six methods were "the methods that exist today" after the league's five
+    were registered beside them; it now names its six as league.md's sample section does ("the six methods that
+    existed when it was written") and names the five it leaves out, each by the report's name."""
+    from hasfl_ray.analysis.tables.layout import display_name
+
+    with open(SAMPLE, encoding="utf-8") as file:
+        comment = " ".join(line[1:].strip() for line in iter(file.readline, "") if line.startswith("#"))
+    page = " ".join(open(os.path.join(REPO, "docs", "reproduction", "league.md"), encoding="utf-8").read().split())
+    written = "the six methods that existed when it was written"
+    assert written in comment and written in page and "exist today" not in comment
+    ran = [display_name(v["algorithm"]) for v in _yaml(SAMPLE)["sweep"]["variants"].values()]
+    listed, _, after = comment.partition(written + ": ")[2].partition(" (")
+    assert [name.strip() for name in listed.replace(" and ", ", ").split(", ")] == list(dict.fromkeys(ran))
+    assert all(display_name(method) in after for method in METHODS if display_name(method) not in ran)
 
 
 def test_the_sample_runs_on_the_real_cifar10_sample_and_reports_its_league(shared_data, tmp_path):
