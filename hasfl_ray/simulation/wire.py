@@ -106,6 +106,35 @@ def unpack(packed: Packed) -> Any:
     return _replace(packed.skeleton, _Slot, view)
 
 
+@dataclass(frozen=True)
+class PackedMasks:
+    """A trainer call's units (``(tasks, batched)`` each, :meth:`~hasfl_ray.simulation.actors.TrainerActor.run`)
+    whose tasks' parameter masks (``ClientTask.masks``: a bitmask tensor per masked parameter, a dozen a digits
+    client) travel in one packed buffer: ``units`` with every task's masks None, ``masks`` per unit, per task, its
+    masks. Pickled one by one, a FIARSE call's masks cost the driver ~0.9 ms a client and 38 % more bytes."""
+
+    units: Any
+    masks: Packed
+
+
+def pack_units(units: Any) -> Any:
+    """``units`` as a trainer call carries them: a :class:`PackedMasks` where a task holds masks, else as given."""
+    masks = [[task.masks for task in tasks] for tasks, _ in units]
+    if all(held is None for group in masks for held in group):
+        return units
+    return PackedMasks([([dataclasses.replace(task, masks=None) for task in tasks], batched)
+                        for tasks, batched in units], pack(masks))
+
+
+def unpack_units(units: Any) -> Any:
+    """The units :func:`pack_units` was given (each task's masks CPU views of one private copy of the buffer)."""
+    if not isinstance(units, PackedMasks):
+        return units
+    masks = unpack(units.masks)
+    return [([dataclasses.replace(task, masks=held) for task, held in zip(tasks, group)], batched)
+            for (tasks, batched), group in zip(units.units, masks)]
+
+
 def _typed_view(flat: torch.Tensor, where: _Slot) -> torch.Tensor:
     """The bytes ``where`` names in ``flat`` (a uint8 buffer of a multiple of ALIGN bytes) as a contiguous tensor of
     its dtype and shape: one ``as_strided`` call (a slice, then a view, cost twice as much: ~2.3 us a tensor, ~60
