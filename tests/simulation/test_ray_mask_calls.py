@@ -1,8 +1,10 @@
-"""Parameter masks (fiarse, fedgmr) on their way to the trainers (h54): a trainer call carries its clients' bitmasks
-in one packed buffer (hasfl_ray/simulation/wire.py), never as tensors pickled one by one (~12 a client, each through
-torch's reduce protocol: 270 KB and ~23 ms of the driver's pickling for 25 digits FIARSE clients, 196 KB packed),
-synchronous and asynchronous, a killed trainer's clients included, with the local backend's bits; and the fault
-injection's warning counts the clients it kills, not the calls."""
+"""What a client's task holds on its way to the trainers (h54): a trainer call carries its clients' bitmasks (fiarse,
+fedgmr) and their objectives' tensors (SCAFFOLD's correction, DepthFL's FedDyn h) in one packed buffer
+(hasfl_ray/simulation/wire.py, ``pack_units``), never as tensors pickled one by one (a FIARSE client's dozen
+bitmasks: 270 KB and ~23 ms of the driver's pickling for 25 digits clients, 196 KB packed; a SCAFFOLD client's
+correction, a view of its flat vector per parameter, each pickled with the whole vector: 2.5 MB where it holds
+213 KB), synchronous and asynchronous, a killed trainer's clients included, with the local backend's bits; and the
+fault injection's warning counts the clients it kills, not the calls."""
 
 import re
 
@@ -76,3 +78,15 @@ def test_an_asynchronous_fedgmr_dispatch_carries_no_tensors_and_equals_the_local
     assert killed == local
     assert len(trainer_calls) > ASYNC["rounds"]
     assert [count for _, count in trainer_calls] == [0] * len(trainer_calls)
+
+
+@pytest.mark.parametrize("algorithm", ["scaffold", "depthfl"])
+def test_objective_tensors_travel_packed_and_the_run_equals_the_local_backend(ray_local, tmp_path, trainer_calls,
+                                                                             algorithm):
+    config = {**SYNC, "algorithm": algorithm}
+    local = summary_of(tmp_path, "local", {**config, "backend": "local"})
+    ray_run = summary_of(tmp_path, "ray", {**config, "backend": "ray", "actors": 2})
+    assert ray_run == local
+    assert [count for _, count in trainer_calls] == [0] * len(trainer_calls)
+    # the corrections (SCAFFOLD from round 1 on) and h (DepthFL) did travel: inside the packed buffer
+    assert any(type(units).__name__ == "PackedTasks" for units, _ in trainer_calls)
