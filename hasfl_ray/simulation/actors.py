@@ -13,7 +13,7 @@ import torch
 from hasfl_ray import allocator
 from hasfl_ray.data.base import FederatedDataset
 from hasfl_ray.engine.server import Server
-from hasfl_ray.simulation.wire import Packed, pack, unpack
+from hasfl_ray.simulation.wire import Packed, pack, unpack, unpack_units
 from hasfl_ray.training.determinism import apply_determinism, determinism_state
 from hasfl_ray.training.result import ClientResult
 from hasfl_ray.training.task import ClientTask
@@ -194,6 +194,7 @@ class TrainerActor:
         returns where the server is an actor (it takes the results by reference), one object, read at once, where
         it is in the driver (hasfl_ray/simulation/transport.py, ``Transport._send``)."""
         self._take(params)
+        units = unpack_units(units)  # the tasks' masks, sent in one buffer
         start = time.perf_counter()
         results: List[ClientResult] = []
         spent: List[float] = []

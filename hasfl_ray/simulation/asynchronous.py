@@ -17,7 +17,7 @@ from hasfl_ray.engine.backend import trainer_error
 from hasfl_ray.engine.server import NonFiniteModelError
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.simulation.transport import MAX_ATTEMPTS, _lost, logger
-from hasfl_ray.simulation.wire import pack, unpack
+from hasfl_ray.simulation.wire import pack, pack_units, unpack
 from hasfl_ray.training.result import ClientResult
 from hasfl_ray.training.task import ClientTask
 
@@ -57,7 +57,7 @@ class AsyncTransport:
         """Send ``handle``'s client to the trainer with the fewest calls in flight, from the model it holds."""
         slot = min(self.slots, key=lambda s: (s.in_flight, s.index))
         handle.report, handle.result = slot.actor.run.options(num_returns=2).remote(
-            self._carried(slot, [handle.params]), [([handle.task], False)])
+            self._carried(slot, [handle.params]), pack_units([([handle.task], False)]))
         handle.slot, handle.generation = slot.index, slot.generation
         handle.attempts += 1
         slot.in_flight += 1

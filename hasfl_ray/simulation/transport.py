@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, List, Sequence, Tuple
+from typing import Any, Deque, Dict, Iterable, List, Sequence, Tuple
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
@@ -13,6 +13,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from hasfl_ray.engine.backend import RoundInterrupted, trainer_error
 from hasfl_ray.errors import ActorLostError, ConfigError
 from hasfl_ray.simulation.actors import Held, Inline, TaskReport
+from hasfl_ray.simulation.wire import pack_units
 from hasfl_ray.training.task import ClientTask
 
 #: The Ray backend's own logger: RUN/log.txt names these lines hasfl_ray.simulation.backend, as it always has.
@@ -102,8 +103,9 @@ class Transport:
                 positions = [k for unit, _ in call for k in unit]
                 for position in positions:
                     attempts[position] += 1
-                carried, units = self._carried(slot, params), [([tasks[k] for k in unit], batched)
-                                                               for unit, batched in call]
+                # the tasks' masks in one buffer (wire.pack_units), not pickled tensor by tensor
+                carried, units = self._carried(slot, params), pack_units([([tasks[k] for k in unit], batched)
+                                                                          for unit, batched in call])
                 if together:  # one object, (report, results): one return for the trainer to store, one read here
                     report, result = slot.actor.run.remote(carried, units), None
                 else:  # the report for this driver, the results by reference for the server actor
@@ -118,7 +120,7 @@ class Transport:
         # the last round's evaluations, behind this round's training: {reference: trainer slot}
         evaluations = dict(self._submit_queued())
         if inject:  # testing only: kill the busiest trainer while its call is in flight
-            self._inject_fault(tasks[0].round)
+            self._inject_fault(tasks[0].round, pending.values())
         # The engine records the lines evaluated by now (metrics, TensorBoard, a checkpoint: ~3 ms of CPU and four
         # fsyncs, 2.5-8 ms of the driver's wall) once a trainer has nothing left to do this round while another
         # still trains: on a core no trainer needs, off the hand-off between rounds. A round without such a moment
@@ -217,14 +219,16 @@ class Transport:
         self.replaced_actors += 1
         self.timing.replaced_actors += 1
 
-    def _inject_fault(self, round: int) -> bool:
-        """Kill the trainer with the most clients in flight (testing only); True once one was killed."""
+    def _inject_fault(self, round: int, pending: Iterable[_Pending]) -> bool:
+        """Kill the trainer with the most calls in flight (testing only); its warning counts their clients (a
+        call holds several), the clients trained again. True once one was killed."""
         busy = [slot for slot in self.slots if slot.in_flight > 0]
         if not busy:
             return False
         victim = max(busy, key=lambda slot: (slot.in_flight, -slot.index))
+        clients = sum(len(job.positions) for job in pending if job.slot == victim.index)
         logger.warning("fault injection: killing trainer actor %d with %d clients in flight in round %d",
-                       victim.index, victim.in_flight, round)
+                       victim.index, clients, round)
         ray.kill(victim.actor, no_restart=True)
         return True
 

@@ -11,6 +11,7 @@ are bit-identical to sending the tensors themselves (tests/simulation/test_wire.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from dataclasses import dataclass
@@ -104,6 +105,66 @@ def unpack(packed: Packed) -> Any:
         return _typed_view(flat, where)
 
     return _replace(packed.skeleton, _Slot, view)
+
+
+@dataclass(frozen=True)
+class PackedTasks:
+    """A trainer call's units (``(tasks, batched)`` each, :meth:`~hasfl_ray.simulation.actors.TrainerActor.run`)
+    whose tasks' tensors travel in one packed buffer: ``units`` with every task's masks None and its objective's
+    attributes (:func:`_plain_state`) taken out, ``state`` per unit, per task, ``(masks, objective attributes)``.
+
+    Pickled one by one, a FIARSE client's dozen bitmasks cost the driver ~0.9 ms and 38 % more bytes, and a
+    SCAFFOLD client's correction (``c - c_i``, one view of its flat vector per parameter) 2.5 MB where it holds
+    213 KB: torch pickles a view with its whole storage, once per view."""
+
+    units: Any
+    state: Packed
+
+
+def _plain_state(objective: Any) -> bool:
+    """Whether ``objective`` pickles as its ``__dict__`` (no ``__getstate__``, ``__reduce__`` or ``__slots__`` of
+    its own): then its attributes can travel packed and be set back as pickle would set them."""
+    kind = type(objective)
+    return (hasattr(objective, "__dict__") and not hasattr(kind, "__slots__")
+            and getattr(kind, "__getstate__", object.__getstate__) is object.__getstate__
+            and kind.__reduce_ex__ is object.__reduce_ex__ and kind.__reduce__ is object.__reduce__)
+
+
+def pack_units(units: Any) -> Any:
+    """``units`` as a trainer call carries them: a :class:`PackedTasks` where a task holds masks or its objective
+    tensors, else as given."""
+    state, stripped, found = [], [], False
+    for tasks, batched in units:
+        group, light = [], []
+        for task in tasks:
+            objective = task.objective
+            attributes = dict(vars(objective)) if _plain_state(objective) else None
+            if attributes is not None and any(isinstance(v, (torch.Tensor, dict)) for v in attributes.values()):
+                shell = copy.copy(objective)
+                shell.__dict__.clear()
+                found = True
+            else:
+                attributes, shell = None, objective
+            found = found or task.masks is not None
+            group.append((task.masks, attributes))
+            light.append(dataclasses.replace(task, masks=None, objective=shell))
+        state.append(group)
+        stripped.append((light, batched))
+    return PackedTasks(stripped, pack(state)) if found else units
+
+
+def unpack_units(units: Any) -> Any:
+    """The units :func:`pack_units` was given (the tasks' tensors CPU views of one private copy of the buffer)."""
+    if not isinstance(units, PackedTasks):
+        return units
+    out = []
+    for (tasks, batched), group in zip(units.units, unpack(units.state)):
+        for task, (masks, attributes) in zip(tasks, group):
+            task.masks = masks
+            if attributes is not None:
+                task.objective.__dict__.update(attributes)
+        out.append((tasks, batched))
+    return out
 
 
 def _typed_view(flat: torch.Tensor, where: _Slot) -> torch.Tensor:

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from hasfl_ray.simulation.wire import ALIGN, Packed, pack, unpack
+from hasfl_ray.simulation.wire import ALIGN, Packed, PackedTasks, pack, pack_units, unpack, unpack_units
 from hasfl_ray.training.result import ClientResult
+from hasfl_ray.training.task import ClientTask, LocalObjective
 
 
 def random_result(generator: torch.Generator, client: int) -> ClientResult:
@@ -111,3 +112,42 @@ def test_the_packed_bytes_are_a_function_of_the_tensors_alone_padding_included()
     again = pack(values).buffer
     assert first.tobytes() == again.tobytes()
     assert not first[12:16].any() and not first[16 + 10:32].any()  # a's and b's padding
+
+
+class _Views(LocalObjective):
+    """An objective holding per-parameter views of one flat vector, as SCAFFOLD's correction does."""
+
+    def __init__(self, flat):
+        self.correction = {"a": flat[:6].view(2, 3), "b": flat[6:10]}
+        self.scale = 0.5
+
+
+class _OwnState(_Views):
+    """An objective that pickles itself its own way: pack_units leaves it to pickle."""
+
+    def __getstate__(self):
+        return {"correction": self.correction, "scale": self.scale, "own": True}
+
+
+def test_a_calls_tasks_travel_with_their_masks_and_objective_tensors_in_one_buffer_and_come_back_bit_for_bit():
+    flat = torch.randn(100_000, generator=torch.Generator().manual_seed(0))
+    bits = tuple((f"p{k}", torch.randint(0, 255, (7,), dtype=torch.uint8)) for k in range(3))
+    units = [([ClientTask(0, 1, 0.5, 0.1, 7, objective=_Views(flat), masks=bits),
+               ClientTask(1, 1, 1.0, 0.1, 8, objective=_OwnState(flat))], False),
+             ([ClientTask(2, 1, 0.25, 0.1, 9)], True)]
+    sent = pack_units(units)
+    assert isinstance(sent, PackedTasks)
+    first, own = sent.units[0][0]
+    assert first.masks is None and vars(first.objective) == {} and own.objective is units[0][0][1].objective
+    # the packed views hold their own bytes only (3 masks, 6 and 4 floats, each padded to 16 bytes), not the 100,000
+    # floats of the vector they view (pickling a view takes its whole storage along, as the objective that pickles
+    # itself still does)
+    assert sent.state.buffer.nbytes == 3 * 16 + 32 + 16 and len(pickle.dumps(flat[6:10])) > 400_000
+    back = unpack_units(pickle.loads(pickle.dumps(sent)))
+    assert_same([[(t.client, t.masks, vars(t.objective) if t.client == 0 else None) for t in tasks]
+                 for tasks, _ in back],
+                [[(t.client, t.masks, vars(t.objective) if t.client == 0 else None) for t in tasks]
+                 for tasks, _ in units])
+    assert [batched for _, batched in back] == [False, True] and back[0][0][0].objective.scale == 0.5
+    plain = [([ClientTask(3, 1, 1.0, 0.1, 1)], False)]
+    assert pack_units(plain) is plain  # nothing to pack: the units as they are
