@@ -219,7 +219,7 @@ def ray_local():
 @needs_ray
 @pytest.mark.parametrize("flags, words", [
     (["--actors", "1000"], "actors is 1000 with trainer_threads 1, which needs 1000 CPUs"),
-    (["--trainer-threads", "100000"], "trainer_threads 100000, which needs 100000 CPUs"),
+    (["--trainer-threads", "100000"], "trainer_threads is 100000, which needs 100000 CPUs"),
 ])
 def test_a_ray_placement_refused_leaves_no_run_directory(ray_local, here, flags, words):
     """# issue 24 row 30: the placement is refused after Ray started; RUN/ and its log.txt go with it."""
