@@ -15,7 +15,7 @@ import copy
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -130,27 +130,31 @@ def _plain_state(objective: Any) -> bool:
             and kind.__reduce_ex__ is object.__reduce_ex__ and kind.__reduce__ is object.__reduce__)
 
 
+def _tensor_state(objective: Any) -> Optional[Dict[str, Any]]:
+    """``objective``'s attributes where they can travel packed and hold a tensor (or a dict of them), else None."""
+    if not _plain_state(objective):
+        return None
+    attributes = vars(objective)
+    return dict(attributes) if any(isinstance(v, (torch.Tensor, dict)) for v in attributes.values()) else None
+
+
 def pack_units(units: Any) -> Any:
     """``units`` as a trainer call carries them: a :class:`PackedTasks` where a task holds masks or its objective
-    tensors, else as given."""
-    state, stripped, found = [], [], False
-    for tasks, batched in units:
-        group, light = [], []
-        for task in tasks:
-            objective = task.objective
-            attributes = dict(vars(objective)) if _plain_state(objective) else None
-            if attributes is not None and any(isinstance(v, (torch.Tensor, dict)) for v in attributes.values()):
-                shell = copy.copy(objective)
+    tensors, else as given (nothing copied: most calls carry neither)."""
+    states = [[(task.masks, _tensor_state(task.objective)) for task in tasks] for tasks, _ in units]
+    if all(masks is None and attributes is None for group in states for masks, attributes in group):
+        return units
+    stripped = []
+    for (tasks, batched), group in zip(units, states):
+        light = []
+        for task, (_, attributes) in zip(tasks, group):
+            shell = task.objective
+            if attributes is not None:
+                shell = copy.copy(shell)
                 shell.__dict__.clear()
-                found = True
-            else:
-                attributes, shell = None, objective
-            found = found or task.masks is not None
-            group.append((task.masks, attributes))
             light.append(dataclasses.replace(task, masks=None, objective=shell))
-        state.append(group)
         stripped.append((light, batched))
-    return PackedTasks(stripped, pack(state)) if found else units
+    return PackedTasks(stripped, pack(states))
 
 
 def unpack_units(units: Any) -> Any:
