@@ -90,6 +90,12 @@ class FLuID(Algorithm):
         self.previous: Dict[int, List[List[int]]] = {}
         self._layout: Optional[ChannelLayout] = None
         self._sets: Dict[int, List[List[int]]] = {}
+        self.p_current = self.capacity_allocation(self.p_max)
+
+    def capacity_allocation(self, p_max: np.ndarray) -> np.ndarray:
+        """A client's width before its first round: the full model, what a non-straggler trains (clients.csv's
+        ``p_final`` for a client that never took part; :meth:`observe` keeps each participant's own)."""
+        return np.ones_like(np.asarray(p_max, dtype=np.float64))
 
     def check_model(self, widths) -> None:
         """Refuse a model without channel groups (an LSTM, a model with exits) before anything is written."""
@@ -188,6 +194,13 @@ class FLuID(Algorithm):
                                                                   options.fluid_time_margin)
                 for client in removed:
                     self.previous.pop(int(client), None)
+
+    def observe(self, round: int, results: Sequence[Any], aggregate: Any) -> None:
+        """Each accepted participant's width this round (1, or its p as a straggler) becomes its ``p_current``: its
+        p at its last participation, clients.csv's ``p_final`` and the width its local accuracy is scored at
+        (docs/metrics.md), not its p^max, which FLuID does not train at."""
+        for result in results:
+            self.p_current[int(result.client)] = float(result.width)
 
     # -- state -----------------------------------------------------------------------------------------------------
 
