@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -17,6 +16,7 @@ import numpy as np
 from hasfl_ray.analysis.runfiles import _metrics, _save
 from hasfl_ray.analysis.report import _latex_grid, _markdown_grid, _tex, display_name, mean_std, number
 from hasfl_ray.analysis.rows import row_members, run_groups
+from hasfl_ray.analysis.statistics import nan_mean_std
 from hasfl_ray.clock.records import ACCURACY_TARGETS, NOT_REACHED, width_label
 from hasfl_ray.errors import DataError
 
@@ -219,9 +219,7 @@ def _step_curves(runs: Sequence[Dict[str, Any]], axis: int) -> Tuple[np.ndarray,
     for k, (x, path) in enumerate(zip(xs, paths)):
         index = np.searchsorted(x, grid, side="right") - 1
         values[k] = np.where(index >= 0, 100 * path[2][np.maximum(index, 0)], np.nan)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a point no seed has a value at (mean of nothing): NaN
-        return grid, np.nanmean(values, axis=0), np.nanstd(values, axis=0)
+    return (grid, *nan_mean_std(values))  # the tables' sample std over seeds
 
 
 def plot_clock(plt, out_dir: str, dataset: str, heading: str, labels: Sequence[str],

@@ -13,6 +13,7 @@ import numpy as np
 from hasfl_ray.analysis.clocked import plot_clock
 from hasfl_ray.analysis.report import display_name, mean_std, protocol_line, summarise_runs, width_of
 from hasfl_ray.analysis.rows import run_groups
+from hasfl_ray.analysis.statistics import nan_mean_std
 from hasfl_ray.analysis.runfiles import _metrics, _save, load_metrics, read_metrics  # noqa: F401 (re-exported)
 
 
@@ -23,13 +24,7 @@ def _curves(runs: Sequence[Dict[str, Any]], key: str, scale: float = 1.0) -> Tup
     curves = [[line.get(key) if line.get(key) is not None else np.nan for line in _metrics(r)] for r in runs]
     length = min(len(c) for c in curves)
     values = scale * np.array([c[:length] for c in curves], dtype=np.float64)
-    with np.errstate(all="ignore"):
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            mean = np.nanmean(values, axis=0) if length else np.zeros(0)
-            std = np.nanstd(values, axis=0) if length else np.zeros(0)
+    mean, std = nan_mean_std(values) if length else (np.zeros(0), np.zeros(0))  # the tables' sample std
     kept = ~np.isnan(mean)
     return np.arange(1, length + 1)[kept], mean[kept], std[kept]
 

@@ -15,6 +15,19 @@ def mean_std(values: Sequence[float]) -> Tuple[float, float]:
     return float(values.mean()), float(values.std(ddof=1 if len(values) > 1 else 0))
 
 
+def nan_mean_std(values: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Per column of ``values`` (seeds x points, NaN where a seed has no value): the mean and the sample standard
+    deviation over the seeds that have a value, as :func:`mean_std` gives a table's cell (0 where one seed has one,
+    NaN where none has): a figure's band over seeds is the table's ± at the same point."""
+    values = np.asarray(values, dtype=np.float64)
+    counts = (~np.isnan(values)).sum(axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a point no seed has a value at (mean of nothing): NaN
+        mean = np.nanmean(values, axis=0)
+        std = np.nanstd(values, axis=0, ddof=1)
+    return mean, np.where(counts == 1, 0.0, std)
+
+
 def partial_correlation(x: np.ndarray, y: np.ndarray, control: np.ndarray) -> float:
     """Pearson correlation of x and y after regressing both linearly on ``control``."""
     return partial_correlation_test(x, y, control)[0]

@@ -154,7 +154,8 @@ def test_curves_against_time_hold_each_seeds_last_finished_round(tmp_path):
         held = [100 * acc[int(np.searchsorted(ends, grid[k], side="right")) - 1]
                 for ends, acc in (([1, 2, 3], [0.2, 0.4, 0.6]), ([1.5, 3], [0.1, 0.3])) if grid[k] >= ends[0]]
         assert held == pytest.approx(expected)
-        assert mean[k] == pytest.approx(np.mean(held)) and std[k] == pytest.approx(np.std(held))
+        assert mean[k] == pytest.approx(np.mean(held))  # the sample std, as the tables (one seed: 0)
+        assert std[k] == pytest.approx(np.std(held, ddof=1) if len(held) > 1 else 0.0)
     grid, mean, _ = _step_curves([a], 1)  # against bytes: 1 MB a round
     assert grid[-1] == 3e6 and mean[-1] == pytest.approx(60.0)
 
