@@ -89,7 +89,7 @@ def plugin_cost_table(spec: str, dataset: str, data_dir: Optional[str] = None,
               help="Price a method's sub-models: fiarse or fedgmr (parameter masks: the full network's MACs, the held "
                    "values and the bitmask's bytes, docs/clock.md); depthfl (the full width up to each size's depth) "
                    "or scalefl (the size's width up to its level's exit), exits included, --depths one depth per "
-                   "size (default ceil(size x stages): 1,2,3,4 on a ResNet); fluid adds --index-sets' columns (a "
+                   "size in --widths order, as simulate pairs them (default ceil(size x stages): 1,2,3,4 on a ResNet); fluid adds --index-sets' columns (a "
                    "straggler of width p < 1 moves its index lists; at p = 1 none); any other built-in trains the "
                    "width-p slice this table prices without it (docs/algorithms.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {p, params, macs, upload_mb} "
@@ -244,26 +244,25 @@ def algorithm_rows(algorithm: str, model_name: str, dataset: str, norm: Optional
     stages), as simulate's depth plan); ScaleFL, the size's width up to its level's exit (``depths`` the levels'
     exits, default likewise: the source's 1,2,3,4 on a ResNet). Each row: the size, the width and depth trained, params, MACs and FLOPs per
     sample of its training forward (every exit up to its depth counted) and upload MB (fp32)."""
-    import math
-
     from hasfl_ray.errors import ConfigError
     from hasfl_ray.models import build_model, depth_cost_table
     from hasfl_ray.models.depth import exit_depths
+    from hasfl_ray.models.depth_plan import ladder_depths
 
-    sizes = sorted(ladder or PLUGIN_WIDTHS)
+    given = list(ladder or PLUGIN_WIDTHS)
     name = exits_model(model_name, dataset, norm, f"--algorithm is {algorithm!r}")
     total = exit_depths(build_model(name))
-    if depths is None:
-        chosen = [max(1, min(total, math.ceil(round(w * total, 9)))) for w in sizes]
-    else:
+    listed = None
+    if depths is not None:
         try:
-            chosen = [int(part) for part in depths.split(",")]
+            listed = [int(part) for part in depths.split(",")]
         except ValueError:
-            chosen = []
-    if len(chosen) != len(sizes) or any(not 1 <= d <= total for d in chosen):
-        raise ConfigError(f"--depths is {depths if depths is not None else ','.join(map(str, chosen))!r} for "
-                          f"--algorithm {algorithm} but model {model_name!r} has {total} depths and the sizes are "
-                          f"{', '.join(f'{w:g}' for w in sizes)}; expected one depth from 1 to {total} per size")
+            listed = []
+    if listed is not None and (len(listed) != len(given) or any(not 1 <= d <= total for d in listed)):
+        raise ConfigError(f"--depths is {depths!r} for --algorithm {algorithm} but model {model_name!r} has {total} "
+                          f"depths and the sizes are {', '.join(f'{w:g}' for w in given)}; expected one depth from 1 "
+                          f"to {total} per size")
+    sizes, chosen = ladder_depths(given, listed, total)  # one depth per size in --widths order, as a run pairs them
     rows = []
     for size, depth in zip(sizes, chosen):
         trained = 1.0 if algorithm == "depthfl" else size

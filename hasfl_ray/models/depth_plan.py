@@ -51,16 +51,23 @@ def depth_plan(config, model_name: str) -> Optional[DepthPlan]:
     if not total:
         raise ConfigError(f"sub_model is {config.sub_model!r} but model {model_name!r} has no exits; expected a "
                           "ResNet (model preresnet18, resnet18) or a dataset's image CNN (digits, emnist, cifar10, cifar100)")
-    ladder = ladder_of(config).widths
     depths = config.depths
-    if depths is None:
-        depths = [max(1, min(total, math.ceil(round(w * total, 9)))) for w in ladder]
-    bad = [d for d in depths if not 1 <= d <= total]
+    bad = [d for d in depths or () if not 1 <= d <= total]
     if bad:
         raise ConfigError(f"depths is {list(depths)!r} but model {model_name!r} has {total} depths (one a stage); "
                           f"expected each from 1 to {total}")
-    pairs = sorted(zip(ladder, depths))
-    return DepthPlan(tuple(w for w, _ in pairs), tuple(d for _, d in pairs), total, config.sub_model == "width_depth")
+    widths, depths = ladder_depths(ladder_of(config).widths, depths, total)
+    return DepthPlan(widths, depths, total, config.sub_model == "width_depth")
+
+
+def ladder_depths(widths, depths, total: int) -> Tuple[Tuple[float, ...], Tuple[int, ...]]:
+    """The ladder's widths ascending, each with its depth: ``depths`` one per width in the order ``widths`` gives
+    them (a run's ``widths`` and ``depths``, ``cost --widths --depths``), or without them ceil(w x ``total``) (the
+    model's stages). What a run trains and what ``hasfl-ray cost`` prices pair them here, once."""
+    if depths is None:
+        depths = [max(1, min(total, math.ceil(round(w * total, 9)))) for w in widths]
+    pairs = sorted(zip(widths, depths))
+    return tuple(w for w, _ in pairs), tuple(d for _, d in pairs)
 
 
 def implied_sub_model(config) -> Optional[str]:
@@ -105,4 +112,4 @@ def check_sub_model_keys(config, bad) -> None:
     object.__setattr__(config, "depths", list(depths))
 
 
-__all__ = ["DepthPlan", "SUB_MODELS", "check_sub_model_keys", "depth_plan", "implied_sub_model"]
+__all__ = ["DepthPlan", "SUB_MODELS", "check_sub_model_keys", "depth_plan", "implied_sub_model", "ladder_depths"]

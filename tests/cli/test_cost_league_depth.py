@@ -91,3 +91,21 @@ def test_the_methods_run_in_the_asynchronous_mode(tmp_path, method):
                                        "local", "--quiet", "--out", str(tmp_path / "run")])
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["params_sha256"]
+
+
+@pytest.mark.parametrize("algorithm", ["depthfl", "scalefl"])
+def test_depths_pair_with_the_widths_in_the_order_given_as_a_run_pairs_them(algorithm):
+    """`--depths` is one depth per width in --widths order, as simulate's (the league's configs: widths 1, 0.5, 0.25,
+    0.125 with depths 4, 3, 2, 1). cost paired the depths with the sizes sorted ascending, so the league's DepthFL
+    ladder priced size 1 at depth 1 and size 0.125 at depth 4, against what its runs' clock charged (h57)."""
+    from types import SimpleNamespace
+
+    from hasfl_ray.models.depth_plan import depth_plan
+
+    table = rows("--model", "digits", "--algorithm", algorithm, "--widths", "1,0.5", "--depths", "2,1")
+    assert [(r["size"], r["depth"]) for r in table] == [(0.5, 1), (1.0, 2)]
+    assert table == rows("--model", "digits", "--algorithm", algorithm, "--widths", "0.5,1", "--depths", "1,2")
+    config = SimpleNamespace(sub_model="width_depth" if algorithm == "scalefl" else "depth", widths=[1.0, 0.5],
+                             width_mix=None, tier_counts=None, depths=[2, 1])
+    plan = depth_plan(config, "digits+exits")  # the model a depth run of the digits builds
+    assert [(r["size"], r["depth"]) for r in table] == [(w, plan.depth_of(w)) for w in (0.5, 1.0)]
