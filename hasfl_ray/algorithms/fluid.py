@@ -195,6 +195,11 @@ class FLuID(Algorithm):
                 for client in removed:
                     self.previous.pop(int(client), None)
 
+    def set_capacities(self, round: int, p_max: np.ndarray) -> None:
+        """Dynamic width assignment: the new capacities (a straggler without a clock is of the lowest), each client's
+        ``p_current`` kept: the width of its last participation, which FLuID chose, not a capacity."""
+        self.p_max = np.asarray(p_max, dtype=np.float64).copy()
+
     def observe(self, round: int, results: Sequence[Any], aggregate: Any) -> None:
         """Each accepted participant's width this round (1, or its p as a straggler) becomes its ``p_current``: its
         p at its last participation, clients.csv's ``p_final`` and the width its local accuracy is scored at

@@ -11,8 +11,9 @@ from hasfl_ray.algorithms.fluid import FLuID
 from hasfl_ray.engine import Engine, RunConfig
 
 
-@pytest.mark.parametrize("devices", [None, "lognormal"], ids=["lowest-pmax", "clock"])
-def test_fluid_p_final_is_the_width_of_the_last_participation(tmp_path, monkeypatch, devices):
+@pytest.mark.parametrize("devices, assignment", [(None, "fixed"), ("lognormal", "fixed"), (None, "dynamic")],
+                         ids=["lowest-pmax", "clock", "dynamic"])
+def test_fluid_p_final_is_the_width_of_the_last_participation(tmp_path, monkeypatch, devices, assignment):
     handed = {}  # client -> the width allocate handed it last
     allocate = FLuID.allocate
 
@@ -24,7 +25,8 @@ def test_fluid_p_final_is_the_width_of_the_last_participation(tmp_path, monkeypa
     monkeypatch.setattr(FLuID, "allocate", recording)
     out = tmp_path / "run"
     Engine(RunConfig(backend="local", algorithm="fluid", rounds=5, clients=6, clients_per_round=3,
-                     widths=[1.0, 0.5, 0.25], devices=devices), out_dir=str(out)).run()
+                     widths=[1.0, 0.5, 0.25], devices=devices,
+                     width_assignment=assignment), out_dir=str(out)).run()
     with open(out / "clients.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     # the run's point: some client's last width is not its p^max (a middle-tier client trains the full model)
