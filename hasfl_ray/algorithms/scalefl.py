@@ -60,9 +60,9 @@ class ScaleFL(Algorithm):
         from hasfl_ray.federation import ladder_of
 
         options = rules.ScaleFLOptions(**config.algorithm_options)
-        if config.sub_model == "depth":
-            raise ConfigError("sub_model is 'depth' but algorithm scalefl scales width and depth together; expected "
-                              "sub_model width_depth (or left unset)")
+        if config.sub_model not in (None, "width_depth"):  # given (width included: None is unset), never replaced
+            raise ConfigError(f"sub_model is {config.sub_model!r} but algorithm scalefl scales width and depth "
+                              "together; expected sub_model width_depth (or left unset)")
         if options.scalefl_exits == "auto":  # the depth plan's default: ceil(v x stages) per ladder width
             return {"sub_model": "width_depth"}
         exits = rules.parse_exits(options.scalefl_exits)
