@@ -76,6 +76,10 @@ class ScaleFL(Algorithm):
                               f"{options.scalefl_exits!r}; expected depths left unset")
         return {"sub_model": "width_depth", "depths": exits}
 
+    #: The config values it always runs with, whatever is given (hasfl_ray.config.layers: a value given that
+    #: differs is refused): its mean counts each client once.
+    fixed_config = {"aggregation_weights": ("count", "the source's average_weights")}
+
     def aggregation_weights(self, clients: Sequence[int]) -> List[float]:
         """1 each: ``average_weights``' unweighted mean over the clients that trained a coordinate."""
         return [1.0] * len(clients)

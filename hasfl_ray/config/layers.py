@@ -56,7 +56,25 @@ def check_inert_keys(explicit: Mapping[str, Any], merged: Mapping[str, Any], sou
     if explicit.get("lr_gamma") is not None and not merged.get("lr_milestones"):
         raise ConfigError(f"lr_gamma is {explicit['lr_gamma']!r} but lr_milestones is unset{where}, so it does "
                           "nothing; expected it with --lr-milestones (the rounds at which lr is multiplied by it)")
+    _check_fixed_keys(explicit, merged, where)
     if explicit.get("local_epochs") is not None and merged.get("local_steps") is not None:
         raise ConfigError(f"local_epochs is {explicit['local_epochs']!r} beside local_steps "
                           f"{merged['local_steps']!r}{where}, which replaces it, so it does nothing; expected one of "
                           "them")
+
+
+def _check_fixed_keys(explicit: Mapping[str, Any], merged: Mapping[str, Any], where: str) -> None:
+    """A key the user gave that the built-in algorithm always runs at another value (its ``fixed_config``:
+    DepthFL's, ScaleFL's and FIARSE's count mean, whatever ``aggregation_weights`` says) is refused by name: the
+    schema's default given (``samples``) was replaced without a word, and config.yaml keeps the default for the
+    runs that give nothing (their hash), so only a value given is checked, never a stored run's."""
+    from hasfl_ray import registry  # registered() imports the built-ins
+
+    algorithm = merged.get("algorithm", RunConfigFields.algorithm)
+    if not isinstance(algorithm, str) or algorithm not in registry.registered("algorithm"):
+        return  # a plug-in decides itself (its file is not imported here)
+    fixed = getattr(registry.lookup("algorithm", algorithm), "fixed_config", None) or {}
+    for key, (value, why) in fixed.items():
+        if explicit.get(key) is not None and explicit[key] != value:
+            raise ConfigError(f"{key} is {explicit[key]!r} but algorithm {algorithm} always runs with {key} "
+                              f"{value} ({why}){where}; expected {value} or {key} left unset")

@@ -138,3 +138,30 @@ def test_a_dataset_default_for_a_key_with_its_own_default_is_refused_and_others_
     assert resolved(dataset=f"{plugin}:Blobs").lr_decay == 0.9
     assert resolved(dataset=f"{plugin}:Blobs", lr_decay=0.995).lr_decay == 0.995
     assert resolved(dataset=f"{plugin}:Blobs", algorithm="depthfl").lr_decay == 0.998
+
+
+@pytest.mark.parametrize("algorithm", ["depthfl", "scalefl", "fiarse"])
+def test_an_explicit_samples_weighting_is_refused_where_the_method_always_counts(tmp_path, algorithm):
+    """DepthFL, ScaleFL and FIARSE weigh each client 1 whatever ``aggregation_weights`` says: the schema's default
+    given (samples) was ignored unsaid. config.yaml keeps samples for the runs that give nothing (their hash), so
+    only a value the user gives is checked (``fixed_config``), never a stored run's."""
+    result = invoke("simulate", "--algorithm", algorithm, "--aggregation-weights", "samples", *BASE,
+                    "--out", tmp_path / "run")
+    refused(result, f"aggregation_weights is 'samples' but algorithm {algorithm} always runs with "
+                    "aggregation_weights count", "expected count or aggregation_weights left unset")
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ConfigError, match=f"algorithm {algorithm} always runs with aggregation_weights count"):
+        make_config(algorithm=algorithm, aggregation_weights="samples", backend="local")
+    assert make_config(algorithm=algorithm, aggregation_weights="count", backend="local").aggregation_weights == \
+        "count"
+
+
+def test_a_stored_config_holding_the_default_weighting_is_no_value_given(tmp_path):
+    """A DepthFL run's config.yaml holds ``aggregation_weights: samples`` (the default it records): given back as a
+    config file, or resumed, it is the run's own config, not the user's key."""
+    out = tmp_path / "run"
+    assert invoke("simulate", "--algorithm", "depthfl", *BASE, "--out", out).exit_code == 0
+    assert "aggregation_weights: samples\n" in (out / "config.yaml").read_text()
+    result = invoke("simulate", "--config", out / "config.yaml", "--out", tmp_path / "again", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert make_config(algorithm="fedgmr", aggregation_weights="samples", backend="local").algorithm == "fedgmr"
