@@ -70,7 +70,19 @@ def _check_fixed_keys(explicit: Mapping[str, Any], merged: Mapping[str, Any], wh
     runs that give nothing (their hash), so only a value given is checked, never a stored run's."""
     from hasfl_ray import registry  # registered() imports the built-ins
 
+    dataset = merged.get("dataset", RunConfigFields.dataset)
+    if explicit.get("partition") is not None and isinstance(dataset, str) and \
+            dataset in registry.registered("dataset") and \
+            not getattr(registry.lookup("dataset", dataset), "label_partitions", False):  # any other: resolved()'s
+        raise ConfigError(f"partition is {explicit['partition']!r} but dataset {dataset!r} has its own clients (no "
+                          f"label partition applies to it){where}; expected partition left unset, or an image "
+                          "dataset (digits, emnist, cifar10, cifar100)")
     algorithm = merged.get("algorithm", RunConfigFields.algorithm)
+    options = merged.get("algorithm_options")
+    if algorithm == "heterofl" and explicit.get("aggregation_weights") == "samples" and \
+            isinstance(options, Mapping) and options.get("heterofl_weighting") == "count":
+        raise ConfigError(f"aggregation_weights is 'samples' but heterofl_weighting is 'count'{where}, which weighs "
+                          "each client 1; expected one of them (aggregation_weights count is the same rule)")
     if not isinstance(algorithm, str) or algorithm not in registry.registered("algorithm"):
         return  # a plug-in decides itself (its file is not imported here)
     fixed = getattr(registry.lookup("algorithm", algorithm), "fixed_config", None) or {}

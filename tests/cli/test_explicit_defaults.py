@@ -165,3 +165,24 @@ def test_a_stored_config_holding_the_default_weighting_is_no_value_given(tmp_pat
     result = invoke("simulate", "--config", out / "config.yaml", "--out", tmp_path / "again", "--quiet")
     assert result.exit_code == 0, result.output
     assert make_config(algorithm="fedgmr", aggregation_weights="samples", backend="local").algorithm == "fedgmr"
+
+
+@pytest.mark.parametrize("dataset", ["synthetic", "shakespeare"])
+def test_an_explicit_default_partition_on_a_dataset_with_its_own_clients_is_refused(tmp_path, dataset):
+    """``--partition iid`` was refused there but ``--partition dirichlet`` (the default, given) ran on the dataset's
+    own clients without a word; a stored config (which holds dirichlet) is no value given."""
+    result = invoke("simulate", "--dataset", dataset, "--partition", "dirichlet", *BASE, "--out", tmp_path / "run")
+    refused(result, f"partition is 'dirichlet' but dataset '{dataset}' has its own clients",
+            "expected partition left unset")
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ConfigError, match="partition is 'dirichlet' but dataset"):
+        make_config(dataset=dataset, partition="dirichlet", backend="local")
+    stored = resolved(dataset=dataset).to_dict()
+    assert make_config(stored).partition == "dirichlet"
+
+
+def test_heterofls_count_option_beside_an_explicit_samples_weighting_is_refused(tmp_path):
+    result = invoke("simulate", "--algorithm", "heterofl", "--heterofl-weighting", "count", "--aggregation-weights",
+                    "samples", *BASE, "--out", tmp_path / "run")
+    refused(result, "aggregation_weights is 'samples' but heterofl_weighting is 'count'")
+    assert not (tmp_path / "run").exists()
