@@ -50,7 +50,8 @@ def depth_plan(config, model_name: str) -> Optional[DepthPlan]:
     total = exit_depths(build_model(model_name))
     if not total:
         raise ConfigError(f"sub_model is {effective_sub_model(config)!r} but model {model_name!r} has no exits; "
-                          "expected a ResNet (model preresnet18, resnet18) or a dataset's image CNN (digits, emnist, cifar10, cifar100)")
+                          "expected a ResNet (model preresnet18, resnet18) or a dataset's image CNN (digits, emnist, "
+                          "cifar10, cifar100)")
     ladder = ladder_of(config).widths
     depths = config.depths
     if depths is None:
