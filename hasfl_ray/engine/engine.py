@@ -32,9 +32,10 @@ from hasfl_ray.engine.participants import (round_capacities, round_participants,
                                            client_task, client_price, sub_models)
 from hasfl_ray.engine.post_aggregate import aggregate_round
 from hasfl_ray.engine.records import MAX_PENDING_LINES, complete, kept, open_log, writing
-from hasfl_ray.engine.rundir import RunDirectory, RunLock, remove_made, remove_written
+from hasfl_ray.engine.refused_start import begin_start, undo_refused_start
+from hasfl_ray.engine.rundir import RunDirectory, RunLock, remove_made
 from hasfl_ray.engine.signals import StopSignals
-from hasfl_ray.errors import ActorLostError, ConfigError, EvaluationInterrupted, RunInterrupted, TrainerError
+from hasfl_ray.errors import ActorLostError, EvaluationInterrupted, RunInterrupted, TrainerError
 from hasfl_ray.models import build_model
 from hasfl_ray.training.determinism import apply_determinism
 
@@ -123,16 +124,11 @@ class Engine:
         except BaseException:
             self._undo_claim()
             raise
-        log = shared = None
+        log = shared = found = None
         made_log = started = False  # log.txt made by this start; config.yaml written, the run directory the run's
-        found: Optional[set] = None  # what the run directory held before this start wrote into it
-        undo = False  # a refusal once the run began: what this start wrote goes again
         try:
             shared = preparing.lock_control_variates(self)
-            if self.rundir and self.force and not self.resume:
-                self.rundir.clear()
-            if self.rundir and (not self.resume or lock.made) and self.checkpoint is None and not self.history:
-                found = set(os.listdir(self.rundir.path))  # a new run's: a refusal before its first round undoes it
+            found = begin_start(self, lock)  # --force clears the directory; what a new run's holds, else None
             made_log = bool(self.rundir) and not os.path.lexists(self.rundir.file("log.txt"))
             log = open_log(self.rundir)
             if self.inputs_unverified:  # inputs known by their path only: on the terminal and in RUN/log.txt
@@ -177,11 +173,8 @@ class Engine:
                     if self.events is not None:
                         self.events.close()
                     self.backend.shutdown()  # every actor and Ray process the run started, however it ends
-        except ConfigError:  # bad input found once the run began (a plug-in's first dispatch), before any round was
-            if found is not None and not self.history:  # recorded: the start is undone as one refused before it
-                started, undo = False, True
-            raise
-        finally:
+        finally:  # bad input once a new run began (a first dispatch), no round recorded: undone as a start refused
+            started = started and not undo_refused_start(self, found)
             if log is not None:
                 logging.getLogger("hasfl_ray").removeHandler(log)
                 log.close()
@@ -190,8 +183,6 @@ class Engine:
             if lock is not None:
                 lock.release()
                 if not started:  # a start refused (Ray, the placement, a first dispatch) leaves nothing it made
-                    if undo:
-                        remove_written(self.rundir.path, found)
                     remove_made(lock.made, [self.rundir.file("log.txt")] if made_log else [])
             if not started:
                 self._undo_claim()

@@ -3,7 +3,6 @@ checkpoints/, events/."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import errno
 import fcntl
@@ -11,7 +10,6 @@ import fnmatch
 import json
 import math
 import os
-import shutil
 import tempfile
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
@@ -322,21 +320,6 @@ def _listed(names: Sequence[str]) -> str:
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
-def remove_written(path: str, found: Iterable[str]) -> None:
-    """Undo a run's start that was refused before its first round was recorded: remove every entry of the run
-    directory ``path`` that is not in ``found`` (what it held before the start: nothing, for a folder the start made
-    or found empty), so it is left as it was; a folder the start made goes with the files the run wrote in it."""
-    found = set(found)
-    for entry in os.scandir(path):
-        if entry.name in found:
-            continue
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path, ignore_errors=True)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(entry.path)
-
-
 def check_clearable(path: str) -> None:
     """Raise ConfigError (one sentence, before anything is deleted) unless ``path`` is absent, empty, or a run
     directory (config.yaml, and nothing a run does not write); never the root, home or current folder."""
@@ -362,6 +345,7 @@ def check_clearable(path: str) -> None:
 
 def clear_run_directory(path: str) -> None:
     """Delete what a run wrote in ``path`` (after :func:`check_clearable`), keeping the folder itself."""
+    import shutil
 
     check_clearable(path)
     if not os.path.isdir(path):
