@@ -13,6 +13,9 @@ from typing import Any, Iterable, Optional
 
 from hasfl_ray.errors import ConfigError
 
+#: A start that saved a checkpoint (an asynchronous run checkpoints server updates before its first line) is kept.
+CHECKPOINT = os.path.join("checkpoints", "latest.pt")
+
 
 def begin_start(engine: Any, lock: Any) -> Optional[set]:
     """The run directory as a start of ``engine`` (:class:`~hasfl_ray.engine.Engine`) begins writing it: cleared
@@ -34,6 +37,8 @@ def undo_refused_start(engine: Any, found: Optional[set]) -> bool:
     round was recorded, remove what this start wrote (:func:`remove_written`) and return True, so the run is undone
     as a start refused before it (its folders go too, ``remove_made``); False otherwise."""
     if found is None or engine.history or not isinstance(sys.exc_info()[1], ConfigError):
+        return False
+    if os.path.lexists(os.path.join(engine.rundir.path, CHECKPOINT)):  # state saved (an async run's updates): kept
         return False
     remove_written(engine.rundir.path, found)
     return True

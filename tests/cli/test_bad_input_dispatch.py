@@ -124,3 +124,31 @@ def test_a_refusal_at_the_first_dispatch_on_ray_leaves_no_run_directory(tmp_path
                     "--out", out)
     refused(result, CHANNELS)
     assert not out.exists()
+
+
+def test_the_undo_removes_only_what_the_start_wrote_and_never_saved_state(tmp_path):
+    """``undo_refused_start`` acts only while a ConfigError is raised, and keeps a start that saved a checkpoint (an
+    asynchronous run checkpoints server updates before its first line) and the entries found before the start."""
+    from types import SimpleNamespace
+
+    from hasfl_ray.engine.refused_start import undo_refused_start
+    from hasfl_ray.errors import ConfigError, RunError
+
+    def undo(found, error, history=()):
+        engine = SimpleNamespace(rundir=SimpleNamespace(path=str(tmp_path)), history=list(history))
+        try:
+            raise error
+        except Exception:
+            return undo_refused_start(engine, found)
+
+    (tmp_path / "mine.txt").write_text("kept")
+    (tmp_path / "config.yaml").write_text("written")
+    assert not undo({"mine.txt"}, RunError("a trainer failed")) and (tmp_path / "config.yaml").exists()
+    assert not undo({"mine.txt"}, ConfigError("bad"), history=[{"round": 0}])
+    assert not undo(None, ConfigError("bad")) and (tmp_path / "config.yaml").exists()
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "latest.pt").write_bytes(b"state")
+    assert not undo({"mine.txt"}, ConfigError("bad")) and (tmp_path / "config.yaml").exists()
+    (tmp_path / "checkpoints" / "latest.pt").unlink()
+    assert undo({"mine.txt"}, ConfigError("bad"))
+    assert sorted(os.listdir(tmp_path)) == ["mine.txt"]
