@@ -152,3 +152,18 @@ def test_the_undo_removes_only_what_the_start_wrote_and_never_saved_state(tmp_pa
     (tmp_path / "checkpoints" / "latest.pt").unlink()
     assert undo({"mine.txt"}, ConfigError("bad"))
     assert sorted(os.listdir(tmp_path)) == ["mine.txt"]
+
+
+@pytest.mark.parametrize("args", [["--backend", "local"], ["--backend", "local", "--mode", "async", "--devices",
+                                                             "lognormal"]])
+def test_a_league_methods_refusal_at_dispatch_leaves_no_run_directory(tmp_path, monkeypatch, args):
+    """FIARSE's threshold refuses a model size that keeps no parameter (``league/fiarse.py::threshold``); the
+    prepare-time check (``FIARSE.check_model``) normally finds it first, so it is switched off here to reach the
+    refusal where a league method meets it at dispatch, in rounds and in async mode."""
+    from hasfl_ray.algorithms.fiarse import FIARSE
+
+    monkeypatch.setattr(FIARSE, "check_model", lambda self, widths: None)
+    out = tmp_path / "run"
+    result = invoke("simulate", *TINY, "--algorithm", "fiarse", "--widths", "0.001,1", *args, "--out", out)
+    refused(result, "keeps int(")
+    assert not out.exists()
