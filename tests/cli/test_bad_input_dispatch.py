@@ -167,3 +167,13 @@ def test_a_league_methods_refusal_at_dispatch_leaves_no_run_directory(tmp_path, 
     result = invoke("simulate", *TINY, "--algorithm", "fiarse", "--widths", "0.001,1", *args, "--out", out)
     refused(result, "keeps int(")
     assert not out.exists()
+
+
+def test_the_python_api_leaves_no_run_directory_either(tmp_path, plugin):
+    import hasfl_ray
+    from hasfl_ray.errors import PluginInputError
+
+    with pytest.raises(PluginInputError, match=CHANNELS):
+        hasfl_ray.simulate(algorithm=plugin("Channels"), rounds=2, clients=6, clients_per_round=3, backend="local",
+                           out_dir=str(tmp_path / "api"))
+    assert not (tmp_path / "api").exists()
