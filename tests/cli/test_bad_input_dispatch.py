@@ -177,3 +177,35 @@ def test_the_python_api_leaves_no_run_directory_either(tmp_path, plugin):
         hasfl_ray.simulate(algorithm=plugin("Channels"), rounds=2, clients=6, clients_per_round=3, backend="local",
                            out_dir=str(tmp_path / "api"))
     assert not (tmp_path / "api").exists()
+
+
+def test_a_dataset_plugins_data_error_at_the_first_evaluation_leaves_no_run_directory(tmp_path, monkeypatch):
+    """A dataset plug-in that finds its test file corrupt only when the first evaluation reads it (a DataError:
+    bad input, exit 2, its own sentence) left the run directory of a round it never recorded."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lazy.py").write_text(textwrap.dedent("""
+        from hasfl_ray import Dataset
+        from hasfl_ray.data import load_dataset
+        from hasfl_ray.errors import DataError
+
+
+        class Lazy(Dataset):
+            model = "digits"
+            label_partitions = True
+            defaults = dict(rounds=2, local_epochs=1, lr=0.05, clip_norm=10.0, batch_size=32)
+
+            def load(self, config):
+                data = load_dataset("digits", config.clients, config.alpha, config.seed)
+
+                def test_batches(batch_size):
+                    raise DataError("test file lazy.bin is truncated at byte 12; expected 1,797 records")
+                    yield
+
+                data.test_batches = test_batches
+                return data
+    """))
+    out = tmp_path / "run"
+    result = invoke("simulate", *TINY[:6], "--quiet", "--backend", "local", "--dataset", f"{tmp_path / 'lazy.py'}:Lazy",
+                    "--out", out)
+    refused(result, "test file lazy.bin is truncated at byte 12")
+    assert not out.exists()
