@@ -117,8 +117,8 @@ class DepthFL(Algorithm):
         """Without FedDyn the count mean is the new global model: the engine need not read it (post_aggregate)."""
         return bool(self.options.depthfl_feddyn)
 
-    #: The config values it always runs with, whatever is given (hasfl_ray.config.layers: a value given that
-    #: differs is refused): its mean counts each client once.
+    #: The config values it always runs with, whatever is given: a value given that differs is refused
+    #: (config/layers.py::_check_given_defaults); its mean counts each client once.
     fixed_config = {"aggregation_weights": ("count", "the source's unweighted mean")}
 
     def aggregation_weights(self, clients: Sequence[int]) -> List[float]:

@@ -76,8 +76,8 @@ class ScaleFL(Algorithm):
                               f"{options.scalefl_exits!r}; expected depths left unset")
         return {"sub_model": "width_depth", "depths": exits}
 
-    #: The config values it always runs with, whatever is given (hasfl_ray.config.layers: a value given that
-    #: differs is refused): its mean counts each client once.
+    #: The config values it always runs with, whatever is given: a value given that differs is refused
+    #: (config/layers.py::_check_given_defaults); its mean counts each client once.
     fixed_config = {"aggregation_weights": ("count", "the source's average_weights")}
 
     def aggregation_weights(self, clients: Sequence[int]) -> List[float]:

@@ -56,18 +56,20 @@ def check_inert_keys(explicit: Mapping[str, Any], merged: Mapping[str, Any], sou
     if explicit.get("lr_gamma") is not None and not merged.get("lr_milestones"):
         raise ConfigError(f"lr_gamma is {explicit['lr_gamma']!r} but lr_milestones is unset{where}, so it does "
                           "nothing; expected it with --lr-milestones (the rounds at which lr is multiplied by it)")
-    _check_fixed_keys(explicit, merged, where)
+    _check_given_defaults(explicit, merged, where)
     if explicit.get("local_epochs") is not None and merged.get("local_steps") is not None:
         raise ConfigError(f"local_epochs is {explicit['local_epochs']!r} beside local_steps "
                           f"{merged['local_steps']!r}{where}, which replaces it, so it does nothing; expected one of "
                           "them")
 
 
-def _check_fixed_keys(explicit: Mapping[str, Any], merged: Mapping[str, Any], where: str) -> None:
-    """A key the user gave that the built-in algorithm always runs at another value (its ``fixed_config``:
-    DepthFL's, ScaleFL's and FIARSE's count mean, whatever ``aggregation_weights`` says) is refused by name: the
-    schema's default given (``samples``) was replaced without a word, and config.yaml keeps the default for the
-    runs that give nothing (their hash), so only a value given is checked, never a stored run's."""
+def _check_given_defaults(explicit: Mapping[str, Any], merged: Mapping[str, Any], where: str) -> None:
+    """Refuse by name a value the user gave, the schema's default included, that the run would not honour, where a
+    stored config.yaml records that default for the runs that give nothing (so the key cannot become None-until-
+    resolved without changing their hash, and only the user's keys are checked, never a stored run's; issue 44): a
+    ``partition`` on a dataset with its own clients (``dirichlet`` too), ``aggregation_weights`` other than what a
+    built-in always runs with (its ``fixed_config``: DepthFL's, ScaleFL's and FIARSE's count mean), and
+    ``aggregation_weights: samples`` beside ``heterofl_weighting: count``."""
     from hasfl_ray import registry  # registered() imports the built-ins
 
     dataset = merged.get("dataset", RunConfigFields.dataset)
