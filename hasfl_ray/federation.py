@@ -269,10 +269,11 @@ def normalise_partition(spec: Any) -> str:
 def check_partition_applies(dataset: Any, name: str, spec: str) -> None:
     """Refuse, in one sentence, a partition other than the default for a dataset whose loader does not split
     labelled samples by ``partition`` (``Dataset.label_partitions`` False: Shakespeare's natural per-role clients,
-    Synthetic's per-client generation, a plug-in that does not declare it)."""
+    Synthetic's per-client generation, a plug-in that does not declare it). The default itself given is refused
+    where the user's keys are known (``hasfl_ray.config.layers.check_inert_keys``): a stored config holds it."""
     if spec != "dirichlet" and not getattr(dataset, "label_partitions", False):
         raise ConfigError(f"partition is {spec!r} but dataset {name!r} has its own clients (no label partition "
-                          "applies to it); expected the default, dirichlet, or an image dataset (digits, emnist, "
+                          "applies to it); expected partition left unset, or an image dataset (digits, emnist, "
                           "cifar10, cifar100)")
 
 

@@ -77,7 +77,9 @@ class Algorithm(ABC):
     @classmethod
     def resolve_config(cls, config: "RunConfig") -> Dict[str, Any]:
         """Config fields this algorithm fills in before the run (``RunConfig.resolved``), as a mapping of updates;
-        e.g. SCAFFOLD's momentum default. Default: none."""
+        e.g. SCAFFOLD's momentum default. Default: none. A field the user left unset is None here (``momentum``,
+        ``lr_decay``, ``sub_model``, ...; their defaults fill after), so a value given, the default's included, is
+        told apart: set a field only where it is None, or refuse a value given that the algorithm cannot honour."""
         return {}
 
     @property

@@ -22,7 +22,6 @@ FedDyn's server step is defined per synchronous round over all N clients: ``--mo
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -89,14 +88,14 @@ class DepthFL(Algorithm):
     def resolve_config(cls, config) -> Dict[str, Any]:
         """Depth sub-models (``sub_model: depth``), lr × depthfl_lr_decay^round, and no momentum unless set."""
         options = rules.DepthFLOptions(**config.algorithm_options)
-        if config.sub_model == "width_depth":
-            raise ConfigError("sub_model is 'width_depth' but algorithm depthfl trains depth sub-models at full "
-                              "width; expected sub_model depth (or left unset)")
+        if config.sub_model not in (None, "depth"):  # given (width included: None is unset), never replaced
+            raise ConfigError(f"sub_model is {config.sub_model!r} but algorithm depthfl trains depth sub-models at "
+                              "full width; expected sub_model depth (or left unset)")
         if config.mode == "async" and options.depthfl_feddyn:
             raise ConfigError("mode is 'async' but DepthFL's FedDyn server correction is defined per synchronous "
                               "round over all clients; expected --mode sync, or depthfl_feddyn false")
-        default = next(f.default for f in dataclasses.fields(config) if f.name == "lr_decay")
-        if config.lr_decay not in (default, options.depthfl_lr_decay):  # given, and it would be replaced unsaid
+        # given (0.995 included: None is unset, RunConfig.resolved), and it would be replaced unsaid
+        if config.lr_decay is not None and config.lr_decay != options.depthfl_lr_decay:
             raise ConfigError(f"lr_decay is {config.lr_decay!r} but algorithm depthfl decays the learning rate by "
                               f"depthfl_lr_decay ({options.depthfl_lr_decay!r}), the source's; expected --algo-opt "
                               f"depthfl_lr_decay={config.lr_decay!r} in its place")
@@ -117,6 +116,10 @@ class DepthFL(Algorithm):
     def post_aggregate_active(self) -> bool:
         """Without FedDyn the count mean is the new global model: the engine need not read it (post_aggregate)."""
         return bool(self.options.depthfl_feddyn)
+
+    #: The config values it always runs with, whatever is given: a value given that differs is refused
+    #: (config/layers.py::_check_given_defaults); its mean counts each client once.
+    fixed_config = {"aggregation_weights": ("count", "the source's unweighted mean")}
 
     def aggregation_weights(self, clients: Sequence[int]) -> List[float]:
         """1 each: the source's unweighted mean over the clients holding a tensor."""

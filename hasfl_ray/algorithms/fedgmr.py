@@ -81,6 +81,8 @@ class FedGMR(FIARSE):
     def objective(self, round: int, client: int, width: float) -> LocalObjective:
         return LocalObjective()  # w ⊙ m with the gradient g ⊙ m (the trainer's masked training)
 
+    fixed_config: Dict[str, Any] = {}  # aggregation_weights as given (FIARSE's count mean is not its)
+
     def aggregation_weights(self, clients):
         return super(FIARSE, self).aggregation_weights(clients)  # n_i (the stand-in's mask-aware mean)
 

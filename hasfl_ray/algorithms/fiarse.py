@@ -149,6 +149,10 @@ class FIARSE(Algorithm):
         return FIARSEObjective({name: float(limit) for name, limit in limits.items()},
                                self.options.fiarse_mask_gradient)
 
+    #: The config values it always runs with, whatever is given: a value given that differs is refused
+    #: (config/layers.py::_check_given_defaults); its mean counts each client once.
+    fixed_config = {"aggregation_weights": ("count", "the source's unweighted mean")}
+
     def aggregation_weights(self, clients: Sequence[int]) -> List[float]:
         return [1.0] * len(clients)  # the source's unweighted mean over the clients that changed a coordinate
 

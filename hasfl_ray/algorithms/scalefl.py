@@ -60,9 +60,9 @@ class ScaleFL(Algorithm):
         from hasfl_ray.federation import ladder_of
 
         options = rules.ScaleFLOptions(**config.algorithm_options)
-        if config.sub_model == "depth":
-            raise ConfigError("sub_model is 'depth' but algorithm scalefl scales width and depth together; expected "
-                              "sub_model width_depth (or left unset)")
+        if config.sub_model not in (None, "width_depth"):  # given (width included: None is unset), never replaced
+            raise ConfigError(f"sub_model is {config.sub_model!r} but algorithm scalefl scales width and depth "
+                              "together; expected sub_model width_depth (or left unset)")
         if options.scalefl_exits == "auto":  # the depth plan's default: ceil(v x stages) per ladder width
             return {"sub_model": "width_depth"}
         exits = rules.parse_exits(options.scalefl_exits)
@@ -75,6 +75,10 @@ class ScaleFL(Algorithm):
             raise ConfigError(f"depths is {config.depths!r} but scalefl_exits gives the levels' exits "
                               f"{options.scalefl_exits!r}; expected depths left unset")
         return {"sub_model": "width_depth", "depths": exits}
+
+    #: The config values it always runs with, whatever is given: a value given that differs is refused
+    #: (config/layers.py::_check_given_defaults); its mean counts each client once.
+    fixed_config = {"aggregation_weights": ("count", "the source's average_weights")}
 
     def aggregation_weights(self, clients: Sequence[int]) -> List[float]:
         """1 each: ``average_weights``' unweighted mean over the clients that trained a coordinate."""

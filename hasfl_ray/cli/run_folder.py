@@ -50,21 +50,23 @@ def default_out(config: Any) -> str:
     return os.path.join(RUNS, default_name(config))
 
 
-def link_latest(out: str) -> None:
+def link_latest(out: str) -> bool:
     """Point ``<parent>/latest`` at the run directory ``out`` when ``out`` is a folder directly under ``runs/`` (the
     default, or an ``--out runs/NAME``); replaced atomically (a link made beside it, then renamed over it). A
     ``latest`` that is not a link (a folder or file of the user's) is left alone, said once in the log; a failure to
-    write the link never stops the run."""
+    write the link never stops the run. Returns whether it made ``runs/`` itself (:func:`unlink_latest` removes it
+    again, with the link, for a start refused)."""
     parent, name = os.path.split(os.path.normpath(out))
     if name in ("", ".", "..", LATEST) or os.path.normpath(parent or os.curdir) != RUNS and \
             os.path.realpath(parent or os.curdir) != os.path.realpath(RUNS):
-        return
+        return False
     link = os.path.join(parent, LATEST)
     if os.path.lexists(link) and not os.path.islink(link):
         logger.warning("%s is not a link, so it is left as it is (it would point at the last run started, %s)",
                        link, out)
-        return
+        return False
     temporary = os.path.join(parent, f".{LATEST}.{os.getpid()}")
+    made = not os.path.lexists(parent or os.curdir)
     try:
         os.makedirs(parent or os.curdir, exist_ok=True)  # runs/ itself: the run makes its own folder in it next
         if os.path.lexists(temporary):
@@ -77,15 +79,22 @@ def link_latest(out: str) -> None:
             os.unlink(temporary)
         except OSError:
             pass
+    return made
 
 
-def unlink_latest(out: str) -> None:
+def unlink_latest(out: str, made_parent: bool = False) -> None:
     """Remove ``<parent>/latest`` when it points at ``out`` and ``out`` was never made (a start refused after the link
-    was written: Ray's placement), so no link is left pointing nowhere."""
+    was written: Ray's placement, a plug-in's first dispatch), so no link is left pointing nowhere; and the parent
+    itself when :func:`link_latest` made it (``made_parent``) and nothing else is in it."""
     parent, name = os.path.split(os.path.normpath(out))
     link = os.path.join(parent, LATEST)
     if os.path.islink(link) and os.readlink(link) == name and not os.path.lexists(out):
         try:
             os.unlink(link)
+        except OSError:
+            pass
+    if made_parent and not os.path.lexists(out):
+        try:
+            os.rmdir(parent or os.curdir)  # only when empty
         except OSError:
             pass

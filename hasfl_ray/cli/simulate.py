@@ -120,11 +120,11 @@ def simulate(config_file, out, force, resume, quiet, track, as_json, verbose, no
     if replace:
         click.echo(f"{out} holds an earlier run of this configuration; starting it again there (--resume continues "
                    "a stopped one)", err=True)
-    link_latest(out)
+    made_runs = link_latest(out)
     try:
         summary = engine.run()
-    except ConfigError:
-        unlink_latest(out)  # a start refused after prepare (Ray's placement) made no run directory
+    except ConfigError:  # a start refused after prepare (Ray's placement, a first dispatch) left no run directory
+        unlink_latest(out, made_runs)
         raise
     except RunInterrupted as stop:
         name = signal.Signals(stop.signal_number).name

@@ -70,7 +70,7 @@ def check_fields(self) -> None:
         raise bad("lr", self.lr, f"a number > 0 and at most {MAX_LR:g} (a larger step overflows float32 weights)")
     for name, low, high in (("lr_decay", 0, 1), ("momentum", 0, 1)):
         value = getattr(self, name)
-        if (value is not None or name != "momentum") and (not _number(value) or not low <= value <= high):
+        if value is not None and (not _number(value) or not low <= value <= high):  # None: unset (resolved())
             raise bad(name, value, f"a number in [{low}, {high}]")
     milestones = self.lr_milestones
     if milestones is not None:

@@ -56,7 +56,39 @@ def check_inert_keys(explicit: Mapping[str, Any], merged: Mapping[str, Any], sou
     if explicit.get("lr_gamma") is not None and not merged.get("lr_milestones"):
         raise ConfigError(f"lr_gamma is {explicit['lr_gamma']!r} but lr_milestones is unset{where}, so it does "
                           "nothing; expected it with --lr-milestones (the rounds at which lr is multiplied by it)")
+    _check_given_defaults(explicit, merged, where)
     if explicit.get("local_epochs") is not None and merged.get("local_steps") is not None:
         raise ConfigError(f"local_epochs is {explicit['local_epochs']!r} beside local_steps "
                           f"{merged['local_steps']!r}{where}, which replaces it, so it does nothing; expected one of "
                           "them")
+
+
+def _check_given_defaults(explicit: Mapping[str, Any], merged: Mapping[str, Any], where: str) -> None:
+    """Refuse by name a value the user gave, the schema's default included, that the run would not honour, where a
+    stored config.yaml records that default for the runs that give nothing (so the key cannot become None-until-
+    resolved without changing their hash, and only the user's keys are checked, never a stored run's; issue 44): a
+    ``partition`` on a dataset with its own clients (``dirichlet`` too), ``aggregation_weights`` other than what a
+    built-in always runs with (its ``fixed_config``: DepthFL's, ScaleFL's and FIARSE's count mean), and
+    ``aggregation_weights: samples`` beside ``heterofl_weighting: count``."""
+    from hasfl_ray import registry  # registered() imports the built-ins
+
+    dataset = merged.get("dataset", RunConfigFields.dataset)
+    if explicit.get("partition") is not None and isinstance(dataset, str) and \
+            dataset in registry.registered("dataset") and \
+            not getattr(registry.lookup("dataset", dataset), "label_partitions", False):  # any other: resolved()'s
+        raise ConfigError(f"partition is {explicit['partition']!r} but dataset {dataset!r} has its own clients (no "
+                          f"label partition applies to it){where}; expected partition left unset, or an image "
+                          "dataset (digits, emnist, cifar10, cifar100)")
+    algorithm = merged.get("algorithm", RunConfigFields.algorithm)
+    options = merged.get("algorithm_options")
+    if algorithm == "heterofl" and explicit.get("aggregation_weights") == "samples" and \
+            isinstance(options, Mapping) and options.get("heterofl_weighting") == "count":
+        raise ConfigError(f"aggregation_weights is 'samples' but heterofl_weighting is 'count'{where}, which weighs "
+                          "each client 1; expected one of them (aggregation_weights count is the same rule)")
+    if not isinstance(algorithm, str) or algorithm not in registry.registered("algorithm"):
+        return  # a plug-in decides itself (its file is not imported here)
+    fixed = getattr(registry.lookup("algorithm", algorithm), "fixed_config", None) or {}
+    for key, (value, why) in fixed.items():
+        if explicit.get(key) is not None and explicit[key] != value:
+            raise ConfigError(f"{key} is {explicit[key]!r} but algorithm {algorithm} always runs with {key} "
+                              f"{value} ({why}){where}; expected {value} or {key} left unset")

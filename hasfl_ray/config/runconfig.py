@@ -24,6 +24,14 @@ from hasfl_ray.federation import check_partition_applies
 #: SCAFFOLD's is 0; docs/algorithms.md).
 DEFAULT_MOMENTUM = 0.9
 
+#: The learning rate's factor a round when ``lr_decay`` is left unset and the algorithm sets none (DepthFL sets
+#: its depthfl_lr_decay); a value given, this one included, is kept (docs/configs.md).
+DEFAULT_LR_DECAY = 0.995
+
+#: The sub-model a client trains when ``sub_model`` is left unset and the algorithm sets none (DepthFL: depth,
+#: ScaleFL: width_depth); a value given, this one included, is kept or refused by the algorithm, never replaced.
+DEFAULT_SUB_MODEL = "width"
+
 #: Fields that never change a run's result: recorded in config.yaml, ignored when --resume compares configs.
 #: (data_dir is where the data are, not what they are: their content is compared through data_fingerprint.)
 #: (device, trainer_threads and aggregation_backend can change the last bits of floats, so they are compared.)
@@ -64,11 +72,19 @@ class RunConfig(RunConfigFields):
         algorithm = registry.lookup("algorithm", self.algorithm)
         check_partition_applies(dataset, registry.spec_label(self.dataset), self.partition)
         known = {f.name for f in fields(self)}
+        optional = {f.name for f in fields(self) if f.default is None}  # the keys a config may leave unset
         for key in dataset.defaults:
             if key not in known:
                 raise ConfigError(f"dataset {self.dataset!r} has default {key!r}; "
                                   f"{expected_one_of(key, sorted(known), 'a config key: one of')}")
-        updates = {k: v for k, v in dataset.defaults.items() if getattr(self, k) is None}
+            if key not in optional:  # a key with a default of its own is never None: the dataset's would never apply
+                raise ConfigError(f"dataset {registry.spec_label(self.dataset)!r} has default {key}="
+                                  f"{dataset.defaults[key]!r} but {key} has its own default, never replaced; expected "
+                                  "defaults only for keys a config leaves unset, such as rounds or lr")
+        # the protocol's before the algorithm's updates (it may read rounds), any other after them: a dataset's default
+        # never stands for a value given, nor replaces what the algorithm sets (DepthFL's lr_decay, SCAFFOLD's momentum)
+        updates = {k: v for k, v in dataset.defaults.items() if getattr(self, k) is None and k in PROTOCOL_FIELDS}
+        later = {k: v for k, v in dataset.defaults.items() if getattr(self, k) is None and k not in PROTOCOL_FIELDS}
         options = registry.check_options("algorithm", self.algorithm, algorithm.options_class, self.algorithm_options)
         if options != self.algorithm_options:
             updates["algorithm_options"] = options
@@ -97,13 +113,18 @@ class RunConfig(RunConfigFields):
         updates.update(registry.call_plugin(f"algorithm {label!r}", "resolve_config", algorithm.resolve_config,
                                             dataclasses.replace(self, **updates), check=dict,
                                             expected="a mapping of config fields to values", early=True))
+        updates.update({k: v for k, v in later.items() if updates.get(k) is None})
         unset = [name for name in PROTOCOL_FIELDS if getattr(self, name) is None and updates.get(name) is None]
         if unset:  # a dataset plug-in without defaults: one sentence, never a TypeError in the first round
             raise ConfigError(f"{unset[0]} is not set and dataset {self.dataset!r} gives no default for it; expected "
                               f"--{unset[0].replace('_', '-')} (or {unset[0]}: in the config), or "
                               f"defaults = dict({unset[0]}=...) in the dataset plug-in")
-        if self.momentum is None and updates.get("momentum") is None:
-            updates["momentum"] = DEFAULT_MOMENTUM
+        # the defaults of fields an algorithm may set (momentum, lr_decay, sub_model): None means "not given", so an
+        # algorithm's value replaces no value given, and a value given equal to this default is kept (issue 44)
+        for name, default in (("momentum", DEFAULT_MOMENTUM), ("lr_decay", DEFAULT_LR_DECAY),
+                              ("sub_model", DEFAULT_SUB_MODEL)):
+            if getattr(self, name) is None and updates.get(name) is None:
+                updates[name] = default
         if self.eval_every is None:  # every round on the small datasets, every 5th on the others (docs/configs.md)
             updates["eval_every"] = EVAL_EVERY.get(self.dataset, 5)
         resolved = dataclasses.replace(self, **updates)

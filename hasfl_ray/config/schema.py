@@ -56,12 +56,13 @@ class RunConfigFields:
     partition: str = "dirichlet"
     # the network trained (docs/models.md): None = the dataset's own model; preresnet18 (HeteroFL's pre-activation
     # ResNet-18) or resnet18 (FjORD's), on an image dataset, with model_norm sbn (default), bn, gn or none, model_scaler
-    # on (default) or off; sub_model width (default), depth or width_depth (docs/models.md#depth-sub-models: the model
-    # with exits, a client of ladder width p trains depth depths[p]; depths None: ceil(p x its stages))
+    # on (default) or off; sub_model width (None: width, or what the algorithm sets: depthfl depth, scalefl
+    # width_depth), depth or width_depth (docs/models.md#depth-sub-models: the model with exits, a client of ladder
+    # width p trains depth depths[p]; depths None: ceil(p x its stages))
     model: Optional[str] = None
     model_norm: Optional[str] = None
     model_scaler: Optional[str] = None
-    sub_model: str = "width"
+    sub_model: Optional[str] = None
     depths: Optional[List[int]] = None
     # the global model's width g (HeteroFL's global_model_rate; hasfl_ray/federation.py): a number in (0, 1] or first
     # (the first level of width_mix's notation: row b1-e1 trains a width-1/2 network); the ResNet's stages are
@@ -81,7 +82,9 @@ class RunConfigFields:
     local_epochs: Optional[int] = None
     batch_size: Optional[int] = None
     lr: Optional[float] = None
-    lr_decay: float = 0.995
+    # None: 0.995 (RunConfig.resolved: DEFAULT_LR_DECAY), or what the algorithm sets (depthfl: depthfl_lr_decay); a
+    # value given, 0.995 included, is never replaced
+    lr_decay: Optional[float] = None
     # a step schedule besides the decay: lr x lr_gamma at each of these rounds (HeteroFL's and FedRolex's MultiStepLR)
     lr_milestones: Optional[List[int]] = None
     lr_gamma: float = 0.1

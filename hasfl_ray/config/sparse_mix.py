@@ -25,7 +25,7 @@ def check_sparse_config(config: Any, name: str, what: str) -> None:
     (:func:`sparse_config_conflict`): one ConfigError sentence (exit status 2)."""
     from hasfl_ray.errors import ConfigError
 
-    if getattr(config, "sub_model", "width") != "width":  # a client trains one sub-model shape
+    if getattr(config, "sub_model", None) not in (None, "width"):  # a client trains one sub-model shape
         raise ConfigError(f"algorithm {name} trains {what} and sub_model is {config.sub_model!r}; expected "
                           "sub_model width")
     conflict = sparse_config_conflict(config)

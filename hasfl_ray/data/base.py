@@ -340,7 +340,8 @@ class Dataset(ABC):
             hidden=(..,))`` or ``kind="cnn"`` / ``"lstm"`` with the arguments of
             :class:`~hasfl_ray.models.ImageCNN` / :class:`~hasfl_ray.models.CharLSTM`. Every hidden width slices.
         defaults: protocol defaults for the config fields left unset: ``rounds``, ``local_epochs``, ``lr``,
-            ``clip_norm``, ``batch_size``.
+            ``clip_norm``, ``batch_size`` (any field whose default is None, under the algorithm's own values; a field
+            with a default of its own is refused).
         label_partitions: True when :meth:`load` splits labelled samples by ``config.partition``
             (:func:`hasfl_ray.data.partition.partition_labels`), as the image sets do; False (the default:
             Shakespeare's roles, Synthetic's clients) refuses any partition but the default in one sentence.

@@ -61,7 +61,7 @@ def dirichlet_partition(labels: np.ndarray, num_clients: int, alpha: float, rng:
     labels = np.asarray(labels)
     if len(labels) < num_clients:
         raise ConfigError(f"{len(labels)} samples cannot give each of {num_clients} clients one; pass fewer --clients")
-    min_size = min(min_size, len(labels) // num_clients)
+    requested, min_size = min_size, min(min_size, len(labels) // num_clients)
     classes = np.unique(labels)
     for _ in range(max_tries):
         buckets: List[List[np.ndarray]] = [[] for _ in range(num_clients)]
@@ -74,9 +74,13 @@ def dirichlet_partition(labels: np.ndarray, num_clients: int, alpha: float, rng:
         parts = [np.sort(np.concatenate(b)).astype(np.int64) for b in buckets]
         if min(len(p) for p in parts) >= max(min_size, 1):
             return parts
+    if min_size < requested:  # the even share itself: every client needs the mean, which no alpha makes likely
+        raise ConfigError(f"partition dirichlet over {num_clients} clients gave none each its even share of the "
+                          f"{len(labels)} samples ({min_size}) in {max_tries} draws, nor would any alpha; expected "
+                          "fewer --clients, or --partition balanced-dirichlet or iid")
     raise ConfigError(f"could not draw a Dirichlet(alpha={alpha}) partition giving every one of {num_clients} "
-                      f"clients at least {min_size} samples in {max_tries} tries; pass a larger --alpha or fewer "
-                      "--clients")
+                      f"clients at least {min_size} samples in {max_tries} tries; expected a larger --alpha, fewer "
+                      "--clients, or --partition balanced-dirichlet (equal client sizes)")
 
 
 def partition_labels(labels: np.ndarray, num_clients: int, spec: str, alpha: float, rng: np.random.Generator,

@@ -334,7 +334,10 @@ def stored_config(run_dir: str, checkpoint: Optional[Checkpoint]) -> Optional[Di
 
 
 #: What a run written before a field existed did, where the field's default (``auto``) would resolve otherwise.
-BEFORE_FIELD: Dict[str, Any] = {"cuda_graphs": "off"}  # before --cuda-graphs, every step ran eagerly
+#: (sub_model and lr_decay: None is "not given" now, RunConfig.resolved; a run before either key trained width slices
+#: at 0.995, the defaults of then.)
+BEFORE_FIELD: Dict[str, Any] = {"cuda_graphs": "off",  # before --cuda-graphs, every step ran eagerly
+                                "sub_model": "width", "lr_decay": 0.995}
 
 
 def config_differences(stored: Mapping[str, Any], config: RunConfig) -> List[str]:

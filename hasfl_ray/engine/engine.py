@@ -32,6 +32,7 @@ from hasfl_ray.engine.participants import (round_capacities, round_participants,
                                            client_task, client_price, sub_models)
 from hasfl_ray.engine.post_aggregate import aggregate_round
 from hasfl_ray.engine.records import MAX_PENDING_LINES, complete, kept, open_log, writing
+from hasfl_ray.engine.refused_start import begin_start, undo_refused_start
 from hasfl_ray.engine.rundir import RunDirectory, RunLock, remove_made
 from hasfl_ray.engine.signals import StopSignals
 from hasfl_ray.errors import ActorLostError, EvaluationInterrupted, RunInterrupted, TrainerError
@@ -123,12 +124,11 @@ class Engine:
         except BaseException:
             self._undo_claim()
             raise
-        log = shared = None
+        log = shared = found = None
         made_log = started = False  # log.txt made by this start; config.yaml written, the run directory the run's
         try:
             shared = preparing.lock_control_variates(self)
-            if self.rundir and self.force and not self.resume:
-                self.rundir.clear()
+            found = begin_start(self, lock)  # --force clears the directory; what a new run's holds, else None
             made_log = bool(self.rundir) and not os.path.lexists(self.rundir.file("log.txt"))
             log = open_log(self.rundir)
             if self.inputs_unverified:  # inputs known by their path only: on the terminal and in RUN/log.txt
@@ -173,7 +173,8 @@ class Engine:
                     if self.events is not None:
                         self.events.close()
                     self.backend.shutdown()  # every actor and Ray process the run started, however it ends
-        finally:
+        finally:  # bad input once a new run began (a first dispatch), no round recorded: undone as a start refused
+            started = started and not undo_refused_start(self, found)
             if log is not None:
                 logging.getLogger("hasfl_ray").removeHandler(log)
                 log.close()
@@ -181,7 +182,7 @@ class Engine:
                 shared.release()
             if lock is not None:
                 lock.release()
-                if not started:  # a start refused (Ray, the placement) leaves nothing it made
+                if not started:  # a start refused (Ray, the placement, a first dispatch) leaves nothing it made
                     remove_made(lock.made, [self.rundir.file("log.txt")] if made_log else [])
             if not started:
                 self._undo_claim()

@@ -12,6 +12,7 @@ from hasfl_ray.federation import global_width_of
 from hasfl_ray.models import MODEL_CONFIGS, build_model, register_model
 from hasfl_ray.models.plugin import (accepted_arguments, check_width, dataset_arguments, is_plugin_kind,
                                      load_factory, model_name, plugin_config)
+from hasfl_ray.models.depth_plan import effective_sub_model
 from hasfl_ray.models.resnet import StaticBatchNorm2d, image_shape, resnet_config
 from hasfl_ray.registry import is_spec
 
@@ -23,7 +24,7 @@ def model_dataset(dataset, config, label: str):
     :meth:`test_view` keeps the training data; anything else unchanged."""
     if config.model is not None and is_spec(config.model):
         return use_plugin_model(dataset, config.model, label)
-    exits = getattr(config, "sub_model", "width") != "width"  # depth sub-models: the model with exits
+    exits = effective_sub_model(config) != "width"  # depth sub-models: the model with exits
     if config.model is not None:
         return use_resnet(dataset, config.model, config.model_norm, config.model_scaler, label,
                           global_width_of(config.global_width, config.widths, config.width_mix), exits)

@@ -45,19 +45,20 @@ class DepthPlan:
 def depth_plan(config, model_name: str) -> Optional[DepthPlan]:
     """The run's :class:`DepthPlan` (None with ``sub_model: width``); one ConfigError sentence where the model has no
     exits or ``depths`` names a depth the model lacks."""
-    if config.sub_model == "width":
+    if effective_sub_model(config) == "width":
         return None
     total = exit_depths(build_model(model_name))
     if not total:
-        raise ConfigError(f"sub_model is {config.sub_model!r} but model {model_name!r} has no exits; expected a "
-                          "ResNet (model preresnet18, resnet18) or a dataset's image CNN (digits, emnist, cifar10, cifar100)")
+        raise ConfigError(f"sub_model is {effective_sub_model(config)!r} but model {model_name!r} has no exits; "
+                          "expected a ResNet (model preresnet18, resnet18) or a dataset's image CNN (digits, emnist, "
+                          "cifar10, cifar100)")
     depths = config.depths
     bad = [d for d in depths or () if not 1 <= d <= total]
     if bad:
         raise ConfigError(f"depths is {list(depths)!r} but model {model_name!r} has {total} depths (one a stage); "
                           f"expected each from 1 to {total}")
     widths, depths = ladder_depths(ladder_of(config).widths, depths, total)
-    return DepthPlan(widths, depths, total, config.sub_model == "width_depth")
+    return DepthPlan(widths, depths, total, effective_sub_model(config) == "width_depth")
 
 
 def ladder_depths(widths, depths, total: int) -> Tuple[Tuple[float, ...], Tuple[int, ...]]:
@@ -82,16 +83,26 @@ def implied_sub_model(config) -> Optional[str]:
     return getattr(registry.lookup("algorithm", name), "implied_sub_model", None)
 
 
+def effective_sub_model(config) -> str:
+    """The sub_model a run trains: the one given, else the one the built-in algorithm sets (:func:`implied_sub_model`),
+    else width (``sub_model`` None is "not given", so a given width is told from the default; RunConfig.resolved)."""
+    given = getattr(config, "sub_model", None)
+    return given if given is not None else implied_sub_model(config) or "width"
+
+
 def check_sub_model_keys(config, bad) -> None:
     """Validate sub_model and depths (a comma list from the command line becomes a list of integers): depths only
     with a depth sub-model, one positive integer per ladder width. Whether the model has those depths is
     :func:`depth_plan`'s check, once the model is known."""
-    if config.sub_model not in SUB_MODELS:
+    if config.sub_model is not None and config.sub_model not in SUB_MODELS:
         raise bad("sub_model", config.sub_model, "width (the default: width-p slices), depth (DepthFL's depth "
                                                  "sub-models) or width_depth (width and depth, ScaleFL's)")
-    if config.sub_model != "width" and getattr(config, "classifier_aggregation", "all") == "label_split":
-        raise ConfigError(f"classifier_aggregation is 'label_split' but sub_model is {config.sub_model!r}; expected "
-                          "classifier_aggregation all with depth sub-models (their exits are several classifiers)")
+    sub_model = effective_sub_model(config)
+    if sub_model != "width" and getattr(config, "classifier_aggregation", "all") == "label_split":
+        raise ConfigError(f"classifier_aggregation is 'label_split' but sub_model is {sub_model!r}"
+                          + ("" if config.sub_model else f" (set by algorithm {config.algorithm})")
+                          + "; expected classifier_aggregation all with depth sub-models (their exits are several "
+                            "classifiers)")
     depths = config.depths
     if depths is None:
         return
@@ -106,10 +117,11 @@ def check_sub_model_keys(config, bad) -> None:
                                                         for d in depths) or len(depths) != len(widths):
         raise bad("depths", depths, f"{len(widths)} positive integers, one depth per ladder width "
                                     f"({', '.join(f'{w:g}' for w in widths)})")
-    if config.sub_model == "width" and implied_sub_model(config) is None:
+    if effective_sub_model(config) == "width":
         raise ConfigError(f"depths is {list(depths)!r} but sub_model is 'width'; expected depths only with sub_model "
                           "depth or width_depth")
     object.__setattr__(config, "depths", list(depths))
 
 
-__all__ = ["DepthPlan", "SUB_MODELS", "check_sub_model_keys", "depth_plan", "implied_sub_model", "ladder_depths"]
+__all__ = ["DepthPlan", "SUB_MODELS", "check_sub_model_keys", "depth_plan", "effective_sub_model", "implied_sub_model",
+           "ladder_depths"]

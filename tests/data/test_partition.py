@@ -47,7 +47,8 @@ def test_smaller_alpha_gives_more_label_skew():
 
 
 def test_impossible_partition_names_the_flags():
-    with pytest.raises(ConfigError, match="pass a larger --alpha or fewer --clients"):
+    with pytest.raises(ConfigError, match="expected a larger --alpha, fewer --clients, or --partition "
+                                          "balanced-dirichlet"):
         dirichlet_partition(labels_of(2, 10), 10, 0.01, np.random.default_rng(0), min_size=2, max_tries=5)
     with pytest.raises(ConfigError, match="pass fewer --clients"):
         dirichlet_partition(labels_of(2, 2), 10, 1.0, np.random.default_rng(0))
@@ -100,3 +101,34 @@ def test_bad_tier_counts_are_one_sentence(counts):
 
     with pytest.raises(ConfigError, match="tier_counts is .*expected 4 non-negative client counts"):
         RunConfig(backend="local", tier_counts=counts)
+
+
+def test_a_partition_that_needs_the_even_share_names_what_can_work():
+    """digits' 1,438 training samples over 200 clients: every client must hold the even share, 7, which a Dirichlet
+    draw gives at no alpha (refused at 0.3 and at 1000 alike); the sentence named a larger --alpha, which cannot
+    help. It now names fewer clients or the equal-size schemes, and balanced-dirichlet does draw it."""
+    from hasfl_ray.data import load_dataset
+    from hasfl_ray.data.partition import balanced_dirichlet_partition
+
+    labels = load_dataset("digits", 20, 0.3, 42, partition="iid").train_y.numpy()
+    for alpha in (0.3, 1000.0):
+        with pytest.raises(ConfigError, match="over 200 clients gave none each its even share of the 1438 samples "
+                                              "\\(7\\) in 50 draws, nor would any alpha; expected fewer --clients, "
+                                              "or --partition balanced-dirichlet or iid"):
+            dirichlet_partition(labels, 200, alpha, np.random.default_rng(42), max_tries=50)
+    parts = balanced_dirichlet_partition(labels, 200, 0.3, np.random.default_rng(42))
+    assert min(len(p) for p in parts) >= 7
+
+
+def test_the_cli_refuses_it_in_one_sentence_before_the_run_directory(tmp_path):
+    from click.testing import CliRunner
+
+    from hasfl_ray.cli.main import main
+
+    result = CliRunner().invoke(main, ["simulate", "--dataset", "digits", "--clients", "200", "--clients-per-round",
+                                       "10", "--rounds", "1", "--backend", "local", "--quiet", "--out",
+                                       str(tmp_path / "run")])
+    message = result.output.strip()
+    assert result.exit_code == 2 and len(message.splitlines()) == 1 and len(message) < 207, message
+    assert message.startswith("Error: partition dirichlet over 200 clients gave none each its even share"), message
+    assert not (tmp_path / "run").exists()
