@@ -93,14 +93,26 @@ def pages() -> str:
 
 def bound_primitive_cache(environ=None) -> str:
     """Set ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` to :data:`PRIMITIVE_CACHE` in ``environ`` (default: this process's)
-    unless set; returns the capacity in force."""
+    unless set to a capacity (digits: a non-negative integer); returns the capacity in force. Another value (``abc``,
+    ``-5``, an empty one) is replaced, as OpenMP's wait policy is, and remembered for ``hasfl-ray info``: oneDNN reads it with
+    ``atoi``, so ``abc`` would silently turn the cache off rather than bound it."""
     environ = os.environ if environ is None else environ
+    value = environ.get(PRIMITIVES)
+    if value is not None and not (value.strip().isdigit() and value.strip().isascii()):
+        _replaced_capacity[:] = [value]
+        environ[PRIMITIVES] = str(PRIMITIVE_CACHE)
     return environ.setdefault(PRIMITIVES, str(PRIMITIVE_CACHE))
+
+
+_replaced_capacity: list = []  # [the environment's value] where bound_primitive_cache replaced it
 
 
 def primitive_cache_status() -> str:
     """For ``hasfl-ray info``."""
     value = os.environ.get(PRIMITIVES)
+    if _replaced_capacity and value == str(PRIMITIVE_CACHE):
+        return (f"oneDNN keeps at most {value} compiled primitives ({PRIMITIVES}, set by hasfl-ray in place of the "
+                f"environment's {_replaced_capacity[0]!r}, which is not a count)")
     return f"oneDNN keeps at most {value} compiled primitives ({PRIMITIVES})" if value else \
         f"oneDNN's default (1024 compiled primitives; {PRIMITIVES} unset)"
 

@@ -95,14 +95,20 @@ class Run:
         return checkpoint.params
 
     def model(self, width: float = 1.0):
-        """The global model as a width-``width`` network (the nested prefix every built-in evaluates, as
-        ``accuracy_at_width``), in eval mode, on the CPU. Building it loads the run's dataset (the model of a
-        ``--model`` run is registered by it), so the run's ``data_dir`` must still hold the data. Norm statistics:
-        sBN networks normalise with each batch's statistics here (the server's static statistics pass over the
-        clients' data is not redone)."""
+        """The global model as the run evaluated it at ``width`` (the network behind ``accuracy_at_width``; width 1:
+        ``test_accuracy``): the nested prefix for most built-ins, FIARSE's and FedGMR's masked model, a depth
+        sub-model's exits (DepthFL's ensemble at width 1), a plug-in's ``submodel_for_eval``; in eval mode, on the
+        CPU. Building it loads the run's dataset (the model of a ``--model`` run is registered by it), so the run's
+        ``data_dir`` must still hold the data. Norm statistics: sBN networks normalise with each batch's statistics
+        here (the server's static statistics pass over the clients' data is not redone)."""
+        import numpy as np
+
         from hasfl_ray.config import RunConfig
         from hasfl_ray.data import load_plugin_dataset
-        from hasfl_ray.models import build_model, extract
+        from hasfl_ray.engine.depth_eval import evaluated_network
+        from hasfl_ray.engine.participants import capacity_tiers
+        from hasfl_ray.engine.preparing import build_algorithm
+        from hasfl_ray.federation import ladder_of
         from hasfl_ray.models.choice import model_dataset
         from hasfl_ray.registry import lookup, spec_label
 
@@ -111,12 +117,11 @@ class Run:
         config = RunConfig.from_dict(self.config).resolved()
         dataset = model_dataset(load_plugin_dataset(lookup("dataset", config.dataset), config), config,
                                 spec_label(config.dataset))
-        network = build_model(dataset.model, float(width))
-        specs = network.param_specs()
         params = self.params()
-        network.load_state_dict({name: extract(params[name], specs[name], float(width)) for name in specs},
-                                 strict=False)
-        return network.eval()
+        p_max = capacity_tiers(config.effective_data_seed, config.clients, config.tier_counts, ladder_of(config))
+        algorithm = build_algorithm(config, dataset.model, p_max, np.asarray(dataset.client_sizes(), dtype=np.int64))
+        algorithm.algorithm.global_params = lambda: params  # FIARSE's thresholds read it
+        return evaluated_network(algorithm, dataset.model, params, float(width)).eval()
 
 
 def load_run(path: str) -> Run:

@@ -140,11 +140,6 @@ def check_row(dataset: str, label: str, members: Sequence[Mapping[str, Any]]) ->
     seen: Dict[Any, str] = {}
     row = f"of row {dataset} / {label}"
     for run in members:
-        seed = run["config"].get("seed")
-        if seed in seen:
-            raise DataError(f"runs {seen[seed]} and {run['path']} {row} are both seed {seed}; expected one run per "
-                            "seed in a row (report them separately)")
-        seen[seed] = run["path"]
         other = row_protocol(run["config"])
         for key in sorted(set(protocol) | set(other)):
             if protocol.get(key) != other.get(key):
@@ -156,6 +151,12 @@ def check_row(dataset: str, label: str, members: Sequence[Mapping[str, Any]]) ->
             raise DataError(f"runs {first['path']} and {run['path']} {row} were trained on other data of dataset "
                             f"{dataset!r} ({change}); expected the seeds of one row to share their data (report "
                             "them separately)")
+        # after the settings: two runs of one seed that differ in a setting are named by it, not as a repeat
+        seed = run["config"].get("seed")
+        if seed in seen:
+            raise DataError(f"runs {seen[seed]} and {run['path']} {row} are both seed {seed}; expected one run per "
+                            "seed in a row (report them separately)")
+        seen[seed] = run["path"]
     scored = [(run, local_width(run)) for run in members if local_width(run) is not None]
     for run, width in scored[1:]:
         if width != scored[0][1]:

@@ -15,11 +15,12 @@ from hasfl_ray.data import DATASETS
 
 def partition_summary(dataset_name: str, data_dir: str | None, download: bool, clients: int, alpha: float,
                       seed: int, partition: str = "dirichlet", widths: Any = None,
-                      width_mix: Any = None) -> Dict[str, Any]:
+                      width_mix: Any = None, tier_counts: Any = None) -> Dict[str, Any]:
     """The partition a run with these settings trains on: per client its name, n_i, p_max, TV distance
     and label histogram, plus the class count, the train and test sizes and the partition scheme (``partition``:
     dirichlet, iid, classes:K, classes-even:K, shards:S; with classes:K also each client's label split and the size
-    of its own test shard; ``widths`` and ``width_mix``: the width ladder p_max is dealt from)."""
+    of its own test shard; ``widths`` and ``width_mix``: the width ladder p_max is dealt from; ``tier_counts``: the
+    clients of each width, as a run's ``tier_counts``)."""
     from hasfl_ray.data import load_dataset, load_plugin_dataset
     from hasfl_ray.engine.engine import capacity_tiers
     from hasfl_ray.federation import ladder_of, normalise_partition
@@ -36,7 +37,7 @@ def partition_summary(dataset_name: str, data_dir: str | None, download: bool, c
         dataset = load_plugin_dataset(lookup("dataset", dataset_name), config)
     else:
         dataset = load_dataset(dataset_name, clients, alpha, seed, data_dir, download, partition=partition)
-    p_max = capacity_tiers(seed, dataset.num_clients, ladder=ladder)  # Engine.prepare's draw: the p_max of the run
+    p_max = capacity_tiers(seed, dataset.num_clients, tier_counts, ladder)  # Engine.prepare's draw: the run's p_max
     histograms = dataset.label_histograms()
     tv = dataset.tv_distances()
     rows = [{"client": i, "name": dataset.client_names[i], "num_samples": dataset.client_size(i),
@@ -100,14 +101,16 @@ def data() -> None:
               "tiers 0.25,0.5,0.75,1), as simulate's --widths.")
 @click.option("--width-mix", metavar="MIX", help="Each width's share, or HeteroFL's a1-b1-c1-d1-e1, as simulate's "
               "--width-mix.")
+@click.option("--tier-counts", metavar="N1,N2,...", help="Clients per width of the ladder (default: dealt by the "
+              "mix), as simulate's --tier-counts.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: num_classes, train_size, test_size, "
               "clients (a list).")
 @click.option("--plot", "plot_file", metavar="FILE.png|FILE.pdf|FILE.svg",
               help="Also draw the clients x labels heat map of training samples into FILE (its format by extension).")
 @user_errors
 def inspect(dataset_name: str, data_dir: str | None, download: bool, clients: int, alpha: float, seed: int,
-            data_seed: int | None, partition: str, widths: str | None, width_mix: str | None, as_json: bool,
-            plot_file: str | None) -> None:
+            data_seed: int | None, partition: str, widths: str | None, width_mix: str | None,
+            tier_counts: str | None, as_json: bool, plot_file: str | None) -> None:
     """Print the partition: per client its name, num_samples, p_max, tv_distance and label histogram (with
     classes:K also its labels and the size of its own test shard)."""
     from hasfl_ray.registry import is_spec, lookup
@@ -118,11 +121,16 @@ def inspect(dataset_name: str, data_dir: str | None, download: bool, clients: in
         from hasfl_ray.analysis.partition_plot import check_plot_path
 
         check_plot_path(plot_file)
-    flags: Dict[str, Any] = {"widths": widths}
-    apply_switches(flags, False, False, False)  # --widths as simulate reads it
+    flags: Dict[str, Any] = {"widths": widths, "tier_counts": tier_counts}
+    apply_switches(flags, False, False, False)  # --widths and --tier-counts as simulate reads them
+    if flags["tier_counts"] is not None:  # checked as a run checks them: one count per width, adding up to clients
+        from hasfl_ray.config import RunConfig
+
+        RunConfig.from_dict({"clients": clients, "clients_per_round": 1, "tier_counts": flags["tier_counts"],
+                             "widths": flags["widths"], "width_mix": width_mix}, "data inspect")
     seed = seed if data_seed is None else data_seed  # what a run draws its data from (RunConfig.effective_data_seed)
     summary = partition_summary(dataset_name, data_dir, download, clients, alpha, seed, partition, flags["widths"],
-                                width_mix)
+                                width_mix, flags["tier_counts"])
     if plot_file is not None:
         from hasfl_ray.analysis.partition_plot import plot_partition
 

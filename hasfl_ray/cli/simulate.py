@@ -71,6 +71,13 @@ def stored_run_base(out: str, flags: Dict[str, Any]) -> Dict[str, Any] | None:
     return resume_base(migrate_config(load_yaml_config(path), f"config file {path!r}"), flags)
 
 
+def unfinished_run(out: str) -> bool:
+    """Whether the run directory ``out`` holds a run stopped (or still running) after a checkpoint: no summary.json,
+    a checkpoints/latest.pt. Running the same configuration again without --out would clear it."""
+    return not os.path.lexists(os.path.join(out, "summary.json")) and \
+        os.path.lexists(os.path.join(out, "checkpoints", "latest.pt"))
+
+
 @click.command(cls=SectionedCommand)  # --help in sections: Data, Model, ... (hasfl_ray.cli.sections)
 @run_options(
     click.option("--resume", is_flag=True, help="Continue the run directory from its last checkpoint; the result is "
@@ -108,6 +115,9 @@ def simulate(config_file, out, force, resume, quiet, track, as_json, verbose, no
     # same configuration again starts over there (as --force would: only a run's files are cleared) or --resume's it
     replace = out is None and not resume and os.path.exists(os.path.join(default_out(config), "config.yaml"))
     out = out if out is not None else default_out(config)
+    if replace and not force and unfinished_run(out):  # its checkpoint is progress: never cleared unasked
+        raise ConfigError(f"{out} holds an unfinished run of this configuration (a checkpoint, no summary.json); "
+                          "expected --resume to continue it, or --force to start it again")
     if resume and base is None and os.path.exists(os.path.join(out, "config.yaml")):
         config = build_config(config_file, flags, base=stored_run_base(out, flags)).resolved()
 

@@ -10,7 +10,7 @@ network answering with the mean of its exits' logits, DepthFL's global predictio
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
@@ -70,6 +70,32 @@ def eval_shape(plan, width: float) -> Shape:
     return trained if depth is None or depth == plan.num_depths else (trained, int(depth))
 
 
+def evaluated_network(algorithm: Any, model_name: str, params: Dict[str, torch.Tensor], width: float) -> nn.Module:
+    """The network whose accuracy a run records at ``width`` (``accuracy_at_width``; width 1: ``test_accuracy``),
+    holding ``params`` (the global model, full width) as the run's evaluation cuts them: DepthFL's ensemble of exits
+    at width 1, a depth sub-model's (width, depth) shape (:func:`eval_shape`), a plug-in's or FIARSE's own
+    ``submodel_for_eval`` (full shapes, masked), else the nested prefix. ``algorithm``: the run's
+    :class:`~hasfl_ray.engine.guard.GuardedAlgorithm` (``depth_plan`` set). No sBN statistics pass is made."""
+    from hasfl_ray.models import extract
+
+    plan = getattr(algorithm, "depth_plan", None)
+    if float(width) == 1.0:
+        shape: Shape = ENSEMBLE if getattr(algorithm, "global_ensemble", False) else 1.0
+    else:
+        shape = eval_shape(plan, float(width))
+    specs = build_model(model_name).param_specs()
+    values = None
+    if plan is None and shape != 1.0 and algorithm.overrides_submodel_for_eval:
+        values = algorithm.submodel_for_eval(params, float(width), {n: s.sliced_shape(float(width))
+                                                                    for n, s in specs.items()})
+    masked = values is not None and all(tuple(values[n].shape) == spec.shape for n, spec in specs.items())
+    network = shape_model(model_name, 1.0 if masked else shape)
+    with torch.no_grad():
+        for name, param in network.named_parameters():
+            param.copy_(values[name] if values is not None else extract(params[name], specs[name], shape_width(shape)))
+    return network
+
+
 def shape_key(shape: Optional[Shape]) -> str:
     """How a shape is named in sentences and logs: "0.5", "0.5@d1", "ensemble"."""
     if isinstance(shape, tuple):
@@ -77,4 +103,4 @@ def shape_key(shape: Optional[Shape]) -> str:
     return str(shape) if shape == ENSEMBLE else f"{float(shape):g}"
 
 
-__all__ = ["ENSEMBLE", "eval_shape", "evaluate_depths", "shape_key", "shape_model", "shape_width"]
+__all__ = ["ENSEMBLE", "eval_shape", "evaluated_network", "evaluate_depths", "shape_key", "shape_model", "shape_width"]

@@ -168,11 +168,7 @@ def build(engine: Any) -> None:
         raise PluginError(f"dataset {spec_label(c.dataset)!r} returned {engine.num_samples.size} sizes of shape "
                           f"{engine.num_samples.shape} from client_sizes(); expected one per client ({c.clients})")
     label = spec_label(c.algorithm)
-    engine.algorithm = GuardedAlgorithm(construct(algorithm_class(c.algorithm), label, c, engine.p_max,
-                                                  engine.num_samples), label, c.clients)
-    if getattr(engine.algorithm.algorithm, "model_name", None) is None:  # a plug-in's own model_name stays
-        engine.algorithm.algorithm.model_name = engine.model_name  # what FedRolex's window reads (channel counts)
-    engine.algorithm.algorithm.depth_plan = depth_plan(c, engine.model_name)  # sub_model depth, width_depth
+    engine.algorithm = build_algorithm(c, engine.model_name, engine.p_max, engine.num_samples)
     engine.algorithm.algorithm.global_params = lambda: engine.backend.get_params()  # FIARSE's thresholds read it
     widths = sorted({float(w) for w in engine.ladder.widths} | {float(w) for w in np.unique(engine.p_max)}
                     | {float(w) for w in engine.eval_widths})  # what it can hand out or be evaluated at
@@ -183,6 +179,18 @@ def build(engine: Any) -> None:
         engine.algorithm.algorithm.clock = engine.clock
         if c.mode == "async":
             check_deliverable(engine.clock, c.devices)
+
+
+def build_algorithm(c: RunConfig, model_name: str, p_max: np.ndarray, num_samples: np.ndarray) -> GuardedAlgorithm:
+    """The run's algorithm, guarded, with its ``model_name`` and ``depth_plan`` set: what a run trains with, and what
+    :meth:`hasfl_ray.results.Run.model` cuts a width's evaluated sub-model with."""
+    label = spec_label(c.algorithm)
+    algorithm = GuardedAlgorithm(construct(algorithm_class(c.algorithm), label, c, p_max, num_samples), label,
+                                 c.clients)
+    if getattr(algorithm.algorithm, "model_name", None) is None:  # a plug-in's own model_name stays
+        algorithm.algorithm.model_name = model_name  # what FedRolex's window reads (channel counts)
+    algorithm.algorithm.depth_plan = depth_plan(c, model_name)  # sub_model depth, width_depth
+    return algorithm
 
 
 def check_deliverable(clock: Any, devices: Any) -> None:

@@ -63,3 +63,13 @@ def test_a_seed_twice_in_one_row_is_refused(tmp_path):
     make_run(tmp_path / "b", 42, 0.9, 0.8)
     result = report(tmp_path)
     assert result.exit_code == 2 and "are both seed 42" in result.output
+
+
+def test_two_runs_of_one_seed_that_differ_in_a_setting_are_named_by_the_setting(tmp_path):
+    # h56: a clocked run beside a plain one, both seed 42, was refused as "both seed 42" (a repeat to delete),
+    # never naming the deadline that made them two experiments
+    make_run(tmp_path / "a", 42, 0.8, 0.7)
+    make_run(tmp_path / "b", 42, 0.9, 0.8)
+    set_config(tmp_path / "b", deadline=2.0)
+    result = report(tmp_path)
+    assert result.exit_code == 2 and "differ in deadline" in result.output and "both seed" not in result.output

@@ -103,3 +103,28 @@ def test_a_sweeps_default_folder_names_the_flags_that_change_its_cells():
     assert small.startswith(whole + "-") and len(small) == len(whole) + 9
     assert small == again != other
     assert plan_sweep(config, {"rounds": 5}, ["digits"], None, None, "runs/try").out == "runs/try"
+
+
+def test_the_same_configuration_again_never_clears_an_unfinished_run(tmp_path, monkeypatch):
+    """h56: a run killed after its checkpoints (SIGKILL, OOM: no resume command printed) was cleared by running the
+    same command again, 61 rounds of 400 lost; now the command is refused, the folder untouched, and --resume
+    continues it (--force starts it again)."""
+    monkeypatch.chdir(tmp_path)
+    assert simulate().exit_code == 0
+    out = os.path.join("runs", os.readlink("runs/latest"))
+    finished = sha(out)
+    os.remove(os.path.join(out, "summary.json"))  # as a kill after the last checkpoint leaves it
+    files = {name: open(os.path.join(out, name), "rb").read() for name in ("metrics.jsonl", "checkpoints/latest.pt")}
+    again = simulate()
+    assert again.exit_code == 2 and "Traceback" not in again.output
+    assert again.output.strip() == (f"Error: {out} holds an unfinished run of this configuration (a checkpoint, no "
+                                    "summary.json); expected --resume to continue it, or --force to start it again")
+    assert {name: open(os.path.join(out, name), "rb").read() for name in files} == files
+    assert not os.path.exists(os.path.join(out, "summary.json"))
+    resumed = simulate("--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert sha(out) == finished
+    os.remove(os.path.join(out, "summary.json"))
+    forced = simulate("--force")
+    assert forced.exit_code == 0, forced.output
+    assert sha(out) == finished and sorted(os.listdir("runs")) == sorted([os.path.basename(out), "latest"])

@@ -61,3 +61,25 @@ def test_shared_shakespeare_roles(shared_data):
     summary = json.loads(result.output)
     assert summary["num_classes"] == 95 and summary["clients"][0]["name"] == "hamlet/HAM"
     assert len(summary["clients"][0]["label_histogram"]) == 95
+
+
+def test_tier_counts_deal_p_max_as_the_run_does(tmp_path):
+    """h56: a run with tier_counts (configs/avg-p-paper-tier-mix.yaml's 4,10,3,3) could not be inspected: data
+    inspect dealt p^max from the mix alone. --tier-counts gives the p^max of the run's clients.csv, and counts that do
+    not fit are simulate's sentence."""
+    import csv
+
+    out = str(tmp_path / "run")
+    simulate = CliRunner().invoke(main, ["simulate", "--backend", "local", "--rounds", "1", "--clients", "20",
+                                         "--clients-per-round", "3", "--tier-counts", "4,10,3,3", "--quiet",
+                                         "--local-eval-clients", "off", "--out", out])
+    assert simulate.exit_code == 0, simulate.output
+    with open(os.path.join(out, "clients.csv"), encoding="utf-8") as handle:
+        ran = [float(row["p_max"]) for row in csv.DictReader(handle)]
+    result = run(["--clients", "20", "--tier-counts", "4,10,3,3", "--json"])
+    assert result.exit_code == 0, result.output
+    assert [row["p_max"] for row in json.loads(result.output)["clients"]] == ran
+    assert sorted(ran).count(0.5) == 10  # not the default mix's 5
+    bad = run(["--clients", "6", "--tier-counts", "1,2,3"])
+    assert bad.exit_code == 2 and bad.output.startswith("Error: tier_counts is [1, 2, 3]; expected 4 non-negative")
+    assert "Traceback" not in bad.output

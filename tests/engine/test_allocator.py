@@ -71,3 +71,22 @@ def test_onednns_primitive_cache_is_bounded_unless_the_user_chose_a_capacity():
     assert theirs.split()[:2] == ["40", "40"]
     assert allocator.bound_primitive_cache({}) == str(allocator.PRIMITIVE_CACHE)
     assert allocator.bound_primitive_cache({allocator.PRIMITIVES: "7"}) == "7"
+
+
+def test_a_primitive_cache_capacity_that_is_not_a_count_is_replaced_and_info_names_it():
+    """h56: ONEDNN_PRIMITIVE_CACHE_CAPACITY=abc was kept (oneDNN's atoi reads it as 0: no cache at all) while
+    ``hasfl-ray info`` said "oneDNN keeps at most abc compiled primitives"; now it is replaced by the bound, in this
+    process and every Ray actor's environment, and info names the value it replaced."""
+    import os
+
+    code = ("import os, hasfl_ray; from hasfl_ray import allocator; from hasfl_ray.threads import actor_environment; "
+            "print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'], actor_environment()"
+            "['ONEDNN_PRIMITIVE_CACHE_CAPACITY'], allocator.primitive_cache_status())")
+    env = {k: v for k, v in os.environ.items() if k != allocator.PRIMITIVES}
+    for bad in ("abc", "-5", ""):
+        out = subprocess.run([sys.executable, "-c", code], env={**env, allocator.PRIMITIVES: bad},
+                             capture_output=True, text=True, check=True).stdout
+        assert out.split()[:2] == [str(allocator.PRIMITIVE_CACHE)] * 2, (bad, out)
+        assert f"in place of the environment's {bad!r}, which is not a count" in out, out
+    environ = {allocator.PRIMITIVES: "abc"}
+    assert allocator.bound_primitive_cache(environ) == "256" and environ[allocator.PRIMITIVES] == "256"
