@@ -105,14 +105,19 @@ def simulate(config_file, out, force, resume, quiet, track, as_json, verbose, no
     setup_logging(verbose)
     apply_switches(flags, no_coverage, download, fast_nondeterministic)
     from hasfl_ray.cli.run_folder import default_out, link_latest, unlink_latest
+    from hasfl_ray.engine.earlier_run import settle_unlocked
 
     given_out = out if out is not None and out.strip() else None
+    if given_out and os.path.isdir(given_out):  # a --force start killed in between: read as settled (earlier_run)
+        settle_unlocked(given_out)
     base = stored_run_base(given_out, flags) if resume and given_out else None
     config = build_config(config_file, flags, base=base).resolved()
     if out is not None and not out.strip():
         raise ConfigError(f"--out is {out!r}; expected a folder path (or no --out for {default_out(config)})")
     # no --out: the configuration's own folder (cli/run_folder.py), so runs of other configs never collide; the
     # same configuration again starts over there (as --force would: only a run's files are cleared) or --resume's it
+    if out is None and os.path.isdir(default_out(config)):
+        settle_unlocked(default_out(config))
     replace = out is None and not resume and os.path.exists(os.path.join(default_out(config), "config.yaml"))
     out = out if out is not None else default_out(config)
     if replace and not force and unfinished_run(out):  # its checkpoint is progress: never cleared unasked

@@ -32,7 +32,7 @@ from hasfl_ray.engine.participants import (round_capacities, round_participants,
                                            client_task, client_price, sub_models)
 from hasfl_ray.engine.post_aggregate import aggregate_round
 from hasfl_ray.engine.records import MAX_PENDING_LINES, complete, kept, open_log, writing
-from hasfl_ray.engine.refused_start import begin_start, undo_refused_start
+from hasfl_ray.engine.refused_start import begin_start, end_start, undo_refused_start
 from hasfl_ray.engine.rundir import RunDirectory, RunLock, remove_made
 from hasfl_ray.engine.signals import StopSignals
 from hasfl_ray.errors import ActorLostError, EvaluationInterrupted, RunInterrupted, TrainerError
@@ -128,7 +128,7 @@ class Engine:
         made_log = started = False  # log.txt made by this start; config.yaml written, the run directory the run's
         try:
             shared = preparing.lock_control_variates(self)
-            found = begin_start(self, lock)  # --force clears the directory; what a new run's holds, else None
+            found = begin_start(self, lock)  # --force sets the earlier run aside; what a new run's holds, else None
             made_log = bool(self.rundir) and not os.path.lexists(self.rundir.file("log.txt"))
             log = open_log(self.rundir)
             if self.inputs_unverified:  # inputs known by their path only: on the terminal and in RUN/log.txt
@@ -181,9 +181,12 @@ class Engine:
             if shared is not None:
                 shared.release()
             if lock is not None:
+                if not started and made_log:  # the log a refused start made (an earlier run's is put back next)
+                    remove_made([], [self.rundir.file("log.txt")])
+                end_start(self, started)  # --force's earlier run: back where the new one never began, else gone
                 lock.release()
                 if not started:  # a start refused (Ray, the placement, a first dispatch) leaves nothing it made
-                    remove_made(lock.made, [self.rundir.file("log.txt")] if made_log else [])
+                    remove_made(lock.made)
             if not started:
                 self._undo_claim()
 

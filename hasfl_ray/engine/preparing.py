@@ -24,6 +24,7 @@ from hasfl_ray.engine.config import RunConfig
 from hasfl_ray.engine.guard import GuardedAlgorithm, PluginError, construct
 from hasfl_ray.engine.history import History
 from hasfl_ray.engine.participants import capacity_tiers, initial_parameters, round_capacities
+from hasfl_ray.engine.earlier_run import settle_unlocked
 from hasfl_ray.engine.rundir import check_no_links, check_output_folder, check_run_directory, check_start
 from hasfl_ray.errors import ConfigError, progress_phrase
 from hasfl_ray.federation import ladder_of
@@ -65,6 +66,7 @@ def prepare_parts(engine: Any) -> None:
     if engine.rundir:
         check_run_directory(engine.rundir.path)
         if os.path.isdir(engine.rundir.path):
+            settle_unlocked(engine.rundir.path)  # a --force start killed in between: its folder read as settled
             check_no_links(engine.rundir.path)  # log.txt and the checkpoint are opened by name: never through a link
         check_start(engine.rundir.path, engine.resume, engine.force)  # a new run only where nothing would be lost
     check_control_variates_dir(engine)

@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import yaml
 
+from hasfl_ray.engine.earlier_run import drop
 from hasfl_ray.engine.metrics_csv import MetricsTable
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.files import (TEMP_PREFIX, atomic_text_writer, atomic_write, make_folders, ownership_problem,  # noqa: F401
@@ -208,6 +209,7 @@ class RunDirectory:
         self.path = path
         self._metrics_text = ""
         self._table = MetricsTable()  # metrics.csv's text (hasfl_ray.engine.metrics_csv)
+        self.earlier = False  #: an earlier run set aside by --force (hasfl_ray.engine.earlier_run) until a line
 
     def file(self, name: str) -> str:
         return os.path.join(self.path, name)
@@ -241,6 +243,9 @@ class RunDirectory:
         self._metrics_text = text
         atomic_write(self.file("metrics.csv"), self._table.add(line).encode())
         self._table.commit()
+        if self.earlier:  # the new run recorded its first line: --force's earlier run is no longer kept
+            drop(self.path)
+            self.earlier = False
 
     def read_metrics(self) -> List[Dict[str, Any]]:
         if not os.path.exists(self.file("metrics.jsonl")):
