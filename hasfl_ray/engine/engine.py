@@ -6,7 +6,6 @@ import contextlib
 import copy
 import logging
 import os
-import shlex
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -36,6 +35,7 @@ from hasfl_ray.engine.refused_start import begin_start, end_start, undo_refused_
 from hasfl_ray.engine.rundir import RunDirectory, RunLock, remove_made
 from hasfl_ray.engine.signals import StopSignals
 from hasfl_ray.errors import ActorLostError, EvaluationInterrupted, RunInterrupted, TrainerError
+from hasfl_ray.front_end import resume_command
 from hasfl_ray.models import build_model
 from hasfl_ray.training.determinism import apply_determinism
 
@@ -166,8 +166,8 @@ class Engine:
                         log.stream.write(f"{error}\n{error.remote_traceback.rstrip()}\n")
                         log.flush()
                     if isinstance(error, ActorLostError) and self.rundir:  # the run's state is lost, its checkpoint not
-                        raise ActorLostError(f"{error}; {kept(self.rundir)}: hasfl-ray simulate --out "
-                                             f"{shlex.quote(self.rundir.path)} --resume") from None
+                        raise ActorLostError(f"{error}; {kept(self.rundir)}: {resume_command(self.rundir.path)}"
+                                             ) from None
                     raise
                 finally:
                     if self.events is not None:
