@@ -388,4 +388,5 @@ def check_resume_config(run_dir: str, stored: Optional[Mapping[str, Any]], confi
     changes = config_differences(stored, config)
     if changes:
         raise ConfigError(f"run directory {run_dir!r} holds a run with a different config ({'; '.join(changes)}); "
-                          f"expected the same config to resume it, or {option('force')} to continue it with the new one")
+                          f"expected the same config to resume it, or {option('force')} to continue it with the new "
+                          "one")

@@ -166,8 +166,8 @@ class Engine:
                         log.stream.write(f"{error}\n{error.remote_traceback.rstrip()}\n")
                         log.flush()
                     if isinstance(error, ActorLostError) and self.rundir:  # the run's state is lost, its checkpoint not
-                        raise ActorLostError(f"{error}; {kept(self.rundir)}: {resume_command(self.rundir.path)}"
-                                             ) from None
+                        lost = f"{error}; {kept(self.rundir)}: {resume_command(self.rundir.path)}"
+                        raise ActorLostError(lost) from None
                     raise
                 finally:
                     if self.events is not None:
@@ -180,13 +180,10 @@ class Engine:
                 log.close()
             if shared is not None:
                 shared.release()
-            if lock is not None:
-                if not started and made_log:  # the log a refused start made (an earlier run's is put back next)
-                    remove_made([], [self.rundir.file("log.txt")])
-                end_start(self, started)  # --force's earlier run: back where the new one never began, else gone
+            if lock is not None:  # a start refused (Ray, the placement, a first dispatch) leaves nothing it made,
+                end_start(self, started, made_log)  # its log.txt included; --force's earlier run back, or gone
                 lock.release()
-                if not started:  # a start refused (Ray, the placement, a first dispatch) leaves nothing it made
-                    remove_made(lock.made)
+                remove_made(lock.made if not started else [])  # the folders it made, once empty
             if not started:
                 self._undo_claim()
 

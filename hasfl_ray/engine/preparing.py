@@ -225,8 +225,8 @@ def check_same_mode(engine: Any) -> None:
     if mode != engine.config.mode:
         done = progress_phrase(checkpoint.round, mode)
         raise ConfigError(f"checkpoint {checkpoint_path(engine.rundir.path)!r} holds a run in mode {mode!r} ({done}) "
-                          f"but mode is {engine.config.mode!r}; expected mode {mode!r} to continue it ({option('force')} "
-                          f"continues a changed config within one mode), {start_again()}")
+                          f"but mode is {engine.config.mode!r}; expected mode {mode!r} to continue it "
+                          f"({option('force')} continues a changed config within one mode), {start_again()}")
 
 
 def check_clock_state(engine: Any, path: str) -> None:

@@ -64,11 +64,15 @@ def remove_written(path: str, found: Iterable[str]) -> None:
                 os.unlink(entry.path)
 
 
-def end_start(engine: Any, started: bool) -> None:
-    """Called under the run's lock as ``Engine.run`` ends, after :func:`undo_refused_start`: the earlier run a
-    ``--force`` start set aside is put back where the new run never began (no config.yaml written, or its start
-    undone as bad input), and deleted otherwise (it finished, stopped, failed, or recorded a line)."""
+def end_start(engine: Any, started: bool, made_log: bool) -> None:
+    """Called under the run's lock as ``Engine.run`` ends, after :func:`undo_refused_start`: where the new run never
+    began (no config.yaml written, or its start undone as bad input) the log.txt it made goes (``made_log``) and the
+    earlier run a ``--force`` start set aside is put back; otherwise (it finished, stopped, failed, or recorded a
+    line) the earlier run is deleted."""
     rundir = engine.rundir
+    if rundir is not None and not started and made_log:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(rundir.file("log.txt"))
     if rundir is None or not rundir.earlier:
         return
     rundir.earlier = False

@@ -198,8 +198,8 @@ def check_start(path: str, resume: bool = False, force: bool = False) -> None:
     if resume:
         kind = "a sweep's folder (sweep.json), not a run directory" if "sweep.json" in entries else \
             "not a run directory"
-        raise ConfigError(f"{option('resume')} cannot continue {path!r}: it holds no config.yaml, so it is {kind}; expected "
-                          "the folder of the run to continue (a sweep's runs are its cell folders)")
+        raise ConfigError(f"{option('resume')} cannot continue {path!r}: it holds no config.yaml, so it is {kind}; "
+                          "expected the folder of the run to continue (a sweep's runs are its cell folders)")
     if not force:
         raise ConfigError(f"run directory {path!r} holds {_listed(entries)} and no run (no config.yaml); expected "
                           f"a missing or empty folder for a new run (choose another {option('out')})")
@@ -347,8 +347,9 @@ def check_clearable(path: str) -> None:
                           f"directory; expected an empty folder or one a run wrote (choose another {option('out')})")
     foreign = foreign_entries(path)
     if foreign:
-        raise ConfigError(f"{option('force')} refuses to clear {path!r}: it holds {_listed(foreign)}, which no run writes; "
-                          f"expected a folder with only a run's files (move them, or choose another {option('out')})")
+        raise ConfigError(f"{option('force')} refuses to clear {path!r}: it holds {_listed(foreign)}, which no run "
+                          f"writes; expected a folder with only a run's files (move them, or choose another "
+                          f"{option('out')})")
 
 
 def clear_run_directory(path: str) -> None:
