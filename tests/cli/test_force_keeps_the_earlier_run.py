@@ -65,10 +65,11 @@ def earlier(tmp_path, monkeypatch):
     return out, lambda name: f"{tmp_path / 'policy.py'}:{name}"
 
 
-def test_a_refused_force_start_leaves_the_earlier_run_as_it_was(earlier):
+@pytest.mark.parametrize("mode", [[], ["--mode", "async", "--devices", "lognormal"]], ids=["rounds", "async"])
+def test_a_refused_force_start_leaves_the_earlier_run_as_it_was(earlier, mode):
     out, plugin = earlier
     before = files(out)
-    refused(invoke("simulate", *TINY, "--algorithm", plugin("Channels"), "--out", out, "--force"), CHANNELS)
+    refused(invoke("simulate", *TINY, *mode, "--algorithm", plugin("Channels"), "--out", out, "--force"), CHANNELS)
     assert files(out) == before
 
 
