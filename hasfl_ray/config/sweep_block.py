@@ -111,7 +111,7 @@ def sweep_list(value: Any, name: str, source: str) -> List[Any]:
 def shared_keys(values: Mapping[str, Any], flags: Mapping[str, Any], source: str) -> frozenset:
     """The keys of :func:`single_run_values`' run that a sweep config gives for every dataset it runs (its shared
     keys and its variants'; not the run's ``per_dataset`` keys): a key only some datasets read (``alpha``) is not
-    refused where the run's dataset does not (``check_inert_keys``' ``shared``). None for a plain config file."""
+    refused where the run's dataset does not (``check_inert_keys``' ``shared``); none for a plain config file."""
     block, shared = split_sweep_config(values, source)
     if block is None:
         return frozenset()
