@@ -241,6 +241,10 @@ def normalise_flwr(spec: str) -> str:
         else f"flwr:{scheme}:{value}"
 
 
+#: The partitions that read ``alpha`` (their Dirichlet's concentration); every other scheme ignores it.
+ALPHA_PARTITIONS = ("dirichlet", "balanced-dirichlet")
+
+
 def parse_partition(spec: Any) -> Tuple[str, Optional[int]]:
     """(scheme, k) of a ``partition`` value: ``dirichlet``, ``iid``, ``classes:K`` (HeteroFL's and FedRolex's
     non-IID-K), ``classes-even:K`` (exactly K classes a client) or ``shards:S`` (K, S positive integers; k None for

@@ -12,6 +12,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from hasfl_ray.errors import ConfigError
+from hasfl_ray.front_end import option
 
 
 def _frame(records: List[Dict[str, Any]]):
@@ -61,8 +62,8 @@ class Run:
         self.path = path
         config_path = os.path.join(path, "config.yaml")
         if not os.path.isfile(config_path):
-            raise ConfigError(f"run folder {path!r} has no config.yaml; expected a folder hasfl-ray simulate wrote "
-                              "(--out)")
+            raise ConfigError(f"run folder {path!r} has no config.yaml; expected a folder a hasfl-ray run wrote "
+                              f"(its {option('out')})")
         # the report's readers: links refused, the YAML strict and migrated from earlier versions, numbers checked
         self.config: Dict[str, Any] = _read_config(config_path)
         summary_path = os.path.join(path, "summary.json")
@@ -127,7 +128,7 @@ class Run:
 def load_run(path: str) -> Run:
     """Read the run folder ``path`` (hasfl-ray simulate's --out): its config, summary, history, clients and model."""
     if not isinstance(path, (str, os.PathLike)) or not os.path.isdir(path):
-        raise ConfigError(f"run folder {path!r} is not a folder; expected the --out of a hasfl-ray run")
+        raise ConfigError(f"run folder {path!r} is not a folder; expected the {option('out')} of a hasfl-ray run")
     return Run(os.fspath(path))
 
 

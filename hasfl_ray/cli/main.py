@@ -19,6 +19,7 @@ from hasfl_ray.cli.info import info
 from hasfl_ray.cli.report import analyze, plot, report
 from hasfl_ray.cli.simulate import simulate
 from hasfl_ray.cli.sweep import sweep
+from hasfl_ray.front_end import command_line
 
 
 class OneSentenceGroup(click.Group):
@@ -27,7 +28,8 @@ class OneSentenceGroup(click.Group):
 
     def main(self, *args, standalone_mode: bool = True, **kwargs):
         try:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            with command_line():  # the engine's sentences name this front end's flags (hasfl_ray/front_end.py)
+                return super().main(*args, standalone_mode=False, **kwargs)
         except click.UsageError as error:
             message = " ".join(error.format_message().split())
             command = error.ctx.command_path if error.ctx is not None else "hasfl-ray"

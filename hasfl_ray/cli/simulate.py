@@ -26,14 +26,16 @@ def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str,
     Keys naming the algorithm's options (``mu``, ``--p-min``) go to its ``algorithm_options``; a config file's
     options for other algorithms (a sweep config's shared keys) are dropped, a flag's refused in one sentence."""
     from hasfl_ray.config import (RunConfig, check_inert_keys, given_keys, load_yaml_config, merge_layers,
-                                  parse_option_assignments, single_run_values)
+                                  parse_option_assignments, shared_keys, single_run_values)
 
     source = f"config file {config_file!r}" if config_file else "config"
     flags = dict(flags)
     options = parse_option_assignments(flags.pop("algo_opt", None))  # --algo-opt KEY=VALUE, over the YAML's
     # a sweep config (docs/configs.md, sweep configs) gives one run: its shared keys, its first dataset, algorithm
     # and seed unless flags name others, that dataset's per_dataset keys and the variant --algorithm names
-    values = single_run_values(load_yaml_config(config_file), flags, source) if config_file else {}
+    raw = load_yaml_config(config_file) if config_file else {}
+    shared = shared_keys(raw, flags, source) - set(k for k, v in flags.items() if v is not None)  # for many runs
+    values = single_run_values(raw, flags, source) if config_file else {}
     if config_file:
         RunConfig.from_dict(values, source, foreign="drop")  # unknown keys refused before flags apply
     given = {k: v for k, v in flags.items() if v is not None}
@@ -42,7 +44,7 @@ def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str,
         layers.append(({"algorithm_options": options}, "refuse"))
     merged = merge_layers(layers, source)
     config = RunConfig.from_dict(merged, source)  # each value checked first
-    check_inert_keys(given_keys([values, given]), merged, source)  # the user's keys, never a stored run's
+    check_inert_keys(given_keys([values, given]), merged, source, shared)  # the user's keys, never a stored run's
     return config
 
 
@@ -105,14 +107,19 @@ def simulate(config_file, out, force, resume, quiet, track, as_json, verbose, no
     setup_logging(verbose)
     apply_switches(flags, no_coverage, download, fast_nondeterministic)
     from hasfl_ray.cli.run_folder import default_out, link_latest, unlink_latest
+    from hasfl_ray.engine.earlier_run import settle_unlocked
 
     given_out = out if out is not None and out.strip() else None
+    if given_out and os.path.isdir(given_out):  # a --force start killed in between: read as settled (earlier_run)
+        settle_unlocked(given_out)
     base = stored_run_base(given_out, flags) if resume and given_out else None
     config = build_config(config_file, flags, base=base).resolved()
     if out is not None and not out.strip():
         raise ConfigError(f"--out is {out!r}; expected a folder path (or no --out for {default_out(config)})")
     # no --out: the configuration's own folder (cli/run_folder.py), so runs of other configs never collide; the
     # same configuration again starts over there (as --force would: only a run's files are cleared) or --resume's it
+    if out is None and os.path.isdir(default_out(config)):
+        settle_unlocked(default_out(config))
     replace = out is None and not resume and os.path.exists(os.path.join(default_out(config), "config.yaml"))
     out = out if out is not None else default_out(config)
     if replace and not force and unfinished_run(out):  # its checkpoint is progress: never cleared unasked

@@ -27,7 +27,8 @@ from hasfl_ray.config.schema import FLOAT32_MAX, MAX_LR, MODEL_CHOICES, MODEL_NO
 from hasfl_ray.config.strict_yaml import (MAX_ALIAS_EXPANSION, AliasExpansionError, DuplicateKeyError, StrictLoader,
                                           check_alias_expansion, load_yaml_config, parse_option_assignments,
                                           strict_yaml_load)
-from hasfl_ray.config.sweep_block import SWEEP_FIELDS, SWEEP_KEY, single_run_values, split_sweep_config, sweep_list
+from hasfl_ray.config.sweep_block import (SWEEP_FIELDS, SWEEP_KEY, shared_keys, single_run_values,
+                                          split_sweep_config, sweep_list)
 
 __all__ = [
     "AliasExpansionError", "CONFIG_VERSION", "DEFAULT_MOMENTUM", "DuplicateKeyError", "EVAL_EVERY", "EXECUTION_FIELDS",
@@ -35,6 +36,6 @@ __all__ = [
     "PROTOCOL_FIELDS", "RunConfig", "RunConfigFields", "SWEEP_FIELDS", "SWEEP_KEY", "StrictLoader",
     "auto_training_modes", "check_algorithm_options", "check_alias_expansion", "default_backend",
     "check_inert_keys", "fault_inject_round", "given_keys", "load_yaml_config", "merge_layers", "migrate_config", "option_fields", "option_owners",
-    "parse_fault", "parse_option_assignments", "ray_installed", "route_options", "single_run_values",
+    "parse_fault", "parse_option_assignments", "ray_installed", "route_options", "shared_keys", "single_run_values",
     "split_sweep_config", "strict_yaml_load", "sweep_list",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Sequence, Tuple
+from typing import AbstractSet, Any, Dict, Mapping, Sequence, Tuple
 
 from hasfl_ray.config.migrate import migrate_config
 from hasfl_ray.config.routing import route_options
@@ -47,12 +47,17 @@ def given_keys(layers: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     return {k: v for layer in layers if "config_version" not in layer for k, v in layer.items()}
 
 
-def check_inert_keys(explicit: Mapping[str, Any], merged: Mapping[str, Any], source: str = "config") -> None:
+def check_inert_keys(explicit: Mapping[str, Any], merged: Mapping[str, Any], source: str = "config",
+                     shared: AbstractSet[str] = frozenset()) -> None:
     """Refuse, in one sentence, a key the user gave (``explicit``: a config file's, the flags', a sweep cell's keys;
     never a resumed run's stored config nor a default) that the merged config leaves without effect: ``lr_gamma``
     without ``lr_milestones`` (no round multiplies the rate by it) and ``local_epochs`` beside ``local_steps`` (which
-    replaces it). Both were accepted and did nothing (battery 5, A146, A237, A261)."""
+    replaces it). Both were accepted and did nothing (battery 5, A146, A237, A261). ``shared``: keys given for
+    runs of several datasets at once (a sweep config's shared keys, its variants', ``sweep``'s flags), of which a key
+    only some datasets' partitions read (``alpha``) is not refused where this run's does not read it."""
     where = "" if source == "config" else f" ({source})"
+    if "alpha" not in shared:
+        _check_alpha(explicit, merged, where)
     if explicit.get("lr_gamma") is not None and not merged.get("lr_milestones"):
         raise ConfigError(f"lr_gamma is {explicit['lr_gamma']!r} but lr_milestones is unset{where}, so it does "
                           "nothing; expected it with --lr-milestones (the rounds at which lr is multiplied by it)")
@@ -61,6 +66,32 @@ def check_inert_keys(explicit: Mapping[str, Any], merged: Mapping[str, Any], sou
         raise ConfigError(f"local_epochs is {explicit['local_epochs']!r} beside local_steps "
                           f"{merged['local_steps']!r}{where}, which replaces it, so it does nothing; expected one of "
                           "them")
+
+
+def _check_alpha(explicit: Mapping[str, Any], merged: Mapping[str, Any], where: str) -> None:
+    """Refuse an ``alpha`` given where no partition reads it: only ``dirichlet`` and ``balanced-dirichlet``
+    (:data:`hasfl_ray.federation.ALPHA_PARTITIONS`) of a built-in image dataset do; ``iid``, ``classes:K``,
+    ``shards:S`` and ``flwr:...`` (whose Dirichlet takes its own value) ignore it, and synthetic and shakespeare have
+    their own clients. A plug-in dataset may read it itself: never refused there."""
+    from hasfl_ray import registry
+    from hasfl_ray.federation import ALPHA_PARTITIONS, normalise_partition, parse_partition
+
+    dataset = merged.get("dataset", RunConfigFields.dataset)
+    if explicit.get("alpha") is None or not isinstance(dataset, str) or dataset not in registry.registered("dataset"):
+        return
+    try:
+        scheme = parse_partition(merged.get("partition") or RunConfigFields.partition)[0]
+    except ConfigError:
+        return  # RunConfig names the bad partition
+    readers = " or ".join(ALPHA_PARTITIONS)
+    if not getattr(registry.lookup("dataset", dataset), "label_partitions", False):
+        why, instead = f"dataset {dataset!r} has its own clients", f"an image dataset with partition {readers}"
+    elif scheme not in ALPHA_PARTITIONS:
+        why = f"partition {normalise_partition(merged.get('partition'))!r} does not read it"
+        instead = f"partition {readers}, which read it"
+    else:
+        return
+    raise ConfigError(f"alpha is {explicit['alpha']!r} but {why}{where}; expected alpha unset, or {instead}")
 
 
 def _check_given_defaults(explicit: Mapping[str, Any], merged: Mapping[str, Any], where: str) -> None:

@@ -108,6 +108,19 @@ def sweep_list(value: Any, name: str, source: str) -> List[Any]:
     return value
 
 
+def shared_keys(values: Mapping[str, Any], flags: Mapping[str, Any], source: str) -> frozenset:
+    """The keys of :func:`single_run_values`' run that a sweep config gives for every dataset it runs (its shared
+    keys and its variants'; not the run's ``per_dataset`` keys): a key only some datasets read (``alpha``) is not
+    refused where the run's dataset does not (``check_inert_keys``' ``shared``); none for a plain config file."""
+    block, shared = split_sweep_config(values, source)
+    if block is None:
+        return frozenset()
+    datasets = sweep_list(block.get("datasets"), "datasets", source) or [shared.get("dataset", "digits")]
+    own = block["per_dataset"].get(flags.get("dataset") or datasets[0], {})
+    variants = [keys for keys in block["variants"].values() if isinstance(keys, Mapping)]
+    return frozenset(k for k in [*shared, *(k for keys in variants for k in keys)] if k not in own)
+
+
 def single_run_values(values: Mapping[str, Any], flags: Dict[str, Any], source: str) -> Dict[str, Any]:
     """The RunConfig keys ``simulate --config`` takes from a config file: a plain one as it is; a sweep config's
     shared keys, then the ``per_dataset`` keys of the dataset run (``--dataset``, else the sweep's first), then the

@@ -21,6 +21,7 @@ from hasfl_ray.data.fingerprint import data_change
 from hasfl_ray.engine.rundir import history_line_problem
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.files import atomic_write
+from hasfl_ray.front_end import option
 
 CHECKPOINT_DIR = "checkpoints"
 CHECKPOINT_FILE = "latest.pt"
@@ -111,7 +112,9 @@ def save_checkpoint(run_dir: str, checkpoint: Checkpoint) -> None:
 
 
 #: What to do about a checkpoint that cannot be used: the end of every refusal's sentence.
-START_AGAIN = "or --force without --resume to start again"
+def start_again() -> str:
+    """The end of a checkpoint refusal's sentence, in the caller's words (:mod:`hasfl_ray.front_end`)."""
+    return f"or {option('force')} without {option('resume')} to start again"
 
 
 def load_checkpoint(run_dir: str) -> Optional[Checkpoint]:
@@ -122,7 +125,7 @@ def load_checkpoint(run_dir: str) -> Optional[Checkpoint]:
         return None
     if os.path.islink(path):
         raise ConfigError(f"checkpoint {path!r} is a link to {os.readlink(path)!r}; expected the run's own file, "
-                          f"{START_AGAIN}")
+                          f"{start_again()}")
     try:
         # Run directories travel between people and machines: the restricted unpickler builds tensors and plain
         # containers only, so a crafted file is refused before any of its code can run.
@@ -137,16 +140,16 @@ def load_checkpoint(run_dir: str) -> Optional[Checkpoint]:
         else:
             reason = (text.strip().splitlines() or [type(error).__name__])[0][:120]
         raise ConfigError(f"checkpoint {path!r} cannot be read ({reason}); expected a whole hasfl-ray checkpoint, "
-                          f"{START_AGAIN}") from None
+                          f"{start_again()}") from None
     damaged = damaged_record(path)
     if damaged is not None:
         raise ConfigError(f"checkpoint {path!r} cannot be read (it is corrupt: the bytes of its record {damaged!r} "
                           f"fail the CRC-32 check written with them); expected a whole hasfl-ray checkpoint, "
-                          f"{START_AGAIN}")
+                          f"{start_again()}")
     problem = _malformed(values)
     if problem:
         raise ConfigError(f"checkpoint {path!r} cannot be used: {problem}; expected a hasfl-ray checkpoint, "
-                          f"{START_AGAIN}")
+                          f"{start_again()}")
     return Checkpoint(**{f.name: from_plain(values[f.name]) for f in fields(Checkpoint) if f.name in values})
 
 
@@ -188,7 +191,7 @@ def check_checkpoint(path: str, checkpoint: Checkpoint, params: Mapping[str, tor
     :meth:`~hasfl_ray.algorithms.base.Algorithm.state_dict` (the schema: see :func:`state_mismatch`)."""
     def refuse(problem: str) -> ConfigError:
         return ConfigError(f"checkpoint {path!r} does not match this run: {problem}; expected this run's model and "
-                           f"algorithm state, {START_AGAIN}")
+                           f"algorithm state, {start_again()}")
 
     missing = sorted(set(params) - set(checkpoint.params))
     extra = sorted(set(checkpoint.params) - set(params))
@@ -385,4 +388,5 @@ def check_resume_config(run_dir: str, stored: Optional[Mapping[str, Any]], confi
     changes = config_differences(stored, config)
     if changes:
         raise ConfigError(f"run directory {run_dir!r} holds a run with a different config ({'; '.join(changes)}); "
-                          "expected the same config to resume it, or --force to continue it with the new one")
+                          f"expected the same config to resume it, or {option('force')} to continue it with the new "
+                          "one")

@@ -6,7 +6,6 @@ import contextlib
 import copy
 import logging
 import os
-import shlex
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -32,10 +31,11 @@ from hasfl_ray.engine.participants import (round_capacities, round_participants,
                                            client_task, client_price, sub_models)
 from hasfl_ray.engine.post_aggregate import aggregate_round
 from hasfl_ray.engine.records import MAX_PENDING_LINES, complete, kept, open_log, writing
-from hasfl_ray.engine.refused_start import begin_start, undo_refused_start
+from hasfl_ray.engine.refused_start import begin_start, end_start, undo_refused_start
 from hasfl_ray.engine.rundir import RunDirectory, RunLock, remove_made
 from hasfl_ray.engine.signals import StopSignals
 from hasfl_ray.errors import ActorLostError, EvaluationInterrupted, RunInterrupted, TrainerError
+from hasfl_ray.front_end import resume_command
 from hasfl_ray.models import build_model
 from hasfl_ray.training.determinism import apply_determinism
 
@@ -128,7 +128,7 @@ class Engine:
         made_log = started = False  # log.txt made by this start; config.yaml written, the run directory the run's
         try:
             shared = preparing.lock_control_variates(self)
-            found = begin_start(self, lock)  # --force clears the directory; what a new run's holds, else None
+            found = begin_start(self, lock)  # --force sets the earlier run aside; what a new run's holds, else None
             made_log = bool(self.rundir) and not os.path.lexists(self.rundir.file("log.txt"))
             log = open_log(self.rundir)
             if self.inputs_unverified:  # inputs known by their path only: on the terminal and in RUN/log.txt
@@ -166,8 +166,8 @@ class Engine:
                         log.stream.write(f"{error}\n{error.remote_traceback.rstrip()}\n")
                         log.flush()
                     if isinstance(error, ActorLostError) and self.rundir:  # the run's state is lost, its checkpoint not
-                        raise ActorLostError(f"{error}; {kept(self.rundir)}: hasfl-ray simulate --out "
-                                             f"{shlex.quote(self.rundir.path)} --resume") from None
+                        lost = f"{error}; {kept(self.rundir)}: {resume_command(self.rundir.path)}"
+                        raise ActorLostError(lost) from None
                     raise
                 finally:
                     if self.events is not None:
@@ -180,10 +180,10 @@ class Engine:
                 log.close()
             if shared is not None:
                 shared.release()
-            if lock is not None:
+            if lock is not None:  # a start refused (Ray, the placement, a first dispatch) leaves nothing it made,
+                end_start(self, started, made_log)  # its log.txt included; --force's earlier run back, or gone
                 lock.release()
-                if not started:  # a start refused (Ray, the placement, a first dispatch) leaves nothing it made
-                    remove_made(lock.made, [self.rundir.file("log.txt")] if made_log else [])
+                remove_made(lock.made if not started else [])  # the folders it made, once empty
             if not started:
                 self._undo_claim()
 

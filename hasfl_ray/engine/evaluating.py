@@ -13,6 +13,7 @@ from hasfl_ray.data.base import TextFederatedDataset
 from hasfl_ray.engine.depth_eval import ENSEMBLE, eval_shape, shape_width
 from hasfl_ray.engine.guard import GuardedAlgorithm, PluginError
 from hasfl_ray.errors import EvaluationInterrupted
+from hasfl_ray.front_end import option
 from hasfl_ray.evaluation import (accuracy_summary, default_eval_widths, is_eval_round, local_accuracies,
                                   shard_local_accuracies, submodel_groups, weighted_mean, width_key)
 from hasfl_ray.models import build_model
@@ -80,8 +81,8 @@ def request_evaluation(engine: Any, t: int):
             local = engine.request_local_accuracy()
         except EvaluationInterrupted as stop:  # the first signal: the round is recorded without it, the run stops
             engine.local_owed = t  # (and --resume computes it first: settle_owed_local)
-            logger.warning("round %d's local-accuracy pass %s; the round is recorded without it and --resume "
-                           "computes it", t, stop)
+            logger.warning("round %d's local-accuracy pass %s; the round is recorded without it and %s "
+                           "computes it", t, stop, option("resume"))
 
     parts = [full] + [at[1] for at in (at_widths, at_depths) if at is not None] + ([local] if local is not None else [])
 

@@ -164,9 +164,10 @@ class GuardedAlgorithm:
                                 f"{expected} ({error})", PluginInputError) from None
             for group, (chosen, size) in enumerate(zip(sets, sizes)):
                 if len(chosen) != width_channels(width, size):
-                    raise self._bad("channel_sets", f"channel sets for client {client}:", sets,
-                                    f"{expected} (group {group} holds {len(chosen)} of {size} channels at width "
-                                    f"{width:g}, not {width_channels(width, size)})", PluginInputError)
+                    raise PluginInputError(  # the sets themselves are not shown: the count says what is wrong
+                        f"algorithm {self.label!r} returned channel sets for client {client} from channel_sets() "
+                        f"whose group {group} holds {len(chosen)} of {size} channels at width {width:g}; expected "
+                        f"{width_channels(width, size)} (ceil(width x C)) a group, or None")
             return sets
 
         return self._call("channel_sets", round, client, width,
@@ -195,8 +196,8 @@ class GuardedAlgorithm:
                 check_masks(_specs_of(self.model_name), masks)
             except ValueError as error:
                 raise PluginInputError(f"algorithm {self.label!r} returned masks for client {client} from "
-                                       f"parameter_masks() that do not fit the model ({error}); expected None or a "
-                                       "mapping of parameter names to torch.bool tensors of their shapes") from None
+                                       f"parameter_masks() where {error}; expected None or {{name: "
+                                       "torch.bool tensor of its shape}") from None
             return {name: mask.detach().cpu() for name, mask in masks.items()}
 
         if memo and next(iter(memo))[0] != round:

@@ -89,9 +89,9 @@ def sub_models(algorithm, round: int, widths: Dict[int, float]) -> Dict[int, Tup
                                                     and 1 <= shape[1] <= plan.num_depths))
         if not ok:  # a sub-model description the run cannot use: bad input, exit status 2
             label = getattr(algorithm, "label", type(algorithm).__name__)
-            raise PluginInputError(f"algorithm {label!r} returned {shape!r} from sub_model(); expected (width in "
-                                   "(0, 1], depth) with a depth from 1 to the model's depths where the run has "
-                                   "sub_model depth or width_depth, else depth None")
+            expected = f"(width in (0, 1], depth 1 to {plan.num_depths})" if plan is not None else \
+                "(width in (0, 1], None): a depth needs sub_model depth or width_depth"
+            raise PluginInputError(f"algorithm {label!r} returned {shape!r} from sub_model(); expected {expected}")
         out[client] = (float(shape[0]), None if shape[1] is None else int(shape[1]))
     return out
 

@@ -17,15 +17,17 @@ from hasfl_ray.config.inputs import unverified_inputs
 from hasfl_ray.data import load_plugin_dataset
 from hasfl_ray.data.fingerprint import data_view, dataset_fingerprint
 from hasfl_ray.data.memory import BYTES_PER_CLIENT, check_client_memory, physical_memory
-from hasfl_ray.engine.checkpoint import (START_AGAIN, check_checkpoint, check_resume_config, checkpoint_path,
-                                         load_checkpoint, stored_config)
+from hasfl_ray.engine.checkpoint import (check_checkpoint, check_resume_config, checkpoint_path,
+                                         load_checkpoint, start_again, stored_config)
 from hasfl_ray.engine.async_state import state_problem
 from hasfl_ray.engine.config import RunConfig
 from hasfl_ray.engine.guard import GuardedAlgorithm, PluginError, construct
 from hasfl_ray.engine.history import History
 from hasfl_ray.engine.participants import capacity_tiers, initial_parameters, round_capacities
+from hasfl_ray.engine.earlier_run import settle_unlocked
 from hasfl_ray.engine.rundir import check_no_links, check_output_folder, check_run_directory, check_start
 from hasfl_ray.errors import ConfigError, progress_phrase
+from hasfl_ray.front_end import option
 from hasfl_ray.federation import ladder_of
 from hasfl_ray.files import claim_folder
 from hasfl_ray.models import MODEL_CONFIGS, register_model
@@ -65,6 +67,7 @@ def prepare_parts(engine: Any) -> None:
     if engine.rundir:
         check_run_directory(engine.rundir.path)
         if os.path.isdir(engine.rundir.path):
+            settle_unlocked(engine.rundir.path)  # a --force start killed in between: its folder read as settled
             check_no_links(engine.rundir.path)  # log.txt and the checkpoint are opened by name: never through a link
         check_start(engine.rundir.path, engine.resume, engine.force)  # a new run only where nothing would be lost
     check_control_variates_dir(engine)
@@ -81,7 +84,7 @@ def prepare_parts(engine: Any) -> None:
         if engine.checkpoint is not None and engine.checkpoint.round > c.rounds:  # --force with fewer rounds
             raise ConfigError(f"checkpoint {checkpoint_path(engine.rundir.path)!r} holds "
                               f"{progress_phrase(engine.checkpoint.round, c.mode)} but rounds is {c.rounds}; expected "
-                              f"at least {engine.checkpoint.round} rounds to continue it, {START_AGAIN}")
+                              f"at least {engine.checkpoint.round} rounds to continue it, {start_again()}")
     engine.inputs_unverified = unverified_inputs(c)  # what input_sha256 cannot vouch for: said once the log is open
     engine.backend.warm_up(c)  # Ray and its actors start while the data loads (docs/ray.md, 'Start-up')
     if c.control_variates_dir:  # made and marked before the algorithm (or a checkpoint's state) writes there;
@@ -106,7 +109,7 @@ def prepare_parts(engine: Any) -> None:
         except BaseException as error:  # noqa: BLE001 (the plug-in's code, SystemExit included)
             raise ConfigError(f"checkpoint {path!r} does not match this run: algorithm {c.algorithm!r} cannot load "
                               f"its algorithm_state ({type(error).__name__}: {str(error)[:60]}); expected this "
-                              f"run's algorithm state, {START_AGAIN}") from None
+                              f"run's algorithm state, {start_again()}") from None
         engine.history = History(dict(line) for line in engine.checkpoint.history)
         check_clock_state(engine, path)
         if engine.clock is not None and engine.checkpoint.clock is not None:
@@ -222,8 +225,8 @@ def check_same_mode(engine: Any) -> None:
     if mode != engine.config.mode:
         done = progress_phrase(checkpoint.round, mode)
         raise ConfigError(f"checkpoint {checkpoint_path(engine.rundir.path)!r} holds a run in mode {mode!r} ({done}) "
-                          f"but mode is {engine.config.mode!r}; expected mode {mode!r} to continue it (--force "
-                          f"continues a changed config within one mode), {START_AGAIN}")
+                          f"but mode is {engine.config.mode!r}; expected mode {mode!r} to continue it "
+                          f"({option('force')} continues a changed config within one mode), {start_again()}")
 
 
 def check_clock_state(engine: Any, path: str) -> None:
@@ -249,7 +252,7 @@ def check_clock_state(engine: Any, path: str) -> None:
     if problem:
         what = "asynchronous loop's" if c.mode == "async" else "device clock's"
         raise ConfigError(f"checkpoint {path!r} does not match this run: {problem}; expected the {what} state this "
-                          f"run wrote, {START_AGAIN}")
+                          f"run wrote, {start_again()}")
 
 
 def async_history_problem(history: Any) -> Optional[str]:

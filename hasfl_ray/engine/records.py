@@ -23,6 +23,7 @@ from hasfl_ray.engine.participants import round_participants
 from hasfl_ray.engine.progress import show_line, startup_seconds
 from hasfl_ray.engine.rundir import RunDirectory
 from hasfl_ray.errors import ConfigError, OutputError
+from hasfl_ray.front_end import option
 from hasfl_ray.registry import call_plugin, spec_label
 from hasfl_ray.schedule import post_warmup_avg_p
 
@@ -262,8 +263,8 @@ def kept(rundir: RunDirectory) -> str:
     """What survives a failed write, for its sentence (which ends "once the problem is fixed")."""
     saved = load_checkpoint_round(rundir.path)
     if saved:
-        return f"the checkpoint after round {saved - 1} is intact, so --resume continues from it"
-    return "no checkpoint was written yet, so --resume starts the run again from round 0"
+        return f"the checkpoint after round {saved - 1} is intact, so {option('resume')} continues from it"
+    return f"no checkpoint was written yet, so {option('resume')} starts the run again from round 0"
 
 
 class _LogFile(logging.StreamHandler):
@@ -294,7 +295,7 @@ def open_log(rundir: Optional[RunDirectory]) -> Optional[logging.Handler]:
         if os.path.islink(path):
             raise ConfigError(f"run directory {rundir.path!r} has log.txt as a link to "
                               f"{os.readlink(path)!r}; expected the run's own file, never followed (remove the "
-                              "link, or choose another --out)") from None
+                              f"link, or choose another {option('out')})") from None
         raise OutputError(f"could not open log.txt in {rundir.path!r} ({error.strerror or error}); "
                           f"{kept(rundir)} once the problem is fixed") from None
     handler = _LogFile(os.fdopen(fd, "a", encoding="utf-8"))

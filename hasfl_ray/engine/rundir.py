@@ -15,8 +15,10 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import yaml
 
+from hasfl_ray.engine.earlier_run import drop
 from hasfl_ray.engine.metrics_csv import MetricsTable
 from hasfl_ray.errors import ConfigError
+from hasfl_ray.front_end import option
 from hasfl_ray.files import (TEMP_PREFIX, atomic_text_writer, atomic_write, make_folders, ownership_problem,  # noqa: F401
                              path_kind, remove_made)
 
@@ -72,12 +74,13 @@ def _check_lengths(path: str, where: str, what: str, fix: str) -> None:
                           f"{path_max - INSIDE_BYTES}, leaving room for the files inside ({fix})")
 
 
-def check_run_directory(path: str, what: str = "run directory", fix: str = "choose another --out") -> None:
+def check_run_directory(path: str, what: str = "run directory", fix: Optional[str] = None) -> None:
     """Raise ConfigError (one sentence, before anything is written) unless ``path`` is a folder a run can write, or
     a path where one can be made: not a file or device, not under a file, not the root folder, and writable (checked
     with ``os.access`` and a trial folder made and removed at once, which catches /proc, read-only filesystems and
     missing permissions, root's included). ``what`` names the folder in the sentence (a report's output folder),
-    ``fix`` says what to do instead."""
+    ``fix`` says what to do instead (default: choose another ``--out``, or ``out_dir`` in the API)."""
+    fix = fix or f"choose another {option('out')}"
     if not path:
         raise ConfigError(f"{what} is ''; expected a folder path ({fix})")
     if os.path.realpath(path) == os.path.realpath(os.sep):
@@ -127,12 +130,12 @@ def check_no_links(path: str) -> None:
         entry = os.path.join(path, name)
         if os.path.islink(entry):
             raise ConfigError(f"run directory {path!r} has {name} as a link to {os.readlink(entry)!r}; expected the "
-                              "run's own file, never followed (remove the link, or choose another --out)")
+                              f"run's own file, never followed (remove the link, or choose another {option('out')})")
         folder = name in RUN_FOLDERS
         if os.path.exists(entry) and not (os.path.isdir(entry) if folder else os.path.isfile(entry)):
             kind = path_kind(entry)
             raise ConfigError(f"run directory {path!r} has {name} that is {kind}; expected the run's own "
-                              f"{'folder' if folder else 'file'} (remove it, or choose another --out)")
+                              f"{'folder' if folder else 'file'} (remove it, or choose another {option('out')})")
 
 
 class RunLock:
@@ -142,8 +145,9 @@ class RunLock:
     in that sentence (a sweep locks its folder as ``"sweep folder"``, ``"sweep"``), ``remedy`` what to do instead
     of waiting."""
 
-    def __init__(self, path: str, what: str = "run directory", who: str = "run", remedy: str = "choose another --out"):
-        self.path, self.what, self.who, self.remedy = path, what, who, remedy
+    def __init__(self, path: str, what: str = "run directory", who: str = "run", remedy: Optional[str] = None):
+        self.path, self.what, self.who = path, what, who
+        self.remedy = remedy or f"choose another {option('out')}"
         self._fd: Optional[int] = None
         self.made: List[str] = []  #: the folders acquire made (the directory and its missing parents)
 
@@ -154,7 +158,7 @@ class RunLock:
         except OSError as error:  # check_run_directory said it could be made; something changed since
             remove_made(self.made)
             raise ConfigError(f"{self.what} {self.path!r} cannot be made ({error.strerror or error}); expected a "
-                              "writable folder (choose another --out)") from None
+                              f"writable folder (choose another {option('out')})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
@@ -188,17 +192,17 @@ def check_start(path: str, resume: bool = False, force: bool = False) -> None:
         return
     if "config.yaml" in entries:
         if not (resume or force):
-            raise ConfigError(f"run directory {path!r} already holds a run; expected a new directory, --resume to "
-                              "continue it, or --force to overwrite it")
+            raise ConfigError(f"run directory {path!r} already holds a run; expected a new directory, "
+                              f"{option('resume')} to continue it, or {option('force')} to overwrite it")
         return
     if resume:
         kind = "a sweep's folder (sweep.json), not a run directory" if "sweep.json" in entries else \
             "not a run directory"
-        raise ConfigError(f"--resume cannot continue {path!r}: it holds no config.yaml, so it is {kind}; expected "
-                          "the folder of the run to continue (a sweep's runs are its cell folders)")
+        raise ConfigError(f"{option('resume')} cannot continue {path!r}: it holds no config.yaml, so it is {kind}; "
+                          "expected the folder of the run to continue (a sweep's runs are its cell folders)")
     if not force:
         raise ConfigError(f"run directory {path!r} holds {_listed(entries)} and no run (no config.yaml); expected "
-                          "a missing or empty folder for a new run (choose another --out)")
+                          f"a missing or empty folder for a new run (choose another {option('out')})")
 
 
 class RunDirectory:
@@ -208,6 +212,7 @@ class RunDirectory:
         self.path = path
         self._metrics_text = ""
         self._table = MetricsTable()  # metrics.csv's text (hasfl_ray.engine.metrics_csv)
+        self.earlier = False  #: an earlier run set aside by --force (hasfl_ray.engine.earlier_run) until a line
 
     def file(self, name: str) -> str:
         return os.path.join(self.path, name)
@@ -241,6 +246,9 @@ class RunDirectory:
         self._metrics_text = text
         atomic_write(self.file("metrics.csv"), self._table.add(line).encode())
         self._table.commit()
+        if self.earlier:  # the new run recorded its first line: --force's earlier run is no longer kept
+            drop(self.path)
+            self.earlier = False
 
     def read_metrics(self) -> List[Dict[str, Any]]:
         if not os.path.exists(self.file("metrics.jsonl")):
@@ -326,21 +334,22 @@ def check_clearable(path: str) -> None:
     if not os.path.lexists(path):
         return
     if not os.path.isdir(path) or os.path.islink(path):
-        raise ConfigError(f"--force cannot clear {path!r}: it is not a folder; expected a run directory")
+        raise ConfigError(f"{option('force')} cannot clear {path!r}: it is not a folder; expected a run directory")
     entries = os.listdir(path)
     if not entries:
         return
     reason = _protected(path)
     if reason:
-        raise ConfigError(f"--force refuses to clear {path!r}: {reason}; expected a run directory of its own "
-                          "(choose another --out)")
+        raise ConfigError(f"{option('force')} refuses to clear {path!r}: {reason}; expected a run directory of its own "
+                          f"(choose another {option('out')})")
     if "config.yaml" not in entries:
-        raise ConfigError(f"--force refuses to clear {path!r}: it holds no config.yaml, so it is not a run "
-                          "directory; expected an empty folder or one a run wrote (choose another --out)")
+        raise ConfigError(f"{option('force')} refuses to clear {path!r}: it holds no config.yaml, so it is not a run "
+                          f"directory; expected an empty folder or one a run wrote (choose another {option('out')})")
     foreign = foreign_entries(path)
     if foreign:
-        raise ConfigError(f"--force refuses to clear {path!r}: it holds {_listed(foreign)}, which no run writes; "
-                          "expected a folder with only a run's files (move them, or choose another --out)")
+        raise ConfigError(f"{option('force')} refuses to clear {path!r}: it holds {_listed(foreign)}, which no run "
+                          f"writes; expected a folder with only a run's files (move them, or choose another "
+                          f"{option('out')})")
 
 
 def clear_run_directory(path: str) -> None:

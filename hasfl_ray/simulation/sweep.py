@@ -5,21 +5,25 @@ resume) is the package :mod:`hasfl_ray.sweep`; this is only its executor."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import ray
 
 from hasfl_ray.errors import ConfigError
+from hasfl_ray.front_end import command_line, on_command_line
 from hasfl_ray.simulation import connect_ray
 from hasfl_ray.sweep.plan import Cell
 from hasfl_ray.sweep.run import interrupted_result, run_cell
 
 
-def _run_cell(cell: Dict[str, Any], force: bool, cwd: str) -> Dict[str, Any]:
-    """The body of a cell's task: the cell's run, in the driver's working directory (relative paths agree)."""
+def _run_cell(cell: Dict[str, Any], force: bool, cwd: str, from_command_line: bool = False) -> Dict[str, Any]:
+    """The body of a cell's task: the cell's run, in the driver's working directory (relative paths agree), its
+    sentences in the words of the driver's front end (hasfl_ray/front_end.py: a task does not inherit it)."""
     os.chdir(cwd)
-    return run_cell(cell, force, progress=False)
+    with command_line() if from_command_line else contextlib.nullcontext():
+        return run_cell(cell, force, progress=False)
 
 
 #: CUDA cells sharing one GPU when neither --cells-per-gpu nor --gpus-per-actor says: the best of K = 1, 2, 4, 8
@@ -82,7 +86,7 @@ class RayExecutor:
     def submit(self, cell: Cell) -> None:
         cpus, gpus = self.resources(cell)
         ref = self.remote.options(num_cpus=cpus, num_gpus=gpus, name=f"sweep:{cell.name}", max_retries=0) \
-            .remote(cell.to_dict(), self.force, os.getcwd())
+            .remote(cell.to_dict(), self.force, os.getcwd(), on_command_line())
         self.refs[ref] = cell.name
         self.dirs[cell.name] = cell.dir
 

@@ -102,7 +102,7 @@ def test_the_result_and_the_folder_read_back_agree(tmp_path):
         assert not model.training
     with pytest.raises(ConfigError, match="^width is 2; expected a number in"):
         run.model(2)
-    with pytest.raises(ConfigError, match="is not a folder; expected the --out of a hasfl-ray run"):
+    with pytest.raises(ConfigError, match="is not a folder; expected the out_dir of a hasfl-ray run"):
         hasfl_ray.load_run(str(tmp_path / "missing"))
 
 

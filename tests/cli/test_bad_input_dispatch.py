@@ -11,18 +11,8 @@ import textwrap
 
 import pytest
 
-from sentences import invoke
+from sentences import invoke, refused
 
-
-def refused(result, *words, status=2):
-    """One line, ``Error: `` and the sentence, no traceback, with the exit status (the channel-set sentence names
-    the layer and the count expected, so it runs past the usual 200 characters)."""
-    message = result.output.strip()
-    assert result.exit_code == status, message
-    assert result.exception is None or isinstance(result.exception, SystemExit), message
-    assert len(message.splitlines()) == 1 and message.startswith("Error: ") and "Traceback" not in message, message
-    for word in words:
-        assert word in message, (word, message)
 
 TINY = ["--rounds", 2, "--clients", 6, "--clients-per-round", 3, "--quiet", "--dataset", "digits"]
 CHANNELS = "group 0 holds 1 of 32 channels at width"

@@ -139,7 +139,7 @@ def test_the_engine_names_no_single_algorithm_and_the_schedule_sits_at_the_botto
 #: - ``simulation.sweep`` (the sweep's Ray executor) on the sweep's floor, whose cells it runs.
 FLOORS = (
     ("bottom", ("errors", "files", "schedule", "registry", "federation", "evaluation", "training.seeding",
-                "interrupts", "callbacks", "trackers", "threads", "allocator")),
+                "interrupts", "callbacks", "trackers", "threads", "allocator", "front_end")),
     ("parts", ("config", "engine.config", "models", "aggregation", "ops", "data", "clock")),
     ("training", ("training",)),
     ("algorithms", ("algorithms",)),
