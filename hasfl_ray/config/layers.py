@@ -42,9 +42,17 @@ def merge_layers(layers: Sequence[Tuple[Mapping[str, Any], str]], source: str = 
 
 
 def given_keys(layers: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
-    """The keys the user gave in ``layers`` (later over earlier), leaving out a run's stored config.yaml given as a
-    layer (it holds ``config_version`` and every key, defaults and resolved values included)."""
-    return {k: v for layer in layers if "config_version" not in layer for k, v in layer.items()}
+    """The keys the user gave in ``layers`` (later over earlier), leaving out a run's whole config given as a layer:
+    its stored config.yaml (it holds ``config_version``), or that config as ``migrate_config`` or
+    ``load_run(path).config`` return it (every field of the schema, defaults and resolved values included): a run
+    rerun from its own config gives no key of its own."""
+    return {k: v for layer in layers if not _whole_config(layer) for k, v in layer.items()}
+
+
+def _whole_config(layer: Mapping[str, Any]) -> bool:
+    import dataclasses
+
+    return "config_version" in layer or all(f.name in layer for f in dataclasses.fields(RunConfigFields))
 
 
 def check_inert_keys(explicit: Mapping[str, Any], merged: Mapping[str, Any], source: str = "config",

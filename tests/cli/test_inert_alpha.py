@@ -82,3 +82,17 @@ def test_an_alpha_given_for_a_cell_whose_dataset_ignores_it_is_refused(tmp_path)
     result = invoke("sweep", config, "--out", tmp_path / "runs", "--backend", "local")
     refused(result, "alpha is 0.2 but dataset 'synthetic'", READERS)
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("args", [["--partition", "iid"], ["--algorithm", "depthfl"]])
+def test_a_run_rerun_from_its_own_config_gives_no_key_of_its_own(tmp_path, args):
+    # A run's config holds every key (alpha 0.3 beside partition iid; aggregation_weights samples beside depthfl's
+    # count mean): rerun from `load_run(path).config` (or migrate_config of its config.yaml), it must not read as the
+    # user's keys and be refused; it reruns to the same bits
+    import hasfl_ray
+
+    first = tmp_path / "first"
+    assert invoke("simulate", *TINY, *args, "--out", first).exit_code == 0
+    config = hasfl_ray.load_run(str(first)).config
+    again = hasfl_ray.simulate(config, out_dir=str(tmp_path / "again"), backend="local")
+    assert again.summary["params_sha256"] == hasfl_ray.load_run(str(first)).summary["params_sha256"]

@@ -46,8 +46,8 @@ def test_a_flipped_byte_inside_a_tensor_is_one_sentence_not_a_different_resume(t
         load_checkpoint(str(tmp_path))
     message = str(refused.value)
     assert message == (f"checkpoint {path!r} cannot be read (it is corrupt: the bytes of its record {record!r} fail "
-                       "the CRC-32 check written with them); expected a whole hasfl-ray checkpoint, or --force "
-                       "without --resume to start again")
+                       "the CRC-32 check written with them); expected a whole hasfl-ray checkpoint, or force=True "
+                       "without resume=True to start again")  # called from Python: the API's keywords
 
 
 def test_an_intact_checkpoint_passes_the_check(tmp_path):

@@ -58,7 +58,7 @@ def write_version_2_run(path):
     stored = stored_config()
     assert stored["config_version"] == 2 and "sbn_statistics" not in stored
     with pytest.raises(TrainerError, match="trainer-error@2"):
-        hasfl_ray.simulate(migrate_config(stored), out_dir=str(path))
+        hasfl_ray.simulate(RunConfig.from_dict(migrate_config(stored)), out_dir=str(path))  # a whole config
     for name in ("config.yaml", "metrics.jsonl"):
         shutil.copy(RUN / name, path / name)
     checkpoint = load_checkpoint(str(path))
