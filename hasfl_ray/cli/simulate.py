@@ -127,6 +127,11 @@ def simulate(config_file, out, force, resume, quiet, track, as_json, verbose, no
                           "expected --resume to continue it, or --force to start it again")
     if resume and base is None and os.path.exists(os.path.join(out, "config.yaml")):
         config = build_config(config_file, flags, base=stored_run_base(out, flags)).resolved()
+    if resume and config.backend == "ray" and config.address and flags.get("address") is None and \
+            (stored_run_base(out, flags) or {}).get("address") == config.address:  # the cluster the run joined
+        from hasfl_ray.simulation import STORED_ADDRESS, probe_address
+
+        probe_address(config.address, STORED_ADDRESS)
 
     from hasfl_ray.engine import Engine
     from hasfl_ray.trackers import make_trackers

@@ -138,7 +138,7 @@ class Engine:
                 if self.clock is not None:  # its scan for an available client stops on the first signal too
                     self.clock.stop_when(self.stop_signals.requested)
                 self.backend.while_training = lambda: records.while_training(self)  # records, memory
-                self.backend.start(c, self.dataset, self.model_name, self.initial_params)
+                preparing.start_backend(self)  # a stop while a cluster places the actors: RunInterrupted
                 try:
                     if self.checkpoint is not None:
                         self.backend.set_params(self.checkpoint.params)

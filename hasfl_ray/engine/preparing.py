@@ -26,7 +26,7 @@ from hasfl_ray.engine.history import History
 from hasfl_ray.engine.participants import capacity_tiers, initial_parameters, round_capacities
 from hasfl_ray.engine.earlier_run import settle_unlocked
 from hasfl_ray.engine.rundir import check_no_links, check_output_folder, check_run_directory, check_start
-from hasfl_ray.errors import ConfigError, progress_phrase
+from hasfl_ray.errors import ConfigError, RoundInterrupted, RunInterrupted, progress_phrase
 from hasfl_ray.front_end import option
 from hasfl_ray.federation import ladder_of
 from hasfl_ray.files import claim_folder
@@ -360,3 +360,14 @@ def lock_control_variates(engine: Any) -> Optional[Any]:
     except ConfigError:
         engine.backend.shutdown()  # Ray and its actors, when prepare started them
         raise
+
+
+def start_backend(engine: Any) -> None:
+    """Start the run's backend inside its stop signals; a stop asked while it starts (a joined Ray cluster whose
+    CPUs other jobs hold places the actors only once they end) stops the run as a stop before its next round: the
+    checkpoint, if any, is left as it was (:class:`RunInterrupted`)."""
+    try:
+        engine.backend.start(engine.config, engine.dataset, engine.model_name, engine.initial_params)
+    except RoundInterrupted:
+        raise RunInterrupted(engine.stop_signals.signal_number, len(engine.history),
+                             engine.rundir.path if engine.rundir else None, engine.config.mode) from None

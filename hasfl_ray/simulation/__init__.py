@@ -163,12 +163,19 @@ def check_admitted(target: str, address: str, source: str, seconds: float) -> No
         channel.close()
 
 
+#: Where a resumed run's address comes from when no flag gives one: the cluster it joined, kept in its config.yaml.
+STORED_ADDRESS = "the resumed run's address (its config.yaml)"
+
+
 def _unreachable(source: str, address: str, target: str, detail: object) -> ConfigError:
     reason = _first_line(detail) if isinstance(detail, BaseException) else str(detail)
     unset = "no --address" if source == "address" else "RAY_ADDRESS unset"
+    expected = ("--address of a running cluster (`ray start --head` prints it), or --backend local to finish the run "
+                "on this machine" if source == STORED_ADDRESS else
+                f"the address of a running cluster (`ray start --head` prints it), or {unset} to start Ray on this "
+                "machine")
     return ConfigError(f"{source} is {address!r} but no Ray cluster answered there ({target + ': ' if target else ''}"
-                       f"{reason}); expected the address of a running cluster (`ray start --head` prints it), or "
-                       f"{unset} to start Ray on this machine")
+                       f"{reason}); expected {expected}")
 
 
 def _first_line(error: BaseException) -> str:

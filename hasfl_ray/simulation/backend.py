@@ -28,6 +28,7 @@ from hasfl_ray.simulation.placement import ActorPlan, execution, plan_actors
 from hasfl_ray.simulation.server_port import ActorServer, DriverServer
 from hasfl_ray.simulation.transport import (  # noqa: F401 (re-exported)
     MAX_ATTEMPTS, TASKS_IN_FLIGHT, RoundTiming, Transport, _lost, _Pending, _Slot)
+from hasfl_ray.simulation.waiting import wait_placed
 from hasfl_ray.simulation.wire import unpack
 from hasfl_ray.training.batched import group_tasks
 from hasfl_ray.training.evaluate import evaluation_subset
@@ -178,7 +179,7 @@ class RayBackend(AsyncTransport, Transport, Backend):
         if self.plan.server == "actor":
             setups.append(self.server.actor.setup.remote(*server_args[:2], ray.put(server_args[2]), *server_args[3:]))
         try:
-            ray.get(setups)
+            wait_placed(setups, self.should_stop, self.plan.describe_actors())
             places = ray.get([slot.actor.ready.remote() for slot in self.slots] +
                              ([self.server.actor.ready.remote()] if self.plan.server == "actor" else []))
         except (RayActorError, RayTaskError) as error:

@@ -40,6 +40,12 @@ class ActorPlan:
     device: str
     server: str = "actor"
 
+    def describe_actors(self) -> str:
+        """What the run asks the cluster for, e.g. "2 trainer actors (1 CPU each) and the server actor"."""
+        each = f"{self.gpus_per_actor:g} GPU" if self.gpus_per_actor else f"{self.cpus_per_actor} CPU"
+        return (f"{self.actors} trainer actor{'s' if self.actors != 1 else ''} ({each} each)"
+                + (" and the server actor" if self.server == "actor" else ""))
+
 
 def trainers_that_fit(num_gpus: float, gpus_per_actor: float, server_gpus: float) -> int:
     """How many trainers of ``gpus_per_actor`` fit on ``num_gpus`` whole GPUs beside the server's share.

@@ -41,6 +41,9 @@ class RayExecutor:
     def __init__(self, address: Optional[str] = None, gpus_per_task: Optional[float] = None, force: bool = False,
                  cells_per_gpu: Optional[int] = None):
         self.started = connect_ray(address, {})  # one sentence when Ray cannot start or the address does not answer
+        #: whether the first line names a CUDA cell's GPU share: given, or a cluster with GPUs (not a CPU sweep's)
+        self.names_share = cells_per_gpu is not None or gpus_per_task is not None or \
+            ray.cluster_resources().get("GPU", 0) > 0
         if cells_per_gpu is None and gpus_per_task is None:
             cells_per_gpu = DEFAULT_CELLS_PER_GPU
         if cells_per_gpu is not None:  # K cells share each GPU: each asks for 1/K of one
@@ -80,7 +83,7 @@ class RayExecutor:
     def describe(self) -> str:
         """How cells run, for the sweep's first line."""
         gpus = self.gpus_per_task if self.gpus_per_task is not None else 1.0
-        share = f"; a CUDA cell takes {gpus:g} GPU ({round(1 / gpus)} per GPU)" if gpus < 1 else ""
+        share = f"; a CUDA cell takes {gpus:g} GPU ({round(1 / gpus)} per GPU)" if gpus < 1 and self.names_share else ""
         return f"one Ray task per cell{share}"
 
     def submit(self, cell: Cell) -> None:

@@ -40,6 +40,8 @@ from hasfl_ray.registry import is_spec, lookup, registered, spec_label
 
 #: Options of a single Ray run that a sweep cell (the local backend inside one Ray task) does not take.
 RAY_RUN_ONLY = ("actors", "address", "fault_inject", "gpus_per_actor", "server_placement")
+#: Of those and ``backend``, the keys whose place in a sweep is one of its own flags (where its cells' tasks run).
+PLACED_BY_FLAGS = ("backend", "address", "gpus_per_actor")
 #: Statuses of a finished cell (its dependants may start).
 FINISHED = ("done", "resumed", "skipped", "reused")
 
@@ -214,9 +216,10 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
             placing = [k for k in ("backend",) + RAY_RUN_ONLY if k in keys]
             if placing:
                 key = placing[0]
+                instead = ("sweep's --backend, --address or --gpus-per-actor flags instead" if key in PLACED_BY_FLAGS
+                           else "it left out (a cell has no actors to count or place, and no fault to inject)")
                 raise ConfigError(f"{source} has {key} {keys[key]!r} in sweep.{layer}.{name}, but every sweep cell "
-                                  "runs the local backend, one Ray task per cell; expected sweep's --backend, "
-                                  "--address or --gpus-per-actor flags instead")
+                                  f"runs the local backend, one Ray task per cell; expected {instead}")
     for name, keys in variants.items():
         problem = name_problem(name)
         if problem:

@@ -256,7 +256,8 @@ def describe_result(cell: Cell, result: Mapping[str, Any]) -> str:
         return f"{cell.name}: skipped (finished earlier: {numbers})"
     if status == "reused":
         return f"{cell.name}: reused the finished run {result.get('source', '')} (same config: {numbers})"
-    resumed = f" (resumed after round {result['from_round']})" if status == "resumed" else ""
+    unit = "server update" if cell.values.get("mode") == "async" else "round"  # an async history counts updates
+    resumed = f" (resumed after {unit} {result['from_round']})" if status == "resumed" else ""
     return f"{cell.name}: {status} in {result.get('wall_s', 0.0):.1f} s{resumed}: {numbers}"
 
 

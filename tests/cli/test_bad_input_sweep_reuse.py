@@ -162,6 +162,13 @@ def test_a_copy_that_fails_leaves_no_half_cell(runs, monkeypatch, caplog):
      ["actors 4 in sweep.variants.hv", "local backend"]),
     ({"algorithms": ["hv"], "variants": {"hv": {"algorithm": "hasfl", "backend": "ray"}}}, {},
      ["backend 'ray' in sweep.variants.hv"]),
+    # h59: a key no flag of the sweep replaces was told to use --backend, --address or --gpus-per-actor instead
+    ({"algorithms": ["hv"], "variants": {"hv": {"algorithm": "hasfl", "fault_inject": "trainer-error@1"}}}, {},
+     ["fault_inject 'trainer-error@1' in sweep.variants.hv", "expected it left out", "no fault to inject"]),
+    ({"algorithms": ["hv"], "variants": {"hv": {"algorithm": "hasfl", "server_placement": "actor"}}}, {},
+     ["server_placement 'actor' in sweep.variants.hv", "expected it left out"]),
+    ({"algorithms": ["hv"], "variants": {"hv": {"algorithm": "hasfl", "address": "auto"}}}, {},
+     ["address 'auto' in sweep.variants.hv", "--address or --gpus-per-actor flags instead"]),
     # issue 37 item 8: an option the variant's own algorithm does not take (was: dropped in silence)
     ({"algorithms": ["hv"], "variants": {"hv": {"algorithm": "hasfl", "mu": 0.5}}}, {},
      ["mu 0.5 in sweep.variants.hv", "algorithm 'hasfl' takes no option 'mu'", "fedprox"]),
