@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Tuple
 from hasfl_ray.analysis.report import read_run, write_analysis
 from hasfl_ray.engine import Engine
 from hasfl_ray.config import RunConfig
-from hasfl_ray.engine.rundir import RunLock, clear_run_directory
+from hasfl_ray.engine.rundir import RunLock
 from hasfl_ray.engine.signals import StopSignals
 from hasfl_ray.errors import ConfigError, RunInterrupted, progress_phrase
 from hasfl_ray.sweep.plan import FINISHED, Cell, Sweep
@@ -32,11 +32,10 @@ def execute_cell(cell: Mapping[str, Any], force: bool = False, progress: bool = 
         return {"name": cell["name"], "status": "skipped",
                 "summary": read_summary(run_dir, "summary.json of the finished cell"), "from_round": None,
                 "wall_s": 0.0}
-    if state == "redo":
-        clear_run_directory(run_dir)  # only what a run wrote; a folder with anything else is refused
     config = RunConfig.from_dict(cell["values"], f"sweep cell {cell['name']}", foreign="drop").resolved()
     resume = state == "interrupted"
-    engine = Engine(config, out_dir=run_dir, progress=progress, resume=resume)
+    # a redo is simulate --force's start: the earlier run set aside (engine/earlier_run.py), back if it is refused
+    engine = Engine(config, out_dir=run_dir, progress=progress, resume=resume, force=state == "redo")
     engine.prepare()
     from_round = len(engine.history)
     summary = engine.run()
