@@ -74,6 +74,18 @@ def partition_rule(dataset_name: str, partition: str, alpha: float) -> str:
             "shards": f"{k} label-sorted shards per client (McMahan et al.)"}[scheme]
 
 
+def check_given_keys(context: click.Context, dataset_name: str, alpha: float, partition: str) -> None:
+    """Refuse, in simulate's sentence (``check_inert_keys``), an ``--alpha`` or ``--partition`` the user gave that
+    the partition or dataset does not read (``--alpha 0.1 --partition iid``): its defaults are never refused."""
+    from click.core import ParameterSource
+
+    from hasfl_ray.config import check_inert_keys
+
+    given = {name: value for name, value in (("alpha", alpha), ("partition", partition))
+             if context.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)}
+    check_inert_keys(given, {"dataset": dataset_name, "alpha": alpha, "partition": partition})
+
+
 @click.group()
 def data() -> None:
     """Inspect datasets and their federated partitions."""
@@ -117,6 +129,7 @@ def inspect(dataset_name: str, data_dir: str | None, download: bool, clients: in
 
     if not is_spec(dataset_name):
         lookup("dataset", dataset_name)  # one sentence, with the nearest name, for one that is not known
+    check_given_keys(click.get_current_context(), dataset_name, alpha, partition)
     if plot_file is not None:  # a name it cannot write is refused before the data loads
         from hasfl_ray.analysis.partition_plot import check_plot_path
 

@@ -96,3 +96,16 @@ def test_a_run_rerun_from_its_own_config_gives_no_key_of_its_own(tmp_path, args)
     config = hasfl_ray.load_run(str(first)).config
     again = hasfl_ray.simulate(config, out_dir=str(tmp_path / "again"), backend="local")
     assert again.summary["params_sha256"] == hasfl_ray.load_run(str(first)).summary["params_sha256"]
+
+
+@pytest.mark.parametrize("args, why", [
+    (["--alpha", 0.1, "--partition", "iid"], "alpha is 0.1 but partition 'iid' does not read it"),
+    (["--alpha", 0.3, "--partition", "shards:2"], "alpha is 0.3 but partition 'shards:2' does not read it"),
+    (["--alpha", 0.2, "--dataset", "synthetic"], "alpha is 0.2 but dataset 'synthetic' has its own clients"),
+])
+def test_data_inspect_refuses_an_alpha_no_partition_reads_as_simulate_does(args, why):
+    """``data inspect`` showed an iid partition for ``--alpha 0.1 --partition iid`` (the alpha read by nothing);
+    simulate's check now refuses it there too, the default alpha (0.3) never, an alpha given as 0.3 too."""
+    refused(invoke("data", "inspect", "--clients", 4, *args), why)
+    shown = invoke("data", "inspect", "--clients", 4, "--partition", "iid")
+    assert shown.exit_code == 0 and "partition iid" in shown.output, shown.output
