@@ -53,13 +53,14 @@ def run_cell(cell: Mapping[str, Any], force: bool = False, progress: bool = Fals
     except RunInterrupted as stop:
         return interrupted_result(cell["name"], stop.signal_number, stop.rounds_done)
     except Exception as error:
-        return failed_result(cell["name"], error)
+        return failed_result(cell["name"], error, cell["dir"])
 
 
-def failed_result(name: str, error: BaseException) -> Dict[str, Any]:
-    """The result of a cell that raised: its one line, and whether it was refused (bad input, a ConfigError: the
-    same command fails the same way until its config changes) rather than failed while it ran."""
-    return {"name": name, "status": "failed", "error": failure_message(error),
+def failed_result(name: str, error: BaseException, run_dir: Optional[str] = None) -> Dict[str, Any]:
+    """The result of a cell that raised: its one line (naming the cell's own log.txt, ``run_dir``), and whether it
+    was refused (bad input, a ConfigError: the same command fails the same way until its config changes) rather than
+    failed while it ran."""
+    return {"name": name, "status": "failed", "error": failure_message(error, run_dir),
             "refused": isinstance(error, ConfigError)}
 
 
@@ -73,8 +74,11 @@ def write_cell_analysis(run_dir: str) -> None:
     write_analysis(read_run(run_dir))
 
 
-def failure_message(error: BaseException) -> str:
-    """One line for a failed cell: the sentence of a ConfigError, else the exception and where it was raised."""
+def failure_message(error: BaseException, run_dir: Optional[str] = None) -> str:
+    """One line for a failed cell: the sentence of a ConfigError, else the exception and where it was raised; the
+    ``RUN/log.txt`` a run's sentence names (a trainer's or a plug-in's traceback) is the cell's, ``run_dir``."""
+    if run_dir is not None:
+        return failure_message(error).replace("RUN/log.txt", os.path.join(run_dir, "log.txt"))
     if isinstance(error, ConfigError):
         return str(error)
     frames = traceback.extract_tb(error.__traceback__)
@@ -195,7 +199,7 @@ def run_sweep(sweep: Sweep, executor: Executor,
                     try:
                         state = cell_state(cell.to_dict(), force)
                     except Exception as error:
-                        finish(cell, failed_result(cell.name, error))
+                        finish(cell, failed_result(cell.name, error, cell.dir))
                         continue
                     if state == "finished":
                         finish(cell, execute_cell(cell.to_dict(), force))
