@@ -115,6 +115,10 @@ def probe_address(address: str, source: str, seconds: Optional[float] = None) ->
     host, _, port = target.rstrip("/").rpartition(":")
     if not host or not port.isdigit():
         return ""
+    if not 1 <= int(port) <= 65535:  # the kernel folds 99999 into another port: "Connection refused" misled
+        unset = "no --address" if source == "address" else "RAY_ADDRESS unset"
+        raise ConfigError(f"{source} is {address!r} but its port {port} is out of range; expected a port from 1 to "
+                          f"65535 (the address `ray start --head` prints), or {unset} to start Ray on this machine")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=seconds or PROBE_SECONDS) as conn:
             if os.environ.get("RAY_USE_TLS", "0").lower() not in ("1", "true"):

@@ -68,6 +68,17 @@ def test_an_unreachable_address_is_one_sentence_naming_where_it_came_from(comman
     assert not (tmp_path / "out").exists()  # refused before anything was made
 
 
+@pytest.mark.parametrize("address, port", [("127.0.0.1:99999", "99999"), ("ray://127.0.0.1:0", "0")])
+def test_a_port_out_of_range_is_named_as_such(address, port, tmp_path):
+    # h60: 127.0.0.1:99999 said "Connection refused" (the kernel folded the port into another): a typo, not a cluster
+    result = CliRunner().invoke(main, ["simulate", *SMALL, "--address", address, "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"Error: address is {address!r} but its port {port} is out of range; expected "
+                                    "a port from 1 to 65535"), result.output
+    assert "Connection refused" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_port_that_does_not_answer_as_ray_is_refused_after_the_probe(tmp_path, monkeypatch):
     # issue 24 row 15 (cousin): something listens there but never answers as a Ray cluster does
     monkeypatch.setattr(simulation, "PROBE_SECONDS", 0.5)
