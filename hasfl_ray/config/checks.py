@@ -182,7 +182,7 @@ def _check_ladder(self, bad) -> None:
                 sum(counts) != self.clients:
             raise bad("tier_counts", counts, f"{len(tiers)} non-negative client counts for p^max "
                                              f"{'/'.join(map(str, tiers))} adding up to clients ({self.clients})"
-                                             + (", e.g. [4, 10, 3, 3] for 20" if widths is None else ""))
+                                             + tier_counts_example(self.clients, len(tiers), widths is None))
         if mix is not None:
             raise ConfigError(f"tier_counts is {list(counts)!r} and width_mix is {self.width_mix!r}; expected one "
                               "of them (tier_counts: exact client counts per width; width_mix: shares)")
@@ -195,6 +195,18 @@ def _check_ladder(self, bad) -> None:
         raise ConfigError(f"global_width is {self.global_width!r} but model is "
                           f"{'unset' if self.model is None else repr(self.model)}; expected a narrower global "
                           f"model only with model {', '.join(MODEL_CHOICES)} (its stages are scaled)")
+
+
+def tier_counts_example(clients: Any, tiers: int, paper: bool) -> str:
+    """An example of valid ``tier_counts`` on the paper's ladder (``paper``; none for given widths) for this run's
+    ``clients`` (so never the refused value, which is not valid): the paper's own runs' [4, 10, 3, 3] for 20
+    clients, else ``clients`` split evenly over the tiers."""
+    if not paper or not isinstance(clients, int) or isinstance(clients, bool) or clients < 0:
+        return ""
+    if clients == 20 and tiers == 4:
+        return ", e.g. [4, 10, 3, 3] (the paper's runs)"
+    even = [clients // tiers + (1 if i < clients % tiers else 0) for i in range(tiers)]
+    return f", e.g. {even}"
 
 
 def _check_evaluation(self, bad) -> None:

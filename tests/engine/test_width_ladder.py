@@ -207,3 +207,15 @@ def test_dynamic_resume_is_bit_identical(tmp_path):
     resumed = Engine(RunConfig(**{**TINY, "rounds": 4}, **ladder), out_dir=out, resume=True, force=True).run()
     assert resumed["params_sha256"] == reference["params_sha256"]
     assert resumed["local_accuracy"] == reference["local_accuracy"]
+
+
+def test_the_tier_counts_example_is_never_the_value_refused():
+    """h60: tier_counts [4, 10, 3, 3] for 10 clients was refused "expected ... adding up to clients (10), e.g.
+    [4, 10, 3, 3] for 20": the refused value as the example. The example now adds up to this run's clients."""
+    with pytest.raises(ConfigError) as refused:
+        RunConfig(backend="local", clients=10, clients_per_round=3, tier_counts=[4, 10, 3, 3])
+    message = str(refused.value)
+    assert message.startswith("tier_counts is [4, 10, 3, 3]; expected 4 non-negative client counts")
+    assert message.endswith("adding up to clients (10), e.g. [3, 3, 2, 2]") and message.count("[4, 10, 3, 3]") == 1
+    with pytest.raises(ConfigError, match=r"adding up to clients \(20\), e.g. \[4, 10, 3, 3\] \(the paper's runs\)$"):
+        RunConfig(backend="local", clients=20, tier_counts=[4, 10, 3])
