@@ -264,25 +264,34 @@ def report(paths, as_json, out_dir, budget_seconds, budget_bytes, fmt) -> None:
         click.echo(f"wrote {path}")
 
 
+#: The confound table's statistics: (summary key, column title).
+CONFOUND_STATISTICS = (("r_h_tv", "r(H, TV)"), ("r_h_pmax", "r(H, p_max)"), ("r_h_tv_given_pmax", "r(H, TV | p_max)"),
+                       ("r_p_tv_given_pmax", "r(p, TV | p_max)"))
+
+
 def _fmt(row, key):
     r, pvalue = row.get(key), row.get("pvalue_" + key[2:])
     if r is None:
-        return f"{'n/a':>15}"
-    return f"{r:+.2f} (p={pvalue:.2g})".rjust(15) if pvalue is not None else f"{r:+15.2f}"
+        return "n/a"
+    return f"{r:+.2f} (p={pvalue:.2g})" if pvalue is not None else f"{r:+.2f}"
 
 
 def _echo_confound(analysis) -> None:
-    click.echo("\nconfound (Table 5):   n       r(H, TV)      r(H, p_max)  r(H, TV | p_max)  r(p, TV | p_max)")
-    for row in analysis["runs"]:
-        click.echo(f"  {row['dataset']}/{row['algorithm']}/s{row['seed']:<6} {row['n_clients']:>3} "
-                   + " ".join(_fmt(row, k) for k in ("r_h_tv", "r_h_pmax", "r_h_tv_given_pmax", "r_p_tv_given_pmax"))
-                   + f"  {row['run']}")
-    for row in analysis["pooled"]:
-        if not row.get("n_clients"):
-            continue
-        click.echo(f"  {row['dataset']}/{row['algorithm']}/pooled {row['n_clients']:>3} "
-                   + " ".join(_fmt(row, k) for k in ("r_h_tv", "r_h_pmax", "r_h_tv_given_pmax", "r_p_tv_given_pmax"))
-                   + f"  seeds {', '.join(str(s) for s in row['seeds'])}")
+    """The confound table: a row per run and per (dataset, algorithm) pooled over seeds, each column (the label
+    included) as wide as its widest cell, so the columns line up whatever the names and p-values."""
+    rows = [(f"{row['dataset']}/{row['algorithm']}/s{row['seed']}", row, row["run"]) for row in analysis["runs"]]
+    rows += [(f"{row['dataset']}/{row['algorithm']}/pooled", row, f"seeds {', '.join(str(s) for s in row['seeds'])}")
+             for row in analysis["pooled"] if row.get("n_clients")]
+    title = "confound (Table 5):"
+    table = [[label, str(row["n_clients"])] + [_fmt(row, key) for key, _ in CONFOUND_STATISTICS]
+             for label, row, _ in rows]
+    header = ["", "n"] + [name for _, name in CONFOUND_STATISTICS]
+    widths = [max(len(cells[i]) for cells in [header] + table) for i in range(len(header))]
+    widths[0] = max(widths[0], len(title) - 2)
+    click.echo(f"\n{title:<{widths[0] + 2}} " + " ".join(f"{name:>{w}}" for name, w in zip(header[1:], widths[1:])))
+    for cells, (_, _, tail) in zip(table, rows):
+        click.echo(f"  {cells[0]:<{widths[0]}} " + " ".join(f"{c:>{w}}" for c, w in zip(cells[1:], widths[1:]))
+                   + f"  {tail}")
     for row in analysis["pooled"]:
         if row.get("verdict"):
             click.echo(f"verdict, {row['dataset']}/{row['algorithm']} pooled over seeds "

@@ -112,3 +112,22 @@ def test_constant_estimates_give_no_verdict_and_valid_json(tmp_path):
     make_run(tmp_path / "run", 42, np.ones(20), p_max, tv, p)
     row = analyze(tmp_path / "run")["runs"][0]
     assert row["r_h_pmax"] is None and row["verdict"].startswith("no verdict")
+
+
+def test_the_confound_tables_columns_line_up_whatever_the_labels(tmp_path):
+    """h60: the label column had a fixed width (a long algorithm name or seed pushed its row's numbers right of the
+    header's). Each column is now as wide as its widest cell: every row's n and statistics end where the header's do."""
+    for seed, name in ((42, "hasfl"), (43, "hasfl-coverage-off-with-a-long-name")):
+        make_run(tmp_path / f"{name}-{seed}", seed, *clients(seed), algorithm=name)
+    make_run(tmp_path / "hasfl-1234567", 1234567, *clients(5))
+    text = CliRunner().invoke(main, ["analyze", str(tmp_path)])
+    assert text.exit_code == 0, text.output
+    lines = text.output.splitlines()
+    top = next(i for i, line in enumerate(lines) if line.startswith("confound (Table 5):"))
+    header, rows = lines[top], [line for line in lines[top + 1:] if line.startswith("  ")]
+    assert len(rows) == 5  # three runs, two pooled (hasfl over seeds 42 and 1234567; the long name's one seed)
+    ends = [header.index(title, len("confound (Table 5):")) + len(title) for title in ("n", "r(H, TV)", "r(H, p_max)", "r(p, TV | p_max)")]
+    for row in rows:
+        assert all(row[end - 1] != " " and row[end] == " " for end in ends), (header, row)
+    labels = [row[2:].split(" ")[0] for row in rows]
+    assert "cifar10/hasfl-coverage-off-with-a-long-name/s43" in labels and "cifar10/hasfl/s1234567" in labels
