@@ -25,6 +25,7 @@ from hasfl_ray.engine.guard import GuardedAlgorithm, PluginError, construct
 from hasfl_ray.engine.history import History
 from hasfl_ray.engine.participants import capacity_tiers, initial_parameters, round_capacities
 from hasfl_ray.engine.earlier_run import settle_unlocked
+from hasfl_ray.engine.finished_here import finish_here
 from hasfl_ray.engine.rundir import check_no_links, check_output_folder, check_run_directory, check_start
 from hasfl_ray.errors import ConfigError, RoundInterrupted, RunInterrupted, progress_phrase
 from hasfl_ray.front_end import option
@@ -85,6 +86,7 @@ def prepare_parts(engine: Any) -> None:
             raise ConfigError(f"checkpoint {checkpoint_path(engine.rundir.path)!r} holds "
                               f"{progress_phrase(engine.checkpoint.round, c.mode)} but rounds is {c.rounds}; expected "
                               f"at least {engine.checkpoint.round} rounds to continue it, {start_again()}")
+    finish_here(engine)  # a checkpoint with every round: finished in this process, Ray never started for it
     engine.inputs_unverified = unverified_inputs(c)  # what input_sha256 cannot vouch for: said once the log is open
     engine.backend.warm_up(c)  # Ray and its actors start while the data loads (docs/ray.md, 'Start-up')
     if c.control_variates_dir:  # made and marked before the algorithm (or a checkpoint's state) writes there;
