@@ -126,7 +126,8 @@ def test_the_confound_tables_columns_line_up_whatever_the_labels(tmp_path):
     top = next(i for i, line in enumerate(lines) if line.startswith("confound (Table 5):"))
     header, rows = lines[top], [line for line in lines[top + 1:] if line.startswith("  ")]
     assert len(rows) == 5  # three runs, two pooled (hasfl over seeds 42 and 1234567; the long name's one seed)
-    ends = [header.index(title, len("confound (Table 5):")) + len(title) for title in ("n", "r(H, TV)", "r(H, p_max)", "r(p, TV | p_max)")]
+    titles = ("n", "r(H, TV)", "r(H, p_max)", "r(p, TV | p_max)")
+    ends = [header.index(title, len("confound (Table 5):")) + len(title) for title in titles]
     for row in rows:
         assert all(row[end - 1] != " " and row[end] == " " for end in ends), (header, row)
     labels = [row[2:].split(" ")[0] for row in rows]
