@@ -22,8 +22,15 @@ def test_resuming_a_finished_run_on_ray_never_starts_ray(tmp_path, monkeypatch, 
     from hasfl_ray.simulation.backend import RayBackend
 
     started = []
-    monkeypatch.setattr(RayBackend, "warm_up", lambda self, config: started.append("warm_up"))
-    monkeypatch.setattr(RayBackend, "start", lambda self, *args: started.append("start"))
+
+    def refuse(name):  # raises, so that a regression fails at once instead of waiting on actors never made
+        def called(self, *args):
+            started.append(name)
+            raise RuntimeError(f"RayBackend.{name} was called")
+        return called
+
+    monkeypatch.setattr(RayBackend, "warm_up", refuse("warm_up"))
+    monkeypatch.setattr(RayBackend, "start", refuse("start"))
     out = tmp_path / "run"
     first = invoke("simulate", *TINY, "--backend", "local", "--out", out)
     assert first.exit_code == 0, first.output
