@@ -54,7 +54,7 @@ class Gate:
 def run_all(executor, n, k):
     gate = Gate.remote(k, n)
 
-    def stand_in(cell, force, cwd):  # nested, so Ray ships it by value (workers cannot import this test module)
+    def stand_in(cell, force, cwd, command_line):  # nested: Ray ships it by value (workers cannot import this module)
         """Hold the cell's GPU share until its group of k is inside; report which GPU Ray gave it."""
         import time as clock
 
