@@ -221,11 +221,6 @@ class RunDirectory:
         """Raise ConfigError unless ``--force`` may clear this directory: see :func:`check_clearable`."""
         check_clearable(self.path)
 
-    def clear(self) -> None:
-        """Remove what a run wrote (``--force``), keeping the directory itself and so its lock; refuses (one
-        sentence, nothing deleted) a folder that holds anything a run does not write."""
-        clear_run_directory(self.path)
-
     def create(self, config: Mapping[str, Any], execution: Mapping[str, Any]) -> None:
         os.makedirs(self.path, exist_ok=True)
         text = yaml.safe_dump(dict(config), sort_keys=False) + "# execution (does not change results)\n" + \
