@@ -1,19 +1,24 @@
-"""Freed memory handed back to the system after every round (issue 46 item 4): a long run's resident memory stays
-flat.
+"""Freed memory handed back to the system once a round's holes add up (issue 46 item 4): a long run's resident
+memory stays flat.
 
 glibc raises its mmap threshold to the size of every mmapped block that is freed (up to 32 MiB), so after the
 first rounds a round's activations and packed updates (hundreds of KiB to tens of MiB, of sizes that change with
 every continuous width) come from the heap, and the holes they leave stay resident: over 200 EMNIST rounds of HAS-FL
 the driver's RSS wandered 1004-1213 MiB while what the run held (its RSS after ``malloc_trim``) stayed within 1 %
-(benchmarks/RESULTS.md, "Memory over long runs"). :func:`release` calls glibc's ``malloc_trim(0)`` once a
-round in each process that trains or aggregates (the driver's engine after each round, or with Ray while the next
-round trains, and after each asynchronous server update; each Ray trainer once a model, as its evaluation ends or
-else as the next model arrives; the server actor after each round and evaluation), so RSS
-is what the run holds. Its price is the pages the next round
-touches again (RESULTS.md gives it per round), so a round should free few: the image CNN's norms write over their
-input without autograd (hasfl_ray/models/cnn.py, ``BatchNorm2d``: a digits evaluation round ~1,000-1,150 pages
-fewer); pinning the mmap threshold instead (``mallopt``) cost more, on every
-large allocation of every local step. ``HASFL_MALLOC_TRIM=0`` turns it off. Nothing here changes a result: only
+(benchmarks/RESULTS.md, "Memory over long runs"). :func:`release` is asked once a round in each process that
+trains or aggregates (the driver's engine after each round, or with Ray while the next round trains, and after each
+asynchronous server update; each Ray trainer once a model, as its evaluation ends or else as the next model arrives;
+the server actor after each round and evaluation) and calls glibc's ``malloc_trim(0)`` when it is due: the first
+time, and then whenever the process's resident memory has grown more than :data:`BOUND` (1.75 %) above what it held
+right after its last trim. So RSS stays within that bound of what the run holds. A trim's price is the pages the
+next round touches again: a digits round on a Ray trainer regrew ~9-10 MiB (1.4-1.5 % of its RSS) after every trim,
+2,600 page faults, ~11 ms of the two trainers' CPU a round on a fast host and ~22 ms on a slow one (issue 46 item 3,
+benchmarks/RESULTS.md); a round that frees less than the bound above what the process holds now leaves it in
+the heap for the next round, and a trim follows only once the heap's holes have added up. So a round should free
+few: the image CNN's norms write over their input without autograd (hasfl_ray/models/cnn.py, ``BatchNorm2d``: a
+digits evaluation round ~1,000-1,150 pages fewer); pinning the mmap threshold instead (``mallopt``) cost more, on every
+large allocation of every local step. ``HASFL_MALLOC_TRIM=always`` trims on every request (the behaviour before
+2026-11-29), ``HASFL_MALLOC_TRIM=0`` turns it off. Nothing here changes a result: only
 where freed memory goes. Where the C library has no ``malloc_trim`` (macOS, musl) it does nothing, and
 ``hasfl-ray info`` says so.
 
@@ -46,8 +51,14 @@ PRIMITIVES = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
 #: passes x 4 widths fit), against oneDNN's own 1024.
 PRIMITIVE_CACHE = 256
 _trim = []  # [the C function] or [None], looked up once
-#: Calls made and seconds spent in this process, for benchmarks (soak.py prints them).
-spent: Dict[str, float] = {"calls": 0, "seconds": 0.0}
+#: Requests (:func:`release` asked, trimming or not), trims made (``calls``) and seconds spent trimming in this
+#: process, for tests and benchmarks (soak.py prints them).
+spent: Dict[str, float] = {"requests": 0, "calls": 0, "seconds": 0.0}
+#: A process trims again once its RSS is more than this fraction above its RSS right after its last trim: under
+#: issue 46 item 4's 2 % (what a long run's RSS may grow), above the 1.4-1.5 % a digits round regrows on a trainer.
+BOUND = 0.0175
+_held: list = []  # [this process's resident bytes right after its last trim]
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def _function():
@@ -63,15 +74,31 @@ def enabled() -> bool:
     return os.environ.get(VARIABLE, "1") != "0" and _function() is not None
 
 
+def resident() -> int:
+    """This process's resident memory in bytes (``/proc/self/statm``), 0 where it cannot be read."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def release() -> None:
-    """Hand the memory freed since the last call back to the system (glibc's ``malloc_trim(0)``), unless turned
-    off."""
+    """Hand the memory freed since the last trim back to the system (glibc's ``malloc_trim(0)``) when it is due: the
+    first time, and whenever this process's RSS is more than :data:`BOUND` above what it held right after its last
+    trim (every time with ``HASFL_MALLOC_TRIM=always``; never with ``0``)."""
     if not enabled():
         return
+    spent["requests"] += 1
+    if _held and os.environ.get(VARIABLE) != "always":
+        now = resident()
+        if now and now <= _held[0] * (1.0 + BOUND):
+            return
     start = time.perf_counter()
     _function()(0)
     spent["calls"] += 1
     spent["seconds"] += time.perf_counter() - start
+    _held[:] = [resident()]
 
 
 def huge_pages(environ: Optional[MutableMapping[str, str]] = None) -> str:
@@ -123,8 +150,10 @@ def status() -> str:
         return "kept by the C library (no malloc_trim here)"
     if not enabled():
         return f"kept by the allocator ({VARIABLE}=0)"
-    return "handed back after every round (malloc_trim)"
+    if os.environ.get(VARIABLE) == "always":
+        return f"handed back after every round (malloc_trim; {VARIABLE}=always)"
+    return f"handed back once RSS is {BOUND:.2%} above what the process held after its last malloc_trim"
 
 
-__all__ = ["HUGE_PAGES", "PRIMITIVES", "PRIMITIVE_CACHE", "VARIABLE", "bound_primitive_cache", "enabled",
-           "huge_pages", "pages", "primitive_cache_status", "release", "spent", "status"]
+__all__ = ["BOUND", "HUGE_PAGES", "PRIMITIVES", "PRIMITIVE_CACHE", "VARIABLE", "bound_primitive_cache", "enabled",
+           "huge_pages", "pages", "primitive_cache_status", "release", "resident", "spent", "status"]

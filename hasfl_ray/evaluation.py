@@ -45,6 +45,16 @@ def is_eval_round(round: int, rounds: int, every: int) -> bool:
     return round + 1 == rounds or (every > 0 and (round + 1) % every == 0)
 
 
+def evaluation_round(round: int, rounds: int, test_every: int, eval_every: int, test_first: bool = False,
+                     test_last: int = 0) -> Tuple[bool, bool]:
+    """Whether round ``round`` (0-based) of ``rounds`` evaluates test_accuracy, and whether it also evaluates every
+    other width: the test cadence (:func:`is_eval_round` of ``test_every``), widths on the rounds that are also on
+    ``eval_every``'s; the first round (``test_first``) and each of the last ``test_last`` rounds are both."""
+    also = (round == 0 and test_first) or round >= rounds - test_last
+    tested = also or is_eval_round(round, rounds, test_every)
+    return tested, tested and (also or is_eval_round(round, rounds, eval_every))
+
+
 def submodel_groups(widths: np.ndarray, channel_shapes) -> Tuple[List[float], np.ndarray]:
     """Clients whose widths give the same sub-model share one forward pass.
 

@@ -5,7 +5,6 @@ run.sh's ``packs`` and ``ablation``); and the page sections between packs.md's m
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections import defaultdict
 from typing import Dict, List
@@ -104,10 +103,12 @@ def pack_cells(name: str) -> List[Dict]:
 
 
 def cell_cost(cell: Dict) -> Dict[str, float]:
-    """One cell's local steps and evaluation FLOPs over its rounds, by the engine's rules: the global model's
-    test_accuracy every test_every rounds (default 1; under sBN after a statistics pass over the training images, none
-    under test-batch statistics), the other eval_widths on the rounds that are also eval_every rounds (the dataset's
-    default 5), each with its own pass."""
+    """One cell's local steps and evaluation FLOPs over its rounds, by the engine's rules
+    (:func:`hasfl_ray.evaluation.evaluation_round`): the global model's test_accuracy every test_every rounds (default
+    1; under sBN after a statistics pass over the training images, none under test-batch statistics), the other
+    eval_widths on the rounds that are also eval_every rounds (the dataset's default 5), each with its own pass, and
+    both on the first round (test_first) and each of the last test_last rounds."""
+    from hasfl_ray.evaluation import evaluation_round
     from hasfl_ray.models import resnet_cost_table
 
     per_client = cell.get("local_steps") or cell["local_epochs"] * -(-(TRAIN // cell["clients"]) // cell["batch_size"])
@@ -117,10 +118,10 @@ def cell_cost(cell: Dict) -> Dict[str, float]:
     widths = [w for w in cell.get("eval_widths") or [1.0] if w != 1.0]
     flops = {r["p"]: r["flops"] for r in resnet_cost_table(cell["model"], widths=tuple([top] + [top * w for w in widths]))}
     images = TEST if cell.get("sbn_statistics") == "test_batch" else TRAIN + TEST
-    test_every = cell.get("test_every") or 1
-    evaluations = -(-cell["rounds"] // test_every) * images * flops[top]
-    evaluations += cell["rounds"] // math.lcm(cell.get("eval_every") or 5, test_every) * images * \
-        sum(flops[top * w] for w in widths)
+    rounds = [evaluation_round(t, cell["rounds"], cell.get("test_every") or 1, cell.get("eval_every") or 5,
+                               bool(cell.get("test_first")), cell.get("test_last") or 0) for t in range(cell["rounds"])]
+    evaluations = sum(tested for tested, _ in rounds) * images * flops[top]
+    evaluations += sum(both for _, both in rounds) * images * sum(flops[top * w] for w in widths)
     return {"steps": steps, "eval_flops": evaluations}
 
 

@@ -293,6 +293,12 @@ RUN_OPTIONS = (
     click.option("--test-every", type=int,
                  help="Evaluate test_accuracy (the full model, and its sBN statistics pass) every K rounds, and "
                       "always after the last; the other rounds' lines hold null (default 1: every round)."),
+    click.option("--test-first/--no-test-first", default=None,
+                 help="Also evaluate the first round (test_accuracy and every width), whatever --test-every and "
+                      "--eval-every say (FIARSE's cadence; default off)."),
+    click.option("--test-last", type=int, metavar="N",
+                 help="Also evaluate each of the last N rounds (test_accuracy and every width; default 0: the last "
+                      "round only)."),
     click.option("--local-eval-every", type=int,
                  help="Evaluate every client's local accuracy every K rounds too (default 0: after the last round "
                       "only)."),

@@ -32,7 +32,11 @@ SYNC_ONLY = {"deadline_policy": (("drop",), "it unset (a policy for late updates
              "client_batching": (("auto", "off"), "auto or off (each asynchronous client trains alone, from the "
                                                   "model of its dispatch)"),
              "test_every": ((1,), "1 (an asynchronous run evaluates every eval_every_updates server updates or "
-                                  "eval_every_seconds simulated seconds)")}
+                                  "eval_every_seconds simulated seconds)"),
+             "test_first": ((False,), "it unset (an asynchronous run evaluates every eval_every_updates server "
+                                      "updates or eval_every_seconds simulated seconds)"),
+             "test_last": ((0,), "it unset (an asynchronous run evaluates every eval_every_updates server updates "
+                                 "or eval_every_seconds simulated seconds)")}
 
 STALENESS_EXPECTED = ("constant, polynomial:A (s = (1 + tau)^-A, A >= 0) or hinge:A,B (s = 1 for tau <= B, else "
                       "1 / (A (tau - B) + 1), A >= 0, B >= 0)")

@@ -226,6 +226,12 @@ def _check_evaluation(self, bad) -> None:
     value = self.test_every
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise bad("test_every", value, "a positive integer (rounds between test-accuracy evaluations)")
+    if not isinstance(self.test_first, bool):
+        raise bad("test_first", self.test_first, "true or false (also evaluate the first round)")
+    value = self.test_last
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise bad("test_last", value, "a non-negative integer (the last rounds that are each evaluated; 0: the last "
+                                      "one only)")
     value = self.local_eval_every
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise bad("local_eval_every", value, "a non-negative integer (rounds between local-accuracy evaluations; "

@@ -118,8 +118,12 @@ class RunConfigFields:
     eval_widths: Optional[List[float]] = None
     eval_every: Optional[int] = None
     # test_accuracy (the full-width evaluation, and its sBN statistics pass) every test_every rounds and after the
-    # last; the other rounds' lines hold null (default 1: every round); accuracy_at_width on rounds that are both
+    # last; the other rounds' lines hold null (default 1: every round); accuracy_at_width on rounds that are both;
+    # test_first and test_last add the first round and each of the last test_last rounds to both cadences (FIARSE's
+    # server.py: every save_freq rounds, the first and the last 100)
     test_every: int = 1
+    test_first: bool = False
+    test_last: int = 0
     local_eval_every: int = 0
     local_eval_width: str = "final"
     local_eval_rule: str = "labels"

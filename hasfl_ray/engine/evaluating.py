@@ -14,8 +14,8 @@ from hasfl_ray.engine.depth_eval import ENSEMBLE, eval_shape, shape_width
 from hasfl_ray.engine.guard import GuardedAlgorithm, PluginError
 from hasfl_ray.errors import EvaluationInterrupted
 from hasfl_ray.front_end import option
-from hasfl_ray.evaluation import (accuracy_summary, default_eval_widths, is_eval_round, local_accuracies,
-                                  shard_local_accuracies, submodel_groups, weighted_mean, width_key)
+from hasfl_ray.evaluation import (accuracy_summary, default_eval_widths, evaluation_round, is_eval_round,
+                                  local_accuracies, shard_local_accuracies, submodel_groups, weighted_mean, width_key)
 from hasfl_ray.models import build_model
 from hasfl_ray.registry import call_plugin, spec_label
 from hasfl_ray.training.seeding import STREAM_LOCAL_EVAL, numpy_rng
@@ -63,10 +63,12 @@ def request_evaluation(engine: Any, t: int):
     ensemble = bool(getattr(engine.algorithm, "global_ensemble", False))  # DepthFL: the mean of the exits' logits
     # test_every (docs/metrics.md): a round that is not a test round evaluates nothing of the global model (no
     # forward pass, no sBN statistics pass); its line holds null, as an asynchronous update's that is not evaluated
-    tested = is_eval_round(t, rounds, getattr(c, "test_every", 1))
+    # (test_first, test_last: the first round and each of the last test_last rounds are both kinds of evaluation round)
+    tested, widths_too = evaluation_round(t, rounds, getattr(c, "test_every", 1), c.eval_every,
+                                          getattr(c, "test_first", False), getattr(c, "test_last", 0))
     full = global_evaluation(engine, ensemble) if tested else untested
     at_widths = at_depths = local = None
-    if tested and is_eval_round(t, rounds, c.eval_every):
+    if widths_too:
         all_widths = list(engine.eval_widths)
         widths = [w for w in all_widths if w != 1.0]
         at_widths = (all_widths, shaped(engine.backend.request(

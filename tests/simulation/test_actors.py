@@ -139,27 +139,27 @@ def test_a_server_round_takes_results_the_driver_unpacked_as_they_arrived_as_the
 @pytest.mark.skipif(not __import__("hasfl_ray.allocator").allocator.enabled(),
                     reason="needs glibc's malloc_trim (Linux) and HASFL_MALLOC_TRIM not 0")
 def test_a_trainer_hands_freed_memory_back_once_a_model_not_after_each_call(setup):
-    """malloc_trim once a model, as the local backend trims once a round: after the model's evaluation (a trainer's
-    last work of a round, while the driver aggregates) or, where it evaluated nothing, as the next model arrives
+    """malloc_trim asked for once a model (made when due: hasfl_ray/allocator.py), as the local backend asks once a
+    round: after the model's evaluation (a trainer's last work of a round, while the driver aggregates) or, where it evaluated nothing, as the next model arrives
     (the round's calls after it reuse the pages the last one freed): not after every training call."""
     from hasfl_ray import allocator
 
     config, dataset, params = setup
     actor = TrainerActor(dataset, "digits", optimizer_settings(config), "cpu", 1, True, False, (500, None))
     task = ClientTask(2, 0, 0.5, 0.05, 0)
-    calls = allocator.spent["calls"]
+    asked = allocator.spent["requests"]
     actor.run([Inline(1, pack(params))], [([task], False)])
     actor.run([Inline(1, pack(params))], [([task], False)])
-    assert allocator.spent["calls"] == calls + 1  # as model 1 arrived
+    assert allocator.spent["requests"] == asked + 1  # as model 1 arrived
     actor.evaluate_at([Inline(1, pack(params))], "evaluate")
-    assert allocator.spent["calls"] == calls + 2  # as its evaluation ended
+    assert allocator.spent["requests"] == asked + 2  # as its evaluation ended
     actor.evaluate_at([Inline(1, pack(params))], "evaluate_widths", [0.5, 1.0])
-    assert allocator.spent["calls"] == calls + 2  # once a model
+    assert allocator.spent["requests"] == asked + 2  # once a model
     actor.run([Inline(2, pack(params))], [([task], False)])
     actor.run([Inline(2, pack(params))], [([task], False)])
-    assert allocator.spent["calls"] == calls + 2  # model 2 arrived with model 1's memory already handed back
+    assert allocator.spent["requests"] == asked + 2  # model 2 arrived with model 1's memory already handed back
     actor.run([Inline(3, pack(params))], [([task], False)])
-    assert allocator.spent["calls"] == calls + 3  # model 2 was not evaluated here: as model 3 arrived
+    assert allocator.spent["requests"] == asked + 3  # model 2 was not evaluated here: as model 3 arrived
 
 
 def test_a_call_naming_the_version_its_trainer_holds_evaluates_and_trains_as_one_carrying_the_parameters(setup):
