@@ -285,3 +285,15 @@ def test_a_ray_cell_asking_for_more_cpus_than_any_node_has_is_refused(tmp_path, 
         ray.shutdown()
     one_sentence(result, "trainer_threads 3", "has 2 CPUs")
     assert not os.path.exists("out")
+
+
+def test_top_level_ray_keys_of_a_sweep_config_are_named_not_dropped_without_a_word(tmp_path):
+    """A sweep config's top-level ``fault_inject`` (or ``actors``: keys `simulate --config` takes from the same file)
+    was dropped from every cell without a word; the sweep now says which keys its cells run without."""
+    config = write_sweep(tmp_path / "faults.yaml", {"datasets": ["digits"], "algorithms": ["hasfl"], "seeds": [0]},
+                         fault_inject="trainer-error@1", actors=2)
+    result = CliRunner().invoke(main, ["sweep", config, "--out", str(tmp_path / "out"), "--backend", "local"])
+    assert result.exit_code == 0, result.output
+    assert ("note: the config's actors 2, fault_inject 'trainer-error@1' apply to `simulate --config` only; every "
+            "sweep cell runs the local backend") in result.output
+    assert "done" in result.output.splitlines()[-2]
