@@ -16,7 +16,7 @@ from hasfl_ray.aggregation import AggregateResult
 from hasfl_ray.clock import Invitation
 from hasfl_ray.clock.records import round_record
 from hasfl_ray.callbacks import call_start, check_callbacks
-from hasfl_ray.engine import asynchronous, evaluating, preparing, privacy, records
+from hasfl_ray.engine import asynchronous, evaluating, finished_here, preparing, privacy, records
 from hasfl_ray.engine.backend import Backend, RoundInterrupted
 from hasfl_ray.aggregation.server_optim import server_call, server_state
 from hasfl_ray.engine.checkpoint import SNAPSHOT_BYTES, Checkpoint, Snapshot, save_checkpoint, state_bytes
@@ -150,8 +150,8 @@ class Engine:
                             raise RunInterrupted(self.stop_signals.signal_number, len(self.history),
                                                  self.rundir.path if self.rundir else None) from None
                     if self.rundir:
-                        with writing(self.rundir, "config.yaml"):
-                            self.rundir.create(c.to_dict(), self.backend.describe())
+                        with writing(self.rundir, "config.yaml"):  # a finished run's stays as it ran
+                            finished_here.record_config(self)
                         started = True
                         with writing(self.rundir, "metrics.jsonl"):
                             self.rundir.reset_metrics(self.history)  # on resume: the lines up to the checkpoint

@@ -33,6 +33,17 @@ def finish_here(engine: Any) -> None:
                    "without starting Ray", engine.rundir.path, engine.checkpoint.round, c.rounds)
 
 
+def record_config(engine: Any) -> None:
+    """Write config.yaml with the execution of this process, except where a resume finds every round of a
+    synchronous run already trained: nothing runs here, so the config.yaml the run wrote as it ran stays as it is
+    (a local run resumed with ``--backend ray --actors 2`` had come to record ``backend: ray`` and ``actors: 2``)."""
+    c, checkpoint, path = engine.config, engine.checkpoint, engine.rundir.path
+    if engine.resume and checkpoint is not None and c.mode != "async" and checkpoint.round >= c.rounds and \
+            os.path.isfile(os.path.join(path, "config.yaml")):
+        return
+    engine.rundir.create(c.to_dict(), engine.backend.describe())
+
+
 def _no_ray():  # never called: no round is left to hand over at
     raise AssertionError("a finished run never starts Ray")
 

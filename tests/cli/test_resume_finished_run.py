@@ -1,7 +1,7 @@
 """``--resume`` of a run whose checkpoint holds every round started Ray and its actors for nothing (+9 s on
 ``--backend ray``), where the local backend writes the summary again from the checkpoint in this process. A finished
 synchronous run is now finished here on any backend (``engine/finished_here.py``), saying so in one line, with the
-same params_sha256, and config.yaml keeps the execution the run recorded."""
+same params_sha256, and config.yaml stays as the run wrote it (RELIABILITY path-s)."""
 
 import json
 
@@ -34,15 +34,16 @@ def test_resuming_a_finished_run_on_ray_never_starts_ray(tmp_path, monkeypatch, 
     out = tmp_path / "run"
     first = invoke("simulate", *TINY, "--backend", "local", "--out", out)
     assert first.exit_code == 0, first.output
-    before = sha(out)
-    again = invoke("simulate", "--out", out, "--resume", "--backend", "ray", "--quiet")
+    before, recorded = sha(out), (out / "config.yaml").read_text()
+    again = invoke("simulate", "--out", out, "--resume", "--backend", "ray", "--actors", 2, "--quiet")
     assert again.exit_code == 0, again.output
     assert started == []
     said = [r.getMessage() for r in caplog.records if "holds a finished run" in r.getMessage()]
     assert said == [f"run directory {str(out)!r} holds a finished run (2 of 2 rounds); its summary is written again "
                     "here, without starting Ray"]
     assert sha(out) == before
-    assert "# backend: ray" in (out / "config.yaml").read_text()
+    # nothing ran on Ray: config.yaml still says how the run ran (it had come to say backend ray with 2 actors)
+    assert (out / "config.yaml").read_text() == recorded and "backend: local" in recorded
 
 
 def test_a_finished_ray_runs_recorded_execution_is_kept(tmp_path):
