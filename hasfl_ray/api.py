@@ -84,6 +84,10 @@ def make_config(config: Union[RunConfig, Mapping[str, Any], str, None] = None, *
     source = "config" if not isinstance(config, str) else f"config file {config!r}"
     values = merge_layers(layers, source)
     given_layers = [layer for layer, _ in layers[isinstance(config, RunConfig):]]  # a RunConfig holds every key
+    if dataclasses.is_dataclass(algorithm_options):  # an options instance holds every field: the user's, those changed
+        given_layers[-1] = {"algorithm_options": {f.name: getattr(algorithm_options, f.name)
+                                                  for f in dataclasses.fields(algorithm_options)
+                                                  if getattr(algorithm_options, f.name) != f.default}}
     run_config = RunConfig.from_dict(values)
     check_inert_keys(given_keys(given_layers), values, source)
     return run_config

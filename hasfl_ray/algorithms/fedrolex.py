@@ -28,6 +28,12 @@ class FedRolexOptions:
             raise ConfigError(f"rolex_direction is {self.rolex_direction!r}; expected source (the window starts at "
                               "channel -t*step mod C, as FedRolex's code rolls it) or forward (at +t*step mod C)")
 
+    def inert(self, config):
+        """A window that never moves (rolex_step 0) has no direction to roll in."""
+        if self.rolex_step:
+            return {}
+        return {"rolex_direction": ("rolex_step is 0 (the window never moves)", "rolex_step >= 1")}
+
 
 @register_algorithm("fedrolex")
 class FedRolex(Algorithm):

@@ -124,6 +124,12 @@ class FjORDOptions:
             raise ConfigError(f"fjord_kd is {self.fjord_kd!r}; expected true or false")
         check_range("fjord_distill_weight", self.fjord_distill_weight, 0, FLOAT32_MAX, "a number >= 0")
 
+    def inert(self, config):
+        """Without KD each step trains the drawn width's cross-entropy alone: no distillation term to weigh."""
+        if self.fjord_kd:
+            return {}
+        return {"fjord_distill_weight": ("fjord_kd is false (no distillation term)", "fjord_kd true")}
+
 
 @register_algorithm("fjord")
 class FjORD(Algorithm):

@@ -44,7 +44,11 @@ def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str,
         layers.append(({"algorithm_options": options}, "refuse"))
     merged = merge_layers(layers, source)
     config = RunConfig.from_dict(merged, source)  # each value checked first
-    check_inert_keys(given_keys([values, given]), merged, source, shared)  # the user's keys, never a stored run's
+    explicit = given_keys([values, given])  # the user's keys, never a stored run's
+    if options:  # --algo-opt's, beside a config file's algorithm_options
+        earlier = explicit.get("algorithm_options")
+        explicit["algorithm_options"] = {**(earlier if isinstance(earlier, dict) else {}), **options}
+    check_inert_keys(explicit, merged, source, shared)
     return config
 
 

@@ -70,6 +70,7 @@ def check_inert_keys(explicit: Mapping[str, Any], merged: Mapping[str, Any], sou
         raise ConfigError(f"lr_gamma is {explicit['lr_gamma']!r} but lr_milestones is unset{where}, so it does "
                           "nothing; expected it with --lr-milestones (the rounds at which lr is multiplied by it)")
     _check_given_defaults(explicit, merged, where)
+    _check_inert_options(explicit, merged, where, shared)
     if explicit.get("local_epochs") is not None and merged.get("local_steps") is not None:
         raise ConfigError(f"local_epochs is {explicit['local_epochs']!r} beside local_steps "
                           f"{merged['local_steps']!r}{where}, which replaces it, so it does nothing; expected one of "
@@ -100,6 +101,40 @@ def _check_alpha(explicit: Mapping[str, Any], merged: Mapping[str, Any], where: 
     else:
         return
     raise ConfigError(f"alpha is {explicit['alpha']!r} but {why}{where}; expected alpha unset, or {instead}")
+
+
+def _check_inert_options(explicit: Mapping[str, Any], merged: Mapping[str, Any], where: str,
+                         shared: AbstractSet[str]) -> None:
+    """Refuse an algorithm option the user gave (a flat key or flag, or in ``algorithm_options``: a config file's,
+    ``--algo-opt``) that the run's other options leave without effect (the options dataclass's ``inert``, read by
+    :func:`hasfl_ray.algorithms.options.inert_options`): ``fjord_distill_weight`` with ``fjord_kd: false``,
+    ``depthfl_alpha`` with ``depthfl_feddyn: false``, ``scalefl_kd_temperature`` at ``scalefl_kd_gamma`` 0, ...
+    A key given for many runs at once (``shared``: a sweep config's shared keys) is not refused here."""
+    import dataclasses
+
+    from hasfl_ray import registry
+    from hasfl_ray.algorithms.options import inert_options
+    from hasfl_ray.config.routing import check_algorithm_options, option_fields
+
+    algorithm = merged.get("algorithm", RunConfigFields.algorithm)
+    try:
+        own = option_fields(algorithm)
+        options_class = registry.lookup("algorithm", algorithm).options_class
+        routed = route_options(merged, foreign="drop").get("algorithm_options")
+        complete = check_algorithm_options(algorithm, routed if isinstance(routed, Mapping) else {})
+        options = options_class(**complete) if options_class is not None else None
+    except Exception:  # noqa: BLE001 (RunConfig, which ran first, names what is wrong; a plug-in's own errors)
+        return
+    if options is None or not dataclasses.is_dataclass(options):
+        return
+    mapping = explicit.get("algorithm_options")
+    given = [k for k in explicit if k in own] + (list(mapping) if isinstance(mapping, Mapping) else [])
+    inert = inert_options(options, merged)
+    for name in given:
+        if name in inert and name not in shared:
+            why, instead = inert[name]
+            raise ConfigError(f"{name} is {complete[name]!r}{where} but {why}, so it does nothing; expected {name} "
+                              f"unset, or {instead}")
 
 
 def _check_given_defaults(explicit: Mapping[str, Any], merged: Mapping[str, Any], where: str) -> None:

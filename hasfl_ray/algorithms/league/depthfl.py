@@ -62,6 +62,16 @@ class DepthFLOptions:
         check_range("depthfl_alpha", self.depthfl_alpha, 0, MAX_LR, f"a number in (0, {MAX_LR:g}]", low_open=True)
         check_range("depthfl_lr_decay", self.depthfl_lr_decay, 0, 1, "a factor in (0, 1]", low_open=True)
 
+    def inert(self, config):
+        """FedDyn's alpha without FedDyn, the distillation's temperature and ramp-up without distillation."""
+        out = {}
+        if not self.depthfl_feddyn:
+            out["depthfl_alpha"] = ("depthfl_feddyn is false (no FedDyn terms)", "depthfl_feddyn true")
+        if not self.depthfl_kd:
+            for name in ("depthfl_temperature", "depthfl_rampup_rounds"):
+                out[name] = ("depthfl_kd is false (no distillation among the exits)", "depthfl_kd true")
+        return out
+
 
 def depth_of(cid: int, num_clients: int, depths: int = 4) -> int:
     """The number of stages client ``cid`` holds: ``cid // (num_clients // depths) + 1``, at most ``depths``."""

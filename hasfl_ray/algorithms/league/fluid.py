@@ -76,6 +76,12 @@ class FLuIDOptions:
         check_range("fluid_quorum", self.fluid_quorum, 0, 1, "a fraction in (0, 1]", low_open=True)
         check_range("fluid_time_margin", self.fluid_time_margin, 0, FLOAT32_MAX, "a number > 0", low_open=True)
 
+    def inert(self, config):
+        """Without a device clock no client is timed, so no straggler is replaced by the margin's rule."""
+        if config.get("devices"):
+            return {}
+        return {"fluid_time_margin": ("devices is unset (no clock times the stragglers)", "--devices")}
+
 
 def relative_change(global_weight: torch.Tensor, client_weights: Sequence[torch.Tensor]) -> torch.Tensor:
     """r = max_i |w_i − w| / |w| per weight (``find_min``'s ``difference``; x/0 is inf and 0/0 NaN, as numpy's)."""

@@ -72,6 +72,12 @@ class ScaleFLOptions:
                     low_open=True)
         check_range("scalefl_kd_start", self.scalefl_kd_start, 0, 1, "a fraction of the rounds in [0, 1]")
 
+    def inert(self, config):
+        """The distillation's temperature and start with its weight 0 (the default: the exits' CE alone)."""
+        if self.scalefl_kd_gamma:
+            return {}
+        return {name: ("scalefl_kd_gamma is 0 (no distillation, the default)", "scalefl_kd_gamma > 0") for name in ("scalefl_kd_temperature", "scalefl_kd_start")}
+
 
 def level_groups(num_clients: int, split_ratios: Sequence[float], seed: int) -> List[np.ndarray]:
     """``fed_train``'s groups: a permutation drawn after ``np.random.seed(seed)``, cut into ``int(N · r)`` runs."""
