@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import bisect
+import math
+import numbers
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -86,9 +88,7 @@ def dirichlet_partition(labels: np.ndarray, num_clients: int, alpha: float, rng:
 def check_alpha(alpha: float) -> None:
     """One sentence for a Dirichlet ``alpha`` that is not a finite number above 0 (NaN and infinity included, which
     a caller such as ``data inspect`` may pass: Dirichlet(NaN) draws NaN proportions and Dirichlet(inf) none)."""
-    from hasfl_ray.registry import finite_number
-
-    if not finite_number(alpha) or not alpha > 0:
+    if not isinstance(alpha, numbers.Real) or isinstance(alpha, bool) or not math.isfinite(alpha) or not alpha > 0:
         raise ConfigError(f"alpha is {alpha!r}; expected a finite number > 0 (the Dirichlet concentration: "
                           "not NaN or infinity)")
 
