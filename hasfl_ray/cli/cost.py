@@ -90,8 +90,10 @@ def plugin_cost_table(spec: str, dataset: str, data_dir: Optional[str] = None,
                    "values and the bitmask's bytes, docs/clock.md); depthfl (the full width up to each size's depth) "
                    "or scalefl (the size's width up to its level's exit), exits included, --depths one depth per "
                    "size in --widths order, as simulate pairs them (default ceil(size x stages): 1,2,3,4 on a ResNet); fluid adds --index-sets' columns (a "
-                   "straggler of width p < 1 moves its index lists; at p = 1 none); any other built-in trains the "
-                   "width-p slice this table prices without it (docs/algorithms.md).")
+                   "straggler of width p < 1 moves its index lists; at p = 1 none); fedavg, fedprox and scaffold "
+                   "(the whole model at every size) and uniform (width min(0.5, size)) print each size beside the "
+                   "width it trains; any other built-in trains the width-p slice this table prices without it "
+                   "(docs/algorithms.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {p, params, macs, upload_mb} "
                                                       "(and flops for the ResNets and plug-in models).")
 @user_errors
@@ -135,12 +137,19 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
             click.echo((f"{row['size']:>7g} " if sized else "") + f"{row['depth']:>5} {row['p']:>7g} "
                        f"{row['params']:>12,} {row['macs']:>14,} {row['flops']:>14,} {row['upload_mb']:>10.2f}")
         return
-    if plugin:
-        rows = plugin_cost_table(model_name, dataset, data_dir, **chosen)
-    elif resnet:
-        rows = resnet_cost_table(model_name, dataset, norm=model_norm, **chosen)
-    else:
-        rows = cost_table(model_name, **chosen)
+    def table(**widths) -> List[dict]:
+        if plugin:
+            return plugin_cost_table(model_name, dataset, data_dir, **widths)
+        if resnet:
+            return resnet_cost_table(model_name, dataset, norm=model_norm, **widths)
+        return cost_table(model_name, **widths)
+
+    rows = table(**chosen)
+    trained = None if algorithm is None else trained_widths(algorithm, [row["p"] for row in rows])
+    if trained is not None:  # FedAvg's (whole model) and Uniform's (min(0.5, size)) clients train another width
+        rows = [{"size": row["p"], **priced} for row, priced in zip(rows, table(widths=tuple(trained)))]
+    lead = (lambda row: f"{row['size']:>7g} ") if trained is not None else (lambda row: "")
+    head = f"{'size':>7} " if trained is not None else ""
     if algorithm == "fluid":  # its stragglers train channel index sets and the clock charges their lists
         index_sets = True
     if index_sets:
@@ -151,17 +160,18 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
         return
     index = (lambda row: f" {row['index_upload_mb']:>10.2f}") if index_sets else (lambda row: "")
     if "flops" not in rows[0] and all(round(row["p"], 2) == row["p"] for row in rows):
-        click.echo(f"{'p':>5} {'params':>12} {'MACs/sample':>14} {'upload MB':>10}"
+        click.echo(head + f"{'p':>5} {'params':>12} {'MACs/sample':>14} {'upload MB':>10}"
                    + (f" {'index MB':>10}" if index_sets else ""))
         for row in rows:
-            click.echo(f"{row['p']:>5.2f} {row['params']:>12,} {row['macs']:>14,} {row['upload_mb']:>10.2f}"
-                       + index(row))
+            click.echo(lead(row) + f"{row['p']:>5.2f} {row['params']:>12,} {row['macs']:>14,} "
+                       f"{row['upload_mb']:>10.2f}" + index(row))
         return
     flops, width = "flops" in rows[0], max(7, *(len(f"{row['p']:g}") for row in rows))
-    click.echo(f"{'p':>{width}} {'params':>12} {'MACs/sample':>14}" + (f" {'FLOPs/sample':>14}" if flops else "")
+    click.echo(head + f"{'p':>{width}} {'params':>12} {'MACs/sample':>14}"
+               + (f" {'FLOPs/sample':>14}" if flops else "")
                + f" {'upload MB':>10}" + (f" {'index MB':>10}" if index_sets else ""))
     for row in rows:
-        click.echo(f"{row['p']:>{width}g} {row['params']:>12,} {row['macs']:>14,}"
+        click.echo(lead(row) + f"{row['p']:>{width}g} {row['params']:>12,} {row['macs']:>14,}"
                    + (f" {row['flops']:>14,}" if flops else "") + f" {row['upload_mb']:>10.2f}" + index(row))
 
 
@@ -269,6 +279,22 @@ def algorithm_rows(algorithm: str, model_name: str, dataset: str, norm: Optional
         row = depth_cost_table(name, [depth], (trained,))[0]
         rows.append({"algorithm": algorithm, "size": size, **row})
     return rows
+
+
+def trained_widths(algorithm: str, sizes: List[float]) -> Optional[List[float]]:
+    """The width a client of each size trains under a built-in whose rule does not train the size's own slice:
+    FedAvg, FedProx and SCAFFOLD the whole model (``capacity_allocation``: 1 for everyone), Uniform min(0.5, size)
+    (``UNIFORM_WIDTH``); None for the others (the slice of the size, or masks and depths priced elsewhere)."""
+    from hasfl_ray.algorithms import algorithm_class
+    from hasfl_ray.algorithms.fullmodel import FedAvg
+    from hasfl_ray.algorithms.uniform import UNIFORM_WIDTH, Uniform
+
+    chosen = algorithm_class(algorithm)
+    if issubclass(chosen, FedAvg):
+        return [1.0] * len(sizes)
+    if issubclass(chosen, Uniform):
+        return [min(UNIFORM_WIDTH, size) for size in sizes]
+    return None
 
 
 #: The methods whose clients train depth sub-models (``hasfl-ray cost --algorithm``).

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import bisect
+import math
+import numbers
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -83,6 +85,14 @@ def dirichlet_partition(labels: np.ndarray, num_clients: int, alpha: float, rng:
                       "--clients, or --partition balanced-dirichlet (equal client sizes)")
 
 
+def check_alpha(alpha: float) -> None:
+    """One sentence for a Dirichlet ``alpha`` that is not a finite number above 0 (NaN and infinity included, which
+    a caller such as ``data inspect`` may pass: Dirichlet(NaN) draws NaN proportions and Dirichlet(inf) none)."""
+    if not isinstance(alpha, numbers.Real) or isinstance(alpha, bool) or not math.isfinite(alpha) or not alpha > 0:
+        raise ConfigError(f"alpha is {alpha!r}; expected a finite number > 0 (the Dirichlet concentration: "
+                          "not NaN or infinity)")
+
+
 def partition_labels(labels: np.ndarray, num_clients: int, spec: str, alpha: float, rng: np.random.Generator,
                      min_size: int = 10) -> List[np.ndarray]:
     """The training split's part of :func:`partition_splits` (no test shards)."""
@@ -106,6 +116,8 @@ def partition_splits(labels: np.ndarray, test_labels: Optional[np.ndarray], num_
     """
     scheme, k = parse_partition(spec)
     labels = np.asarray(labels)
+    if scheme in ("dirichlet", "balanced-dirichlet"):
+        check_alpha(alpha)
     if scheme.startswith("flwr:"):  # Flower Datasets' own partitioner, seeded with the run's seed (data/flower.py)
         from hasfl_ray.data.flower import flwr_partition
 

@@ -109,3 +109,34 @@ def test_depths_pair_with_the_widths_in_the_order_given_as_a_run_pairs_them(algo
                              width_mix=None, tier_counts=None, depths=[2, 1])
     plan = depth_plan(config, "digits+exits")  # the model a depth run of the digits builds
     assert [(r["size"], r["depth"]) for r in table] == [(w, plan.depth_of(w)) for w in (0.5, 1.0)]
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedprox", "scaffold", "uniform"])
+@pytest.mark.parametrize("model", ["resnet18", "cifar100"])
+def test_full_model_and_uniform_methods_price_the_width_their_clients_train(algorithm, model):
+    """`cost --algorithm fedavg` (fedprox, scaffold) on the league's ladder priced a size-1/8 client at the width-1/8
+    slice (182,252 parameters on CIFAR-100's ResNet-18), but FedAvg's clients all train the whole model (p_i = 1);
+    Uniform's train min(0.5, size), so its size-1 row priced 4x the bytes its clients send."""
+    sizes = [1.0, 0.5, 0.25, 0.125]
+    extra = ["--dataset", "cifar100"] if model == "resnet18" else []
+    table = rows("--model", model, *extra, "--widths", ",".join(map(str, sizes)), "--algorithm", algorithm)
+    assert [row["size"] for row in table] == sizes
+    from hasfl_ray.algorithms import algorithm_class
+    from hasfl_ray.engine import RunConfig
+
+    config = RunConfig(dataset="cifar100", algorithm=algorithm, clients=4, clients_per_round=4, rounds=1, seed=3)
+    method = algorithm_class(algorithm)(config, np.array(sizes), np.full(4, 10))
+    assert [row["p"] for row in table] == method.capacity_allocation(np.array(sizes)).tolist()  # what a run trains
+    assert [row["p"] for row in table] == ([1.0] * 4 if algorithm != "uniform" else [0.5, 0.5, 0.25, 0.125])
+    for row in table:  # each row is the slice of the width trained, as `cost --widths` prices it alone
+        alone = rows("--model", model, *extra, "--widths", str(row["p"]))[0]
+        assert {key: row[key] for key in alone} == alone
+    text = CliRunner().invoke(main, ["cost", "--model", model, *extra, "--algorithm", algorithm])
+    assert text.exit_code == 0 and text.output.split()[:2] == ["size", "p"], text.output
+
+
+def test_width_slicing_methods_print_the_slice_of_each_size():
+    """The methods whose clients train their size's slice keep the plain table (no size column)."""
+    for algorithm in ("heterofl", "fedrolex", "fjord", "hasfl"):
+        table = rows("--model", "resnet18", "--widths", "1,0.5", "--algorithm", algorithm)
+        assert "size" not in table[0] and [row["p"] for row in table] == [1.0, 0.5]

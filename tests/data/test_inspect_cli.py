@@ -4,6 +4,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from dataset_files import make_emnist_root
@@ -83,3 +84,19 @@ def test_tier_counts_deal_p_max_as_the_run_does(tmp_path):
     bad = run(["--clients", "6", "--tier-counts", "1,2,3"])
     assert bad.exit_code == 2 and bad.output.startswith("Error: tier_counts is [1, 2, 3]; expected 4 non-negative")
     assert "Traceback" not in bad.output
+
+
+@pytest.mark.parametrize("alpha", ["nan", "inf"])
+@pytest.mark.parametrize("partition", ["dirichlet", "balanced-dirichlet"])
+def test_non_finite_alpha_is_one_sentence(alpha, partition):
+    """click's FloatRange lets NaN and infinity through: they reached the Dirichlet draw, which warned ("invalid value
+    encountered in cast") and after 1,000 tries asked for "a larger --alpha" (of infinity)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a RuntimeWarning from the draw fails the test
+        result = run(["--clients", "4", "--alpha", alpha, "--partition", partition])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert lines == [f"Error: alpha is {float(alpha)!r}; expected a finite number > 0 (the Dirichlet concentration: "
+                     "not NaN or infinity)"], result.output
