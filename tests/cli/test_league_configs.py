@@ -68,6 +68,9 @@ def test_the_league_config_expands_to_fedlases_grid(dataset):
         assert (c.lr, c.lr_decay, c.momentum, c.weight_decay, c.clip_norm) == (0.1, 1.0, 0.0, 0.0, 0.0)  # assumed
         assert c.test_every == 1  # every round's global accuracy: FedLASE's mean over the last 20 rounds
         assert c.devices["distribution"] == "lognormal" and c.deadline is None  # on the clock: equal time, bytes
+        if c.algorithm == "scalefl" and len(ladder) == 4:  # git-disl/scale-fl args.py: --horizontal_scale_ratios
+            # 1 2 3 4, one exit more a level from the narrowest (auto's ceil(v x 4) would give 1, 1, 2, 4 here)
+            assert sorted(zip(ladder, c.depths)) == [(0.125, 1), (0.25, 2), (0.5, 3), (1.0, 4)], c.depths
     assert {s[0] for s in seen} == METHODS and {s[1] for s in seen} == CELLS and {s[2] for s in seen} == {42, 43, 44}
     assert len(seen) == len(cells)  # every method, cell and seed once
 
