@@ -234,3 +234,15 @@ def test_fedlases_global_accuracy_is_the_mean_over_the_last_20_rounds(league, tm
               expected_cell([np.mean([line["test_accuracy"] for line in lines(league / f)]) for f in folders], 100))
     markdown = report(league)
     assert "| Partition | Method | Seeds | Global (%) | Global, last 20 rounds (%) |" in markdown.output
+
+
+def test_a_title_that_names_the_league_is_not_repeated_in_its_heading():
+    """h61: a league config's ``reproduces`` begins with "The sub-model league", so league.md's heading read "# The
+    sub-model league on CIFAR-10 (...): The sub-model league"; the title alone now, another title as before."""
+    from hasfl_ray.analysis.tables.league import league_heading
+
+    table = {"title": "The sub-model league"}
+    assert league_heading(table, "The sub-model league on CIFAR-10 (FedLASE's grid)") == \
+        "The sub-model league on CIFAR-10 (FedLASE's grid)"
+    assert league_heading(table, "Table 3") == "Table 3: The sub-model league"
+    assert league_heading(table) == "The sub-model league"

@@ -52,10 +52,18 @@ def _notes(rows: Sequence[Mapping[str, Any]], kind: str, columns) -> List[str]:
     return notes
 
 
+def league_heading(table: Mapping[str, Any], title: str = "") -> str:
+    """The league's heading: ``title: The sub-model league``, or the title alone where it already begins with the
+    table's name (the league configs' ``reproduces``: "The sub-model league on CIFAR-10 (...)")."""
+    if not title:
+        return table["title"]
+    return title if title.startswith(table["title"]) else f"{title}: {table['title']}"
+
+
 def league_markdown(table: Mapping[str, Any], title: str = "") -> str:
     """The league in markdown: a section per dataset and ladder, each with its three views."""
     unit = units(table)
-    lines = [f"# {title}: {table['title']}" if title else f"# {table['title']}", "", CAPTION + "."]
+    lines = [f"# {league_heading(table, title)}", "", CAPTION + "."]
     for (dataset, ladder), rows in sections(table):
         lines += ["", f"## {display_name(dataset)}, {ladder}"]
         widths = section_widths(rows)
@@ -99,7 +107,7 @@ def league_latex(table: Mapping[str, Any], title: str = "") -> str:
         for kind, heading in VIEWS:
             columns = league_columns(kind, widths, unit)
             extra = "" if kind == "rounds" else f", {budget_line(table, dataset, kind)}"
-            caption = f"{title + ': ' if title else ''}{display_name(dataset)}, {ladder}: {heading}{extra}"
+            caption = f"{league_heading(table, title)}: {display_name(dataset)}, {ladder}: {heading}{extra}"
             header = " & ".join(["Partition", "Method", "Seeds"] + [_tex(h) for _, h, _, _ in columns])
             lines = [r"\begin{table}[!htbp]", r"\centering", rf"\caption{{{_tex(caption)}}}", r"\footnotesize",
                      rf"\begin{{tabular}}{{lll{'c' * len(columns)}}}", r"\toprule", header + r" \\", r"\midrule"]
