@@ -6,6 +6,7 @@ distillation temperature and start at its default weight 0, FedRolex's direction
 FLuID's time margin without a device clock to time anyone. Before, each ran and did nothing."""
 
 import os
+import textwrap
 
 import pytest
 
@@ -87,3 +88,28 @@ def test_a_sweep_variants_own_inert_option_is_refused_before_any_cell(tmp_path, 
     refused(invoke("simulate", "--config", "s.yaml", "--algorithm", "nokd", "--backend", "local", "--out", "run"),
             "fjord_distill_weight is 0.5", "but fjord_kd is false")
     assert sorted(os.listdir(".")) == ["s.yaml"]
+
+
+def test_a_plugins_options_declare_their_own_inert_options(tmp_path, monkeypatch):
+    """docs/plugins.md: a plug-in's options dataclass declares ``inert(config)`` the way the built-ins' do."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gain.py").write_text(textwrap.dedent("""
+        from dataclasses import dataclass
+        from hasfl_ray.algorithms.uniform import Uniform
+
+        @dataclass
+        class GainOptions:
+            boost: bool = False
+            gain: float = 1.0
+
+            def inert(self, config):
+                return {} if self.boost else {"gain": ("boost is false", "boost true")}
+
+        class Gain(Uniform):
+            options_class = GainOptions
+    """))
+    refused(invoke("simulate", *BASE, "--algorithm", "gain.py:Gain", "--algo-opt", "gain=2", "--out", "run"),
+            "gain is 2.0 but boost is false, so it does nothing; expected gain unset, or boost true")
+    result = invoke("simulate", *BASE, "--algorithm", "gain.py:Gain", "--algo-opt", "gain=2", "--algo-opt",
+                    "boost=true", "--out", "run")
+    assert result.exit_code == 0, result.output
