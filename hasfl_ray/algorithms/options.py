@@ -9,7 +9,7 @@ configuration keeps the protocol; ``algorithm_options`` holds these, and a flat 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any
 
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.registry import FLOAT32_MAX, MAX_LR, finite_number
@@ -46,13 +46,4 @@ class AllocationOptions:
         check_range("gamma", self.gamma, 0, FLOAT32_MAX, "a number >= 0")
 
 
-def inert_options(options: Any, config: Mapping[str, Any]) -> Dict[str, Tuple[str, str]]:
-    """The options that do nothing in a run of ``config`` (the merged config keys) with ``options`` (the algorithm's
-    options dataclass, complete): name -> (why, what would make it act), from the dataclass's own ``inert(config)``
-    where it declares one (FjORD's distillation weight without KD, DepthFL's FedDyn alpha without FedDyn, ...).
-    :func:`hasfl_ray.config.layers.check_inert_keys` refuses such an option where the user gave it."""
-    hook = getattr(options, "inert", None)
-    return dict(hook(config)) if callable(hook) else {}
-
-
-__all__ = ["AllocationOptions", "FLOAT32_MAX", "MAX_LR", "check_count", "check_range", "inert_options"]
+__all__ = ["AllocationOptions", "FLOAT32_MAX", "MAX_LR", "check_count", "check_range"]

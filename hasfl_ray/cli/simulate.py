@@ -35,6 +35,7 @@ def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str,
     # and seed unless flags name others, that dataset's per_dataset keys and the variant --algorithm names
     raw = load_yaml_config(config_file) if config_file else {}
     shared = shared_keys(raw, flags, source) - set(k for k, v in flags.items() if v is not None)  # for many runs
+    shared_options = shared_keys(raw, flags, source, variants=False) & shared  # for every algorithm
     values = single_run_values(raw, flags, source) if config_file else {}
     if config_file:
         RunConfig.from_dict(values, source, foreign="drop")  # unknown keys refused before flags apply
@@ -48,7 +49,7 @@ def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str,
     if options:  # --algo-opt's, beside a config file's algorithm_options
         earlier = explicit.get("algorithm_options")
         explicit["algorithm_options"] = {**(earlier if isinstance(earlier, dict) else {}), **options}
-    check_inert_keys(explicit, merged, source, shared)
+    check_inert_keys(explicit, merged, source, shared, shared_options)
     return config
 
 

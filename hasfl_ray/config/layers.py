@@ -56,13 +56,15 @@ def _whole_config(layer: Mapping[str, Any]) -> bool:
 
 
 def check_inert_keys(explicit: Mapping[str, Any], merged: Mapping[str, Any], source: str = "config",
-                     shared: AbstractSet[str] = frozenset()) -> None:
+                     shared: AbstractSet[str] = frozenset(), shared_options: AbstractSet[str] = None) -> None:
     """Refuse, in one sentence, a key the user gave (``explicit``: a config file's, the flags', a sweep cell's keys;
     never a resumed run's stored config nor a default) that the merged config leaves without effect: ``lr_gamma``
     without ``lr_milestones`` (no round multiplies the rate by it) and ``local_epochs`` beside ``local_steps`` (which
     replaces it). Both were accepted and did nothing (battery 5, A146, A237, A261). ``shared``: keys given for
     runs of several datasets at once (a sweep config's shared keys, its variants', ``sweep``'s flags), of which a key
-    only some datasets' partitions read (``alpha``) is not refused where this run's does not read it."""
+    only some datasets' partitions read (``alpha``) is not refused where this run's does not read it;
+    ``shared_options`` (default ``shared``): keys given for runs of several algorithms (a sweep's shared keys and
+    flags, not a variant's), of which an algorithm option is not refused where the run's options leave it inert."""
     where = "" if source == "config" else f" ({source})"
     if "alpha" not in shared:
         _check_alpha(explicit, merged, where)
@@ -70,7 +72,7 @@ def check_inert_keys(explicit: Mapping[str, Any], merged: Mapping[str, Any], sou
         raise ConfigError(f"lr_gamma is {explicit['lr_gamma']!r} but lr_milestones is unset{where}, so it does "
                           "nothing; expected it with --lr-milestones (the rounds at which lr is multiplied by it)")
     _check_given_defaults(explicit, merged, where)
-    _check_inert_options(explicit, merged, where, shared)
+    _check_inert_options(explicit, merged, where, shared if shared_options is None else shared_options)
     if explicit.get("local_epochs") is not None and merged.get("local_steps") is not None:
         raise ConfigError(f"local_epochs is {explicit['local_epochs']!r} beside local_steps "
                           f"{merged['local_steps']!r}{where}, which replaces it, so it does nothing; expected one of "
@@ -106,14 +108,14 @@ def _check_alpha(explicit: Mapping[str, Any], merged: Mapping[str, Any], where: 
 def _check_inert_options(explicit: Mapping[str, Any], merged: Mapping[str, Any], where: str,
                          shared: AbstractSet[str]) -> None:
     """Refuse an algorithm option the user gave (a flat key or flag, or in ``algorithm_options``: a config file's,
-    ``--algo-opt``) that the run's other options leave without effect (the options dataclass's ``inert``, read by
-    :func:`hasfl_ray.algorithms.options.inert_options`): ``fjord_distill_weight`` with ``fjord_kd: false``,
-    ``depthfl_alpha`` with ``depthfl_feddyn: false``, ``scalefl_kd_temperature`` at ``scalefl_kd_gamma`` 0, ...
-    A key given for many runs at once (``shared``: a sweep config's shared keys) is not refused here."""
+    ``--algo-opt``) that the run's other options leave without effect: the options dataclass may declare
+    ``inert(config)`` (the merged config keys -> {option: (why, what would make it act)}): ``fjord_distill_weight``
+    with ``fjord_kd: false``, ``depthfl_alpha`` with ``depthfl_feddyn: false``, ``scalefl_kd_temperature`` at
+    ``scalefl_kd_gamma`` 0, ...
+    A key given for runs of several algorithms at once (``shared``: a sweep config's shared keys) is not refused."""
     import dataclasses
 
     from hasfl_ray import registry
-    from hasfl_ray.algorithms.options import inert_options
     from hasfl_ray.config.routing import check_algorithm_options, option_fields
 
     algorithm = merged.get("algorithm", RunConfigFields.algorithm)
@@ -129,7 +131,8 @@ def _check_inert_options(explicit: Mapping[str, Any], merged: Mapping[str, Any],
         return
     mapping = explicit.get("algorithm_options")
     given = [k for k in explicit if k in own] + (list(mapping) if isinstance(mapping, Mapping) else [])
-    inert = inert_options(options, merged)
+    hook = getattr(options, "inert", None)
+    inert = dict(hook(merged)) if callable(hook) else {}
     for name in given:
         if name in inert and name not in shared:
             why, instead = inert[name]

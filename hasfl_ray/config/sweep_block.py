@@ -108,17 +108,19 @@ def sweep_list(value: Any, name: str, source: str) -> List[Any]:
     return value
 
 
-def shared_keys(values: Mapping[str, Any], flags: Mapping[str, Any], source: str) -> frozenset:
+def shared_keys(values: Mapping[str, Any], flags: Mapping[str, Any], source: str, variants: bool = True) -> frozenset:
     """The keys of :func:`single_run_values`' run that a sweep config gives for every dataset it runs (its shared
     keys and its variants'; not the run's ``per_dataset`` keys): a key only some datasets read (``alpha``) is not
-    refused where the run's dataset does not (``check_inert_keys``' ``shared``); none for a plain config file."""
+    refused where the run's dataset does not (``check_inert_keys``' ``shared``); none for a plain config file.
+    ``variants`` false: the shared keys alone, those given for every algorithm (``check_inert_keys``'
+    ``shared_options``: a variant's option is its algorithm's own)."""
     block, shared = split_sweep_config(values, source)
     if block is None:
         return frozenset()
     datasets = sweep_list(block.get("datasets"), "datasets", source) or [shared.get("dataset", "digits")]
     own = block["per_dataset"].get(flags.get("dataset") or datasets[0], {})
-    variants = [keys for keys in block["variants"].values() if isinstance(keys, Mapping)]
-    return frozenset(k for k in [*shared, *(k for keys in variants for k in keys)] if k not in own)
+    given = [keys for keys in block["variants"].values() if isinstance(keys, Mapping)] if variants else []
+    return frozenset(k for k in [*shared, *(k for keys in given for k in keys)] if k not in own)
 
 
 def single_run_values(values: Mapping[str, Any], flags: Dict[str, Any], source: str) -> Dict[str, Any]:

@@ -279,7 +279,8 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
         # dataset does not read them (alpha on synthetic); its per_dataset keys are the cell's own
         own = block["per_dataset"].get(dataset, {})
         across = {*shared, *variants.get(algorithm, {}), *overrides} - set(own)
-        check_inert_keys(values, values, f"sweep cell {name}", frozenset(across))
+        check_inert_keys(values, values, f"sweep cell {name}", frozenset(across),
+                         frozenset({*shared, *overrides} - set(own)))  # a variant's options are its algorithm's
         if values.get("control_variates_dir"):  # cells run at once: each keeps its c_i files in a folder of its own
             values["control_variates_dir"] = os.path.join(values["control_variates_dir"], name)
         return Cell(name=name, dataset=dataset, algorithm=algorithm, seed=seed, dir=os.path.join(out, name),

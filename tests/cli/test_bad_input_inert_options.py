@@ -6,6 +6,7 @@ distillation temperature and start at its default weight 0, FedRolex's direction
 FLuID's time margin without a device clock to time anyone. Before, each ran and did nothing."""
 
 import os
+import textwrap
 
 import pytest
 
@@ -13,6 +14,8 @@ from sentences import invoke, refused
 
 BASE = ["--rounds", 1, "--clients", 4, "--clients-per-round", 2, "--backend", "local", "--quiet"]
 ASYNC = ["--mode", "async", "--devices", "lognormal", "--concurrency", 2]
+SWEEP = "sweep:\n  datasets: [digits]\n  algorithms: [nokd]\n  variants: {nokd: {algorithm: fjord, "
+TINY = "rounds: 1\nclients: 4\nclients_per_round: 2\n"
 
 
 @pytest.mark.parametrize("args, words", [
@@ -64,9 +67,7 @@ def test_the_options_with_what_they_act_on_still_run(tmp_path, monkeypatch):
         assert result.exit_code == 0, result.output
     result = invoke("simulate", "--config", "d/config.yaml", "--out", "e", "--quiet")  # fjord_distill_weight: 1.0 in it
     assert result.exit_code == 0, result.output
-    (tmp_path / "s.yaml").write_text("sweep:\n  datasets: [digits]\n  algorithms: [nokd]\n  variants: {nokd: {algorithm: "
-                                     "fjord, fjord_kd: false}}\nfjord_distill_weight: 1.0\nrounds: 1\nclients: 4\n"
-                                     "clients_per_round: 2\n")
+    (tmp_path / "s.yaml").write_text(SWEEP + "fjord_kd: false}}\nfjord_distill_weight: 1.0\n" + TINY)
     result = invoke("sweep", "s.yaml", "--backend", "local", "--quiet", "--seeds", "42", "--out", "sw")
     assert result.exit_code == 0, result.output
     from hasfl_ray.algorithms.fjord import FjORDOptions
@@ -75,3 +76,40 @@ def test_the_options_with_what_they_act_on_still_run(tmp_path, monkeypatch):
     assert make_config({"backend": "local"}, algorithm="fjord",
                        algorithm_options=FjORDOptions(fjord_kd=False)).algorithm_options["fjord_kd"] is False
     assert sorted(os.listdir(".")) == ["a", "b", "c", "d", "e", "s.yaml", "sw"]
+
+
+def test_a_sweep_variants_own_inert_option_is_refused_before_any_cell(tmp_path, monkeypatch):
+    """A variant's keys are its algorithm's own (not shared by several algorithms): refused in the sweep, naming the
+    cell, and in `simulate --config` of that variant, with nothing written."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(SWEEP + "fjord_kd: false, fjord_distill_weight: 0.5}}\n" + TINY)
+    refused(invoke("sweep", "s.yaml", "--backend", "local", "--quiet", "--seeds", "42", "--out", "sw"),
+            "fjord_distill_weight is 0.5 (sweep cell digits-nokd-seed42) but fjord_kd is false")
+    refused(invoke("simulate", "--config", "s.yaml", "--algorithm", "nokd", "--backend", "local", "--out", "run"),
+            "fjord_distill_weight is 0.5", "but fjord_kd is false")
+    assert sorted(os.listdir(".")) == ["s.yaml"]
+
+
+def test_a_plugins_options_declare_their_own_inert_options(tmp_path, monkeypatch):
+    """docs/plugins.md: a plug-in's options dataclass declares ``inert(config)`` the way the built-ins' do."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gain.py").write_text(textwrap.dedent("""
+        from dataclasses import dataclass
+        from hasfl_ray.algorithms.uniform import Uniform
+
+        @dataclass
+        class GainOptions:
+            boost: bool = False
+            gain: float = 1.0
+
+            def inert(self, config):
+                return {} if self.boost else {"gain": ("boost is false", "boost true")}
+
+        class Gain(Uniform):
+            options_class = GainOptions
+    """))
+    refused(invoke("simulate", *BASE, "--algorithm", "gain.py:Gain", "--algo-opt", "gain=2", "--out", "run"),
+            "gain is 2.0 but boost is false, so it does nothing; expected gain unset, or boost true")
+    result = invoke("simulate", *BASE, "--algorithm", "gain.py:Gain", "--algo-opt", "gain=2", "--algo-opt",
+                    "boost=true", "--out", "run")
+    assert result.exit_code == 0, result.output

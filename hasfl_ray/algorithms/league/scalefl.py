@@ -76,7 +76,8 @@ class ScaleFLOptions:
         """The distillation's temperature and start with its weight 0 (the default: the exits' CE alone)."""
         if self.scalefl_kd_gamma:
             return {}
-        return {name: ("scalefl_kd_gamma is 0 (no distillation, the default)", "scalefl_kd_gamma > 0") for name in ("scalefl_kd_temperature", "scalefl_kd_start")}
+        why = ("scalefl_kd_gamma is 0 (no distillation, the default)", "scalefl_kd_gamma > 0")
+        return {"scalefl_kd_temperature": why, "scalefl_kd_start": why}
 
 
 def level_groups(num_clients: int, split_ratios: Sequence[float], seed: int) -> List[np.ndarray]:
