@@ -49,9 +49,17 @@ def validate_inputs(global_shapes: Mapping[str, Sequence[int]], updates: Sequenc
         if not isinstance(g, int) or g < 1 or not shapes[name] or shapes[name][0] % g:
             raise ValueError(f"gate_blocks[{name!r}] is {g!r}; expected a positive integer dividing "
                              f"dim 0 of shape {shapes[name]}")
+    if not isinstance(updates, Sequence) or isinstance(updates, (str, bytes)):
+        raise TypeError(f"updates is a {type(updates).__name__}; expected a list of per-client mappings (name -> "
+                        "packed update)")
     if len(updates) == 0:
         raise ValueError("updates is an empty client list; expected at least one client's update")
-    weights_t = torch.as_tensor(weights, dtype=torch.float64).flatten().cpu()
+    try:
+        weights_t = torch.as_tensor(weights, dtype=torch.float64).flatten().cpu()
+    except (TypeError, ValueError, RuntimeError):
+        shown = repr(weights)
+        raise TypeError(f"weights is {shown if len(shown) <= 60 else shown[:57] + '...'}; expected one finite "
+                        f"positive number per client ({len(updates)})") from None
     if weights_t.numel() != len(updates):
         raise ValueError(f"weights has {weights_t.numel()} entries but updates has {len(updates)} clients; "
                          "expected one weight per client")
@@ -83,6 +91,9 @@ def validate_inputs(global_shapes: Mapping[str, Sequence[int]], updates: Sequenc
                                     "expected one dtype for all clients")
                 dtype = packed.dtype
             if packed.device != device:
+                if packed.device.type == "meta":
+                    raise ValueError(f"updates[{i}][{name!r}] is on meta, a tensor without values; expected one on "
+                                     "the CPU or a GPU")
                 if device is not None:
                     raise ValueError(f"updates[{i}][{name!r}] is on {packed.device} but earlier updates are on "
                                      f"{device}; expected one device for all clients")
