@@ -197,9 +197,15 @@ def aggregate_updates(global_shapes: Mapping[str, Sequence[int]], updates: Seque
         :class:`AggregateResult` with ``delta`` (full-shape, 0 where no client covers), ``div_num`` and
         ``div_den`` (float64, one per client) and ``covered_fraction``.
     """
-    global _warned_fallback
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is unknown; expected one of {', '.join(BACKENDS)}")
+    with torch.no_grad():  # updates cut from tracked parameters: a plain result on every backend, no graph kept
+        return _aggregate(global_shapes, updates, weights, gate_blocks, backend)
+
+
+def _aggregate(global_shapes, updates, weights, gate_blocks, backend: str) -> AggregateResult:
+    """:func:`aggregate_updates` once ``backend`` is known to be one of :data:`BACKENDS`."""
+    global _warned_fallback
     if backend != "reference":
         result = _aggregate_cached(global_shapes, updates, weights, gate_blocks)
         if result is not None:
