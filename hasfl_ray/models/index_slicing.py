@@ -42,9 +42,11 @@ def channel_groups(specs: Mapping[str, ParamSpec]) -> Tuple[Groups, List[int]]:
     current: Optional[int] = None
     for name, spec in specs.items():
         dims = spec.dims
-        if any(dim.blocks > 1 for dim in dims):
-            raise ValueError(f"parameter {name!r} has gate blocks (a recurrent layer); channel index sets are for "
-                             "sequential conv/linear chains")
+        blocked = next((d for d, dim in enumerate(dims) if dim.blocks > 1), None)
+        if blocked is not None:  # the spec cannot tell whose blocks: an LSTM's/GRU's gates, attention's, declared
+            raise ValueError(f"parameter {name!r} is {dims[blocked].blocks} blocks in dim {blocked} (a recurrent "
+                             "layer's gates, attention's q/k/v or a model's slice_blocks); expected a sequential "
+                             "conv/linear chain, whose parameters have none")
         if len(dims) >= 2:
             if dims[1].scaled:
                 if current is None:
