@@ -134,13 +134,14 @@ def check_channel_sets(channel_sets: Sequence[Sequence[int]], sizes: Sequence[in
         raise ValueError(f"channel_sets has {len(channel_sets)} lists; expected one per channel group ({len(sizes)})")
     checked = []
     for group, (chosen, size) in enumerate(zip(channel_sets, sizes)):
-        values = torch.tensor(channel_numbers(group, chosen), dtype=torch.int64)
-        if values.numel() == 0:
+        numbers = channel_numbers(group, chosen)
+        if not numbers:
             raise ValueError(f"channel_sets[{group}] is empty; expected at least one of the layer's {size} channels")
-        low, high = int(values.min()), int(values.max())
+        low, high = min(numbers), max(numbers)  # Python ints: a channel past int64 is named, not torch's overflow
         if low < 0 or high >= size:
             raise ValueError(f"channel_sets[{group}] holds channel {low if low < 0 else high}, outside the layer's "
                              f"{size} channels; expected channels in [0, {size})")
+        values = torch.tensor(numbers, dtype=torch.int64)
         if values.numel() > 1 and not bool((values[1:] > values[:-1]).all()):
             raise ValueError(f"channel_sets[{group}] is not strictly increasing; expected sorted channels without "
                              "duplicates")
