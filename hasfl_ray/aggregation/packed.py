@@ -87,11 +87,25 @@ class MaskedUpdate(_Values):
                    else f"shape {tuple(mask.shape)} and dtype {mask.dtype}")
             raise ValueError(f"mask has {got}; expected a torch.bool tensor of the parameter's shape "
                              f"{tuple(full.shape)}")
+        problem = mask_storage_problem(mask)
+        if problem:
+            raise ValueError(f"mask {problem} of the parameter's shape {tuple(full.shape)}")
         return MaskedUpdate(full[mask.to(full.device)].contiguous(), pack_bits(mask))
 
 
 Packed = Union[torch.Tensor, IndexedUpdate, MaskedUpdate]
 SPARSE_TYPES = (IndexedUpdate, MaskedUpdate)
+
+
+def mask_storage_problem(mask: torch.Tensor) -> Optional[str]:
+    """What keeps a bool tensor of the right shape from being read as a mask, as the start of a sentence ("is a
+    torch.sparse_coo tensor; expected a dense (strided, ...) torch.bool tensor"), or None: a sparse layout (nothing
+    reshapes or packs it) or the meta device (no values)."""
+    if mask.layout != torch.strided:
+        return f"is a {mask.layout} tensor; expected a dense (strided, mask.to_dense()) torch.bool tensor"
+    if mask.device.type == "meta":
+        return "is on meta, a tensor without values; expected a torch.bool tensor with values"
+    return None
 
 
 def pack_bits(mask: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from hasfl_ray.aggregation.packed import IndexedUpdate, MaskedUpdate, unpack_bits
+from hasfl_ray.aggregation.packed import IndexedUpdate, MaskedUpdate, mask_storage_problem, unpack_bits
 from hasfl_ray.models.slicing import ParamSpec, width_channels
 
 #: (parameter name, dim) -> channel group.
@@ -209,6 +209,9 @@ def check_masks(specs: Mapping[str, ParamSpec], masks: Mapping[str, torch.Tensor
             got = (f"a {type(mask).__name__}" if not isinstance(mask, torch.Tensor)
                    else f"shape {tuple(mask.shape)} and dtype {mask.dtype}")
             raise ValueError(f"masks[{name!r}] has {got}; expected a torch.bool tensor of shape {spec.shape}")
+        problem = mask_storage_problem(mask)
+        if problem:
+            raise ValueError(f"masks[{name!r}] {problem} of shape {spec.shape}")
 
 
 def extract_masked(params: Mapping[str, torch.Tensor], masks: Mapping[str, torch.Tensor]) -> Dict[str, MaskedUpdate]:

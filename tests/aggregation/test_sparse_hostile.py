@@ -81,3 +81,16 @@ def test_updates_that_require_grad_give_a_plain_delta_on_every_backend(backend):
                                                              if hasattr(packed, f)]))
               for name, packed in update.items()} for update in updates]
     assert_matches(result, oracle(shapes, plain, [1.0, 2.0, 3.0], {}), torch.float32)
+
+
+@pytest.mark.parametrize("mask,words", [
+    (torch.eye(4, 6, dtype=torch.bool).to_sparse(), "is a torch.sparse_coo tensor; expected a dense (strided"),
+    (torch.ones(4, 6, dtype=torch.bool, device="meta"), "is on meta, a tensor without values"),
+])
+def test_a_sparse_or_meta_mask_is_one_sentence_when_gathered(mask, words):
+    """`MaskedUpdate.gather` (and `extract_masked`) with a bool mask of the right shape stored sparse or on meta
+    raised torch's "reshape is not implemented for sparse tensors" / a meta tensor's error (h62)."""
+    with pytest.raises(ValueError) as raised:
+        MaskedUpdate.gather(torch.zeros(4, 6), mask)
+    assert str(raised.value).startswith("mask ") and words in str(raised.value)
+    assert str(raised.value).endswith("of the parameter's shape (4, 6)")
