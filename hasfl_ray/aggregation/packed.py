@@ -139,8 +139,10 @@ def check_index(where: str, dim: int, chosen: Optional[torch.Tensor], size: int,
     Raises ValueError/TypeError with one sentence naming ``where``, the value and what was expected."""
     if chosen is None:
         return size
-    if not isinstance(chosen, torch.Tensor) or chosen.dtype != torch.int64 or chosen.dim() != 1:
+    if not isinstance(chosen, torch.Tensor) or chosen.dtype != torch.int64 or chosen.dim() != 1 or \
+            chosen.layout != torch.strided:
         got = (f"a {type(chosen).__name__}" if not isinstance(chosen, torch.Tensor)
+               else f"a {chosen.layout} tensor" if chosen.layout != torch.strided
                else f"dtype {chosen.dtype} and {chosen.dim()} dims")
         raise TypeError(f"{where} is {got}; expected a 1-D torch.int64 tensor or None")
     length = chosen.numel()
