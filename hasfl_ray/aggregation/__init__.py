@@ -43,12 +43,17 @@ def validate_inputs(global_shapes: Mapping[str, Sequence[int]], updates: Sequenc
         raise ValueError("global_shapes must be a non-empty mapping of parameter name to full shape")
     shapes = {name: _checked_shape(name, shape) for name, shape in global_shapes.items()}
     blocks = dict(gate_blocks or {})
-    for name, g in blocks.items():
+    for name, g in list(blocks.items()):
         if name not in shapes:
             raise ValueError(f"gate_blocks names {name!r}, which is not in global_shapes")
-        if not isinstance(g, int) or g < 1 or not shapes[name] or shapes[name][0] % g:
+        try:  # Python, numpy and torch integers (as global_shapes takes them), never a bool or a float
+            count = None if isinstance(g, bool) else operator.index(g)
+        except TypeError:
+            count = None
+        if count is None or count < 1 or not shapes[name] or shapes[name][0] % count:
             raise ValueError(f"gate_blocks[{name!r}] is {g!r}; expected a positive integer dividing "
                              f"dim 0 of shape {shapes[name]}")
+        blocks[name] = count
     if not isinstance(updates, Sequence) or isinstance(updates, (str, bytes)):
         raise TypeError(f"updates is a {type(updates).__name__}; expected a list of per-client mappings (name -> "
                         "packed update)")
