@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from hasfl_ray.callbacks import check_callbacks
@@ -66,6 +67,8 @@ def make_config(config: Union[RunConfig, Mapping[str, Any], str, None] = None, *
     """The RunConfig :func:`simulate` runs for the same arguments (a RunConfig, a mapping or a YAML path, the
     algorithm and dataset by name, spec or class, their options and further keys), checked as it checks them;
     :func:`hasfl_ray.flower.Strategy` builds its run from it too."""
+    if isinstance(config, os.PathLike):  # a pathlib.Path to a config file, as its string
+        config = os.fspath(config)
     if isinstance(config, str):  # a config file: options for other algorithms (a sweep's shared keys) are dropped
         layers = [(load_yaml_config(config), "drop")]
     elif isinstance(config, RunConfig):

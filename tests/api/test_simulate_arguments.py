@@ -39,3 +39,12 @@ def test_a_bad_argument_is_one_sentence_and_makes_no_folder(tmp_path, arguments,
         hasfl_ray.simulate(**TINY, out_dir=str(out), **arguments)
     assert not out.exists()
 
+
+
+def test_a_config_file_given_as_a_path_is_read(tmp_path):
+    """A `pathlib.Path` to a YAML config is read as its string is (`config` no mapping is otherwise refused)."""
+    from hasfl_ray.api import make_config
+
+    (tmp_path / "run.yaml").write_text("rounds: 3\nclients: 6\n")
+    by_path = make_config(tmp_path / "run.yaml")
+    assert by_path.rounds == 3 and by_path == make_config(str(tmp_path / "run.yaml"))
