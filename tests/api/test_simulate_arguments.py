@@ -45,6 +45,6 @@ def test_a_config_file_given_as_a_path_is_read(tmp_path):
     """A `pathlib.Path` to a YAML config is read as its string is (`config` no mapping is otherwise refused)."""
     from hasfl_ray.api import make_config
 
-    (tmp_path / "run.yaml").write_text("rounds: 3\nclients: 6\n")
+    (tmp_path / "run.yaml").write_text("rounds: 3\nclients: 6\nclients_per_round: 3\n")
     by_path = make_config(tmp_path / "run.yaml")
     assert by_path.rounds == 3 and by_path == make_config(str(tmp_path / "run.yaml"))
