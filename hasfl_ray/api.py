@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from hasfl_ray.callbacks import check_callbacks
@@ -66,12 +67,16 @@ def make_config(config: Union[RunConfig, Mapping[str, Any], str, None] = None, *
     """The RunConfig :func:`simulate` runs for the same arguments (a RunConfig, a mapping or a YAML path, the
     algorithm and dataset by name, spec or class, their options and further keys), checked as it checks them;
     :func:`hasfl_ray.flower.Strategy` builds its run from it too."""
+    if isinstance(config, os.PathLike):  # a pathlib.Path to a config file, as its string
+        config = os.fspath(config)
     if isinstance(config, str):  # a config file: options for other algorithms (a sweep's shared keys) are dropped
         layers = [(load_yaml_config(config), "drop")]
     elif isinstance(config, RunConfig):
         layers = [(migrate_config(config.to_dict()), "refuse")]
-    else:
+    elif config is None or isinstance(config, Mapping):
         layers = [(dict(config or {}), "refuse")]
+    else:
+        raise ConfigError(f"config is {_shown(config)}; expected a RunConfig, a mapping of config keys or a YAML path")
     given = dict(fields)
     if algorithm is not None:
         given["algorithm"] = _name("algorithm", algorithm)
@@ -79,8 +84,14 @@ def make_config(config: Union[RunConfig, Mapping[str, Any], str, None] = None, *
         given["dataset"] = _name("dataset", dataset)
     layers.append((given, "refuse"))
     if algorithm_options is not None:
+        instance = dataclasses.is_dataclass(algorithm_options) and not isinstance(algorithm_options, type)
+        if not instance and not isinstance(algorithm_options, Mapping):
+            what = f"the class {algorithm_options!r}" if isinstance(algorithm_options, type) else \
+                _shown(algorithm_options)
+            raise ConfigError(f"algorithm_options is {what}; expected a mapping of option names to values (or an "
+                              "instance of the options dataclass)")
         layers.append(({"algorithm_options": dataclasses.asdict(algorithm_options)
-                        if dataclasses.is_dataclass(algorithm_options) else dict(algorithm_options)}, "refuse"))
+                        if instance else dict(algorithm_options)}, "refuse"))
     source = "config" if not isinstance(config, str) else f"config file {config!r}"
     values = merge_layers(layers, source)
     given_layers = [layer for layer, _ in layers[isinstance(config, RunConfig):]]  # a RunConfig holds every key
@@ -91,6 +102,12 @@ def make_config(config: Union[RunConfig, Mapping[str, Any], str, None] = None, *
     run_config = RunConfig.from_dict(values)
     check_inert_keys(given_keys(given_layers), values, source)
     return run_config
+
+
+def _shown(value: Any) -> str:
+    """``value``'s repr, cut to 60 characters (a sentence names it, never pages of it)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def in_notebook() -> bool:

@@ -226,7 +226,10 @@ def _load_spec(kind: str, spec: str) -> type:
 def check_subclass(kind: str, spec: str, cls: Any) -> None:
     """Refuse, in one sentence, a plug-in that is not a subclass of its kind's base class."""
     base = _import_attribute(BASE_CLASSES[kind])
-    if not (isinstance(cls, type) and issubclass(cls, base)) or cls is base:
+    if cls is base:  # the base class names no method of its own: not "not a subclass", but not a plug-in either
+        raise ConfigError(f"{kind} is {spec!r}, the base class hasfl_ray.{base.__name__} itself; expected a class "
+                          "that subclasses it")
+    if not (isinstance(cls, type) and issubclass(cls, base)):
         what = cls.__name__ if isinstance(cls, type) else type(cls).__name__ + " object"
         raise ConfigError(f"{kind} is {spec!r} but {what} is not a subclass of hasfl_ray.{base.__name__}; expected "
                           f"a class that subclasses hasfl_ray.{base.__name__}")

@@ -43,15 +43,28 @@ def validate_inputs(global_shapes: Mapping[str, Sequence[int]], updates: Sequenc
         raise ValueError("global_shapes must be a non-empty mapping of parameter name to full shape")
     shapes = {name: _checked_shape(name, shape) for name, shape in global_shapes.items()}
     blocks = dict(gate_blocks or {})
-    for name, g in blocks.items():
+    for name, g in list(blocks.items()):
         if name not in shapes:
             raise ValueError(f"gate_blocks names {name!r}, which is not in global_shapes")
-        if not isinstance(g, int) or g < 1 or not shapes[name] or shapes[name][0] % g:
+        try:  # Python, numpy and torch integers (as global_shapes takes them), never a bool or a float
+            count = None if isinstance(g, bool) else operator.index(g)
+        except TypeError:
+            count = None
+        if count is None or count < 1 or not shapes[name] or shapes[name][0] % count:
             raise ValueError(f"gate_blocks[{name!r}] is {g!r}; expected a positive integer dividing "
                              f"dim 0 of shape {shapes[name]}")
+        blocks[name] = count
+    if not isinstance(updates, Sequence) or isinstance(updates, (str, bytes)):
+        raise TypeError(f"updates is a {type(updates).__name__}; expected a list of per-client mappings (name -> "
+                        "packed update)")
     if len(updates) == 0:
         raise ValueError("updates is an empty client list; expected at least one client's update")
-    weights_t = torch.as_tensor(weights, dtype=torch.float64).flatten().cpu()
+    try:
+        weights_t = torch.as_tensor(weights, dtype=torch.float64).flatten().cpu()
+    except (TypeError, ValueError, RuntimeError):
+        shown = repr(weights)
+        raise TypeError(f"weights is {shown if len(shown) <= 60 else shown[:57] + '...'}; expected one finite "
+                        f"positive number per client ({len(updates)})") from None
     if weights_t.numel() != len(updates):
         raise ValueError(f"weights has {weights_t.numel()} entries but updates has {len(updates)} clients; "
                          "expected one weight per client")
@@ -83,6 +96,9 @@ def validate_inputs(global_shapes: Mapping[str, Sequence[int]], updates: Sequenc
                                     "expected one dtype for all clients")
                 dtype = packed.dtype
             if packed.device != device:
+                if packed.device.type == "meta":
+                    raise ValueError(f"updates[{i}][{name!r}] is on meta, a tensor without values; expected one on "
+                                     "the CPU or a GPU")
                 if device is not None:
                     raise ValueError(f"updates[{i}][{name!r}] is on {packed.device} but earlier updates are on "
                                      f"{device}; expected one device for all clients")
@@ -186,9 +202,15 @@ def aggregate_updates(global_shapes: Mapping[str, Sequence[int]], updates: Seque
         :class:`AggregateResult` with ``delta`` (full-shape, 0 where no client covers), ``div_num`` and
         ``div_den`` (float64, one per client) and ``covered_fraction``.
     """
-    global _warned_fallback
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is unknown; expected one of {', '.join(BACKENDS)}")
+    with torch.no_grad():  # updates cut from tracked parameters: a plain result on every backend, no graph kept
+        return _aggregate(global_shapes, updates, weights, gate_blocks, backend)
+
+
+def _aggregate(global_shapes, updates, weights, gate_blocks, backend: str) -> AggregateResult:
+    """:func:`aggregate_updates` once ``backend`` is known to be one of :data:`BACKENDS`."""
+    global _warned_fallback
     if backend != "reference":
         result = _aggregate_cached(global_shapes, updates, weights, gate_blocks)
         if result is not None:

@@ -87,11 +87,25 @@ class MaskedUpdate(_Values):
                    else f"shape {tuple(mask.shape)} and dtype {mask.dtype}")
             raise ValueError(f"mask has {got}; expected a torch.bool tensor of the parameter's shape "
                              f"{tuple(full.shape)}")
+        problem = mask_storage_problem(mask)
+        if problem:
+            raise ValueError(f"mask {problem} of the parameter's shape {tuple(full.shape)}")
         return MaskedUpdate(full[mask.to(full.device)].contiguous(), pack_bits(mask))
 
 
 Packed = Union[torch.Tensor, IndexedUpdate, MaskedUpdate]
 SPARSE_TYPES = (IndexedUpdate, MaskedUpdate)
+
+
+def mask_storage_problem(mask: torch.Tensor) -> Optional[str]:
+    """What keeps a bool tensor of the right shape from being read as a mask, as the start of a sentence ("is a
+    torch.sparse_coo tensor; expected a dense (strided, ...) torch.bool tensor"), or None: a sparse layout (nothing
+    reshapes or packs it) or the meta device (no values)."""
+    if mask.layout != torch.strided:
+        return f"is a {mask.layout} tensor; expected a dense (strided, mask.to_dense()) torch.bool tensor"
+    if mask.device.type == "meta":
+        return "is on meta, a tensor without values; expected a torch.bool tensor with values"
+    return None
 
 
 def pack_bits(mask: torch.Tensor) -> torch.Tensor:
@@ -125,8 +139,10 @@ def check_index(where: str, dim: int, chosen: Optional[torch.Tensor], size: int,
     Raises ValueError/TypeError with one sentence naming ``where``, the value and what was expected."""
     if chosen is None:
         return size
-    if not isinstance(chosen, torch.Tensor) or chosen.dtype != torch.int64 or chosen.dim() != 1:
+    if not isinstance(chosen, torch.Tensor) or chosen.dtype != torch.int64 or chosen.dim() != 1 or \
+            chosen.layout != torch.strided:
         got = (f"a {type(chosen).__name__}" if not isinstance(chosen, torch.Tensor)
+               else f"a {chosen.layout} tensor" if chosen.layout != torch.strided
                else f"dtype {chosen.dtype} and {chosen.dim()} dims")
         raise TypeError(f"{where} is {got}; expected a 1-D torch.int64 tensor or None")
     length = chosen.numel()

@@ -208,8 +208,9 @@ class Algorithm(ABC):
     def inspect_updates(self, round: int, global_params: Dict[str, "torch.Tensor"],
                         results: Sequence[ClientResult]) -> None:
         """Rounds only, before :meth:`observe`: the accepted participants' results in client order *with* their
-        updates (dense tensors, or :class:`~hasfl_ray.aggregation.packed.IndexedUpdate` for an index-set client)
-        and the global parameters w^t they started from (name -> CPU tensor), e.g. FLuID's invariant neurons.
+        updates (dense tensors, :class:`~hasfl_ray.aggregation.packed.IndexedUpdate` for an index-set client,
+        :class:`~hasfl_ray.aggregation.packed.MaskedUpdate` for a masked parameter) and the global parameters w^t
+        they started from (name -> CPU tensor), e.g. FLuID's invariant neurons.
         Called only for an algorithm that overrides it (:mod:`hasfl_ray.engine.inspection`), which then costs
         a copy of w^t and the updates' way back to the driver each round. Default: nothing."""
 

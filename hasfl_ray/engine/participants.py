@@ -112,14 +112,17 @@ def client_task(algorithm, config, round: int, client: int, width: float, shape:
     """The :class:`~hasfl_ray.training.task.ClientTask` of ``client`` allocated ``width`` and training ``shape``
     ((width, depth), :func:`sub_models`) at ``round`` (the server version in async mode, where ``number`` is the
     dispatch's number that seeds it; the round itself otherwise): the one place both modes ask the algorithm for
-    the sub-model's description (window offset, channel sets, depth) and the objective. ``extra``: the mode's own
-    fields (``max_steps``, ``proximal``)."""
+    the sub-model's description (window offset, channel sets, masks, depth) and the objective. Channel sets and masks
+    are asked at the width the client trains, ``shape[0]`` (a ``sub_model`` may change the allocation), as the device
+    clock asks them (:func:`client_price`): sets of the allocation would not fit the trained network, and masks asked
+    at two widths would be priced apart from those trained. ``extra``: the mode's own fields (``max_steps``,
+    ``proximal``)."""
     from hasfl_ray.training.task import ClientTask
 
-    channels = algorithm.channel_sets(round, client, width)
+    channels = algorithm.channel_sets(round, client, shape[0])
     objective = task_objective(algorithm, round, client, width, shape)
     offset = algorithm.window_offset(round, client)
-    masks = packed_masks(algorithm, round, client, width, shape, channels)
+    masks = packed_masks(algorithm, round, client, shape[0], shape, channels)
     if channels is not None or masks is not None:
         check_sparse_task(algorithm, config, client, offset, "channel sets" if channels is not None else "masks")
     return ClientTask(client, round if number is None else number, shape[0], lr, config.seed, objective,

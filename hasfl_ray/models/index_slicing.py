@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from hasfl_ray.aggregation.packed import IndexedUpdate, MaskedUpdate, unpack_bits
+from hasfl_ray.aggregation.packed import IndexedUpdate, MaskedUpdate, mask_storage_problem, unpack_bits
 from hasfl_ray.models.slicing import ParamSpec, width_channels
 
 #: (parameter name, dim) -> channel group.
@@ -42,9 +42,11 @@ def channel_groups(specs: Mapping[str, ParamSpec]) -> Tuple[Groups, List[int]]:
     current: Optional[int] = None
     for name, spec in specs.items():
         dims = spec.dims
-        if any(dim.blocks > 1 for dim in dims):
-            raise ValueError(f"parameter {name!r} has gate blocks (a recurrent layer); channel index sets are for "
-                             "sequential conv/linear chains")
+        blocked = next((d for d, dim in enumerate(dims) if dim.blocks > 1), None)
+        if blocked is not None:  # the spec cannot tell whose blocks: an LSTM's/GRU's gates, attention's, declared
+            raise ValueError(f"parameter {name!r} is {dims[blocked].blocks} blocks in dim {blocked} (a recurrent "
+                             "layer's gates, attention's q/k/v or a model's slice_blocks); expected a sequential "
+                             "conv/linear chain, whose parameters have none")
         if len(dims) >= 2:
             if dims[1].scaled:
                 if current is None:
@@ -132,13 +134,14 @@ def check_channel_sets(channel_sets: Sequence[Sequence[int]], sizes: Sequence[in
         raise ValueError(f"channel_sets has {len(channel_sets)} lists; expected one per channel group ({len(sizes)})")
     checked = []
     for group, (chosen, size) in enumerate(zip(channel_sets, sizes)):
-        values = torch.tensor(channel_numbers(group, chosen), dtype=torch.int64)
-        if values.numel() == 0:
+        numbers = channel_numbers(group, chosen)
+        if not numbers:
             raise ValueError(f"channel_sets[{group}] is empty; expected at least one of the layer's {size} channels")
-        low, high = int(values.min()), int(values.max())
+        low, high = min(numbers), max(numbers)  # Python ints: a channel past int64 is named, not torch's overflow
         if low < 0 or high >= size:
             raise ValueError(f"channel_sets[{group}] holds channel {low if low < 0 else high}, outside the layer's "
                              f"{size} channels; expected channels in [0, {size})")
+        values = torch.tensor(numbers, dtype=torch.int64)
         if values.numel() > 1 and not bool((values[1:] > values[:-1]).all()):
             raise ValueError(f"channel_sets[{group}] is not strictly increasing; expected sorted channels without "
                              "duplicates")
@@ -206,6 +209,9 @@ def check_masks(specs: Mapping[str, ParamSpec], masks: Mapping[str, torch.Tensor
             got = (f"a {type(mask).__name__}" if not isinstance(mask, torch.Tensor)
                    else f"shape {tuple(mask.shape)} and dtype {mask.dtype}")
             raise ValueError(f"masks[{name!r}] has {got}; expected a torch.bool tensor of shape {spec.shape}")
+        problem = mask_storage_problem(mask)
+        if problem:
+            raise ValueError(f"masks[{name!r}] {problem} of shape {spec.shape}")
 
 
 def extract_masked(params: Mapping[str, torch.Tensor], masks: Mapping[str, torch.Tensor]) -> Dict[str, MaskedUpdate]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Sequence, Tuple
 
@@ -15,6 +16,8 @@ def width_channels(p: float, channels: int) -> int:
     The product is rounded to 9 decimals first so that exact tiers such as 0.75 * 64 never
     land one channel high through floating-point noise.
     """
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):  # Python, numpy floats; a string is never read
+        raise TypeError(f"width p is {p!r}; expected a number in (0, 1]")
     if not 0.0 < p <= 1.0:
         raise ValueError(f"width p must lie in (0, 1], got {p!r}")
     return max(1, math.ceil(round(p * channels, 9)))

@@ -288,9 +288,13 @@ def signature(global_shapes: Mapping[str, Sequence[int]], updates: Sequence[Mapp
                None if offsets is None else tuple(tuple((name, tuple(start)) for name, start in client.items())
                                                   for client in offsets))
         hash(key)
+        # The key compares sizes and block counts by value (2.0 == 2, True == 1): only plain ints may hit a layout
+        # that validated ints; anything else goes through the full validation, which refuses or converts it.
+        plain = all(type(size) is int for shape in global_shapes.values() for size in shape) and \
+            (not gate_blocks or all(type(count) is int for count in gate_blocks.values()))
     except (AttributeError, TypeError, RuntimeError):
         return None
-    if len(dtypes) != 1 or len(devices) != 1:
+    if not plain or len(dtypes) != 1 or len(devices) != 1:
         return None
     (dtype,), (device,) = dtypes, devices
     if dtype not in (torch.float32, torch.float64):

@@ -329,6 +329,9 @@ BAD = {
                                          "holds index 7, outside dim 0 of size 4"),
     "index of floats": (IndexedUpdate(torch.zeros(2, 6), (torch.tensor([1.0, 2.0]), None)), TypeError,
                         "expected a 1-D torch.int64 tensor or None"),
+    # torch's "can't convert Sparse layout tensor to numpy" before (h62)
+    "sparse index": (IndexedUpdate(torch.zeros(2, 6), (idx(1, 2).to_sparse(), None)), TypeError,
+                     "is a torch.sparse_coo tensor; expected a 1-D torch.int64 tensor or None"),
     "index per dim missing": (IndexedUpdate(torch.zeros(2, 6), (idx(1, 2),)), ValueError, "one per dim"),
     "values misfit index": (IndexedUpdate(torch.zeros(3, 6), (idx(1, 2), None)), ValueError,
                             "has 3 entries in dim 0 but its index set there holds 2"),

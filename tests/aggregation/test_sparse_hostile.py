@@ -60,3 +60,37 @@ def test_gather_with_fitting_index_lists_is_the_product_of_the_lists():
     update = IndexedUpdate.gather(full, (torch.tensor([1, 4]), torch.tensor([0, 9])))
     assert torch.equal(update.values, torch.tensor([[10.0, 19.0], [40.0, 49.0]]))
     assert torch.equal(IndexedUpdate.gather(full, (None, None)).values, full)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_updates_that_require_grad_give_a_plain_delta_on_every_backend(backend):
+    """Deltas cut from parameters autograd tracks (``p - p0`` of ``nn.Parameter``s): the reference returned a delta
+    that required grad, holding the whole graph (the fused op a plain tensor), so ``w + delta`` in a loop of rounds
+    grew a graph round after round."""
+    g = torch.Generator().manual_seed(4)
+    w = torch.randn(5, 7, generator=g).requires_grad_()
+    shapes = {"w": (5, 7), "b": (5,)}
+    updates = [{"w": IndexedUpdate(w[[0, 3]], (torch.tensor([0, 3]), None)), "b": torch.ones(5, requires_grad=True)},
+               {"w": MaskedUpdate.gather(w, torch.rand(5, 7, generator=g) < 0.5)},
+               {"w": w[:2, :3].contiguous()}]
+    result = aggregate_updates(shapes, updates, [1.0, 2.0, 3.0], backend=backend)
+    assert not any(delta.requires_grad for delta in result.delta.values())
+    assert not result.div_num.requires_grad and not result.div_den.requires_grad
+    plain = [{name: (packed.detach() if isinstance(packed, torch.Tensor) else
+                     type(packed)(packed.values.detach(), *[getattr(packed, f) for f in ("index", "bits")
+                                                             if hasattr(packed, f)]))
+              for name, packed in update.items()} for update in updates]
+    assert_matches(result, oracle(shapes, plain, [1.0, 2.0, 3.0], {}), torch.float32)
+
+
+@pytest.mark.parametrize("mask,words", [
+    (torch.eye(4, 6, dtype=torch.bool).to_sparse(), "is a torch.sparse_coo tensor; expected a dense (strided"),
+    (torch.ones(4, 6, dtype=torch.bool, device="meta"), "is on meta, a tensor without values"),
+])
+def test_a_sparse_or_meta_mask_is_one_sentence_when_gathered(mask, words):
+    """`MaskedUpdate.gather` (and `extract_masked`) with a bool mask of the right shape stored sparse or on meta
+    raised torch's "reshape is not implemented for sparse tensors" / a meta tensor's error (h62)."""
+    with pytest.raises(ValueError) as raised:
+        MaskedUpdate.gather(torch.zeros(4, 6), mask)
+    assert str(raised.value).startswith("mask ") and words in str(raised.value)
+    assert str(raised.value).endswith("of the parameter's shape (4, 6)")

@@ -40,6 +40,15 @@ BAD_INPUTS = {
     "zero weight": ([good_update()], [0.0], ValueError, "weights"),
     "negative weight": ([good_update()], [-2.0], ValueError, "weights"),
     "weights of the wrong length": ([good_update()], [1.0, 2.0], ValueError, "weights"),
+    "weights of strings": ([good_update()], ["a"], TypeError, "weights is ['a']; expected one finite positive"),
+    "weights None": ([good_update()], None, TypeError, "weights is None; expected one finite positive"),
+    "weights a generator": ([good_update()], (w for w in [1.0]), TypeError, "weights is <generator"),
+    "updates a generator": ((u for u in [good_update()]), [1.0], TypeError,
+                            "updates is a generator; expected a list of per-client mappings"),
+    "updates a mapping": ({"w": torch.zeros(2, 3)}, [1.0], TypeError,
+                          "updates is a dict; expected a list of per-client mappings"),
+    "tensors without values": ([{"b": torch.zeros(2, device="meta")}], [1.0], ValueError,
+                               "updates[0]['b'] is on meta, a tensor without values; expected"),
     "empty client list": ([], [], ValueError, "updates"),
     "clients without tensors": ([{}, {}], [1.0, 1.0], ValueError, "updates"),
 }
@@ -99,3 +108,38 @@ def test_global_shapes_of_torch_and_numpy_sizes_are_taken():
     for shape in (torch.Size([2, 3]), [np.int64(2), 3]):
         result = aggregate_updates({"w": shape}, [{"w": torch.ones(1, 3)}], [1.0], backend="reference")
         assert result.delta["w"].shape == (2, 3)
+
+
+@pytest.mark.parametrize("backend", ["fused", "reference"])
+def test_gate_blocks_of_numpy_and_torch_integers_are_taken_and_a_bool_is_refused(backend):
+    """`gate_blocks={"g": np.int64(4)}` was refused as "is np.int64(4); expected a positive integer dividing dim 0 of
+    shape (8, 2)" (it is one), while global_shapes takes numpy sizes; `True` was taken as 1 block (h62)."""
+    import numpy as np
+
+    update = {"g": torch.arange(8.0).reshape(4, 2)}
+    expected = aggregate_updates({"g": (8, 2)}, [update], [1.0], {"g": 4}, backend=backend).delta["g"]
+    for blocks in (np.int64(4), torch.tensor(4)):
+        result = aggregate_updates({"g": (8, 2)}, [update], [1.0], {"g": blocks}, backend=backend)
+        assert torch.equal(result.delta["g"], expected)
+    for bad in (True, 4.0, "4"):
+        with pytest.raises(ValueError) as raised:
+            aggregate_updates({"g": (8, 2)}, [update], [1.0], {"g": bad}, backend=backend)
+        assert str(raised.value) == (f"gate_blocks['g'] is {bad!r}; expected a positive integer dividing dim 0 of "
+                                      "shape (8, 2)")
+
+
+def test_a_float_size_is_refused_after_the_same_shape_in_ints_was_cached():
+    """The fused path's layout cache compared its key by value: after a call with (2, 3), `(2.0, 3)` (refused on its
+    own, never truncated) hit the cached layout and was aggregated; so did a gate block count of 4.0 after 4 (h62)."""
+    from hasfl_ray.ops import aggregate as ops
+
+    if not ops.available():
+        pytest.skip("needs hasfl_ray._C built (the fused op's layout cache)")
+    update = {"w": torch.ones(1, 3)}
+    aggregate_updates({"w": (2, 3)}, [update], [1.0], backend="fused")
+    with pytest.raises(ValueError, match=r"^global_shapes\['w'\] is \(2.0, 3\); expected a tuple of non-negative"):
+        aggregate_updates({"w": (2.0, 3)}, [update], [1.0], backend="fused")
+    gates = {"g": torch.zeros(4, 2)}
+    aggregate_updates({"g": (8, 2)}, [gates], [1.0], {"g": 4}, backend="fused")
+    with pytest.raises(ValueError, match=r"^gate_blocks\['g'\] is 4.0; expected a positive integer"):
+        aggregate_updates({"g": (8, 2)}, [gates], [1.0], {"g": 4.0}, backend="fused")

@@ -69,6 +69,11 @@ def test_channel_plugin_async_resumes_bit_for_bit(tmp_path, monkeypatch, crash_a
     ("return [[False, True] + list(range(2, 16)), list(range(32)), list(range(64))]",
      "channel_sets[0] holds False, which is not an integer"),
     ("return [[10 ** 6] * 16, list(range(32)), list(range(64))]", "holds channel 1000000, outside the layer's 32"),
+    # past int64: torch's "(Overflow when unpacking long long)" was the reason given (h62)
+    ("return [[10 ** 20] + list(range(1, 16)), list(range(32)), list(range(64))]",
+     "channel_sets[0] holds channel 100000000000000000000, outside the layer's 32 channels"),
+    ("return [[-2 ** 70] + list(range(1, 16)), list(range(32)), list(range(64))]",
+     "channel_sets[0] holds channel -1180591620717411303424, outside the layer's 32 channels"),
 ])
 def test_bad_channel_sets_from_a_plugin_are_one_sentence(tmp_path, body, words):
     """Bad input (issue 44: an index outside a layer, a float channel never rounded to another one): one sentence,

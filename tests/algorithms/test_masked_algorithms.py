@@ -114,6 +114,14 @@ def test_fedgmr_async_resumes_bit_for_bit(tmp_path, monkeypatch, crash_async_at,
     ("return {'fc2.weight': torch.ones(10, 64)}", "dtype torch.float32; expected a torch.bool tensor"),
     ("return {'nope.weight': torch.ones(3, dtype=torch.bool)}", "masks names 'nope.weight', which the model"),
     ("return [1, 2]", "it is no mapping of parameter names"),
+    # a sparse mask passed the check and ended in pack_bits' traceback (exit 1, config.yaml and log.txt left); one
+    # on meta in "raised NotImplementedError when read" (exit 1, the folder left) (h62)
+    ("return {'fc2.weight': torch.eye(10, 128, dtype=torch.bool).to_sparse()}",
+     "masks['fc2.weight'] is a torch.sparse_coo tensor; expected a dense (strided, mask.to_dense()) "
+     "torch.bool tensor of shape (10, 128)"),
+    ("return {'fc2.weight': torch.ones(10, 128, dtype=torch.bool, device='meta')}",
+     "masks['fc2.weight'] is on meta, a tensor without values; expected a torch.bool tensor with values of "
+     "shape (10, 128)"),
 ])
 def test_bad_masks_from_a_plugin_are_one_sentence_and_exit_2(tmp_path, body, words):
     (tmp_path / "bad.py").write_text("import torch\nfrom hasfl_ray import Algorithm\n\n\nclass Bad(Algorithm):\n"
@@ -123,6 +131,7 @@ def test_bad_masks_from_a_plugin_are_one_sentence_and_exit_2(tmp_path, body, wor
     assert result.exit_code == 2, result.output
     assert "algorithm 'Bad' returned masks for client" in result.output and words in result.output
     assert "Traceback" not in result.output and result.output.strip().count("\n") == 0, result.output
+    assert not (tmp_path / "run").exists()  # refused at the first dispatch: the folder it made goes again
 
 
 def test_cost_counts_the_bitmask(tmp_path):

@@ -3,6 +3,8 @@ the trainer's packed update, the wire and the checkpoint form."""
 
 import math
 
+import os
+
 import pytest
 import torch
 
@@ -151,9 +153,22 @@ def test_a_model_round_of_mixed_shapes_aggregates_like_the_oracle(backend):
 
 
 def test_a_recurrent_model_is_not_a_channel_chain():
-    with pytest.raises(ValueError, match="has gate blocks \\(a recurrent layer\\); channel index sets are for "
-                                         "sequential conv/linear chains"):
+    with pytest.raises(ValueError, match=r"^parameter 'lstm.weight_ih_l0' is 4 blocks in dim 0 \(a recurrent "
+                                         r"layer's gates, attention's q/k/v or a model's slice_blocks\); expected a "
+                                         r"sequential conv/linear chain, whose parameters have none$"):
         channel_groups(build_model("shakespeare").param_specs())
+
+
+def test_a_model_whose_blocks_are_declared_is_not_called_recurrent():
+    """examples/tiny_vit.py's q/k/v projection is 3 blocks by its slice_blocks: channel sets for it were refused as
+    "has gate blocks (a recurrent layer)", a layer the ViT does not have (h62)."""
+    from hasfl_ray.models.plugin import derive_specs, load_factory
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    specs = derive_specs(load_factory(os.path.join(repo, "examples", "tiny_vit.py") + ":TinyViT"),
+                         dict(in_channels=1, image_size=8, num_classes=10))
+    with pytest.raises(ValueError, match=r"^parameter 'blocks.0.qkv.weight' is 3 blocks in dim 0 \(.*slice_blocks\)"):
+        channel_groups(specs)
 
 
 def test_extracting_a_parameter_the_model_lacks_is_one_sentence():

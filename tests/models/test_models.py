@@ -129,6 +129,15 @@ def test_width_outside_unit_interval_is_refused(p):
         width_channels(p, 64)
 
 
+@pytest.mark.parametrize("p", ["0.5", None, True, torch.tensor(0.5), [0.5]])
+def test_a_width_that_is_no_number_is_one_sentence(p):
+    """`width_channels` (what docs/plugins.md tells a model plug-in to use) compared a string with a float ("'<' not
+    supported between instances of 'float' and 'str'"), asked a tensor for `__round__`, and took True as width 1
+    (h62)."""
+    with pytest.raises(TypeError, match=r"^width p is .*; expected a number in \(0, 1\]$"):
+        width_channels(p, 64)
+
+
 @pytest.mark.parametrize("shape", [(37, 5, 8, 8), (9, 3, 7, 7), (4, 2, 28, 28), (6, 4, 3, 5)])
 @pytest.mark.parametrize("ceil_mode", [False, True])
 def test_cnn_max_pool_gives_the_same_bits_without_autograd(shape, ceil_mode):
