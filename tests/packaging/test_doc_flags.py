@@ -20,6 +20,7 @@ FOREIGN = {
     "--object-manager-port": "ray start", "--node-manager-port": "ray start", "--min-worker-port": "ray start",
     "--max-worker-port": "ray start",
     "--overlap": "FedRolex's main_resnet.py", "--client_split_ratios": "ScaleFL's source",
+    "--horizontal_scale_ratios": "ScaleFL's source (args.py)",
     "--bsz": "FIARSE's source", "--model-size": "FIARSE's source", "--control_name": "HeteroFL's and FedRolex's",
 }
 #: Found here and fixed where the page is merged (docs/RELIABILITY.md is edited by the integrator only): remove the

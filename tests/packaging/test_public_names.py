@@ -58,7 +58,7 @@ DOCUMENTED_PATHS = (
     "hasfl_ray.aggregation", "hasfl_ray.aggregation.packed.pack_bits", "hasfl_ray.models.index_slicing",
     "hasfl_ray.models.index_slicing.channel_groups", "hasfl_ray.models.index_slicing.extract_masked",
     "hasfl_ray.simulate", "hasfl_ray.load_run", "hasfl_ray.callbacks", "hasfl_ray.callbacks.Callback",
-    "hasfl_ray.evaluation", "hasfl_ray.evaluation.evaluation_round",
+    "hasfl_ray.evaluation", "hasfl_ray.evaluation.evaluation_round", "hasfl_ray.algorithms.base",
     "hasfl_ray.results", "hasfl_ray.trackers", "hasfl_ray.data.flower.column_array",
     "hasfl_ray.clock.cost.index_list_bytes", "hasfl_ray.engine.depth_eval.evaluated_network",
     "hasfl_ray.data.flower.natural_id_partition",
