@@ -108,20 +108,41 @@ namespace generic {
 #undef HASFL_CPU_TARGET
 #define HASFL_SPARSE_TARGET
 #define HASFL_SPARSE_AVX512 0
+#define HASFL_SPARSE_AVX2 0
 #include "cpu/aggregate_sparse_kernel.h"
+#undef HASFL_SPARSE_AVX2
 #undef HASFL_SPARSE_AVX512
 #undef HASFL_SPARSE_TARGET
 }  // namespace generic
+
+#ifdef HASFL_HAVE_AVX2_BUILD
+// The sparse kernel on a CPU with AVX2 but not AVX-512: the portable build's arithmetic, bit for bit, four columns
+// at a time (cpu/aggregate_sparse_kernel.h). Its target has no FMA, so that no multiply and add are fused.
+namespace avx2sparse {
+#define HASFL_SPARSE_TARGET __attribute__((target("avx2,popcnt")))
+#define HASFL_TILE_TARGET HASFL_SPARSE_TARGET
+#define HASFL_SPARSE_AVX512 0
+#define HASFL_SPARSE_AVX2 1
+#include "cpu/aggregate_tile.h"
+#include "cpu/aggregate_sparse_kernel.h"
+#undef HASFL_SPARSE_AVX2
+#undef HASFL_TILE_TARGET
+#undef HASFL_SPARSE_AVX512
+#undef HASFL_SPARSE_TARGET
+}  // namespace avx2sparse
+#endif
 
 #ifdef HASFL_HAVE_AVX2_BUILD
 namespace avx512 {
 #define HASFL_SPARSE_TARGET __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,popcnt,fma")))
 #define HASFL_TILE_TARGET HASFL_SPARSE_TARGET
 #define HASFL_SPARSE_AVX512 1
+#define HASFL_SPARSE_AVX2 0
 #include "cpu/aggregate_tile.h"
 #include "cpu/aggregate_sparse_kernel.h"
 #include "cpu/aggregate_sparse_pull.h"
 #undef HASFL_TILE_TARGET
+#undef HASFL_SPARSE_AVX2
 #undef HASFL_SPARSE_AVX512
 #undef HASFL_SPARSE_TARGET
 }  // namespace avx512
@@ -226,7 +247,8 @@ bool use_avx512() {
 #ifdef HASFL_HAVE_AVX2_BUILD
   static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
                                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-                                std::getenv("HASFL_PORTABLE_CPU_KERNEL") == nullptr;
+                                std::getenv("HASFL_PORTABLE_CPU_KERNEL") == nullptr &&
+                                std::getenv("HASFL_NO_AVX512_CPU_KERNEL") == nullptr;  // tests: the AVX2 build
   return supported;
 #else
   return false;
@@ -258,6 +280,10 @@ void run_all_mixed(const CpuArgs& args, const SparseArgs& sp, const int64_t* K, 
 #ifdef HASFL_HAVE_AVX2_BUILD
           if (avx512) {
             avx512::run_sparse_chunk<scalar_t>(args, sp, chunk, ss);
+            continue;
+          }
+          if (avx2) {
+            avx2sparse::run_sparse_chunk<scalar_t>(args, sp, chunk, ss);
             continue;
           }
 #endif

@@ -293,6 +293,45 @@ def test_portable_sparse_kernel_matches_oracle():
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
+_ROUNDS = (
+    "import sys, pickle, torch; sys.path.insert(0, sys.argv[1])\n"
+    "from test_sparse import random_round\n"
+    "from hasfl_ray.aggregation import aggregate_updates\n"
+    "out = []\n"
+    "for kinds in (('mask',), ('index', 'mask'), ('index',)):\n"
+    "    for dtype in (torch.float32, torch.float64):\n"
+    "        for seed in range(3):\n"
+    "            s, u, w, b = random_round(seed, 7, dtype, kinds)\n"
+    "            s = {k: v for k, v in s.items() if k != 'gates'}  # a slice of every client: the dense kernel\n"
+    "            u = [{k: v for k, v in x.items() if k != 'gates'} for x in u]\n"
+    "            r = aggregate_updates(s, u, w, {}, backend='fused')\n"
+    "            out.append((r.delta, r.div_num, r.div_den))\n"
+    "sys.stdout.buffer.write(pickle.dumps(out))\n")
+
+
+@needs_ext
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"),
+                    reason="needs a CPU with AVX2 (the AVX2 build of the sparse kernel)")
+def test_the_avx2_sparse_kernel_equals_the_portable_one_bit_for_bit():
+    """On a CPU with AVX2 but not AVX-512 (HASFL_NO_AVX512_CPU_KERNEL=1 makes any such CPU one) the sparse kernel
+    takes 4 columns at a time with the portable build's multiplies and adds: every delta, sign and norm the same bits
+    (index sets, masks and both mixed, float32 and float64), so no run's params_sha256 moves on such a machine."""
+    import pickle
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    results = []
+    for variable in ("HASFL_NO_AVX512_CPU_KERNEL", "HASFL_PORTABLE_CPU_KERNEL"):
+        done = subprocess.run([sys.executable, "-c", _ROUNDS, here], env=dict(os.environ, **{variable: "1"}),
+                              capture_output=True, timeout=300)
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        results.append(pickle.loads(done.stdout))
+    for (delta, num, den), (delta_p, num_p, den_p) in zip(*results):
+        for name in delta:
+            assert torch.equal(delta[name], delta_p[name]), name
+            assert torch.equal(torch.signbit(delta[name]), torch.signbit(delta_p[name])), name
+        assert torch.equal(num, num_p) and torch.equal(den, den_p)
+
+
 def test_bits_round_trip():
     mask = torch.rand(7, 13) < 0.5
     bits = pack_bits(mask)
