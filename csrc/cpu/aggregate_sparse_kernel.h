@@ -59,6 +59,17 @@ HASFL_SPARSE_TARGET inline void portable_accumulate(const scalar_t* x, const sca
   }
 }
 
+// sums[0] += the 16 lanes of diff and sums[1] += those of square, combined in the fixed tree (8, 4, 2, 1 apart).
+HASFL_SPARSE_TARGET inline void add_lanes(double* diff, double* square, double* sums) {
+  for (int width = 8; width >= 1; width /= 2)
+    for (int l = 0; l < width; ++l) {
+      diff[l] += diff[l + width];
+      square[l] += square[l + width];
+    }
+  sums[0] += diff[0];
+  sums[1] += square[0];
+}
+
 // Over the set bits c < n: sums[0] += (x(c) - mean[c])^2, sums[1] += mean[c]^2, in 16 lanes (c mod 16)
 // added up in a fixed tree. Meanwhile it prefetches `next`, what pass 1 of the next item reads from this
 // entry (its packed run continues there): this pass computes from L1/L2, so memory would idle, and the hardware
@@ -81,13 +92,7 @@ HASFL_SPARSE_TARGET inline void portable_squares(const scalar_t* x, const scalar
       ++x;
     }
   }
-  for (int width = 8; width >= 1; width /= 2)
-    for (int l = 0; l < width; ++l) {
-      diff[l] += diff[l + width];
-      square[l] += square[l + width];
-    }
-  sums[0] += diff[0];
-  sums[1] += square[0];
+  add_lanes(diff, square, sums);
 }
 
 #endif
@@ -197,13 +202,7 @@ HASFL_SPARSE_TARGET inline void nibble_squares(const scalar_t* x, const scalar_t
     _mm256_store_pd(lanes_diff + 4 * q, diff[q]);
     _mm256_store_pd(lanes_square + 4 * q, square[q]);
   }
-  for (int width = 8; width >= 1; width /= 2)
-    for (int l = 0; l < width; ++l) {
-      lanes_diff[l] += lanes_diff[l + width];
-      lanes_square[l] += lanes_square[l + width];
-    }
-  sums[0] += lanes_diff[0];
-  sums[1] += lanes_square[0];
+  add_lanes(lanes_diff, lanes_square, sums);
 }
 
 // Whether the set bits c < n of a tile come in whole nibbles enough for the nibble path: at least three quarters of
