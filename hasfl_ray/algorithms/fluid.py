@@ -60,7 +60,7 @@ class ChannelLayout:
             groups, self.sizes = channel_groups(specs)
         except ValueError as error:
             reason = str(error).split(";")[0]  # its first clause: the sentence stays one short line
-            raise ConfigError(f"algorithm fluid needs a model of channel groups (a CNN, an MLP or a ResNet) and "
+            raise ConfigError(f"algorithm fluid needs a model of channel groups (a CNN, MLP or ResNet); "
                               f"model {model_name!r} is not one: {reason}") from None
         self.slices: List[List[Tuple[str, int]]] = [[] for _ in self.sizes]
         for (name, dim), group in groups.items():

@@ -44,9 +44,9 @@ def channel_groups(specs: Mapping[str, ParamSpec]) -> Tuple[Groups, List[int]]:
         dims = spec.dims
         blocked = next((d for d, dim in enumerate(dims) if dim.blocks > 1), None)
         if blocked is not None:  # the spec cannot tell whose blocks: an LSTM's/GRU's gates, attention's, declared
-            raise ValueError(f"parameter {name!r} is {dims[blocked].blocks} blocks in dim {blocked} (a recurrent "
-                             "layer's gates, attention's q/k/v or a model's slice_blocks); expected a sequential "
-                             "conv/linear chain, whose parameters have none")
+            raise ValueError(f"parameter {name!r} is {dims[blocked].blocks} blocks in dim {blocked} (an RNN's "
+                             "gates, q/k/v or slice_blocks); expected a sequential conv/linear chain, whose "
+                             "parameters have none")
         if len(dims) >= 2:
             if dims[1].scaled:
                 if current is None:

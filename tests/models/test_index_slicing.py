@@ -153,8 +153,8 @@ def test_a_model_round_of_mixed_shapes_aggregates_like_the_oracle(backend):
 
 
 def test_a_recurrent_model_is_not_a_channel_chain():
-    with pytest.raises(ValueError, match=r"^parameter 'lstm.weight_ih_l0' is 4 blocks in dim 0 \(a recurrent "
-                                         r"layer's gates, attention's q/k/v or a model's slice_blocks\); expected a "
+    with pytest.raises(ValueError, match=r"^parameter 'lstm.weight_ih_l0' is 4 blocks in dim 0 \(an RNN's "
+                                         r"gates, q/k/v or slice_blocks\); expected a "
                                          r"sequential conv/linear chain, whose parameters have none$"):
         channel_groups(build_model("shakespeare").param_specs())
 

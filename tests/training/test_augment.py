@@ -70,7 +70,9 @@ def test_training_sees_the_augmented_batches_one_at_a_time_and_batched_alike():
     together = train_batched(model, tasks, params)
     for a, b in zip(alone, together):
         for name in a.update:
-            torch.testing.assert_close(b.update[name], a.update[name], rtol=1e-4, atol=1e-6)
+            # atol 1e-4: on a Zen 3 (AVX2, no AVX-512) the batched convolutions' other summation order left up to
+            # 2.1e-5 (1e-6 held on the Zen 5); an augmentation applied to the wrong batch moves updates by 1e-2 and more
+            torch.testing.assert_close(b.update[name], a.update[name], rtol=1e-4, atol=1e-4)
     # the fill: a black pixel of the standardised batch, (0 - mean) / std per channel
     torch.testing.assert_close(model.workspace._fill,
                                -torch.tensor([0.49, 0.48, 0.45]) / torch.tensor([0.25, 0.24, 0.26]))

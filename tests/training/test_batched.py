@@ -145,6 +145,12 @@ def test_an_objective_that_overrides_the_loss_is_not_batched_unless_it_says_so()
 #: are on the CPU (device cpu): on an H100 (2026-11-27) the same seed put a HeteroFL and a uniform client across a
 #: kink (2.5e-3) while the trainer-level tests above agreed there; they hold the CUDA arithmetic.
 RUN = dict(rounds=3, clients=12, clients_per_round=6, seed=43, warmup=1, t_adapt=1, backend="local", device="cpu")
+#: The runs' tolerance. Seed 43 keeps every client off a kink on the Zen 5 (AVX-512) sandbox (1.8e-7); on a Zen 3
+#: (AVX2, no AVX-512; 2026-11-29) oneDNN's other kernels put the FedProx run 1.3e-3 (features.0.weight) and 1.0e-2
+#: (features.1.bias, a small tensor) apart after 3 rounds and the SCAFFOLD run 1.1e-4: kinks, within the 2.5e-3 to
+#: 4.8e-2 seen on other seeds above. A batching error moves a client by the order of its update (1e-1 and more), so
+#: 5e-2 still catches one, beside the test accuracies' 0.005; the trainer-level tests above keep RELATIVE.
+RUNS_RELATIVE = 5e-2
 
 
 def run(**kw):
@@ -160,7 +166,7 @@ def test_every_algorithm_batched_agrees_with_one_at_a_time(algorithm):
     assert len(set(one.num_samples.tolist())) > 1  # ragged clients
     reference, params = one.backend.get_params(), batched.backend.get_params()
     for name, tensor in reference.items():
-        assert relative_gap(params[name], tensor) <= RELATIVE, name
+        assert relative_gap(params[name], tensor) <= RUNS_RELATIVE, name
     for a, b in zip(one.history, batched.history):
         assert abs(a["test_accuracy"] - b["test_accuracy"]) <= 0.005
         assert a["avg_p"] == pytest.approx(b["avg_p"], abs=1e-6)  # same allocations
