@@ -128,15 +128,20 @@ HASFL_SPARSE_TARGET inline __m256d nibble_lanes(unsigned nib) {
   return _mm256_castsi256_pd(_mm256_load_si256(reinterpret_cast<const __m256i*>(kNibbles.lanes[nib])));
 }
 
+// The nibble's first popcount(nib) lanes of v moved to its set lanes, +0 in the clear ones (v itself for a full one).
+HASFL_SPARSE_TARGET inline __m256d expand_nibble(__m256d v, unsigned nib) {
+  if (nib == 15u) return v;
+  const __m256i order = _mm256_load_si256(reinterpret_cast<const __m256i*>(kNibbles.expand[nib]));
+  return _mm256_and_pd(_mm256_castps_pd(_mm256_permutevar8x32_ps(_mm256_castpd_ps(v), order)), nibble_lanes(nib));
+}
+
 // The 4 columns of nibble `nib` as doubles: its popcount(nib) next values of x in its set lanes, +0 elsewhere;
 // reads exactly those values (a masked load).
 HASFL_SPARSE_TARGET inline __m256d nibble_values(const float* x, unsigned nib) {
   const int count = __builtin_popcount(nib);
   const __m128i prefix = _mm_setr_epi32(count > 0 ? -1 : 0, count > 1 ? -1 : 0, count > 2 ? -1 : 0, count > 3 ? -1 : 0);
   const __m256d v = _mm256_cvtps_pd(count == 4 ? _mm_loadu_ps(x) : _mm_maskload_ps(x, prefix));
-  if (nib == 15u) return v;
-  const __m256i order = _mm256_load_si256(reinterpret_cast<const __m256i*>(kNibbles.expand[nib]));
-  return _mm256_and_pd(_mm256_castps_pd(_mm256_permutevar8x32_ps(_mm256_castpd_ps(v), order)), nibble_lanes(nib));
+  return expand_nibble(v, nib);
 }
 
 HASFL_SPARSE_TARGET inline __m256d nibble_values(const double* x, unsigned nib) {
@@ -144,9 +149,7 @@ HASFL_SPARSE_TARGET inline __m256d nibble_values(const double* x, unsigned nib) 
   const __m256d v = count == 4 ? _mm256_loadu_pd(x)
                                : _mm256_maskload_pd(x, _mm256_load_si256(reinterpret_cast<const __m256i*>(
                                                            kNibbles.prefix[count])));
-  if (nib == 15u) return v;
-  const __m256i order = _mm256_load_si256(reinterpret_cast<const __m256i*>(kNibbles.expand[nib]));
-  return _mm256_and_pd(_mm256_castps_pd(_mm256_permutevar8x32_ps(_mm256_castpd_ps(v), order)), nibble_lanes(nib));
+  return expand_nibble(v, nib);
 }
 
 // acc[c] = w x(c) + acc[c] and den[c] += w over the set bits c < n (the portable build's, 4 columns at a time; the

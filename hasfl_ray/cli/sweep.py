@@ -151,9 +151,10 @@ def _run(plan, executor, force, quiet, stop=None, lock=None, refused=None):
     from hasfl_ray.sweep import RAY_RUN_ONLY
     unapplied = {k: plan.shared[k] for k in RAY_RUN_ONLY if plan.shared.get(k) is not None}
     if unapplied:  # the file's keys for `simulate --config` (one run on Ray): named, never dropped without a word
-        click.echo("note: the config's " + ", ".join(f"{k} {v!r}" for k, v in unapplied.items())
-                   + (" apply" if len(unapplied) > 1 else " applies") + " to `simulate --config` only; every sweep cell runs the local backend, one Ray task per cell, "
-                   "without them")
+        keys = ", ".join(f"{k} {v!r}" for k, v in unapplied.items())
+        verb = "apply" if len(unapplied) > 1 else "applies"
+        click.echo(f"note: the config's {keys} {verb} to `simulate --config` only; every sweep cell runs the local "
+                   "backend, one Ray task per cell, without them")
     # a live bar on a terminal only: elsewhere (a log file, a pipe) its \r frames would be one unreadable line, and
     # each cell's line below says the same (issue 45 item 5)
     live = not quiet and _terminal(sys.stderr)

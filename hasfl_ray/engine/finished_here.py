@@ -25,23 +25,26 @@ def finish_here(engine: Any) -> None:
     clients in flight live on its backend) on a backend that would start Ray, swap in a backend that never starts
     it (:class:`HandoffBackend` starts Ray only after a round ran here) and say so, once."""
     c = engine.config
-    if not (engine.resume and engine.rundir and engine.checkpoint is not None) or c.mode == "async" or \
-            engine.checkpoint.round < c.rounds or isinstance(engine.backend, (LocalBackend, HandoffBackend)):
+    if not (engine.rundir and holds_every_round(engine)) or isinstance(engine.backend, (LocalBackend, HandoffBackend)):
         return
     engine.backend = HandoffBackend(_no_ray, stored_execution(engine.rundir.path))
     logger.warning("run directory %r holds a finished run (%d of %d rounds); its summary is written again here, "
                    "without starting Ray", engine.rundir.path, engine.checkpoint.round, c.rounds)
 
 
+def holds_every_round(engine: Any) -> bool:
+    """Whether ``engine`` resumes a synchronous run whose checkpoint holds every round (nothing is left to train)."""
+    c, checkpoint = engine.config, engine.checkpoint
+    return bool(engine.resume) and checkpoint is not None and c.mode != "async" and checkpoint.round >= c.rounds
+
+
 def record_config(engine: Any) -> None:
     """Write config.yaml with the execution of this process, except where a resume finds every round of a
     synchronous run already trained: nothing runs here, so the config.yaml the run wrote as it ran stays as it is
     (a local run resumed with ``--backend ray --actors 2`` had come to record ``backend: ray`` and ``actors: 2``)."""
-    c, checkpoint, path = engine.config, engine.checkpoint, engine.rundir.path
-    if engine.resume and checkpoint is not None and c.mode != "async" and checkpoint.round >= c.rounds and \
-            os.path.isfile(os.path.join(path, "config.yaml")):
+    if holds_every_round(engine) and os.path.isfile(os.path.join(engine.rundir.path, "config.yaml")):
         return
-    engine.rundir.create(c.to_dict(), engine.backend.describe())
+    engine.rundir.create(engine.config.to_dict(), engine.backend.describe())
 
 
 def _no_ray():  # never called: no round is left to hand over at
