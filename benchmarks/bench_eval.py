@@ -298,13 +298,19 @@ def share_call(config: Dict[str, object], variant: str, out: str, processes: boo
 
 
 def share(name: str, config: Dict[str, object], every: int, repeats: int, scratch: str,
-          processes: bool = False, before_variant: str = "main") -> None:
+          processes: bool = False, before_variant: str = "main", start: Optional[int] = None) -> None:
     """The evaluation's share of a round's CPU time, before (``before_variant``, test_accuracy every round) and
     after (the current path; every round, and with test_every ``every``), interleaved, repeat by repeat. Each run
     has two rounds: "before" tests both, "after" (test_every 2) only the last, so its round 0 is a round without
     evaluation (checked) and round 1 is compared, before and after, on the same participants, widths and data: with
-    test_every N a round costs its training and the rest (R) plus E / N on average, a share of E / N / (R + E / N)."""
+    test_every N a round costs its training and the rest (R) plus E f on average, a share of E f / (R + E f), f the
+    evaluated rounds' fraction of the paper's T = 200 under test_every N through round ``start`` (1 / N unset;
+    41 / 200 for N = 5 through round 1, the paper's configs)."""
+    from hasfl_ray.evaluation import evaluation_round
+
     target = SHARE_TARGETS[name]
+    fraction = sum(evaluation_round(t, 200, every, every, test_phase=start)[0] for t in range(200)) / 200
+    cadence = f"test_every {every}" + (f" through {start}" if start else "")
     from hasfl_ray.models import ghost_norm
 
     print(f"\n{name}, evaluation's share of a round's process CPU (target <= {100 * target:.0f} %; before: "
@@ -312,7 +318,7 @@ def share(name: str, config: Dict[str, object], every: int, repeats: int, scratc
           f"{ghost_norm.STACK_SAMPLES}; load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}): "
           f"{json.dumps(config)}")
     print(f"{'repeat':>6}  {'before: round s':>15}  {'eval s':>7}  {'sBN s':>6}  {'share':>6}  {'after: round s':>14}  "
-          f"{'eval s':>7}  {'sBN s':>6}  {'share':>6}  {'rest of round s':>15}  {f'share, test_every {every}':>22}")
+          f"{'eval s':>7}  {'sBN s':>6}  {'share':>6}  {'rest of round s':>15}  {f'share, {cadence}':>22}")
     rows = []
     for repeat in range(repeats):
         before = share_call({**config, "rounds": 2, "test_every": 1}, before_variant,
@@ -324,7 +330,7 @@ def share(name: str, config: Dict[str, object], every: int, repeats: int, scratc
         round_b, eval_b = b["round"], b.get("evaluation", 0.0)
         round_a, eval_a = a["round"], a.get("evaluation", 0.0)
         rest = round_a - eval_a  # round 1 without its evaluation
-        amortised = eval_a / every / (rest + eval_a / every)
+        amortised = eval_a * fraction / (rest + eval_a * fraction)
         rows.append((eval_b / round_b, eval_a / round_a, amortised))
         same = [(x["test_accuracy"], y["test_accuracy"]) for x, y in zip(before["lines"], after["lines"])][1]
         print(f"{repeat + 1:>6}  {round_b:>15.2f}  {eval_b:>7.2f}  {b.get('sbn', 0.0):>6.2f}  "
@@ -336,8 +342,8 @@ def share(name: str, config: Dict[str, object], every: int, repeats: int, scratc
               f"{'equal' if same[0] == same[1] else 'DIFFERENT'}")
     med = [statistics.median(r[k] for r in rows) for k in range(3)]
     print(f"{name}: median share before {100 * med[0]:.1f} %, after (every round) {100 * med[1]:.1f} %, after with "
-          f"test_every {every} {100 * med[2]:.1f} %; target {100 * target:.0f} %: every round "
-          f"{'met' if med[1] <= target else 'NOT met'}, test_every {every} {'met' if med[2] <= target else 'NOT met'}")
+          f"{cadence} {100 * med[2]:.1f} %; target {100 * target:.0f} %: every round "
+          f"{'met' if med[1] <= target else 'NOT met'}, {cadence} {'met' if med[2] <= target else 'NOT met'}")
 
 
 def pack_config(data_dir: str) -> Dict[str, object]:
@@ -383,6 +389,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--share-child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--share-test-every", type=int, default=5,
                         help="The share section's EMNIST test_every (the pack's is HeteroFL's own: every round).")
+    parser.add_argument("--share-test-phase", type=int, default=None,
+                        help="A round the EMNIST cadence passes through (1: the paper's configs; default unset).")
     options = parser.parse_args(argv)
     if options.share_child:  # one run of --share-processes: its result as the last line
         request = json.loads(options.share_child)
@@ -414,7 +422,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             only = set(options.share_only.split(","))
             if "emnist" in only:
                 share("emnist", emnist, options.share_test_every, options.share_repeats, scratch,
-                      options.share_processes, options.share_before)
+                      options.share_processes, options.share_before, options.share_test_phase)
             if "pack" in only:
                 share("pack", pack_config(options.share_data_dir), 1, options.share_repeats, scratch,
                       options.share_processes, options.share_before)

@@ -39,20 +39,26 @@ def default_eval_widths(p_max: np.ndarray) -> List[float]:
     return sorted({float(p) for p in np.unique(np.asarray(p_max, dtype=np.float64))} | {1.0})
 
 
-def is_eval_round(round: int, rounds: int, every: int) -> bool:
-    """Whether round ``round`` (0-based) of ``rounds`` evaluates at each width: every ``every`` rounds
-    ((round + 1) % every == 0) and always the last; ``every`` 0 means the last round only."""
-    return round + 1 == rounds or (every > 0 and (round + 1) % every == 0)
+def is_eval_round(round: int, rounds: int, every: int, phase: Optional[int] = None) -> bool:
+    """Whether round ``round`` (0-based) of ``rounds`` evaluates at each width: every ``every`` rounds, on the 1-based
+    rounds t with t % every == phase % every (None: ``every``, i.e. ``(round + 1) % every == 0``), and always the
+    last; ``every`` 0 means the last round only."""
+    if round + 1 == rounds:
+        return True
+    if every <= 0:
+        return False
+    return (round + 1) % every == (every if phase is None else phase) % every
 
 
 def evaluation_round(round: int, rounds: int, test_every: int, eval_every: int, test_first: bool = False,
-                     test_last: int = 0) -> Tuple[bool, bool]:
+                     test_last: int = 0, test_phase: Optional[int] = None) -> Tuple[bool, bool]:
     """Whether round ``round`` (0-based) of ``rounds`` evaluates test_accuracy, and whether it also evaluates every
     other width: the test cadence (:func:`is_eval_round` of ``test_every``), widths on the rounds that are also on
-    ``eval_every``'s; the first round (``test_first``) and each of the last ``test_last`` rounds are both."""
+    ``eval_every``'s, both through the 1-based round ``test_phase`` (None: rounds K, 2K, ... of each); the first
+    round (``test_first``) and each of the last ``test_last`` rounds are both."""
     also = (round == 0 and test_first) or round >= rounds - test_last
-    tested = also or is_eval_round(round, rounds, test_every)
-    return tested, tested and (also or is_eval_round(round, rounds, eval_every))
+    tested = also or is_eval_round(round, rounds, test_every, test_phase)
+    return tested, tested and (also or is_eval_round(round, rounds, eval_every, test_phase))
 
 
 def submodel_groups(widths: np.ndarray, channel_shapes) -> Tuple[List[float], np.ndarray]:

@@ -119,7 +119,8 @@ def cell_cost(cell: Dict) -> Dict[str, float]:
     flops = {r["p"]: r["flops"] for r in resnet_cost_table(cell["model"], widths=tuple([top] + [top * w for w in widths]))}
     images = TEST if cell.get("sbn_statistics") == "test_batch" else TRAIN + TEST
     rounds = [evaluation_round(t, cell["rounds"], cell.get("test_every") or 1, cell.get("eval_every") or 5,
-                               bool(cell.get("test_first")), cell.get("test_last") or 0) for t in range(cell["rounds"])]
+                               bool(cell.get("test_first")), cell.get("test_last") or 0,
+                               cell.get("test_phase")) for t in range(cell["rounds"])]
     evaluations = sum(tested for tested, _ in rounds) * images * flops[top]
     evaluations += sum(both for _, both in rounds) * images * sum(flops[top * w] for w in widths)
     return {"steps": steps, "eval_flops": evaluations}

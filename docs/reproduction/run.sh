@@ -26,7 +26,9 @@ case "${1:-digits}" in
       $NICE hasfl-ray sweep "configs/$config.yaml" --datasets digits "${common[@]}" --out "$RUNS/digits-$config"
     done ;;
   emnist|cifar10)  # HAS-FL, coverage off, Uniform and FedAvg on the real sample: seed 42, 30 rounds
-    sample=(--datasets "$1" --data-dir "$DATA" --seeds 42 --rounds 30 "${common[@]}")
+    # every round tested and the widths every 5th, as the stored runs were (the configs' own cadence is the paper's:
+    # every 5th round from the first, --test-every 5 --test-phase 1)
+    sample=(--datasets "$1" --data-dir "$DATA" --seeds 42 --rounds 30 --test-every 1 --test-phase 5 "${common[@]}")
     $NICE hasfl-ray sweep configs/table4-coverage-ablation.yaml --algorithms hasfl,hasfl-coverage-off "${sample[@]}" \
       --out "$RUNS/$1-sample-table4"
     $NICE hasfl-ray sweep configs/table3-allocation.yaml --algorithms uniform "${sample[@]}" --out "$RUNS/$1-sample-table3"

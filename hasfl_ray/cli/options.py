@@ -299,6 +299,9 @@ RUN_OPTIONS = (
     click.option("--test-last", type=int, metavar="N",
                  help="Also evaluate each of the last N rounds (test_accuracy and every width; default 0: the last "
                       "round only)."),
+    click.option("--test-phase", type=int, metavar="R",
+                 help="Put --test-every's and --eval-every's cadences through the 1-based round R: rounds t with t "
+                      "% K == R % K (default: rounds K, 2K, ...; the paper's figures: --test-every 5 --test-phase 1)."),
     click.option("--local-eval-every", type=int,
                  help="Evaluate every client's local accuracy every K rounds too (default 0: after the last round "
                       "only)."),

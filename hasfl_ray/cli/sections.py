@@ -32,7 +32,7 @@ SECTIONS: Dict[str, Tuple[str, ...]] = {
                  "--local-steps", "--batch-size", "--lr", "--lr-decay", "--lr-milestones", "--lr-gamma",
                  "--weight-decay", "--momentum", "--augmentation", "--masked-loss", "--local-optimizer",
                  "--local-optimizer-options", "--precision"),
-    "Evaluation": ("--eval-batch-size", "--eval-samples", "--eval-widths", "--eval-every", "--test-every", "--test-first", "--test-last",
+    "Evaluation": ("--eval-batch-size", "--eval-samples", "--eval-widths", "--eval-every", "--test-every", "--test-first", "--test-last", "--test-phase",
                    "--local-eval-every",
                    "--local-eval-width", "--local-eval-clients", "--local-eval-rule"),
     "Clock": ("--devices", "--availability", "--deadline", "--deadline-policy", "--overselect", "--dropout"),

@@ -36,7 +36,9 @@ SYNC_ONLY = {"deadline_policy": (("drop",), "it unset (a policy for late updates
              "test_first": ((False,), "it unset (an asynchronous run evaluates every eval_every_updates server "
                                       "updates or eval_every_seconds simulated seconds)"),
              "test_last": ((0,), "it unset (an asynchronous run evaluates every eval_every_updates server updates "
-                                 "or eval_every_seconds simulated seconds)")}
+                                 "or eval_every_seconds simulated seconds)"),
+             "test_phase": ((None,), "it unset (an asynchronous run evaluates every eval_every_updates server "
+                                     "updates or eval_every_seconds simulated seconds)")}
 
 STALENESS_EXPECTED = ("constant, polynomial:A (s = (1 + tau)^-A, A >= 0) or hinge:A,B (s = 1 for tau <= B, else "
                       "1 / (A (tau - B) + 1), A >= 0, B >= 0)")

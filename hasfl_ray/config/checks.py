@@ -232,6 +232,10 @@ def _check_evaluation(self, bad) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise bad("test_last", value, "a non-negative integer (the last rounds that are each evaluated; 0: the last "
                                       "one only)")
+    value = self.test_phase
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise bad("test_phase", value, "a positive integer (a 1-based round the evaluation cadences pass "
+                                       "through) or unset")
     value = self.local_eval_every
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise bad("local_eval_every", value, "a non-negative integer (rounds between local-accuracy evaluations; "

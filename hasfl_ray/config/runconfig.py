@@ -39,7 +39,8 @@ EXECUTION_FIELDS = frozenset({"backend", "actors", "gpus_per_actor", "address", 
                               "checkpoint_every", "fault_inject",
                               "data_dir", "download", "control_variates_dir",
                               # evaluation beside test_accuracy (docs/metrics.md): never changes the model or it
-                              "eval_widths", "eval_every", "test_every", "test_first", "test_last", "local_eval_every", "local_eval_width",
+                              "eval_widths", "eval_every", "test_every", "test_first", "test_last", "test_phase",
+                              "local_eval_every", "local_eval_width",
                               "eval_every_updates", "eval_every_seconds", "local_eval_clients", "handoff"})
 
 #: eval_every's default per dataset (a dataset not named here, a plug-in's included: 5).

@@ -120,10 +120,12 @@ class RunConfigFields:
     # test_accuracy (the full-width evaluation, and its sBN statistics pass) every test_every rounds and after the
     # last; the other rounds' lines hold null (default 1: every round); accuracy_at_width on rounds that are both;
     # test_first and test_last add the first round and each of the last test_last rounds to both cadences (FIARSE's
-    # server.py: every save_freq rounds, the first and the last 100)
+    # server.py: every save_freq rounds, the first and the last 100); test_phase, a 1-based round both cadences
+    # pass through, rounds t with t % K == test_phase % K (None: rounds K, 2K, ...; the paper's figures: 5 and 1)
     test_every: int = 1
     test_first: bool = False
     test_last: int = 0
+    test_phase: Optional[int] = None
     local_eval_every: int = 0
     local_eval_width: str = "final"
     local_eval_rule: str = "labels"

@@ -65,7 +65,8 @@ def request_evaluation(engine: Any, t: int):
     # forward pass, no sBN statistics pass); its line holds null, as an asynchronous update's that is not evaluated
     # (test_first, test_last: the first round and each of the last test_last rounds are both kinds of evaluation round)
     tested, widths_too = evaluation_round(t, rounds, getattr(c, "test_every", 1), c.eval_every,
-                                          getattr(c, "test_first", False), getattr(c, "test_last", 0))
+                                          getattr(c, "test_first", False), getattr(c, "test_last", 0),
+                                          getattr(c, "test_phase", None))
     full = global_evaluation(engine, ensemble) if tested else untested
     at_widths = at_depths = local = None
     if widths_too:
