@@ -161,11 +161,11 @@ def test_mixed_widths_equal_one_at_a_time_in_float32(model, objective):
     tasks = make_tasks(trainer, widths, objective)
     reference = [trainer.train(task, params) for task in tasks]
     mixed = trainer.train_group(tasks, params, batching="mixed")
-    # On CUDA the stacked convolutions and the one-client ones are different cuDNN problems, free to use different
-    # algorithms and summation orders: on an H100 the EMNIST losses parted by 6e-5 relative after 2 epochs (issue
-    # 39), while the float64 test above holds to 1e-12, so the padding itself is exact.
-    loss_tolerance = 1e-4 if trainer.device.type == "cuda" else 1e-5
-    assert_agree(reference, mixed, update_tolerance=1e-4, loss_tolerance=loss_tolerance, floor=1e-2)
+    # The stacked convolutions and the one-client ones are different problems to cuDNN and to oneDNN, free to use
+    # different algorithms and summation orders: on an H100 the EMNIST losses parted by 6e-5 relative after 2 epochs
+    # (issue 39), and on the CPU of the H200 machine of 2026-11-29 by 5.9e-5 and 6.6e-5 (plain, FedProx; 1e-5 held on
+    # the AMD EPYC sandboxes), while the float64 test above holds to 1e-12, so the padding itself is exact.
+    assert_agree(reference, mixed, update_tolerance=1e-4, loss_tolerance=1e-4, floor=1e-2)
     assert identical(mixed, train_mixed(trainer, tasks, params))  # train_group planned one mixed unit
 
 
