@@ -35,6 +35,7 @@ from hasfl_ray.models import MODEL_CONFIGS, register_model
 from hasfl_ray.models.choice import model_dataset
 from hasfl_ray.models.depth_plan import depth_plan
 from hasfl_ray.registry import call_plugin, lookup, spec_label
+from hasfl_ray.training.precision import check_precision
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +163,7 @@ def build(engine: Any) -> None:
     if engine.model_name not in MODEL_CONFIGS:
         raise ConfigError(f"dataset {c.dataset!r} names model {engine.model_name!r}; expected a built-in model "
                           f"({', '.join(MODEL_CONFIGS)}) or a model_config describing it")
+    check_precision(c, engine.model_name)  # bf16 with an LSTM on a CPU without oneDNN's bf16 LSTM: refused here
     if engine.dataset.num_clients != c.clients:
         raise ConfigError(f"dataset {c.dataset!r} loaded {engine.dataset.num_clients} clients but clients is "
                           f"{c.clients}; expected a loader that splits the data over config.clients clients")
