@@ -11,6 +11,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from hasfl_ray import allocator
 from hasfl_ray.algorithms import algorithm_class
 from hasfl_ray.clock import make_clock
 from hasfl_ray.config.inputs import unverified_inputs
@@ -75,6 +76,7 @@ def prepare_parts(engine: Any) -> None:
     check_control_variates_dir(engine)
     check_device(c)
     check_threads(c)
+    allocator.check_variable()  # HASFL_MALLOC_TRIM=off used to trim as if unset
     check_client_memory(c.clients, bytes_per_client(c))
     if engine.rundir and engine.force and not engine.resume:
         engine.rundir.check_clearable()  # --force clears only a run directory: refused before anything runs
