@@ -28,7 +28,6 @@ update's main-thread CPU less that inside training, the server and evaluation, o
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import json
 import os
@@ -39,22 +38,29 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from arguments import Parser, integer, integers, refuse  # noqa: E402
 
 
-def measure(mode: str, clients: int, concurrency: int, buffer: int, updates: int) -> dict:
-    """One point, in this process: per update (round) seconds in all, in training, in the server, in evaluation."""
-    from hasfl_ray.engine import Engine, RunConfig
-    from hasfl_ray.engine import asynchronous
-    from hasfl_ray.engine import evaluating
+def point_config(mode: str, clients: int, concurrency: int, buffer: int, updates: int):
+    """The RunConfig of one point (its refusals, e.g. a buffer larger than the concurrency, one sentence)."""
+    from hasfl_ray.engine import RunConfig
 
     common = dict(dataset="synthetic", clients=clients, backend="local", devices="lognormal", local_epochs=1,
                   rounds=updates + 1, checkpoint_every=0, algorithm="hasfl", seed=1, eval_samples=1000)
     if mode == "async":
-        config = RunConfig(**common, clients_per_round=buffer, mode="async", concurrency=concurrency,
-                           buffer_size=buffer, eval_every_updates=updates + 1)
-    else:
-        config = RunConfig(**common, clients_per_round=buffer)
-    engine = Engine(config)
+        return RunConfig(**common, clients_per_round=buffer, mode="async", concurrency=concurrency,
+                         buffer_size=buffer, eval_every_updates=updates + 1)
+    return RunConfig(**common, clients_per_round=buffer)
+
+
+def measure(mode: str, clients: int, concurrency: int, buffer: int, updates: int) -> dict:
+    """One point, in this process: per update (round) seconds in all, in training, in the server, in evaluation."""
+    from hasfl_ray.engine import Engine
+    from hasfl_ray.engine import asynchronous
+    from hasfl_ray.engine import evaluating
+
+    engine = Engine(point_config(mode, clients, concurrency, buffer, updates))
     engine.prepare()
     keys = ("train", "server", "eval")
     spent = {f"{key}{clock}": 0.0 for key in keys for clock in ("", "_cpu")}
@@ -143,16 +149,28 @@ def measure(mode: str, clients: int, concurrency: int, buffer: int, updates: int
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", default="10000,100000")
-    parser.add_argument("--concurrency", type=int, default=1000)
-    parser.add_argument("--buffer", type=int, default=100)
-    parser.add_argument("--updates", type=int, default=10)
+    parser = Parser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=integers(1), default="10000,100000")
+    parser.add_argument("--concurrency", type=integer(1), default=1000)
+    parser.add_argument("--buffer", type=integer(1), default=100)
+    parser.add_argument("--updates", type=integer(1), default=10)
     parser.add_argument("--point", help="MODE,CLIENTS (sync or async): one point, in this process")
     parser.add_argument("--profile", help="with --point: write the point's cProfile statistics here (pstats)")
     args = parser.parse_args()
+    mode, _, clients = (args.point or "").partition(",")
+    if args.point and (mode not in ("sync", "async") or not clients.isdigit() or int(clients) < 1):
+        refuse(f"--point is {args.point!r}; expected MODE,CLIENTS with MODE sync or async, e.g. async,10000")
+    if args.profile and not args.point:
+        refuse(f"--profile is {args.profile!r} but --point is unset; expected it with --point (one point's profile)")
+    from hasfl_ray.errors import ConfigError
+
+    for size, point_mode in ([(int(clients), mode)] if args.point else [(n, m) for n in args.sizes
+                                                                       for m in ("sync", "async")]):
+        try:  # every point's config refused here, before any point runs
+            point_config(point_mode, size, args.concurrency, args.buffer, args.updates)
+        except ConfigError as error:
+            refuse(f"{error} (with --sizes {size}, --concurrency {args.concurrency}, --buffer {args.buffer})")
     if args.point:
-        mode, clients = args.point.split(",")
         profile = cProfile.Profile() if args.profile else None
         if profile is not None:
             profile.enable()
@@ -163,7 +181,7 @@ def main() -> None:
         print(json.dumps(result))
         return
     results = []
-    for clients in (int(s) for s in args.sizes.split(",")):
+    for clients in args.sizes:
         for mode in ("sync", "async"):
             out = subprocess.run([sys.executable, __file__, "--point", f"{mode},{clients}", "--concurrency",
                                   str(args.concurrency), "--buffer", str(args.buffer), "--updates",

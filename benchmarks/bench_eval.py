@@ -5,8 +5,8 @@ EMNIST-sample protocol, and local accuracy for 10,000 synthetic clients takes se
 
 Every run is a real `hasfl_ray.simulate` run (local backend, its metrics.jsonl written) in this process, with timers
 around the calls issue 25 added to a round: the server's per-layer coverage of the aggregate (``layer_coverage``),
-``frozen_by_layer``, and ``Engine.evaluation_metrics`` (the evaluation at each width below 1: ``evaluate_widths``;
-local accuracy on its rounds: ``test_beats`` + ``local_accuracies``). A round before issue 25 cost its ``wall_s``
+``frozen_by_layer``, and the evaluation at each width below 1 (``Server.evaluate_widths``) and local accuracy on
+its rounds (``Engine.local_accuracy``), which ``Engine.evaluation_metrics`` ran before evaluation was deferred. A round before issue 25 cost its ``wall_s``
 less those calls, so the added share is measured inside each round. Where a flag turns the new evaluation off
 (``--eval-widths full``: the full model only, local accuracy at the end, which is the default too), the same run
 with it is timed beside the default as well, interleaved repeat by repeat, round by round on the same seed (same
@@ -52,6 +52,7 @@ import json
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -60,6 +61,9 @@ from typing import Dict, Iterator, List, Optional, Sequence
 import hasfl_ray
 from hasfl_ray.engine import engine as engine_module
 from hasfl_ray.engine import server as server_module
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from arguments import Parser, integer, names, refuse  # noqa: E402
 
 #: Item 3's bound on what the default evaluation adds to a round.
 TARGET_RATIO = 1.10
@@ -97,7 +101,6 @@ def timed_calls() -> Iterator[Timers]:
     targets = [(engine_module.Engine, "run_round", "round", True),
                (server_module, "layer_coverage", "coverage_by_layer", False),
                (server_module.Server, "frozen_by_layer", "frozen_by_layer", False),
-               (engine_module.Engine, "evaluation_metrics", "evaluation", False),
                (server_module.Server, "evaluate_widths", "widths", False),
                (engine_module.Engine, "local_accuracy", "local", False)]
     saved = [(owner, name, getattr(owner, name)) for owner, name, _, _ in targets]
@@ -119,7 +122,9 @@ def run(config: Dict[str, object], out: str) -> Dict[str, object]:
     rounds = []
     for line in lines:
         spent = timers.spent[line["round"]]
-        new = spent["coverage_by_layer"] + spent["frozen_by_layer"] + spent["evaluation"]
+        # issue 25's calls: Engine.evaluation_metrics was the widths' and the local accuracy's passes (since gone:
+        # evaluation is requested now and recorded later, hasfl_ray/engine/evaluating.py), timed as they are now
+        new = spent["coverage_by_layer"] + spent["frozen_by_layer"] + spent["widths"] + spent["local"]
         rounds.append({"wall": line["wall_s"], "new": new, "widths": spent["widths"], "local": spent["local"],
                        "eval_round": "accuracy_at_width" in line})
     shutil.rmtree(out, ignore_errors=True)
@@ -362,32 +367,34 @@ def pack_config(data_dir: str) -> Dict[str, object]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=3, help="Digits repeats (each: default, then eval off).")
-    parser.add_argument("--rounds", type=int, default=30, help="Digits rounds a run.")
-    parser.add_argument("--drop", type=int, default=2, help="Rounds dropped at the start of each run.")
-    parser.add_argument("--eval-every", type=int, default=None,
+    parser = Parser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=integer(1), default=3, help="Digits repeats (each: default, then eval off).")
+    parser.add_argument("--rounds", type=integer(1), default=30, help="Digits rounds a run.")
+    parser.add_argument("--drop", type=integer(0), default=2, help="Rounds dropped at the start of each run.")
+    parser.add_argument("--eval-every", type=integer(1), default=None,
                         help="The digits runs' eval_every (default: the protocol's, 1).")
     parser.add_argument("--data-dir", default="data")
-    parser.add_argument("--emnist-rounds", type=int, default=5)
+    parser.add_argument("--emnist-rounds", type=integer(1), default=5)
     parser.add_argument("--emnist-ab", action="store_true", help="Also time EMNIST with --eval-widths full.")
-    parser.add_argument("--synthetic-clients", type=int, default=10_000)
-    parser.add_argument("--synthetic-rounds", type=int, default=3)
-    parser.add_argument("--synthetic-repeats", type=int, default=2)
-    parser.add_argument("--skip", default="", help="Comma list of digits, emnist, synthetic, share to leave out.")
+    parser.add_argument("--synthetic-clients", type=integer(100), default=10_000)
+    parser.add_argument("--synthetic-rounds", type=integer(1), default=3)
+    parser.add_argument("--synthetic-repeats", type=integer(1), default=2)
+    parser.add_argument("--skip", type=names(("digits", "emnist", "synthetic", "share"), empty=True), default="",
+                        help="Comma list of digits, emnist, synthetic, share to leave out.")
     parser.add_argument("--share-data-dir", default="data",
                         help="The EMNIST and CIFAR-10 samples' root for the share section (issue 46 item 1).")
-    parser.add_argument("--share-repeats", type=int, default=1)
-    parser.add_argument("--share-stack", type=int, default=None,
+    parser.add_argument("--share-repeats", type=integer(1), default=1)
+    parser.add_argument("--share-stack", type=integer(1), default=None,
                         help="Samples a stacked forward of the sBN pass after (default: ghost_norm.STACK_SAMPLES).")
-    parser.add_argument("--share-only", default="emnist,pack", help="Comma list of the share section's emnist, pack.")
+    parser.add_argument("--share-only", type=names(("emnist", "pack")), default="emnist,pack",
+                        help="Comma list of the share section's emnist, pack.")
     parser.add_argument("--share-before", default="main", choices=SHARE_VARIANTS[:2],
                         help="The share section's before: main (the path before packed convolution weights and "
                              "unfilled evaluation memory, the default) or pre46 (the path before issue 46).")
     parser.add_argument("--share-processes", action="store_true",
                         help="Each share run in its own process, before without and after with huge pages.")
     parser.add_argument("--share-child", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--share-test-every", type=int, default=5,
+    parser.add_argument("--share-test-every", type=integer(1), default=5,
                         help="The share section's EMNIST test_every (the pack's is HeteroFL's own: every round).")
     parser.add_argument("--share-test-phase", type=int, default=None,
                         help="A round the EMNIST cadence passes through (1: the paper's configs; default unset).")
@@ -396,7 +403,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         request = json.loads(options.share_child)
         print(json.dumps(share_run(request["config"], request["variant"], request["out"])))
         return
-    skip = set(filter(None, options.skip.split(",")))
+    if options.drop >= options.rounds and "digits" not in options.skip:  # no round left to time
+        refuse(f"--drop is {options.drop} but --rounds is {options.rounds}; expected fewer rounds dropped than run")
+    skip = set(options.skip)
     scratch = tempfile.mkdtemp(prefix="bench-eval-")
     try:
         if "digits" not in skip:
@@ -419,7 +428,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
             if options.share_stack is not None:
                 ghost_norm.STACK_SAMPLES = options.share_stack
-            only = set(options.share_only.split(","))
+            only = set(options.share_only)
             if "emnist" in only:
                 share("emnist", emnist, options.share_test_every, options.share_repeats, scratch,
                       options.share_processes, options.share_before, options.share_test_phase)

@@ -36,7 +36,6 @@ of its own in every repeat, interleaved with the rest), to compare them on the s
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -50,6 +49,7 @@ from typing import Dict, List, Optional, Sequence
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_first_round import finished  # noqa: E402
 from bench_simulation import parallel_capacity  # noqa: E402
+from arguments import Parser, integer, names  # noqa: E402
 from run_cpu import CpuWatch  # noqa: E402
 
 #: The bounds of issue 29 item 1 and issue 46 item 3: Ray with 2 actors over the local backend, in rounds/s, in
@@ -150,12 +150,14 @@ def spread(values: List[float], fmt: str) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--settings", default="hasfl,short,training", help="comma list of hasfl, short, training")
-    parser.add_argument("--placements", default="auto",
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--settings", type=names(tuple(SETTINGS)), default="hasfl,short,training",
+                        help="comma list of hasfl, short, training")
+    parser.add_argument("--placements", type=names(("auto", "driver", "actor")), default="auto",
                         help="comma list of Ray server placements to run (auto, driver, actor), each against local")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=None, help="rounds per run (default: 40 hasfl and short, 21 training; more than 10)")
+    parser.add_argument("--repeats", type=integer(1), default=3)
+    parser.add_argument("--rounds", type=integer(SKIP + 1), default=None,
+                        help=f"rounds per run (default: 40 hasfl and short, 21 training; more than {SKIP})")
     parser.add_argument("--no-default", action="store_true", help="leave out the default command's first round")
     args = parser.parse_args(argv)
     capacity = [parallel_capacity()]
@@ -163,12 +165,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     workdir = tempfile.mkdtemp(prefix="bench-short-rounds-")
     rows = []
     try:
-        for setting in args.settings.split(","):
+        for setting in args.settings:
             spec = SETTINGS[setting]
             rounds = args.rounds or spec["rounds"]
             base = [*COMMON, "--algorithm", spec["algorithm"], "--local-epochs", str(spec["local_epochs"]),
                     "--rounds", str(rounds)]
-            runs = backends(args.placements.split(","), not args.no_default)
+            runs = backends(args.placements, not args.no_default)
             got: Dict[str, List[Dict[str, object]]] = {name: [] for name in runs}
             for repeat in range(args.repeats):
                 for name, flags in runs.items():

@@ -14,11 +14,14 @@ Prints RSS per process at intervals and a verdict; exits 1 when memory grows or 
 
 from __future__ import annotations
 
-import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from arguments import Parser, fraction, integer, refuse  # noqa: E402
 
 
 def rss_mib(pid: int) -> float:
@@ -54,40 +57,52 @@ def descendants(pid: int) -> set:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=500)
-    parser.add_argument("--warmup", type=int, default=50, help="rounds before memory must stay flat")
-    parser.add_argument("--every", type=int, default=10, help="sample memory every N rounds")
-    parser.add_argument("--tolerance", type=float, default=0.02, help="allowed growth after warm-up (fraction)")
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=integer(1), default=500)
+    parser.add_argument("--warmup", type=integer(0), default=50, help="rounds before memory must stay flat")
+    parser.add_argument("--every", type=integer(1), default=10, help="sample memory every N rounds")
+    parser.add_argument("--tolerance", type=fraction, default=0.02, help="allowed growth after warm-up (fraction)")
     parser.add_argument("--backend", choices=("ray", "local"), default="ray")
     parser.add_argument("--dataset", default="digits")
     parser.add_argument("--data-dir", default=None, help="the dataset's folder (emnist: torchvision's EMNIST files)")
-    parser.add_argument("--local-steps", type=int, default=None,
+    parser.add_argument("--local-steps", type=integer(1), default=None,
                         help="local iterations a client (default: the protocol's epochs); a lighter round that keeps "
                              "every allocation, width and network of the protocol")
-    parser.add_argument("--eval-every", type=int, default=None, help="rounds between evaluations at each width")
-    parser.add_argument("--eval-samples", type=int, default=None,
+    parser.add_argument("--eval-every", type=integer(1), default=None, help="rounds between evaluations at each width")
+    parser.add_argument("--eval-samples", type=integer(1), default=None,
                         help="evaluate on a seeded subset of this many test samples (a lighter evaluation)")
     parser.add_argument("--probe-trim", action="store_true",
                         help="also print the driver's RSS after glibc's malloc_trim(0) at each sample: memory that "
                              "malloc_trim returns was free but kept by the allocator, not held by the run")
     args = parser.parse_args()
+    if args.warmup >= args.rounds:  # no sample after the warm-up: nothing to judge (an IndexError at the end, before)
+        refuse(f"--warmup is {args.warmup} but --rounds is {args.rounds}; expected a warm-up shorter than the run")
 
     import ray
 
     from hasfl_ray import allocator
     from hasfl_ray.engine import Engine, RunConfig
+    from hasfl_ray.errors import ConfigError
     from hasfl_ray.simulation import quiet_token_notice
 
+    keys = dict(actors=2) if args.backend == "ray" else {}
+    keys.update({k: v for k, v in (("local_steps", args.local_steps), ("eval_every", args.eval_every),
+                                   ("eval_samples", args.eval_samples)) if v is not None})
+    try:  # the config's refusals (a dataset that is not one, ...) before Ray starts or a folder is made
+        config = RunConfig(dataset=args.dataset, data_dir=args.data_dir, rounds=args.rounds, backend=args.backend,
+                           checkpoint_every=50, **keys)
+        allocator.check_variable()
+    except ConfigError as error:
+        refuse(str(error))
+    out = tempfile.mkdtemp(prefix="hasfl-soak-")
+    try:
+        engine = Engine(config, out_dir=out)
+    except ConfigError as error:  # the config resolved (a dataset that is not one, ...): refused, no folder left
+        shutil.rmtree(out, ignore_errors=True)
+        refuse(str(error))
     quiet_token_notice()
     if args.backend == "ray":
         ray.init(num_cpus=2, include_dashboard=False, logging_level="warning")
-    out = tempfile.mkdtemp(prefix="hasfl-soak-")
-    keys = dict(actors=2) if args.backend == "ray" else {}
-    keys.update({k: v for k, v in (("local_steps", args.local_steps), ("eval_every", args.eval_every),
-                                   ("eval_samples", args.eval_samples)) if v})
-    engine = Engine(RunConfig(dataset=args.dataset, data_dir=args.data_dir, rounds=args.rounds, backend=args.backend,
-                              checkpoint_every=50, **keys), out_dir=out)
     samples = []  # (round, {process: MiB})
     run_round = engine.run_round
     start = time.perf_counter()
@@ -124,7 +139,11 @@ def main() -> int:
         return line
 
     engine.run_round = sampled_round
-    summary = engine.run()
+    try:
+        summary = engine.run()
+    except ConfigError as error:  # refused as the run starts (data that are not there, ...): nothing left behind
+        shutil.rmtree(out, ignore_errors=True)
+        refuse(str(error))
     wall = time.perf_counter() - start
     if args.backend == "ray":
         ray.shutdown()

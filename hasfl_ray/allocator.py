@@ -70,8 +70,30 @@ def _function():
     return _trim[0]
 
 
+#: What :data:`VARIABLE` may say (blanks around and case aside; unset or empty: ``1``): ``1`` trims when due,
+#: ``always`` on every request, ``0`` never.
+MODES = ("1", "always", "0")
+
+
+def mode() -> Optional[str]:
+    """This process's :data:`VARIABLE` as one of :data:`MODES`, or None where it says something else (``off``,
+    ``true``, a misspelling: refused by :func:`check_variable`, where a run starts; before, it trimmed as if unset)."""
+    value = os.environ.get(VARIABLE, "").strip().lower() or "1"
+    return value if value in MODES else None
+
+
+def check_variable() -> None:
+    """Refuse, in one sentence and before a run makes anything, a :data:`VARIABLE` that is not one of :data:`MODES`:
+    ``HASFL_MALLOC_TRIM=off`` used to be read as "trim when due", the opposite of what it asks."""
+    if mode() is None:
+        from hasfl_ray.errors import ConfigError
+
+        raise ConfigError(f"{VARIABLE} is {os.environ[VARIABLE]!r} in the environment; expected always (trim every "
+                          "round), 0 (never) or 1 or unset (once RSS grows 1.75 %)")
+
+
 def enabled() -> bool:
-    return os.environ.get(VARIABLE, "1") != "0" and _function() is not None
+    return mode() != "0" and _function() is not None
 
 
 def resident() -> int:
@@ -90,7 +112,7 @@ def release() -> None:
     if not enabled():
         return
     spent["requests"] += 1
-    if _held and os.environ.get(VARIABLE) != "always":
+    if _held and mode() != "always":
         now = resident()
         if now and now <= _held[0] * (1.0 + BOUND):
             return
@@ -146,14 +168,18 @@ def primitive_cache_status() -> str:
 
 def status() -> str:
     """For ``hasfl-ray info``."""
+    if mode() is None:
+        return (f"{VARIABLE}={os.environ[VARIABLE]!r} is not a setting (expected always, 0, or 1 or unset): a run "
+                "refuses it")
     if _function() is None:
         return "kept by the C library (no malloc_trim here)"
     if not enabled():
         return f"kept by the allocator ({VARIABLE}=0)"
-    if os.environ.get(VARIABLE) == "always":
+    if mode() == "always":
         return f"handed back after every round (malloc_trim; {VARIABLE}=always)"
     return f"handed back once RSS is {BOUND:.2%} above what the process held after its last malloc_trim"
 
 
-__all__ = ["BOUND", "HUGE_PAGES", "PRIMITIVES", "PRIMITIVE_CACHE", "VARIABLE", "bound_primitive_cache", "enabled",
-           "huge_pages", "pages", "primitive_cache_status", "release", "resident", "spent", "status"]
+__all__ = ["BOUND", "HUGE_PAGES", "MODES", "PRIMITIVES", "PRIMITIVE_CACHE", "VARIABLE", "bound_primitive_cache",
+           "check_variable", "enabled", "huge_pages", "mode", "pages", "primitive_cache_status", "release", "resident",
+           "spent", "status"]

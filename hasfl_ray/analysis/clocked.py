@@ -121,9 +121,22 @@ def clock_table(runs: Sequence[Dict[str, Any]], order: Sequence[str] = (),
     caption = ("Simulated time and data moved (bytes down and up, every invited client's download and every kept "
                "update's upload) until the end of the first round whose test accuracy of the full-width model reached "
                "each target, on the device clock (docs/clock.md); mean ± std over the seeds that reached it (their "
-               "count where not all did), \"not reached\" when none did; " + "; ".join(devices))
+               "count where not all did), \"not reached\" when none did; " + "; ".join(devices)
+               + tested_every(clocked))
     return {"name": "clock", "title": "Time and data to accuracy", "caption": caption, "columns": columns,
             "rows": rows, "units": units, "targets": list(targets)}
+
+
+def tested_every(runs: Sequence[Dict[str, Any]]) -> str:
+    """The caption's words for runs that tested only every K rounds (``test_every`` K > 1): a target they reached
+    is dated to the first round that tested after it, up to K - 1 rounds late ("" where every run tested every
+    round), so their times and bytes are not compared with every-round runs' unknowingly."""
+    every = sorted({int(k) for k in (run["config"].get("test_every") or 1 for run in runs)
+                    if isinstance(k, int) and not isinstance(k, bool) and k > 1})
+    if not every:
+        return ""
+    return (f"; test accuracy every {' or '.join(map(str, every))} rounds in some runs (--test-every): their targets "
+            "are dated to the first round tested after reaching them")
 
 
 def _unit(largest: float, units: Sequence[Tuple[float, str]]) -> Tuple[float, str]:

@@ -11,6 +11,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from hasfl_ray import allocator
 from hasfl_ray.algorithms import algorithm_class
 from hasfl_ray.clock import make_clock
 from hasfl_ray.config.inputs import unverified_inputs
@@ -35,6 +36,7 @@ from hasfl_ray.models import MODEL_CONFIGS, register_model
 from hasfl_ray.models.choice import model_dataset
 from hasfl_ray.models.depth_plan import depth_plan
 from hasfl_ray.registry import call_plugin, lookup, spec_label
+from hasfl_ray.training.precision import check_precision
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +76,7 @@ def prepare_parts(engine: Any) -> None:
     check_control_variates_dir(engine)
     check_device(c)
     check_threads(c)
+    allocator.check_variable()  # HASFL_MALLOC_TRIM=off used to trim as if unset
     check_client_memory(c.clients, bytes_per_client(c))
     if engine.rundir and engine.force and not engine.resume:
         engine.rundir.check_clearable()  # --force clears only a run directory: refused before anything runs
@@ -162,6 +165,7 @@ def build(engine: Any) -> None:
     if engine.model_name not in MODEL_CONFIGS:
         raise ConfigError(f"dataset {c.dataset!r} names model {engine.model_name!r}; expected a built-in model "
                           f"({', '.join(MODEL_CONFIGS)}) or a model_config describing it")
+    check_precision(c, engine.model_name)  # bf16 with an LSTM on a CPU without oneDNN's bf16 LSTM: refused here
     if engine.dataset.num_clients != c.clients:
         raise ConfigError(f"dataset {c.dataset!r} loaded {engine.dataset.num_clients} clients but clients is "
                           f"{c.clients}; expected a loader that splits the data over config.clients clients")

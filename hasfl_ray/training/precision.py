@@ -21,7 +21,8 @@ torch.func over stacked clients) are not: a bf16 trainer trains every client one
 from __future__ import annotations
 
 import contextlib
-from typing import ContextManager
+import functools
+from typing import Any, ContextManager
 
 import torch
 
@@ -34,3 +35,34 @@ def forward_precision(device: torch.device, precision: str, cache: bool = True) 
     if precision == "bf16":
         return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16, cache_enabled=cache)
     raise ValueError(f"precision is {precision!r}; expected fp32 or bf16")
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_runs_bf16_lstm() -> bool:
+    """Whether this CPU's oneDNN runs an LSTM under bfloat16 autocast: it has no bf16 LSTM primitive without
+    AVX-512 (an AVX2-only CPU such as a Zen 3 raises "could not create a primitive descriptor for the LSTM forward
+    propagation primitive"). Tried once on a 1-unit LSTM, its random initialisation outside the global stream."""
+    with torch.random.fork_rng(devices=[]):
+        lstm = torch.nn.LSTM(1, 1)
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            lstm(torch.zeros(1, 1, 1))
+    except RuntimeError:
+        return False
+    return True
+
+
+def check_precision(config: Any, model_name: str) -> None:
+    """Refuse, in one sentence and before anything is made, ``precision`` bf16 for a model with an LSTM trained on
+    a CPU whose oneDNN has no bfloat16 LSTM (:func:`cpu_runs_bf16_lstm`). A Ray run joining a cluster
+    (``address``) is not checked: its trainers run on the nodes' CPUs."""
+    if config.precision != "bf16" or config.device != "cpu" or getattr(config, "address", None) is not None:
+        return
+    from hasfl_ray.errors import ConfigError
+    from hasfl_ray.models import build_model
+
+    if cpu_runs_bf16_lstm() or not any(isinstance(m, torch.nn.LSTM) for m in build_model(model_name).modules()):
+        return
+    raise ConfigError(f"precision is 'bf16' but model {model_name!r} has an LSTM and oneDNN has no bfloat16 LSTM on "
+                      f"this CPU ({torch.backends.cpu.get_cpu_capability()}; it needs AVX-512); expected precision "
+                      "fp32 here, or a CUDA GPU")

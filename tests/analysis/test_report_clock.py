@@ -207,3 +207,17 @@ def test_the_protocol_line_of_an_asynchronous_run_counts_server_updates():
     assert protocol_line(sync) == "N=20, 10/round, T=40, K=2, α=0.3"
     assert protocol_line({**sync, "mode": "async", "concurrency": 10, "rounds": 740}) == \
         "N=20, C=10 in flight, T=740 server updates, K=2, α=0.3"
+
+
+def test_a_sparse_test_cadence_is_named_under_the_time_to_accuracy_table(tmp_path):
+    """A run that tested every 3rd round dates a target to the first tested round after reaching it: the caption
+    says so (before, it read as every run's first round to reach it), and says nothing where every run tested each
+    round."""
+    every = [read_run(str(make_run(tmp_path / f"s{seed}", seed, [0.4, 0.85, 0.9, 0.96]))) for seed in (1, 2)]
+    assert "--test-every" not in clock_table(every)["caption"]
+    sparse = make_run(tmp_path / "sparse", 3, [0.4, 0.85, 0.9, 0.96])
+    config = yaml.safe_load((sparse / "config.yaml").read_text())
+    (sparse / "config.yaml").write_text(yaml.safe_dump({**config, "test_every": 3}))
+    caption = clock_table(every + [read_run(str(sparse))])["caption"]
+    assert "test accuracy every 3 rounds in some runs (--test-every)" in caption
+    assert "first round tested after reaching them" in caption

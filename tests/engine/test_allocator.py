@@ -138,3 +138,27 @@ def test_a_primitive_cache_capacity_that_is_not_a_count_is_replaced_and_info_nam
         assert f"in place of the environment's {bad!r}, which is not a count" in out, out
     environ = {allocator.PRIMITIVES: "abc"}
     assert allocator.bound_primitive_cache(environ) == "256" and environ[allocator.PRIMITIVES] == "256"
+
+
+@pytest.mark.parametrize("value", ["off", "false", "garbage", "2"])
+def test_a_trim_setting_that_is_not_one_is_refused_before_the_run_folder(value, tmp_path, monkeypatch):
+    """``HASFL_MALLOC_TRIM=off`` (or any value but always, 0, 1, unset) used to be read as unset: the run trimmed,
+    the opposite of what it asked, and ``info`` said it trims. Now the run is refused in one sentence, exit 2, before
+    its folder is made, and ``info`` names the value."""
+    from tests.cli.sentences import invoke, refused
+
+    monkeypatch.setenv(allocator.VARIABLE, value)
+    assert allocator.mode() is None
+    out = tmp_path / "run"
+    refused(invoke("simulate", "--rounds", 1, "--clients", 4, "--clients-per-round", 2, "--backend", "local",
+                   "--quiet", "--out", out), f"HASFL_MALLOC_TRIM is {value!r}", "expected always", "0 (never)")
+    assert not out.exists()
+    assert f"HASFL_MALLOC_TRIM={value!r} is not a setting" in invoke("info").output
+
+
+@pytest.mark.parametrize("value, mode", [(" 0 ", "0"), ("ALWAYS", "always"), ("", "1"), ("1", "1")])
+def test_the_trim_settings_are_read_with_blanks_and_case_aside(value, mode, monkeypatch):
+    monkeypatch.setenv(allocator.VARIABLE, value)
+    assert allocator.mode() == mode
+    allocator.check_variable()
+    assert allocator.enabled() == (mode != "0" and allocator._function() is not None)

@@ -16,7 +16,7 @@ from hasfl_ray.engine.checkpoint import config_differences
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.models import build_model
 from hasfl_ray.training.local import ClientTask, OptimizerSettings, Trainer
-from hasfl_ray.training.precision import forward_precision
+from hasfl_ray.training.precision import cpu_runs_bf16_lstm, forward_precision
 from tests.training.test_graphed import assert_identical, image_dataset, text_dataset
 
 FP32 = OptimizerSettings(momentum=0.9, weight_decay=1e-4, clip_norm=1.0, local_epochs=2, batch_size=8)
@@ -43,7 +43,7 @@ def test_fp32_is_the_default_and_runs_without_autocast():
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
 
 
-_BF16_LSTM = pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() != "AVX512",
+_BF16_LSTM = pytest.mark.skipif(not cpu_runs_bf16_lstm(),
                                 reason="needs a CPU with AVX-512: oneDNN has no bf16 LSTM without it (a Zen 3, "
                                        "2026-11-29: 'could not create a primitive descriptor for the LSTM forward "
                                        "propagation primitive')")
