@@ -45,22 +45,32 @@ def _declares(algorithm: str, key: str) -> bool:
 def check_unused_shared(shared: Mapping[str, Any], block: Mapping[str, Any], datasets: Sequence[str],
                         algorithms: Sequence[str], source: str) -> None:
     """Refuse (one sentence) a key of ``shared`` (a sweep config's top-level keys) that no cell of the config's
-    ``datasets`` x ``algorithms`` (names or ``block``'s variants) uses: an algorithm option, or ``alpha``."""
-    known = {f.name for f in dataclasses.fields(RunConfig)}
-    candidates: List[Tuple[str, Any, bool]] = [(k, v, False) for k, v in shared.items()
-                                               if k == "alpha" or k not in known]
-    options = shared.get("algorithm_options")
-    if isinstance(options, Mapping):
-        candidates += [(k, v, True) for k, v in options.items()]
-    if not candidates:
-        return
+    ``datasets`` x ``algorithms`` (names or ``block``'s variants) uses: an algorithm option, or ``alpha``; likewise a
+    ``per_dataset`` entry for a dataset no cell runs, and an algorithm option in one that no cell of its dataset
+    uses (a per_dataset ``alpha`` is the cell's own: each cell refuses it)."""
     variants: Dict[str, Mapping[str, Any]] = block.get("variants") or {}
     per_dataset: Dict[str, Mapping[str, Any]] = block.get("per_dataset") or {}
-    cells = []
-    for dataset in datasets:
-        for algorithm in algorithms:
-            keys = variants.get(algorithm, {"algorithm": algorithm})
-            cells.append({**shared, **per_dataset.get(dataset, {}), **keys, "dataset": dataset})
+
+    def cells(names: Sequence[str]) -> List[Dict[str, Any]]:
+        return [{**shared, **per_dataset.get(d, {}), **variants.get(a, {"algorithm": a}), "dataset": d}
+                for d in names for a in algorithms]
+
+    _check_layer(shared, cells(datasets), source, with_alpha=True)
+    for dataset, keys in per_dataset.items():
+        if dataset not in datasets:
+            raise ConfigError(f"{source} has sweep.per_dataset.{dataset} but no sweep cell runs {dataset} (the "
+                              f"cells run {', '.join(datasets)}); expected it removed, or {dataset} in "
+                              "sweep.datasets")
+        _check_layer(keys, cells([dataset]), f"{source} sweep.per_dataset.{dataset}", with_alpha=False)
+
+
+def _check_layer(keys: Mapping[str, Any], cells: Sequence[Mapping[str, Any]], source: str, with_alpha: bool) -> None:
+    known = {f.name for f in dataclasses.fields(RunConfig)}
+    candidates: List[Tuple[str, Any, bool]] = [(k, v, False) for k, v in keys.items()
+                                               if (k == "alpha" and with_alpha) or k not in known]
+    options = keys.get("algorithm_options")
+    if isinstance(options, Mapping):
+        candidates += [(k, v, True) for k, v in options.items()]
     for key, value, nested in candidates:
         if any(_uses(values, key, value, nested) for values in cells):
             continue

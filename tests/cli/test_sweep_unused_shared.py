@@ -70,3 +70,21 @@ def test_every_config_in_configs_still_plans():
     for name in sorted(os.listdir(folder)):
         if name.endswith(".yaml"):
             assert plan_sweep(os.path.join(folder, name), {}).cells, name
+
+
+def test_a_per_dataset_option_or_entry_no_cell_uses_is_refused(tmp_path, monkeypatch):
+    """per_dataset's mu in a hasfl-only sweep was dropped, and an entry for a dataset the sweep does not run ignored."""
+    monkeypatch.chdir(tmp_path)
+    for entry, words in [("digits: {mu: 0.1}", "sweep.per_dataset.digits has mu 0.1 but no sweep cell uses it"),
+                         ("cifar10: {lr: 0.1}", "has sweep.per_dataset.cifar10 but no sweep cell runs cifar10 (the "
+                                                "cells run digits); expected it removed, or cifar10 in sweep.datasets")]:
+        sweep_file(tmp_path, "[hasfl]", "", variants=f"  per_dataset:\n    {entry}\n")
+        refused(invoke("sweep", "s.yaml", "--backend", "local", "--quiet", "--out", "sw"), words)
+        assert not os.path.exists(tmp_path / "sw")
+
+
+def test_a_per_dataset_entry_of_a_dataset_some_cell_runs_keeps_working(tmp_path):
+    path = sweep_file(tmp_path, "[hasfl, fedprox]", "", datasets="[digits, synthetic]",
+                      variants="  per_dataset:\n    synthetic: {lr: 0.1}\n    digits: {mu: 0.1}\n")
+    plan = plan_sweep(str(path), {}, datasets=["digits"], algorithms=["hasfl"], out=str(tmp_path / "sw"))
+    assert [c.name for c in plan.cells] == ["digits-hasfl-seed42"]
