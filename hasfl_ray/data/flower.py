@@ -112,6 +112,9 @@ def _flower_parts(scheme: str, value: Any, labels: np.ndarray, num_clients: int,
         raise ConfigError(f"{len(labels)} samples cannot give each of {num_clients} clients one; pass fewer --clients")
     if scheme == "pathological":
         check_pathological(spec, value, np.unique(labels), num_clients)
+    if scheme == "shard" and value * num_clients > len(labels):  # Flower divides by a zero shard size
+        raise ConfigError(f"partition {spec!r}: {num_clients} clients x {value} shards = {value * num_clients} "
+                          f"shards of {len(labels)} training samples; expected S x clients <= {len(labels)}")
     table = datasets.Dataset.from_dict({"label": np.asarray(labels).tolist(),
                                         "row": np.arange(len(labels), dtype=np.int64).tolist()})
     if scheme == "iid":
@@ -131,10 +134,12 @@ def _flower_parts(scheme: str, value: Any, labels: np.ndarray, num_clients: int,
             warnings.simplefilter("ignore", UserWarning)  # Flower's list of unused classes: the note below instead
             parts = [np.asarray(chosen.load_partition(i)["row"], dtype=np.int64) for i in range(num_clients)]
     except Exception as error:  # noqa: BLE001 (Flower's refusal: a ValueError, or a ZeroDivisionError for shards)
-        text = " ".join(str(error).split())[:60].rstrip(".")
-        raise ConfigError(f"partition is {spec!r} but Flower Datasets refuses it for {num_clients} clients and "
-                          f"{len(labels)} samples ({type(error).__name__}: {text}); expected settings its "
-                          "partitioner accepts") from None
+        text = " ".join(str(error).split())
+        text = text if len(text) <= 70 else text[:70].rsplit(" ", 1)[0] + " ..."
+        instead = {"dirichlet": "a larger ALPHA or fewer --clients",
+                   "pathological": "fewer --clients or a smaller K"}.get(scheme, "settings its partitioner accepts")
+        raise ConfigError(f"partition {spec!r} is refused by Flower Datasets for {num_clients} clients and "
+                          f"{len(labels)} samples ({type(error).__name__}: {text}); expected {instead}") from None
     if scheme == "pathological":
         note_unheld_classes(spec, labels, parts, seed)
     return parts

@@ -68,3 +68,18 @@ def test_every_class_held_gives_no_note(caplog):
         parts = flwr_partition("flwr:pathological:10", labels, 3, seed=0)
     assert sorted(np.concatenate(parts).tolist()) == list(range(50))
     assert not [r for r in caplog.records if r.name == "hasfl_ray.data.flower"]
+
+
+def test_flowers_other_refusals_say_what_would_work():
+    """More shards than samples was "ZeroDivisionError: division by zero; expected settings its partitioner accepts";
+    a Dirichlet draw Flower gives up on ended in its message cut mid-word ("Please update t")."""
+    labels = np.repeat(np.arange(10), 50)
+    with pytest.raises(ConfigError) as caught:
+        flwr_partition("flwr:shard:100", labels, 10, seed=42)
+    assert str(caught.value) == ("partition 'flwr:shard:100': 10 clients x 100 shards = 1000 shards of 500 training "
+                                 "samples; expected S x clients <= 500")
+    with pytest.raises(ConfigError) as caught:
+        flwr_partition("flwr:dirichlet:1e-09", labels, 10, seed=42)
+    message = str(caught.value)
+    assert message.endswith("...); expected a larger ALPHA or fewer --clients") and "Please update the" in message
+    assert "\n" not in message and len(message) < 250
