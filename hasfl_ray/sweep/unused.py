@@ -43,11 +43,12 @@ def _declares(algorithm: str, key: str) -> bool:
 
 
 def check_unused_shared(shared: Mapping[str, Any], block: Mapping[str, Any], datasets: Sequence[str],
-                        algorithms: Sequence[str], source: str) -> None:
+                        algorithms: Sequence[str], source: str, overrides: Mapping[str, Any] = None) -> None:
     """Refuse (one sentence) a key of ``shared`` (a sweep config's top-level keys) that no cell of the config's
     ``datasets`` x ``algorithms`` (names or ``block``'s variants) uses: an algorithm option, or ``alpha``; likewise a
     ``per_dataset`` entry for a dataset no cell runs, and an algorithm option in one that no cell of its dataset
-    uses (a per_dataset ``alpha`` is the cell's own: each cell refuses it)."""
+    uses (a per_dataset ``alpha`` is the cell's own: each cell refuses it); and a flag (``overrides``, given for
+    every cell: ``sweep --mu 0.5`` of a hasfl sweep) that no cell uses."""
     variants: Dict[str, Mapping[str, Any]] = block.get("variants") or {}
     per_dataset: Dict[str, Mapping[str, Any]] = block.get("per_dataset") or {}
 
@@ -56,6 +57,8 @@ def check_unused_shared(shared: Mapping[str, Any], block: Mapping[str, Any], dat
                 for d in names for a in algorithms]
 
     _check_layer(shared, cells(datasets), source, with_alpha=True)
+    if overrides:
+        _check_layer(overrides, [{**c, **overrides} for c in cells(datasets)], "", with_alpha=True)
     for dataset, keys in per_dataset.items():
         if dataset not in datasets:
             raise ConfigError(f"{source} has sweep.per_dataset.{dataset} but no sweep cell runs {dataset} (the "
@@ -83,5 +86,9 @@ def _check_layer(keys: Mapping[str, Any], cells: Sequence[Mapping[str, Any]], so
             reason = f"the cells of {', '.join(takers)} leave it without effect"
         else:
             reason = f"no cell runs an algorithm that takes it (the cells run {', '.join(runs)})"
+        if not source:  # a flag
+            flag = f"--algo-opt {key}={value}" if nested else f"--{key.replace('_', '-')} {value!r}"
+            raise ConfigError(f"{flag} is given but no sweep cell uses it: {reason}; expected it left out, or a cell "
+                              "that uses it")
         raise ConfigError(f"{source} has {shown} {value!r} but no sweep cell uses it: {reason}; expected it "
                           "removed, or a cell that uses it")

@@ -88,3 +88,17 @@ def test_a_per_dataset_entry_of_a_dataset_some_cell_runs_keeps_working(tmp_path)
                       variants="  per_dataset:\n    synthetic: {lr: 0.1}\n    digits: {mu: 0.1}\n")
     plan = plan_sweep(str(path), {}, datasets=["digits"], algorithms=["hasfl"], out=str(tmp_path / "sw"))
     assert [c.name for c in plan.cells] == ["digits-hasfl-seed42"]
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--mu", 0.5], "--mu 0.5 is given but no sweep cell uses it: no cell runs an algorithm that takes it"),
+    (["--algo-opt", "mu=0.3"], "--algo-opt mu=0.3 is given but no sweep cell uses it"),
+])
+def test_a_flag_no_cell_uses_is_refused(tmp_path, monkeypatch, flags, words):
+    """sweep's flags apply to every cell: `--mu 0.5` on a hasfl-only sweep was dropped from each."""
+    monkeypatch.chdir(tmp_path)
+    sweep_file(tmp_path, "[hasfl]", "")
+    refused(invoke("sweep", "s.yaml", "--backend", "local", "--quiet", "--out", "sw", *flags), words)
+    assert not os.path.exists(tmp_path / "sw")
+    plan = plan_sweep("s.yaml", {"mu": 0.5}, algorithms=["fedprox"], out="sw")  # a cell that takes it: kept
+    assert plan.cells[0].values["mu"] == 0.5
