@@ -256,7 +256,8 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
             raise ConfigError(f"{source} has seed {seed!r}; expected non-negative integers such as 42, 43, 44")
     # a shared key no cell uses (the config's own cells and those the flags name): one sentence
     check_unused_shared(shared, block, list(dict.fromkeys([*own_datasets, *datasets])),
-                        list(dict.fromkeys([*own_algorithms, *algorithms])), source, overrides)
+                        list(dict.fromkeys([*own_algorithms, *algorithms])), source, overrides,
+                        (datasets, algorithms))
     stem = os.path.splitext(os.path.basename(config_file))[0]
     out = out or (block.get("out") or os.path.join("runs", stem)).rstrip("/" + os.sep) + override_suffix(overrides)
     overrides = {k: v for k, v in overrides.items() if k not in ("address", "gpus_per_actor")}

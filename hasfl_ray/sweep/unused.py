@@ -43,22 +43,24 @@ def _declares(algorithm: str, key: str) -> bool:
 
 
 def check_unused_shared(shared: Mapping[str, Any], block: Mapping[str, Any], datasets: Sequence[str],
-                        algorithms: Sequence[str], source: str, overrides: Mapping[str, Any] = None) -> None:
+                        algorithms: Sequence[str], source: str, overrides: Mapping[str, Any] = None,
+                        running: Tuple[Sequence[str], Sequence[str]] = None) -> None:
     """Refuse (one sentence) a key of ``shared`` (a sweep config's top-level keys) that no cell of the config's
     ``datasets`` x ``algorithms`` (names or ``block``'s variants) uses: an algorithm option, or ``alpha``; likewise a
     ``per_dataset`` entry for a dataset no cell runs, and an algorithm option in one that no cell of its dataset
     uses (a per_dataset ``alpha`` is the cell's own: each cell refuses it); and a flag (``overrides``, given for
-    every cell: ``sweep --mu 0.5`` of a hasfl sweep) that no cell uses."""
+    every cell: ``sweep --mu 0.5`` of a hasfl sweep) that no cell ``running`` (its datasets, algorithms) uses."""
     variants: Dict[str, Mapping[str, Any]] = block.get("variants") or {}
     per_dataset: Dict[str, Mapping[str, Any]] = block.get("per_dataset") or {}
 
-    def cells(names: Sequence[str]) -> List[Dict[str, Any]]:
+    def cells(names: Sequence[str], runs: Sequence[str] = algorithms) -> List[Dict[str, Any]]:
         return [{**shared, **per_dataset.get(d, {}), **variants.get(a, {"algorithm": a}), "dataset": d}
-                for d in names for a in algorithms]
+                for d in names for a in runs]
 
     _check_layer(shared, cells(datasets), source, with_alpha=True)
     if overrides:
-        _check_layer(overrides, [{**c, **overrides} for c in cells(datasets)], "", with_alpha=True)
+        ran = cells(*running) if running else cells(datasets)
+        _check_layer(overrides, [{**c, **overrides} for c in ran], "", with_alpha=True)
     for dataset, keys in per_dataset.items():
         if dataset not in datasets:
             raise ConfigError(f"{source} has sweep.per_dataset.{dataset} but no sweep cell runs {dataset} (the "
@@ -87,8 +89,8 @@ def _check_layer(keys: Mapping[str, Any], cells: Sequence[Mapping[str, Any]], so
         else:
             reason = f"no cell runs an algorithm that takes it (the cells run {', '.join(runs)})"
         if not source:  # a flag
-            flag = f"--algo-opt {key}={value}" if nested else f"--{key.replace('_', '-')} {value!r}"
-            raise ConfigError(f"{flag} is given but no sweep cell uses it: {reason}; expected it left out, or a cell "
-                              "that uses it")
+            flag = "--algo-opt" if nested else f"--{'no-' if value is False else ''}{key.replace('_', '-')}"
+            raise ConfigError(f"{key} is {value!r} (given by {flag}) but no sweep cell uses it: {reason}; expected it "
+                              "left out, or a cell that uses it")
         raise ConfigError(f"{source} has {shown} {value!r} but no sweep cell uses it: {reason}; expected it "
                           "removed, or a cell that uses it")

@@ -91,11 +91,13 @@ def test_a_per_dataset_entry_of_a_dataset_some_cell_runs_keeps_working(tmp_path)
 
 
 @pytest.mark.parametrize("flags, words", [
-    (["--mu", 0.5], "--mu 0.5 is given but no sweep cell uses it: no cell runs an algorithm that takes it"),
-    (["--algo-opt", "mu=0.3"], "--algo-opt mu=0.3 is given but no sweep cell uses it"),
+    (["--mu", 0.5], "mu is 0.5 (given by --mu) but no sweep cell uses it: no cell runs an algorithm that takes it"),
+    (["--algo-opt", "mu=0.3"], "mu is 0.3 (given by --algo-opt) but no sweep cell uses it"),
+    (["--algorithms", "uniform", "--no-coverage"], "coverage is False (given by --no-coverage) but no sweep cell uses"),
 ])
 def test_a_flag_no_cell_uses_is_refused(tmp_path, monkeypatch, flags, words):
-    """sweep's flags apply to every cell: `--mu 0.5` on a hasfl-only sweep was dropped from each."""
+    """sweep's flags apply to every cell: `--mu 0.5` on a hasfl-only sweep was dropped from each (counted over the
+    cells that run: `--no-coverage` with `--algorithms uniform` too, though the config's own cell is hasfl)."""
     monkeypatch.chdir(tmp_path)
     sweep_file(tmp_path, "[hasfl]", "")
     refused(invoke("sweep", "s.yaml", "--backend", "local", "--quiet", "--out", "sw", *flags), words)
