@@ -36,14 +36,36 @@ def _numpy_function(name: str) -> Any:
     return getattr(multiarray, name)
 
 
+def _frombuffer() -> Any:
+    # protocol 5 pickles an array as numeric._frombuffer(buffer, dtype, shape, order): no code runs but the copy.
+    try:
+        from numpy._core import numeric
+    except ImportError:  # numpy < 2
+        from numpy.core import numeric
+    return numeric._frombuffer
+
+
+def _empty_bytes(*args: Any) -> bytes:
+    """``bytes()`` as protocol 2 pickles an empty ``bytes`` (an array of zero images): only with no arguments, so
+    a pickle cannot make it allocate (``bytes(10**12)``)."""
+    if args:
+        raise pickle.UnpicklingError(f"bytes called with {len(args)} argument(s); a batch pickles only bytes()")
+    return b""
+
+
 #: The only globals a CIFAR-10 batch references: numpy's array reconstruction (under numpy 1 and 2 module
-#: names) and ``_codecs.encode``, which Python 3 uses to pickle ``bytes`` at protocol 2.
+#: names; ``_frombuffer`` at protocol 5), ``_codecs.encode``, which Python 3 uses to pickle ``bytes`` at protocol 2,
+#: and ``bytes()``, which it uses for an empty ``bytes`` (a zero-image array) there.
 _ALLOWED_GLOBALS = {
     ("numpy.core.multiarray", "_reconstruct"): lambda: _numpy_function("_reconstruct"),
     ("numpy._core.multiarray", "_reconstruct"): lambda: _numpy_function("_reconstruct"),
     ("numpy", "ndarray"): lambda: np.ndarray,
     ("numpy", "dtype"): lambda: np.dtype,
     ("_codecs", "encode"): lambda: codecs.encode,
+    ("numpy.core.numeric", "_frombuffer"): _frombuffer,
+    ("numpy._core.numeric", "_frombuffer"): _frombuffer,
+    ("__builtin__", "bytes"): lambda: _empty_bytes,
+    ("builtins", "bytes"): lambda: _empty_bytes,
 }
 
 
@@ -73,7 +95,7 @@ def read_batch(path: Path, labels_key: str = "labels", num_classes: int = NUM_CL
 
     Accepts the official batches (Python 2 pickles, numpy 1) and re-pickled ones (Python 3, numpy 2),
     with no MD5 check. Raises DataError naming the file when it is corrupt, truncated, not a ``what``,
-    or references anything a batch never needs (such a file is not executed).
+    or references anything a batch never needs (such a file is not executed), or holds no images.
     """
     hint = "replace it with an intact copy (delete it and pass --download) or pass --data-dir pointing at one"
     payload = read_regular(str(path), what)  # a FIFO or a device: refused, never read
@@ -90,6 +112,9 @@ def read_batch(path: Path, labels_key: str = "labels", num_classes: int = NUM_CL
         described = f"{data.dtype} array of shape {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
         raise DataError(f"{path} is not a {what}: its data is a {described}, expected uint8 N x {_PIXELS}; "
                         f"{hint}")
+    if len(data) == 0:
+        raise DataError(f"{path} holds no images (its data is 0 x {_PIXELS}); expected a {what} with at least one "
+                        f"image; {hint}")
     if labels is None:  # e.g. a CIFAR-10 batch (labels) where CIFAR-100's file (fine_labels) belongs
         raise DataError(f"{path} is not a {what}: it holds no {labels_key}; {hint}")
     try:

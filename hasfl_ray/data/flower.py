@@ -9,6 +9,7 @@ sorted distinct ids; same indices: ascending row order) in a fraction of its tim
 
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -16,6 +17,8 @@ import numpy as np
 
 from hasfl_ray.errors import ConfigError
 from hasfl_ray.federation import FLWR_EXPECTED, FLWR_SCHEMES, is_flwr, normalise_flwr, parse_flwr  # noqa: F401
+
+logger = logging.getLogger(__name__)
 
 #: The sentence for a run asking for what the ``hub`` extra brings.
 HUB_EXTRA = 'pip install ".[hub]"'
@@ -107,6 +110,11 @@ def _flower_parts(scheme: str, value: Any, labels: np.ndarray, num_clients: int,
 
     if len(labels) < num_clients:
         raise ConfigError(f"{len(labels)} samples cannot give each of {num_clients} clients one; pass fewer --clients")
+    if scheme == "pathological":
+        check_pathological(spec, value, np.unique(labels), num_clients)
+    if scheme == "shard" and value * num_clients > len(labels):  # Flower divides by a zero shard size
+        raise ConfigError(f"partition {spec!r}: {num_clients} clients x {value} shards = {value * num_clients} "
+                          f"shards of {len(labels)} training samples; expected S x clients <= {len(labels)}")
     table = datasets.Dataset.from_dict({"label": np.asarray(labels).tolist(),
                                         "row": np.arange(len(labels), dtype=np.int64).tolist()})
     if scheme == "iid":
@@ -123,12 +131,43 @@ def _flower_parts(scheme: str, value: Any, labels: np.ndarray, num_clients: int,
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # pyarrow's deprecation inside Flower's sort
-            return [np.asarray(chosen.load_partition(i)["row"], dtype=np.int64) for i in range(num_clients)]
+            warnings.simplefilter("ignore", UserWarning)  # Flower's list of unused classes: the note below instead
+            parts = [np.asarray(chosen.load_partition(i)["row"], dtype=np.int64) for i in range(num_clients)]
     except Exception as error:  # noqa: BLE001 (Flower's refusal: a ValueError, or a ZeroDivisionError for shards)
-        text = " ".join(str(error).split())[:60].rstrip(".")
-        raise ConfigError(f"partition is {spec!r} but Flower Datasets refuses it for {num_clients} clients and "
-                          f"{len(labels)} samples ({type(error).__name__}: {text}); expected settings its "
-                          "partitioner accepts") from None
+        text = " ".join(str(error).split())
+        text = text if len(text) <= 70 else text[:70].rsplit(" ", 1)[0] + " ..."
+        instead = {"dirichlet": "a larger ALPHA or fewer --clients",
+                   "pathological": "fewer --clients or a smaller K"}.get(scheme, "settings its partitioner accepts")
+        raise ConfigError(f"partition {spec!r} is refused by Flower Datasets for {num_clients} clients and "
+                          f"{len(labels)} samples ({type(error).__name__}: {text}); expected {instead}") from None
+    if scheme == "pathological":
+        note_unheld_classes(spec, labels, parts, seed)
+    return parts
+
+
+def check_pathological(spec: str, per_client: int, classes: np.ndarray, num_clients: int) -> None:
+    """Refuse, in one sentence, a ``flwr:pathological:K`` whose K classes a client over ``num_clients`` clients
+    cannot cover the classes: PathologicalPartitioner deals each client K classes and drops every sample of a class
+    no client was dealt, which K x clients < classes makes certain for every seed (CIFAR-100, 10 clients, K = 2:
+    80 or more of the 100 classes, at least 80% of the samples)."""
+    slots = per_client * num_clients
+    if slots >= len(classes):
+        return
+    raise ConfigError(f"partition {spec!r}: {num_clients} clients x {per_client} classes = {slots} slots for "
+                      f"{len(classes)} classes, so {len(classes) - slots}+ classes have no holder; expected K x "
+                      f"clients >= {len(classes)}, or classes-even:K or shards:S")
+
+
+def note_unheld_classes(spec: str, labels: np.ndarray, parts: Sequence[np.ndarray], seed: int) -> None:
+    """One warning line where Flower's random class assignment (its rule, kept) dealt some class to no client."""
+    held = np.unique(labels[np.concatenate(parts)]) if parts else np.array([], dtype=labels.dtype)
+    unheld = np.setdiff1d(np.unique(labels), held)
+    if len(unheld):
+        shown = ", ".join(str(c) for c in unheld[:10]) + (", ..." if len(unheld) > 10 else "")
+        logger.warning("partition %r (Flower's random class assignment, seed %d) dealt %d of the %d classes (%s) to "
+                       "no client: their %d training samples are unused (classes-even:K or shards:S give every class "
+                       "a holder)", spec, seed, len(unheld), len(np.unique(labels)), shown,
+                       int(np.isin(labels, unheld).sum()))
 
 
 def flwr_rule(spec: str) -> str:

@@ -37,6 +37,7 @@ from hasfl_ray.config import (RunConfig, check_inert_keys, load_yaml_config, opt
                               split_sweep_config, sweep_list)
 from hasfl_ray.errors import ConfigError, expected_one_of
 from hasfl_ray.registry import is_spec, lookup, registered, spec_label
+from hasfl_ray.sweep.unused import check_unused_shared
 
 #: Options of a single Ray run that a sweep cell (the local backend inside one Ray task) does not take.
 RAY_RUN_ONLY = ("actors", "address", "fault_inject", "gpus_per_actor", "server_placement")
@@ -232,10 +233,9 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
                               + ", ".join(DATASETS))
         check_layer({**shared, **keys, "dataset": name}, f"{source} sweep.per_dataset.{name}", block)
 
-    datasets = list(datasets or sweep_list(block.get("datasets"), "datasets", source) or
-                    [shared.get("dataset", "digits")])
-    algorithms = list(algorithms or sweep_list(block.get("algorithms"), "algorithms", source) or
-                      [shared.get("algorithm", "hasfl")])
+    own_datasets = sweep_list(block.get("datasets"), "datasets", source) or [shared.get("dataset", "digits")]
+    own_algorithms = sweep_list(block.get("algorithms"), "algorithms", source) or [shared.get("algorithm", "hasfl")]
+    datasets, algorithms = list(datasets or own_datasets), list(algorithms or own_algorithms)
     seeds = list(seeds or sweep_list(block.get("seeds"), "seeds", source) or [shared.get("seed", 42)])
     for dataset in datasets:
         if is_spec(dataset):
@@ -254,6 +254,10 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
     for seed in seeds:
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
             raise ConfigError(f"{source} has seed {seed!r}; expected non-negative integers such as 42, 43, 44")
+    # a shared key no cell uses (the config's own cells and those the flags name): one sentence
+    check_unused_shared(shared, block, list(dict.fromkeys([*own_datasets, *datasets])),
+                        list(dict.fromkeys([*own_algorithms, *algorithms])), source, overrides,
+                        (datasets, algorithms))
     stem = os.path.splitext(os.path.basename(config_file))[0]
     out = out or (block.get("out") or os.path.join("runs", stem)).rstrip("/" + os.sep) + override_suffix(overrides)
     overrides = {k: v for k, v in overrides.items() if k not in ("address", "gpus_per_actor")}

@@ -67,8 +67,11 @@ def test_the_options_with_what_they_act_on_still_run(tmp_path, monkeypatch):
         assert result.exit_code == 0, result.output
     result = invoke("simulate", "--config", "d/config.yaml", "--out", "e", "--quiet")  # fjord_distill_weight: 1.0 in it
     assert result.exit_code == 0, result.output
-    (tmp_path / "s.yaml").write_text(SWEEP + "fjord_kd: false}}\nfjord_distill_weight: 1.0\n" + TINY)
-    result = invoke("sweep", "s.yaml", "--backend", "local", "--quiet", "--seeds", "42", "--out", "sw")
+    # the config's fjord cell reads it (sweep/unused.py), so the no-KD cell run alone is not refused
+    (tmp_path / "s.yaml").write_text(SWEEP.replace("[nokd]", "[fjord, nokd]") + "fjord_kd: false}}\n"
+                                     "fjord_distill_weight: 1.0\n" + TINY)
+    result = invoke("sweep", "s.yaml", "--backend", "local", "--quiet", "--seeds", "42", "--algorithms", "nokd",
+                    "--out", "sw")
     assert result.exit_code == 0, result.output
     from hasfl_ray.algorithms.fjord import FjORDOptions
     from hasfl_ray.api import make_config

@@ -70,7 +70,7 @@ def test_a_flower_partitioner_on_a_built_in_image_set(tmp_path):
     (("--partition", "flwr:shard:two"), ("flwr:shard:two", "positive integer")),
     (("--partition", "flwr:natural_id:city"), ("no column 'city'",)),
     (("--partition", "flwr:natural_id:writer"), ("clients is 3", "--clients 5")),
-    (("--partition", "flwr:shard:500"), ("Flower Datasets refuses it",)),
+    (("--partition", "flwr:shard:500"), ("flwr:shard:500", "3 clients x 500 shards = 1500 shards", "expected S x clients <=")),
 ])
 def test_bad_partitions_are_one_sentence(saved, tmp_path, args, words):
     result = invoke("simulate", "--dataset", spec(saved), "--clients", 3, "--clients-per-round", 2, "--rounds", 1,

@@ -96,3 +96,37 @@ def test_shared_sample(shared_data):
         reference = pickle.load(handle, encoding="latin1")
     assert torch.equal(ds.test_x, torch.from_numpy(reference["data"].reshape(-1, 3, 32, 32)))
     assert ds.test_y.tolist() == list(reference["labels"])
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+@pytest.mark.parametrize("name", ["data_batch_3", "test_batch"])
+def test_a_batch_of_zero_images_names_the_file_and_says_so(tmp_path, protocol, name):
+    # Protocol 2 pickles the empty array's bytes as bytes() (refused as "may be malicious" before), protocol 4
+    # as an ordinary array (accepted before, a training batch silently dropped), protocol 5 with _frombuffer.
+    make_cifar_root(tmp_path)
+    target = tmp_path / "cifar-10-batches-py" / name
+    empty = {"batch_label": "training batch", "data": np.zeros((0, 3072), np.uint8), "labels": []}
+    target.write_bytes(pickle.dumps(empty, protocol=protocol))
+    with pytest.raises(DataError) as caught:
+        load_dataset("cifar10", 3, 1.0, 0, data_dir=str(tmp_path))
+    message = str(caught.value)
+    assert message.startswith(f"{target} holds no images") and "malicious" not in message and "\n" not in message
+
+
+def test_protocol_5_batches_load_as_protocol_2_ones(tmp_path):
+    batches = make_cifar_root(tmp_path)
+    folder = tmp_path / "cifar-10-batches-py"
+    reference = load_dataset("cifar10", 3, 1.0, 0, data_dir=str(tmp_path))
+    for name, batch in batches.items():
+        (folder / name).write_bytes(pickle.dumps(batch, protocol=5))
+    again = load_dataset("cifar10", 3, 1.0, 0, data_dir=str(tmp_path))
+    assert torch.equal(reference.test_x, again.test_x) and reference.train_size == again.train_size
+
+
+def test_bytes_with_arguments_is_not_run(tmp_path):
+    make_cifar_root(tmp_path)
+    target = tmp_path / "cifar-10-batches-py" / "data_batch_1"
+    target.write_bytes(b"\x80\x02c__builtin__\nbytes\nJ\x00\xca\x9a;\x85R.")  # bytes(10**9)
+    with pytest.raises(DataError, match="is corrupt or truncated") as caught:
+        load_dataset("cifar10", 3, 1.0, 0, data_dir=str(tmp_path))
+    assert str(target) in str(caught.value)

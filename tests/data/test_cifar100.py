@@ -77,6 +77,9 @@ IMAGES = np.zeros((2, 3072), np.uint8)
     (lambda whole: pickle.dumps({"data": IMAGES, "fine_labels": ["a", "b"]}), "its fine_labels are not integers"),
     # a CIFAR-10 batch (labels) where CIFAR-100's file (fine_labels) belongs
     (lambda whole: pickle.dumps({"data": IMAGES, "labels": [0, 1]}), "it holds no fine_labels"),
+    # zero images, as Python 3 pickles them at protocol 2 (bytes()): not "may be malicious"
+    (lambda whole: pickle.dumps({"data": IMAGES[:0], "fine_labels": []}, protocol=2),
+     "holds no images (its data is 0 x 3072); expected a CIFAR-100 file with at least one image"),
 ])
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_damaged_files_in_one_sentence(tmp_path, payload, needle, split):
