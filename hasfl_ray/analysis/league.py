@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from hasfl_ray.analysis.clocked import BYTE_UNITS, TIME_UNITS, _figure, _unit, first_reached, is_clocked, trajectory
+from hasfl_ray.analysis.clocked import (BYTE_UNITS, TIME_UNITS, _figure, _unit, first_reached, is_clocked,
+                                        tested_every, trajectory)
 from hasfl_ray.analysis.rows import check_row, row_keys, sweep_name
 from hasfl_ray.analysis.runfiles import _metrics
 from hasfl_ray.analysis.runs import number, width_of
@@ -207,7 +208,9 @@ def league_table(runs: Sequence[Dict[str, Any]], order: Sequence[str] = (), budg
     (:func:`last_rounds_mean`), ``p=<w>``,
     ``local_mean``, ``local_worst``; at equal time ``time_to_<target>_s`` and the same four ``...@time``; at equal
     bytes ``bytes_to_<target>`` and the four ``...@bytes``. ``budgets``: per dataset the time and bytes budget and
-    whether a flag gave it (default: :func:`default_budgets`)."""
+    whether a flag gave it (default: :func:`default_budgets`). ``tested_every``: the caption's words for runs that
+    tested only every K rounds (:func:`~hasfl_ray.analysis.clocked.tested_every`; "" where every run tested each
+    round)."""
     check_budget(budget_seconds, "--budget-seconds")
     check_budget(budget_bytes, "--budget-bytes")
     if not any(is_clocked(run) for run in runs):
@@ -247,7 +250,7 @@ def league_table(runs: Sequence[Dict[str, Any]], order: Sequence[str] = (), budg
                      "cell": f"{partition}, {ladder}", "seeds": sorted(r["config"]["seed"] for r in members),
                      "clocked": all(clocked), "widths": [width_label(w) for w in widths], "cells": cells})
     return {"name": "league", "title": "The sub-model league", "rows": rows, "budgets": budgets,
-            "targets": list(LEAGUE_TARGETS)}
+            "targets": list(LEAGUE_TARGETS), "tested_every": tested_every(runs)}
 
 
 def cell_text(cell: Any, seeds: int, scale: float = 1.0, decimals: Optional[int] = 1) -> str:

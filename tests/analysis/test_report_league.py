@@ -246,3 +246,21 @@ def test_a_title_that_names_the_league_is_not_repeated_in_its_heading():
         "The sub-model league on CIFAR-10 (FedLASE's grid)"
     assert league_heading(table, "Table 3") == "Table 3: The sub-model league"
     assert league_heading(table) == "The sub-model league"
+
+
+def test_a_sparse_test_cadence_is_named_under_the_league(league, tmp_path):
+    """h65 (cost-f) left the league's time and bytes to 50 / 70 %: a run that tested every 3rd round dates a target to
+    the first tested round after reaching it, which the caption now says (markdown, and the LaTeX captions of the
+    time and bytes views); nothing is said where every run tested each round."""
+    assert "--test-every" not in report(league).output
+    runs = tmp_path / "runs"
+    result = CliRunner().invoke(main, ["simulate", *SMALL, "--algorithm", "heterofl", "--seed", "1", *CLOCK,
+                                       "--test-every", "3", "--out", str(runs / "digits-heterofl-seed1")])
+    assert result.exit_code == 0, result.output
+    words = "test accuracy every 3 rounds in some runs (--test-every): their targets are dated to the first round"
+    assert words in " ".join(report(runs).output.split())
+    assert report(runs, "--out", tmp_path / "tables").exit_code == 0
+    assert words in " ".join((tmp_path / "tables" / "league.md").read_text().split())
+    captions = [line for line in (tmp_path / "tables" / "league.tex").read_text().splitlines()
+                if line.startswith(r"\caption{")]
+    assert captions and all(("test-every" in c) == ("At equal rounds" not in c) for c in captions)

@@ -63,7 +63,7 @@ def league_heading(table: Mapping[str, Any], title: str = "") -> str:
 def league_markdown(table: Mapping[str, Any], title: str = "") -> str:
     """The league in markdown: a section per dataset and ladder, each with its three views."""
     unit = units(table)
-    lines = [f"# {league_heading(table, title)}", "", CAPTION + "."]
+    lines = [f"# {league_heading(table, title)}", "", CAPTION + table.get("tested_every", "") + "."]
     for (dataset, ladder), rows in sections(table):
         lines += ["", f"## {display_name(dataset)}, {ladder}"]
         widths = section_widths(rows)
@@ -106,7 +106,7 @@ def league_latex(table: Mapping[str, Any], title: str = "") -> str:
         widths = section_widths(rows)
         for kind, heading in VIEWS:
             columns = league_columns(kind, widths, unit)
-            extra = "" if kind == "rounds" else f", {budget_line(table, dataset, kind)}"
+            extra = "" if kind == "rounds" else f", {budget_line(table, dataset, kind)}{table.get('tested_every', '')}"
             caption = f"{league_heading(table, title)}: {display_name(dataset)}, {ladder}: {heading}{extra}"
             header = " & ".join(["Partition", "Method", "Seeds"] + [_tex(h) for _, h, _, _ in columns])
             lines = [r"\begin{table}[!htbp]", r"\centering", rf"\caption{{{_tex(caption)}}}", r"\footnotesize",
