@@ -81,7 +81,7 @@ for p in "$@"; do
     raytl) phase raytl 100 $PY benchmarks/ray_timeline.py --dataset emnist --data-dir "$DATA/torchvision" --device cuda \
              --rounds 4 --actors 2 --gpus-per-actor 0.45 --json ;;
     league) phase league 150 $PY benchmarks/bench_protocol.py --pack configs/league-cifar10.yaml \
-              --variants fiarse-dir0.3-l4 --device cuda --rounds 2 --json ;;
+              --variants fiarse-dir0.3-l4-10.20.30.40 --device cuda --rounds 2 --json ;;
     auto)  # item 4 of issue 48: eager, per-width batched, mixed-width batched and graphed one at a time, 2-50 clients
       for n in 2 3 5 10 50; do
         case $n in 2) tiers=1,1; widths=0.5,1.0 ;; 3) tiers=1,1,1; widths=0.25,0.5,1.0 ;;
