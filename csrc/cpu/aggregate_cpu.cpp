@@ -116,8 +116,9 @@ namespace generic {
 }  // namespace generic
 
 #ifdef HASFL_HAVE_AVX2_BUILD
-// The sparse kernel on a CPU with AVX2 but not AVX-512: the portable build's arithmetic, bit for bit, four columns
-// at a time (cpu/aggregate_sparse_kernel.h). Its target has no FMA, so that no multiply and add are fused.
+// The sparse kernel on a CPU with AVX2 but not AVX-512: the portable build's arithmetic, bit for bit, 16 columns a
+// step over every covering entry (float32) or 4 columns at a time (float64; cpu/aggregate_sparse_kernel.h). Its
+// target has no FMA, so that no multiply and add are fused.
 namespace avx2sparse {
 #define HASFL_SPARSE_TARGET __attribute__((target("avx2,popcnt")))
 #define HASFL_TILE_TARGET HASFL_SPARSE_TARGET
@@ -269,7 +270,7 @@ void run_all_mixed(const CpuArgs& args, const SparseArgs& sp, const int64_t* K, 
       int64_t* i = ints.data();
       const void** x = starts.data();
       double* sd = sparse_doubles.data();
-      std::vector<PullEntry> pull(avx512 ? max_entries + 1 : 1);  // aligned: C++17's operator new
+      std::vector<PullEntry> pull(avx512 || avx2 ? max_entries + 1 : 1);  // aligned: C++17's operator new
       std::vector<Line> kept(avx512 ? 8 * (max_entries + 1) : 1);
       const SparseScratch ss{sd, sd + kCpuTile + 16, sd + 2 * (kCpuTile + 16), i, i + max_entries, pull.data(),
                              kept.data()->v, i + 3 * max_entries, i + 4 * max_entries, i + 5 * max_entries};

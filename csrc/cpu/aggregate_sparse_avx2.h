@@ -6,8 +6,9 @@
 #if HASFL_SPARSE_AVX2
 // The AVX2 build (a CPU with AVX2 but not AVX-512), one entry at a time as the portable build above and with its
 // arithmetic, bit for bit: a multiply and an add, never fused (its target has no FMA), in the same order per column
-// and per norm lane; only 4 (float64) or 8 (float32) columns at a time. A nibble's set bits take the next values of
-// the packed run, expanded into their lanes by a permutation and +0 in the clear lanes, where acc + w x (+0) is acc
+// and per norm lane. Float64 entries go 4 columns at a time here, where an entry's bits fill its nibbles enough
+// (float32 entries: aggregate_sparse_avx2_pull.h, 16 columns a step over every covering entry). A nibble's set bits
+// take the next values of the packed run, expanded into their lanes by a permutation and +0 in the clear lanes, where acc + w x (+0) is acc
 // and den + (+0) is den (neither is ever -0: both start at +0), and the norms' lanes add +0.
 struct Nibbles {
   alignas(32) int32_t expand[16][8];  // nibble m: double lane l takes the packed value of its rank among m's bits
@@ -114,8 +115,7 @@ HASFL_SPARSE_TARGET inline void nibble_squares(const scalar_t* x, const scalar_t
   add_lanes(lanes_diff, lanes_square, sums);
 }
 
-// Float32 entries go a byte (8 columns) at a time: one load of 8 values and one permutation where two nibbles took
-// two masked loads and two permutations, the same arithmetic per lane (the clear lanes +0, as above).
+// Float32 entries go a byte (8 columns) at a time, in aggregate_sparse_avx2_pull.h; its tables.
 struct Bytes {
   alignas(32) int32_t expand[256][8];  // byte m: float lane l takes the packed value of its rank among m's bits
   alignas(32) int32_t prefix[9][8];    // the first c lanes all ones (a load of exactly c values)
@@ -134,92 +134,6 @@ struct Bytes {
 };
 inline constexpr Bytes kBytes{};
 
-// The 8 columns of byte `byte` as doubles (lo: its low nibble's, hi: its high nibble's), its popcount(byte) next
-// values of x in its set lanes, +0 elsewhere. Reads 8 values where they lie before `limit` (the entry's end; the
-// lanes past its count are dropped), else exactly its count (a masked load).
-HASFL_SPARSE_TARGET inline void byte_values(const float* x, const float* limit, unsigned byte, __m256d* lo,
-                                            __m256d* hi) {
-  const __m256 v = x + 8 <= limit ? _mm256_loadu_ps(x)
-                                  : _mm256_maskload_ps(x, _mm256_load_si256(reinterpret_cast<const __m256i*>(
-                                                              kBytes.prefix[__builtin_popcount(byte)])));
-  const __m256 e = byte == 0xFFu ? v
-                                 : _mm256_permutevar8x32_ps(
-                                       v, _mm256_load_si256(reinterpret_cast<const __m256i*>(kBytes.expand[byte])));
-  *lo = _mm256_and_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(e)), nibble_lanes(byte & 15u));
-  *hi = _mm256_and_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)), nibble_lanes(byte >> 4));
-}
-
-// nibble_accumulate's sums, a byte at a time (float32 entries).
-HASFL_SPARSE_TARGET inline void byte_accumulate(const float* x, const float* limit, const uint8_t* m, int64_t n,
-                                                double w, double* acc, double* den) {
-  const __m256d wv = _mm256_set1_pd(w);
-  for (int64_t j = 0; j < n; j += 16) {
-    const unsigned bits = bits16(m, j, n);
-    if (!bits) continue;
-    for (int b = 0; b < 2; ++b) {
-      const unsigned byte = (bits >> (8 * b)) & 0xFFu;
-      if (!byte) continue;
-      __m256d lo, hi;
-      byte_values(x, limit, byte, &lo, &hi);
-      x += __builtin_popcount(byte);
-      double* a = acc + j + 8 * b;
-      double* d = den + j + 8 * b;
-      _mm256_storeu_pd(a, _mm256_add_pd(_mm256_mul_pd(wv, lo), _mm256_loadu_pd(a)));
-      _mm256_storeu_pd(a + 4, _mm256_add_pd(_mm256_mul_pd(wv, hi), _mm256_loadu_pd(a + 4)));
-      _mm256_storeu_pd(d, _mm256_add_pd(_mm256_loadu_pd(d), _mm256_and_pd(wv, nibble_lanes(byte & 15u))));
-      _mm256_storeu_pd(d + 4, _mm256_add_pd(_mm256_loadu_pd(d + 4), _mm256_and_pd(wv, nibble_lanes(byte >> 4))));
-    }
-  }
-}
-
-// nibble_squares' norm lanes, a byte at a time (float32 entries): a byte's nibbles are lanes 8b..8b+3 and
-// 8b+4..8b+7 of the word; an empty nibble of a nonempty byte adds +0 to its lanes (never -0: sums of squares).
-HASFL_SPARSE_TARGET inline void byte_squares(const float* x, const float* limit, const uint8_t* m, int64_t n,
-                                             const double* mean, double* sums, const float* next) {
-  constexpr int64_t kLine = 16;
-  __m256d diff[4], square[4];
-  for (int q = 0; q < 4; ++q) diff[q] = square[q] = _mm256_setzero_pd();
-  for (int64_t j = 0; j < n; j += 16) {
-    __builtin_prefetch(next + j / 16 * kLine);
-    const unsigned bits = bits16(m, j, n);
-    if (!bits) continue;
-    for (int b = 0; b < 2; ++b) {
-      const unsigned byte = (bits >> (8 * b)) & 0xFFu;
-      if (!byte) continue;
-      __m256d v[2];
-      byte_values(x, limit, byte, &v[0], &v[1]);
-      x += __builtin_popcount(byte);
-      for (int h = 0; h < 2; ++h) {
-        const __m256d keep = nibble_lanes((byte >> (4 * h)) & 15u);
-        const __m256d mu = _mm256_loadu_pd(mean + j + 8 * b + 4 * h);
-        const __m256d d = _mm256_and_pd(_mm256_sub_pd(v[h], mu), keep);
-        const __m256d kept_mean = _mm256_and_pd(mu, keep);
-        diff[2 * b + h] = _mm256_add_pd(diff[2 * b + h], _mm256_mul_pd(d, d));
-        square[2 * b + h] = _mm256_add_pd(square[2 * b + h], _mm256_mul_pd(kept_mean, kept_mean));
-      }
-    }
-  }
-  alignas(32) double lanes_diff[16], lanes_square[16];
-  for (int q = 0; q < 4; ++q) {
-    _mm256_store_pd(lanes_diff + 4 * q, diff[q]);
-    _mm256_store_pd(lanes_square + 4 * q, square[q]);
-  }
-  add_lanes(lanes_diff, lanes_square, sums);
-}
-
-// Whether a float32 tile's set bits c < n fill its nonempty bytes enough for the byte path: at least two values a
-// nonempty byte on average; sparser tiles go bit by bit (one thread, bench aggregate's 50 EMNIST clients: masks 213 ms
-// at two against 218-246 at one, three or four and 290 for the nibble path; index sets 101-103 at any of them).
-HASFL_SPARSE_TARGET inline bool fills_bytes(const uint8_t* m, int64_t n) {
-  int64_t held = 0, bytes = 0;
-  for (int64_t j = 0; j < n; j += 16) {
-    const unsigned bits = bits16(m, j, n);
-    held += __builtin_popcount(bits);
-    bytes += ((bits & 0xFFu) != 0) + ((bits >> 8) != 0);
-  }
-  return held >= 2 * bytes;
-}
-
 // Whether the set bits c < n of a tile come in whole nibbles enough for the nibble path: at least three quarters of
 // the lanes of its nonempty nibbles set (index sets' runs of k x k columns, dense masks). Other masks (a width-0.25
 // client's random 7 %: one value in a quarter of its nibbles; at half, 56 %, 2.2 values a nibble) go bit by bit, as
@@ -235,15 +149,11 @@ HASFL_SPARSE_TARGET inline bool fills_nibbles(const uint8_t* m, int64_t n) {
   return 4 * held >= 3 * 4 * nibbles;
 }
 
+// Float64 entries (float32 ones take run_sparse_chunk_pull, aggregate_sparse_avx2_pull.h).
 template <typename scalar_t>
 HASFL_SPARSE_TARGET inline void sparse_accumulate(const scalar_t* x, const scalar_t* limit, const uint8_t* m,
                                                   int64_t n, double w, double* acc, double* den) {
-  if constexpr (sizeof(scalar_t) == 4) {
-    if (fills_bytes(m, n))
-      byte_accumulate(x, limit, m, n, w, acc, den);
-    else
-      portable_accumulate(x, limit, m, n, w, acc, den);
-  } else if (fills_nibbles(m, n))
+  if (fills_nibbles(m, n))
     nibble_accumulate(x, limit, m, n, w, acc, den);
   else
     portable_accumulate(x, limit, m, n, w, acc, den);
@@ -252,12 +162,7 @@ HASFL_SPARSE_TARGET inline void sparse_accumulate(const scalar_t* x, const scala
 template <typename scalar_t>
 HASFL_SPARSE_TARGET inline void sparse_squares(const scalar_t* x, const scalar_t* limit, const uint8_t* m, int64_t n,
                                                const double* mean, double* sums, const scalar_t* next) {
-  if constexpr (sizeof(scalar_t) == 4) {
-    if (fills_bytes(m, n))
-      byte_squares(x, limit, m, n, mean, sums, next);
-    else
-      portable_squares(x, limit, m, n, mean, sums, next);
-  } else if (fills_nibbles(m, n))
+  if (fills_nibbles(m, n))
     nibble_squares(x, limit, m, n, mean, sums, next);
   else
     portable_squares(x, limit, m, n, mean, sums, next);

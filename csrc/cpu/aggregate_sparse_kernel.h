@@ -15,8 +15,9 @@
 // into the tile (acc = w x + acc, den += w over its set bits; entries in order), the mean is acc / den (0 where
 // den is 0), pass 2 computes sum (x - mean)^2 and sum mean^2 over the entry's set bits. This file's kernel is the
 // portable build: bit by bit, one entry at a time, expanding again in pass 2; its AVX2 build (namespace avx2sparse,
-// HASFL_SPARSE_AVX2, aggregate_sparse_avx2.h) the same arithmetic 8 columns at a time (float32) or 4 (float64) where
-// an entry's bits fill its bytes or nibbles enough, bit by bit elsewhere. The AVX-512
+// HASFL_SPARSE_AVX2) the same arithmetic, float32 16 columns a step over every covering entry with the sums in
+// registers (aggregate_sparse_avx2_pull.h), float64 4 columns at a time where an entry's bits fill its nibbles
+// enough, bit by bit elsewhere (aggregate_sparse_avx2.h). The AVX-512
 // build (aggregate_sparse_pull.h) takes 64 columns at a time, the sums in registers, fused multiply-adds. Norm
 // partials are 16 lanes (column mod 16) combined in a fixed tree per tile, in every build.
 
@@ -99,6 +100,7 @@ HASFL_SPARSE_TARGET inline void portable_squares(const scalar_t* x, const scalar
 #endif
 
 #include "aggregate_sparse_avx2.h"
+#include "aggregate_sparse_avx2_pull.h"
 
 #if !HASFL_SPARSE_AVX512 && !HASFL_SPARSE_AVX2
 template <typename scalar_t>
@@ -120,6 +122,12 @@ HASFL_SPARSE_TARGET inline void sparse_squares(const scalar_t* x, const scalar_t
 template <typename scalar_t>
 HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs& sp, int64_t chunk,
                                           const SparseScratch& s) {
+#if HASFL_SPARSE_AVX2
+  if constexpr (sizeof(scalar_t) == 4) {  // float32: aggregate_sparse_avx2_pull.h
+    run_sparse_chunk_pull(args, sp, chunk, s);
+    return;
+  }
+#endif
   const ChunkView v(args.params, args.chunks, chunk, kCpuTile);
   const int64_t ndim = v.ndim, length = v.length, tiles = v.tiles, entry_begin = v.entry_begin;
   double* part_num = v.partials(args.partial_num);
