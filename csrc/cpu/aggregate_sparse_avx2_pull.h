@@ -168,13 +168,10 @@ HASFL_SPARSE_TARGET inline void pull_tile_squares(const float* x, const float* l
 HASFL_SPARSE_TARGET void run_sparse_chunk_pull(const CpuArgs& args, const SparseArgs& sp, int64_t chunk,
                                                const SparseScratch& s) {
   const ChunkView v(args.params, args.chunks, chunk, kCpuTile);
-  const int64_t ndim = v.ndim, length = v.length, entry_begin = v.entry_begin;
+  const int64_t length = v.length, entry_begin = v.entry_begin;
   double* part_num = v.partials(args.partial_num);
   double* part_den = v.partials(args.partial_den);
   float* out = v.output<float>(args.out);
-  const auto local_of = [&sp, &v](int64_t e, const int64_t* entry, int64_t row) {
-    return sparse_local_row(sp, v.param, e, entry, row);
-  };
   PullEntry* pull = s.pull;
   int64_t covered = 0, current_row = -1, row_count = 0;
   for (int64_t item = v.item_begin; item < v.item_end; ++item) {
@@ -184,12 +181,7 @@ HASFL_SPARSE_TARGET void run_sparse_chunk_pull(const CpuArgs& args, const Sparse
     float* out_tile = out + row * length + c0;
     if (row != current_row) {
       current_row = row;
-      row_count = v.collect_row<false>(args.entries, row, s.row_entry, s.row_start, local_of);
-      for (int64_t k = 0; k < row_count; ++k) {
-        const int64_t e = s.row_entry[k];
-        pull[k].weight = args.entry_weight[e];
-        pull[k].limit = limit_of<float>(args, e, ndim);
-      }
+      row_count = enter_row<float>(v, args, sp, s, row, pull);
     }
     if (row_count == 0) {
       write_tile_zeros(out_tile, n);

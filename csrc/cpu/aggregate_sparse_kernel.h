@@ -42,6 +42,22 @@ HASFL_SPARSE_TARGET inline const scalar_t* limit_of(const CpuArgs& args, int64_t
   for (int64_t d = 0; d < ndim; ++d) numel *= args.entries[e * kEntryCols + kEntryPacked + d];
   return static_cast<const scalar_t*>(args.data[e]) + numel;
 }
+// The entries covering row `row` of the chunk's parameter, in entry order (s.row_entry, s.row_start), and where
+// `pull` is given (the AVX2 and AVX-512 builds) each one's weight and end in pull[k]. Returns how many.
+template <typename scalar_t>
+HASFL_SPARSE_TARGET inline int64_t enter_row(const ChunkView& v, const CpuArgs& args, const SparseArgs& sp,
+                                             const SparseScratch& s, int64_t row, PullEntry* pull) {
+  const int64_t count = v.collect_row<false>(
+      args.entries, row, s.row_entry, s.row_start,
+      [&sp, &v](int64_t e, const int64_t* entry, int64_t r) { return sparse_local_row(sp, v.param, e, entry, r); });
+  for (int64_t k = 0; pull != nullptr && k < count; ++k) {
+    const int64_t e = s.row_entry[k];
+    pull[k].weight = args.entry_weight[e];
+    pull[k].limit = limit_of<scalar_t>(args, e, v.ndim);
+  }
+  return count;
+}
+
 #if !HASFL_SPARSE_AVX512
 // The portable build, one entry at a time.
 // acc[c] += w x(c) and den[c] += w over the set bits c < n of the tile's bitmask m; x is the packed run.
@@ -133,9 +149,6 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
   double* part_num = v.partials(args.partial_num);
   double* part_den = v.partials(args.partial_den);
   scalar_t* out = v.output<scalar_t>(args.out);
-  const auto local_of = [&sp, &v](int64_t e, const int64_t* entry, int64_t row) {
-    return sparse_local_row(sp, v.param, e, entry, row);
-  };
   int64_t covered = 0;
   int64_t current_row = -1;
   int64_t row_count = 0;
@@ -146,7 +159,7 @@ HASFL_SPARSE_TARGET void run_sparse_chunk(const CpuArgs& args, const SparseArgs&
     scalar_t* out_tile = out + row * length + c0;
     if (row != current_row) {
       current_row = row;
-      row_count = v.collect_row<false>(args.entries, row, s.row_entry, s.row_start, local_of);
+      row_count = enter_row<scalar_t>(v, args, sp, s, row, nullptr);
     }
     if (row_count == 0) {
       write_tile_zeros(out_tile, n);

@@ -187,12 +187,7 @@ HASFL_SPARSE_TARGET void run_sparse_chunk_words(const CpuArgs& args, const Spars
     scalar_t* out_tile = out + row * length + c0;
     if (row != current_row) {
       current_row = row;
-      row_count = v.collect_row<false>(args.entries, row, s.row_entry, s.row_start, local_of);
-      for (int64_t k = 0; k < row_count; ++k) {
-        const int64_t e = s.row_entry[k];
-        pull[k].weight = args.entry_weight[e];
-        pull[k].limit = limit_of<scalar_t>(args, e, ndim);
-      }
+      row_count = enter_row<scalar_t>(v, args, sp, s, row, pull);
     }
     if (row_count == 0) {
       write_tile_zeros(out_tile, n);
