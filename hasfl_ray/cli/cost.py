@@ -64,10 +64,10 @@ def plugin_cost_table(spec: str, dataset: str, data_dir: Optional[str] = None,
                    "digits, synthetic), preresnet18 / resnet18 / preresnet18-1112 (HeteroFL's published network), or a "
                    "plug-in model, any nn.Module taking a width argument, as simulate's --model takes it "
                    "(docs/plugins.md#models).")
-@click.option("--dataset", type=click.Choice(DATASETS), default="cifar10", show_default=True,
+@click.option("--dataset", type=click.Choice(DATASETS), default=None,
               help="The ResNets: the image dataset (cifar10, cifar100, emnist, digits) whose input shape and classes "
                    "they are costed on; a plug-in model: the built-in dataset it is built for, loaded as simulate "
-                   "loads it (--data-dir).")
+                   "loads it (--data-dir). Default cifar10; not with a dataset's own model.")
 @click.option("--data-dir", type=click.Path(),
               help="A plug-in model: where --dataset lives, as simulate's --data-dir (digits and synthetic need none).")
 @click.option("--model-norm", type=click.Choice(["sbn", "bn", "gn", "none"]), default=None,
@@ -116,6 +116,13 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
     if not resnet and model_norm is not None:
         raise click.UsageError(f"--model-norm is {model_norm!r} but --model is {model_name!r}; expected it only "
                                f"with a ResNet ({', '.join(RESNET_MODELS)})")
+    if not resnet and not plugin and dataset not in (None, model_name):  # never dropped in silence
+        raise click.UsageError(f"--dataset is {dataset!r} but --model {model_name!r} is a dataset's own model, costed "
+                               "on its inputs; expected --dataset only with a ResNet or a plug-in model")
+    if not plugin and data_dir is not None:
+        raise click.UsageError(f"--data-dir is {data_dir!r} but --model {model_name!r} is built-in, costed without "
+                               "reading data; expected --data-dir only with a plug-in model")
+    dataset = dataset or "cifar10"
     if resnet and dataset not in IMAGE_DATASETS:
         raise click.UsageError(f"--dataset is {dataset!r} but --model is {model_name!r}; expected an image dataset, "
                                f"one of {', '.join(IMAGE_DATASETS)}")
@@ -219,6 +226,9 @@ def depth_rows(model_name: str, dataset: str, norm: Optional[str], depths: str,
         chosen = [int(part) for part in depths.split(",")]
     except ValueError:
         raise ConfigError(f"--depths is {depths!r}; expected a comma list of depths, e.g. 1,2,3,4") from None
+    twice = [depth for k, depth in enumerate(chosen) if depth in chosen[:k]]
+    if twice:  # one row per depth and width: the same rows twice otherwise
+        raise ConfigError(f"--depths is {depths!r}, which gives depth {twice[0]} twice; expected distinct depths")
     name = exits_model(model_name, dataset, norm, f"--depths is {depths!r}")
     try:
         return depth_cost_table(name, chosen, tuple(ladder or (1.0,)))
