@@ -48,6 +48,17 @@ def test_a_sweep_file_giving_an_entry_twice_is_refused_by_sweep_and_simulate(tmp
     assert not os.path.exists("sw") and not os.path.exists("run")
 
 
+@pytest.mark.parametrize("command", ["simulate", "sweep"])
+def test_an_algorithm_option_given_twice_is_refused(tmp_path, monkeypatch, command):
+    """`--algo-opt mu=0.1 --algo-opt mu=0.5` kept the last in silence (a config file refuses a key given twice)."""
+    monkeypatch.chdir(tmp_path)
+    where = ["--config", write_sweep(tmp_path / "s.yaml", {"algorithms": ["fedprox"]})] if command == "simulate" \
+        else [write_sweep(tmp_path / "s.yaml", {"algorithms": ["fedprox"]})]
+    refused(invoke(command, *where, "--algo-opt", "mu=0.1", "--algo-opt", "mu=0.5", *LOCAL, "--out", "out"),
+            "--algo-opt gives 'mu' twice ('mu=0.1' and 'mu=0.5')", "expected each option once")
+    assert not os.path.exists("out")
+
+
 def test_distinct_entries_still_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     config = write_sweep(tmp_path / "s.yaml", {"algorithms": ["fedavg"]})
