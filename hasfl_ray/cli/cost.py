@@ -226,9 +226,6 @@ def depth_rows(model_name: str, dataset: str, norm: Optional[str], depths: str,
         chosen = [int(part) for part in depths.split(",")]
     except ValueError:
         raise ConfigError(f"--depths is {depths!r}; expected a comma list of depths, e.g. 1,2,3,4") from None
-    twice = [depth for k, depth in enumerate(chosen) if depth in chosen[:k]]
-    if twice:  # one row per depth and width: the same rows twice otherwise
-        raise ConfigError(f"--depths is {depths!r}, which gives depth {twice[0]} twice; expected distinct depths")
     name = exits_model(model_name, dataset, norm, f"--depths is {depths!r}")
     try:
         return depth_cost_table(name, chosen, tuple(ladder or (1.0,)))
