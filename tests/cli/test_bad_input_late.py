@@ -59,6 +59,14 @@ def test_an_algorithm_option_given_twice_is_refused(tmp_path, monkeypatch, comma
     assert not os.path.exists("out")
 
 
+def test_a_tracker_given_twice_is_refused(tmp_path, monkeypatch):
+    """`--track mlflow --track mlflow` made two trackers logging one run twice; refused before anything is made."""
+    monkeypatch.chdir(tmp_path)
+    refused(invoke("simulate", *LOCAL, "--rounds", "1", "--track", "mlflow", "--track", "mlflow", "--out", "run"),
+            "track names 'mlflow' twice", "expected each tracker once")
+    assert not os.path.exists("run")
+
+
 def test_distinct_entries_still_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     config = write_sweep(tmp_path / "s.yaml", {"algorithms": ["fedavg"]})
