@@ -4,6 +4,7 @@ for the built-in models, the ResNets and plug-in models (docs/usage.md#cost, doc
 from __future__ import annotations
 
 import json
+import shlex
 from typing import List, Optional, Sequence
 
 import click
@@ -46,11 +47,19 @@ def plugin_cost_table(spec: str, dataset: str, data_dir: Optional[str] = None,
     has a ``flops(p)`` method)."""
     from hasfl_ray.data import load_plugin_dataset
     from hasfl_ray.config import RunConfig
+    from hasfl_ray.errors import DataError
     from hasfl_ray.models.choice import model_dataset
     from hasfl_ray.registry import lookup, spec_label
 
     config = RunConfig(dataset=dataset, data_dir=data_dir, model=spec)
-    loaded = load_plugin_dataset(lookup("dataset", dataset), config)
+    try:
+        loaded = load_plugin_dataset(lookup("dataset", dataset), config)
+    except DataError as error:  # the loaders offer ", or --download", a flag cost does not have
+        if ", or --download" not in str(error):
+            raise
+        where = f" --data-dir {shlex.quote(data_dir)}" if data_dir else ""
+        fetch = f", or `hasfl-ray data inspect --dataset {dataset}{where} --download` first"
+        raise DataError(str(error).replace(", or --download", fetch, 1)) from None
     adopted = model_dataset(loaded, config, spec_label(dataset))
     rows = cost_table(adopted.model, tuple(widths))
     for row in rows:

@@ -57,3 +57,16 @@ def test_cost_refuses_what_it_would_drop(args, words):
 def test_cost_still_takes_what_it_reads(args):
     result = invoke("cost", *args)
     assert result.exit_code == 0, result.output
+
+
+def test_cost_of_a_plugin_model_without_its_data_names_a_command_it_has(tmp_path, monkeypatch):
+    """The loaders' sentence ended "or --download", a flag `cost` does not take (`No such option` when tried)."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    vit = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "tiny_vit.py") + ":TinyViT"
+    result = invoke("cost", "--model", vit, "--dataset", "cifar10", "--data-dir", "none")
+    message = result.output.strip()
+    assert result.exit_code == 2 and len(message.splitlines()) == 1 and "Traceback" not in message, message
+    assert "CIFAR-10 batches not found" in message and "or --download" not in message, message
+    assert message.endswith("or `hasfl-ray data inspect --dataset cifar10 --data-dir none --download` first"), message
