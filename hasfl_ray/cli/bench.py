@@ -40,6 +40,16 @@ def _model_list(ctx, param, value: str) -> List[str]:
     return models
 
 
+def _layout_list(ctx, param, value: str) -> List[str]:
+    """``--layout``: one layout or a comma-separated list of them (each a case of every model and client count)."""
+    layouts = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [layout for layout in layouts if layout not in LAYOUTS]
+    if not layouts or unknown:
+        raise click.BadParameter(f"{value!r} names {unknown or 'no layout'}; expected {', '.join(LAYOUTS[:-1])} or "
+                                 f"{LAYOUTS[-1]}, or a comma list of them (e.g. slice,index)")
+    return layouts
+
+
 def format_case(case: CaseResult) -> str:
     """One case as a text table: median ms, effective GB/s, and how many times slower than fused."""
     fused = case.time_of("fused")
@@ -67,15 +77,16 @@ def format_case(case: CaseResult) -> str:
     return "\n".join(lines)
 
 
-def case_line(k: int, plan: Sequence[Tuple[str, int]], elapsed_s: float) -> str:
+def case_line(k: int, plan: Sequence[Tuple[str, int]], elapsed_s: float, layout: str = "") -> str:
     """"case 3 of 9: CIFAR-10 CNN, 200 clients (12.0 s so far, about 40 s left)": the estimate scales the time of
     the cases done by the bytes of updates each case aggregates (clients × a client's update), so a case of 200
-    clients counts 20 of 10."""
-    model, clients = plan[k]
-    head = f"case {k + 1} of {len(plan)}: {MODEL_LABELS.get(model, model)}, {clients} clients"
+    clients counts 20 of 10. ``layout``: named after the clients (several --layout values)."""
+    model, clients = plan[k][:2]
+    head = f"case {k + 1} of {len(plan)}: {MODEL_LABELS.get(model, model)}, {clients} clients" + \
+        (f", layout {layout}" if layout else "")
     if k == 0:
         return head
-    size = [count * bytes_per_client(name) for name, count in plan]
+    size = [entry[1] * bytes_per_client(entry[0]) for entry in plan]
     left = elapsed_s / sum(size[:k]) * sum(size[k:])
     return f"{head} ({_seconds(elapsed_s)} so far, about {_seconds(left)} left)"
 
@@ -100,21 +111,24 @@ def bench() -> None:
               help="Timed rounds per case, after one warm-up (slow implementations stop after ~4 s).")
 @click.option("--threads", type=click.IntRange(1, 1024), default=None,
               help="torch/OpenMP threads (default: torch's default, all cores).")
-@click.option("--layout", type=click.Choice(LAYOUTS), default="slice", show_default=True,
-              help="Sub-model shape of the updates: leading slices, rolling windows (mixed offsets), per-layer "
-                   "channel index sets, unstructured masks, or depth sub-models (a prefix of the blocks and their "
-                   "exit heads, models with exits; window: CPU only).")
+@click.option("--layout", "layouts", default="slice", show_default=True, callback=_layout_list,
+              metavar="|".join(LAYOUTS) + "[,...]",
+              help="Sub-model shape of the updates: slice (leading slices), window (rolling windows, mixed offsets; "
+                   "CPU only), index (per-layer channel index sets), mask (unstructured masks) or depth (a prefix "
+                   "of the blocks and their exit heads, models with exits); a comma-separated list runs each.")
 @click.option("--skip-slow", is_flag=True, help="Leave out the dense and HeteroFL-loop implementations.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of cases instead of tables.")
 @user_errors
 def aggregate(device: str, client_counts: Sequence[int], models: Sequence[str], repeats: int, threads,
-              layout: str, skip_slow: bool, as_json: bool) -> None:
+              layouts: Sequence[str], skip_slow: bool, as_json: bool) -> None:
     """Time the fused kernel, the pure-torch reference, the best pure-torch code, a dense zero-padded
     implementation and a HeteroFL-style loop at the paper's tier mix; print effective GB/s and ratios."""
-    if layout not in CUDA_LAYOUTS and device != "cpu":
-        click.echo(f"Error: --layout {layout} runs on the CPU only (its pure-torch competitor is CPU-only); "
-                   "expected --device cpu", err=True)
-        sys.exit(2)
+    for layout in layouts:
+        if layout not in CUDA_LAYOUTS and device != "cpu":
+            other = " (or a --layout list without it)" if len(layouts) > 1 else ""
+            click.echo(f"Error: --layout {layout} runs on the CPU only (its pure-torch competitor is CPU-only); "
+                       f"expected --device cpu{other}", err=True)
+            sys.exit(2)
     if device == "cuda" and not torch.cuda.is_available():
         click.echo("Error: --device cuda needs a visible CUDA GPU; torch.cuda.is_available() is False", err=True)
         sys.exit(2)
@@ -124,7 +138,7 @@ def aggregate(device: str, client_counts: Sequence[int], models: Sequence[str], 
         click.echo("Error: --device cuda needs hasfl_ray._C built with its CUDA kernel "
                    "(pip install --no-build-isolation -e . with a GPU visible, or HASFL_FORCE_CUDA=1)", err=True)
         sys.exit(2)
-    if layout == "depth":
+    if "depth" in layouts:
         for model in models:
             try:
                 depth_model(model, choices=MODELS)
@@ -134,11 +148,11 @@ def aggregate(device: str, client_counts: Sequence[int], models: Sequence[str], 
     if threads:
         torch.set_num_threads(threads)
     cases = []
-    plan = [(model, clients) for model in models for clients in client_counts]
+    plan = [(model, clients, layout) for layout in layouts for model in models for clients in client_counts]
     start = time.perf_counter()
-    for k, (model, clients) in enumerate(plan):
+    for k, (model, clients, layout) in enumerate(plan):
         # on stderr, so that --json's stdout stays one JSON document
-        click.echo(case_line(k, plan, time.perf_counter() - start), err=True)
+        click.echo(case_line(k, plan, time.perf_counter() - start, layout if len(layouts) > 1 else ""), err=True)
         case = run_case(model, clients, device=device, repeats=repeats, include_slow=not skip_slow,
                         layout=layout)
         cases.append(case)

@@ -4,6 +4,7 @@ for the built-in models, the ResNets and plug-in models (docs/usage.md#cost, doc
 from __future__ import annotations
 
 import json
+import shlex
 from typing import List, Optional, Sequence
 
 import click
@@ -46,11 +47,19 @@ def plugin_cost_table(spec: str, dataset: str, data_dir: Optional[str] = None,
     has a ``flops(p)`` method)."""
     from hasfl_ray.data import load_plugin_dataset
     from hasfl_ray.config import RunConfig
+    from hasfl_ray.errors import DataError
     from hasfl_ray.models.choice import model_dataset
     from hasfl_ray.registry import lookup, spec_label
 
     config = RunConfig(dataset=dataset, data_dir=data_dir, model=spec)
-    loaded = load_plugin_dataset(lookup("dataset", dataset), config)
+    try:
+        loaded = load_plugin_dataset(lookup("dataset", dataset), config)
+    except DataError as error:  # the loaders offer ", or --download", a flag cost does not have
+        if ", or --download" not in str(error):
+            raise
+        where = f" --data-dir {shlex.quote(data_dir)}" if data_dir else ""
+        fetch = f", or `hasfl-ray data inspect --dataset {dataset}{where} --download` first"
+        raise DataError(str(error).replace(", or --download", fetch, 1)) from None
     adopted = model_dataset(loaded, config, spec_label(dataset))
     rows = cost_table(adopted.model, tuple(widths))
     for row in rows:
@@ -64,10 +73,10 @@ def plugin_cost_table(spec: str, dataset: str, data_dir: Optional[str] = None,
                    "digits, synthetic), preresnet18 / resnet18 / preresnet18-1112 (HeteroFL's published network), or a "
                    "plug-in model, any nn.Module taking a width argument, as simulate's --model takes it "
                    "(docs/plugins.md#models).")
-@click.option("--dataset", type=click.Choice(DATASETS), default="cifar10", show_default=True,
+@click.option("--dataset", type=click.Choice(DATASETS), default=None,
               help="The ResNets: the image dataset (cifar10, cifar100, emnist, digits) whose input shape and classes "
                    "they are costed on; a plug-in model: the built-in dataset it is built for, loaded as simulate "
-                   "loads it (--data-dir).")
+                   "loads it (--data-dir). Default cifar10; not with a dataset's own model.")
 @click.option("--data-dir", type=click.Path(),
               help="A plug-in model: where --dataset lives, as simulate's --data-dir (digits and synthetic need none).")
 @click.option("--model-norm", type=click.Choice(["sbn", "bn", "gn", "none"]), default=None,
@@ -116,6 +125,13 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
     if not resnet and model_norm is not None:
         raise click.UsageError(f"--model-norm is {model_norm!r} but --model is {model_name!r}; expected it only "
                                f"with a ResNet ({', '.join(RESNET_MODELS)})")
+    if not resnet and not plugin and dataset not in (None, model_name):  # never dropped in silence
+        raise click.UsageError(f"--dataset is {dataset!r} but --model {model_name!r} is a dataset's own model, costed "
+                               "on its inputs; expected --dataset only with a ResNet or a plug-in model")
+    if not plugin and data_dir is not None:
+        raise click.UsageError(f"--data-dir is {data_dir!r} but --model {model_name!r} is built-in, costed without "
+                               "reading data; expected --data-dir only with a plug-in model")
+    dataset = dataset or "cifar10"
     if resnet and dataset not in IMAGE_DATASETS:
         raise click.UsageError(f"--dataset is {dataset!r} but --model is {model_name!r}; expected an image dataset, "
                                f"one of {', '.join(IMAGE_DATASETS)}")

@@ -264,7 +264,8 @@ RUN_OPTIONS = (
                       "everywhere, since no measurement has shown it ahead of one-at-a-time training in the "
                       "protocol's rounds, graphed on a GPU or on a CPU; docs/gpu.md), on, mixed (the clients of every width together, each padded to the widest "
                       "with its mask; by width for a model whose forward depends on it) or off. Agrees with "
-                      "one-at-a-time training to float tolerance; recorded in config.yaml."),
+                      "one-at-a-time training to float tolerance; recorded in config.yaml. With --precision bf16 or "
+                      "another --local-optimizer than sgd every client trains one at a time (a warning says so)."),
     click.option("--cuda-graphs", metavar="[auto|on|off]",
                  help="Capture a whole local step (forward, backward, clip, SGD) once as a CUDA graph and replay it, "
                       "for the clients trained one at a time with plain cross-entropy: auto (default: on for --device "

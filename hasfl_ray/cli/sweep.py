@@ -80,6 +80,9 @@ def sweep(config, seeds, algorithms, datasets, out, force, cells_per_gpu, quiet,
     plan = plan_sweep(config, overrides, dataset_list, algorithm_list, seed_list, out)
     check_run_directory(plan.out, "sweep folder")  # a file, a device, /proc, a read-only folder: before anything
     check_conflicts(plan, force)
+    from hasfl_ray.sweep.data_check import check_cell_data
+
+    check_cell_data(plan, force)  # the clients the data can give, the partition: before the folder or any cell
     if backend not in (None, "local", "ray"):
         raise ConfigError(f"backend is {backend!r}; expected local or ray")
     if cells_per_gpu is not None and (isinstance(cells_per_gpu, bool) or cells_per_gpu < 1):

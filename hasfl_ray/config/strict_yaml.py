@@ -122,11 +122,16 @@ def parse_option_assignments(assignments: Any) -> Dict[str, Any]:
     config file does. Anything else (a list, a mapping, aliases) stays the text it was, never expanded (an alias
     bomb in one flag would be built before being dropped)."""
     out: Dict[str, Any] = {}
+    given: Dict[str, str] = {}
     for item in assignments or ():
         key, sep, raw = str(item).partition("=")
         key = key.strip().replace("-", "_")
         if not sep or not key:
             raise ConfigError(f"--algo-opt is {item!r}; expected KEY=VALUE, such as --algo-opt min_width=0.3")
+        if key in given:  # the last one kept in silence, where a config file refuses a key given twice
+            raise ConfigError(f"--algo-opt gives {key!r} twice ({given[key]!r} and {str(item)!r}); expected each "
+                              "option once")
+        given[key] = str(item)
         try:
             node = yaml.compose(raw, Loader=StrictLoader) if raw.strip() else None
             value = yaml.load(raw, Loader=StrictLoader) if isinstance(node, yaml.ScalarNode) else \

@@ -105,7 +105,22 @@ def sweep_list(value: Any, name: str, source: str) -> List[Any]:
         if name != "seeds" and (not isinstance(item, str) or not item.strip()):
             raise ConfigError(f"{source} has {_shown(item)} in sweep.{name}; expected {name[:-1]} names such as "
                               + ("digits, emnist" if name == "datasets" else "hasfl, random-budget"))
+    check_distinct(value, name, f"{source} has", f"in sweep.{name}")
     return value
+
+
+def check_distinct(values: List[Any], name: str, before: str, after: str) -> None:
+    """One sentence when ``values`` (a sweep's ``seeds``, ``algorithms`` or ``datasets``, from its YAML block or
+    its flags) gives an entry twice: each names cells of their own, so a repeat is never merged in silence (two
+    seeds asked for, one run and a mean over one)."""
+    seen = set()
+    for item in values:
+        if item in seen:
+            example = "42, 43" if name == "seeds" else "digits, emnist" if name == "datasets" else "hasfl, fjord"
+            where = f" {after}" if after else ""
+            raise ConfigError(f"{before} {name[:-1]} {_shown(item)} twice{where}; expected distinct {name}, each "
+                              f"run once (e.g. {example})")
+        seen.add(item)
 
 
 def shared_keys(values: Mapping[str, Any], flags: Mapping[str, Any], source: str, variants: bool = True) -> frozenset:

@@ -36,7 +36,7 @@ from hasfl_ray.models import MODEL_CONFIGS, register_model
 from hasfl_ray.models.choice import model_dataset
 from hasfl_ray.models.depth_plan import depth_plan
 from hasfl_ray.registry import call_plugin, lookup, spec_label
-from hasfl_ray.training.precision import check_precision
+from hasfl_ray.training.precision import batching_note, check_precision
 
 logger = logging.getLogger(__name__)
 

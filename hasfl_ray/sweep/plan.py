@@ -33,6 +33,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
+from hasfl_ray.config.sweep_block import check_distinct
 from hasfl_ray.config import (RunConfig, check_inert_keys, load_yaml_config, option_fields, option_owners,
                               split_sweep_config, sweep_list)
 from hasfl_ray.errors import ConfigError, expected_one_of
@@ -119,8 +120,9 @@ def parse_list(text: Optional[str], name: str, integer: bool = False) -> Optiona
                               "such as 42,43,44") from None
         if any(v < 0 for v in values):
             raise ConfigError(f"--{name} is {text!r}; expected non-negative integers such as 42,43,44")
-        return list(dict.fromkeys(values))
-    return list(dict.fromkeys(items))
+        items = values
+    check_distinct(items, name, f"--{name} is {text!r}, which gives", "")  # never merged in silence
+    return items
 
 
 def name_problem(name: str) -> Optional[str]:

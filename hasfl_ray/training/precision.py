@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, ContextManager
+from typing import Any, ContextManager, Optional
 
 import torch
 
@@ -66,3 +66,24 @@ def check_precision(config: Any, model_name: str) -> None:
     raise ConfigError(f"precision is 'bf16' but model {model_name!r} has an LSTM and oneDNN has no bfloat16 LSTM on "
                       f"this CPU ({torch.backends.cpu.get_cpu_capability()}; it needs AVX-512); expected precision "
                       "fp32 here, or a CUDA GPU")
+
+
+def batching_note(config: Any) -> Optional[str]:
+    """The warning line a run logs at its start (the terminal and RUN/log.txt) when ``client_batching`` asks for
+    batching (on, mixed) that its trainers will not do: under ``precision`` bf16, or with a local optimiser other
+    than the built-in sgd, every client trains one at a time (:meth:`~hasfl_ray.training.trainer.Trainer.train_unit`);
+    None otherwise. Results are those of --client-batching off, as config.yaml's value does not say."""
+    from hasfl_ray.config.local_optimizer import builtin
+
+    mode = getattr(config, "client_batching", "off")
+    if mode not in ("on", "mixed"):
+        return None
+    if config.precision != "fp32":
+        reason, instead = f"precision is {config.precision!r}", "--precision fp32"
+    elif not builtin(config.local_optimizer, config.local_optimizer_options):
+        options = f" with options {config.local_optimizer_options}" if config.local_optimizer_options else ""
+        reason, instead = f"local_optimizer is {config.local_optimizer!r}{options}", "the built-in sgd"
+    else:
+        return None
+    return (f"client_batching is {mode!r} but {reason}, which the batched paths do not run: every client trains one "
+            f"at a time, as with --client-batching off (to batch, use {instead})")

@@ -108,19 +108,20 @@ def test_a_second_run_on_a_control_variates_dir_in_use_is_refused_and_leaves_not
 
 # --------------------------------------------------------------------------------------------- row 9: duplicates
 
-@pytest.mark.parametrize("block, name", [
-    ({"seeds": [42, 42]}, "digits-hasfl-seed42"),
-    ({"algorithms": ["fedavg", "fedavg"]}, "digits-fedavg-seed42"),
-    ({"datasets": ["digits", "digits"]}, "digits-hasfl-seed42"),
+@pytest.mark.parametrize("block, words", [
+    # a list's repeated entry: named by the list (h66 late-a), before any cell name is made
+    ({"seeds": [42, 42]}, ["seed 42 twice in sweep.seeds", "expected distinct seeds"]),
+    ({"algorithms": ["fedavg", "fedavg"]}, ["algorithm 'fedavg' twice in sweep.algorithms", "distinct algorithms"]),
+    ({"datasets": ["digits", "digits"]}, ["dataset 'digits' twice in sweep.datasets", "distinct datasets"]),
     # random-budget brings a HAS-FL cell with coverage on; a variant called hasfl (coverage off) has its name
     ({"algorithms": ["hasfl", "random-budget"], "variants": {"hasfl": {"algorithm": "hasfl", "coverage": False}}},
-     "digits-hasfl-seed42"),
+     ["gives sweep cell 'digits-hasfl-seed42' twice", "expected each dataset, algorithm and seed once"]),
 ])
-def test_a_cell_given_twice_is_refused_before_anything_runs(tmp_path, block, name):
+def test_a_cell_given_twice_is_refused_before_anything_runs(tmp_path, block, words):
     """issue 24 row 9: never two runs in one cell folder (a cell left 'running', a real cell cancelled)."""
     config = write_sweep(tmp_path / "s.yaml", block)
     result = sweep(config, "--backend", "local", "--quiet", "--out", str(tmp_path / "out"))
-    one_sentence(result, f"gives sweep cell {name!r} twice", "expected each dataset, algorithm and seed once")
+    one_sentence(result, *words)
     assert not os.path.exists(tmp_path / "out")
 
 
