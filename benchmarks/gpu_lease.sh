@@ -14,7 +14,8 @@
 # (a round of the FjORD and HeteroFL packs, bench_protocol.py --pack), cells (bench_cells_per_gpu.py K = 1,2,4,8),
 # table3 (bench_protocol.py's EMNIST projection with every Table 3 algorithm), league (one league cell, FIARSE,
 # bench_protocol.py --pack configs/league-cifar10.yaml), auto (bench_training.py --compare mixed at 2, 3, 5, 10 and 50
-# clients, CNN and LSTM: the figures behind `auto`), raytl (benchmarks/ray_timeline.py: Ray's timeline of a GPU run).
+# clients, CNN and LSTM: the figures behind `auto`), raytl (benchmarks/ray_timeline.py: Ray's timeline of a GPU run),
+# handover (bench_handover.py --device cuda: torch.ops against the extension's direct entries, per call).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s); BUDGET=${BUDGET:-540}
@@ -42,6 +43,7 @@ phase() {  # phase NAME LIMIT COMMAND...: bounded by LIMIT and by what is left o
 for p in "$@"; do
   case $p in
     kernel) phase kernel 90 $PY benchmarks/profile_kernel.py --json "$W/kernel.json" ;;
+    handover) phase handover 60 $PY benchmarks/bench_handover.py --device cuda --layouts slice,index,mask ;;
     ncu) phase ncu 90 ncu --clock-control none -k regex:aggregate_chunks --launch-skip 3 --launch-count 1 \
            --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
            --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \

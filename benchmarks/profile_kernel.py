@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from hasfl_ray.aggregation import aggregate_reference, validate_inputs  # noqa: E402
 from hasfl_ray.bench.aggregate import make_federation  # noqa: E402
 from hasfl_ray.ops import aggregate as ops  # noqa: E402
+from hasfl_ray.ops import calls  # noqa: E402
 
 
 def copy_gbps(repeats: int = 20) -> float:
@@ -71,7 +72,7 @@ def run_case(model: str, clients: int, repeats: int, use_profiler: bool, device:
     out = torch.full((layout.total_numel,), float("nan"), dtype=torch.float32, device=device)
 
     def call():
-        return torch.ops.hasfl_ray.aggregate_into(out, layout.packed, layout.params, layout.entries, weights_t)
+        return calls.aggregate_into(out, layout.packed, layout.params, layout.entries, weights_t)
 
     result = call()
     sync(device)
@@ -95,7 +96,7 @@ def run_case(model: str, clients: int, repeats: int, use_profiler: bool, device:
     for _ in range(repeats):
         start = time.perf_counter()
         try:
-            torch.ops.hasfl_ray.aggregate_into(out, layout.packed, layout.params, layout.entries, bad)
+            calls.aggregate_into(out, layout.packed, layout.params, layout.entries, bad)
         except RuntimeError:
             pass
         marshal.append(time.perf_counter() - start)

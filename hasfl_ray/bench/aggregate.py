@@ -25,6 +25,7 @@ from hasfl_ray.bench.torch_aggregations import (Shapes, Updates, aggregate_dense
                                                 aggregate_torch_per_client, aggregate_torch_sliced,
                                                 aggregate_torch_stacked)
 from hasfl_ray.ops import aggregate as ops
+from hasfl_ray.ops import calls
 
 #: Benchmarked models: the dataset names of :func:`hasfl_ray.models.build_model`.
 MODELS = ("emnist", "cifar10", "shakespeare")
@@ -139,8 +140,8 @@ def implementations(federation: Federation, include_slow: bool = True) -> Dict[s
         layout = ops.build_layout(shapes, updates, blocks)
         first = layout.packed[0]
         out = torch.empty(layout.total_numel, dtype=first.dtype, device=first.device)
-        runs["fused kernel"] = lambda: torch.ops.hasfl_ray.aggregate_into(out, layout.packed, layout.params,
-                                                                          layout.entries, validated[1])
+        runs["fused kernel"] = lambda: calls.aggregate_into(out, layout.packed, layout.params, layout.entries,
+                                                            validated[1])
         runs["fused"] = lambda: aggregate_updates(shapes, updates, weights, blocks, backend="fused")
     runs["torch sliced"] = lambda: aggregate_torch_sliced(shapes, updates, weights, blocks)
     runs["torch stacked"] = lambda: aggregate_torch_stacked(shapes, updates, weights, blocks)

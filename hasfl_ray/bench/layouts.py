@@ -37,6 +37,7 @@ from hasfl_ray.models import build_model, gate_blocks_of
 from hasfl_ray.models.depth import depth_names, exit_depths
 from hasfl_ray.models.index_slicing import index_sets, random_channel_sets
 from hasfl_ray.ops import aggregate as ops
+from hasfl_ray.ops import calls
 
 LAYOUTS = ("slice", "window", "index", "mask", "depth")
 #: Competitors per layout (the fastest is "best torch").
@@ -246,8 +247,8 @@ def layout_implementations(federation: Federation, layout: str, include_slow: bo
             validated = validate_inputs(shapes, updates, weights, blocks)
             built = ops.build_layout(shapes, updates, blocks, offsets)
             out = torch.empty(built.total_numel, dtype=built.packed[0].dtype)
-            runs["fused kernel"] = lambda: torch.ops.hasfl_ray.aggregate_into(out, built.packed, built.params,
-                                                                              built.entries, validated[1])
+            runs["fused kernel"] = lambda: calls.aggregate_into(out, built.packed, built.params, built.entries,
+                                                                validated[1])
             runs["fused"] = lambda: ops.aggregate_fused(shapes, updates, validated[1], blocks, offsets=offsets)
         runs["torch window scatter"] = lambda: torch_index_add(
             shapes, [{n: IndexedUpdate(t, _window_index(t.shape, shapes[n], offsets[i][n], blocks.get(n, 1)))
@@ -258,7 +259,7 @@ def layout_implementations(federation: Federation, layout: str, include_slow: bo
     if ops.available() and hasattr(torch.ops.hasfl_ray, "aggregate_sparse_into"):
         built = build_sparse_layout(shapes, updates, blocks)
         out = torch.empty(built.total_numel, dtype=built.packed[0].dtype, device=built.packed[0].device)
-        runs["fused kernel"] = lambda: torch.ops.hasfl_ray.aggregate_sparse_into(
+        runs["fused kernel"] = lambda: calls.aggregate_sparse_into(
             out, built.packed, built.params, built.entries, weights, built.kinds, built.bits, built.rows,
             built.row_offsets)
         runs["fused"] = lambda: aggregate_updates(shapes, updates, weights, blocks, backend="fused")

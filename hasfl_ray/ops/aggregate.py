@@ -351,8 +351,9 @@ def run_layout(layout: AggregateLayout, packed: Sequence[torch.Tensor], weights:
     elif out.shape != (layout.total_numel,) or out.dtype != first.dtype or out.device != first.device:
         raise ValueError(f"out has shape {tuple(out.shape)}, {out.dtype} on {out.device}; expected "
                          f"({layout.total_numel},), {first.dtype} on {first.device}")
-    div_num, div_den, covered = torch.ops.hasfl_ray.aggregate_into(out, packed, layout.params, layout.entries,
-                                                                   weights)
+    from hasfl_ray.ops import calls
+
+    div_num, div_den, covered = calls.aggregate_into(out, packed, layout.params, layout.entries, weights)
     sizes = [math.prod(shape) for shape in layout.shapes]
     delta = {name: view.view(shape) for name, shape, view in zip(layout.names, layout.shapes, out.split(sizes))}
     total = layout.total_numel

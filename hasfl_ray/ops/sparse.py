@@ -199,7 +199,9 @@ def run_sparse_layout(layout: SparseLayout, weights: torch.Tensor,
     """Run the op on a layout; ``delta`` in ``order`` (default: the layout's)."""
     first = layout.packed[0]
     out = torch.empty(layout.total_numel, dtype=first.dtype, device=first.device)
-    div_num, div_den, covered = torch.ops.hasfl_ray.aggregate_sparse_into(
+    from hasfl_ray.ops import calls
+
+    div_num, div_den, covered = calls.aggregate_sparse_into(
         out, layout.packed, layout.params, layout.entries, weights, layout.kinds, layout.bits, layout.rows,
         layout.row_offsets)
     views: Dict[str, torch.Tensor] = {}
