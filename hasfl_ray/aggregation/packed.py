@@ -145,6 +145,9 @@ def check_index(where: str, dim: int, chosen: Optional[torch.Tensor], size: int,
                else f"a {chosen.layout} tensor" if chosen.layout != torch.strided
                else f"dtype {chosen.dtype} and {chosen.dim()} dims")
         raise TypeError(f"{where} is {got}; expected a 1-D torch.int64 tensor or None")
+    if chosen.device.type == "meta":
+        raise ValueError(f"{where} is on meta, a tensor without values; expected a 1-D torch.int64 tensor with "
+                         "values or None")
     length = chosen.numel()
     array = chosen.numpy() if chosen.device.type == "cpu" else chosen.cpu().numpy()
     # Strictly increasing (the usual case), its ends are its extremes: one pass over it, not three.
