@@ -172,6 +172,9 @@ def check_packed(where: str, full: Tuple[int, ...], packed: Union[IndexedUpdate,
     values = packed.values
     if not isinstance(values, torch.Tensor):
         raise TypeError(f"{where}.values is a {type(values).__name__}; expected a torch.Tensor")
+    if values.layout != torch.strided:
+        raise ValueError(f"{where}.values is a {values.layout} tensor; expected a dense (strided, values.to_dense()) "
+                         "contiguous packed tensor")
     if not values.is_contiguous():
         raise ValueError(f"{where}.values is not contiguous; expected a contiguous packed tensor")
     if isinstance(packed, IndexedUpdate):

@@ -247,3 +247,16 @@ def test_an_index_list_on_meta_is_one_sentence(backend):
                                  "torch.int64 tensor with values or None")
     with pytest.raises(ValueError, match=r"^index\[0\] is on meta"):
         IndexedUpdate.gather(torch.zeros(4, 6), (torch.tensor([0, 1]).to("meta"), None))
+
+
+@pytest.mark.parametrize("backend", ["fused", "reference"])
+@pytest.mark.parametrize("kind", ["mask", "index"])
+def test_values_in_a_sparse_layout_are_named_as_such(backend, kind):
+    """A torch.sparse_coo values tensor was said to be "not contiguous", which it cannot be made by .contiguous()."""
+    mask = torch.rand(4, 6, generator=torch.Generator().manual_seed(2)) < 0.5
+    update = (MaskedUpdate(torch.ones(int(mask.sum())).to_sparse(), pack_bits(mask)) if kind == "mask" else
+              IndexedUpdate(torch.ones(2, 6).to_sparse(), (torch.tensor([0, 1]), None)))
+    with pytest.raises(ValueError) as raised:
+        aggregate_updates({"w": (4, 6)}, [{"w": update}], [1.0], backend=backend)
+    assert str(raised.value) == ("updates[0]['w'].values is a torch.sparse_coo tensor; expected a dense (strided, "
+                                 "values.to_dense()) contiguous packed tensor")
