@@ -65,6 +65,25 @@ def run(tree: str, label: str, command: str) -> float:
     return seconds
 
 
+def problem_of(args) -> str:
+    """What keeps the arguments from running, as one sentence naming the value and what was expected, or ''."""
+    if args.repeats < 1:
+        return f"--repeats is {args.repeats}; expected a positive number of alternating repeats"
+    found = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{args.before}^{{commit}}"], cwd=ROOT,
+                           capture_output=True, text=True)
+    if found.returncode:
+        return f"--before is {args.before!r}, which names no commit of {ROOT}; expected a git revision"
+    for command in args.benchmarks:
+        try:
+            script = shlex.split(command)[0] if shlex.split(command) else ""
+        except ValueError as error:
+            return f"the benchmark command {command!r} does not parse ({error}); expected a shell-quoted command line"
+        if not script or not os.path.isfile(os.path.join(ROOT, "benchmarks", script)):
+            return (f"the benchmark command {command!r} names {script!r}, which is not a script in benchmarks/; "
+                    "expected a command line such as 'bench_aggregate.py --quick'")
+    return ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", required=True, help="the older commit (any git revision)")
@@ -75,6 +94,9 @@ def main() -> None:
                              "kernel in a CPU benchmark), instead of building it there (minutes)")
     parser.add_argument("benchmarks", nargs="+", help="benchmark command lines, relative to benchmarks/")
     args = parser.parse_args()
+    problem = problem_of(args)  # before any worktree is added or extension built
+    if problem:
+        parser.error(problem)
     where = tempfile.mkdtemp(prefix="hasfl-before-")
     os.rmdir(where)
     try:

@@ -16,7 +16,10 @@ from collections import defaultdict
 
 import numpy as np
 
+from hasfl_ray.bench.aggregate import MODELS
+from hasfl_ray.bench.federation import check_case_memory
 from hasfl_ray.bench.layouts import make_layout_federation
+from hasfl_ray.errors import ConfigError
 
 
 def census(model: str, clients: int, seed: int) -> None:
@@ -49,6 +52,16 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.clients < 1:
+        parser.error(f"--clients is {args.clients}; expected a positive number of clients")
+    if args.seed < 0:
+        parser.error(f"--seed is {args.seed}; expected a seed >= 0")
+    if args.model not in MODELS:
+        parser.error(f"--model is {args.model!r}; expected one of {', '.join(MODELS)}")
+    try:
+        check_case_memory([args.model], [args.clients])  # one sentence, never minutes of swapping
+    except ConfigError as error:
+        parser.error(str(error))
     census(args.model, args.clients, args.seed)
 
 

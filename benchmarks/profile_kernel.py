@@ -14,7 +14,8 @@ For each case (model x clients at the paper's tier mix, ``hasfl_ray.bench.aggreg
     ncu --clock-control none -k regex:aggregate_chunks --launch-skip 3 --launch-count 1 \
         python benchmarks/profile_kernel.py --cases emnist:50 --repeats 5 --no-profiler   # one launch profiled
 
-Run where the extension has its CUDA kernel (``hasfl-ray info``); on a CPU it says so and exits 2.
+Run where the extension has its CUDA kernel (``hasfl-ray info``); without a GPU it says so in one sentence and exits
+2 (``--device cpu`` rehearses the checks there).
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hasfl_ray.aggregation import aggregate_reference, validate_inputs  # noqa: E402
-from hasfl_ray.bench.aggregate import make_federation  # noqa: E402
+from hasfl_ray.bench.aggregate import MODELS, make_federation  # noqa: E402
+from hasfl_ray.bench.federation import check_case_memory  # noqa: E402
+from hasfl_ray.errors import ConfigError  # noqa: E402
 from hasfl_ray.ops import aggregate as ops  # noqa: E402
 from hasfl_ray.ops import calls  # noqa: E402
 
@@ -140,6 +143,18 @@ def layout_output(layout, out, shapes):
     return torch.cat([pieces[n] for n in shapes])
 
 
+def parse_cases(parser: argparse.ArgumentParser, value: str):
+    """``--cases``: comma-separated MODEL:CLIENTS, MODEL one of ``bench aggregate --models``' and CLIENTS >= 1."""
+    cases = []
+    for case in value.split(","):
+        model, _, clients = case.strip().partition(":")
+        if model not in MODELS or not clients.isdigit() or int(clients) < 1:
+            parser.error(f"--cases entry {case!r} is not MODEL:CLIENTS; expected one of {', '.join(MODELS)}, a "
+                         "colon and a positive number of clients, e.g. emnist:50")
+        cases.append((model, int(clients)))
+    return cases
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default="emnist:50,emnist:200,shakespeare:50,shakespeare:200")
@@ -148,19 +163,33 @@ def main() -> None:
     parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument("--check-max-clients", type=int, default=10 ** 9,
                         help="compare with the float64 oracle only the cases with at most this many clients")
-    parser.add_argument("--device", default="cuda", help="cuda (default), or cpu: a rehearsal of the checks, no figure")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                        help="cuda (default), or cpu: a rehearsal of the checks, no figure")
     args = parser.parse_args()
-    if not ops.available() or (args.device == "cuda" and (not torch.cuda.is_available() or not ops.cuda_available())):
-        print("profile_kernel.py needs the extension (and for --device cuda a CUDA device and its CUDA kernel: "
-              "hasfl-ray info)")
+    cases = parse_cases(parser, args.cases)
+    if args.repeats < 1:
+        parser.error(f"--repeats is {args.repeats}; expected a positive number of timed calls")
+    if args.check_max_clients < 0:
+        parser.error(f"--check-max-clients is {args.check_max_clients}; expected a number of clients >= 0")
+    problem = (None if ops.available() else "needs hasfl_ray._C built (pip install --no-build-isolation -e .)")
+    if problem is None and args.device == "cuda" and not torch.cuda.is_available():
+        problem = ("--device cuda needs a visible CUDA GPU, but torch.cuda.is_available() is False; expected a GPU "
+                   "machine (--device cpu rehearses the checks)")
+    elif problem is None and args.device == "cuda" and not ops.cuda_available():
+        problem = "--device cuda needs hasfl_ray._C built with its CUDA kernel (hasfl-ray info)"
+    if problem:
+        print(f"profile_kernel.py: {problem}", file=sys.stderr)
         sys.exit(2)
+    try:
+        check_case_memory([model for model, _ in cases], [clients for _, clients in cases], args.device)
+    except ConfigError as error:
+        parser.error(str(error))
     gbps = copy_gbps() if args.device == "cuda" else float("nan")
     rows = []
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu (rehearsal)"
     print(f"{name}: device-to-device copy {gbps:.0f} GB/s (read + written)")
-    for case in args.cases.split(","):
-        model, clients = case.split(":")
-        row = run_case(model, int(clients), args.repeats, not args.no_profiler, args.device, args.check_max_clients)
+    for model, clients in cases:
+        row = run_case(model, clients, args.repeats, not args.no_profiler, args.device, args.check_max_clients)
         row["copy_gbps"] = gbps
         row["main_fraction_of_copy"] = row["main_gbps"] / gbps if row["main_gbps"] else None
         row["call_fraction_of_copy"] = row["call_gbps"] / gbps

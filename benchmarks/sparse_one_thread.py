@@ -13,11 +13,26 @@ import time
 import torch
 
 
+USAGE = "usage: sparse_one_thread.py index|mask REPEATS [CLIENTS]"
+
+
+def problem_of(argv) -> str:
+    """What is wrong with the arguments, as a sentence naming the value and what was expected, or ''."""
+    if len(argv) not in (2, 3):
+        return (f"sparse_one_thread.py takes 2 or 3 arguments, got {len(argv)} ({' '.join(argv) or 'none'}); expected "
+                "a layout, a positive number of repeats and optionally of clients (default 50)")
+    if argv[0] not in ("index", "mask"):
+        return f"the layout is {argv[0]!r}; expected index or mask"
+    for what, value in zip(("REPEATS", "CLIENTS"), argv[1:]):
+        if not value.isdigit() or int(value) < 1:
+            return f"{what} is {value!r}; expected a positive whole number"
+    return ""
+
+
 def main(argv):
-    if len(argv) not in (2, 3) or argv[0] not in ("index", "mask") or not argv[1].isdigit() or int(argv[1]) < 1 \
-            or (len(argv) == 3 and (not argv[2].isdigit() or int(argv[2]) < 1)):
-        print("usage: sparse_one_thread.py index|mask REPEATS [CLIENTS]; expected a layout, a positive number of "
-              "repeats and optionally of clients (default 50)", file=sys.stderr)
+    problem = problem_of(argv)
+    if problem:
+        print(f"{problem} ({USAGE})", file=sys.stderr)
         return 2
     from hasfl_ray import ops
     from hasfl_ray.bench.layouts import layout_implementations, make_layout_federation
@@ -25,8 +40,16 @@ def main(argv):
     if not ops.available():
         print("the fused kernel needs hasfl_ray._C; expected the extension built (pip install -e .)", file=sys.stderr)
         return 2
-    layout, repeats = argv[0], int(argv[1])
-    federation = make_layout_federation("emnist", int(argv[2]) if len(argv) == 3 else 50, layout)
+    layout, repeats, clients = argv[0], int(argv[1]), int(argv[2]) if len(argv) == 3 else 50
+    from hasfl_ray.bench.federation import check_case_memory
+    from hasfl_ray.errors import ConfigError
+
+    try:
+        check_case_memory(["emnist"], [clients])  # one sentence, never minutes of swapping
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        return 2
+    federation = make_layout_federation("emnist", clients, layout)
     run = layout_implementations(federation, layout, include_slow=False)["fused kernel"]
     run()
     times = []

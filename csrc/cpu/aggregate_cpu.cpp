@@ -209,6 +209,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> reduce_results(const CpuArgs& arg
       den[i] += reduce_entry(args.params, args.entries, args.chunks, chunk_begin, args.partial_den, centries[k]);
     }
   }
+  // A NaN sum as the canonical quiet NaN: which NaN an add of two NaNs returns follows its operand order, which each
+  // build's compiler picks (the lanes' and partials' sums are adds).
+  for (int64_t i = 0; i < num_clients; ++i) {
+    if (num[i] != num[i]) num[i] = __builtin_nan("");
+    if (den[i] != den[i]) den[i] = __builtin_nan("");
+  }
   at::Tensor covered = chunk_covered.sum();
   return {div_num, div_den, covered};
 }

@@ -71,6 +71,11 @@ HASFL_SPARSE_TARGET __attribute__((always_inline)) inline const float* word_floa
   return x + c0 + __builtin_popcount(b1);
 }
 
+// v with its NaN lanes kCanonicalNan.
+HASFL_SPARSE_TARGET __attribute__((always_inline)) inline __m256d canonical_nan(__m256d v) {
+  return _mm256_blendv_pd(v, _mm256_set1_pd(kCanonicalNan), _mm256_cmp_pd(v, v, _CMP_UNORD_Q));
+}
+
 // Pass 1 over one tile of n columns: the entries' packed runs start at pull[k].at (advanced here), their bitmasks at
 // pull[k].bits. Writes the mean to out_tile[0, n) and mean[0, n rounded up to 16) (+0 past n); returns the columns
 // covered.
@@ -101,11 +106,12 @@ HASFL_SPARSE_TARGET inline int64_t pull_tile_means(PullEntry* pull, int64_t coun
     const __m256d zero = _mm256_setzero_pd();
     const __m256d any0 = _mm256_cmp_pd(den0, zero, _CMP_GT_OQ), any1 = _mm256_cmp_pd(den1, zero, _CMP_GT_OQ);
     const __m256d any2 = _mm256_cmp_pd(den2, zero, _CMP_GT_OQ), any3 = _mm256_cmp_pd(den3, zero, _CMP_GT_OQ);
-    // acc / den where den > 0, else +0 (0 / 0's NaN masked off), as the portable build's `any ? acc / den : 0.0`.
-    const __m256d m0 = _mm256_and_pd(_mm256_div_pd(acc0, den0), any0);
-    const __m256d m1 = _mm256_and_pd(_mm256_div_pd(acc1, den1), any1);
-    const __m256d m2 = _mm256_and_pd(_mm256_div_pd(acc2, den2), any2);
-    const __m256d m3 = _mm256_and_pd(_mm256_div_pd(acc3, den3), any3);
+    // acc / den where den > 0, else +0 (0 / 0's NaN masked off), as the portable build's `any ? acc / den : 0.0`;
+    // a NaN as kCanonicalNan (write_tile_mean's: which NaN an add of two returns depends on its operand order).
+    const __m256d m0 = canonical_nan(_mm256_and_pd(_mm256_div_pd(acc0, den0), any0));
+    const __m256d m1 = canonical_nan(_mm256_and_pd(_mm256_div_pd(acc1, den1), any1));
+    const __m256d m2 = canonical_nan(_mm256_and_pd(_mm256_div_pd(acc2, den2), any2));
+    const __m256d m3 = canonical_nan(_mm256_and_pd(_mm256_div_pd(acc3, den3), any3));
     _mm256_storeu_pd(mean + j, m0);
     _mm256_storeu_pd(mean + j + 4, m1);
     _mm256_storeu_pd(mean + j + 8, m2);

@@ -255,7 +255,9 @@ HASFL_SPARSE_TARGET void run_sparse_chunk_words(const CpuArgs& args, const Spars
       __m512d mean[8];
       for (int i = 0; i < 8; ++i) {
         const __mmask8 any = _mm512_cmp_pd_mask(den[i], _mm512_setzero_pd(), _CMP_GT_OQ);
-        mean[i] = _mm512_maskz_div_pd(any, acc[i], den[i]);
+        mean[i] = _mm512_maskz_div_pd(any, acc[i], den[i]);  // a NaN as kCanonicalNan, as write_tile_mean's
+        mean[i] = _mm512_mask_mov_pd(mean[i], _mm512_cmp_pd_mask(mean[i], mean[i], _CMP_UNORD_Q),
+                                     _mm512_set1_pd(kCanonicalNan));
         const int64_t rest = n - j - 8 * i;
         if (rest <= 0) continue;
         const __mmask8 inside = rest >= 8 ? static_cast<__mmask8>(0xFFu) : static_cast<__mmask8>((1u << rest) - 1u);

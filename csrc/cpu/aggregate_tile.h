@@ -11,8 +11,12 @@ HASFL_TILE_TARGET inline void clear_tile_sums(double* acc, double* den, int64_t 
   for (int64_t j = 0; j < n; ++j) den[j] = 0.0;
 }
 
-// mean[j] = acc[j] / den[j] where den[j] > 0 (some entry covers column j), else 0; out[j] = mean[j] rounded to
-// scalar_t. Returns how many columns are covered.
+// The one NaN a mean is written as (+, quiet, payload 0): which of two NaN operands an add returns is the first
+// operand's, and compilers swap an add's operands at will, so -NaN + NaN is -NaN in one build and NaN in another.
+inline constexpr double kCanonicalNan = __builtin_nan("");
+
+// mean[j] = acc[j] / den[j] where den[j] > 0 (some entry covers column j), else 0, kCanonicalNan where that is a NaN;
+// out[j] = mean[j] rounded to scalar_t. Returns how many columns are covered.
 template <typename scalar_t>
 HASFL_TILE_TARGET inline int64_t write_tile_mean(const double* acc, const double* den, int64_t n, double* mean,
                                                  scalar_t* out) {
@@ -20,7 +24,8 @@ HASFL_TILE_TARGET inline int64_t write_tile_mean(const double* acc, const double
 #pragma omp simd reduction(+ : covered)
   for (int64_t j = 0; j < n; ++j) {
     const bool any = den[j] > 0.0;
-    const double m = any ? acc[j] / den[j] : 0.0;
+    const double q = any ? acc[j] / den[j] : 0.0;
+    const double m = q != q ? kCanonicalNan : q;
     mean[j] = m;
     out[j] = static_cast<scalar_t>(m);
     covered += any ? 1 : 0;

@@ -145,6 +145,9 @@ def check_index(where: str, dim: int, chosen: Optional[torch.Tensor], size: int,
                else f"a {chosen.layout} tensor" if chosen.layout != torch.strided
                else f"dtype {chosen.dtype} and {chosen.dim()} dims")
         raise TypeError(f"{where} is {got}; expected a 1-D torch.int64 tensor or None")
+    if chosen.device.type == "meta":
+        raise ValueError(f"{where} is on meta, a tensor without values; expected a 1-D torch.int64 tensor with "
+                         "values or None")
     length = chosen.numel()
     array = chosen.numpy() if chosen.device.type == "cpu" else chosen.cpu().numpy()
     # Strictly increasing (the usual case), its ends are its extremes: one pass over it, not three.
@@ -169,6 +172,9 @@ def check_packed(where: str, full: Tuple[int, ...], packed: Union[IndexedUpdate,
     values = packed.values
     if not isinstance(values, torch.Tensor):
         raise TypeError(f"{where}.values is a {type(values).__name__}; expected a torch.Tensor")
+    if values.layout != torch.strided:
+        raise ValueError(f"{where}.values is a {values.layout} tensor; expected a dense (strided, values.to_dense()) "
+                         "contiguous packed tensor")
     if not values.is_contiguous():
         raise ValueError(f"{where}.values is not contiguous; expected a contiguous packed tensor")
     if isinstance(packed, IndexedUpdate):

@@ -40,6 +40,14 @@ def _model_list(ctx, param, value: str) -> List[str]:
     return models
 
 
+def _has_depths(model: str) -> bool:
+    try:
+        depth_model(model, choices=MODELS)
+    except ValueError:
+        return False
+    return True
+
+
 def _layout_list(ctx, param, value: str) -> List[str]:
     """``--layout``: one layout or a comma-separated list of them (each a case of every model and client count)."""
     layouts = [v.strip() for v in value.split(",") if v.strip()]
@@ -115,7 +123,8 @@ def bench() -> None:
               metavar="|".join(LAYOUTS) + "[,...]",
               help="Sub-model shape of the updates: slice (leading slices), window (rolling windows, mixed offsets; "
                    "CPU only), index (per-layer channel index sets), mask (unstructured masks) or depth (a prefix "
-                   "of the blocks and their exit heads, models with exits); a comma-separated list runs each.")
+                   "of the blocks and their exit heads, models with exits: without --models, those of the default "
+                   "list); a comma-separated list runs each.")
 @click.option("--skip-slow", is_flag=True, help="Leave out the dense and HeteroFL-loop implementations.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of cases instead of tables.")
 @user_errors
@@ -138,8 +147,13 @@ def aggregate(device: str, client_counts: Sequence[int], models: Sequence[str], 
         click.echo("Error: --device cuda needs hasfl_ray._C built with its CUDA kernel "
                    "(pip install --no-build-isolation -e . with a GPU visible, or HASFL_FORCE_CUDA=1)", err=True)
         sys.exit(2)
+    depth_models = list(models)
     if "depth" in layouts:
-        for model in models:
+        if click.get_current_context().get_parameter_source("models") == click.core.ParameterSource.DEFAULT:
+            # --models not given: the depth layout's cases are the default models that have depths (the default list
+            # holds the LSTM, which has none: `--layout depth` alone was refused); a model named is held to it.
+            depth_models = [model for model in models if _has_depths(model)]
+        for model in depth_models:
             try:
                 depth_model(model, choices=MODELS)
             except ValueError as error:
@@ -148,7 +162,8 @@ def aggregate(device: str, client_counts: Sequence[int], models: Sequence[str], 
     if threads:
         torch.set_num_threads(threads)
     cases = []
-    plan = [(model, clients, layout) for layout in layouts for model in models for clients in client_counts]
+    plan = [(model, clients, layout) for layout in layouts
+            for model in (depth_models if layout == "depth" else models) for clients in client_counts]
     start = time.perf_counter()
     for k, (model, clients, layout) in enumerate(plan):
         # on stderr, so that --json's stdout stays one JSON document
