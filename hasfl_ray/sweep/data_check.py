@@ -42,8 +42,11 @@ def check_cell_data(sweep: Any, force: bool = False) -> None:
         values = {k: v for k, v in cell.values.items() if k != "budget_from"}
         if isinstance(values.get("algorithm_options"), dict):
             values["algorithm_options"] = {k: v for k, v in values["algorithm_options"].items() if k != "budget_from"}
-        with naming(f"sweep cell {cell.name}"):
-            config = RunConfig.from_dict(values, f"sweep cell {cell.name}", foreign="drop").resolved()
+        try:
+            with naming(f"sweep cell {cell.name}"):
+                config = RunConfig.from_dict(values, f"sweep cell {cell.name}", foreign="drop").resolved()
+        except ConfigError:
+            continue  # a cell's own bad input is refused as that cell starts, the others still run (cli/sweep.py)
         view = data_view(config)
         key = tuple(repr(getattr(view, name, None)) for name in _DATA_KEYS)
         if key in seen:

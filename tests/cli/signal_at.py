@@ -9,7 +9,7 @@ SIGNAL is SIGINT or SIGTERM, ``SIGTERM*2`` sends it twice in a row. WHEN is
   parent package too, when MODULE is a submodule: ``import:numpy._core._multiarray_umath`` lands in the middle of
   ``import numpy``, wherever that import comes from);
 - ``call:MODULE:NAME``: as NAME (an attribute of MODULE, dotted for a method: ``Engine._loop``) is first called,
-  from whichever thread calls it.
+  from whichever thread calls it; ``call:MODULE:NAME@N``: as it is called the N-th time.
 
 The signal is raised in the calling thread (:func:`signal.raise_signal`), so the process's handlers see it at
 that point, before the next line of the import or the call runs. Only the first import or call fires; a point
@@ -57,14 +57,17 @@ class Loader(importlib.abc.Loader):
         self.inner.exec_module(module)
         if KIND == "import":
             return
-        owner, attribute = module, TARGET.split(":")[1]
+        owner, (attribute, _, nth) = module, TARGET.split(":")[1].partition("@")
+        calls = []
         *path, last = attribute.split(".")
         for part in path:
             owner = getattr(owner, part)
         original = getattr(owner, last)
 
         def wrapper(*args, **kwargs):
-            fire()
+            calls.append(True)
+            if len(calls) == int(nth or 1):
+                fire()
             return original(*args, **kwargs)
 
         setattr(owner, last, wrapper)

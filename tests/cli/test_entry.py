@@ -152,9 +152,17 @@ def test_a_signal_while_sweep_starts_is_one_line_and_no_cell_runs(tmp_path, swee
     assert not (tmp_path / "sw").exists()
 
 
-def test_a_signal_while_a_sweeps_cell_loads_its_data_stops_the_sweep(tmp_path, sweep_file):
+def test_a_signal_while_a_sweep_checks_its_cells_data_leaves_no_folder(tmp_path, sweep_file):
+    """The sweep loads each cell's data once before its folder is made (sweep/data_check.py): a signal there."""
     done = signalled("SIGTERM", "call:hasfl_ray.data.digits:load_digits_federated", "sweep", sweep_file, "--backend",
                      "local", "--quiet", "--out", "sw", cwd=tmp_path)
+    assert_one_line(done, "SIGTERM", "before the command finished.")
+    assert not (tmp_path / "sw").exists()
+
+
+def test_a_signal_while_a_sweeps_cell_loads_its_data_stops_the_sweep(tmp_path, sweep_file):
+    done = signalled("SIGTERM", "call:hasfl_ray.data.digits:load_digits_federated@2", "sweep", sweep_file,
+                     "--backend", "local", "--quiet", "--out", "sw", cwd=tmp_path)  # 2nd: the cell's, after the check
     assert done.returncode == 143 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.splitlines()[-1].startswith("Stopped by SIGTERM: 1 of 1 cells did not finish"), done.stderr
     status = {c["name"]: c["status"] for c in json.loads((tmp_path / "sw" / "sweep.json").read_text())["cells"]}
