@@ -31,9 +31,14 @@ def _int_list(ctx, param, value: str) -> List[int]:
     return counts
 
 
+def _split_names(value: str, allowed) -> Tuple[List[str], List[str]]:
+    """A comma list's names and those of them not in ``allowed``."""
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    return names, [name for name in names if name not in allowed]
+
+
 def _model_list(ctx, param, value: str) -> List[str]:
-    models = [v.strip() for v in value.split(",") if v.strip()]
-    unknown = [m for m in models if m not in MODELS]
+    models, unknown = _split_names(value, MODELS)
     if not models or unknown:
         raise click.BadParameter(f"{value!r} names {unknown or 'no model'}; expected a comma-separated subset of "
                                  f"{','.join(MODELS)}")
@@ -50,8 +55,7 @@ def _has_depths(model: str) -> bool:
 
 def _layout_list(ctx, param, value: str) -> List[str]:
     """``--layout``: one layout or a comma-separated list of them (each a case of every model and client count)."""
-    layouts = [v.strip() for v in value.split(",") if v.strip()]
-    unknown = [layout for layout in layouts if layout not in LAYOUTS]
+    layouts, unknown = _split_names(value, LAYOUTS)
     if not layouts or unknown:
         raise click.BadParameter(f"{value!r} names {unknown or 'no layout'}; expected {', '.join(LAYOUTS[:-1])} or "
                                  f"{LAYOUTS[-1]}, or a comma list of them (e.g. slice,index)")
