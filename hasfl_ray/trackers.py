@@ -143,11 +143,13 @@ def make_trackers(names: Sequence[str]) -> List[Callback]:
     if isinstance(names, str):
         names = [names]
     out: List[Callback] = []
-    for k, name in enumerate(names or ()):
+    seen = set()
+    for name in names or ():
         if name not in TRACKERS:
             raise ConfigError(f"track is {name!r}; expected one of {', '.join(TRACKERS)}")
-        if name in list(names)[:k]:  # two trackers of one kind would log the run twice (two MLflow runs)
+        if name in seen:  # two trackers of one kind would log the run twice (two MLflow runs)
             raise ConfigError(f"track names {name!r} twice; expected each tracker once ({', '.join(TRACKERS)})")
+        seen.add(name)
         try:
             out.append(MLflowTracker() if name == "mlflow" else WandbTracker())
         except ImportError:

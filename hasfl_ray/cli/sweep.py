@@ -80,9 +80,6 @@ def sweep(config, seeds, algorithms, datasets, out, force, cells_per_gpu, quiet,
     plan = plan_sweep(config, overrides, dataset_list, algorithm_list, seed_list, out)
     check_run_directory(plan.out, "sweep folder")  # a file, a device, /proc, a read-only folder: before anything
     check_conflicts(plan, force)
-    from hasfl_ray.sweep.data_check import check_cell_data
-
-    check_cell_data(plan, force)  # the clients the data can give, the partition: before the folder or any cell
     if backend not in (None, "local", "ray"):
         raise ConfigError(f"backend is {backend!r}; expected local or ray")
     if cells_per_gpu is not None and (isinstance(cells_per_gpu, bool) or cells_per_gpu < 1):
@@ -90,6 +87,10 @@ def sweep(config, seeds, algorithms, datasets, out, force, cells_per_gpu, quiet,
     if cells_per_gpu is not None and gpus_per_actor is not None:
         raise ConfigError(f"--cells-per-gpu {cells_per_gpu} and --gpus-per-actor {gpus_per_actor} both size a cell's "
                           "GPU share; expected one of them")
+    from hasfl_ray.sweep.data_check import check_cell_data
+
+    check_cell_data(plan, force)  # the clients the data can give, the partition: after the flags (no data loaded
+    # for a refused flag), before Ray, the folder or any cell
     executor = _executor(backend, address, gpus_per_actor, force, quiet, cells_per_gpu)
     from hasfl_ray.engine.signals import StopSignals
     from hasfl_ray.sweep.run import lock_sweep_folder
