@@ -133,7 +133,8 @@ HASFL_CPU_TARGET inline double sum_squared_diff(const scalar_t* x, const double*
   return ((a[0] + a[1]) + (a[2] + a[3])) + tail;
 }
 
-// mean[j] = acc[j] * inverse, out[j] = mean[j] rounded to scalar_t; returns the sum of mean[j]^2.
+// mean[j] = acc[j] * inverse (kCanonicalNan where that is a NaN), out[j] = mean[j] rounded to scalar_t; returns the
+// sum of mean[j]^2.
 template <typename scalar_t>
 HASFL_CPU_TARGET inline double write_mean(const double* acc, double inverse, int64_t len, double* mean,
                                           scalar_t* out) {
@@ -145,6 +146,8 @@ HASFL_CPU_TARGET inline double write_mean(const double* acc, double inverse, int
     __builtin_memcpy(&m1, acc + j + 4, sizeof(m1));
     m0 *= inverse;
     m1 *= inverse;
+    m0 = m0 == m0 ? m0 : kCanonicalNan;  // a NaN as write_tile_mean writes it
+    m1 = m1 == m1 ? m1 : kCanonicalNan;
     __builtin_memcpy(mean + j, &m0, sizeof(m0));
     __builtin_memcpy(mean + j + 4, &m1, sizeof(m1));
     for (int l = 0; l < 4; ++l) {
@@ -156,7 +159,8 @@ HASFL_CPU_TARGET inline double write_mean(const double* acc, double inverse, int
   }
   double tail = 0.0;
   for (; j < len; ++j) {
-    const double m = acc[j] * inverse;
+    const double q = acc[j] * inverse;
+    const double m = q != q ? kCanonicalNan : q;
     mean[j] = m;
     out[j] = static_cast<scalar_t>(m);
     tail += m * m;

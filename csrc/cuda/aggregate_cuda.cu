@@ -38,6 +38,7 @@
 
 #include "aggregate_host.h"
 #include "aggregate_layout.h"
+#include "cuda/canonical_nan.cuh"
 
 namespace hasfl_ray {
 namespace {
@@ -345,11 +346,11 @@ __global__ void __launch_bounds__(kThreads, Tuning<scalar_t>::kMinBlocks) aggreg
           sum += s_acc[w * kGpuTile + slot];
           weight += s_den[w * kGpuTile + slot];
         }
-        const double mean = weight > 0.0 ? sum / weight : 0.0;
+        const double mean = canonical_nan(weight > 0.0 ? sum / weight : 0.0);  // a NaN as the CPU writes it
         s_mean[slot] = mean;
         if (c0 + j < c1) {
           const int64_t row = static_cast<int64_t>(item / ctx.tiles);
-          static_cast<scalar_t*>(a.out)[ctx.out_offset + row * ctx.length + c0 + j] = static_cast<scalar_t>(mean);
+          static_cast<scalar_t*>(a.out)[ctx.out_offset + row * ctx.length + c0 + j] = mean_out<scalar_t>(mean);
           covered += weight > 0.0 ? 1 : 0;
         }
       }
@@ -479,8 +480,8 @@ __global__ void reduce_clients_kernel(const int64_t* client_entry_begin, const i
     num += entry_num[client_entries[k]];
     den += entry_den[client_entries[k]];
   }
-  div_num[i] = num;
-  div_den[i] = den;
+  div_num[i] = canonical_nan(num);
+  div_den[i] = canonical_nan(den);
 }
 
 int64_t blocks_for(int64_t count, int64_t threads) { return max64(1, ceil_div(count, threads)); }

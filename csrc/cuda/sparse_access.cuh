@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "aggregate_layout.h"
+#include "cuda/canonical_nan.cuh"
 
 namespace hasfl_ray {
 namespace {
@@ -59,7 +60,8 @@ __device__ int64_t sparse_element(const Args& a, const int64_t* param, bool spar
   return start + a.tile_prefix[a.prefix_begin[e] + tile] + below;
 }
 
-// Per client: its entries in parameter order, each entry's chunks in order, each chunk's warps in order.
+// Per client: its entries in parameter order, each entry's chunks in order, each chunk's warps in order; a NaN sum
+// as canonical_nan.
 __global__ void sparse_reduce_kernel(const int64_t* params, const int64_t* entries, const int64_t* chunks,
                                      const int64_t* param_chunk_begin, const int64_t* client_entry_begin,
                                      const int64_t* client_entries, const double* partial_num,
@@ -83,8 +85,8 @@ __global__ void sparse_reduce_kernel(const int64_t* params, const int64_t* entri
     num += entry_num;
     den += entry_den;
   }
-  div_num[i] = num;
-  div_den[i] = den;
+  div_num[i] = canonical_nan(num);  // as the CPU's reduce_results writes a NaN
+  div_den[i] = canonical_nan(den);
 }
 
 }  // namespace

@@ -250,3 +250,28 @@ def test_auto_falls_back_where_no_kernel_exists(monkeypatch):
     assert_matches_oracle(result, federation, torch.float64)
     with pytest.raises(RuntimeError, match="no kernel for updates on cpu"):
         aggregate_updates(*args, backend="fused")
+
+
+@pytest.mark.skipif(not ops.available(), reason="needs the compiled extension hasfl_ray._C")
+def test_slices_holding_nans_of_both_signs_give_the_canonical_nan_in_every_build():
+    """Nested slices (the kernel's mean-by-inverse path) holding -NaN and NaN on one coordinate: the mean and both
+    norms are the canonical NaN (0x7fc00000 in float32), as the sparse path writes it; before, this CPU's build
+    wrote -NaN (0xffc00000), the first operand of -NaN + NaN."""
+    script = ("import torch\n"
+              "from hasfl_ray.aggregation import aggregate_updates\n"
+              "u = [{'w': torch.zeros(4, 300)}, {'w': torch.zeros(3, 200)}]\n"
+              "u[0]['w'][1, 7], u[1]['w'][1, 7] = -float('nan'), float('nan')\n"
+              "r = aggregate_updates({'w': (4, 300)}, u, [1.0, 2.0], backend='fused')\n"
+              "nan = torch.isnan(r.delta['w'])\n"
+              "print(int(nan.sum()), r.delta['w'][nan].view(torch.int32).item() & 0xffffffff,\n"
+              "      r.div_num.view(torch.int64).tolist())\n")
+    seen = set()
+    for portable in (False, True):
+        env = {k: v for k, v in os.environ.items() if k != "HASFL_PORTABLE_CPU_KERNEL"}
+        if portable:
+            env["HASFL_PORTABLE_CPU_KERNEL"] = "1"
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen.add(done.stdout.strip())
+    nan64 = torch.tensor([float("nan")], dtype=torch.float64).view(torch.int64).item()
+    assert seen == {f"1 {0x7fc00000} {[nan64, nan64]}"}

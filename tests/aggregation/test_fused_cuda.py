@@ -102,3 +102,23 @@ def test_cuda_results_are_bit_identical_run_to_run():
     for name in SHAPES:
         assert torch.equal(first.delta[name], second.delta[name])
     assert torch.equal(first.div_num, second.div_num) and torch.equal(first.div_den, second.div_den)
+
+
+def test_a_nan_mean_on_the_card_is_the_cpus_nan():
+    """Slices holding -NaN and NaN on one coordinate: the mean there and both clients' norms are the CPU builds'
+    canonical NaN (quiet, positive, no payload), bit for bit, in float32 and float64."""
+    from hasfl_ray.aggregation import aggregate_updates
+
+    for dtype, as_int in ((torch.float32, torch.int32), (torch.float64, torch.int64)):
+        g = torch.Generator().manual_seed(2)
+        shapes = {"w": (4, 300)}
+        updates = [{"w": torch.randn(4, 300, generator=g, dtype=dtype)}, {"w": torch.randn(3, 200, generator=g,
+                                                                                               dtype=dtype)}]
+        updates[0]["w"][1, 7], updates[1]["w"][1, 7] = -float("nan"), float("nan")
+        cpu = aggregate_updates(shapes, updates, [1.0, 2.0], {}, backend="fused")
+        card = aggregate_updates(shapes, [{"w": u["w"].cuda()} for u in updates], [1.0, 2.0], {}, backend="fused")
+        nan = torch.isnan(cpu.delta["w"])
+        assert nan.sum() == 1 and torch.equal(nan, torch.isnan(card.delta["w"].cpu()))
+        assert torch.equal(cpu.delta["w"][nan].view(as_int), card.delta["w"].cpu()[nan].view(as_int))
+        for ours, theirs in ((cpu.div_num, card.div_num), (cpu.div_den, card.div_den)):
+            assert torch.isnan(ours).all() and torch.equal(ours.view(torch.int64), theirs.cpu().view(torch.int64))

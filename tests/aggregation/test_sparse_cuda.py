@@ -83,3 +83,45 @@ def test_layout_competitors_on_cuda_compute_the_same_result():
             torch.testing.assert_close(div_num, expected.div_num, rtol=1e-9, atol=1e-9)
             torch.testing.assert_close(div_den, expected.div_den, rtol=1e-9, atol=1e-9)
     assert np.isfinite(float(expected.div_num.sum()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kinds", [("index",), ("mask",), ("slice", "index", "mask")], ids=["index", "mask", "mixed"])
+def test_the_tabled_kernel_equals_the_serial_one_bit_for_bit(monkeypatch, dtype, kinds):
+    """sparse_kernels.cuh's two kernels do the same adds in the same order (test_sparse_cuda_emulated.py checks it
+    on the CPU); here on the card, 300 holders included (entry tables in batches, norm slots in global memory)."""
+    rounds = [random_round(3 + len(kinds), 11, dtype, kinds), random_round(4, 300, dtype, kinds)]
+    for shapes, updates, weights, blocks in rounds:
+        results = {}
+        for kernel in ("serial", "tabled"):
+            monkeypatch.setenv("HASFL_SPARSE_CUDA_KERNEL", kernel)
+            results[kernel] = aggregate_updates(shapes, on_cuda(updates), weights, blocks, backend="fused")
+        for name in shapes:
+            assert torch.equal(results["serial"].delta[name], results["tabled"].delta[name]), name
+        assert torch.equal(results["serial"].div_num, results["tabled"].div_num)
+        assert torch.equal(results["serial"].div_den, results["tabled"].div_den)
+    monkeypatch.setenv("HASFL_SPARSE_CUDA_KERNEL", "fast")
+    with pytest.raises(RuntimeError, match="HASFL_SPARSE_CUDA_KERNEL is 'fast'; expected tabled or serial"):
+        aggregate_updates(shapes, on_cuda(updates), weights, blocks, backend="fused")
+
+
+def test_a_nan_mean_on_the_card_is_the_cpus_nan():
+    """-NaN and NaN meeting on a coordinate give the CPU builds' canonical NaN, mean and norms, bit for bit."""
+    from hasfl_ray.aggregation import MaskedUpdate
+
+    shapes, updates, weights, blocks = random_round(9, 4, torch.float32, ("mask",))
+    name = next(n for n in shapes if all(n in u for u in updates[:2]) and shapes[n])
+    for client, sign in ((0, -1.0), (1, 1.0)):
+        packed = updates[client][name]
+        values = packed.values.clone()
+        values[0] = sign * float("nan")
+        updates[client][name] = MaskedUpdate(values, packed.bits)
+    cpu = aggregate_updates(shapes, updates, weights, blocks, backend="fused")
+    card = aggregate_updates(shapes, on_cuda(updates), weights, blocks, backend="fused")
+    nan = torch.isnan(cpu.delta[name])
+    assert nan.any() and torch.equal(nan, torch.isnan(card.delta[name].cpu()))
+    assert torch.equal(cpu.delta[name][nan].view(torch.int32), card.delta[name].cpu()[nan].view(torch.int32))
+    for ours, theirs in ((cpu.div_num, card.div_num), (cpu.div_den, card.div_den)):
+        both = torch.isnan(ours)
+        assert both[:2].all() and torch.equal(both, torch.isnan(theirs.cpu()))
+        assert torch.equal(ours[both].view(torch.int64), theirs.cpu()[both].view(torch.int64))
