@@ -15,7 +15,8 @@
 # table3 (bench_protocol.py's EMNIST projection with every Table 3 algorithm), league (one league cell, FIARSE,
 # bench_protocol.py --pack configs/league-cifar10.yaml), auto (bench_training.py --compare mixed at 2, 3, 5, 10 and 50
 # clients, CNN and LSTM: the figures behind `auto`), raytl (benchmarks/ray_timeline.py: Ray's timeline of a GPU run),
-# handover (bench_handover.py --device cuda: torch.ops against the extension's direct entries, per call).
+# handover (bench_handover.py --device cuda: torch.ops against the extension's direct entries, per call), sparse (the
+# sparse CUDA kernels' card tests, then bench aggregate --layout index,mask with the serial and the tabled kernel).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s); BUDGET=${BUDGET:-540}
@@ -44,6 +45,13 @@ for p in "$@"; do
   case $p in
     kernel) phase kernel 90 $PY benchmarks/profile_kernel.py --json "$W/kernel.json" ;;
     handover) phase handover 60 $PY benchmarks/bench_handover.py --device cuda --layouts slice,index,mask ;;
+    sparse)  # the sparse CUDA kernels: tabled == serial bit for bit and the oracle, then each one's time
+      phase sparse_tests 90 $PY -m pytest -q -p no:cacheprovider tests/aggregation/test_sparse_cuda.py \
+            tests/aggregation/test_fused_cuda.py
+      for k in serial tabled; do
+        phase "sparse_$k" 60 env HASFL_SPARSE_CUDA_KERNEL=$k $PY -c "from hasfl_ray.cli.entry import main; main()" bench aggregate \
+              --layout index,mask --models emnist --clients 50,200 --repeats 5 --skip-slow --device cuda
+      done ;;
     ncu) phase ncu 90 ncu --clock-control none -k regex:aggregate_chunks --launch-skip 3 --launch-count 1 \
            --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
            --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
