@@ -36,8 +36,9 @@ struct SparseArgs {
   const int64_t* row_map_begin;  // (E, kMaxDims): start of entry e's map of dim d in row_map
   const int64_t* tile_prefix;    // per entry and tile of a row: packed elements of the row before the tile
   const int64_t* prefix_begin;   // (E): start of entry e's tile prefixes
-  const uint8_t* runs = nullptr;  // per parameter or null (AVX-512 CPU kernel): 1 when every 16-column word of each
-                                  // of its entries' bitmasks sets a run of columns from the word's first (run_words)
+  const uint8_t* runs = nullptr;  // per parameter or null (AVX-512 and AVX2 kernels): 1 when every 16-column word of
+                                  // each of its entries' bitmasks sets a run of columns from the word's first
+                                  // (run_words)
 };
 
 // True when every 16-column word (from column 0) of the bitmask m of a row of `length` columns sets a run of columns

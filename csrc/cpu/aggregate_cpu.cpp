@@ -353,9 +353,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> aggregate_sparse_into_cpu(
   CpuArgs args{params.data_ptr<int64_t>(), entries.data_ptr<int64_t>(), plan.chunks.data_ptr<int64_t>(), data.data(),
                plan.entry_weight.data_ptr<double>(), plan.weight_prefix.data_ptr<double>(), out.data_ptr(),
                partial_num.data_ptr<double>(), partial_den.data_ptr<double>(), chunk_covered.data_ptr<int64_t>()};
-  // Per sparse parameter: are all its entries' words runs (the AVX-512 kernel then loads them masked)?
+  // Per sparse parameter: are all its entries' words runs (the AVX-512 and AVX2 kernels then load them masked)?
   std::vector<uint8_t> runs(params.size(0), 0);
-  if (use_avx512()) {
+  if (use_avx512() || use_avx2()) {
     const int64_t* P = params.data_ptr<int64_t>();
     for (int64_t p = 0; p < params.size(0); ++p) {
       if (K[p] == 0) continue;

@@ -55,12 +55,28 @@ HASFL_SPARSE_TARGET __attribute__((always_inline)) inline unsigned word_bits(con
 
 // The 16 columns of a word (bits) of an entry whose next values start at x, a byte at a time (e0: columns 0-7, e1:
 // 8-15); returns where the word's values end. Unchecked loads where 16 values lie before `limit` (a word takes at
-// most 16), each byte's checked otherwise.
+// most 16), each byte's checked otherwise. kRuns: each byte's set bits are a run from its first column (sp.runs: a
+// channel index set's whole words, a slice's prefix), so a byte's values are a load of its first c lanes, with no
+// permutation (the same lanes, the same +0 elsewhere).
+template <bool kRuns>
 HASFL_SPARSE_TARGET __attribute__((always_inline)) inline const float* word_floats(const float* x, const float* limit,
                                                                                    unsigned bits, __m256* e0,
                                                                                    __m256* e1) {
   const unsigned b0 = bits & 0xFFu, b1 = bits >> 8;
   const int c0 = __builtin_popcount(b0);
+  if (kRuns) {  // each byte's set bits a run from its first lane: its values are the next c, in its first c lanes
+    const int c1 = __builtin_popcount(b1);
+    const __m256i m0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(kBytes.prefix[c0]));
+    const __m256i m1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(kBytes.prefix[c1]));
+    if (x + 16 <= limit) {
+      *e0 = _mm256_and_ps(_mm256_loadu_ps(x), _mm256_castsi256_ps(m0));
+      *e1 = _mm256_and_ps(_mm256_loadu_ps(x + c0), _mm256_castsi256_ps(m1));
+    } else {
+      *e0 = _mm256_maskload_ps(x, m0);
+      *e1 = _mm256_maskload_ps(x + c0, m1);
+    }
+    return x + c0 + c1;
+  }
   if (x + 16 <= limit) {
     *e0 = byte_floats<false>(x, limit, b0);
     *e1 = byte_floats<false>(x + c0, limit, b1);
@@ -79,6 +95,7 @@ HASFL_SPARSE_TARGET __attribute__((always_inline)) inline __m256d canonical_nan(
 // Pass 1 over one tile of n columns: the entries' packed runs start at pull[k].at (advanced here), their bitmasks at
 // pull[k].bits. Writes the mean to out_tile[0, n) and mean[0, n rounded up to 16) (+0 past n); returns the columns
 // covered.
+template <bool kRuns>
 HASFL_SPARSE_TARGET inline int64_t pull_tile_means(PullEntry* pull, int64_t count, int64_t n, double* mean,
                                                    double* mean2, float* out_tile) {
   int64_t covered = 0;
@@ -92,7 +109,7 @@ HASFL_SPARSE_TARGET inline int64_t pull_tile_means(PullEntry* pull, int64_t coun
       __builtin_prefetch(x + 64);
       const unsigned b0 = bits & 0xFFu, b1 = bits >> 8;
       __m256 e0, e1;
-      entry.at = word_floats(x, static_cast<const float*>(entry.limit), bits, &e0, &e1);
+      entry.at = word_floats<kRuns>(x, static_cast<const float*>(entry.limit), bits, &e0, &e1);
       const __m256d wv = _mm256_broadcast_sd(&entry.weight);
       acc0 = _mm256_add_pd(_mm256_mul_pd(wv, low_doubles(e0)), acc0);
       acc1 = _mm256_add_pd(_mm256_mul_pd(wv, high_doubles(e0)), acc1);
@@ -142,6 +159,7 @@ HASFL_SPARSE_TARGET inline int64_t pull_tile_means(PullEntry* pull, int64_t coun
 // Pass 2 for one entry over a tile of n columns: the portable build's norm sums over its set bits (16 lanes, column
 // mod 16, in its tree), from its packed run at x, each byte expanded without a branch; prefetches `next` (the entry's
 // run of the next item) as the portable build does.
+template <bool kRuns>
 HASFL_SPARSE_TARGET inline void pull_tile_squares(const float* x, const float* limit, const uint8_t* m, int64_t n,
                                                   const double* mean, const double* mean2, double* sums,
                                                   const float* next) {
@@ -151,7 +169,7 @@ HASFL_SPARSE_TARGET inline void pull_tile_squares(const float* x, const float* l
     __builtin_prefetch(next + j);
     const unsigned bits = word_bits(m, j, n);
     __m256 e0, e1;
-    x = word_floats(x, limit, bits, &e0, &e1);
+    x = word_floats<kRuns>(x, limit, bits, &e0, &e1);
     const __m256d v[4] = {low_doubles(e0), high_doubles(e0), low_doubles(e1), high_doubles(e1)};
 #pragma GCC unroll 4
     for (int q = 0; q < 4; ++q) {
@@ -171,8 +189,8 @@ HASFL_SPARSE_TARGET inline void pull_tile_squares(const float* x, const float* l
 }
 
 // The chunk (float32 entries): the portable build's items, rows and partials, with the two passes above.
-HASFL_SPARSE_TARGET void run_sparse_chunk_pull(const CpuArgs& args, const SparseArgs& sp, int64_t chunk,
-                                               const SparseScratch& s) {
+template <bool kRuns>
+HASFL_SPARSE_TARGET void pull_chunk(const CpuArgs& args, const SparseArgs& sp, int64_t chunk, const SparseScratch& s) {
   const ChunkView v(args.params, args.chunks, chunk, kCpuTile);
   const int64_t length = v.length, entry_begin = v.entry_begin;
   double* part_num = v.partials(args.partial_num);
@@ -199,17 +217,28 @@ HASFL_SPARSE_TARGET void run_sparse_chunk_pull(const CpuArgs& args, const Sparse
                                  sp.tile_prefix[sp.prefix_begin[e] + tile];
       pull[k].bits = sp.bits[e] + c0 / 8;
     }
-    covered += pull_tile_means(pull, row_count, n, s.mean, s.acc, out_tile);  // s.acc: mean^2
+    covered += pull_tile_means<kRuns>(pull, row_count, n, s.mean, s.acc, out_tile);  // s.acc: mean^2
     for (int64_t k = 0; k < row_count; ++k) {
       const int64_t e = s.row_entry[k];
       const float* x = static_cast<const float*>(pull[k].run);
       const float* end = static_cast<const float*>(pull[k].at);  // where pass 1 left it: the next item's run
       double sums[2] = {0.0, 0.0};
-      pull_tile_squares(x, static_cast<const float*>(pull[k].limit), pull[k].bits, n, s.mean, s.acc, sums, end);
+      pull_tile_squares<kRuns>(x, static_cast<const float*>(pull[k].limit), pull[k].bits, n, s.mean, s.acc, sums,
+                               end);
       part_num[e - entry_begin] += sums[0];
       part_den[e - entry_begin] += sums[1];
     }
   }
   args.chunk_covered[chunk] = covered;
+}
+
+// The chunk (float32 entries): the run-word loads where every word of the parameter's entries is a run from its
+// first column (sp.runs), else each byte expanded.
+HASFL_SPARSE_TARGET void run_sparse_chunk_pull(const CpuArgs& args, const SparseArgs& sp, int64_t chunk,
+                                               const SparseScratch& s) {
+  if (sp.runs != nullptr && sp.runs[args.chunks[chunk * kChunkCols + kChunkParam]])
+    pull_chunk<true>(args, sp, chunk, s);
+  else
+    pull_chunk<false>(args, sp, chunk, s);
 }
 #endif

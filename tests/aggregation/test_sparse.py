@@ -306,6 +306,22 @@ _ROUNDS = (
     "            u = [{k: v for k, v in x.items() if k != 'gates'} for x in u]\n"
     "            r = aggregate_updates(s, u, w, {}, backend='fused')\n"
     "            out.append((r.delta, r.div_num, r.div_den))\n"
+    "from hasfl_ray.aggregation import IndexedUpdate\n"
+    "g = torch.Generator().manual_seed(5)  # every word a run from its first column, bytes partly held too\n"
+    "s, u = {'w': (9, 600), 'v': (40, 520)}, []  # rows of >= 512 columns stay rows (no merge)\n"
+    "for c in range(7):\n"
+    "    if c % 2:  # rows chosen, the last dim whole: words 0xffff and the row's last, 0x00ff\n"
+    "        pick = lambda n, k: [torch.sort(torch.randperm(n, generator=g)[:k]).values, None]\n"
+    "        u.append({'w': IndexedUpdate.gather(torch.randn(9, 600, generator=g), pick(9, 1 + c)),\n"
+    "                  'v': IndexedUpdate.gather(torch.randn(40, 520, generator=g), pick(40, 5 + c))})\n"
+    "    else:  # slices 13, 87, 161, 235 and 9, 31, 53, 75 wide: a last word of 8 + 5, 7, 1, 11 or 9 columns\n"
+    "        u.append({'w': torch.randn(1 + c, 13 + 37 * c, generator=g), 'v': torch.randn(3 + c, 9 + 11 * c, generator=g)})\n"
+    "r = aggregate_updates(s, u, [1.0 + c for c in range(7)], {}, backend='fused')\n"
+    "out.append((r.delta, r.div_num, r.div_den))\n"
+    "from hasfl_ray.bench.layouts import make_layout_federation\n"
+    "f = make_layout_federation('emnist', 6, 'index', seed=1)  # channel sets: fc1's words whole or empty (runs)\n"
+    "r = aggregate_updates(f.shapes, f.updates, f.weights, f.gate_blocks, backend='fused')\n"
+    "out.append((r.delta, r.div_num, r.div_den))\n"
     "sys.stdout.buffer.write(pickle.dumps(out))\n")
 
 
@@ -314,8 +330,9 @@ _ROUNDS = (
                     reason="needs a CPU with AVX2 (the AVX2 build of the sparse kernel)")
 def test_the_avx2_sparse_kernel_equals_the_portable_one_bit_for_bit():
     """On a CPU with AVX2 but not AVX-512 (HASFL_NO_AVX512_CPU_KERNEL=1 makes any such CPU one) the sparse kernel
-    takes 4 columns at a time with the portable build's multiplies and adds: every delta, sign and norm the same bits
-    (index sets, masks and both mixed, float32 and float64), so no run's params_sha256 moves on such a machine."""
+    takes 16 columns at a time with the portable build's multiplies and adds: every delta, sign and norm the same bits
+    (index sets, masks and both mixed, float32 and float64, and the EMNIST CNN's channel index sets, whose fc1 words
+    are whole or empty: the run-word loads), so no run's params_sha256 moves on such a machine."""
     import pickle
 
     here = os.path.dirname(os.path.abspath(__file__))
