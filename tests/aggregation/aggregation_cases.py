@@ -4,6 +4,9 @@ agreement of the implementations `hasfl-ray bench aggregate` times with the refe
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -157,3 +160,17 @@ def check_agreement(model: str = "digits", num_clients: int = 6, device: str = "
         for got, expected in ((result.div_num, reference.div_num), (result.div_den, reference.div_den)):
             worst = max(worst, float(((got.cpu() - expected).abs() / expected.abs().clamp_min(1e-30)).max()))
     return worst
+
+
+def stdout_in_each_build(script: str) -> set:
+    """The distinct stdouts of ``python -c script`` in this CPU's build and in the portable one
+    (HASFL_PORTABLE_CPU_KERNEL=1): one element where every build prints the same."""
+    seen = set()
+    for portable in (False, True):
+        env = {k: v for k, v in os.environ.items() if k != "HASFL_PORTABLE_CPU_KERNEL"}
+        if portable:
+            env["HASFL_PORTABLE_CPU_KERNEL"] = "1"
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen.add(done.stdout.strip())
+    return seen

@@ -11,7 +11,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aggregation_cases import Federation, oracle, random_federation
+from aggregation_cases import Federation, oracle, random_federation, stdout_in_each_build
 from hasfl_ray.aggregation import aggregate_updates, validate_inputs
 from hasfl_ray.models import build_model, gate_blocks_of
 from hasfl_ray.ops import aggregate as ops
@@ -265,13 +265,6 @@ def test_slices_holding_nans_of_both_signs_give_the_canonical_nan_in_every_build
               "nan = torch.isnan(r.delta['w'])\n"
               "print(int(nan.sum()), r.delta['w'][nan].view(torch.int32).item() & 0xffffffff,\n"
               "      r.div_num.view(torch.int64).tolist())\n")
-    seen = set()
-    for portable in (False, True):
-        env = {k: v for k, v in os.environ.items() if k != "HASFL_PORTABLE_CPU_KERNEL"}
-        if portable:
-            env["HASFL_PORTABLE_CPU_KERNEL"] = "1"
-        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
-        seen.add(done.stdout.strip())
+    seen = stdout_in_each_build(script)
     nan64 = torch.tensor([float("nan")], dtype=torch.float64).view(torch.int64).item()
     assert seen == {f"1 {0x7fc00000} {[nan64, nan64]}"}

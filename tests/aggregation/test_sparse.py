@@ -107,6 +107,19 @@ def random_round(seed, num_clients, dtype, kinds=("slice", "index", "mask")):
     return shapes, updates, weights, blocks
 
 
+def opposite_nans_round(dtype):
+    """random_round's masks with -NaN and NaN on one coordinate of a parameter the first two clients hold; returns
+    the round and that parameter's name."""
+    shapes, updates, weights, blocks = random_round(9, 4, dtype, ("mask",))
+    name = next(n for n in shapes if all(n in u for u in updates[:2]) and shapes[n])
+    for client, sign in ((0, -1.0), (1, 1.0)):
+        packed = updates[client][name]
+        values = packed.values.clone()
+        values[0] = sign * float("nan")
+        updates[client][name] = MaskedUpdate(values, packed.bits)
+    return (shapes, updates, weights, blocks), name
+
+
 def assert_matches(result, expected, dtype):
     delta, div_num, div_den = expected
     tol = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)

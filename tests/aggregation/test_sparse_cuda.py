@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from hasfl_ray.aggregation import aggregate_updates
 from hasfl_ray.aggregation.packed import to_device
 from hasfl_ray.ops import aggregate as ops
-from test_sparse import assert_matches, edge_round, oracle, random_round
+from test_sparse import assert_matches, edge_round, opposite_nans_round, oracle, random_round
 
 pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and ops.available() and ops.cuda_available()),
                                 reason="needs CUDA")
@@ -107,15 +107,7 @@ def test_the_tabled_kernel_equals_the_serial_one_bit_for_bit(monkeypatch, dtype,
 
 def test_a_nan_mean_on_the_card_is_the_cpus_nan():
     """-NaN and NaN meeting on a coordinate give the CPU builds' canonical NaN, mean and norms, bit for bit."""
-    from hasfl_ray.aggregation import MaskedUpdate
-
-    shapes, updates, weights, blocks = random_round(9, 4, torch.float32, ("mask",))
-    name = next(n for n in shapes if all(n in u for u in updates[:2]) and shapes[n])
-    for client, sign in ((0, -1.0), (1, 1.0)):
-        packed = updates[client][name]
-        values = packed.values.clone()
-        values[0] = sign * float("nan")
-        updates[client][name] = MaskedUpdate(values, packed.bits)
+    (shapes, updates, weights, blocks), name = opposite_nans_round(torch.float32)
     cpu = aggregate_updates(shapes, updates, weights, blocks, backend="fused")
     card = aggregate_updates(shapes, on_cuda(updates), weights, blocks, backend="fused")
     nan = torch.isnan(cpu.delta[name])

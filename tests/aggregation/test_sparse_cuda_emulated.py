@@ -18,7 +18,7 @@ from hasfl_ray.aggregation import MaskedUpdate
 from hasfl_ray.aggregation.result import AggregateResult
 from hasfl_ray.ops import aggregate as ops
 from hasfl_ray.ops.sparse import build_sparse_layout
-from test_sparse import assert_matches, edge_round, oracle, random_round
+from test_sparse import assert_matches, edge_round, opposite_nans_round, oracle, random_round
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent / "cuda_emulation"
@@ -98,13 +98,7 @@ def test_past_one_table_and_the_shared_slots(emulated):
 def test_a_nan_is_written_as_the_cpu_writes_it(emulated, dtype):
     """-NaN and NaN meeting on a coordinate: the mean there and the norms of its holders are the canonical NaN of
     the CPU builds (quiet, positive, no payload), in both kernels, equal to the CPU op's bits."""
-    shapes, updates, weights, blocks = random_round(9, 4, dtype, ("mask",))
-    name = next(n for n in shapes if all(n in u for u in updates[:2]) and shapes[n])
-    for client, sign in ((0, -1.0), (1, 1.0)):
-        packed = updates[client][name]
-        values = packed.values.clone()
-        values[0] = sign * float("nan")
-        updates[client][name] = MaskedUpdate(values, packed.bits)
+    (shapes, updates, weights, blocks), name = opposite_nans_round(dtype)
     results = [run(emulated, kernel, shapes, updates, weights, blocks) for kernel in ("serial", "tabled")]
     if ops.available() and hasattr(torch.ops.hasfl_ray, "aggregate_sparse_into"):
         from hasfl_ray.aggregation import aggregate_updates

@@ -13,6 +13,7 @@ import sys
 import pytest
 import torch
 
+from aggregation_cases import stdout_in_each_build
 from hasfl_ray.aggregation import IndexedUpdate, MaskedUpdate, aggregate_updates
 from hasfl_ray.aggregation.packed import pack_bits
 from hasfl_ray.ops import aggregate as ops
@@ -144,14 +145,7 @@ def test_nans_of_both_signs_on_one_coordinate_give_the_canonical_nan_in_every_bu
               "     {'w': MaskedUpdate(torch.tensor([float('nan')]), bits)}]\n"
               "r = aggregate_updates({'w': (1,)}, u, [1.0, 1.0], backend='fused')\n"
               "print(r.delta['w'].view(torch.int32).item() & 0xffffffff, r.div_num.view(torch.int64).tolist())\n")
-    seen = set()
-    for portable in (False, True):
-        env = {k: v for k, v in os.environ.items() if k != "HASFL_PORTABLE_CPU_KERNEL"}
-        if portable:
-            env["HASFL_PORTABLE_CPU_KERNEL"] = "1"
-        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
-        seen.add(done.stdout.strip())
+    seen = stdout_in_each_build(script)
     nan64 = torch.tensor([NAN], dtype=torch.float64).view(torch.int64).item()
     assert seen == {f"{0x7fc00000} {[nan64, nan64]}"}
 
