@@ -38,6 +38,7 @@
 #include "aggregate_layout.h"
 #include "aggregate_sparse_host.h"
 #include "cuda/sparse_access.cuh"
+#include "cuda/sparse_tables.h"
 #include "private_normal.h"
 
 namespace hasfl_ray {
@@ -336,24 +337,9 @@ PrivateResult aggregate_private_sparse_into_cuda(const at::Tensor& out, at::Tens
                                                  const std::optional<at::Tensor>& uncounted) {
   check_aggregate_args(packed, params, entries, weights, out);
   TORCH_CHECK(out.is_cuda(), "out must be a CUDA tensor for the CUDA kernel, got ", out.device());
-  const int64_t num_params = params.size(0), num_entries = entries.size(0);
-  TORCH_CHECK(static_cast<int64_t>(bits.size()) == num_entries, "bits has ", bits.size(), " tensors but entries has ",
-              num_entries, " rows");
-  TORCH_CHECK(kinds.device().is_cpu() && kinds.scalar_type() == at::kLong && kinds.dim() == 1 &&
-                  kinds.size(0) == num_params && kinds.is_contiguous(),
-              "kinds must be a contiguous int64 CPU tensor of shape (", num_params, ")");
-  const int64_t* K = kinds.data_ptr<int64_t>();
-  const int64_t* E = entries.data_ptr<int64_t>();
-  std::vector<const uint8_t*> bits_ptr(num_entries, nullptr);
-  std::vector<int64_t> bits_len(num_entries, 0);
-  for (int64_t e = 0; e < num_entries; ++e) {
-    if (K[E[e * kEntryCols + kEntryParam]] == 0) continue;
-    TORCH_CHECK(bits[e].scalar_type() == at::kByte && bits[e].device().is_cpu() && bits[e].is_contiguous() &&
-                    bits[e].dim() == 1,
-                "bits[", e, "] must be a contiguous 1-D uint8 CPU tensor (the CUDA kernel copies it to the device)");
-    bits_ptr[e] = bits[e].data_ptr<uint8_t>();
-    bits_len[e] = bits[e].numel();
-  }
+  const sparse_cuda::HostBitmasks masks = sparse_cuda::host_bitmasks(entries, kinds, params.size(0), bits);
+  const std::vector<const uint8_t*>& bits_ptr = masks.ptr;
+  const std::vector<int64_t>& bits_len = masks.len;
   return private_cuda(out, packed, params, entries, weights, bounds, noise_std, seed, offset, expected, kinds,
                       bits_ptr, bits_len, rows, row_offsets, uncounted);
 }

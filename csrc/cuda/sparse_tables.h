@@ -31,6 +31,35 @@ struct TableOffsets {
   int64_t num_params = 0, num_entries = 0, num_clients = 0, num_chunks = 0, num_partials = 0, words = 0;
 };
 
+// Each sparse (kind 1) entry's bitmask on the host (null and 0 for a dense entry), checked: the sparse ops' CUDA
+// host sides read them there and copy them to the device with their tables.
+struct HostBitmasks {
+  std::vector<const uint8_t*> ptr;
+  std::vector<int64_t> len;
+};
+
+inline HostBitmasks host_bitmasks(const at::Tensor& entries, const at::Tensor& kinds, int64_t num_params,
+                                  at::TensorList bits) {
+  const int64_t num_entries = entries.size(0);
+  TORCH_CHECK(static_cast<int64_t>(bits.size()) == num_entries, "bits has ", bits.size(),
+              " tensors but entries has ", num_entries, " rows");
+  TORCH_CHECK(kinds.device().is_cpu() && kinds.scalar_type() == at::kLong && kinds.dim() == 1 &&
+                  kinds.size(0) == num_params && kinds.is_contiguous(),
+              "kinds must be a contiguous int64 CPU tensor of shape (", num_params, ")");
+  const int64_t* K = kinds.data_ptr<int64_t>();
+  const int64_t* E = entries.data_ptr<int64_t>();
+  HostBitmasks masks{std::vector<const uint8_t*>(num_entries, nullptr), std::vector<int64_t>(num_entries, 0)};
+  for (int64_t e = 0; e < num_entries; ++e) {
+    if (K[E[e * kEntryCols + kEntryParam]] == 0) continue;
+    TORCH_CHECK(bits[e].scalar_type() == at::kByte && bits[e].device().is_cpu() && bits[e].is_contiguous() &&
+                    bits[e].dim() == 1,
+                "bits[", e, "] must be a contiguous 1-D uint8 CPU tensor (the CUDA kernel copies it to the device)");
+    masks.ptr[e] = bits[e].data_ptr<uint8_t>();
+    masks.len[e] = bits[e].numel();
+  }
+  return masks;
+}
+
 struct PackedTables {
   at::Tensor host;  // int64 (words): pinned when asked
   TableOffsets at;
@@ -47,23 +76,15 @@ inline PackedTables pack_tables(at::TensorList packed, const at::Tensor& params,
   t.num_entries = entries.size(0);
   t.num_clients = weights.size(0);
   const int64_t num_entries = t.num_entries;
-  TORCH_CHECK(static_cast<int64_t>(bits.size()) == num_entries, "bits has ", bits.size(),
-              " tensors but entries has ", num_entries, " rows");
-  TORCH_CHECK(kinds.device().is_cpu() && kinds.scalar_type() == at::kLong && kinds.dim() == 1 &&
-                  kinds.size(0) == t.num_params && kinds.is_contiguous(),
-              "kinds must be a contiguous int64 CPU tensor of shape (", t.num_params, ")");
+  const HostBitmasks masks = host_bitmasks(entries, kinds, t.num_params, bits);
   const int64_t* K = kinds.data_ptr<int64_t>();
   const int64_t* E = entries.data_ptr<int64_t>();
-  std::vector<const uint8_t*> bits_ptr(num_entries, nullptr);
-  std::vector<int64_t> bits_len(num_entries, 0), bits_at(num_entries, 0);
+  const std::vector<const uint8_t*>& bits_ptr = masks.ptr;
+  const std::vector<int64_t>& bits_len = masks.len;
+  std::vector<int64_t> bits_at(num_entries, 0);
   int64_t bits_total = 0;
   for (int64_t e = 0; e < num_entries; ++e) {
-    if (K[E[e * kEntryCols + kEntryParam]] == 0) continue;
-    TORCH_CHECK(bits[e].scalar_type() == at::kByte && bits[e].device().is_cpu() && bits[e].is_contiguous() &&
-                    bits[e].dim() == 1,
-                "bits[", e, "] must be a contiguous 1-D uint8 CPU tensor (the CUDA kernel copies it to the device)");
-    bits_ptr[e] = bits[e].data_ptr<uint8_t>();
-    bits_len[e] = bits[e].numel();
+    if (bits_ptr[e] == nullptr) continue;
     bits_at[e] = bits_total;
     bits_total += ceil_div(bits_len[e], 16) * 16 + 16;  // room for a tile's 16 bytes past the last full one
   }
