@@ -64,11 +64,11 @@ def check(emulated, shapes, updates, weights, blocks, dtype):
     return tabled
 
 
-@pytest.mark.parametrize("dtype, kinds", [
-    (torch.float32, ("index",)), (torch.float32, ("mask",)), (torch.float32, ("slice", "index", "mask")),
-    (torch.float64, ("slice", "index", "mask"))], ids=["index-f32", "mask-f32", "mixed-f32", "mixed-f64"])
-def test_tabled_equals_serial_and_the_oracle(emulated, dtype, kinds):
-    shapes, updates, weights, blocks = random_round(41 + len(kinds), 5, dtype, kinds)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kinds", [("index",), ("mask",), ("slice", "index", "mask")], ids=["index", "mask", "mixed"])
+@pytest.mark.parametrize("num_clients", [1, 5, 11])
+def test_tabled_equals_serial_and_the_oracle(emulated, dtype, kinds, num_clients):
+    shapes, updates, weights, blocks = random_round(41 + 7 * num_clients + len(kinds), num_clients, dtype, kinds)
     check(emulated, shapes, updates, weights, blocks, dtype)
 
 

@@ -1,5 +1,6 @@
 // Just enough of CUDA to run the sparse op's kernels (csrc/cuda/sparse_kernels.cuh) on the CPU, for a machine
-// without a GPU. A block's threads are fibers (ucontext) on the calling thread, switched at every barrier: each
+// without a GPU. A block's threads are fibers on the calling thread (each started once by swapcontext, then switched
+// by _setjmp/_longjmp: no system call a switch), switched at every barrier: each
 // __syncthreads and each __shfl_xor_sync (its lanes' values exchanged between two barriers) waits until every thread
 // of the block has reached it. So a shuffle here must be reached by the whole block, as the kernels' shuffles are
 // (their skips are uniform over the block): a kernel whose threads reach different barriers, or whose threads leave
@@ -8,6 +9,7 @@
 // double fma).
 #pragma once
 
+#include <setjmp.h>
 #include <ucontext.h>
 
 #include <cmath>
@@ -32,12 +34,19 @@ inline EmuDim threadIdx, blockIdx, blockDim;
 
 // The block's fibers: each runs the kernel until it reaches a barrier (kind: 1 __syncthreads, 2 a shuffle's
 // exchange) or returns; the scheduler resumes them all once every one waits at the same kind.
+struct EmuJump {
+  jmp_buf at;
+};
+
 struct EmuBlock {
   static constexpr size_t kStack = 256 * 1024;
-  ucontext_t scheduler;
+  ucontext_t scheduler_context;
+  jmp_buf scheduler;
   std::vector<ucontext_t> fibers;
+  std::vector<EmuJump> resume;
   std::vector<char> stacks;
   std::vector<int> waiting;  // per fiber: 0 running, a barrier kind, or -1 returned
+  std::vector<char> started;
   unsigned current = 0, threads = 0, block = 0;
   double lanes[1024];  // a shuffle's values, by thread
 };
@@ -46,7 +55,7 @@ inline EmuBlock emu_block;
 inline void emu_barrier(int kind) {
   EmuBlock& b = emu_block;
   b.waiting[b.current] = kind;
-  swapcontext(&b.fibers[b.current], &b.scheduler);
+  if (!_setjmp(b.resume[b.current].at)) _longjmp(b.scheduler, 1);
 }
 
 inline void __syncthreads() { emu_barrier(1); }
@@ -77,7 +86,8 @@ struct EmuStart {
   static inline Kernel* kernel = nullptr;
   static void run() {
     (*kernel)();
-    emu_block.waiting[emu_block.current] = -1;  // returns to uc_link: the scheduler
+    emu_block.waiting[emu_block.current] = -1;
+    _longjmp(emu_block.scheduler, 1);  // never returns: the scheduler's frame is not the one swapcontext saved
   }
 };
 
@@ -89,15 +99,17 @@ void emu_launch(unsigned blocks, unsigned threads, Kernel&& kernel) {
   EmuBlock& b = emu_block;
   b.threads = threads;
   b.fibers.assign(threads, ucontext_t{});
+  b.resume.resize(threads);
   b.stacks.assign(threads * EmuBlock::kStack, 0);
   for (unsigned block = 0; block < blocks; ++block) {
     b.block = block;
     b.waiting.assign(threads, 0);
+    b.started.assign(threads, 0);
     for (unsigned t = 0; t < threads; ++t) {
       getcontext(&b.fibers[t]);
       b.fibers[t].uc_stack.ss_sp = b.stacks.data() + t * EmuBlock::kStack;
       b.fibers[t].uc_stack.ss_size = EmuBlock::kStack;
-      b.fibers[t].uc_link = &b.scheduler;
+      b.fibers[t].uc_link = nullptr;
       makecontext(&b.fibers[t], &EmuStart<K>::run, 0);
     }
     for (;;) {
@@ -108,7 +120,14 @@ void emu_launch(unsigned blocks, unsigned threads, Kernel&& kernel) {
         threadIdx = EmuDim{t, 0, 0};
         blockIdx = EmuDim{block, 0, 0};
         blockDim = EmuDim{threads, 0, 0};
-        swapcontext(&b.scheduler, &b.fibers[t]);
+        if (!_setjmp(b.scheduler)) {
+          if (!b.started[t]) {
+            b.started[t] = 1;
+            swapcontext(&b.scheduler_context, &b.fibers[t]);
+          } else {
+            _longjmp(b.resume[t].at, 1);
+          }
+        }
       }
       int done = 0, kind = 0;
       bool agree = true;

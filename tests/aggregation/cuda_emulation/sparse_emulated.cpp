@@ -1,6 +1,9 @@
 // The sparse CUDA op run on the CPU (emulate_cuda.h): the same host tables (csrc/cuda/sparse_tables.h) and the same
 // kernel source (csrc/cuda/sparse_kernels.cuh) as aggregate_sparse_cuda.cu, on CPU tensors. Built by
 // tests/aggregation/test_sparse_cuda_emulated.py with torch.utils.cpp_extension.
+// The emulation's fibers switch by _longjmp between stacks; a fortified build's longjmp would take that for a
+// corrupted stack and abort.
+#undef _FORTIFY_SOURCE
 #include <torch/extension.h>
 
 #include <string>
