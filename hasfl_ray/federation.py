@@ -216,7 +216,7 @@ def empty_level_note(config: Any) -> Optional[str]:
     return (f"width{'' if one else 's'} {named} of the ladder {'gets' if one else 'get'} 0 of the {clients} "
             f"clients by rounding (clients per width {'/'.join(f'{w:g}' for w in ladder.widths)}: {dealt}), so the "
             f"run compares {'a ladder without it' if one else 'a ladder without them'}; expected at least one client "
-            "a width: pass more --clients, or --tier-counts (tier_counts) for exact counts")
+            "a width: more --clients, or exact counts per width (--tier-counts, tier_counts) in place of width_mix")
 
 
 # -- label partitions ----------------------------------------------------------------------------------------------

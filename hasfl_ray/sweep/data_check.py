@@ -93,7 +93,14 @@ def ladder_notes(sweep: Any, force: bool = False) -> List[str]:
         note = empty_level_note(config)
         if note is not None:
             notes.setdefault(note, []).append(cell.name)
-    return [f"sweep cell{'s' if len(cells) > 1 else ''} {', '.join(cells)}: {note}" for note, cells in notes.items()]
+    return [f"sweep cell{'s' if len(cells) > 1 else ''} {_some(cells)}: {note}" for note, cells in notes.items()]
+
+
+def _some(names: List[str], shown: int = 3) -> str:
+    """``a, b, c`` or, past ``shown``, ``a, b and 9 more`` (a league's 88 variants share a few ladders)."""
+    if len(names) <= shown:
+        return ", ".join(names)
+    return f"{', '.join(names[:shown - 1])} and {len(names) - shown + 1} more"
 
 
 def _finished(cell: Any, force: bool, cell_state: Any) -> bool:

@@ -33,7 +33,7 @@ def start_warnings(run):
 
 @pytest.mark.parametrize("keys, words", [
     ({"clients": 4, "width_mix": "a1-b1-c1-d1-e1"},
-     ["width 0.0625 (share 20%)", "0 of the 4 clients", "1/1/1/1/0", "--tier-counts"]),
+     ["width 0.0625 (share 20%)", "0 of the 4 clients", "1/1/1/1/0", "--tier-counts", "in place of width_mix"]),
     ({"clients": 8, "widths": [1.0, 0.5, 0.25, 0.125], "width_mix": [5, 10, 25, 60]},  # league l4-5.10.25.60
      ["width 1 (share 5%)", "0 of the 8 clients", "0/1/2/5"]),
     ({"clients": 3, "width_mix": [1, 1, 1, 1]}, ["width 1 (share 25%)", "0 of the 3 clients"]),
@@ -115,7 +115,8 @@ def test_a_plugin_dataset_that_cannot_serve_the_clients_is_refused_before_the_fo
 def plugin(tmp_path, load):
     path = tmp_path / "plug_data.py"
     path.write_text("import torch\nfrom hasfl_ray import Dataset, TensorFederatedDataset\n\n\nclass Data(Dataset):\n"
-                    "    model = 'digits'\n    defaults = dict(local_epochs=1, lr=0.05, batch_size=4, clip_norm=10.0)\n\n    def load(self, config):\n" + textwrap.indent(load, "        "))
+                    "    model = 'digits'\n    defaults = dict(local_epochs=1, lr=0.05, batch_size=4, clip_norm=10.0)\n\n"
+                    "    def load(self, config):\n" + textwrap.indent(load, "        "))
     return f"{path}:Data"
 
 
@@ -216,3 +217,15 @@ def test_an_hf_dataset_gets_one_folder_under_runs_and_a_sweep_cell(hub, tmp_path
     result = invoke("sweep", config, *LOCAL, "--out", "sw")
     assert result.exit_code == 0, result.output
     assert os.path.isfile(os.path.join("sw", "ds-fedavg-seed42", "summary.json"))
+
+
+def test_data_inspect_warns_of_a_level_dealt_no_client_on_stderr():
+    from click.testing import CliRunner
+
+    from hasfl_ray.cli.main import main
+
+    result = CliRunner().invoke(main, ["data", "inspect", "--dataset", "digits", "--clients", "8",
+                                      "--widths", "1,0.5,0.25,0.125", "--width-mix", "5,10,25,60",
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    assert "warning: width 1 (share 5%)" in result.stderr and "by rounding" not in result.stdout
