@@ -178,6 +178,47 @@ def ladder_of(config: Any) -> WidthLadder:
     return WidthLadder(widths, (1.0,) * len(widths) if shares is None else tuple(shares))
 
 
+def largest_remainder(num_clients: int, probabilities: Sequence[float]) -> np.ndarray:
+    """Clients per level by largest remainder of ``probabilities * num_clients`` (the paper's 20 clients: 8/5/4/3):
+    the counts a fixed assignment deals when ``tier_counts`` is unset (:func:`hasfl_ray.data.partition.tier_counts`)."""
+    probs = np.asarray(probabilities, dtype=np.float64)
+    exact = probs * num_clients
+    counts = np.floor(exact).astype(int)
+    remainder_order = np.argsort(-(exact - counts), kind="stable")
+    counts[remainder_order[:num_clients - counts.sum()]] += 1
+    return counts
+
+
+def empty_level_note(config: Any) -> Optional[str]:
+    """The warning line a run (and a sweep, per cell) gives at its start when a width the config names
+    (``widths`` or ``width_mix`` set) has a positive share but its largest-remainder rounding deals it 0 of the
+    ``clients`` (e.g. 5 equal levels and 4 clients): the run would compare something other than the ladder asked
+    for. None when every such width gets a client, with ``tier_counts`` (exact counts, a 0 asked for) or with
+    ``width_assignment`` dynamic (redrawn every round). The rounding itself is left as it is (the results of
+    every ladder that gives each level a client stay the same)."""
+    if getattr(config, "widths", None) is None and getattr(config, "width_mix", None) is None:
+        return None  # the paper's tiers by default: no level was asked for
+    if getattr(config, "tier_counts", None) is not None or getattr(config, "width_assignment", "fixed") != "fixed":
+        return None
+    clients = getattr(config, "clients", None)
+    if not isinstance(clients, int) or isinstance(clients, bool) or clients < 1:
+        return None
+    widths, shares = normalise_ladder(config.widths, config.width_mix)
+    ladder = WidthLadder(tuple(PAPER_WIDTHS if widths is None else widths),
+                         tuple((1.0,) * len(widths) if shares is None else shares))
+    counts = largest_remainder(clients, ladder.probabilities)
+    empty = [i for i, (n, p) in enumerate(zip(counts, ladder.probabilities)) if n == 0 and p > 0]
+    if not empty:
+        return None
+    named = ", ".join(f"{ladder.widths[i]:g} (share {100 * ladder.probabilities[i]:.3g}%)" for i in empty)
+    dealt = "/".join(str(int(n)) for n in counts)
+    one = len(empty) == 1
+    return (f"width{'' if one else 's'} {named} of the ladder {'gets' if one else 'get'} 0 of the {clients} "
+            f"clients by rounding (clients per width {'/'.join(f'{w:g}' for w in ladder.widths)}: {dealt}), so the "
+            f"run compares {'a ladder without it' if one else 'a ladder without them'}; expected at least one client "
+            "a width: more --clients, or exact counts per width (--tier-counts, tier_counts) in place of width_mix")
+
+
 # -- label partitions ----------------------------------------------------------------------------------------------
 
 #: The partition schemes of the image sets (``partition``): Dirichlet(alpha) label skew (the default), IID, k classes
@@ -287,5 +328,5 @@ def shares_text(ladder: WidthLadder) -> str:
 
 
 __all__ = ["HETEROFL_LEVELS", "PAPER_SHARES", "PAPER_WIDTHS", "PARTITION_SCHEMES", "WIDTH_ASSIGNMENTS", "WidthLadder",
-           "check_partition_applies", "global_width_of", "ladder_of", "normalise_ladder", "normalise_partition", "parse_partition",
-           "parse_width_mix", "shares_text"]
+           "check_partition_applies", "empty_level_note", "global_width_of", "ladder_of", "largest_remainder",
+           "normalise_ladder", "normalise_partition", "parse_partition", "parse_width_mix", "shares_text"]

@@ -97,6 +97,17 @@ def spec_label(name: str) -> str:
     return name.rpartition(":")[2] if is_spec(name) else name
 
 
+def folder_label(name: str) -> str:
+    """:func:`spec_label` as one folder name, for run directories and sweep cells: an ``hf:`` spec's is the last
+    part of its location, its column choices dropped (``hf:/data/ds?image=img`` and ``hf:owner/ds``: ``ds``), where
+    its location (a path, a hub name with an owner) made the folder a path of several (or, absolute, a folder
+    outside ``runs/``)."""
+    if isinstance(name, str) and name.startswith("hf:"):
+        location = name[len("hf:"):].partition("?")[0].rstrip("/" + os.sep)
+        return os.path.basename(location.replace(os.sep, "/").rstrip("/")) or "hf"
+    return spec_label(name)
+
+
 def _load_module(kind: str, spec: str, location: str) -> ModuleType:
     if location.endswith(".py") or os.sep in location or "/" in location:
         path = os.path.abspath(location)
@@ -334,4 +345,4 @@ def check_options(kind: str, name: str, options_class: Optional[type], values: A
 
 __all__ = ["BASE_CLASSES", "BUILTIN_PACKAGES", "FILE_MODULES", "call_plugin", "check_options", "check_subclass",
            "is_spec", "lookup", "register_algorithm", "register_dataset", "registered",
-           "shown", "spec_label", "spec_of"]
+           "folder_label", "shown", "spec_label", "spec_of"]

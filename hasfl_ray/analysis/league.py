@@ -35,8 +35,8 @@ ENDED = "ended before"
 NOT_PER_ROUND = "not per round"
 #: A local accuracy no client had a test sample for.
 NO_CLIENT = "no client scored"
-#: A local mean at a budget of a run that evaluated local accuracy only at its end.
-NOT_LOCAL = "not per round (--local-eval-every)"
+#: A local mean at a budget when the rounds finished by then had not evaluated local accuracy.
+NOT_LOCAL = "local not evaluated by then"
 #: A cell at a budget when the rounds finished by then had not evaluated it.
 NOT_EVALUATED = "not evaluated by then"
 #: A cell at a budget when no round had finished by then.
@@ -52,7 +52,8 @@ REASONS = {ENDED: "the run's whole simulated time or data is less than the budge
            NOT_PER_ROUND: "the run's metrics.jsonl has local_accuracy_mean but not local_accuracy_worst (a run made "
                           "before the worst client was recorded per round: summary.json's is its end's)",
            NO_CLIENT: "no client had a test sample of its labels",
-           NOT_LOCAL: "the run evaluated local accuracy at its end only (--local-eval-every 0)",
+           NOT_LOCAL: "no round finished by the budget evaluated local accuracy (--local-eval-every K: every K "
+                      "rounds and after the last; 0: after the last only)",
            NOT_EVALUATED: "no round finished by the budget evaluated it (--eval-every)",
            NO_ROUND: "the run's first round ended after the budget",
            NOT_REACHED: "no round's test accuracy reached the target",
@@ -248,6 +249,7 @@ def league_table(runs: Sequence[Dict[str, Any]], order: Sequence[str] = (), budg
                 cells[f"{name}@{kind}"] = _over([h.get(name, h.get("reason", missing)) for h in held], 100)
         rows.append({"dataset": dataset, "partition": partition, "ladder": ladder, "algorithm": method,
                      "cell": f"{partition}, {ladder}", "seeds": sorted(r["config"]["seed"] for r in members),
+                     "rounds": min(len(_metrics(r)) for r in members),  # the shortest seed's recorded rounds
                      "clocked": all(clocked), "widths": [width_label(w) for w in widths], "cells": cells})
     return {"name": "league", "title": "The sub-model league", "rows": rows, "budgets": budgets,
             "targets": list(LEAGUE_TARGETS), "tested_every": tested_every(runs)}

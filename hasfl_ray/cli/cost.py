@@ -92,8 +92,8 @@ def plugin_cost_table(spec: str, dataset: str, data_dir: Optional[str] = None,
 @click.option("--index-sets", is_flag=True,
               help="Add what a client holding channel index sets (FLuID's sub-models, docs/models.md#channel-index-"
                    "sets) uploads at each width: its held values (4 bytes each, the params column) plus its index "
-                   "lists, one int64 per kept position of every scaled dim (index MB; the same goes down). Its MACs "
-                   "are the width-p network's: it trains a network of those shapes.")
+                   "lists, one int64 per kept position of every scaled dim (upload+index MB: the two together; the "
+                   "lists go down too). Its MACs are the width-p network's: it trains a network of those shapes.")
 @click.option("--algorithm", metavar="NAME", default=None,
               help="Price a method's sub-models: fiarse or fedgmr (parameter masks: the full network's MACs, the held "
                    "values and the bitmask's bytes, docs/clock.md); depthfl (the full width up to each size's depth) "
@@ -174,10 +174,10 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
     if as_json:
         click.echo(json.dumps(rows))
         return
-    index = (lambda row: f" {row['index_upload_mb']:>10.2f}") if index_sets else (lambda row: "")
+    index = (lambda row: f" {row['index_upload_mb']:>15.2f}") if index_sets else (lambda row: "")
     if "flops" not in rows[0] and all(round(row["p"], 2) == row["p"] for row in rows):
         click.echo(head + f"{'p':>5} {'params':>12} {'MACs/sample':>14} {'upload MB':>10}"
-                   + (f" {'index MB':>10}" if index_sets else ""))
+                   + (f" {'upload+index MB':>15}" if index_sets else ""))
         for row in rows:
             click.echo(lead(row) + f"{row['p']:>5.2f} {row['params']:>12,} {row['macs']:>14,} "
                        f"{row['upload_mb']:>10.2f}" + index(row))
@@ -185,7 +185,7 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
     flops, width = "flops" in rows[0], max(7, *(len(f"{row['p']:g}") for row in rows))
     click.echo(head + f"{'p':>{width}} {'params':>12} {'MACs/sample':>14}"
                + (f" {'FLOPs/sample':>14}" if flops else "")
-               + f" {'upload MB':>10}" + (f" {'index MB':>10}" if index_sets else ""))
+               + f" {'upload MB':>10}" + (f" {'upload+index MB':>15}" if index_sets else ""))
     for row in rows:
         click.echo(lead(row) + f"{row['p']:>{width}g} {row['params']:>12,} {row['macs']:>14,}"
                    + (f" {row['flops']:>14,}" if flops else "") + f" {row['upload_mb']:>10.2f}" + index(row))

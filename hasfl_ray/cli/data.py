@@ -144,6 +144,14 @@ def inspect(dataset_name: str, data_dir: str | None, download: bool, clients: in
     seed = seed if data_seed is None else data_seed  # what a run draws its data from (RunConfig.effective_data_seed)
     summary = partition_summary(dataset_name, data_dir, download, clients, alpha, seed, partition, flags["widths"],
                                 width_mix, flags["tier_counts"])
+    from types import SimpleNamespace
+
+    from hasfl_ray.federation import empty_level_note
+
+    note = empty_level_note(SimpleNamespace(widths=flags["widths"], width_mix=width_mix, width_assignment="fixed",
+                                            clients=len(summary["clients"]), tier_counts=flags["tier_counts"]))
+    if note is not None:  # as a run says it at its start (on stderr: --json's line stays the only one on stdout)
+        click.echo(f"warning: {note}", err=True)
     if plot_file is not None:
         from hasfl_ray.analysis.partition_plot import plot_partition
 

@@ -13,7 +13,7 @@ import logging
 import os
 from typing import Any
 
-from hasfl_ray.registry import spec_label
+from hasfl_ray.registry import folder_label, spec_label
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def default_name(config: Any) -> str:
     data_seed = getattr(config, "data_seed", None)
     if data_seed is not None and data_seed != config.seed:
         seed += f"-d{data_seed}"
-    return f"{spec_label(config.dataset)}-{spec_label(config.algorithm)}-{seed}-{config_digest(config)[:DIGITS]}"
+    return f"{folder_label(config.dataset)}-{spec_label(config.algorithm)}-{seed}-{config_digest(config)[:DIGITS]}"
 
 
 def default_out(config: Any) -> str:

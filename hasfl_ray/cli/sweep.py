@@ -87,10 +87,12 @@ def sweep(config, seeds, algorithms, datasets, out, force, cells_per_gpu, quiet,
     if cells_per_gpu is not None and gpus_per_actor is not None:
         raise ConfigError(f"--cells-per-gpu {cells_per_gpu} and --gpus-per-actor {gpus_per_actor} both size a cell's "
                           "GPU share; expected one of them")
-    from hasfl_ray.sweep.data_check import check_cell_data
+    from hasfl_ray.sweep.data_check import check_cell_data, ladder_notes
 
-    check_cell_data(plan, force)  # the clients the data can give, the partition: after the flags (no data loaded
-    # for a refused flag), before Ray, the folder or any cell
+    check_cell_data(plan, force, cluster=address is not None)  # the clients the data can give, the partition: after
+    # the flags (no data loaded for a refused flag), before Ray, the folder or any cell
+    for line in ladder_notes(plan, force):  # a width of a cell's ladder that rounding deals no client
+        click.echo(f"warning: {line}", err=True)
     executor = _executor(backend, address, gpus_per_actor, force, quiet, cells_per_gpu)
     from hasfl_ray.engine.signals import StopSignals
     from hasfl_ray.sweep.run import lock_sweep_folder

@@ -11,8 +11,9 @@ a text column character by character instead (:mod:`hasfl_ray.data.hub_text`).
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional, Tuple
 from urllib.parse import parse_qsl
 
 import numpy as np
@@ -48,6 +49,34 @@ def parse_hub(spec: str) -> Tuple[str, Dict[str, str]]:
     return location, columns
 
 
+@contextlib.contextmanager
+def offline() -> Iterator[None]:
+    """``datasets`` and ``huggingface_hub`` offline for the block: both read HF_DATASETS_OFFLINE / HF_HUB_OFFLINE
+    once, as they are imported, so the environment variables alone (set after ``import datasets``) let
+    ``load_dataset`` of a name not in the cache try the network, 5 retries and about 30 s before it failed. The
+    modules' flags and the variables are set, and put back after."""
+    import datasets
+    import huggingface_hub.constants as hub_constants
+
+    flags = [(datasets.config, "HF_HUB_OFFLINE"), (datasets.config, "HF_DATASETS_OFFLINE"),
+             (hub_constants, "HF_HUB_OFFLINE")]
+    saved_flags = [getattr(owner, name, None) for owner, name in flags]
+    saved_env = {name: os.environ.get(name) for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")}
+    for owner, name in flags:
+        setattr(owner, name, True)
+    os.environ.update({name: "1" for name in saved_env})
+    try:
+        yield
+    finally:
+        for (owner, name), value in zip(flags, saved_flags):
+            setattr(owner, name, value)
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def read_hub(spec: str):
     """(train, test or None) ``datasets.Dataset`` of ``spec``: a folder by ``load_from_disk``, else the hub cache
     offline; one sentence (DataError) where neither holds it."""
@@ -63,19 +92,14 @@ def read_hub(spec: str):
             raise DataError(f"dataset {spec!r} is not a dataset saved by save_to_disk ({type(error).__name__}); "
                             "expected a folder that datasets' save_to_disk wrote") from None
     else:
-        before = os.environ.get("HF_DATASETS_OFFLINE")
-        os.environ["HF_DATASETS_OFFLINE"] = "1"  # never download: the hub cache only
         try:
-            loaded = datasets.load_dataset(location)
+            with offline():  # never download: the hub cache only
+                loaded = datasets.load_dataset(location)
         except Exception as error:  # noqa: BLE001
-            raise DataError(f"dataset {spec!r} is neither a folder nor a dataset in the hub cache "
-                            f"({type(error).__name__}); expected a save_to_disk folder or a cached dataset (nothing "
-                            "is downloaded)") from None
-        finally:
-            if before is None:
-                os.environ.pop("HF_DATASETS_OFFLINE", None)
-            else:
-                os.environ["HF_DATASETS_OFFLINE"] = before
+            offline_miss = isinstance(error, ConnectionError)  # the offline mode's answer for a name not cached
+            why = "" if offline_miss else f" ({type(error).__name__})"
+            raise DataError(f"dataset {spec!r} is neither a folder nor a dataset in the hub cache{why}; expected a "
+                            "save_to_disk folder or a cached dataset (nothing is downloaded)") from None
     if isinstance(loaded, datasets.DatasetDict):
         if "train" not in loaded:
             raise DataError(f"dataset {spec!r} has splits {', '.join(loaded)}; expected a 'train' split")

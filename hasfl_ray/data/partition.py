@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from hasfl_ray.errors import ConfigError
-from hasfl_ray.federation import PAPER_SHARES, PAPER_WIDTHS, parse_partition
+from hasfl_ray.federation import PAPER_SHARES, PAPER_WIDTHS, largest_remainder, parse_partition
 
 #: Capacity tiers p_max and their probabilities: constrained devices are more prevalent, mean 0.525 (the default
 #: width ladder, :class:`hasfl_ray.federation.WidthLadder`).
@@ -24,12 +24,7 @@ PAPER_RUNS_TIER_COUNTS = (4, 10, 3, 3)
 
 def tier_counts(num_clients: int, probabilities: Sequence[float] = TIER_PROBABILITIES) -> np.ndarray:
     """Clients per tier by largest remainder of ``probabilities * num_clients`` (20 clients: 8/5/4/3)."""
-    probs = np.asarray(probabilities, dtype=np.float64)
-    exact = probs * num_clients
-    counts = np.floor(exact).astype(int)
-    remainder_order = np.argsort(-(exact - counts), kind="stable")
-    counts[remainder_order[:num_clients - counts.sum()]] += 1
-    return counts
+    return largest_remainder(num_clients, probabilities)
 
 
 def assign_tiers(num_clients: int, rng: np.random.Generator, tiers: Sequence[float] = TIERS,

@@ -131,7 +131,7 @@ class Engine:
             found = begin_start(self, lock)  # --force sets the earlier run aside; what a new run's holds, else None
             made_log = bool(self.rundir) and not os.path.lexists(self.rundir.file("log.txt"))
             log = open_log(self.rundir)
-            for note in filter(None, (self.inputs_unverified, preparing.batching_note(c))):  # paths only; batching
+            for note in filter(None, (self.inputs_unverified, *preparing.start_notes(c))):  # paths only; batching
                 logger.warning("%s", note)  # asked for but not done: on the terminal and in RUN/log.txt
             with StopSignals() as self.stop_signals:
                 self.backend.should_stop = self.stop_signals.requested

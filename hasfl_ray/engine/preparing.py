@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import os
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import numpy as np
 import torch
@@ -30,7 +30,7 @@ from hasfl_ray.engine.finished_here import finish_here
 from hasfl_ray.engine.rundir import check_no_links, check_output_folder, check_run_directory, check_start
 from hasfl_ray.errors import ConfigError, RoundInterrupted, RunInterrupted, progress_phrase
 from hasfl_ray.front_end import option
-from hasfl_ray.federation import ladder_of
+from hasfl_ray.federation import empty_level_note, ladder_of
 from hasfl_ray.files import claim_folder
 from hasfl_ray.models import MODEL_CONFIGS, register_model
 from hasfl_ray.models.choice import model_dataset
@@ -140,6 +140,14 @@ def run_dataset(config: Any) -> Any:
     return model_dataset(dataset, config, spec_label(config.dataset))  # (docs/models.md)
 
 
+def check_client_count(dataset: Any, c: RunConfig) -> None:
+    """Refuse, in one sentence, a loaded dataset split over another number of clients than ``clients`` (a
+    plug-in's loader that ignores config.clients)."""
+    if dataset.num_clients != c.clients:
+        raise ConfigError(f"dataset {spec_label(c.dataset)!r} loaded {dataset.num_clients} clients but clients is "
+                          f"{c.clients}; expected a loader that splits the data over config.clients clients")
+
+
 def build(engine: Any) -> None:
     """The dataset, the tiers, the algorithm and w^(0) of the config (the per-client arrays are made here)."""
     c = engine.config
@@ -166,9 +174,7 @@ def build(engine: Any) -> None:
         raise ConfigError(f"dataset {c.dataset!r} names model {engine.model_name!r}; expected a built-in model "
                           f"({', '.join(MODEL_CONFIGS)}) or a model_config describing it")
     check_precision(c, engine.model_name)  # bf16 with an LSTM on a CPU without oneDNN's bf16 LSTM: refused here
-    if engine.dataset.num_clients != c.clients:
-        raise ConfigError(f"dataset {c.dataset!r} loaded {engine.dataset.num_clients} clients but clients is "
-                          f"{c.clients}; expected a loader that splits the data over config.clients clients")
+    check_client_count(engine.dataset, c)
     engine.ladder = ladder_of(c)
     engine.p_max = capacity_tiers(c.effective_data_seed, c.clients, c.tier_counts, engine.ladder)  # dynamic: round 0
     engine.num_samples = call_plugin(f"dataset {spec_label(c.dataset)!r}", "client_sizes",
@@ -377,3 +383,10 @@ def start_backend(engine: Any) -> None:
     except RoundInterrupted:
         raise RunInterrupted(engine.stop_signals.signal_number, len(engine.history),
                              engine.rundir.path if engine.rundir else None, engine.config.mode) from None
+
+
+def start_notes(c: RunConfig) -> Tuple[Optional[str], ...]:
+    """The warning lines a run gives at its start, on the terminal and in RUN/log.txt (None where none applies):
+    batching asked for that its trainers will not do, and a width of the ladder asked for that rounding deals no
+    client (:func:`hasfl_ray.federation.empty_level_note`)."""
+    return batching_note(c), empty_level_note(c)

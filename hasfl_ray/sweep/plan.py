@@ -37,7 +37,7 @@ from hasfl_ray.config.sweep_block import check_distinct
 from hasfl_ray.config import (RunConfig, check_inert_keys, load_yaml_config, option_fields, option_owners,
                               split_sweep_config, sweep_list)
 from hasfl_ray.errors import ConfigError, expected_one_of
-from hasfl_ray.registry import is_spec, lookup, registered, spec_label
+from hasfl_ray.registry import folder_label, is_spec, lookup, registered, spec_label
 from hasfl_ray.sweep.unused import check_unused_shared
 
 #: Options of a single Ray run that a sweep cell (the local backend inside one Ray task) does not take.
@@ -274,7 +274,7 @@ def plan_sweep(config_file: str, overrides: Mapping[str, Any], datasets: Optiona
             values["algorithm_options"] = {**shared["algorithm_options"], **overrides["algorithm_options"]}
         for key in RAY_RUN_ONLY:
             values.pop(key, None)
-        name = f"{spec_label(dataset)}-{spec_label(algorithm)}-seed{seed}"  # a plug-in: its class name
+        name = f"{folder_label(dataset)}-{spec_label(algorithm)}-seed{seed}"  # a plug-in: its class name
         problem = name_problem(name)
         if problem:  # a run directory under `out`, never beside or above it
             raise ConfigError(f"sweep cell {name!r} (algorithm {algorithm!r}, dataset {dataset!r}), {problem}; "

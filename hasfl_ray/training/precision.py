@@ -15,7 +15,9 @@ each training path uses it.
 Paths: one-at-a-time training (eager and the static/graphed step, with the autocast weight-cast cache off, as a
 CUDA-graph capture needs) runs under autocast. The batched paths (``--client-batching on`` and ``mixed``,
 torch.func over stacked clients) are not: a bf16 trainer trains every client one at a time, whatever
-``client_batching`` says (:meth:`~hasfl_ray.training.trainer.Trainer.train_unit`).
+``client_batching`` says (:meth:`~hasfl_ray.training.trainer.Trainer.train_unit`): ``vmap`` of BatchNorm's backward
+refuses autocast's bfloat16 activations beside float32 weights, and with BatchNorm in float32 the batched updates
+differ from one-at-a-time bf16 ones by as much as bf16 differs from fp32 (docs/gpu.md).
 """
 
 from __future__ import annotations

@@ -139,3 +139,23 @@ def test_bf16_graphed_equals_bf16_eager_on_cuda_bit_for_bit(model, dataset):
         assert_identical(eager.train(task, params), graphed.train(task, params))
     (step,) = graphed.steps._steps.values()
     assert step.captured
+
+
+def test_why_batching_stays_off_under_bf16_torch_funcs_batchnorm_backward_refuses_autocasts_dtypes():
+    """The reason --client-batching trains one at a time under bf16 (docs/gpu.md): the batched path's
+    vmap(grad_and_value(loss)) of a BatchNorm network under bfloat16 autocast raises in BatchNorm's backward. If a
+    torch release lifts this, batching under bf16 is worth measuring again against one-at-a-time bf16."""
+    from torch.func import functional_call, grad_and_value, vmap
+    from torch.nn import functional as F
+
+    model = build_model("digits")
+    params = {k: torch.stack([v.detach()] * 2) for k, v in model.named_parameters()}
+    x, y = torch.randn(2, 4, 1, 8, 8), torch.randint(0, 10, (2, 4))
+
+    def loss(p, xb, yb):
+        with forward_precision(torch.device("cpu"), "bf16"):
+            return F.cross_entropy(functional_call(model, p, (xb,)), yb)
+
+    vmap(grad_and_value(lambda p, xb, yb: F.cross_entropy(functional_call(model, p, (xb,)), yb)))(params, x, y)
+    with pytest.raises(RuntimeError, match="BFloat16"):
+        vmap(grad_and_value(loss))(params, x, y)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Sequence
 
-from hasfl_ray.analysis.league import (AXES, NO_CLOCK_LINE, REASONS, cell_text, league_columns, section_widths,
-                                       sections, units)
+from hasfl_ray.analysis.league import (AXES, LAST_ROUNDS, NO_CLOCK_LINE, REASONS, cell_text, league_columns,
+                                       section_widths, sections, units)
 from hasfl_ray.analysis.tables.layout import _markdown_grid, _tex, display_name
 from hasfl_ray.analysis.tables.summary import table_csv
 
@@ -46,6 +46,11 @@ def _notes(rows: Sequence[Mapping[str, Any]], kind: str, columns) -> List[str]:
     texts = {cell for row in rows for key, _, _, _ in columns for cell in [row["cells"].get(key)]
              if isinstance(cell, str)}
     notes = [f"{text}: {REASONS[text]}" for text in REASONS if text in texts]
+    short = [row for row in rows if row.get("rounds", LAST_ROUNDS) < LAST_ROUNDS]
+    if short and kind == "rounds":  # the header says 20: the cells of shorter runs are means over fewer
+        fewest = min(row["rounds"] for row in short)
+        notes.append(f"Global, last {LAST_ROUNDS} rounds: {len(short)} of the {len(rows)} rows' runs recorded fewer "
+                     f"than {LAST_ROUNDS} rounds (the fewest: {fewest}), so their cells are means over all of them")
     unclocked = [f"{display_name(row['algorithm'])} ({row['partition']})" for row in rows if not row["clocked"]]
     if unclocked and kind != "rounds":
         notes.append(NO_CLOCK_LINE.format(rows=", ".join(unclocked)))
