@@ -5,36 +5,26 @@ is: the tabled kernel (the default) equals the serial one bit for bit (the same 
 the float64 dense oracle, past 128 entries a parameter (entry tables in batches) and past 256 (norm slots in global
 memory), and a NaN is written as the CPU builds write it. benchmarks/gpu_check.sh runs test_sparse_cuda.py on a card."""
 
-import os
-import shutil
 import struct
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from emulated_kernels import emulated as build_emulated
+from emulated_kernels import needs_compiler
 from hasfl_ray.aggregation import MaskedUpdate
 from hasfl_ray.aggregation.result import AggregateResult
 from hasfl_ray.ops import aggregate as ops
 from hasfl_ray.ops.sparse import build_sparse_layout
 from test_sparse import assert_matches, edge_round, opposite_nans_round, oracle, random_round
 
-ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent / "cuda_emulation"
-
-pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None,
-                                reason="needs a C++ compiler to build the CUDA emulation")
+pytestmark = needs_compiler
 
 
 @pytest.fixture(scope="module")
-def emulated(tmp_path_factory):
-    from torch.utils.cpp_extension import load
-
-    build = tmp_path_factory.mktemp("sparse_emulated")
-    return load(name="hasfl_sparse_emulated", sources=[str(HERE / "sparse_emulated.cpp")],
-                extra_include_paths=[str(ROOT / "csrc"), str(HERE)], extra_cflags=["-O1", "-std=c++20"],
-                build_directory=str(build), verbose=False)
+def emulated():
+    return build_emulated()
 
 
 def run(emulated, kernel, shapes, updates, weights, blocks):

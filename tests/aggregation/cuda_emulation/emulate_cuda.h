@@ -1,12 +1,12 @@
-// Just enough of CUDA to run the sparse op's kernels (csrc/cuda/sparse_kernels.cuh) on the CPU, for a machine
-// without a GPU. A block's threads are fibers on the calling thread (each started once by swapcontext, then switched
-// by _setjmp/_longjmp: no system call a switch), switched at every barrier: each
-// __syncthreads and each __shfl_xor_sync (its lanes' values exchanged between two barriers) waits until every thread
-// of the block has reached it. So a shuffle here must be reached by the whole block, as the kernels' shuffles are
-// (their skips are uniform over the block): a kernel whose threads reach different barriers, or whose threads leave
-// while others wait, aborts with a message, as it would hang or be undefined on a card. Blocks run one after the
-// other; __shared__ variables are function statics (one block at a time). fma is C's (correctly rounded, as CUDA's
-// double fma).
+// Just enough of CUDA to run the aggregation kernels (csrc/cuda/dense_kernels.cuh, dense_reduce.cuh,
+// sparse_kernels.cuh) on the CPU, for a machine without a GPU. A block's threads are fibers on the calling thread
+// (each started once by swapcontext, then switched by _setjmp/_longjmp: no system call a switch). A fiber runs until
+// it reaches a barrier: __syncthreads waits for the whole block, each __shfl_xor_sync (its lanes' values exchanged
+// between two barriers) for the whole warp. Threads that reach barriers no CUDA run could pass (part of a warp at a
+// shuffle and part elsewhere, part of a block returned while the rest waits) abort with a message, as they would
+// hang or be undefined on a card. Blocks run one after the other; __shared__ variables are function statics (one
+// block at a time), dynamic shared memory one buffer (emu_block.dynamic); atomics are plain (one thread runs at a
+// time). fma is C's (correctly rounded, as CUDA's double fma).
 #pragma once
 
 #include <setjmp.h>
@@ -26,6 +26,24 @@
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __shared__ static
+#define HASFL_EMULATED_CUDA 1
+#define HASFL_DYNAMIC_SHARED(type, name) type* name = reinterpret_cast<type*>(emu_block.dynamic.data())
+
+struct float4 {
+  float x, y, z, w;
+};
+struct double2 {
+  double x, y;
+};
+template <typename T>
+inline T __ldg(const T* p) {
+  return *p;
+}
+inline unsigned long long atomicAdd(unsigned long long* at, unsigned long long value) {
+  const unsigned long long old = *at;
+  *at = old + value;
+  return old;
+}
 
 struct EmuDim {
   unsigned x = 0, y = 0, z = 0;
@@ -39,7 +57,7 @@ struct EmuJump {
 };
 
 struct EmuBlock {
-  static constexpr size_t kStack = 256 * 1024;
+  static constexpr size_t kStack = 128 * 1024;
   ucontext_t scheduler_context;
   jmp_buf scheduler;
   std::vector<ucontext_t> fibers;
@@ -47,8 +65,9 @@ struct EmuBlock {
   std::vector<char> stacks;
   std::vector<int> waiting;  // per fiber: 0 running, a barrier kind, or -1 returned
   std::vector<char> started;
+  std::vector<double> dynamic;  // dynamic shared memory
   unsigned current = 0, threads = 0, block = 0;
-  double lanes[1024];  // a shuffle's values, by thread
+  unsigned long long lanes[1024];  // a shuffle's values' bits, by thread
 };
 inline EmuBlock emu_block;
 
@@ -60,11 +79,14 @@ inline void emu_barrier(int kind) {
 
 inline void __syncthreads() { emu_barrier(1); }
 
-inline double __shfl_xor_sync(unsigned, double value, int lanes) {
+template <typename T>
+inline T __shfl_xor_sync(unsigned, T value, int lanes) {
+  static_assert(sizeof(T) <= sizeof(unsigned long long), "a shuffled value is at most 8 bytes");
   const unsigned j = threadIdx.x;
-  emu_block.lanes[j] = value;
+  std::memcpy(&emu_block.lanes[j], &value, sizeof value);
   emu_barrier(2);
-  const double other = emu_block.lanes[(j & ~31u) | ((j % 32) ^ static_cast<unsigned>(lanes))];
+  T other;
+  std::memcpy(&other, &emu_block.lanes[(j & ~31u) | ((j % 32) ^ static_cast<unsigned>(lanes))], sizeof other);
   emu_barrier(2);
   return other;
 }
@@ -91,7 +113,7 @@ struct EmuStart {
   }
 };
 
-// kernel() on `blocks` blocks of `threads` (<= 1024) threads.
+// kernel() on `blocks` blocks of `threads` (a multiple of 32, <= 1024) threads.
 template <typename Kernel>
 void emu_launch(unsigned blocks, unsigned threads, Kernel&& kernel) {
   using K = std::remove_reference_t<Kernel>;
@@ -114,8 +136,7 @@ void emu_launch(unsigned blocks, unsigned threads, Kernel&& kernel) {
     }
     for (;;) {
       for (unsigned t = 0; t < threads; ++t) {
-        if (b.waiting[t] < 0) continue;
-        b.waiting[t] = 0;
+        if (b.waiting[t] != 0) continue;  // returned, or waiting at a barrier
         b.current = t;
         threadIdx = EmuDim{t, 0, 0};
         blockIdx = EmuDim{block, 0, 0};
@@ -129,19 +150,34 @@ void emu_launch(unsigned blocks, unsigned threads, Kernel&& kernel) {
           }
         }
       }
-      int done = 0, kind = 0;
-      bool agree = true;
+      // Every fiber now waits or has returned: release each warp whose 32 threads all wait at a shuffle, else the
+      // block where every thread waits at __syncthreads.
+      bool released = false;
+      int done = 0, synced = 0;
+      for (unsigned w = 0; w < threads / 32; ++w) {
+        int at_shuffle = 0;
+        for (unsigned t = 32 * w; t < 32 * w + 32; ++t) at_shuffle += b.waiting[t] == 2;
+        if (at_shuffle == 32) {
+          for (unsigned t = 32 * w; t < 32 * w + 32; ++t) b.waiting[t] = 0;
+          released = true;
+        } else if (at_shuffle > 0) {
+          std::fprintf(stderr, "emulated CUDA: block %u, warp %u: %d of 32 threads at a shuffle, the others not\n",
+                       block, w, at_shuffle);
+          std::abort();
+        }
+      }
+      if (released) continue;
       for (unsigned t = 0; t < threads; ++t) {
-        if (b.waiting[t] < 0) ++done;
-        else if (kind == 0) kind = b.waiting[t];
-        else agree = agree && b.waiting[t] == kind;
+        done += b.waiting[t] < 0;
+        synced += b.waiting[t] == 1;
       }
       if (done == static_cast<int>(threads)) break;
-      if (done > 0 || !agree) {
-        std::fprintf(stderr, "emulated CUDA: block %u's threads diverged at a barrier (%d returned, kinds %s)\n",
-                     block, done, agree ? "equal" : "differ");
+      if (synced != static_cast<int>(threads)) {
+        std::fprintf(stderr, "emulated CUDA: block %u: %d threads at __syncthreads, %d returned, of %u\n", block,
+                     synced, done, threads);
         std::abort();
       }
+      for (unsigned t = 0; t < threads; ++t) b.waiting[t] = 0;
     }
   }
 }

@@ -1,0 +1,28 @@
+"""The CUDA ops' kernels built to run on the CPU (cuda_emulation/: emulate_cuda.h's fibers for a block's threads,
+kernels_emulated.cpp's ops), once per test session: what the CUDA-emulation tests call in place of a card."""
+
+import functools
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent / "cuda_emulation"
+
+needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None,
+                                    reason="needs a C++ compiler to build the CUDA emulation")
+
+
+@functools.lru_cache(maxsize=None)
+def emulated():
+    """The extension: aggregate_into(out, packed, params, entries, weights, blocks) and
+    aggregate_sparse_into(kernel, out, packed, params, entries, weights, kinds, bits, rows, row_offsets)."""
+    from torch.utils.cpp_extension import load
+
+    build = tempfile.mkdtemp(prefix="hasfl_emulated_")
+    return load(name="hasfl_kernels_emulated", sources=[str(HERE / "kernels_emulated.cpp")],
+                extra_include_paths=[str(ROOT / "csrc"), str(HERE)], extra_cflags=["-O1", "-std=c++20"],
+                build_directory=build, verbose=False)
