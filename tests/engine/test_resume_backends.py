@@ -38,8 +38,7 @@ def test_a_local_run_resumed_locally_does_not_fire_its_fault_again(tmp_path, uni
     assert sha(out) == uninterrupted
 
 
-def test_a_ray_run_finished_locally_and_a_local_run_finished_on_ray_match(tmp_path, uninterrupted):
-    pytest.importorskip("ray", reason="needs Ray")
+def test_a_ray_run_finished_locally_and_a_local_run_finished_on_ray_match(tmp_path, uninterrupted, ray_local):
     ray_then_local = crash_then_resume(tmp_path / "a", ["--backend", "ray", "--actors", "1"], ["--backend", "local"])
     assert sha(ray_then_local) == uninterrupted
     local_then_ray = crash_then_resume(tmp_path / "b", ["--backend", "local"], ["--backend", "ray", "--actors", "1"])
