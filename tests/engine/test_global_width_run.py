@@ -10,6 +10,10 @@ import pytest
 from hasfl_ray.engine import Engine, RunConfig
 from hasfl_ray.engine.participants import initial_parameters
 
+#: Every run here names its backend: the tests mind no Ray already running in this process, so the shared Ray of the
+#: module before is kept into this one (tests/conftest.py).
+RAY_MAY_ALREADY_RUN = True
+
 RUN = dict(dataset="digits", model="preresnet18-1112", width_mix="b1-e1", global_width="first", clients=6,
            clients_per_round=3, rounds=2, seed=5, algorithm="heterofl", local_epochs=1, eval_samples=64,
            device="cpu", checkpoint_every=0)
@@ -36,8 +40,7 @@ def test_the_server_holds_the_first_levels_network_and_clients_train_its_slices(
     assert full["params_sha256"] != summary["params_sha256"]
 
 
-def test_local_and_ray_agree_with_a_narrow_global_model(tmp_path, local_run):
-    pytest.importorskip("ray", reason="needs ray")
+def test_local_and_ray_agree_with_a_narrow_global_model(ray_local, tmp_path, local_run):
     local = local_run[1]
     ray_run = Engine(RunConfig(**RUN, backend="ray", actors=2), out_dir=str(tmp_path / "ray")).run()
     assert ray_run["params_sha256"] == local["params_sha256"]

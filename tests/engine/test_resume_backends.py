@@ -9,6 +9,10 @@ from click.testing import CliRunner
 
 from hasfl_ray.cli.main import main
 
+#: Every run here names its backend: the tests mind no Ray already running in this process, so the shared Ray of the
+#: module before is kept into this one (tests/conftest.py).
+RAY_MAY_ALREADY_RUN = True
+
 RUN = ["simulate", "--rounds", "4", "--clients", "6", "--clients-per-round", "3", "--checkpoint-every", "1", "--quiet"]
 
 
