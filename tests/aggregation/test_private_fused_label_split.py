@@ -216,7 +216,8 @@ RUN = ["simulate", "--rounds", "3", "--quiet", "--checkpoint-every", "1", "--dp-
 
 @needs_accounting
 @pytest.mark.parametrize("algorithm", ["heterofl", "fedrolex"])
-def test_a_dp_label_split_run_goes_through_the_op_and_ray_and_resume_agree(tmp_path, monkeypatch, algorithm):
+def test_a_dp_label_split_run_goes_through_the_op_and_ray_and_resume_agree(tmp_path, monkeypatch, ray_shared,
+                                                                          algorithm):
     calls = []
     for op in ("aggregate_private", "aggregate_private_sparse"):
         monkeypatch.setattr(private, op, lambda *a, _op=getattr(private, op), _name=op, **k: calls.append(_name) or
@@ -225,4 +226,4 @@ def test_a_dp_label_split_run_goes_through_the_op_and_ray_and_resume_agree(tmp_p
     local = run_into(run, tmp_path, "local", "--backend", "local")
     assert calls == ["aggregate_private_sparse"] * 3  # one fused pass a round, the label split's
     assert summary(local)["dp_updates"] == 3
-    assert_resume_and_ray_equal(run, tmp_path, local)
+    assert_resume_and_ray_equal(run, tmp_path, local, ray_shared)

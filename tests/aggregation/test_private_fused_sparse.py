@@ -179,7 +179,8 @@ ALGORITHMS = {"fluid": ["--clients", "4", "--clients-per-round", "4", "--seed", 
 @needs_accounting
 @pytest.mark.parametrize("algorithm, sparse_rounds", [("fluid", 1), ("fiarse", 3)])
 def test_a_dp_run_of_index_sets_or_masks_goes_through_the_op_and_ray_and_resume_agree(tmp_path, monkeypatch,
-                                                                                         algorithm, sparse_rounds):
+                                                                                         ray_shared, algorithm,
+                                                                                         sparse_rounds):
     calls = []
     for op in ("aggregate_private", "aggregate_private_sparse"):
         monkeypatch.setattr(private, op, lambda *a, _op=getattr(private, op), _name=op, **k: calls.append(_name) or
@@ -188,4 +189,4 @@ def test_a_dp_run_of_index_sets_or_masks_goes_through_the_op_and_ray_and_resume_
     local = run_into(run, tmp_path, "local", "--backend", "local")
     assert len(calls) == 3 and calls.count("aggregate_private_sparse") == sparse_rounds  # one fused pass a round
     assert summary(local)["dp_updates"] == 3
-    assert_resume_and_ray_equal(run, tmp_path, local)
+    assert_resume_and_ray_equal(run, tmp_path, local, ray_shared)

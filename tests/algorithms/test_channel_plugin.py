@@ -22,8 +22,13 @@ def run(tmp_path, name, *args):
         return json.load(handle)
 
 
-def test_channel_plugin_trains_other_channels_than_the_leading_slice(tmp_path):
-    channels = run(tmp_path, "channels", "--backend", "local")
+@pytest.fixture(scope="module")
+def channels(tmp_path_factory):
+    """The plug-in's run on the local backend, made once for the tests that compare with it."""
+    return run(tmp_path_factory.mktemp("channels"), "channels", "--backend", "local")
+
+
+def test_channel_plugin_trains_other_channels_than_the_leading_slice(tmp_path, channels):
     again = run(tmp_path, "again", "--backend", "local")
     assert again["params_sha256"] == channels["params_sha256"]  # deterministic
     # The same plug-in without its channel sets trains the leading slices: another model.
@@ -33,10 +38,9 @@ def test_channel_plugin_trains_other_channels_than_the_leading_slice(tmp_path):
     assert leading["params_sha256"] != channels["params_sha256"]
 
 
-def test_channel_plugin_is_bit_identical_on_ray(tmp_path):
-    local = run(tmp_path, "local", "--backend", "local")
+def test_channel_plugin_is_bit_identical_on_ray(ray_local, tmp_path, channels):
     ray = run(tmp_path, "ray", "--backend", "ray")
-    assert ray["params_sha256"] == local["params_sha256"]
+    assert ray["params_sha256"] == channels["params_sha256"]
 
 
 @pytest.mark.parametrize("rule", ["fedbuff", "fedasync"])
@@ -102,7 +106,7 @@ def test_integer_channels_of_numpy_and_torch_are_taken_as_they_are():
             check_channel_sets([bad], [4])
 
 
-def test_slices_and_channel_sets_in_one_round(tmp_path):
+def test_slices_and_channel_sets_in_one_round(ray_local, tmp_path, channels):
     """Odd clients train random channels, even ones their leading slice: one round mixes both shapes through the
     server (the kernel, the per-layer coverage), on local and Ray alike."""
     (tmp_path / "half.py").write_text(
@@ -120,5 +124,4 @@ def test_slices_and_channel_sets_in_one_round(tmp_path):
     local = run(tmp_path, "local", "--backend", "local", "--algorithm", spec)
     ray = run(tmp_path, "ray", "--backend", "ray", "--algorithm", spec)
     assert ray["params_sha256"] == local["params_sha256"]
-    channels = run(tmp_path, "all", "--backend", "local")
     assert channels["params_sha256"] != local["params_sha256"]

@@ -28,23 +28,38 @@ def run(tmp_path, name, *args):
         return json.load(handle)
 
 
+@pytest.fixture(scope="module")
+def local_runs(tmp_path_factory):
+    """``local_runs(method)``: the TINY run of METHODS[method] on the local backend and its folder, made once a
+    module (the Ray comparison and the FIARSE/FedGMR checks read the same run)."""
+    done = {}
+
+    def get(method):
+        if method not in done:
+            base = tmp_path_factory.mktemp(method)
+            done[method] = run(base, method, "--backend", "local", *METHODS[method]), base / method
+        return done[method]
+
+    return get
+
+
 @pytest.mark.parametrize("method", sorted(METHODS))
-def test_mask_methods_are_bit_identical_on_ray(tmp_path, method):
+def test_mask_methods_are_bit_identical_on_ray(ray_local, local_runs, tmp_path, method):
     pytest.importorskip("ray", reason="needs Ray")
-    local = run(tmp_path, "local", "--backend", "local", *METHODS[method])
+    local, _ = local_runs(method)
     ray = run(tmp_path, "ray", "--backend", "ray", "--actors", "2", *METHODS[method])
     assert ray["params_sha256"] == local["params_sha256"]
 
 
-def test_fiarse_trains_other_models_than_the_slices_and_evaluates_each_size_masked(tmp_path):
-    fiarse = run(tmp_path, "fiarse", "--backend", "local", "--algorithm", "fiarse")
+def test_fiarse_trains_other_models_than_the_slices_and_evaluates_each_size_masked(tmp_path, local_runs):
+    fiarse, fiarse_out = local_runs("fiarse")
     heterofl = run(tmp_path, "heterofl", "--backend", "local", "--algorithm", "heterofl")
     assert fiarse["params_sha256"] != heterofl["params_sha256"]
-    lines = [json.loads(line) for line in (tmp_path / "fiarse" / "metrics.jsonl").read_text().splitlines()]
+    lines = [json.loads(line) for line in (fiarse_out / "metrics.jsonl").read_text().splitlines()]
     at = lines[-1]["accuracy_at_width"]
     assert set(at) == {"0.25", "0.5", "0.75", "1"} and all(0 <= a <= 1 for a in at.values())
     # FedGMR's summary says its rules stand in for the authors'
-    fedgmr = run(tmp_path, "fedgmr", "--backend", "local", *METHODS["fedgmr"])
+    fedgmr, _ = local_runs("fedgmr")
     assert fedgmr["source_status"].startswith("stand-in") and "source_status" not in fiarse
 
 
@@ -182,7 +197,7 @@ def test_the_clock_prices_a_masked_client_by_its_held_values_and_bitmask():
     assert list(cost.step_macs) == [3 * costs.macs(1.0) * b for b in cost.batches]
 
 
-def test_masks_channel_sets_and_slices_in_one_round(tmp_path):
+def test_masks_channel_sets_and_slices_in_one_round(ray_local, tmp_path):
     """A plug-in policy gives a third of the clients masks, a third channel sets and a third their leading slice:
     one round mixes the three shapes through the server (the fused kernel), on local and Ray alike."""
     pytest.importorskip("ray", reason="needs Ray")
@@ -237,7 +252,7 @@ def test_a_clocked_fiarse_round_moves_its_held_values_and_bitmasks(tmp_path):
 
 
 @pytest.mark.parametrize("method", ["fedgmr", "channels"])
-def test_async_masked_and_index_set_updates_checkpoint_on_ray_and_match_local(tmp_path, method):
+def test_async_masked_and_index_set_updates_checkpoint_on_ray_and_match_local(ray_local, tmp_path, method):
     """On Ray an update comes through the wire as views of one buffer in several dtypes (float32 values, uint8 bits,
     int64 indices); an asynchronous checkpoint holding buffered ones is written (it was refused by torch.save) and
     the run matches the local backend's."""

@@ -28,9 +28,10 @@ def run_into(base: Sequence[str], tmp_path: Path, name: str, *extra) -> Path:
     return out
 
 
-def assert_resume_and_ray_equal(run: Sequence[str], tmp_path: Path, local: Path) -> None:
+def assert_resume_and_ray_equal(run: Sequence[str], tmp_path: Path, local: Path, start_ray=None) -> None:
     """The same run stopped by a fault at round 2 and resumed, and on Ray with one actor, end with ``local``'s
-    params_sha256 (the Ray half skips, saying why, where Ray is not installed)."""
+    params_sha256 (the Ray half skips, saying why, where Ray is not installed). ``start_ray``: the ``ray_shared``
+    fixture, to run the Ray half on the Ray the test session keeps (else the run starts and stops its own)."""
     import pytest
 
     crashed = tmp_path / "crashed"
@@ -40,5 +41,7 @@ def assert_resume_and_ray_equal(run: Sequence[str], tmp_path: Path, local: Path)
     assert resumed.exit_code == 0, resumed.output
     assert summary(crashed)["params_sha256"] == summary(local)["params_sha256"]
     pytest.importorskip("ray", reason="needs Ray")
+    if start_ray is not None:
+        start_ray()
     ray = run_into(run, tmp_path, "ray", "--backend", "ray", "--actors", "1")
     assert summary(ray)["params_sha256"] == summary(local)["params_sha256"]

@@ -23,9 +23,16 @@ def lines(run_dir):
         return [{k: v for k, v in json.loads(line).items() if k != "wall_s"} for line in handle]
 
 
-def test_events_are_in_simulated_time_order_and_each_update_is_recorded(tmp_path):
-    summary = Engine(RunConfig(**ASYNC), out_dir=str(tmp_path / "run")).run()
-    got = lines(tmp_path / "run")
+@pytest.fixture(scope="module")
+def async_run(tmp_path_factory):
+    """ASYNC's run, made once for the tests that read it: its summary and folder."""
+    out = tmp_path_factory.mktemp("async") / "run"
+    return Engine(RunConfig(**ASYNC), out_dir=str(out)).run(), out
+
+
+def test_events_are_in_simulated_time_order_and_each_update_is_recorded(tmp_path, async_run):
+    summary, run_dir = async_run
+    got = lines(run_dir)
     assert [line["round"] for line in got] == list(range(6)) and [line["version"] for line in got] == list(range(1, 7))
     times = [line["sim_time_s"] for line in got]
     assert times == sorted(times) and times[0] > 0
@@ -36,7 +43,7 @@ def test_events_are_in_simulated_time_order_and_each_update_is_recorded(tmp_path
     assert summary["server_updates"] == 6 and summary["updates_applied"] == 12
     assert summary["clients_dispatched"] >= 12 + 4 - 2
     assert set(summary["time_to_accuracy_s"]) == {"0.5", "0.8", "0.9", "0.95"}
-    with open(tmp_path / "run" / "clients.csv", encoding="utf-8") as handle:
+    with open(run_dir / "clients.csv", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     assert sum(int(row["updates_sent"]) for row in rows) == 12
     stale = [float(row["mean_staleness"]) for row in rows if row["mean_staleness"]]
@@ -72,8 +79,8 @@ def test_hasfl_adapts_per_server_update(tmp_path):
     assert not np.array_equal(engine.algorithm.p_current, engine.p_max)
 
 
-def test_fedasync_and_fedbuff_differ_and_staleness_matters(tmp_path):
-    base = Engine(RunConfig(**ASYNC)).run()["params_sha256"]
+def test_fedasync_and_fedbuff_differ_and_staleness_matters(tmp_path, async_run):
+    base = async_run[0]["params_sha256"]
     assert Engine(RunConfig(**{**ASYNC, "staleness": "constant"})).run()["params_sha256"] != base
     assert Engine(RunConfig(**{**ASYNC, "async_rule": "fedasync", "buffer_size": None})).run()["params_sha256"] != base
 

@@ -17,6 +17,10 @@ from hasfl_ray.models.choice import with_exits
 from hasfl_ray.training.task import ClientTask, ExitsObjective, OptimizerSettings
 from hasfl_ray.training.trainer import Trainer
 
+#: Every run here names its backend: the tests mind no Ray already running in this process, so the shared Ray of the
+#: module before is kept into this one (tests/conftest.py).
+RAY_MAY_ALREADY_RUN = True
+
 RUN = ["simulate", "--dataset", "digits", "--rounds", "3", "--clients", "6", "--clients-per-round", "3",
        "--sub-model", "width_depth", "--checkpoint-every", "1", "--quiet"]
 
@@ -64,8 +68,7 @@ def test_the_run_trains_the_model_with_exits(local_run):
         assert coverage["exit1.weight"] > 0 and coverage["features.0.weight"] >= coverage["features.4.weight"]
 
 
-def test_ray_gives_the_local_result_bit_for_bit(tmp_path, local_run):
-    pytest.importorskip("ray", reason="needs Ray")
+def test_ray_gives_the_local_result_bit_for_bit(ray_local, tmp_path, local_run):
     out = tmp_path / "ray"
     result = CliRunner().invoke(main, RUN + ["--backend", "ray", "--actors", "1", "--out", str(out)])
     assert result.exit_code == 0, result.output

@@ -39,8 +39,7 @@ def local_runs(tmp_path_factory):
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
-def test_ray_gives_the_local_result_bit_for_bit(tmp_path, local_runs, method):
-    pytest.importorskip("ray", reason="needs Ray")
+def test_ray_gives_the_local_result_bit_for_bit(ray_local, tmp_path, local_runs, method):
     out = tmp_path / "ray"
     result = CliRunner().invoke(main, RUN + METHODS[method] + ["--backend", "ray", "--actors", "1", "--out", str(out)])
     assert result.exit_code == 0, result.output

@@ -72,19 +72,27 @@ def test_subset_batches_are_the_chosen_test_samples_in_order(make, generic):
     assert torch.equal(torch.cat([y for _, y in batches]), whole_y[indices])
 
 
-def test_the_default_evaluates_the_whole_test_set_as_before(tmp_path):
-    reference = Engine(RunConfig(**DIGITS), out_dir=str(tmp_path / "default")).run()
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    """DIGITS evaluated on the whole test set (the default), run once for the tests that compare with it: its
+    summary and folder."""
+    out = tmp_path_factory.mktemp("default") / "default"
+    return Engine(RunConfig(**DIGITS), out_dir=str(out)).run(), out
+
+
+def test_the_default_evaluates_the_whole_test_set_as_before(tmp_path, default_run):
+    reference, default = default_run
     assert "eval_samples" not in reference
     for name, samples in (("zero", 0), ("more", 10 ** 6)):  # 0, or at least the test set: the whole test set
         config = RunConfig(**DIGITS, eval_samples=samples)
         summary = Engine(config, out_dir=str(tmp_path / name)).run()
-        assert metrics(tmp_path / name) == metrics(tmp_path / "default")
+        assert metrics(tmp_path / name) == metrics(default)
         assert summary["params_sha256"] == reference["params_sha256"]
     assert RunConfig(backend="local", eval_samples=0).eval_samples is None  # one spelling of "the whole test set" in config.yaml
 
 
-def test_accuracy_on_the_subset_equals_a_direct_computation_and_training_is_untouched(tmp_path):
-    reference = Engine(RunConfig(**DIGITS), out_dir=str(tmp_path / "default")).run()
+def test_accuracy_on_the_subset_equals_a_direct_computation_and_training_is_untouched(tmp_path, default_run):
+    reference = default_run[0]
     engine = Engine(RunConfig(**DIGITS, eval_samples=100), out_dir=str(tmp_path / "subset"))
     summary = engine.run()
     assert summary["params_sha256"] == reference["params_sha256"]  # only evaluation changes

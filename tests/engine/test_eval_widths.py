@@ -20,6 +20,10 @@ from hasfl_ray.models import build_model, extract
 from hasfl_ray.registry import lookup
 from hasfl_ray.training.evaluate import evaluate
 
+#: Every run here names its backend: the tests mind no Ray already running in this process, so the shared Ray of the
+#: module before is kept into this one (tests/conftest.py).
+RAY_MAY_ALREADY_RUN = True
+
 SMALL = dict(rounds=4, clients=6, clients_per_round=3, seed=5, backend="local", warmup=1, t_adapt=1)
 
 
@@ -144,16 +148,10 @@ def test_a_plugin_is_evaluated_through_its_own_sub_models(tmp_path):  # issue 25
     assert "\n" not in str(error.value)
 
 
-def test_two_ray_actors_equal_the_local_backend(tmp_path):  # issue 25 item 7
-    ray = pytest.importorskip("ray", reason="needs Ray")
+def test_two_ray_actors_equal_the_local_backend(ray_local, tmp_path):  # issue 25 item 7
     kw = dict(eval_widths=[0.25, 0.5], local_eval_every=2, rounds=2)
     local, local_lines, _ = run(tmp_path, "local", **kw)
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 ** 2,
-             logging_level="warning")
-    try:
-        remote, remote_lines, _ = run(tmp_path, "ray", backend="ray", actors=2, **kw)
-    finally:
-        ray.shutdown()
+    remote, remote_lines, _ = run(tmp_path, "ray", backend="ray", actors=2, **kw)
     assert remote_lines == local_lines
     assert (tmp_path / "ray" / "clients.csv").read_text() == (tmp_path / "local" / "clients.csv").read_text()
     drop = ("wall_s", "startup_s", "backend", "ray", "execution")

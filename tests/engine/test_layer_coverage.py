@@ -15,6 +15,10 @@ from hasfl_ray.models import build_model
 from hasfl_ray.models.slicing import extract_window, mask
 
 # Uniform: every participant at p = min(0.5, p^max), so the tail channels of every scaled layer never train.
+#: Every run here names its backend: the tests mind no Ray already running in this process, so the shared Ray of the
+#: module before is kept into this one (tests/conftest.py).
+RAY_MAY_ALREADY_RUN = True
+
 UNIFORM = dict(backend="local", algorithm="uniform", rounds=6, clients=6, clients_per_round=3, seed=4, warmup=1)
 SPECS = build_model("digits").param_specs()
 
@@ -125,19 +129,13 @@ def test_layer_coverage_of_windows_at_mixed_offsets_matches_the_masks():
     assert layer_coverage(SPECS, [{"fc2.bias": torch.zeros(10)}], [0])["fc1.weight"] == 0.0
 
 
-def test_fedrolex_on_ray_with_two_actors_equals_the_local_backend(tmp_path):
-    ray = pytest.importorskip("ray", reason="needs Ray")
+def test_fedrolex_on_ray_with_two_actors_equals_the_local_backend(ray_local, tmp_path):
     # seed 3: no full-width participant, so each round's window leaves part of every scaled layer uncovered
     config = dict(backend="local", algorithm="fedrolex", rounds=2, clients=6, clients_per_round=3, seed=3)
     local, rounds = recorded(config)
     for line, participants in zip(local.history, rounds):
         assert line["coverage_by_layer"] == pytest.approx(reference_coverage(participants), abs=1e-12)
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 ** 2,
-             logging_level="warning")
-    try:
-        on_ray, _ = recorded({**config, "backend": "ray", "actors": 2})
-    finally:
-        ray.shutdown()
+    on_ray, _ = recorded({**config, "backend": "ray", "actors": 2})
     keys = ("frozen_by_layer", "coverage_by_layer", "frozen_fraction", "coverage")
     assert [{k: line[k] for k in keys} for line in on_ray.history] == [{k: line[k] for k in keys}
                                                                        for line in local.history]

@@ -9,6 +9,10 @@ from click.testing import CliRunner
 
 from hasfl_ray.cli.main import main
 
+#: Every run here names its backend: the tests mind no Ray already running in this process, so the shared Ray of the
+#: module before is kept into this one (tests/conftest.py).
+RAY_MAY_ALREADY_RUN = True
+
 RUN = ["simulate", "--rounds", "4", "--clients", "6", "--clients-per-round", "3", "--checkpoint-every", "1", "--quiet"]
 
 
@@ -38,8 +42,7 @@ def test_a_local_run_resumed_locally_does_not_fire_its_fault_again(tmp_path, uni
     assert sha(out) == uninterrupted
 
 
-def test_a_ray_run_finished_locally_and_a_local_run_finished_on_ray_match(tmp_path, uninterrupted):
-    pytest.importorskip("ray", reason="needs Ray")
+def test_a_ray_run_finished_locally_and_a_local_run_finished_on_ray_match(tmp_path, uninterrupted, ray_local):
     ray_then_local = crash_then_resume(tmp_path / "a", ["--backend", "ray", "--actors", "1"], ["--backend", "local"])
     assert sha(ray_then_local) == uninterrupted
     local_then_ray = crash_then_resume(tmp_path / "b", ["--backend", "local"], ["--backend", "ray", "--actors", "1"])

@@ -13,6 +13,10 @@ from hasfl_ray.engine import engine as engine_module
 from hasfl_ray.engine import server as server_module
 from hasfl_ray.errors import ConfigError
 
+#: Every run here names its backend: the tests mind no Ray already running in this process, so the shared Ray of the
+#: module before is kept into this one (tests/conftest.py).
+RAY_MAY_ALREADY_RUN = True
+
 #: HeteroFL's pre-activation ResNet with static BatchNorm on the digits: every evaluation runs a statistics pass.
 SBN = dict(dataset="digits", model="preresnet18", clients=6, clients_per_round=3, rounds=3, seed=3, backend="local",
            eval_widths=[0.5, 1.0], eval_every=1, local_eval_clients="off", checkpoint_every=0)
@@ -91,17 +95,11 @@ def test_the_flag_reaches_the_run(tmp_path):
     assert not (tmp_path / "bad").exists()
 
 
-def test_two_ray_actors_write_the_local_backends_lines(tmp_path):
-    ray = pytest.importorskip("ray", reason="needs Ray")
+def test_two_ray_actors_write_the_local_backends_lines(ray_local, tmp_path):
     kw = dict(dataset="digits", rounds=4, clients=6, clients_per_round=3, seed=5, test_every=2, eval_every=1,
               local_eval_every=1, checkpoint_every=0)
     Engine(RunConfig(backend="local", **kw), out_dir=str(tmp_path / "local")).run()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 ** 2,
-             logging_level="warning")
-    try:
-        Engine(RunConfig(backend="ray", actors=2, **kw), out_dir=str(tmp_path / "ray")).run()
-    finally:
-        ray.shutdown()
+    Engine(RunConfig(backend="ray", actors=2, **kw), out_dir=str(tmp_path / "ray")).run()
     local, remote = lines_of(tmp_path / "local"), lines_of(tmp_path / "ray")
     assert remote == local  # the untested rounds' null lines included, deferred or not
     assert [line["test_accuracy"] is None for line in local] == [True, False, True, False]

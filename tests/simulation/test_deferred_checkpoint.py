@@ -57,11 +57,19 @@ def same(a, b) -> bool:
     return a == b or (a != a and b != b)
 
 
+@pytest.fixture(scope="module")
+def local_checkpoints(tmp_path_factory):
+    """:func:`checkpoints_written` of the local backend, run once for both server placements."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        return checkpoints_written(monkeypatch, tmp_path_factory.mktemp("local"), "local")
+
+
 @pytest.mark.parametrize("placement", ["driver", "actor"])
 def test_a_checkpoint_written_behind_the_next_round_on_ray_equals_the_local_backends(ray_local, monkeypatch,
-                                                                                      tmp_path, placement):
+                                                                                      tmp_path, placement,
+                                                                                      local_checkpoints):
     """Wherever the server runs (--server-placement), the checkpoints are the local backend's."""
-    local_sha, local = checkpoints_written(monkeypatch, tmp_path, "local")
+    local_sha, local = local_checkpoints
     ray_sha, ray = checkpoints_written(monkeypatch, tmp_path, "ray", actors=2, server_placement=placement)
     assert ray_sha == local_sha
     assert [c[0] for c in local] == [c[0] for c in ray] == [4, 8, 9]

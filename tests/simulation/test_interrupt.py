@@ -66,14 +66,18 @@ def interrupt_after(args, out, lines, signal_number, timeout=240):
     return process, stderr, started
 
 
-def reference_sha(tmp_path):
-    result = CliRunner().invoke(main, ["simulate", "--backend", "local", *ARGS, "--out", str(tmp_path / "ref")])
+@pytest.fixture(scope="module")
+def reference_sha(tmp_path_factory):
+    """params_sha256 of the run never interrupted (ARGS on the local backend), run once for the module's three
+    tests."""
+    out = tmp_path_factory.mktemp("reference") / "ref"
+    result = CliRunner().invoke(main, ["simulate", "--backend", "local", *ARGS, "--out", str(out)])
     assert result.exit_code == 0, result.output
-    return json.loads((tmp_path / "ref" / "summary.json").read_text())["params_sha256"]
+    return json.loads((out / "summary.json").read_text())["params_sha256"]
 
 
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("ray"), reason="needs Ray")
-def test_sigint_mid_round_on_ray_checkpoints_cleans_up_and_resumes_identically(tmp_path, monkeypatch):
+def test_sigint_mid_round_on_ray_checkpoints_cleans_up_and_resumes_identically(tmp_path, monkeypatch, reference_sha):
     monkeypatch.setenv("HASFL_HANDOFF_ROUND", "0")  # Ray from the first round: the signal comes while Ray trains
     out = tmp_path / "run"
     process, stderr, started = interrupt_after(["--backend", "ray", "--actors", "2", *ARGS], out, 4, signal.SIGINT)
@@ -89,10 +93,10 @@ def test_sigint_mid_round_on_ray_checkpoints_cleans_up_and_resumes_identically(t
 
     resumed = CliRunner().invoke(main, ["simulate", "--out", str(out), "--resume", "--quiet"])  # as printed
     assert resumed.exit_code == 0, resumed.output
-    assert json.loads((out / "summary.json").read_text())["params_sha256"] == reference_sha(tmp_path)
+    assert json.loads((out / "summary.json").read_text())["params_sha256"] == reference_sha
 
 
-def test_sigterm_on_the_local_backend_exits_143_and_resumes_identically(tmp_path):
+def test_sigterm_on_the_local_backend_exits_143_and_resumes_identically(tmp_path, reference_sha):
     out = tmp_path / "run"
     process, stderr, _ = interrupt_after(["--backend", "local", *ARGS], out, 2, signal.SIGTERM)
     assert process.returncode == 143, stderr
@@ -100,11 +104,12 @@ def test_sigterm_on_the_local_backend_exits_143_and_resumes_identically(tmp_path
     assert load_checkpoint(str(out)).round >= 2
     resumed = CliRunner().invoke(main, ["simulate", "--out", str(out), "--resume", "--quiet"])
     assert resumed.exit_code == 0, resumed.output
-    assert json.loads((out / "summary.json").read_text())["params_sha256"] == reference_sha(tmp_path)
+    assert json.loads((out / "summary.json").read_text())["params_sha256"] == reference_sha
 
 
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("ray"), reason="needs Ray")
-def test_sigterm_while_ray_starts_beside_the_first_rounds_stops_everything_it_started(tmp_path, monkeypatch):
+def test_sigterm_while_ray_starts_beside_the_first_rounds_stops_everything_it_started(tmp_path, monkeypatch,
+                                                                                      reference_sha):
     # issue 24 item 8: the default run trains here while Ray and its actors start in threads; a stop then checkpoints,
     # exits 143 and leaves no Ray process (the start is waited for, a bounded time, then stopped)
     monkeypatch.setenv("HASFL_HANDOFF_ROUND", "1000")  # Ray never takes over: the signal comes during the handoff
@@ -118,4 +123,4 @@ def test_sigterm_while_ray_starts_beside_the_first_rounds_stops_everything_it_st
     assert load_checkpoint(str(out)).round >= 2
     resumed = CliRunner().invoke(main, ["simulate", "--out", str(out), "--resume", "--backend", "local", "--quiet"])
     assert resumed.exit_code == 0, resumed.output
-    assert json.loads((out / "summary.json").read_text())["params_sha256"] == reference_sha(tmp_path)
+    assert json.loads((out / "summary.json").read_text())["params_sha256"] == reference_sha

@@ -24,15 +24,30 @@ def outcome(tmp_path, name, config):
     return summary["params_sha256"], lines, (out / "clients.csv").read_text()
 
 
+@pytest.fixture(scope="module")
+def local_outcome(tmp_path_factory):
+    """``local_outcome(config)``: :func:`outcome` of ``config`` on the local backend, run once a module for each
+    config (the FedBuff run the killed-trainer test compares with is the first comparison's)."""
+    done = {}
+
+    def run(config):
+        key = json.dumps(config, sort_keys=True)
+        if key not in done:
+            done[key] = outcome(tmp_path_factory.mktemp("local"), "local", {**config, "backend": "local"})
+        return done[key]
+
+    return run
+
+
 #: FedBuff's server learning rate and momentum, its equal-weight form and FedAsync's local proximal term.
 SERVER_OPTIONS = dict(server_lr=0.8, server_momentum=0.9, aggregation_weights="count", async_rho=0.2)
 
 
 @pytest.mark.parametrize("rule, buffer, options", [("fedbuff", 2, {}), ("fedasync", None, {}),
                                                    ("fedbuff", 2, SERVER_OPTIONS)])
-def test_local_equals_ray_with_one_and_two_actors(ray_local, tmp_path, rule, buffer, options):
+def test_local_equals_ray_with_one_and_two_actors(ray_local, local_outcome, tmp_path, rule, buffer, options):
     config = {**ASYNC, "async_rule": rule, "buffer_size": buffer, **options}
-    local = outcome(tmp_path, "local", {**config, "backend": "local"})
+    local = local_outcome(config)
     assert outcome(tmp_path, "ray1", {**config, "backend": "ray", "actors": 1}) == local
     assert outcome(tmp_path, "ray2", {**config, "backend": "ray", "actors": 2}) == local  # the server in the driver
     assert outcome(tmp_path, "ray2-actor", {**config, "backend": "ray", "actors": 2, "server_placement": "actor"}) == local
@@ -73,12 +88,13 @@ def test_an_asynchronous_ray_run_waits_for_ray_instead_of_handing_over():
                                              clients_per_round=4)), HandoffBackend)
 
 
-def test_a_trainer_killed_mid_run_is_replaced_and_its_clients_trained_again(ray_local, tmp_path, caplog):
+def test_a_trainer_killed_mid_run_is_replaced_and_its_clients_trained_again(ray_local, local_outcome, tmp_path,
+                                                                            caplog):
     """--fault-inject kill-trainer@N kills the trainer dispatch N went to while it trains: the trainer is replaced,
     every client that was on it is trained again from the model of its dispatch, and the run ends with the local
     backend's bits, as a synchronous round does (tests/simulation/test_backend.py)."""
     config = {**ASYNC, "async_rule": "fedbuff", "buffer_size": 2}
-    local = outcome(tmp_path, "local", {**config, "backend": "local"})
+    local = local_outcome(config)
     engine = Engine(RunConfig(**config, backend="ray", actors=2, fault_inject="kill-trainer@2"),
                     out_dir=str(tmp_path / "killed"))
     summary = engine.run()

@@ -57,10 +57,16 @@ def summary_of(tmp_path, name, config):
     return Engine(RunConfig(**config), out_dir=str(tmp_path / name)).run()["params_sha256"]
 
 
+@pytest.fixture(scope="module")
+def sync_local(tmp_path_factory):
+    """params_sha256 of SYNC on the local backend, run once for both server placements."""
+    return summary_of(tmp_path_factory.mktemp("sync"), "local", {**SYNC, "backend": "local"})
+
+
 @pytest.mark.parametrize("placement", ["driver", "actor"])
 def test_a_mask_rounds_calls_carry_no_tensors_and_a_killed_trainer_changes_no_bit(ray_local, tmp_path, trainer_calls,
-                                                                                  caplog, placement):
-    local = summary_of(tmp_path, "local", {**SYNC, "backend": "local"})
+                                                                                  caplog, sync_local, placement):
+    local = sync_local
     killed = summary_of(tmp_path, "ray", {**SYNC, "backend": "ray", "actors": 2, "server_placement": placement,
                                           "fault_inject": "kill-trainer@1"})
     assert killed == local

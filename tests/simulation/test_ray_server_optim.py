@@ -10,7 +10,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="needs Ray")
 
-from same_on_ray import backend_results  # noqa: E402
+from same_on_ray import backend_results, result_of  # noqa: E402
 
 from hasfl_ray.engine import Engine, RunConfig  # noqa: E402
 from hasfl_ray.engine.handoff import HandoffBackend  # noqa: E402
@@ -32,20 +32,25 @@ def lines(out):
 LOCAL_ADAMW = {**SYNC, "server_optimizer": "sgd", "local_optimizer": "AdamW", "client_batching": "on"}
 
 
+@pytest.fixture(scope="module")
+def sync_local(tmp_path_factory):
+    """SYNC on the local backend (:func:`result_of`), run once for the comparison with Ray and the handover."""
+    return result_of(tmp_path_factory.mktemp("sync") / "local", {**SYNC, "backend": "local"})
+
+
 @pytest.mark.parametrize("config", [SYNC, ASYNC, LOCAL_ADAMW], ids=["sync-fedadam", "async-fedyogi", "local-adamw"])
-def test_local_equals_ray_with_two_actors(ray_local, tmp_path, config):
-    results = backend_results(tmp_path, config, placements=("actor",))
+def test_local_equals_ray_with_two_actors(ray_local, sync_local, tmp_path, config):
+    results = backend_results(tmp_path, config, placements=("actor",), local=sync_local if config is SYNC else None)
     assert results["ray"] == results["ray-actor"] == results["local"]  # the moments in the driver, or on the actor
 
 
-def test_a_handover_to_ray_carries_the_moments(ray_local, tmp_path):
-    local = Engine(RunConfig(**SYNC, backend="local"), out_dir=str(tmp_path / "local")).run()
+def test_a_handover_to_ray_carries_the_moments(ray_local, sync_local, tmp_path):
     inner = RayBackend()
     summary = Engine(RunConfig(**SYNC, backend="ray", actors=2), out_dir=str(tmp_path / "handoff"),
                      backend=HandoffBackend(lambda: inner, {"backend": "ray"}, takeover_round=2)).run()
     assert summary["ray_from_round"] == 2
-    assert summary["params_sha256"] == local["params_sha256"]
-    assert lines(tmp_path / "handoff") == lines(tmp_path / "local")
+    assert summary["params_sha256"] == sync_local[0]
+    assert lines(tmp_path / "handoff") == sync_local[1]
 
 
 def test_a_ray_run_resumed_from_its_checkpoint_matches(ray_local, tmp_path):
