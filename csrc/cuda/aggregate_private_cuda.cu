@@ -209,13 +209,8 @@ PrivateResult private_cuda(const at::Tensor& out, at::TensorList packed, const a
                 "uncounted must be a contiguous uint8 CPU tensor of shape (", num_entries, "), got ",
                 uncounted->sizes(), " ", uncounted->scalar_type(), " on ", uncounted->device());
   const c10::cuda::CUDAGuard guard(out.device());
-  std::vector<int64_t> bits_at(num_entries, 0);
-  int64_t bits_total = 0;
-  for (int64_t e = 0; e < num_entries; ++e) {
-    if (bits_ptr[e] == nullptr) continue;
-    bits_at[e] = bits_total;
-    bits_total += ceil_div(bits_len[e], 16) * 16 + 16;  // room for a tile's 16 bytes past the last full one
-  }
+  std::vector<int64_t> bits_at;
+  const int64_t bits_total = sparse_cuda::bitmask_offsets(bits_ptr, bits_len, bits_at);
   const SparsePrep prep = prepare_sparse(params, entries, kinds, bits_ptr, bits_len, rows, row_offsets, kSparseTile);
   const AggregatePlan plan = make_plan(params, entries, weights, kSparseTile, kSparseChunkElems);
   const int64_t num_chunks = plan.chunks.size(0);

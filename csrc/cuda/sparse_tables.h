@@ -36,7 +36,23 @@ struct TableOffsets {
 struct HostBitmasks {
   std::vector<const uint8_t*> ptr;
   std::vector<int64_t> len;
+  std::vector<int64_t> at;  // where each starts in the device copy: padded to a multiple of 16 bytes, plus 16 (room
+                            // for a tile's 16 bytes past the last full one)
+  int64_t total = 0;        // the device copy's bytes
 };
+
+// Where each host bitmask (null: none) starts in the device copy, into `at`; returns the copy's bytes.
+inline int64_t bitmask_offsets(const std::vector<const uint8_t*>& ptr, const std::vector<int64_t>& len,
+                               std::vector<int64_t>& at) {
+  at.assign(ptr.size(), 0);
+  int64_t total = 0;
+  for (size_t e = 0; e < ptr.size(); ++e) {
+    if (ptr[e] == nullptr) continue;
+    at[e] = total;
+    total += ceil_div(len[e], 16) * 16 + 16;
+  }
+  return total;
+}
 
 inline HostBitmasks host_bitmasks(const at::Tensor& entries, const at::Tensor& kinds, int64_t num_params,
                                   at::TensorList bits) {
@@ -48,7 +64,8 @@ inline HostBitmasks host_bitmasks(const at::Tensor& entries, const at::Tensor& k
               "kinds must be a contiguous int64 CPU tensor of shape (", num_params, ")");
   const int64_t* K = kinds.data_ptr<int64_t>();
   const int64_t* E = entries.data_ptr<int64_t>();
-  HostBitmasks masks{std::vector<const uint8_t*>(num_entries, nullptr), std::vector<int64_t>(num_entries, 0)};
+  HostBitmasks masks{std::vector<const uint8_t*>(num_entries, nullptr), std::vector<int64_t>(num_entries, 0),
+                     std::vector<int64_t>(num_entries, 0), 0};
   for (int64_t e = 0; e < num_entries; ++e) {
     if (K[E[e * kEntryCols + kEntryParam]] == 0) continue;
     TORCH_CHECK(bits[e].scalar_type() == at::kByte && bits[e].device().is_cpu() && bits[e].is_contiguous() &&
@@ -57,6 +74,7 @@ inline HostBitmasks host_bitmasks(const at::Tensor& entries, const at::Tensor& k
     masks.ptr[e] = bits[e].data_ptr<uint8_t>();
     masks.len[e] = bits[e].numel();
   }
+  masks.total = bitmask_offsets(masks.ptr, masks.len, masks.at);
   return masks;
 }
 
@@ -81,13 +99,8 @@ inline PackedTables pack_tables(at::TensorList packed, const at::Tensor& params,
   const int64_t* E = entries.data_ptr<int64_t>();
   const std::vector<const uint8_t*>& bits_ptr = masks.ptr;
   const std::vector<int64_t>& bits_len = masks.len;
-  std::vector<int64_t> bits_at(num_entries, 0);
-  int64_t bits_total = 0;
-  for (int64_t e = 0; e < num_entries; ++e) {
-    if (bits_ptr[e] == nullptr) continue;
-    bits_at[e] = bits_total;
-    bits_total += ceil_div(bits_len[e], 16) * 16 + 16;  // room for a tile's 16 bytes past the last full one
-  }
+  const std::vector<int64_t>& bits_at = masks.at;
+  const int64_t bits_total = masks.total;
   const SparsePrep prep = prepare_sparse(params, entries, kinds, bits_ptr, bits_len, rows, row_offsets, tile);
   const AggregatePlan plan = make_plan(params, entries, weights, tile, chunk_elems);
   t.num_chunks = plan.chunks.size(0);
