@@ -11,10 +11,11 @@ __device__ __forceinline__ double canonical_nan(double value) {
   return value != value ? __longlong_as_double(0x7FF8000000000000LL) : value;
 }
 
-// A mean as the output's type: float32's NaN as the CPU's conversion of kCanonicalNan gives it.
+// A mean (already canonical_nan's) as the output's type: float32's NaN as the CPU's conversion of kCanonicalNan
+// gives it.
 template <typename scalar_t>
 __device__ __forceinline__ scalar_t mean_out(double mean) {
-  return static_cast<scalar_t>(canonical_nan(mean));
+  return static_cast<scalar_t>(mean);
 }
 template <>
 __device__ __forceinline__ float mean_out<float>(double mean) {

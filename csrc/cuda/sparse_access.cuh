@@ -40,6 +40,14 @@ __device__ int64_t sparse_row_start(const Args& a, const int64_t* param, bool sp
   return local < 0 ? -1 : local * entry[kEntryPacked + ndim - 1];
 }
 
+// Column j's rank among the set bits of a tile's bitmask (lo: columns 0-63, hi: 64-127), or -1 where j's is clear.
+__device__ __forceinline__ int tile_rank(uint64_t lo, uint64_t hi, int j) {
+  const uint64_t word = j < 64 ? lo : hi;
+  const int bit = j & 63;
+  if (!((word >> bit) & 1ull)) return -1;
+  return __popcll(word & ((1ull << bit) - 1ull)) + (j < 64 ? 0 : __popcll(lo));
+}
+
 // The element of entry e at column c0 + j of a row starting at `start`, or -1 where the entry does not hold it.
 template <typename Args>
 __device__ int64_t sparse_element(const Args& a, const int64_t* param, bool sparse, int64_t e,
@@ -53,11 +61,8 @@ __device__ int64_t sparse_element(const Args& a, const int64_t* param, bool spar
   }
   const uint8_t* m = a.bits + a.bits_at[e] + c0 / 8;  // 16-byte aligned: c0 is a multiple of 128
   const uint64_t lo = reinterpret_cast<const uint64_t*>(m)[0], hi = reinterpret_cast<const uint64_t*>(m)[1];
-  const uint64_t word = j < 64 ? lo : hi;
-  const int bit = j & 63;
-  if (!((word >> bit) & 1ull)) return -1;
-  const int below = __popcll(word & ((1ull << bit) - 1ull)) + (j < 64 ? 0 : __popcll(lo));
-  return start + a.tile_prefix[a.prefix_begin[e] + tile] + below;
+  const int below = tile_rank(lo, hi, j);
+  return below < 0 ? -1 : start + a.tile_prefix[a.prefix_begin[e] + tile] + below;
 }
 
 // Per client: its entries in parameter order, each entry's chunks in order, each chunk's warps in order; a NaN sum

@@ -194,11 +194,8 @@ __device__ __forceinline__ long long table_element(const EntryTable* table, int 
   const long long at = table->at[k];
   if (at < 0) return -1;
   if (kSparse) {
-    const unsigned long long lo = table->lo[k];
-    const unsigned long long word = j < 64 ? lo : table->hi[k];
-    const int bit = j & 63;
-    if (!((word >> bit) & 1ull)) return -1;
-    return at + __popcll(word & ((1ull << bit) - 1ull)) + (j < 64 ? 0 : __popcll(lo));
+    const int below = tile_rank(table->lo[k], table->hi[k], j);
+    return below < 0 ? -1 : at + below;
   }
   const int64_t column = local_column(c0 + j, static_cast<int64_t>(table->lo[k]), static_cast<int64_t>(table->hi[k]),
                                       length);

@@ -2,8 +2,10 @@
 kernels_emulated.cpp's ops), once per test session: what the CUDA-emulation tests call in place of a card."""
 
 import functools
+import hashlib
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -20,9 +22,13 @@ needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) i
 def emulated():
     """The extension: aggregate_into(out, packed, params, entries, weights, blocks) and
     aggregate_sparse_into(kernel, out, packed, params, entries, weights, kinds, bits, rows, row_offsets)."""
+    import torch
     from torch.utils.cpp_extension import load
 
-    build = tempfile.mkdtemp(prefix="hasfl_emulated_")
+    # One build folder per checkout, Python and torch, reused from run to run (ninja rebuilds what changed).
+    key = hashlib.sha256(f"{ROOT}|{sys.version}|{torch.__version__}".encode()).hexdigest()[:16]
+    build = os.path.join(tempfile.gettempdir(), f"hasfl_emulated_{key}")
+    os.makedirs(build, exist_ok=True)
     return load(name="hasfl_kernels_emulated", sources=[str(HERE / "kernels_emulated.cpp")],
                 extra_include_paths=[str(ROOT / "csrc"), str(HERE)], extra_cflags=["-O1", "-std=c++20"],
                 build_directory=build, verbose=False)
