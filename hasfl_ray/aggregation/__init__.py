@@ -9,7 +9,8 @@ from typing import Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
-from hasfl_ray.aggregation.packed import SPARSE_TYPES, IndexedUpdate, MaskedUpdate, check_packed
+from hasfl_ray.aggregation.packed import (SPARSE_TYPES, IndexedUpdate, MaskedUpdate, check_packed, check_structure,
+                                          contents_hold)
 from hasfl_ray.aggregation.reference import aggregate_reference
 from hasfl_ray.aggregation.result import AggregateResult
 
@@ -73,6 +74,7 @@ def validate_inputs(global_shapes: Mapping[str, Sequence[int]], updates: Sequenc
     # The loop runs once per (client, parameter), thousands of times per round: each check is the cheap
     # test first, the sentence only on failure.
     dtype = device = None
+    sparse_holders = {}  # name -> [(where, packed)]: their index lists and bitmasks checked together below
     for i, update in enumerate(updates):
         if not isinstance(update, Mapping):
             raise TypeError(f"updates[{i}] is a {type(update).__name__}; expected a mapping of name to tensor")
@@ -85,7 +87,9 @@ def validate_inputs(global_shapes: Mapping[str, Sequence[int]], updates: Sequenc
                 if not isinstance(packed, SPARSE_TYPES):
                     raise TypeError(f"updates[{i}][{name!r}] is a {type(packed).__name__}; expected a torch.Tensor, "
                                     "an IndexedUpdate or a MaskedUpdate")
-                values = check_packed(f"updates[{i}][{name!r}]", full, packed)
+                where = f"updates[{i}][{name!r}]"
+                values = check_structure(where, full, packed)
+                sparse_holders.setdefault(name, []).append((where, packed))
                 packed = values
             if packed.dtype is not dtype:
                 where = f"updates[{i}][{name!r}]"
@@ -117,6 +121,10 @@ def validate_inputs(global_shapes: Mapping[str, Sequence[int]], updates: Sequenc
                                  f"global shape {full}" + (f" as {g} equal gate blocks" if g > 1 else ""))
     if dtype is None:
         raise ValueError("updates holds no tensors at all; expected at least one packed parameter")
+    for name, holders in sparse_holders.items():
+        if not contents_hold(shapes[name], [packed for _, packed in holders]):
+            for where, packed in holders:  # the first problem's sentence
+                check_packed(where, shapes[name], packed)
     return shapes, weights_t, blocks
 
 

@@ -24,7 +24,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from hasfl_ray.aggregation.packed import IndexedUpdate, MaskedUpdate, SPARSE_TYPES
+from hasfl_ray.aggregation.packed import IndexedUpdate, MaskedUpdate, SPARSE_TYPES, joined_indices
 from hasfl_ray.aggregation.result import AggregateResult
 from hasfl_ray.ops import aggregate as dense_ops
 
@@ -80,32 +80,50 @@ def _flat_bits(packed, full: Tuple[int, ...], blocks: int) -> torch.Tensor:
     return torch.from_numpy(np.packbits(mask.ravel(), bitorder="little"))
 
 
-def _indicators(packed, full: Tuple[int, ...], blocks: int) -> List[np.ndarray]:
-    """Per dim, the bool vector of the indices a holder has (an index set's or a slice's)."""
-    vectors = []
-    for dim, size in enumerate(full):
-        chosen = packed.index[dim] if isinstance(packed, IndexedUpdate) else None
-        if isinstance(packed, IndexedUpdate) and chosen is None:
-            vectors.append(np.ones(size, dtype=bool))
-            continue
-        vector = np.zeros(size, dtype=bool)
-        if chosen is not None:
-            vector[chosen.cpu().numpy()] = True
-        else:
-            vector[_slice_lists(full, tuple(packed.shape), blocks)[dim]] = True
-        vectors.append(vector)
-    return vectors
+def _index_lists(holders, full: Tuple[int, ...], blocks: int) -> List[List[np.ndarray]]:
+    """Per dim, every holder's sorted index list there (an index set's, its None as the whole dim, or a slice's): one
+    concatenation per dim (a tensor's .numpy() alone costs more than a microsecond)."""
+    whole = [np.arange(size, dtype=np.int64) for size in full]
+    slices = {k: _slice_lists(full, tuple(p.shape), blocks) for k, p in enumerate(holders)
+              if not isinstance(p, IndexedUpdate)}
+    per_dim = []
+    for dim in range(len(full)):
+        chosen = [p.index[dim] for p in holders if isinstance(p, IndexedUpdate) and p.index[dim] is not None]
+        pieces = iter(())
+        if chosen:
+            joined = joined_indices(chosen)
+            ends = np.cumsum([t.numel() for t in chosen]).tolist()
+            pieces = iter([joined[start:end] for start, end in zip([0] + ends[:-1], ends)])
+        lists = []
+        for k, p in enumerate(holders):
+            if not isinstance(p, IndexedUpdate):
+                lists.append(slices[k][dim])
+            else:
+                lists.append(whole[dim] if p.index[dim] is None else next(pieces))
+        per_dim.append(lists)
+    return per_dim
 
 
-def _merge(dims: List[int], vectors: List[List[np.ndarray]]) -> Tuple[List[int], List[List[np.ndarray]]]:
+def _indicator_matrix(lists: Sequence[np.ndarray], size: int) -> np.ndarray:
+    """[holders, size] bool: row k set at holder k's indices."""
+    lengths = [len(chosen) for chosen in lists]
+    matrix = np.zeros((len(lists), size), dtype=bool)
+    flat = np.concatenate(lists)
+    flat += np.repeat(np.arange(len(lists), dtype=np.int64) * size, lengths)  # (a copy: lists untouched)
+    matrix.reshape(-1)[flat] = True
+    return matrix
+
+
+def _merge(dims: List[int], matrices: List[np.ndarray]) -> Tuple[List[int], List[np.ndarray]]:
     """Merge the last two dims while every holder holds the last one in full (a conv's kernel positions) or it is
-    shorter than MERGE_BELOW; every holder's indicators alike (the merged dim's is the outer AND, row-major).
-    Rows stay rows otherwise: the kernel skips a row an entry does not hold at the cost of one lookup."""
-    while len(dims) > 1 and (dims[-1] < MERGE_BELOW or all(holder[-1].all() for holder in vectors)):
-        for holder in vectors:
-            holder[-2:] = [np.logical_and.outer(holder[-2], holder[-1]).ravel()]
+    shorter than MERGE_BELOW; every holder's indicators alike (the merged dim's is the outer AND, row-major), all
+    holders at once (``matrices``: per dim, [holders, size]). Rows stay rows otherwise: the kernel skips a row an
+    entry does not hold at the cost of one lookup."""
+    while len(dims) > 1 and (dims[-1] < MERGE_BELOW or matrices[-1].all()):
+        outer, inner = matrices[-2], matrices[-1]
+        matrices = matrices[:-2] + [(outer[:, :, None] & inner[:, None, :]).reshape(len(outer), -1)]
         dims = dims[:-2] + [dims[-2] * dims[-1]]
-    return dims, vectors
+    return dims, matrices
 
 
 def build_sparse_layout(global_shapes: Mapping[str, Tuple[int, ...]], updates: Sequence[Mapping[str, object]],
@@ -146,11 +164,15 @@ def build_sparse_layout(global_shapes: Mapping[str, Tuple[int, ...]], updates: S
             last_sizes = [_values_of(p).numel() for _, p in holders]
         else:
             dims = list(full) if full else [1]
-            vectors = [_indicators(p, full, blocks) if full else [np.ones(1, dtype=bool)] for _, p in holders]
-            dims, vectors = _merge(dims, vectors)
-            lists = [[np.flatnonzero(v) for v in holder[:-1]] for holder in vectors]
-            last_bits = [torch.from_numpy(np.packbits(holder[-1], bitorder="little")) for holder in vectors]
-            last_sizes = [int(np.count_nonzero(holder[-1])) for holder in vectors]
+            parts = [p for _, p in holders]
+            per_dim = _index_lists(parts, full, blocks) if full else [[np.zeros(1, np.int64)] * len(parts)]
+            dims, matrices = _merge(dims, [_indicator_matrix(lists, size) for lists, size in zip(per_dim, dims)])
+            # The row dims are never merged: their lists are the holders' own (sorted, validated).
+            lists = [[per_dim[dim][k] for dim in range(len(dims) - 1)] for k in range(len(holders))]
+            last = matrices[-1]
+            packed_bits = torch.from_numpy(np.packbits(last, axis=1, bitorder="little"))
+            last_bits = list(packed_bits.unbind(0))
+            last_sizes = last.sum(axis=1, dtype=np.int64).tolist()
         if len(dims) > dense_ops.MAX_DIMS:
             raise ValueError(f"global_shapes[{name!r}] keeps {len(dims)} dims; the fused kernel handles at most "
                              f"{dense_ops.MAX_DIMS}")
@@ -159,17 +181,19 @@ def build_sparse_layout(global_shapes: Mapping[str, Tuple[int, ...]], updates: S
         entry_rows = np.zeros((count, dense_ops.ENTRY_COLS), np.int64)
         offsets = np.zeros((count, dense_ops.MAX_DIMS), np.int64)
         entry_rows[:, dense_ops._ENTRY_PACKED:dense_ops._ENTRY_PACKED + dense_ops.MAX_DIMS] = 1
-        for row, ((client, p), holder) in enumerate(zip(holders, lists)):
-            entry_rows[row, dense_ops._ENTRY_CLIENT] = client
-            entry_rows[row, dense_ops._ENTRY_PARAM] = index
-            for dim in range(len(dims) - 1):
-                entry_rows[row, dense_ops._ENTRY_PACKED + dim] = len(holder[dim])
-                offsets[row, dim] = rows_used
-                row_lists.append(holder[dim])
-                rows_used += len(holder[dim])
-            entry_rows[row, dense_ops._ENTRY_PACKED + len(dims) - 1] = last_sizes[row]
-            packed.append(_values_of(p))
-            bits.append(last_bits[row])
+        entry_rows[:, dense_ops._ENTRY_CLIENT] = [client for client, _ in holders]
+        entry_rows[:, dense_ops._ENTRY_PARAM] = index
+        row_dims = len(dims) - 1
+        if row_dims:  # each holder's row lists follow one another in `rows`, holder by holder, dim by dim
+            lengths = np.array([[len(chosen) for chosen in holder] for holder in lists], np.int64)
+            entry_rows[:, dense_ops._ENTRY_PACKED:dense_ops._ENTRY_PACKED + row_dims] = lengths
+            ends = np.cumsum(lengths.ravel()).reshape(lengths.shape)
+            offsets[:, :row_dims] = rows_used + ends - lengths
+            rows_used += int(ends[-1, -1])
+            row_lists.extend(chosen for holder in lists for chosen in holder)
+        entry_rows[:, dense_ops._ENTRY_PACKED + row_dims] = last_sizes
+        packed.extend(_values_of(p) for _, p in holders)
+        bits.extend(last_bits)
         param = np.zeros(dense_ops.PARAM_COLS, np.int64)
         param[dense_ops._PARAM_NDIM] = len(dims)
         param[dense_ops._PARAM_FULL:dense_ops._PARAM_FULL + dense_ops.MAX_DIMS] = 1
