@@ -88,19 +88,15 @@ def _index_lists(holders, full: Tuple[int, ...], blocks: int) -> List[List[np.nd
               if not isinstance(p, IndexedUpdate)}
     per_dim = []
     for dim in range(len(full)):
-        chosen = [p.index[dim] for p in holders if isinstance(p, IndexedUpdate) and p.index[dim] is not None]
+        index = [None if k in slices else p.index[dim] for k, p in enumerate(holders)]
+        chosen = [t for t in index if t is not None]
         pieces = iter(())
         if chosen:
             joined = joined_indices(chosen)
             ends = np.cumsum([t.numel() for t in chosen]).tolist()
             pieces = iter([joined[start:end] for start, end in zip([0] + ends[:-1], ends)])
-        lists = []
-        for k, p in enumerate(holders):
-            if not isinstance(p, IndexedUpdate):
-                lists.append(slices[k][dim])
-            else:
-                lists.append(whole[dim] if p.index[dim] is None else next(pieces))
-        per_dim.append(lists)
+        per_dim.append([slices[k][dim] if k in slices else whole[dim] if t is None else next(pieces)
+                        for k, t in enumerate(index)])
     return per_dim
 
 
@@ -114,16 +110,18 @@ def _indicator_matrix(lists: Sequence[np.ndarray], size: int) -> np.ndarray:
     return matrix
 
 
-def _merge(dims: List[int], matrices: List[np.ndarray]) -> Tuple[List[int], List[np.ndarray]]:
+def _merge(dims: List[int], per_dim: List[List[np.ndarray]]) -> Tuple[List[int], np.ndarray]:
     """Merge the last two dims while every holder holds the last one in full (a conv's kernel positions) or it is
     shorter than MERGE_BELOW; every holder's indicators alike (the merged dim's is the outer AND, row-major), all
-    holders at once (``matrices``: per dim, [holders, size]). Rows stay rows otherwise: the kernel skips a row an
-    entry does not hold at the cost of one lookup."""
-    while len(dims) > 1 and (dims[-1] < MERGE_BELOW or matrices[-1].all()):
-        outer, inner = matrices[-2], matrices[-1]
-        matrices = matrices[:-2] + [(outer[:, :, None] & inner[:, None, :]).reshape(len(outer), -1)]
+    holders at once. Returns the dims and the last one's [holders, size] indicators (``per_dim``: per dim, each
+    holder's index list; the row dims need no indicators). Rows stay rows otherwise: the kernel skips a row an entry
+    does not hold at the cost of one lookup."""
+    last = _indicator_matrix(per_dim[len(dims) - 1], dims[-1])
+    while len(dims) > 1 and (dims[-1] < MERGE_BELOW or last.all()):
+        outer = _indicator_matrix(per_dim[len(dims) - 2], dims[-2])
+        last = (outer[:, :, None] & last[:, None, :]).reshape(len(outer), -1)
         dims = dims[:-2] + [dims[-2] * dims[-1]]
-    return dims, matrices
+    return dims, last
 
 
 def build_sparse_layout(global_shapes: Mapping[str, Tuple[int, ...]], updates: Sequence[Mapping[str, object]],
@@ -166,10 +164,9 @@ def build_sparse_layout(global_shapes: Mapping[str, Tuple[int, ...]], updates: S
             dims = list(full) if full else [1]
             parts = [p for _, p in holders]
             per_dim = _index_lists(parts, full, blocks) if full else [[np.zeros(1, np.int64)] * len(parts)]
-            dims, matrices = _merge(dims, [_indicator_matrix(lists, size) for lists, size in zip(per_dim, dims)])
+            dims, last = _merge(dims, per_dim)
             # The row dims are never merged: their lists are the holders' own (sorted, validated).
             lists = [[per_dim[dim][k] for dim in range(len(dims) - 1)] for k in range(len(holders))]
-            last = matrices[-1]
             packed_bits = torch.from_numpy(np.packbits(last, axis=1, bitorder="little"))
             last_bits = list(packed_bits.unbind(0))
             last_sizes = last.sum(axis=1, dtype=np.int64).tolist()
