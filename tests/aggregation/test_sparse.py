@@ -335,6 +335,14 @@ _ROUNDS = (
     "f = make_layout_federation('emnist', 6, 'index', seed=1)  # channel sets: fc1's words whole or empty (runs)\n"
     "r = aggregate_updates(f.shapes, f.updates, f.weights, f.gate_blocks, backend='fused')\n"
     "out.append((r.delta, r.div_num, r.div_den))\n"
+    "from hasfl_ray.aggregation import MaskedUpdate\n"
+    "g = torch.Generator().manual_seed(9)  # clients holding few of a tile's columns (the AVX2 build's push pass 2),\n"
+    "s, u = {'m': (3, 5000)}, []  # values of every magnitude, so a value in another norm lane changes the bits\n"
+    "for c, density in enumerate((0.9, 0.05, 0.3, 0.02, 0.6, 0.1)):\n"
+    "    full = torch.randn(3, 5000, generator=g) * 3.0 ** torch.randint(-2, 3, (3, 5000), generator=g)\n"
+    "    u.append({'m': MaskedUpdate.gather(full, torch.rand(3, 5000, generator=g) < density)})\n"
+    "r = aggregate_updates(s, u, [1.0 + c for c in range(6)], {}, backend='fused')\n"
+    "out.append((r.delta, r.div_num, r.div_den))\n"
     "sys.stdout.buffer.write(pickle.dumps(out))\n")
 
 
