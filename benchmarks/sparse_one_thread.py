@@ -1,7 +1,8 @@
 """The fused sparse kernel alone, one process, on `hasfl-ray bench aggregate --layout L`'s EMNIST federation: the
-median process CPU time of REPEATS calls (one thread unless OMP_NUM_THREADS says otherwise), so that builds can be
-alternated in fresh processes on a loaded machine (HASFL_PORTABLE_CPU_KERNEL=1, HASFL_NO_AVX512_CPU_KERNEL=1, or
-another checkout's extension on PYTHONPATH). Figures: benchmarks/RESULTS.md.
+median process CPU time of REPEATS calls (one thread unless OMP_NUM_THREADS says otherwise), then of the whole call
+(aggregate_updates: its checks and the layout too), so that builds can be alternated in fresh processes on a loaded
+machine (HASFL_PORTABLE_CPU_KERNEL=1, HASFL_NO_AVX512_CPU_KERNEL=1, or another checkout's extension on PYTHONPATH).
+Figures: benchmarks/RESULTS.md.
 
     OMP_NUM_THREADS=1 python benchmarks/sparse_one_thread.py mask 5 [CLIENTS]
 """
@@ -50,15 +51,21 @@ def main(argv):
         print(error, file=sys.stderr)
         return 2
     federation = make_layout_federation("emnist", clients, layout)
-    run = layout_implementations(federation, layout, include_slow=False)["fused kernel"]
-    run()
-    times = []
-    for _ in range(repeats):
-        start = time.process_time()
+    runs = layout_implementations(federation, layout, include_slow=False)
+    medians = {}
+    for name in ("fused kernel", "fused"):  # the op on a built layout; the whole call (checks and layout too)
+        run = runs[name]
         run()
-        times.append(time.process_time() - start)
-    print(f"{layout}: {1000 * statistics.median(times):.1f} ms (median of {repeats}, process CPU time, "
-          f"{torch.get_num_threads()} thread(s))")
+        times = []
+        for _ in range(repeats):
+            start = time.process_time()
+            run()
+            times.append(time.process_time() - start)
+        medians[name] = statistics.median(times)
+    print(f"{layout}: {1000 * medians['fused kernel']:.1f} ms (median of {repeats}, process CPU time, "
+          f"{torch.get_num_threads()} thread(s)); end to end {1000 * medians['fused']:.1f} ms, "
+          f"{medians['fused'] / medians['fused kernel']:.2f}x the kernel alone (the index lists and bitmasks "
+          "checked and laid out around it)")
     return 0
 
 

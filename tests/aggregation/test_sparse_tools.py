@@ -5,6 +5,7 @@ never a worktree added or an extension built first)."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -115,6 +116,17 @@ USAGE = " (usage: sparse_one_thread.py index|mask REPEATS [CLIENTS])"
 def test_sparse_one_thread_bad_values_name_the_value(args, sentence):
     """The usage line did not say which argument was wrong, nor its value."""
     _assert_one_sentence(_run("sparse_one_thread.py", *args), sentence + USAGE)
+
+
+@pytest.mark.parametrize("layout", ["index", "mask"])
+def test_sparse_one_thread_times_the_kernel_and_the_whole_call(layout):
+    done = _run("sparse_one_thread.py", layout, "1", "3")
+    assert done.returncode == 0, done.stderr[-2000:]
+    match = re.fullmatch(rf"{layout}: ([0-9.]+) ms \(median of 1, process CPU time, \d+ thread\(s\)\); end to end "
+                         r"([0-9.]+) ms, ([0-9.]+)x the kernel alone \(.*\)", done.stdout.strip())
+    assert match, done.stdout
+    kernel, whole, ratio = map(float, match.groups())
+    assert kernel > 0 and whole > 0 and abs(ratio - whole / kernel) < 0.01 * ratio + 0.01
 
 
 def test_sparse_one_thread_more_clients_than_memory_holds_is_refused_before_any_is_made():
