@@ -35,6 +35,7 @@ from hasfl_ray.files import claim_folder
 from hasfl_ray.models import MODEL_CONFIGS, register_model
 from hasfl_ray.models.choice import model_dataset
 from hasfl_ray.models.depth_plan import depth_plan
+from hasfl_ray.ops.calls import sparse_cuda_kernel
 from hasfl_ray.registry import call_plugin, lookup, spec_label
 from hasfl_ray.training.precision import batching_note, check_precision
 
@@ -77,6 +78,7 @@ def prepare_parts(engine: Any) -> None:
     check_device(c)
     check_threads(c)
     allocator.check_variable()  # HASFL_MALLOC_TRIM=off used to trim as if unset
+    sparse_cuda_kernel()  # HASFL_SPARSE_CUDA_KERNEL, else refused only by the CUDA op, at the first aggregation
     check_client_memory(c.clients, bytes_per_client(c))
     if engine.rundir and engine.force and not engine.resume:
         engine.rundir.check_clearable()  # --force clears only a run directory: refused before anything runs
