@@ -52,6 +52,8 @@ class ScaleFL(Algorithm):
 
     #: The sub_model it sets (``resolve_config``), so that ``--depths`` may be given without ``--sub-model``.
     implied_sub_model = "width_depth"
+    #: The option it sets ``depths`` from (``resolve_config``), named where a depth the model lacks is refused.
+    depths_option = "scalefl_exits"
     options_class = rules.ScaleFLOptions
 
     @classmethod

@@ -206,7 +206,8 @@ def build_algorithm(c: RunConfig, model_name: str, p_max: np.ndarray, num_sample
                                  c.clients)
     if getattr(algorithm.algorithm, "model_name", None) is None:  # a plug-in's own model_name stays
         algorithm.algorithm.model_name = model_name  # what FedRolex's window reads (channel counts)
-    algorithm.algorithm.depth_plan = depth_plan(c, model_name)  # sub_model depth, width_depth
+    algorithm.algorithm.depth_plan = depth_plan(c, model_name,  # sub_model depth, width_depth
+                                                getattr(algorithm_class(c.algorithm), "depths_option", None))
     return algorithm
 
 

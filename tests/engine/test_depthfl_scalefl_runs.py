@@ -86,8 +86,9 @@ def test_feddyn_changes_the_result(tmp_path, local_runs):
      "scalefl_exits is '1,2' (2 levels) but the width ladder has 4 widths (0.25, 0.5, 0.75, 1); expected one number "
      "of exits per ladder width, shallowest level first"),
     (["--algorithm", "scalefl", "--algo-opt", "scalefl_exits=2,1,1,1"], "scalefl_exits is '2,1,1,1'"),
-    (["--algorithm", "scalefl", "--algo-opt", "scalefl_exits=1,2,3,4"],
-     "depths is [1, 2, 3, 4] but model 'digits+exits' has 2 depths"),
+    (["--algorithm", "scalefl", "--algo-opt", "scalefl_exits=1,2,3,4"],  # h71: it named depths, never given
+     "scalefl_exits is '1,2,3,4' (the depths [1, 2, 3, 4]) but model 'digits+exits' has 2 depths"),
+    (["--algorithm", "scalefl", "--depths", "1,1,2,3"], "depths is [1, 1, 2, 3] but model 'digits+exits' has 2"),
     (["--algorithm", "scalefl", "--algo-opt", "scalefl_exits=1,1,2,2", "--depths", "1,2,2,2"],
      "depths is [1, 2, 2, 2] but scalefl_exits gives the levels' exits '1,1,2,2'; expected depths left unset"),
     (["--algorithm", "scalefl", "--algo-opt", "scalefl_exits=1,1,2,2", "--sub-model", "depth"],
