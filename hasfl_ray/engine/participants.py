@@ -130,6 +130,25 @@ def client_task(algorithm, config, round: int, client: int, width: float, shape:
                       **extra)
 
 
+def check_one_shape(algorithm, sub_model: str, label: str) -> None:
+    """A run of depth sub-models (``sub_model`` depth or width_depth) refuses, in one sentence before anything is
+    made, an algorithm that hands out channel sets or masks (its class overrides ``channel_sets`` or
+    ``parameter_masks``): a client trains one sub-model shape. Asked at the first dispatch instead, such a plug-in
+    drawing its channels as examples/channel_policy.py does failed in its own code (the exits are no sequential
+    chain, exit status 1) before the check's sentence could be given."""
+    from hasfl_ray.algorithms.base import Algorithm
+    from hasfl_ray.errors import ConfigError
+
+    if sub_model == "width":
+        return
+    for method, what in (("channel_sets", "channel sets"), ("parameter_masks", "masks")):
+        own = getattr(type(algorithm), method, None)
+        if own is not None and own is not getattr(Algorithm, method):
+            raise ConfigError(f"algorithm {label!r} hands out {what} ({method}) but sub_model is {sub_model!r}; "
+                              f"expected sub_model width (a client trains one sub-model shape: {what} of the whole "
+                              "network at width, or a depth)")
+
+
 def check_sparse_task(algorithm, config, client: int, offset: int, what: str) -> None:
     """A client handed channel sets or masks (``what``) is refused, before it trains, in one sentence (exit status 2)
     where the server could not aggregate its update: beside a rolling-window offset, a label split or the
