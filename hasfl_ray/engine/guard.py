@@ -147,6 +147,9 @@ class GuardedAlgorithm:
             from hasfl_ray.models.index_slicing import channel_groups, channel_numbers, index_sets
             from hasfl_ray.models.slicing import width_channels
 
+            if isinstance(sets, (dict, str, bytes)):  # its keys (or characters) would be read as the groups
+                raise self._bad("channel_sets", f"channel sets for client {client}:", sets,
+                                f"{expected} (a {type(sets).__name__} is no list of groups)", PluginInputError)
             try:
                 sets = tuple(channel_numbers(group, chosen) for group, chosen in enumerate(sets))
             except TypeError:

@@ -107,10 +107,13 @@ def channel_numbers(group: int, chosen: Any) -> Tuple[int, ...]:
     """Group ``group``'s channel numbers as ints: Python, numpy or torch integers (a 1-D integer tensor or array
     too); anything else (a float such as 2.0 or 1.5, a bool) is one sentence, never rounded."""
     try:
-        items = list(chosen)
+        items = None if isinstance(chosen, (dict, str, bytes)) else list(chosen)
     except TypeError:
-        raise ValueError(f"channel_sets[{group}] is a {type(chosen).__name__}; expected a list of channel "
-                         "numbers") from None
+        items = None
+    if items is None:
+        kind = type(chosen).__name__
+        raise ValueError(f"channel_sets[{group}] is {'an' if kind[0] in 'aeiou' else 'a'} {kind}; expected a list "
+                         "of channel numbers")
     numbers = []
     for item in items:
         kind = getattr(item, "dtype", None)
