@@ -136,7 +136,7 @@ def check_one_shape(algorithm, sub_model: str, label: str) -> None:
     ``parameter_masks``): a client trains one sub-model shape. Asked at the first dispatch instead, such a plug-in
     drawing its channels as examples/channel_policy.py does failed in its own code (the exits are no sequential
     chain, exit status 1) before the check's sentence could be given."""
-    from hasfl_ray.algorithms.base import Algorithm
+    from hasfl_ray.algorithms import Algorithm
     from hasfl_ray.errors import ConfigError
 
     if sub_model == "width":

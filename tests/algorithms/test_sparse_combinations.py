@@ -75,7 +75,7 @@ def test_a_plugins_channel_sets_beside_a_rolling_window_are_refused_before_train
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 1
 
 
-def test_a_plugins_channel_sets_in_a_depth_run_are_refused_before_anything_runs(tmp_path):
+def test_a_plugins_channel_sets_in_a_depth_run_are_refused_as_masks_are(tmp_path):
     """Channel sets beside a depth said "parameter 'exit1.weight' takes 32 input channels but the layer before it has
     128; expected a sequential conv/linear chain" (the exits' model has no channel groups); then (h50) the sentence
     masks beside a depth get at the first dispatch. h71: the documented plug-ins (examples/channel_policy.py draws
