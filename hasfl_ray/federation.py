@@ -191,7 +191,7 @@ def largest_remainder(num_clients: int, probabilities: Sequence[float]) -> np.nd
 
 def fewest_clients_filling(probabilities: Sequence[float], limit: int = 10_000) -> Optional[int]:
     """The fewest clients whose largest-remainder counts give every level of positive share one (the paper's tiers:
-    4), None past ``limit``."""
+    5), None past ``limit``."""
     probs = np.asarray(probabilities, dtype=np.float64)
     for clients in range(int(np.count_nonzero(probs > 0)), limit + 1):
         if np.all(largest_remainder(clients, probs)[probs > 0] > 0):
@@ -342,4 +342,5 @@ def shares_text(ladder: WidthLadder) -> str:
 
 __all__ = ["HETEROFL_LEVELS", "PAPER_SHARES", "PAPER_WIDTHS", "PARTITION_SCHEMES", "WIDTH_ASSIGNMENTS", "WidthLadder",
            "check_partition_applies", "empty_level_note", "fewest_clients_filling", "global_width_of", "ladder_of",
-           "largest_remainder", "normalise_ladder", "normalise_partition", "parse_partition", "parse_width_mix", "shares_text"]
+           "largest_remainder", "normalise_ladder", "normalise_partition", "parse_partition", "parse_width_mix",
+           "shares_text"]
