@@ -292,6 +292,10 @@ def algorithm_rows(algorithm: str, model_name: str, dataset: str, norm: Optional
         raise ConfigError(f"--depths is {depths!r} for --algorithm {algorithm} but model {model_name!r} has {total} "
                           f"depths and the sizes are {', '.join(f'{w:g}' for w in given)}; expected one depth from 1 "
                           f"to {total} per size")
+    if algorithm == "scalefl" and listed:  # a wider level exiting earlier: refused by a run too
+        from hasfl_ray.algorithms.scalefl import check_levels
+
+        check_levels(given, listed, f"--depths is {depths!r} for --algorithm scalefl")
     sizes, chosen = ladder_depths(given, listed, total)  # one depth per size in --widths order, as a run pairs them
     rows = []
     for size, depth in zip(sizes, chosen):
