@@ -189,12 +189,16 @@ def largest_remainder(num_clients: int, probabilities: Sequence[float]) -> np.nd
     return counts
 
 
-def fewest_clients_filling(probabilities: Sequence[float], limit: int = 10_000) -> Optional[int]:
+def fewest_clients_filling(probabilities: Sequence[float], limit: int = 1000) -> Optional[int]:
     """The fewest clients whose largest-remainder counts give every level of positive share one (the paper's tiers:
-    5), None past ``limit``."""
+    5), None past ``limit`` (a sweep asks it per cell: a share of 1e-6 would search for milliseconds each)."""
     probs = np.asarray(probabilities, dtype=np.float64)
-    for clients in range(int(np.count_nonzero(probs > 0)), limit + 1):
-        if np.all(largest_remainder(clients, probs)[probs > 0] > 0):
+    positive = probs > 0
+    if not positive.any():
+        return None
+    top = min(limit, math.ceil(1 / probs[positive].min() - 1e-9))  # there every level's exact share is >= 1
+    for clients in range(int(np.count_nonzero(positive)), top + 1):
+        if np.all(largest_remainder(clients, probs)[positive] > 0):
             return clients
     return None
 
