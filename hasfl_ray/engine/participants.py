@@ -71,6 +71,7 @@ def sub_models(algorithm, round: int, widths: Dict[int, float]) -> Dict[int, Tup
     import numbers
 
     from hasfl_ray.errors import PluginInputError
+    from hasfl_ray.registry import shown
 
     plan = getattr(algorithm, "depth_plan", None)
     trusted = getattr(algorithm, "_trusted", None)
@@ -91,7 +92,8 @@ def sub_models(algorithm, round: int, widths: Dict[int, float]) -> Dict[int, Tup
             label = getattr(algorithm, "label", type(algorithm).__name__)
             expected = f"(width in (0, 1], depth 1 to {plan.num_depths})" if plan is not None else \
                 "(width in (0, 1], None): a depth needs sub_model depth or width_depth"
-            raise PluginInputError(f"algorithm {label!r} returned {shape!r} from sub_model(); expected {expected}")
+            raise PluginInputError(f"algorithm {label!r} returned {shown(shape)} from sub_model(); expected "
+                                   f"{expected}")  # (shown: on one line, where a tensor's repr runs over many)
         out[client] = (float(shape[0]), None if shape[1] is None else int(shape[1]))
     return out
 
