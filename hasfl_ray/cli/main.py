@@ -16,7 +16,6 @@ import click
 from hasfl_ray import __version__
 from hasfl_ray.cli.bench import bench
 from hasfl_ray.cli.common import user_errors
-from hasfl_ray.ops.calls import sparse_cuda_kernel
 from hasfl_ray.cli.cost import cost
 from hasfl_ray.cli.data import data
 from hasfl_ray.cli.info import info
@@ -24,6 +23,7 @@ from hasfl_ray.cli.report import analyze, plot, report
 from hasfl_ray.cli.simulate import simulate
 from hasfl_ray.cli.sweep import sweep
 from hasfl_ray.front_end import command_line
+from hasfl_ray.ops.calls import sparse_cuda_kernel
 
 
 class OneSentenceGroup(click.Group):
