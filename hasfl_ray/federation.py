@@ -189,23 +189,36 @@ def largest_remainder(num_clients: int, probabilities: Sequence[float]) -> np.nd
     return counts
 
 
+def fewest_clients_filling(probabilities: Sequence[float], limit: int = 1000) -> Optional[int]:
+    """The fewest clients whose largest-remainder counts give every level of positive share one (the paper's tiers:
+    5), None past ``limit`` (a sweep asks it per cell: a share of 1e-6 would search for milliseconds each)."""
+    probs = np.asarray(probabilities, dtype=np.float64)
+    positive = probs > 0
+    if not positive.any():
+        return None
+    top = min(limit, math.ceil(1 / probs[positive].min() - 1e-9))  # there every level's exact share is >= 1
+    for clients in range(int(np.count_nonzero(positive)), top + 1):
+        if np.all(largest_remainder(clients, probs)[positive] > 0):
+            return clients
+    return None
+
+
 def empty_level_note(config: Any) -> Optional[str]:
-    """The warning line a run (and a sweep, per cell) gives at its start when a width the config names
-    (``widths`` or ``width_mix`` set) has a positive share but its largest-remainder rounding deals it 0 of the
-    ``clients`` (e.g. 5 equal levels and 4 clients): the run would compare something other than the ladder asked
-    for. None when every such width gets a client, with ``tier_counts`` (exact counts, a 0 asked for) or with
-    ``width_assignment`` dynamic (redrawn every round). The rounding itself is left as it is (the results of
-    every ladder that gives each level a client stay the same)."""
-    if getattr(config, "widths", None) is None and getattr(config, "width_mix", None) is None:
-        return None  # the paper's tiers by default: no level was asked for
+    """The warning line a run (and a sweep, per cell, and ``data inspect``) gives at its start when a width of the
+    ladder (the one ``widths`` or ``width_mix`` names, else the paper's default tiers) has a positive share but its
+    largest-remainder rounding deals it 0 of the ``clients`` (e.g. 5 equal levels and 4 clients, or the paper's
+    tiers and 3 clients: width 1 none): the run would compare something other than the ladder. None when every such
+    width gets a client, with ``tier_counts`` (exact counts, a 0 asked for) or with ``width_assignment`` dynamic
+    (redrawn every round). The rounding itself is left as it is (every run's params_sha256 stays the same)."""
     if getattr(config, "tier_counts", None) is not None or getattr(config, "width_assignment", "fixed") != "fixed":
         return None
     clients = getattr(config, "clients", None)
     if not isinstance(clients, int) or isinstance(clients, bool) or clients < 1:
         return None
-    widths, shares = normalise_ladder(config.widths, config.width_mix)
+    asked = getattr(config, "widths", None) is not None or getattr(config, "width_mix", None) is not None
+    widths, shares = normalise_ladder(getattr(config, "widths", None), getattr(config, "width_mix", None))
     ladder = WidthLadder(tuple(PAPER_WIDTHS if widths is None else widths),
-                         tuple((1.0,) * len(widths) if shares is None else shares))
+                         tuple(PAPER_SHARES if not asked else (1.0,) * len(widths) if shares is None else shares))
     counts = largest_remainder(clients, ladder.probabilities)
     empty = [i for i, (n, p) in enumerate(zip(counts, ladder.probabilities)) if n == 0 and p > 0]
     if not empty:
@@ -213,10 +226,14 @@ def empty_level_note(config: Any) -> Optional[str]:
     named = ", ".join(f"{ladder.widths[i]:g} (share {100 * ladder.probabilities[i]:.3g}%)" for i in empty)
     dealt = "/".join(str(int(n)) for n in counts)
     one = len(empty) == 1
-    return (f"width{'' if one else 's'} {named} of the ladder {'gets' if one else 'get'} 0 of the {clients} "
-            f"clients by rounding (clients per width {'/'.join(f'{w:g}' for w in ladder.widths)}: {dealt}), so the "
-            f"run compares {'a ladder without it' if one else 'a ladder without them'}; expected at least one client "
-            "a width: more --clients, or exact counts per width (--tier-counts, tier_counts) in place of width_mix")
+    fewest = fewest_clients_filling(ladder.probabilities)
+    more = "more --clients" if fewest is None else f"--clients {fewest} (the fewest that give each width one)"
+    return (f"width{'' if one else 's'} {named} of {'the ladder' if asked else 'the default tiers'} "
+            f"{'gets' if one else 'get'} 0 of the {clients} client{'' if clients == 1 else 's'} by rounding (clients "
+            f"per width {'/'.join(f'{w:g}' for w in ladder.widths)}: {dealt}), so the run compares "
+            f"{'a ladder without it' if one else 'a ladder without them'}; expected at least one client a width: "
+            f"{more}, or exact counts per width (--tier-counts, tier_counts)"
+            + (" in place of width_mix" if asked else ""))
 
 
 # -- label partitions ----------------------------------------------------------------------------------------------
@@ -328,5 +345,6 @@ def shares_text(ladder: WidthLadder) -> str:
 
 
 __all__ = ["HETEROFL_LEVELS", "PAPER_SHARES", "PAPER_WIDTHS", "PARTITION_SCHEMES", "WIDTH_ASSIGNMENTS", "WidthLadder",
-           "check_partition_applies", "empty_level_note", "global_width_of", "ladder_of", "largest_remainder",
-           "normalise_ladder", "normalise_partition", "parse_partition", "parse_width_mix", "shares_text"]
+           "check_partition_applies", "empty_level_note", "fewest_clients_filling", "global_width_of", "ladder_of",
+           "largest_remainder", "normalise_ladder", "normalise_partition", "parse_partition", "parse_width_mix",
+           "shares_text"]

@@ -46,12 +46,26 @@ class ExitLossObjective(LocalObjective):
         return rules.exit_loss(outputs, y, self.gamma, self.temperature, self.active)
 
 
+def check_levels(widths: Sequence[float], exits: List[int], given: str) -> None:
+    """One sentence where a wider level would exit earlier than a narrower one (ScaleFL's levels grow in width and
+    depth together): ``--depths`` pair with ``widths`` in the order the ladder gives them, which need not be
+    ascending (``--widths 1,0.5 --depths 1,2`` gave width 1 one exit and width 0.5 two)."""
+    pairs = sorted(zip(widths, exits))
+    for (narrow, shallow), (wide, deep) in zip(pairs, pairs[1:]):
+        if deep < shallow:
+            raise ConfigError(f"{given}, which gives width {wide:g} fewer exits ({deep}) than the narrower width "
+                              f"{narrow:g} ({shallow}); expected exits non-decreasing with the width (ScaleFL's "
+                              "levels; --depths pairs with --widths in its order)")
+
+
 @register_algorithm("scalefl")
 class ScaleFL(Algorithm):
     """ScaleFL: each client trains its tier's width up to its level's exit (module docstring)."""
 
     #: The sub_model it sets (``resolve_config``), so that ``--depths`` may be given without ``--sub-model``.
     implied_sub_model = "width_depth"
+    #: The option it sets ``depths`` from (``resolve_config``), named where a depth the model lacks is refused.
+    depths_option = "scalefl_exits"
     options_class = rules.ScaleFLOptions
 
     @classmethod
@@ -63,18 +77,25 @@ class ScaleFL(Algorithm):
         if config.sub_model not in (None, "width_depth"):  # given (width included: None is unset), never replaced
             raise ConfigError(f"sub_model is {config.sub_model!r} but algorithm scalefl scales width and depth "
                               "together; expected sub_model width_depth (or left unset)")
+        widths = ladder_of(config).widths
         if options.scalefl_exits == "auto":  # the depth plan's default: ceil(v x stages) per ladder width
+            if config.depths is not None and len(config.depths) == len(widths):  # (a count is the plan's sentence)
+                check_levels(widths, list(config.depths), f"depths is {list(config.depths)!r}")
             return {"sub_model": "width_depth"}
         exits = rules.parse_exits(options.scalefl_exits)
-        widths = ladder_of(config).widths
         if len(exits) != len(widths):
             raise ConfigError(f"scalefl_exits is {options.scalefl_exits!r} ({len(exits)} levels) but the width "
                               f"ladder has {len(widths)} widths ({', '.join(f'{w:g}' for w in widths)}); expected "
                               "one number of exits per ladder width, shallowest level first")
-        if config.depths is not None and list(config.depths) != exits:
+        # level l is the l-th narrowest width (shallowest level first), whatever order the ladder lists them in
+        narrowest_first = sorted(range(len(widths)), key=lambda i: widths[i])
+        depths = [0] * len(widths)
+        for level, index in enumerate(narrowest_first):
+            depths[index] = exits[level]
+        if config.depths is not None and list(config.depths) != depths:
             raise ConfigError(f"depths is {config.depths!r} but scalefl_exits gives the levels' exits "
                               f"{options.scalefl_exits!r}; expected depths left unset")
-        return {"sub_model": "width_depth", "depths": exits}
+        return {"sub_model": "width_depth", "depths": depths}  # (one per ladder width, in its order)
 
     #: The config values it always runs with, whatever is given: a value given that differs is refused
     #: (config/layers.py::_check_given_defaults); its mean counts each client once.

@@ -21,6 +21,21 @@ MODEL_LABELS = {"emnist": "EMNIST CNN", "cifar10": "CIFAR-10 CNN", "cifar100": "
                 "shakespeare": "Shakespeare LSTM"}
 
 
+def _once_each(value: str, items: Sequence, what: str) -> Sequence:
+    """``items`` (a comma list's), refused where one comes twice: each would run (and print) as a case again."""
+    twice = sorted({str(item) for item in items if items.count(item) > 1})
+    if twice:
+        raise click.BadParameter(f"{value!r} names {', '.join(twice)} more than once; expected each {what} once")
+    return items
+
+
+def _unknown(names: List[str], what: str) -> str:
+    """``no model`` (an empty list), ``digits, not a model`` or ``a, b, not layouts``."""
+    if not names:
+        return f"no {what}"
+    return f"{', '.join(names)}, not {f'{what}s' if len(names) > 1 else f'a {what}'}"
+
+
 def _int_list(ctx, param, value: str) -> List[int]:
     try:
         counts = [int(v) for v in value.split(",") if v.strip()]
@@ -28,7 +43,7 @@ def _int_list(ctx, param, value: str) -> List[int]:
         counts = []
     if not counts or min(counts) < 1:
         raise click.BadParameter(f"{value!r} is not a comma-separated list of positive client counts, e.g. 10,50,200")
-    return counts
+    return _once_each(value, counts, "client count")
 
 
 def _split_names(value: str, allowed) -> Tuple[List[str], List[str]]:
@@ -40,9 +55,9 @@ def _split_names(value: str, allowed) -> Tuple[List[str], List[str]]:
 def _model_list(ctx, param, value: str) -> List[str]:
     models, unknown = _split_names(value, MODELS)
     if not models or unknown:
-        raise click.BadParameter(f"{value!r} names {unknown or 'no model'}; expected a comma-separated subset of "
-                                 f"{','.join(MODELS)}")
-    return models
+        raise click.BadParameter(f"{value!r} names {_unknown(unknown, 'model')}; expected a "
+                                 f"comma-separated subset of {','.join(MODELS)}")
+    return _once_each(value, models, "model")
 
 
 def _has_depths(model: str) -> bool:
@@ -57,9 +72,9 @@ def _layout_list(ctx, param, value: str) -> List[str]:
     """``--layout``: one layout or a comma-separated list of them (each a case of every model and client count)."""
     layouts, unknown = _split_names(value, LAYOUTS)
     if not layouts or unknown:
-        raise click.BadParameter(f"{value!r} names {unknown or 'no layout'}; expected {', '.join(LAYOUTS[:-1])} or "
-                                 f"{LAYOUTS[-1]}, or a comma list of them (e.g. slice,index)")
-    return layouts
+        raise click.BadParameter(f"{value!r} names {_unknown(unknown, 'layout')}; expected "
+                                 f"{', '.join(LAYOUTS[:-1])} or {LAYOUTS[-1]}, or a comma list of them")
+    return _once_each(value, layouts, "layout")
 
 
 def format_case(case: CaseResult) -> str:

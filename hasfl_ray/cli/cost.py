@@ -12,7 +12,7 @@ import click
 from hasfl_ray.cli.common import user_errors
 from hasfl_ray.cli.options import apply_switches
 from hasfl_ray.data import DATASETS
-from hasfl_ray.errors import expected_one_of
+from hasfl_ray.errors import ConfigError, expected_one_of
 from hasfl_ray.federation import normalise_ladder
 from hasfl_ray.models import cost_table, resnet_cost_table
 from hasfl_ray.registry import is_spec
@@ -141,6 +141,10 @@ def cost(model_name: str, dataset: str, data_dir: Optional[str], model_norm: Opt
         click.echo(mask_output(model_name, dataset, model_norm, ladder, algorithm, as_json))
         return
     if depths is not None or algorithm in DEPTH_ALGORITHMS:
+        if algorithm is not None and trained_widths(algorithm, [1.0]) is not None:  # the depth rows ignored it
+            raise ConfigError(f"--depths is {depths!r} with --algorithm {algorithm}, whose clients train another "
+                              "width than their size's; expected --depths alone, or with a method that trains each "
+                              "size's own width (depthfl, scalefl, hasfl, heterofl, ...)")
         rows = algorithm_rows(algorithm, model_name, dataset, model_norm, depths, ladder) \
             if algorithm in DEPTH_ALGORITHMS else depth_rows(model_name, dataset, model_norm, depths, ladder)
         if as_json:
@@ -288,6 +292,10 @@ def algorithm_rows(algorithm: str, model_name: str, dataset: str, norm: Optional
         raise ConfigError(f"--depths is {depths!r} for --algorithm {algorithm} but model {model_name!r} has {total} "
                           f"depths and the sizes are {', '.join(f'{w:g}' for w in given)}; expected one depth from 1 "
                           f"to {total} per size")
+    if algorithm == "scalefl" and listed:  # a wider level exiting earlier: refused by a run too
+        from hasfl_ray.algorithms.scalefl import check_levels
+
+        check_levels(given, listed, f"--depths is {depths!r} for --algorithm scalefl")
     sizes, chosen = ladder_depths(given, listed, total)  # one depth per size in --widths order, as a run pairs them
     rows = []
     for size, depth in zip(sizes, chosen):
@@ -332,6 +340,9 @@ def check_shapes(algorithm: Optional[str], depths: Optional[str], index_sets: bo
         held = "parameter masks" if algorithm in MASK_ALGORITHMS else "depth sub-models"
         raise ConfigError(f"--index-sets with --algorithm {algorithm}; expected it alone or with --algorithm fluid "
                           f"({algorithm}'s clients hold {held}, not channel index sets)")
+    if index_sets and depths is not None:  # the depth table has no index columns: it was dropped in silence
+        raise ConfigError(f"--index-sets with --depths {depths!r}; expected one of them (a run refuses channel sets "
+                          "beside depth sub-models: one sub-model shape per client)")
 
 
 def mask_method(algorithm: str, plugin: bool, depths: Optional[str]) -> bool:

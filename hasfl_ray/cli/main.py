@@ -7,12 +7,15 @@ command, so `hasfl-ray --help` and every command load only what they use. The co
 
 from __future__ import annotations
 
+import functools
 import sys
+from typing import Callable, Iterator
 
 import click
 
 from hasfl_ray import __version__
 from hasfl_ray.cli.bench import bench
+from hasfl_ray.cli.common import user_errors
 from hasfl_ray.cli.cost import cost
 from hasfl_ray.cli.data import data
 from hasfl_ray.cli.info import info
@@ -20,6 +23,7 @@ from hasfl_ray.cli.report import analyze, plot, report
 from hasfl_ray.cli.simulate import simulate
 from hasfl_ray.cli.sweep import sweep
 from hasfl_ray.front_end import command_line
+from hasfl_ray.ops.calls import sparse_cuda_kernel
 
 
 class OneSentenceGroup(click.Group):
@@ -57,3 +61,31 @@ def main() -> None:
 COMMANDS = (simulate, sweep, report, analyze, plot, cost, data, info, bench)
 for _command in COMMANDS:
     main.add_command(_command)
+
+
+def _leaves(command: click.Command) -> Iterator[click.Command]:
+    """The commands that run something under ``command`` (itself, or those of its groups)."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            yield from _leaves(sub)
+    else:
+        yield command
+
+
+def _environment_checked(callback: Callable) -> Callable:
+    """``callback`` after the environment's own settings are checked: HASFL_SPARSE_CUDA_KERNEL, in one sentence and
+    exit status 2 (:func:`hasfl_ray.ops.calls.sparse_cuda_kernel`). Every command checks it, not only those that
+    aggregate index sets or masks on a card: the variable is the process's and its Ray actors', and the same command
+    that ends well on a machine without a card was refused deep in the CUDA op, mid-run, on one. Checked once the
+    command's own flags are read, so ``--help`` answers whatever it holds."""
+
+    @functools.wraps(callback)
+    def run(*args, **kwargs):
+        user_errors(sparse_cuda_kernel)()
+        return callback(*args, **kwargs)
+
+    return run
+
+
+for _leaf in _leaves(main):
+    _leaf.callback = _environment_checked(_leaf.callback)

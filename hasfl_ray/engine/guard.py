@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+from collections.abc import Mapping
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -147,6 +148,9 @@ class GuardedAlgorithm:
             from hasfl_ray.models.index_slicing import channel_groups, channel_numbers, index_sets
             from hasfl_ray.models.slicing import width_channels
 
+            if isinstance(sets, (dict, str, bytes)):  # its keys (or characters) would be read as the groups
+                raise self._bad("channel_sets", f"channel sets for client {client}:", sets,
+                                f"{expected} (a {type(sets).__name__} is no list of groups)", PluginInputError)
             try:
                 sets = tuple(channel_numbers(group, chosen) for group, chosen in enumerate(sets))
             except TypeError:
@@ -191,8 +195,12 @@ class GuardedAlgorithm:
             from hasfl_ray.models.index_slicing import check_masks
 
             try:
-                if not isinstance(masks, dict) or not all(isinstance(name, str) for name in masks):
-                    raise ValueError("it is no mapping of parameter names")
+                if not isinstance(masks, Mapping):  # any mapping (a read-only view too) is one
+                    raise ValueError(f"it is a {type(masks).__name__}, no mapping of parameter names")
+                masks = dict(masks)
+                named = [name for name in masks if not isinstance(name, str)]
+                if named:
+                    raise ValueError(f"its key {named[0]!r} is no parameter name (a str)")
                 check_masks(_specs_of(self.model_name), masks)
             except ValueError as error:
                 raise PluginInputError(f"algorithm {self.label!r} returned masks for client {client} from "

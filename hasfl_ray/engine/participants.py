@@ -71,6 +71,7 @@ def sub_models(algorithm, round: int, widths: Dict[int, float]) -> Dict[int, Tup
     import numbers
 
     from hasfl_ray.errors import PluginInputError
+    from hasfl_ray.registry import shown
 
     plan = getattr(algorithm, "depth_plan", None)
     trusted = getattr(algorithm, "_trusted", None)
@@ -91,7 +92,8 @@ def sub_models(algorithm, round: int, widths: Dict[int, float]) -> Dict[int, Tup
             label = getattr(algorithm, "label", type(algorithm).__name__)
             expected = f"(width in (0, 1], depth 1 to {plan.num_depths})" if plan is not None else \
                 "(width in (0, 1], None): a depth needs sub_model depth or width_depth"
-            raise PluginInputError(f"algorithm {label!r} returned {shape!r} from sub_model(); expected {expected}")
+            raise PluginInputError(f"algorithm {label!r} returned {shown(shape)} from sub_model(); expected "
+                                   f"{expected}")  # (shown: on one line, where a tensor's repr runs over many)
         out[client] = (float(shape[0]), None if shape[1] is None else int(shape[1]))
     return out
 
@@ -128,6 +130,25 @@ def client_task(algorithm, config, round: int, client: int, width: float, shape:
     return ClientTask(client, round if number is None else number, shape[0], lr, config.seed, objective,
                       offset=offset, masked_loss=config.masked_loss, depth=shape[1], channels=channels, masks=masks,
                       **extra)
+
+
+def check_one_shape(algorithm, sub_model: str, label: str) -> None:
+    """A run of depth sub-models (``sub_model`` depth or width_depth) refuses, in one sentence before anything is
+    made, an algorithm that hands out channel sets or masks (its class overrides ``channel_sets`` or
+    ``parameter_masks``): a client trains one sub-model shape. Asked at the first dispatch instead, such a plug-in
+    drawing its channels as examples/channel_policy.py does failed in its own code (the exits are no sequential
+    chain, exit status 1) before the check's sentence could be given."""
+    from hasfl_ray.algorithms import Algorithm
+    from hasfl_ray.errors import ConfigError
+
+    if sub_model == "width":
+        return
+    for method, what in (("channel_sets", "channel sets"), ("parameter_masks", "masks")):
+        own = getattr(type(algorithm), method, None)
+        if own is not None and own is not getattr(Algorithm, method):
+            raise ConfigError(f"algorithm {label!r} hands out {what} ({method}) but sub_model is {sub_model!r}; "
+                              f"expected sub_model width (a client trains one sub-model shape: {what} of the whole "
+                              "network at width, or a depth)")
 
 
 def check_sparse_task(algorithm, config, client: int, offset: int, what: str) -> None:

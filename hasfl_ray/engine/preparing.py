@@ -24,7 +24,7 @@ from hasfl_ray.engine.async_state import state_problem
 from hasfl_ray.engine.config import RunConfig
 from hasfl_ray.engine.guard import GuardedAlgorithm, PluginError, construct
 from hasfl_ray.engine.history import History
-from hasfl_ray.engine.participants import capacity_tiers, initial_parameters, round_capacities
+from hasfl_ray.engine.participants import capacity_tiers, check_one_shape, initial_parameters, round_capacities
 from hasfl_ray.engine.earlier_run import settle_unlocked
 from hasfl_ray.engine.finished_here import finish_here
 from hasfl_ray.engine.rundir import check_no_links, check_output_folder, check_run_directory, check_start
@@ -34,7 +34,8 @@ from hasfl_ray.federation import empty_level_note, ladder_of
 from hasfl_ray.files import claim_folder
 from hasfl_ray.models import MODEL_CONFIGS, register_model
 from hasfl_ray.models.choice import model_dataset
-from hasfl_ray.models.depth_plan import depth_plan
+from hasfl_ray.models.depth_plan import depth_plan, effective_sub_model
+from hasfl_ray.ops.calls import sparse_cuda_kernel
 from hasfl_ray.registry import call_plugin, lookup, spec_label
 from hasfl_ray.training.precision import batching_note, check_precision
 
@@ -77,6 +78,7 @@ def prepare_parts(engine: Any) -> None:
     check_device(c)
     check_threads(c)
     allocator.check_variable()  # HASFL_MALLOC_TRIM=off used to trim as if unset
+    sparse_cuda_kernel()  # HASFL_SPARSE_CUDA_KERNEL, else refused only by the CUDA op, at the first aggregation
     check_client_memory(c.clients, bytes_per_client(c))
     if engine.rundir and engine.force and not engine.resume:
         engine.rundir.check_clearable()  # --force clears only a run directory: refused before anything runs
@@ -184,6 +186,7 @@ def build(engine: Any) -> None:
                           f"{engine.num_samples.shape} from client_sizes(); expected one per client ({c.clients})")
     label = spec_label(c.algorithm)
     engine.algorithm = build_algorithm(c, engine.model_name, engine.p_max, engine.num_samples)
+    check_one_shape(engine.algorithm.algorithm, effective_sub_model(c), label)  # no channel sets or masks by depth
     engine.algorithm.algorithm.global_params = lambda: engine.backend.get_params()  # FIARSE's thresholds read it
     widths = sorted({float(w) for w in engine.ladder.widths} | {float(w) for w in np.unique(engine.p_max)}
                     | {float(w) for w in engine.eval_widths})  # what it can hand out or be evaluated at
@@ -204,7 +207,8 @@ def build_algorithm(c: RunConfig, model_name: str, p_max: np.ndarray, num_sample
                                  c.clients)
     if getattr(algorithm.algorithm, "model_name", None) is None:  # a plug-in's own model_name stays
         algorithm.algorithm.model_name = model_name  # what FedRolex's window reads (channel counts)
-    algorithm.algorithm.depth_plan = depth_plan(c, model_name)  # sub_model depth, width_depth
+    algorithm.algorithm.depth_plan = depth_plan(c, model_name,  # sub_model depth, width_depth
+                                                getattr(algorithm_class(c.algorithm), "depths_option", None))
     return algorithm
 
 

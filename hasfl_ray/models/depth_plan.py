@@ -42,9 +42,10 @@ class DepthPlan:
         return (float(width) if self.scale_width else 1.0), self.depth_of(width)
 
 
-def depth_plan(config, model_name: str) -> Optional[DepthPlan]:
+def depth_plan(config, model_name: str, depths_option: Optional[str] = None) -> Optional[DepthPlan]:
     """The run's :class:`DepthPlan` (None with ``sub_model: width``); one ConfigError sentence where the model has no
-    exits or ``depths`` names a depth the model lacks."""
+    exits or ``depths`` names a depth the model lacks (naming ``depths_option``, the algorithm option the algorithm
+    set ``depths`` from, where it is given: ScaleFL's ``scalefl_exits``)."""
     if effective_sub_model(config) == "width":
         return None
     total = exit_depths(build_model(model_name))
@@ -55,8 +56,11 @@ def depth_plan(config, model_name: str) -> Optional[DepthPlan]:
     depths = config.depths
     bad = [d for d in depths or () if not 1 <= d <= total]
     if bad:
-        raise ConfigError(f"depths is {list(depths)!r} but model {model_name!r} has {total} depths (one a stage); "
-                          f"expected each from 1 to {total}")
+        given = (getattr(config, "algorithm_options", None) or {}).get(depths_option) if depths_option else None
+        named = f"depths is {list(depths)!r}" if given in (None, "auto") else \
+            f"{depths_option} is {given!r} (the depths {list(depths)!r})"
+        raise ConfigError(f"{named} but model {model_name!r} has {total} depths (one a stage); expected each from 1 "
+                          f"to {total}")
     widths, depths = ladder_depths(ladder_of(config).widths, depths, total)
     return DepthPlan(widths, depths, total, effective_sub_model(config) == "width_depth")
 

@@ -103,14 +103,27 @@ def group_names(specs: Mapping[str, ParamSpec]) -> List[str]:
     return [str(n) for n in names]
 
 
+def _one_value(item: Any) -> str:
+    """``item`` for a one-line sentence: a tensor or array of values (a 2-D group's row) by its kind and shape, else
+    its repr on one line, at most 40 characters (a tensor's repr runs over lines)."""
+    shape = getattr(item, "shape", None)
+    if shape is not None and len(shape) > 0:
+        return f"a {type(item).__name__} of shape {tuple(shape)} (a group is one flat list)"
+    text = " ".join(repr(item).split())
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def channel_numbers(group: int, chosen: Any) -> Tuple[int, ...]:
     """Group ``group``'s channel numbers as ints: Python, numpy or torch integers (a 1-D integer tensor or array
     too); anything else (a float such as 2.0 or 1.5, a bool) is one sentence, never rounded."""
     try:
-        items = list(chosen)
+        items = None if isinstance(chosen, (dict, str, bytes)) else list(chosen)
     except TypeError:
-        raise ValueError(f"channel_sets[{group}] is a {type(chosen).__name__}; expected a list of channel "
-                         "numbers") from None
+        items = None
+    if items is None:
+        kind = type(chosen).__name__
+        raise ValueError(f"channel_sets[{group}] is {'an' if kind[0] in 'aeiou' else 'a'} {kind}; expected a list "
+                         "of channel numbers")
     numbers = []
     for item in items:
         kind = getattr(item, "dtype", None)
@@ -122,8 +135,8 @@ def channel_numbers(group: int, chosen: Any) -> Tuple[int, ...]:
             except TypeError:
                 number = None
         if number is None:
-            raise ValueError(f"channel_sets[{group}] holds {item!r}, which is not an integer; expected integer "
-                             "channel numbers")
+            raise ValueError(f"channel_sets[{group}] holds {_one_value(item)}, which is not an integer; expected "
+                             "integer channel numbers")
         numbers.append(number)
     return tuple(numbers)
 

@@ -6,12 +6,33 @@ at 50 EMNIST clients), as long as the CUDA kernel itself takes at 50 clients (be
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import Optional, Sequence, Tuple
+from typing import Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from hasfl_ray.errors import ConfigError
+
 Result = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+#: The environment variable that picks the CUDA kernel of index sets and masks (docs/install.md), read by the op
+#: at each call (csrc/cuda/aggregate_sparse_cuda.cu), and its accepted values (unset or empty: the first).
+SPARSE_KERNEL_VARIABLE = "HASFL_SPARSE_CUDA_KERNEL"
+SPARSE_KERNELS = ("tabled", "serial")
+
+
+def sparse_cuda_kernel(environ: Optional[Mapping[str, str]] = None) -> str:
+    """The CUDA kernel :data:`SPARSE_KERNEL_VARIABLE` asks for (``tabled`` when unset or empty), or one sentence
+    (ConfigError) for any other value: checked on every device, so a value the card would refuse deep in the op is
+    refused alike on a machine without one (the CLI checks it at its start, :mod:`hasfl_ray.cli.main`)."""
+    value = (os.environ if environ is None else environ).get(SPARSE_KERNEL_VARIABLE, "")
+    if value == "":
+        return SPARSE_KERNELS[0]
+    if value not in SPARSE_KERNELS:
+        raise ConfigError(f"{SPARSE_KERNEL_VARIABLE} is {value!r} in the environment; expected tabled (the default) "
+                          "or serial, the CUDA kernel of index sets and masks (docs/install.md)")
+    return value
 
 
 def _direct(name: str):
@@ -36,7 +57,9 @@ def aggregate_sparse_into(out: torch.Tensor, packed: Sequence[torch.Tensor], par
                           entries: torch.Tensor, weights: torch.Tensor, kinds: torch.Tensor,
                           bits: Sequence[torch.Tensor], rows: torch.Tensor, row_offsets: torch.Tensor,
                           direct: Optional[bool] = None) -> Result:
-    """``torch.ops.hasfl_ray.aggregate_sparse_into``; ``direct`` as :func:`aggregate_into`'s."""
+    """``torch.ops.hasfl_ray.aggregate_sparse_into``; ``direct`` as :func:`aggregate_into`'s. A bad
+    :data:`SPARSE_KERNEL_VARIABLE` is refused first, in one sentence (:func:`sparse_cuda_kernel`)."""
+    sparse_cuda_kernel()
     entry = _direct("aggregate_sparse_into") if direct is not False else None
     if entry is None:
         if direct:

@@ -11,9 +11,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from hasfl_ray.aggregation import aggregate_updates
+from hasfl_ray.aggregation import aggregate_updates, validate_inputs
 from hasfl_ray.aggregation.packed import to_device
+from hasfl_ray.errors import ConfigError
 from hasfl_ray.ops import aggregate as ops
+from hasfl_ray.ops.sparse import build_sparse_layout
 from test_sparse import assert_matches, edge_round, opposite_nans_round, oracle, random_round
 
 pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and ops.available() and ops.cuda_available()),
@@ -101,8 +103,15 @@ def test_the_tabled_kernel_equals_the_serial_one_bit_for_bit(monkeypatch, dtype,
         assert torch.equal(results["serial"].div_num, results["tabled"].div_num)
         assert torch.equal(results["serial"].div_den, results["tabled"].div_den)
     monkeypatch.setenv("HASFL_SPARSE_CUDA_KERNEL", "fast")
+    with pytest.raises(ConfigError, match="HASFL_SPARSE_CUDA_KERNEL is 'fast' in the environment; expected tabled"):
+        aggregate_updates(shapes, on_cuda(updates), weights, blocks, backend="fused")  # the Python entry's sentence
+    on_card = on_cuda(updates)  # and the op's own check, for a caller past the Python entry
+    layout = build_sparse_layout(shapes, on_card, blocks)
+    out = torch.empty(layout.total_numel, dtype=dtype, device="cuda")
+    weights_t = validate_inputs(shapes, on_card, weights, blocks)[1]
     with pytest.raises(RuntimeError, match="HASFL_SPARSE_CUDA_KERNEL is 'fast'; expected tabled or serial"):
-        aggregate_updates(shapes, on_cuda(updates), weights, blocks, backend="fused")
+        torch.ops.hasfl_ray.aggregate_sparse_into(out, layout.packed, layout.params, layout.entries, weights_t,
+                                                  layout.kinds, layout.bits, layout.rows, layout.row_offsets)
 
 
 def test_a_nan_mean_on_the_card_is_the_cpus_nan():

@@ -68,6 +68,13 @@ def test_channel_plugin_async_resumes_bit_for_bit(tmp_path, monkeypatch, crash_a
     ("return [[0]] * 3", "group 0 holds 1 of 32 channels at width"),
     ("return [[1, 0]] + [[0]] * 2", "channel_sets[0] is not strictly increasing"),
     ("return 'abc'", "expected None or one sorted list"),
+    # h71: a mapping of group to channels was read by its keys: "channel_sets[0] is a int", of a list
+    ("return {0: list(range(16)), 1: list(range(32)), 2: list(range(64))}", "(a dict is no list of groups)"),
+    ("return [3, 4, 5]", "channel_sets[0] is an int; expected a list of channel numbers"),
+    ("return ['0123456789abcdef', list(range(32)), list(range(64))]", "channel_sets[0] is a str; expected a list"),
+    # a 2-D group: its row's tensor repr ran over four lines
+    ("return [torch.arange(32).reshape(2, 16) * 2, list(range(32)), list(range(64))]",
+     "channel_sets[0] holds a Tensor of shape (16,) (a group is one flat list), which is not an integer"),
     ("return [[c * 1.5 for c in range(16)], list(range(32)), list(range(64))]",
      "channel_sets[0] holds 0.0, which is not an integer; expected integer channel numbers"),
     ("return [[False, True] + list(range(2, 16)), list(range(32)), list(range(64))]",
@@ -82,7 +89,7 @@ def test_channel_plugin_async_resumes_bit_for_bit(tmp_path, monkeypatch, crash_a
 def test_bad_channel_sets_from_a_plugin_are_one_sentence(tmp_path, body, words):
     """Bad input (issue 44: an index outside a layer, a float channel never rounded to another one): one sentence,
     exit status 2, as a bad mask is."""
-    (tmp_path / "bad.py").write_text("from hasfl_ray import Algorithm\n\n\nclass Bad(Algorithm):\n"
+    (tmp_path / "bad.py").write_text("import torch\nfrom hasfl_ray import Algorithm\n\n\nclass Bad(Algorithm):\n"
                                      f"    def channel_sets(self, round, client, width):\n        {body}\n")
     result = CliRunner().invoke(main, ["simulate", *TINY, "--backend", "local", "--algorithm",
                                        f"{tmp_path / 'bad.py'}:Bad", "--out", str(tmp_path / "run")])

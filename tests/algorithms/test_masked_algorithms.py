@@ -128,7 +128,8 @@ def test_fedgmr_async_resumes_bit_for_bit(tmp_path, monkeypatch, crash_async_at,
     ("return {'fc2.weight': torch.ones(3, 3, dtype=torch.bool)}", "masks['fc2.weight'] has shape (3, 3)"),
     ("return {'fc2.weight': torch.ones(10, 64)}", "dtype torch.float32; expected a torch.bool tensor"),
     ("return {'nope.weight': torch.ones(3, dtype=torch.bool)}", "masks names 'nope.weight', which the model"),
-    ("return [1, 2]", "it is no mapping of parameter names"),
+    ("return [1, 2]", "it is a list, no mapping of parameter names"),
+    ("return {0: torch.ones(10, 128, dtype=torch.bool)}", "its key 0 is no parameter name (a str)"),
     # a sparse mask passed the check and ended in pack_bits' traceback (exit 1, config.yaml and log.txt left); one
     # on meta in "raised NotImplementedError when read" (exit 1, the folder left) (h62)
     ("return {'fc2.weight': torch.eye(10, 128, dtype=torch.bool).to_sparse()}",
@@ -147,6 +148,25 @@ def test_bad_masks_from_a_plugin_are_one_sentence_and_exit_2(tmp_path, body, wor
     assert "algorithm 'Bad' returned masks for client" in result.output and words in result.output
     assert "Traceback" not in result.output and result.output.strip().count("\n") == 0, result.output
     assert not (tmp_path / "run").exists()  # refused at the first dispatch: the folder it made goes again
+
+
+def test_any_mapping_of_masks_is_taken_as_a_dict(tmp_path):
+    """h71: a read-only mapping (types.MappingProxyType, any collections.abc.Mapping) was refused as "no mapping of
+    parameter names"; it trains as the same dict does, bit for bit."""
+    (tmp_path / "masks.py").write_text(
+        "import types\nimport torch\nfrom hasfl_ray import Algorithm\n\n\nclass Plain(Algorithm):\n"
+        "    def parameter_masks(self, round, client, width):\n"
+        "        return {'fc2.weight': torch.arange(10 * 128).reshape(10, 128) % 3 == client % 3}\n\n\n"
+        "class ReadOnly(Plain):\n    def parameter_masks(self, round, client, width):\n"
+        "        return types.MappingProxyType(super().parameter_masks(round, client, width))\n")
+    hashes = []
+    for name in ("Plain", "ReadOnly"):
+        out = tmp_path / name
+        result = CliRunner().invoke(main, ["simulate", *TINY, "--backend", "local", "--algorithm",
+                                           f"{tmp_path / 'masks.py'}:{name}", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        hashes.append(json.loads((out / "summary.json").read_text())["params_sha256"])
+    assert hashes[0] == hashes[1]
 
 
 def test_cost_counts_the_bitmask(tmp_path):

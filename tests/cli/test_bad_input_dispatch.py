@@ -199,3 +199,38 @@ def test_a_dataset_plugins_data_error_at_the_first_evaluation_leaves_no_run_dire
                     "--out", out)
     refused(result, "test file lazy.bin is truncated at byte 12")
     assert not out.exists()
+
+
+#: h71: what sub_model() returned was put in the sentence with repr: a tensor's ran over many lines, and a value
+#: whose __repr__ raises ended in that traceback (exit 1, config.yaml, log.txt and metrics left).
+ODD_DEPTHS = textwrap.dedent("""
+    import torch
+    from hasfl_ray import Algorithm
+
+
+    class NoRepr:
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+
+    class TensorDepth(Algorithm):
+        def sub_model(self, round, client, width):
+            return (torch.rand(50, 50), 1)
+
+
+    class UnshownDepth(Algorithm):
+        def sub_model(self, round, client, width):
+            return NoRepr()
+""")
+
+
+@pytest.mark.parametrize("name, shown", [("TensorDepth", "returned (tensor([["),
+                                         ("UnshownDepth", "returned a NoRepr object")])
+def test_an_odd_sub_model_value_is_shown_on_one_line(tmp_path, monkeypatch, name, shown):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "odd.py").write_text(ODD_DEPTHS)
+    out = tmp_path / "runs" / "odd"
+    result = invoke("simulate", *TINY, "--backend", "local", "--sub-model", "depth", "--algorithm",
+                    f"{tmp_path / 'odd.py'}:{name}", "--out", out)
+    refused(result, f"algorithm '{name}' {shown}", "from sub_model(); expected (width in (0, 1], depth 1 to 2)")
+    assert not (tmp_path / "runs").exists()

@@ -22,7 +22,14 @@ def test_bench_aggregate_takes_a_list_of_layouts():
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--layout", "slice,bogus"], ["--layout", "'slice,bogus' names ['bogus']", "expected slice, window"]),
+    (["--layout", "slice,bogus"], ["--layout", "'slice,bogus' names bogus, not a layout",
+                                   "expected slice, window"]),
+    # h71: a name given twice ran (and printed) its cases twice, exit 0
+    (["--layout", "index,slice,index"], ["--layout", "'index,slice,index' names index more than once",
+                                         "expected each layout once"]),
+    (["--models", "emnist,emnist"], ["--models", "names emnist more than once", "expected each model once"]),
+    (["--models", "digits"], ["--models", "'digits' names digits, not a model", "emnist,cifar10"]),
+    (["--clients", "2,3,2"], ["--clients", "'2,3,2' names 2 more than once", "expected each client count once"]),
     (["--layout", ","], ["--layout", "names no layout", "a comma list of them"]),
     (["--layout", "slice,window", "--device", "cuda"], ["--layout window runs on the CPU only",
                                                         "expected --device cpu (or a --layout list without it)"]),

@@ -50,7 +50,7 @@ def test_a_level_rounding_deals_no_client_is_named(keys, words):
     {"clients": 4, "widths": [1, 0.5, 0.25, 0.125, 0.0625], "tier_counts": [1, 1, 1, 1, 0]},  # exact, 0 asked for
     {"clients": 4, "width_mix": "a1-b1-c1-d1-e1", "width_assignment": "dynamic"},  # redrawn every round
     {"clients": 4, "width_mix": [1, 1, 1, 0]},  # a share of 0 gets 0
-    {"clients": 2},  # the paper's tiers by default: no level was asked for
+    {"clients": 5},  # the paper's tiers by default, each a client (fewer: tests/cli/test_default_tiers_noted.py)
 ])
 def test_no_note_where_every_level_asked_for_gets_a_client(keys):
     assert empty_level_note(RunConfig.from_dict({"clients_per_round": 2, **keys})) is None

@@ -44,3 +44,19 @@ def test_a_depth_the_model_lacks_is_one_sentence_and_exit_2():
                                      "expected an integer from 1 to 2 (its stages)")
     result = CliRunner().invoke(main, ["cost", "--model", "synthetic", "--depths", "1"])
     assert result.exit_code == 2 and "has no stages with exits" in result.output and "Traceback" not in result.output
+
+
+def test_a_flag_the_depth_table_does_not_price_is_refused_not_dropped():
+    """h71: --index-sets beside --depths printed the depth table without its index columns, and --algorithm fedavg,
+    fedprox, scaffold or uniform (whose clients train another width than their size's) the plain depth table, each
+    dropped in silence, exit 0. Now one sentence naming both flags, exit 2; a method that trains each size's own
+    width (hasfl) still prints the plain depth table."""
+    for flags, words in [(["--index-sets"], ["--index-sets with --depths '1,2'", "one sub-model shape"]),
+                         (["--algorithm", "fedavg"], ["--depths is '1,2' with --algorithm fedavg", "another width"]),
+                         (["--algorithm", "uniform"], ["--depths is '1,2' with --algorithm uniform", "depthfl"])]:
+        result = CliRunner().invoke(main, ["cost", "--model", "digits", "--depths", "1,2", *flags])
+        message = result.output.strip()
+        assert result.exit_code == 2 and len(message.splitlines()) == 1 and message.startswith("Error: "), message
+        assert all(word in message for word in words), (words, message)
+    assert rows("--model", "digits", "--depths", "1,2", "--algorithm", "hasfl") == rows("--model", "digits",
+                                                                                       "--depths", "1,2")

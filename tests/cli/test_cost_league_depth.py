@@ -140,3 +140,18 @@ def test_width_slicing_methods_print_the_slice_of_each_size():
     for algorithm in ("heterofl", "fedrolex", "fjord", "hasfl"):
         table = rows("--model", "resnet18", "--widths", "1,0.5", "--algorithm", algorithm)
         assert "size" not in table[0] and [row["p"] for row in table] == [1.0, 0.5]
+
+
+def test_scalefl_depths_that_give_a_wider_size_fewer_exits_are_refused_as_a_run_refuses_them():
+    """h71: `cost --algorithm scalefl --widths 1,0.5 --depths 1,2` priced width 1 at one exit and width 0.5 at two,
+    ScaleFL's levels inverted, which simulate now refuses; DepthFL (full width at every depth) takes any pairing."""
+    result = CliRunner().invoke(main, ["cost", "--model", "digits", "--algorithm", "scalefl", "--widths", "1,0.5",
+                                       "--depths", "1,2"])
+    text = result.output.strip()
+    assert result.exit_code == 2 and len(text.splitlines()) == 1, text
+    assert "--depths is '1,2' for --algorithm scalefl, which gives width 1 fewer exits (1) than the narrower width " \
+           "0.5 (2)" in text
+    for algorithm, depths in (("scalefl", "2,1"), ("depthfl", "1,2")):
+        result = CliRunner().invoke(main, ["cost", "--model", "digits", "--algorithm", algorithm, "--widths", "1,0.5",
+                                           "--depths", depths])
+        assert result.exit_code == 0, result.output

@@ -86,8 +86,9 @@ def test_feddyn_changes_the_result(tmp_path, local_runs):
      "scalefl_exits is '1,2' (2 levels) but the width ladder has 4 widths (0.25, 0.5, 0.75, 1); expected one number "
      "of exits per ladder width, shallowest level first"),
     (["--algorithm", "scalefl", "--algo-opt", "scalefl_exits=2,1,1,1"], "scalefl_exits is '2,1,1,1'"),
-    (["--algorithm", "scalefl", "--algo-opt", "scalefl_exits=1,2,3,4"],
-     "depths is [1, 2, 3, 4] but model 'digits+exits' has 2 depths"),
+    (["--algorithm", "scalefl", "--algo-opt", "scalefl_exits=1,2,3,4"],  # h71: it named depths, never given
+     "scalefl_exits is '1,2,3,4' (the depths [1, 2, 3, 4]) but model 'digits+exits' has 2 depths"),
+    (["--algorithm", "scalefl", "--depths", "1,1,2,3"], "depths is [1, 1, 2, 3] but model 'digits+exits' has 2"),
     (["--algorithm", "scalefl", "--algo-opt", "scalefl_exits=1,1,2,2", "--depths", "1,2,2,2"],
      "depths is [1, 2, 2, 2] but scalefl_exits gives the levels' exits '1,1,2,2'; expected depths left unset"),
     (["--algorithm", "scalefl", "--algo-opt", "scalefl_exits=1,1,2,2", "--sub-model", "depth"],
@@ -116,3 +117,28 @@ def test_depths_come_without_sub_model_for_the_methods_that_set_it(tmp_path):
                                         "--depths", "1,1,1,2", "--backend", "local", "--quiet",
                                         "--out", str(tmp_path / "no")])
     assert refused.exit_code == 2 and "but sub_model is 'width'" in refused.output
+
+
+def test_scalefl_levels_grow_in_width_and_depth_whatever_the_ladders_order(tmp_path):
+    """h71: scalefl_exits paired with the ladder in its given order, so `--widths 1,0.5 --algo-opt
+    scalefl_exits=1,2` trained width 1 to one exit and width 0.5 to two (ScaleFL's levels inverted), and `--depths`
+    could invert them too (`--depths 2,2,1,1`), both exit 0. Level l is now the l-th narrowest width; depths that give
+    a wider width fewer exits are one sentence."""
+    def run(name, *flags):
+        out = tmp_path / name
+        result = CliRunner().invoke(main, RUN + ["--backend", "local", "--widths", "1,0.5", "--algorithm", "scalefl",
+                                                 *flags, "--out", str(out)])
+        return result, out
+
+    by_exits, out = run("exits", "--algo-opt", "scalefl_exits=1,2")
+    assert by_exits.exit_code == 0, by_exits.output
+    assert "depths:\n- 2\n- 1\n" in (out / "config.yaml").read_text()  # width 1 two exits, width 0.5 one
+    by_depths, other = run("depths", "--depths", "2,1")
+    assert by_depths.exit_code == 0, by_depths.output
+    summaries = [json.loads((o / "summary.json").read_text())["params_sha256"] for o in (out, other)]
+    assert summaries[0] == summaries[1]
+    refused, gone = run("inverted", "--depths", "1,2")
+    text = refused.output.strip()
+    assert refused.exit_code == 2 and len(text.splitlines()) == 1, text
+    assert "depths is [1, 2], which gives width 1 fewer exits (1) than the narrower width 0.5 (2)" in text
+    assert not gone.exists()
