@@ -205,7 +205,7 @@ def test_data_inspect_takes_a_dataset_plugin_and_prints_widths_exactly(tmp_path,
     spec = os.path.abspath(os.path.join(EXAMPLES, "my_dataset.py")) + ":MyDataset"
     result = invoke("data", "inspect", "--dataset", spec, "--clients", "4", "--json")
     assert result.exit_code == 0, result.output
-    assert len(json.loads(result.output)["clients"]) == 4
+    assert len(json.loads(result.stdout)["clients"]) == 4  # (the default tiers' note for 4 clients: on stderr)
     result = invoke("data", "inspect", "--clients", "12", "--widths", "1,0.5,0.25,0.125,0.0625")
     assert result.exit_code == 0, result.output
     shown = {line.split()[3] for line in result.output.splitlines()[2:]}

@@ -103,8 +103,9 @@ def test_partitions_100_classes_rule_out_are_one_sentence(root, partition, clien
 def test_data_inspect(root):
     result = invoke("data", "inspect", "--dataset", "cifar100", "--data-dir", root, "--clients", 4, "--alpha", 1)
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[0].startswith("cifar100: 100 classes, 200 train and 100 test samples over 4 "
+    assert result.stdout.splitlines()[0].startswith("cifar100: 100 classes, 200 train and 100 test samples over 4 "
                                                    "clients (seed 42); partition dirichlet")
+    assert "width 1 (share 15%) of the default tiers gets 0 of the 4 clients" in result.stderr  # on stderr only
     summary = json.loads(invoke("data", "inspect", "--dataset", "cifar100", "--data-dir", root, "--clients", 10,
                                 "--partition", "classes:10", "--json").output)
     assert summary["num_classes"] == 100 and summary["train_size"] == 200
