@@ -42,7 +42,9 @@ def test_a_sweep_flag_giving_an_entry_twice_is_refused(tmp_path, monkeypatch, fl
 def test_a_sweep_file_giving_an_entry_twice_is_refused_by_sweep_and_simulate(tmp_path, monkeypatch, block, words):
     """The YAML's lists say the same sentence as the flags, for `sweep` and for `simulate --config`."""
     monkeypatch.chdir(tmp_path)
-    config = write_sweep(tmp_path / "s.yaml", block)
+    # the file by its name in the current folder: the sentence's length is then the program's, not the length of
+    # the temporary folder's path (longer under pytest-xdist, popen-gwN/, or with a longer user name)
+    config = os.path.basename(write_sweep(tmp_path / "s.yaml", block))
     refused(invoke("sweep", config, *LOCAL, "--out", "sw"), "s.yaml", *words)
     refused(invoke("simulate", "--config", config, *LOCAL, "--out", "run"), "s.yaml", *words)
     assert not os.path.exists("sw") and not os.path.exists("run")
