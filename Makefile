@@ -5,6 +5,10 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export CUDA_HOME ?= /usr/local/cuda
 export TORCH_CUDA_ARCH_LIST ?= 9.0
+# make test's pytest-xdist workers: one pytest kept about half a core busy (it waits on Ray, subprocesses and CLI
+# start-ups), so two workers on two cores ran the suite in 18-22 % less wall time (benchmarks/RESULTS.md);
+# --dist loadfile keeps each test file whole on one worker (its module fixtures and its shared Ray start once).
+TEST_WORKERS ?= 2
 
 .PHONY: venv install demo test docs bench soak gpu-check clean
 
@@ -25,7 +29,7 @@ demo: install
 	$(VENV)/bin/hasfl-ray simulate --out runs/demo --force
 
 test: install
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 docs: install  # --strict: a broken link or anchor fails the build (the CLI reference is generated from the commands)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -d build/site

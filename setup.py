@@ -64,7 +64,7 @@ setup(
         # The simulator is built on Ray (the default backend): a plain `pip install hasfl-ray` brings it.
         "ray>=2.9",
     ],
-    extras_require={"ray": [], "test": ["pytest>=8", "hypothesis>=6.100"],
+    extras_require={"ray": [], "test": ["pytest>=8", "hypothesis>=6.100", "pytest-xdist>=3.5,<4"],
                     # RUN/events/ for `tensorboard --logdir runs/` (written only when tensorboard imports)
                     "tensorboard": ["tensorboard>=2.14"],
                     # experiment trackers (--track, docs/notebook.md) and the notebook's DataFrame
