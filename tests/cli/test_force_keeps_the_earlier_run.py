@@ -126,7 +126,8 @@ def test_a_start_killed_after_its_config_is_the_folders_run_and_a_later_force_cl
     killed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert (out / EARLIER / "summary.json").exists() and "Killed" in (out / "config.yaml").read_text()
-    refused(invoke("simulate", *TINY, "--out", out), "already holds a run")
+    # the folder by its name in the current folder (tmp_path): the sentence's length is the program's, not tmp_path's
+    refused(invoke("simulate", *TINY, "--out", out.name), "already holds a run")
     assert EARLIER not in os.listdir(out) and "Killed" in (out / "config.yaml").read_text()
     assert not (out / "summary.json").exists() and not (out / "checkpoints" / "latest.pt").exists()
     result = invoke("simulate", *TINY, "--out", out, "--force")
