@@ -197,13 +197,7 @@ HASFL_SPARSE_TARGET inline void push_tile_squares(const float* x, const uint8_t*
   double diff[16] = {0}, square[16] = {0};
   for (int64_t j = 0; j < n; j += 64) {
     for (int64_t l = 0; l < 64; l += 16) __builtin_prefetch(next + j + l);
-    uint64_t quad = 0;
-    if (n - j >= 64) {
-      std::memcpy(&quad, m + j / 8, 8);
-    } else {
-      for (int64_t b = 0; b * 8 < n - j; ++b) quad |= static_cast<uint64_t>(m[j / 8 + b]) << (8 * b);
-      quad &= (uint64_t{1} << (n - j)) - 1u;
-    }
+    uint64_t quad = bits64(m, j, n);
     while (quad) {
       const int64_t c = j + __builtin_ctzll(quad);
       quad &= quad - 1u;

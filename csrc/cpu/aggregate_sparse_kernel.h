@@ -35,6 +35,19 @@ HASFL_SPARSE_TARGET inline unsigned bits16(const uint8_t* m, int64_t j, int64_t 
   return bits;
 }
 
+// The 64 bits of columns [j, j + 64) of a tile of n columns whose bitmask starts at m (j a multiple of 64; bits past
+// n cleared; the bytes read are those bits16 reads for the same four words). The AVX-512 build's pass and the AVX2
+// build's pass 2 of an entry holding few columns (push_tile_squares) read their bits 64 at a time with it.
+HASFL_SPARSE_TARGET inline uint64_t bits64(const uint8_t* m, int64_t j, int64_t n) {
+  uint64_t quad = 0;
+  if (n - j >= 64) {
+    std::memcpy(&quad, m + j / 8, 8);
+    return quad;
+  }
+  for (int64_t b = 0; b * 8 < n - j; ++b) quad |= static_cast<uint64_t>(m[j / 8 + b]) << (8 * b);
+  return quad & ((uint64_t{1} << (n - j)) - 1u);
+}
+
 // One past the last element of entry e's packed tensor.
 template <typename scalar_t>
 HASFL_SPARSE_TARGET inline const scalar_t* limit_of(const CpuArgs& args, int64_t e, int64_t ndim) {

@@ -1,6 +1,6 @@
 // The AVX-512 build of the sparse CPU kernel (index sets and masks): one memory pass, 64 columns at a time, the sums
 // in registers. No include guard on purpose: aggregate_cpu.cpp includes it once, inside namespace `avx512`, after
-// aggregate_tile.h and aggregate_sparse_kernel.h (bits16, limit_of), with HASFL_SPARSE_TARGET set to the AVX-512
+// aggregate_tile.h and aggregate_sparse_kernel.h (bits16, bits64, limit_of), with HASFL_SPARSE_TARGET set to the AVX-512
 // target attribute. It must include nothing itself.
 //
 // The result is bit for bit that of this build's earlier forms (which listed each entry's held words, expanded them
@@ -25,18 +25,6 @@
 // starts at +0 and a fused multiply-add gives -0 only from w x = -0 and acc = -0, so acc is never -0, and
 // w x (+0) + acc (w finite and > 0, checked on the host) is then acc itself, bit for bit (NaN and infinities
 // included). The entries' state lives in PullEntry (aggregate_cpu.cpp), one 64-byte-aligned record of 320 bytes each.
-
-// The 64 bits of columns [j, j + 64) of a tile of n columns whose bitmask starts at m (j a multiple of 64; bits past
-// n cleared; the bytes read are those bits16 reads for the same four words).
-HASFL_SPARSE_TARGET inline uint64_t bits64(const uint8_t* m, int64_t j, int64_t n) {
-  uint64_t quad = 0;
-  if (n - j >= 64) {
-    std::memcpy(&quad, m + j / 8, 8);
-    return quad;
-  }
-  for (int64_t b = 0; b * 8 < n - j; ++b) quad |= static_cast<uint64_t>(m[j / 8 + b]) << (8 * b);
-  return quad & ((uint64_t{1} << (n - j)) - 1u);
-}
 
 // Doubles of room one kept word takes: its 16 expanded values as they came (float32: 8 doubles' room; float64: 16).
 // Float32 words are kept as floats so the kept buffer (max_entries x 64 values, with PullEntry the kernel's L1 working
