@@ -8,7 +8,8 @@ A round t here is the source's rnd = t + 1. Every round:
    channels it keeps: per channel group (a neuron is a group's channel: a conv's output channel with its bias, its
    norm's weight and bias and the next layer's inputs from it; on a ResNet a stage's residual stream or a block's
    inner activation), ``choose_dropped`` drops C − ceil(p · C) channels (hasfl-ray's width rule; the source keeps
-   int(p · C)): last round's drops still invariant first, then other invariant channels, then any, drawn from the
+   int(p · C)): its last drops still invariant first (a straggler that replaced another inherits that one's: the
+   source keeps one list, ``prevDropWeights``), then other invariant channels, then any, drawn from the
    algorithm stream keyed by (seed, rnd, client). The kept channels go out through ``channel_sets``.
 2. ``inspect_updates`` (before ``observe``, with w^t and the accepted updates): the threshold schedule (``advance``),
    the invariant channels (every weight of the channel within |θ · w| for at least ``fluid_quorum`` of the
@@ -191,10 +192,14 @@ class FLuID(Algorithm):
         if self.clock is not None:
             durations = [(int(r.client), float(self.round_seconds(round, r.client, r.width))) for r in results]
             if len(durations) >= 2:  # the source ranks a round's slowest against the next-slowest
+                before = set(self.stragglers.times)
                 self.stragglers, removed = rules.track_stragglers(rnd, durations, self.stragglers,
                                                                   options.fluid_time_margin)
-                for client in removed:
-                    self.previous.pop(int(client), None)
+                added = [int(c) for c in self.stragglers.times if c not in before]
+                for client in removed:  # the source's last drops are one list per layer (prevDropWeights), which a
+                    drops = self.previous.pop(int(client), None)  # replacement leaves: the new straggler inherits
+                    for new in added if drops is not None else ():
+                        self.previous[new] = drops
 
     def set_capacities(self, round: int, p_max: np.ndarray) -> None:
         """Dynamic width assignment: the new capacities (a straggler without a clock is of the lowest), each client's

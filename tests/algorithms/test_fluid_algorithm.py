@@ -288,3 +288,44 @@ def test_with_the_clock_the_slowest_client_of_rnd_2_becomes_the_straggler():
     p = straggler_fraction(12.0, 20.0)
     assert p == 0.65 and algorithm.straggler_widths() == {3: 0.65}  # 12 / 20 = 0.6: the table gives 0.65
     assert algorithm.allocate(2, [0, 3]) == {0: 1.0, 3: p}
+
+
+def test_a_straggler_that_replaces_another_starts_from_its_last_drops():
+    """iwang05/FLuID @ 206246d03f2b, CIFAR10/fedDropCIFAR_android.py: drop_dynamic keeps one list of last drops per
+    layer (prevDropWeights), whoever the straggler, and aggregate_fit's replacement of a straggler leaves it as it
+    is, so the new straggler's first certain drops (find_stable's defDropWeights) are the last drops of the one it
+    replaced that are still invariant: with every channel invariant and a larger p, a subset of them (but for the
+    last conv, whose drops skip the certain ones)."""
+    seconds = {0: 10.0, 1: 11.0, 2: 12.0, 3: 20.0}
+
+    class Clock:
+        def base_cost(self, client, width, depth=None):
+            return client
+
+        def seconds(self, client, cost):
+            return seconds[client]
+
+    config = RunConfig(dataset="digits", algorithm="fluid", clients=4, clients_per_round=4, rounds=6, seed=3)
+    algorithm = FLuID(config, np.ones(4), np.array([10, 10, 10, 10]))
+    algorithm.model_name, algorithm.clock = "digits", Clock()
+    algorithm.client_cost = lambda round, client, width, cost: cost
+    generator = torch.Generator().manual_seed(4)
+    global_params = {n: torch.randn(s.shape, generator=generator) + 0.1 for n, s in
+                     build_model("digits").param_specs().items()}
+    unmoved = {n: torch.zeros(w.shape) for n, w in global_params.items()}  # every channel invariant at any threshold
+    for t in range(3):
+        widths = algorithm.allocate(t, [0, 1, 2, 3])
+        if t == 2:
+            assert widths[3] == 0.65  # chosen at rnd 2: 12 / 20 = 0.6
+            sets = algorithm.channel_sets(t, 3, 0.65)
+            first = [sorted(set(range(size)) - set(kept)) for size, kept in zip(SIZES, sets)]
+            seconds[2] = 40.0  # slower than the straggler's full-model estimate, 20 / 0.65 x 1.15
+        algorithm.inspect_updates(t, global_params, [ClientResult(c, widths[c], dict(unmoved), 10, 1.0, 1)
+                                                     for c in range(4)])
+    assert algorithm.straggler_widths() == {2: 0.85} and 3 not in algorithm.previous
+    assert algorithm.allocate(3, [0, 1, 2, 3])[2] == 0.85
+    second = [sorted(set(range(size)) - set(kept)) for size, kept in zip(SIZES, algorithm.channel_sets(3, 2, 0.85))]
+    assert algorithm.layout().last_conv == 1  # whose drops skip the certain ones, in the source too
+    for group in (0, 2):
+        size = SIZES[group]
+        assert len(second[group]) == size - math.ceil(0.85 * size) and set(second[group]) < set(first[group])
