@@ -8,12 +8,14 @@ A round t here is the source's rnd = t + 1. Every round:
    channels it keeps: per channel group (a neuron is a group's channel: a conv's output channel with its bias, its
    norm's weight and bias and the next layer's inputs from it; on a ResNet a stage's residual stream or a block's
    inner activation), ``choose_dropped`` drops C − ceil(p · C) channels (hasfl-ray's width rule; the source keeps
-   int(p · C)): last round's drops still invariant first, then other invariant channels, then any, drawn from the
+   int(p · C)): its last drops still invariant first (a straggler that replaced another inherits that one's: the
+   source keeps one list, ``prevDropWeights``), then other invariant channels, then any, drawn from the
    algorithm stream keyed by (seed, rnd, client). The kept channels go out through ``channel_sets``.
 2. ``inspect_updates`` (before ``observe``, with w^t and the accepted updates): the threshold schedule (``advance``),
-   each group's channel change max_i |w_i − w| / |w| over the non-stragglers' trained weights (calibration at rnd 2
-   and 3: the smallest change), the invariant channels (every weight of the channel within |θ · w| for at least
-   ``fluid_quorum`` of the non-straggler clients reporting), and the stragglers: with a device population the round's
+   the invariant channels (every weight of the channel within |θ · w| for at least ``fluid_quorum`` of the
+   non-straggler clients reporting, θ the group's threshold as it stands: the source's ``find_stable`` runs before
+   ``find_min``), then each group's channel change max_i |w_i − w| / |w| over the non-stragglers' trained weights
+   (calibration at rnd 2 and 3: the smallest change), and the stragglers: with a device population the round's
    clients timed by the device clock at the width they trained (``track_stragglers``: the slowest at rnd 2, p from
    the next-slowest's ratio, re-chosen as the source re-chooses); without one, every client of the lowest p^max (if
    below 1) is a straggler with p = that p^max, from the start (a departure: the source times real runs).
@@ -178,22 +180,26 @@ class FLuID(Algorithm):
                         changes[name] = rules.relative_change(global_params[name], [w[name] for w in trained])
                     per = _per_channel(changes[name], dim, size).amax(dim=1)
                     change = per if change is None else torch.maximum(change, per)
-                self.thresholds[group] = rules.calibrate(rnd, self.thresholds[group], rules.smallest_change(change))
                 need = options.fluid_quorum * len(voters)
                 held = torch.ones(size, dtype=torch.bool)
-                for name, dim in layout.slices[group]:
+                for name, dim in layout.slices[group]:  # find_stable, with the threshold before this round's find_min
                     votes = rules.invariant_votes(global_params[name], [w[name] for w in trained],
                                                   self.thresholds[group])
                     held &= _per_channel(votes >= need, dim, size).all(dim=1)
                 invariant.append([int(c) for c in torch.nonzero(held).reshape(-1)])
+                self.thresholds[group] = rules.calibrate(rnd, self.thresholds[group], rules.smallest_change(change))
             self.invariant = invariant
         if self.clock is not None:
             durations = [(int(r.client), float(self.round_seconds(round, r.client, r.width))) for r in results]
             if len(durations) >= 2:  # the source ranks a round's slowest against the next-slowest
+                before = set(self.stragglers.times)
                 self.stragglers, removed = rules.track_stragglers(rnd, durations, self.stragglers,
                                                                   options.fluid_time_margin)
-                for client in removed:
-                    self.previous.pop(int(client), None)
+                added = [int(c) for c in self.stragglers.times if c not in before]
+                for client in removed:  # the source's last drops are one list per layer (prevDropWeights), which a
+                    drops = self.previous.pop(int(client), None)  # replacement leaves: the new straggler inherits
+                    for new in added if drops is not None else ():
+                        self.previous[new] = drops
 
     def set_capacities(self, round: int, p_max: np.ndarray) -> None:
         """Dynamic width assignment: the new capacities (a straggler without a clock is of the lowest), each client's

@@ -18,8 +18,9 @@ input the one before; the functions here take PyTorch's layout, output on dim 0 
 - **Schedule**: after rnd 10 a counter counts rounds; when it reaches 2, every layer not yet stopped gets +0.2 and
   the counter restarts (so +0.2 every second round from rnd 12 while any layer can still move).
 - **Invariant neurons** (``find_stable``): a weight is invariant for client i when |w_i − w| <= |θ · w| (θ the
-  layer's threshold); invariant when it is so for at least 0.75 · (number of clients reporting − number of known
-  stragglers) non-straggler clients; a neuron is invariant when all its weights, its bias and all its next-layer
+  layer's threshold before the round's calibration: ``aggregate_fit`` calls ``find_stable`` before ``find_min``);
+  invariant when it is so for at least 0.75 · (number of clients reporting − number of known stragglers)
+  non-straggler clients; a neuron is invariant when all its weights, its bias and all its next-layer
   inputs are. The neurons dropped last round that are still invariant are the *certain* drops.
 - **Which neurons a straggler drops** (``drop_dynamic``, every round from rnd 3, for each straggler): D = C −
   int(p · C) of each layer's C neurons (it keeps int(p · C), floor). If at least D certain drops: D of them at random
