@@ -123,8 +123,25 @@ def test_levels_are_fed_trains_groups(num_clients, ratios):
         s = e
     got = scalefl.level_groups(num_clients, ratios, 42)
     assert all(np.array_equal(a, b) for a, b in zip(got, expected))
-    skipped = [c for c in range(num_clients) if scalefl.level_of(c, got) == -1]
-    assert len(skipped) == num_clients - sum(int(num_clients * r) for r in ratios)
+    left_over = [c for c in range(num_clients) if scalefl.level_of(c, got) == -1]
+    assert len(left_over) == num_clients - sum(int(num_clients * r) for r in ratios)
+
+
+@pytest.mark.parametrize("num_clients, seed", [(10, 0), (7, 3), (100, 0)])
+def test_a_left_over_client_trains_as_the_last_level(num_clients, seed):
+    """fed.py (c2084e461cef): ``get_level`` answers −1 for a client in no group ("client will be skipped"), and
+    ``execute_round`` uses that −1 as an index: ``scales = [self.vertical_scale_ratios[level] ...]``,
+    ``h_scale_ratios = [self.horizontal_scale_ratios[level] ...]``, ``average_weights`` reads
+    ``self.idx_dicts[levels[i]]``; so the client trains the last level's width and exits and is averaged at its
+    coordinates, never skipped (run on the source's Federator: 2 of 10 clients left over, both at width 1, 4 exits)."""
+    vertical, horizontal = [0.25, 0.5, 0.75, 1.0], [1, 2, 3, 4]
+    groups = scalefl.level_groups(num_clients, [0.25] * 4, seed)
+    for client in range(num_clients):
+        level = scalefl.level_of(client, groups)  # get_level's answer, −1 included
+        got = scalefl.trained_level(client, groups)
+        assert (vertical[got], horizontal[got]) == (vertical[level], horizontal[level])
+        assert got == (level if level >= 0 else len(groups) - 1)
+    assert num_clients % 4 == 0 or any(scalefl.level_of(c, groups) == -1 for c in range(num_clients))
 
 
 def test_scaled_channels_are_the_models_floor():
