@@ -25,6 +25,9 @@ The rule, read from that code:
 - **Aggregation** (``average_weights``): per tensor, the unweighted mean over the clients whose copy of it received a
   gradient, each client's values placed at its level's coordinates; a coordinate no such client holds keeps the global
   value; running statistics are the plain mean over all clients; ``num_batches_tracked`` the first client's.
+- **Evaluation** (``predict.py::validate``): the reported top-1 is the mean of the exits' accuracies (one
+  ``AverageMeter`` object repeated over the exits, :func:`reported_top1`), for the global model over all its exits
+  and for a level over its exits 1..h_ℓ.
 
 hasfl-ray's nested slices are ceil(p · C); ScaleFL's are int(v · C) (floor): :func:`scaled_channels` keeps the
 source's.
@@ -153,6 +156,18 @@ def exit_loss(outputs: Sequence[torch.Tensor], target: torch.Tensor, gamma: floa
     return loss / (n * (n + 1) / 2)
 
 
+def reported_top1(batches: Sequence[Sequence[torch.Tensor]], targets: Sequence[torch.Tensor]) -> float:
+    """The top-1 (in %) ``predict.py::validate`` reports for one model over ``batches`` (each the exits' logits,
+    shallowest first): its meters are ``[AverageMeter()] * num_exits``, one object repeated, so every exit's batch
+    accuracy lands in the same meter and the figure is the mean of the exits' accuracies, not the deepest exit's."""
+    total = count = 0.0
+    for outputs, target in zip(batches, targets):
+        for out in outputs:
+            total += 100.0 * (out.argmax(1) == target).sum().item()
+            count += target.numel()
+    return total / count
+
+
 def aggregate(global_params: Mapping[str, torch.Tensor], clients: Sequence[Mapping[str, torch.Tensor]],
               trained: Sequence[Mapping[str, bool]]) -> Dict[str, torch.Tensor]:
     """``average_weights``: per tensor the count mean over the clients whose copy got a gradient (``trained``), at
@@ -179,4 +194,5 @@ def aggregate(global_params: Mapping[str, torch.Tensor], clients: Sequence[Mappi
 
 
 __all__ = ["ScaleFLOptions", "aggregate", "distillation_active", "exit_loss", "kl_elementwise_mean", "leading_mask",
-           "level_groups", "level_of", "parse_exits", "scaled_channels", "trained_level"]
+           "level_groups", "level_of", "parse_exits", "reported_top1", "scaled_channels",
+           "trained_level"]

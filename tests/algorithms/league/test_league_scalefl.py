@@ -193,3 +193,34 @@ def test_options_out_of_range_are_refused_in_one_sentence(field, value, words):
     with pytest.raises(ConfigError) as caught:
         scalefl.ScaleFLOptions(**{field: value})
     assert str(caught.value).startswith(words) and "\n" not in str(caught.value)
+
+
+class _Meter:
+    """utils/utils.py::AverageMeter as the source writes it (val, sum, count, avg)."""
+
+    def __init__(self):
+        self.sum, self.count, self.avg = 0.0, 0, 0.0
+
+    def update(self, val, n=1):
+        self.sum += val * n
+        self.count += n
+        self.avg = self.sum / self.count
+
+
+def test_the_reported_accuracy_is_the_mean_of_the_exits():
+    """predict.py::validate (c2084e461cef) keeps ``top1 = [[AverageMeter()] * num_exits[i] for i in ...]`` (one
+    meter repeated), updates ``top1[model_idx][j].update(prec1.item(), inp.size(0))`` for every exit j and reports
+    ``top1[0][-1].avg``: the mean of the exits' accuracies (run on the source: 15.6, 4.7, 14.1, 6.25 % per exit
+    reported as 10.16 %), which is what its global and per-level figures are."""
+    torch.manual_seed(11)
+    batches = [[torch.randn(b, 10) for _ in range(4)] for b in (16, 16, 9)]
+    targets = [torch.randint(0, 10, (b,)) for b in (16, 16, 9)]
+    meters = [_Meter()] * 4
+    for outputs, target in zip(batches, targets):
+        for j, out in enumerate(outputs):
+            prec1 = (out.argmax(1) == target).float().sum() * (100.0 / target.size(0))
+            meters[j].update(prec1.item(), target.size(0))
+    deepest = 100.0 * sum((o[-1].argmax(1) == t).sum().item() for o, t in zip(batches, targets)) / 41
+    got = scalefl.reported_top1(batches, targets)
+    assert got == pytest.approx(meters[-1].avg, rel=1e-6)  # the source sums float32 percentages
+    assert got != pytest.approx(deepest)
