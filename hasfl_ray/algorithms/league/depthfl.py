@@ -12,7 +12,7 @@ The rule, read from that code:
   ``cid // (N // 4) + 1`` stages, each with its own classifier (per exit an attention mask, ``attention{k}``: a
   SepConv, a norm, ReLU, a 2x upsampling and a sigmoid, multiplied into the stage's output; then a chain of SepConv
   "bottlenecks", a pool and a linear layer; the deepest exit is the network's own pooled linear head; hasfl-ray's
-  exits leave the attention mask out, docs/models.md). With N not divisible by 4 the last clients get
+  ResNet exits, :class:`hasfl_ray.models.depth.ResNetExit`). With N not divisible by 4 the last clients get
   5, which builds the full network (``n_blocks > 3``): :func:`depth_of` returns 4 for them.
 - **Local loss** for a client whose model has n exits with logits f_1 .. f_n, per batch:
   Σ_i [ CE(f_i, y) + Σ_{j≠i} w · KL(f_j.detach() ‖ f_i) / (n − 1) ] (the KL term only with ``kd`` and n > 1), where
