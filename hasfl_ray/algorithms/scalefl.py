@@ -7,8 +7,8 @@ onto the depth sub-models of :mod:`hasfl_ray.models.depth` (``sub_model: width_d
   stages) as the depth plan's default, which is the source's 1,2,3,4 on a four-stage ResNet with the four-width
   ladder, and ``--depths`` may set them then): the client trains
   the width-v_ℓ slices of the stages up to exit h_ℓ and exits 1..h_ℓ. The source assigns levels by a seeded
-  permutation cut by ``--client_split_ratios``; here the capacity tiers (their mix, ``tier_counts``) take that role,
-  so every client has a level (none is skipped).
+  permutation cut by ``--client_split_ratios`` (a client left over trains as the last level); here the capacity
+  tiers (their mix, ``tier_counts``) take that role, so every client has a level of its own.
 - **Width.** The source keeps int(v · C) (floor) leading channels, hasfl-ray's slicer ceil(v · C): the same wherever
   v · C is whole (the ladders 1/4, 1/2, 3/4, 1 and 1/2^k on the ResNets' 64..512 and the CNNs' channels), one channel
   more elsewhere (a documented departure, docs/algorithms.md#scalefl).

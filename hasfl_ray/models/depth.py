@@ -10,10 +10,12 @@ as always, the parameters it does not hold are simply absent from its update, an
 whose entries are per (parameter, client holding it)) averages each coordinate over the clients holding it.
 
 The ResNets' exit k < 4 is DepthFL's bottleneck classifier (Flower's ``baselines/depthfl/depthfl/resnet.py``,
-``scala{k}`` and ``middle_fc{k}``): one separable-conv block (depthwise 3x3 stride 2, pointwise 1x1, norm, ReLU,
-depthwise 3x3, pointwise 1x1 to the next stage's channels, norm, ReLU) per later stage, a global average pool and a
-linear layer. DepthFL's attention branch (``attention{k}``, a sigmoid mask multiplied into the stage's output before
-the bottleneck) is not built here. The CNN's exit after stage k < last is a global average pool and a linear layer.
+``attention{k}``, ``scala{k}`` and ``middle_fc{k}``): the attention mask (a separable-conv block keeping the stage's
+channels, norm, ReLU, 2x bilinear upsampling, sigmoid) multiplied into the stage's output, then one separable-conv
+block (depthwise 3x3 stride 2, pointwise 1x1, norm, ReLU, depthwise 3x3, pointwise 1x1 to the next stage's channels,
+norm, ReLU) per later stage, a global average pool and a linear layer (the mask's upsampling is to the stage's own
+size, the source's 2x on even sizes). The CNN's exit after stage k < last is a global average pool and a linear
+layer.
 """
 
 from __future__ import annotations
@@ -60,17 +62,25 @@ class SepConv(nn.Module):
 
 
 class ResNetExit(nn.Module):
-    """The ResNets' exit after stage ``stage`` (0-based, not the last): a :class:`SepConv` per later stage, global
-    average pool, linear to the classes."""
+    """The ResNets' exit after stage ``stage`` (0-based, not the last): DepthFL's attention mask (``attention{k}``:
+    a :class:`SepConv` keeping the stage's channels, norm, ReLU, 2x bilinear upsampling, sigmoid) multiplied into the
+    stage's output, then a :class:`SepConv` per later stage, global average pool, linear to the classes."""
 
     def __init__(self, owner, stage: int):
         super().__init__()
         chain = owner.stages[stage:]
+        self.att = SepConv(owner, chain[0], chain[0])
+        self.att_norm = owner._norm(owner._c(chain[0]))
+        self.att_scale = owner._scale()
         self.seps = nn.Sequential(*(SepConv(owner, cin, cout) for cin, cout in zip(chain, chain[1:])))
         self.linear = nn.Linear(owner._c(owner.stages[-1]), owner.num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear(torch.flatten(F.adaptive_avg_pool2d(self.seps(x), 1), 1))
+        mask = F.relu(self.att_norm(self.att_scale(self.att(x))))
+        # the source's nn.Upsample(scale_factor=2, bilinear, align_corners=False): the same map onto an even size; the
+        # stage's own size on odd ones (7x7 on 28x28 inputs), where the source's product would not match
+        mask = torch.sigmoid(F.interpolate(mask, size=x.shape[-2:], mode="bilinear", align_corners=False))
+        return self.linear(torch.flatten(F.adaptive_avg_pool2d(self.seps(mask * x), 1), 1))
 
 
 class ResNetExits:
@@ -132,14 +142,19 @@ class ResNetExits:
 
 def resnet_exit_layout(stages: Sequence[int], stage: int) -> List[Tuple[str, str, Optional[int], Optional[int], int]]:
     """The ResNets' ``_layout`` rows of exit ``stage + 1``'s parameters (kind ``dwconv`` a depthwise conv)."""
-    rows, chain = [], list(stages[stage:])
+    chain = list(stages[stage:])
     prefix = f"exit{stage + 1}"
+    rows = sep_layout(f"{prefix}.att", chain[0], chain[0]) + [(f"{prefix}.att_norm", "norm", chain[0], None, 0)]
     for j, (cin, cout) in enumerate(zip(chain, chain[1:])):
-        sep = f"{prefix}.seps.{j}"
-        rows += [(f"{sep}.dw1", "dwconv", cin, None, 3), (f"{sep}.pw1", "conv", cin, cin, 1),
-                 (f"{sep}.n1", "norm", cin, None, 0), (f"{sep}.dw2", "dwconv", cin, None, 3),
-                 (f"{sep}.pw2", "conv", cout, cin, 1), (f"{sep}.n2", "norm", cout, None, 0)]
+        rows += sep_layout(f"{prefix}.seps.{j}", cin, cout)
     return rows + [(f"{prefix}.linear", "linear", None, stages[-1], 0)]
+
+
+def sep_layout(sep: str, cin: int, cout: int) -> List[Tuple[str, str, Optional[int], Optional[int], int]]:
+    """The ``_layout`` rows of a :class:`SepConv` named ``sep``."""
+    return [(f"{sep}.dw1", "dwconv", cin, None, 3), (f"{sep}.pw1", "conv", cin, cin, 1),
+            (f"{sep}.n1", "norm", cin, None, 0), (f"{sep}.dw2", "dwconv", cin, None, 3),
+            (f"{sep}.pw2", "conv", cout, cin, 1), (f"{sep}.n2", "norm", cout, None, 0)]
 
 
 def dwconv_spec(name: str, channels: int, kernel: int) -> ParamSpec:
@@ -214,4 +229,4 @@ def counted_cost(model: nn.Module, sample: torch.Tensor) -> Tuple[int, int]:
 
 
 __all__ = ["ResNetExit", "ResNetExits", "SepConv", "check_depth", "counted_cost", "depth_names", "ensemble",
-           "dwconv_spec", "exit_depths", "resnet_exit_layout", "resnet_param_depth"]
+           "dwconv_spec", "exit_depths", "resnet_exit_layout", "resnet_param_depth", "sep_layout"]

@@ -84,6 +84,26 @@ def test_the_resnet_exits_are_depthfls_bottlenecks():
     assert model.get_submodule("exit1.seps.0.dw1").groups == 64  # depthwise
 
 
+@pytest.mark.parametrize("arch", ["preresnet18", "resnet18"])
+def test_a_resnet_exit_multiplies_depthfls_attention_mask_into_the_stage(arch):
+    """Flower's baselines/depthfl/depthfl/resnet.py (adap/flower fdef7afb1dca), ``MultiResnet``: exit k reads
+    ``attention{k}(x) * x``, where ``attention{k}`` is a SepConv keeping the stage's channels, a norm, a ReLU, a 2x
+    bilinear upsampling (align_corners False) and a sigmoid, and only then ``scala{k}`` and ``middle_fc{k}``. Here the
+    expected logits are composed from the exit's own blocks by that rule (no Scaler, batch statistics)."""
+    torch.manual_seed(3)
+    model = builders()[arch](exits=True, scaler=False)
+    model.train()
+    for k, (channels, size) in enumerate(((4, 16), (8, 8), (8, 4)), start=1):
+        exit_ = model.get_submodule(f"exit{k}")
+        x = torch.randn(3, channels, size, size)
+        mask = torch.nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)(
+            torch.relu(exit_.att_norm(exit_.att(x))))
+        features = exit_.seps(torch.sigmoid(mask) * x)
+        want = exit_.linear(torch.nn.AdaptiveAvgPool2d(1)(features).flatten(1))
+        assert torch.allclose(exit_(x), want, atol=1e-6)
+        assert {n for n, _ in exit_.named_parameters() if n.startswith("att")} >= {"att.dw1.weight", "att_norm.weight"}
+
+
 @pytest.mark.parametrize("model", [PreResNet18(), ResNet18(), PreResNet18(norm="gn")])
 def test_the_hook_counter_agrees_with_heterofls_counter(model):
     """The counter that prices depth sub-models gives the ResNets' own MACs and FLOPs (HeteroFL's counter) on the

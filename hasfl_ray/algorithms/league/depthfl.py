@@ -9,14 +9,17 @@ depth of each client), ``depthfl/strategy.py::aggregate`` (the server), ``depthf
 The rule, read from that code:
 
 - **Depths.** The ResNet-18 is cut after each of its 4 stages; client ``cid`` of N holds the first
-  ``cid // (N // 4) + 1`` stages, each with its own classifier (a SepConv "bottleneck" head per exit and a linear
-  layer; the deepest exit is the network's own pooled linear head). With N not divisible by 4 the last clients get
+  ``cid // (N // 4) + 1`` stages, each with its own classifier (per exit an attention mask, ``attention{k}``: a
+  SepConv, a norm, ReLU, a 2x upsampling and a sigmoid, multiplied into the stage's output; then a chain of SepConv
+  "bottlenecks", a pool and a linear layer; the deepest exit is the network's own pooled linear head; hasfl-ray's
+  ResNet exits, :class:`hasfl_ray.models.depth.ResNetExit`). With N not divisible by 4 the last clients get
   5, which builds the full network (``n_blocks > 3``): :func:`depth_of` returns 4 for them.
 - **Local loss** for a client whose model has n exits with logits f_1 .. f_n, per batch:
   Σ_i [ CE(f_i, y) + Σ_{j≠i} w · KL(f_j.detach() ‖ f_i) / (n − 1) ] (the KL term only with ``kd`` and n > 1), where
   KL(t ‖ p) = T² · Σ_k q_k (log q_k − log_softmax(p / T)_k) / B, q = softmax(t / T) + 1e-7 (the 1e-7 is added after
   the softmax and not renormalised), T = 1. Without ``extended`` (InclusiveFL) only the last exit's terms are kept.
-  The optimiser is SGD(lr, weight_decay 1e-3), no momentum; lr = 0.1 · 0.998^r in round r (0-based).
+  The optimiser is SGD(lr, weight_decay 1e-3), no momentum, no gradient clipping; lr = 0.1 · 0.998^r in round r
+  (0-based).
 - **Consistency weight** w = exp(−5 (1 − min(max(r, 0), 300) / 300)²), r the 0-based round: a ramp from e^−5 to 1
   over 300 rounds.
 - **FedDyn** (on by default, α = 0.1): the local loss also gets −⟨θ, h_i⟩ + α/2 ‖θ − θ^t‖² (θ flattened per

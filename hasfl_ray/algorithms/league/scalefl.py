@@ -13,8 +13,9 @@ The rule, read from that code:
   ``int(C · v_ℓ)`` channels of every layer (``Scaler``: x / v_ℓ before every norm) and run to its h_ℓ-th exit (the
   blocks after it are not run, so they get no gradient). Clients are assigned levels once: a permutation of the
   client ids drawn with ``np.random.seed(seed)``, cut into consecutive groups of ``int(N · r_ℓ)``
-  (``--client_split_ratios``, default 0.25 each); clients left over by the truncation have no level and are skipped
-  whenever sampled.
+  (``--client_split_ratios``, default 0.25 each). A client left over by the truncation has no group: ``get_level``
+  answers −1 (its comment says "client will be skipped"), but ``execute_round`` indexes the levels' widths, exits
+  and coordinates with it, so it trains, and is averaged, as the last level (:func:`trained_level`).
 - **Loss** of a batch with exits' logits f_1 .. f_n (n = h_ℓ): Σ_j (j + 1) · L_j / (n (n + 1) / 2) with
   L_n = CE(f_n, y) and, for j < n, L_j = CE(f_j, y) + γ T² · KLDivLoss()(log_softmax(f_j / T), softmax(f_n / T)) when
   γ ≠ 0 and the round index (0-based) exceeds 0.25 · rounds, else CE alone. ``nn.KLDivLoss()``'s default reduction is
@@ -24,6 +25,9 @@ The rule, read from that code:
 - **Aggregation** (``average_weights``): per tensor, the unweighted mean over the clients whose copy of it received a
   gradient, each client's values placed at its level's coordinates; a coordinate no such client holds keeps the global
   value; running statistics are the plain mean over all clients; ``num_batches_tracked`` the first client's.
+- **Evaluation** (``predict.py::validate``): the reported top-1 is the mean of the exits' accuracies (one
+  ``AverageMeter`` object repeated over the exits, :func:`reported_top1`), for the global model over all its exits
+  and for a level over its exits 1..h_ℓ.
 
 hasfl-ray's nested slices are ceil(p · C); ScaleFL's are int(v · C) (floor): :func:`scaled_channels` keeps the
 source's.
@@ -92,11 +96,20 @@ def level_groups(num_clients: int, split_ratios: Sequence[float], seed: int) -> 
 
 
 def level_of(client: int, groups: Sequence[np.ndarray]) -> int:
-    """The level of ``client`` (0 the first), or −1 when it has none (skipped, as ``get_level`` answers)."""
+    """The level of ``client`` (0 the first), or −1 when it has none, as ``get_level`` answers (not skipped: see
+    :func:`trained_level`)."""
     for level, group in enumerate(groups):
         if client in group:
             return level
     return -1
+
+
+def trained_level(client: int, groups: Sequence[np.ndarray]) -> int:
+    """The level whose width, exits and coordinates ``client`` trains with (0 the first): its own, and for a client
+    in no group the last one, since ``execute_round`` reads ``vertical_scale_ratios[level]``,
+    ``horizontal_scale_ratios[level]`` and ``idx_dicts[level]`` with ``get_level``'s −1."""
+    level = level_of(client, groups)
+    return len(groups) - 1 if level == -1 else level
 
 
 def scaled_channels(channels: int, scale: float) -> int:
@@ -143,6 +156,18 @@ def exit_loss(outputs: Sequence[torch.Tensor], target: torch.Tensor, gamma: floa
     return loss / (n * (n + 1) / 2)
 
 
+def reported_top1(batches: Sequence[Sequence[torch.Tensor]], targets: Sequence[torch.Tensor]) -> float:
+    """The top-1 (in %) ``predict.py::validate`` reports for one model over ``batches`` (each the exits' logits,
+    shallowest first): its meters are ``[AverageMeter()] * num_exits``, one object repeated, so every exit's batch
+    accuracy lands in the same meter and the figure is the mean of the exits' accuracies, not the deepest exit's."""
+    total = count = 0.0
+    for outputs, target in zip(batches, targets):
+        for out in outputs:
+            total += 100.0 * (out.argmax(1) == target).sum().item()
+            count += target.numel()
+    return total / count
+
+
 def aggregate(global_params: Mapping[str, torch.Tensor], clients: Sequence[Mapping[str, torch.Tensor]],
               trained: Sequence[Mapping[str, bool]]) -> Dict[str, torch.Tensor]:
     """``average_weights``: per tensor the count mean over the clients whose copy got a gradient (``trained``), at
@@ -169,4 +194,5 @@ def aggregate(global_params: Mapping[str, torch.Tensor], clients: Sequence[Mappi
 
 
 __all__ = ["ScaleFLOptions", "aggregate", "distillation_active", "exit_loss", "kl_elementwise_mean", "leading_mask",
-           "level_groups", "level_of", "parse_exits", "scaled_channels"]
+           "level_groups", "level_of", "parse_exits", "reported_top1", "scaled_channels",
+           "trained_level"]

@@ -123,8 +123,25 @@ def test_levels_are_fed_trains_groups(num_clients, ratios):
         s = e
     got = scalefl.level_groups(num_clients, ratios, 42)
     assert all(np.array_equal(a, b) for a, b in zip(got, expected))
-    skipped = [c for c in range(num_clients) if scalefl.level_of(c, got) == -1]
-    assert len(skipped) == num_clients - sum(int(num_clients * r) for r in ratios)
+    left_over = [c for c in range(num_clients) if scalefl.level_of(c, got) == -1]
+    assert len(left_over) == num_clients - sum(int(num_clients * r) for r in ratios)
+
+
+@pytest.mark.parametrize("num_clients, seed", [(10, 0), (7, 3), (100, 0)])
+def test_a_left_over_client_trains_as_the_last_level(num_clients, seed):
+    """fed.py (c2084e461cef): ``get_level`` answers −1 for a client in no group ("client will be skipped"), and
+    ``execute_round`` uses that −1 as an index: ``scales = [self.vertical_scale_ratios[level] ...]``,
+    ``h_scale_ratios = [self.horizontal_scale_ratios[level] ...]``, ``average_weights`` reads
+    ``self.idx_dicts[levels[i]]``; so the client trains the last level's width and exits and is averaged at its
+    coordinates, never skipped (run on the source's Federator: 2 of 10 clients left over, both at width 1, 4 exits)."""
+    vertical, horizontal = [0.25, 0.5, 0.75, 1.0], [1, 2, 3, 4]
+    groups = scalefl.level_groups(num_clients, [0.25] * 4, seed)
+    for client in range(num_clients):
+        level = scalefl.level_of(client, groups)  # get_level's answer, −1 included
+        got = scalefl.trained_level(client, groups)
+        assert (vertical[got], horizontal[got]) == (vertical[level], horizontal[level])
+        assert got == (level if level >= 0 else len(groups) - 1)
+    assert num_clients % 4 == 0 or any(scalefl.level_of(c, groups) == -1 for c in range(num_clients))
 
 
 def test_scaled_channels_are_the_models_floor():
@@ -176,3 +193,34 @@ def test_options_out_of_range_are_refused_in_one_sentence(field, value, words):
     with pytest.raises(ConfigError) as caught:
         scalefl.ScaleFLOptions(**{field: value})
     assert str(caught.value).startswith(words) and "\n" not in str(caught.value)
+
+
+class _Meter:
+    """utils/utils.py::AverageMeter as the source writes it (val, sum, count, avg)."""
+
+    def __init__(self):
+        self.sum, self.count, self.avg = 0.0, 0, 0.0
+
+    def update(self, val, n=1):
+        self.sum += val * n
+        self.count += n
+        self.avg = self.sum / self.count
+
+
+def test_the_reported_accuracy_is_the_mean_of_the_exits():
+    """predict.py::validate (c2084e461cef) keeps ``top1 = [[AverageMeter()] * num_exits[i] for i in ...]`` (one
+    meter repeated), updates ``top1[model_idx][j].update(prec1.item(), inp.size(0))`` for every exit j and reports
+    ``top1[0][-1].avg``: the mean of the exits' accuracies (run on the source: 15.6, 4.7, 14.1, 6.25 % per exit
+    reported as 10.16 %), which is what its global and per-level figures are."""
+    torch.manual_seed(11)
+    batches = [[torch.randn(b, 10) for _ in range(4)] for b in (16, 16, 9)]
+    targets = [torch.randint(0, 10, (b,)) for b in (16, 16, 9)]
+    meters = [_Meter()] * 4
+    for outputs, target in zip(batches, targets):
+        for j, out in enumerate(outputs):
+            prec1 = (out.argmax(1) == target).float().sum() * (100.0 / target.size(0))
+            meters[j].update(prec1.item(), target.size(0))
+    deepest = 100.0 * sum((o[-1].argmax(1) == t).sum().item() for o, t in zip(batches, targets)) / 41
+    got = scalefl.reported_top1(batches, targets)
+    assert got == pytest.approx(meters[-1].avg, rel=1e-6)  # the source sums float32 percentages
+    assert got != pytest.approx(deepest)
