@@ -126,3 +126,28 @@ def test_aggregation_is_the_baselines_fjord_average():
     kept = torch.ones_like(original["layer4.1.conv2.weight"], dtype=torch.bool)
     kept[outside] = False
     assert torch.equal(expected["layer4.1.conv2.weight"][kept], original["layer4.1.conv2.weight"][kept])  # untrained
+
+
+def test_each_evaluated_width_of_the_resnet_has_batchnorm_statistics_of_its_own():
+    """The baseline evaluates each p with that p's own BatchNorm statistics; hasfl-ray's sBN gives each evaluated
+    width statistics from a pass of the width-p network itself, not the full network's statistics cut to p."""
+    from hasfl_ray.data.base import TensorFederatedDataset
+    from hasfl_ray.engine.server import Server
+    from hasfl_ray.models import register_model
+
+    generator = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 10, (40,), generator=generator)
+    x = torch.randn(40, 3, 16, 16, generator=generator)
+    clients = [torch.arange(20), torch.arange(20, 40)]
+    data = TensorFederatedDataset("toy", "toy", 10, x, labels, x[:10], labels[:10], clients)
+    data.view_keeps_train = True
+    name = "resnet18-test-fjord-eval-stats"
+    register_model(name, dict(kind="resnet18", norm="sbn", scaler=False, in_channels=3, num_classes=10, image_size=16,
+                              stages=STAGES))
+    torch.manual_seed(2)
+    params = {k: v.float() for k, v in resnet(1.0).state_dict().items()}
+    server = Server(name, params, data, eval_batch_size=10, statistics=("in_order", 10, 3))
+    full, half = server.width_model(1.0).layer2[0].n1, server.width_model(0.5).layer2[0].n1
+    assert half.running_mean is not None and full.running_mean is not None
+    assert half.running_mean.shape == (math.ceil(0.5 * STAGES[1]),)
+    assert not torch.allclose(half.running_mean, full.running_mean[:half.running_mean.numel()])
