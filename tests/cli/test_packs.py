@@ -5,13 +5,16 @@ pack's scaled-down sweep starts and finishes a round through the CLI (on the emb
 import glob
 import json
 import os
+import warnings
 
 import pytest
+import torch
 from click.testing import CliRunner
 
 from hasfl_ray.cli.main import main
 from hasfl_ray.engine import RunConfig
 from hasfl_ray.federation import ladder_of
+from hasfl_ray.schedule import round_lr
 from hasfl_ray.sweep import plan_sweep
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -98,15 +101,42 @@ def test_fiarse_pack_runs_four_methods_on_one_protocol():
         assert (c.sbn_statistics, c.eval_batch_size, c.augmentation) == ("test_batch", 20, "crop_flip")
 
 
+def source_lrs(lr, milestones, gamma, rounds, step_first):
+    """The learning rate of each round (0-based) of a source's loop over its global epochs 1..rounds, with a
+    torch MultiStepLR stepped once a round: before the round (``step_first``: FedRolex main_resnet.py, commit
+    813510997e18: ``scheduler.step()``, then the lr read and the round) or after it (HeteroFL
+    src/train_classifier_fed.py, commit cc40f3e46b0f: ``train(...)``, ``test(...)``, then ``scheduler.step()``)."""
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=lr)
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones, gamma=gamma)
+    out = []
+    for _ in range(rounds):
+        if step_first:
+            with warnings.catch_warnings():  # torch warns of exactly this order, FedRolex's
+                warnings.simplefilter("ignore", UserWarning)
+                scheduler.step()
+        out.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        if not step_first:
+            scheduler.step()
+    return out
+
+
 def test_the_heterofl_and_fedrolex_packs_step_their_learning_rates_as_their_sources():
-    """HeteroFL (src/utils.py, CIFAR10): lr 0.1, x0.1 at [150, 250] IID and [300, 500] non-IID; FedRolex (utils.py and
-    its README command): SGD lr 2e-4, momentum 0.9, weight decay 1e-3, x0.25 at [1200]."""
+    """HeteroFL (src/utils.py, CIFAR10): lr 0.1, x0.1 at [150, 250] IID and [300, 500] non-IID, its scheduler
+    stepped after each round; FedRolex (utils.py and its README command): SGD lr 2e-4, momentum 0.9, weight decay
+    1e-3, x0.25 at --schedule 1200, its scheduler stepped before each round, so its 1200th round (0-based 1199) is
+    the first at lr/4. Every round of every cell trains at the source's rate."""
     for c in cells("heterofl-cifar10").values():
         assert (c.lr, c.lr_decay, c.lr_gamma) == (0.1, 1.0, 0.1)
-        assert c.lr_milestones == ([300, 500] if c.partition == "classes:2" else [150, 250])
+        milestones = [300, 500] if c.partition == "classes:2" else [150, 250]
+        assert [round_lr(c.lr, c.lr_decay, t, c.lr_milestones, c.lr_gamma) for t in range(c.rounds)] == \
+            source_lrs(0.1, milestones, 0.1, c.rounds, step_first=False)
     for c in cells("fedrolex-cifar10").values():
-        assert (c.lr, c.lr_decay, c.lr_milestones, c.lr_gamma, c.momentum, c.weight_decay, c.clip_norm) == \
-            (0.0002, 1.0, [1200], 0.25, 0.9, 0.001, 1.0)
+        assert (c.lr, c.lr_decay, c.lr_gamma, c.momentum, c.weight_decay, c.clip_norm) == \
+            (0.0002, 1.0, 0.25, 0.9, 0.001, 1.0)
+        assert [round_lr(c.lr, c.lr_decay, t, c.lr_milestones, c.lr_gamma) for t in range(c.rounds)] == \
+            source_lrs(2e-4, [1200], 0.25, c.rounds, step_first=True)
 
 
 # one variant per pack, scaled down as docs/reproduction/packs.md runs it, on the digits (no data directory needed)
