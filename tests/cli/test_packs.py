@@ -101,6 +101,16 @@ def test_fiarse_pack_runs_four_methods_on_one_protocol():
         assert (c.sbn_statistics, c.eval_batch_size, c.augmentation) == ("test_batch", 20, "crop_flip")
 
 
+def test_heterofl_pack_names_the_round_its_table_reports():
+    """HeteroFL's table is each run's best-Global-Accuracy checkpoint re-tested (src/test_classifier_fed.py at
+    cc40f3e46b0f: ``resume(..., load_tag='best')``, the checkpoint train_classifier_fed.py keeps by ``pivot_metric``
+    Global-Accuracy), so the pack names best_accuracy and that round's local accuracy as the counterparts."""
+    text = " ".join(open(PACKS["heterofl-cifar10"], encoding="utf-8").read().split())
+    assert "best_accuracy" in text and "--local-eval-every 1" in text and "best round" in text
+    page = " ".join(open(os.path.join(REPO, "docs", "reproduction", "packs.md"), encoding="utf-8").read().split())
+    assert "`load_tag='best'`" in page and "local column the local accuracy at that same round" in page
+
+
 def source_lrs(lr, milestones, gamma, rounds, step_first):
     """The learning rate of each round (0-based) of a source's loop over its global epochs 1..rounds, with a
     torch MultiStepLR stepped once a round: before the round (``step_first``: FedRolex main_resnet.py, commit
