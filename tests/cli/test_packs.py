@@ -144,7 +144,7 @@ def test_the_heterofl_and_fedrolex_packs_step_their_learning_rates_as_their_sour
         assert [round_lr(c.lr, c.lr_decay, t, c.lr_milestones, c.lr_gamma) for t in range(c.rounds)] == \
             source_lrs(0.1, milestones, 0.1, c.rounds, step_first=False)
     for c in cells("fedrolex-cifar10").values():
-        assert c.input_normalization == "heterofl"  # FedRolex data.py's Normalize (tests/data/test_input_normalization.py)
+        assert c.input_normalization == "heterofl"  # FedRolex data.py's Normalize
         assert (c.lr, c.lr_decay, c.lr_gamma, c.momentum, c.weight_decay, c.clip_norm) == \
             (0.0002, 1.0, 0.25, 0.9, 0.001, 1.0)
         assert [round_lr(c.lr, c.lr_decay, t, c.lr_milestones, c.lr_gamma) for t in range(c.rounds)] == \
