@@ -108,7 +108,8 @@ def test_heterofl_pack_names_the_round_its_table_reports():
     text = " ".join(open(PACKS["heterofl-cifar10"], encoding="utf-8").read().split())
     assert "best_accuracy" in text and "--local-eval-every 1" in text and "best round" in text
     page = " ".join(open(os.path.join(REPO, "docs", "reproduction", "packs.md"), encoding="utf-8").read().split())
-    assert "`load_tag='best'`" in page and "local column the local accuracy at that same round" in page
+    assert "`load_tag='best'`" in page and "`best_accuracy`, its local column the local accuracy at that same round" \
+        in page and "(`--local-eval-every 1`)" in page
 
 
 def source_lrs(lr, milestones, gamma, rounds, step_first):
