@@ -37,8 +37,9 @@ def round_lr(lr: float, decay: float, round: int, milestones: Optional[Sequence[
              gamma: float = 0.1) -> float:
     """The local learning rate of round ``round`` (0-based): ``lr`` x ``decay``^round, times ``gamma`` for every
     milestone at or before the round (a step schedule: PyTorch's MultiStepLR stepped once after each round, as
-    HeteroFL and FedRolex step theirs; ``lr_milestones`` [150, 250] trains rounds 0-149 at lr, 150-249 at lr x
-    gamma, then lr x gamma^2)."""
+    HeteroFL steps its; ``lr_milestones`` [150, 250] trains rounds 0-149 at lr, 150-249 at lr x gamma, then lr x
+    gamma^2). A source that steps its scheduler before each round (FedRolex's main_resnet.py) decays from its
+    milestone M's round, 0-based M - 1: its milestones are M - 1 here (the FedRolex pack's [1199])."""
     value = lr * decay ** round
     if milestones:
         value *= gamma ** bisect_right(sorted(milestones), round)

@@ -38,7 +38,9 @@ def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str,
     shared_options = shared_keys(raw, flags, source, variants=False) & shared  # for every algorithm
     values = single_run_values(raw, flags, source) if config_file else {}
     if config_file:
-        RunConfig.from_dict(values, source, foreign="drop")  # unknown keys refused before flags apply
+        # unknown keys refused before flags apply (with --dataset's name: input_normalization is checked against it)
+        RunConfig.from_dict({**values, **({"dataset": flags["dataset"]} if flags.get("dataset") else {})}, source,
+                            foreign="drop")
     given = {k: v for k, v in flags.items() if v is not None}
     layers = [(base or {}, "drop"), (values, "drop"), (given, "refuse")]
     if options:

@@ -93,6 +93,9 @@ class RunConfigFields:
     # training augmentation of image batches: none, or crop_flip (RandomCrop(padding 4) and a horizontal flip, as the
     # sub-model sources train CIFAR-10; seeded by seed, round, client and step)
     augmentation: str = "none"
+    # how cifar10 / cifar100 image batches are standardised: split (the loaded training split's exact per-channel mean
+    # and std) or heterofl (the constants HeteroFL's and FedRolex's data.py normalise CIFAR with: data/images.py)
+    input_normalization: str = "split"
     # the sha256 of every file the run reads beside its config (a device trace, a plug-in's FILE.py), set by RunConfig
     # .resolved (hasfl_ray/config/inputs.py): --resume and a sweep's reuse compare it
     input_sha256: Optional[Dict[str, str]] = None

@@ -144,7 +144,8 @@ def _missing(folder: Path) -> List[str]:
 
 
 def load_cifar10(num_clients: int, alpha: float, seed: int, data_dir: str | None = None,
-                 download: bool = False, partition: str = "dirichlet") -> TensorFederatedDataset:
+                 download: bool = False, partition: str = "dirichlet",
+                 normalization: str = "split") -> TensorFederatedDataset:
     """CIFAR-10 from ``<data_dir>/cifar-10-batches-py`` (a torchvision root), Dirichlet-partitioned.
 
     Pixels stay uint8 and are standardised per batch with the training split's per-channel mean and
@@ -165,7 +166,7 @@ def load_cifar10(num_clients: int, alpha: float, seed: int, data_dir: str | None
     train_labels = np.concatenate([labels for _, labels in train])
     logger.info("CIFAR-10: %d train, %d test images from %s", len(train_images), len(test_images), folder)
     return partitioned_image_dataset("cifar10", NUM_CLASSES, train_images, train_labels, test_images, test_labels,
-                                     num_clients, alpha, seed, partition)
+                                     num_clients, alpha, seed, partition, normalization)
 
 
 @register_dataset("cifar10")
@@ -179,4 +180,5 @@ class CIFAR10Dataset(Dataset):
     def load(self, config) -> FederatedDataset:
         check_image_root("cifar10", config.data_dir)
         return load_cifar10(config.clients, config.alpha, config.seed, config.data_dir, config.download,
-                            getattr(config, "partition", "dirichlet"))
+                            getattr(config, "partition", "dirichlet"),
+                            getattr(config, "input_normalization", "split"))

@@ -41,7 +41,8 @@ def _missing(folder: Path) -> List[str]:
 
 
 def load_cifar100(num_clients: int, alpha: float, seed: int, data_dir: str | None = None,
-                  download: bool = False, partition: str = "dirichlet") -> TensorFederatedDataset:
+                  download: bool = False, partition: str = "dirichlet",
+                  normalization: str = "split") -> TensorFederatedDataset:
     """CIFAR-100 from ``<data_dir>/cifar-100-python`` (a torchvision root), fine labels, Dirichlet-partitioned
     (or by ``partition``). ``meta`` (the class names) is not read. No MD5 is checked, so re-packed files load.
 
@@ -61,7 +62,7 @@ def load_cifar100(num_clients: int, alpha: float, seed: int, data_dir: str | Non
     test_images, test_labels = read_batch(folder / TEST_FILE, LABELS_KEY, NUM_CLASSES, WHAT)
     logger.info("CIFAR-100: %d train, %d test images from %s", len(train_images), len(test_images), folder)
     return partitioned_image_dataset("cifar100", NUM_CLASSES, train_images, train_labels, test_images, test_labels,
-                                     num_clients, alpha, seed, partition)
+                                     num_clients, alpha, seed, partition, normalization)
 
 
 @register_dataset("cifar100")
@@ -76,4 +77,5 @@ class CIFAR100Dataset(Dataset):
     def load(self, config) -> FederatedDataset:
         check_image_root("cifar100", config.data_dir)
         return load_cifar100(config.clients, config.alpha, config.seed, config.data_dir, config.download,
-                             getattr(config, "partition", "dirichlet"))
+                             getattr(config, "partition", "dirichlet"),
+                             getattr(config, "input_normalization", "split"))

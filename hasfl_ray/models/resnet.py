@@ -13,7 +13,9 @@
 ``stages`` (default 64, 128, 256, 512) are the width-1 channels of the four stages. Every hidden width is ceil(p * c)
 channels (:func:`~hasfl_ray.models.slicing.width_channels`, HeteroFL's ``int(np.ceil(rate * c))``); the input
 channels and the classes never scale, the classifier's input does. Convs
-have no bias (HeteroFL's and FjORD's layout); the linear layer has one.
+have no bias (HeteroFL's and FjORD's layout); the linear layer has one, which :class:`PreResNet18` (without exits)
+starts at 0 as HeteroFL's and FedRolex's ``init_param`` does (the weights keep torch's default draws, in the
+sources' order, so a seed gives the sources' initial network).
 
 Normalisation (``norm``): ``sbn`` static BatchNorm (HeteroFL's sBN: batch statistics in training, no running
 statistics, the evaluated model's statistics from a pass over the training data, :func:`sbn_statistics`), ``bn`` the
@@ -190,6 +192,8 @@ class PreResNet18(_Base):
         if self.depth == self.num_depths:
             self.n4 = norm_layer(norm, self._c(self.stages[-1]))
             self.linear = nn.Linear(self._c(self.stages[-1]), self.num_classes)
+            if not self.exits:  # HeteroFL's init_param (src/models/utils.py, FedRolex's too): the bias starts at 0
+                nn.init.zeros_(self.linear.bias)
         self._add_exits()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

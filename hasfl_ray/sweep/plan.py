@@ -172,6 +172,8 @@ def check_layer(values: Mapping[str, Any], source: str, block: Mapping[str, Any]
     fields = {k: v for k, v in values.items() if k in known and k != "algorithm_options"}
     if fields.get("global_width") == "first" and "width_mix" not in fields:  # the variants name the levels: each
         fields.pop("global_width")  # cell's whole config is checked when it is planned
+    if "dataset" not in fields:  # the datasets are the sweep's: each cell's pair is checked when it is planned
+        fields.pop("input_normalization", None)
     with naming(source):
         RunConfig.from_dict(fields, source, check_options=False)
     variants = block.get("variants") or {}

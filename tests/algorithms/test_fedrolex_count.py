@@ -23,6 +23,7 @@ is the equal weight of the conv path (HeteroFL's ``count += 1``, docs/reproducti
 reproduced."""
 
 import math
+import os
 
 import numpy as np
 import torch
@@ -106,3 +107,13 @@ def test_fedrolex_with_count_weights_is_the_sources_combine():
         assert torch.allclose(counted[k], source[k], atol=2e-7), k  # float32 updates
     _, by_samples = project("samples")
     assert max(float((by_samples[k] - source[k]).abs().max()) for k in SPECS) > 1e-3  # the departure closed
+
+
+def test_the_pages_say_which_of_fedrolexs_weights_count_once():
+    """docs/algorithms.md and packs.md: K = 1 is FedRolex's rule for its conv weights only; its norms, biases and
+    classifier rows carry ``tmp_counts`` (the residue above), and neither page may say the source counts all once."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for page in ("algorithms.md", os.path.join("reproduction", "packs.md")):
+        text = " ".join(open(os.path.join(root, "docs", page), encoding="utf-8").read().split())
+        assert "tmp_counts" in text, page
+        assert "FedRolex's `combine` counts each client once too" not in text, page

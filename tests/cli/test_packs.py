@@ -5,13 +5,16 @@ pack's scaled-down sweep starts and finishes a round through the CLI (on the emb
 import glob
 import json
 import os
+import warnings
 
 import pytest
+import torch
 from click.testing import CliRunner
 
 from hasfl_ray.cli.main import main
 from hasfl_ray.engine import RunConfig
 from hasfl_ray.federation import ladder_of
+from hasfl_ray.schedule import round_lr
 from hasfl_ray.sweep import plan_sweep
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -98,15 +101,55 @@ def test_fiarse_pack_runs_four_methods_on_one_protocol():
         assert (c.sbn_statistics, c.eval_batch_size, c.augmentation) == ("test_batch", 20, "crop_flip")
 
 
+def test_heterofl_pack_names_the_round_its_table_reports():
+    """HeteroFL's table is each run's best-Global-Accuracy checkpoint re-tested (src/test_classifier_fed.py at
+    cc40f3e46b0f: ``resume(..., load_tag='best')``, the checkpoint train_classifier_fed.py keeps by ``pivot_metric``
+    Global-Accuracy), so the pack names best_accuracy and that round's local accuracy as the counterparts."""
+    text = " ".join(open(PACKS["heterofl-cifar10"], encoding="utf-8").read().split())
+    assert "best_accuracy" in text and "--local-eval-every 1" in text and "best round" in text
+    page = " ".join(open(os.path.join(REPO, "docs", "reproduction", "packs.md"), encoding="utf-8").read().split())
+    assert "`load_tag='best'`" in page and "`best_accuracy`, its local column the local accuracy at that same round" \
+        in page and "(`--local-eval-every 1`)" in page
+
+
+def source_lrs(lr, milestones, gamma, rounds, step_first):
+    """The learning rate of each round (0-based) of a source's loop over its global epochs 1..rounds, with a
+    torch MultiStepLR stepped once a round: before the round (``step_first``: FedRolex main_resnet.py, commit
+    813510997e18: ``scheduler.step()``, then the lr read and the round) or after it (HeteroFL
+    src/train_classifier_fed.py, commit cc40f3e46b0f: ``train(...)``, ``test(...)``, then ``scheduler.step()``)."""
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=lr)
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones, gamma=gamma)
+    out = []
+    for _ in range(rounds):
+        if step_first:
+            with warnings.catch_warnings():  # torch warns of exactly this order, FedRolex's
+                warnings.simplefilter("ignore", UserWarning)
+                scheduler.step()
+        out.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        if not step_first:
+            scheduler.step()
+    return out
+
+
 def test_the_heterofl_and_fedrolex_packs_step_their_learning_rates_as_their_sources():
-    """HeteroFL (src/utils.py, CIFAR10): lr 0.1, x0.1 at [150, 250] IID and [300, 500] non-IID; FedRolex (utils.py and
-    its README command): SGD lr 2e-4, momentum 0.9, weight decay 1e-3, x0.25 at [1200]."""
+    """HeteroFL (src/utils.py, CIFAR10): lr 0.1, x0.1 at [150, 250] IID and [300, 500] non-IID, its scheduler
+    stepped after each round; FedRolex (utils.py and its README command): SGD lr 2e-4, momentum 0.9, weight decay
+    1e-3, x0.25 at --schedule 1200, its scheduler stepped before each round, so its 1200th round (0-based 1199) is
+    the first at lr/4. Every round of every cell trains at the source's rate."""
     for c in cells("heterofl-cifar10").values():
         assert (c.lr, c.lr_decay, c.lr_gamma) == (0.1, 1.0, 0.1)
-        assert c.lr_milestones == ([300, 500] if c.partition == "classes:2" else [150, 250])
+        assert c.input_normalization == "heterofl"  # HeteroFL src/data.py's Normalize
+        milestones = [300, 500] if c.partition == "classes:2" else [150, 250]
+        assert [round_lr(c.lr, c.lr_decay, t, c.lr_milestones, c.lr_gamma) for t in range(c.rounds)] == \
+            source_lrs(0.1, milestones, 0.1, c.rounds, step_first=False)
     for c in cells("fedrolex-cifar10").values():
-        assert (c.lr, c.lr_decay, c.lr_milestones, c.lr_gamma, c.momentum, c.weight_decay, c.clip_norm) == \
-            (0.0002, 1.0, [1200], 0.25, 0.9, 0.001, 1.0)
+        assert c.input_normalization == "heterofl"  # FedRolex data.py's Normalize
+        assert (c.lr, c.lr_decay, c.lr_gamma, c.momentum, c.weight_decay, c.clip_norm) == \
+            (0.0002, 1.0, 0.25, 0.9, 0.001, 1.0)
+        assert [round_lr(c.lr, c.lr_decay, t, c.lr_milestones, c.lr_gamma) for t in range(c.rounds)] == \
+            source_lrs(2e-4, [1200], 0.25, c.rounds, step_first=True)
 
 
 # one variant per pack, scaled down as docs/reproduction/packs.md runs it, on the digits (no data directory needed)
@@ -120,7 +163,9 @@ def test_each_pack_scaled_down_runs_a_round(name, tmp_path):
     result = CliRunner().invoke(main, [
         "sweep", PACKS[name], "--datasets", "digits", "--algorithms", TRIES[name], "--seeds", "42", "--rounds", "1",
         "--clients", "5", "--clients-per-round", "2", "--eval-samples", "64", "--backend", "local", "--out", out,
-        "--quiet", *([] if name == "fiarse-protocol" else ["--local-epochs", "1"])],  # FIARSE's local_steps: 100
+        "--quiet", *([] if name == "fiarse-protocol" else ["--local-epochs", "1"]),  # FIARSE's local_steps: 100
+        # the HeteroFL and FedRolex packs' CIFAR constants have no digits counterpart: the split's own statistics
+        *(["--input-normalization", "split"] if name in ("heterofl-cifar10", "fedrolex-cifar10") else [])],
         catch_exceptions=False)
     assert result.exit_code == 0, result.output
     run = os.path.join(out, f"digits-{TRIES[name]}-seed42")
