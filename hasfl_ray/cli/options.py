@@ -104,9 +104,10 @@ RUN_OPTIONS = (
     click.option("--augmentation", type=click.Choice(["none", "crop-flip"]),
                  help="Training augmentation of image batches: none (default) or crop-flip (RandomCrop with padding 4 "
                       "and a horizontal flip, as the sub-model sources train CIFAR-10)."),
-    click.option("--input-normalization", type=click.Choice(["split", "heterofl"]),
+    click.option("--input-normalization", type=click.Choice(["split", "sources"]),
                  help="How cifar10/cifar100 batches are standardised: split (default: the training split's own mean "
-                      "and std) or heterofl (HeteroFL's and FedRolex's constants, std 0.2023/0.1994/0.2010)."),
+                      "and std) or sources (the constants HeteroFL, FedRolex, FjORD and FIARSE use, std "
+                      "0.2023/0.1994/0.2010)."),
     click.option("--momentum", type=float, help="Local SGD momentum (default 0.9; 0 for scaffold)."),
     click.option("--local-optimizer", metavar="NAME",
                  help="The clients' optimiser: sgd (default: the built-in step, every batched path) or any torch.optim "

@@ -89,12 +89,12 @@ def check_fields(self) -> None:
     if self.augmentation not in ("none", "crop_flip"):
         raise bad("augmentation", self.augmentation, "none or crop_flip (RandomCrop with padding 4 and a "
                                                      "horizontal flip of image batches)")
-    if self.input_normalization not in ("split", "heterofl"):
+    if self.input_normalization not in ("split", "sources"):
         raise bad("input_normalization", self.input_normalization, "split (the training split's own per-channel mean "
-                  "and std) or heterofl (HeteroFL's and FedRolex's CIFAR constants)")
-    if self.input_normalization == "heterofl" and self.dataset not in ("cifar10", "cifar100"):
-        raise bad("input_normalization", self.input_normalization, f"split with dataset {self.dataset!r} (heterofl "
-                  "is HeteroFL's and FedRolex's CIFAR constants: datasets cifar10 and cifar100 only)")
+                  "and std) or sources (the sub-model sources' CIFAR constants)")
+    if self.input_normalization == "sources" and self.dataset not in ("cifar10", "cifar100"):
+        raise bad("input_normalization", self.input_normalization, f"split with dataset {self.dataset!r} (sources "
+                  "is the sub-model sources' CIFAR constants: datasets cifar10 and cifar100 only)")
     if self.local_steps is not None and (not isinstance(self.local_steps, int) or
                                          isinstance(self.local_steps, bool) or self.local_steps < 1):
         raise bad("local_steps", self.local_steps, "a positive number of local iterations (or unset: "

@@ -49,20 +49,21 @@ def channel_statistics(images: np.ndarray) -> Tuple[Tuple[float, ...], Tuple[flo
     return tuple(float(m) for m in mean), tuple(float(s) for s in std)
 
 
-#: ``input_normalization: heterofl``: the per-channel mean and std of ``pixels / 255`` that HeteroFL's and FedRolex's
-#: ``data.py::fetch_dataset`` standardise CIFAR-10 (and FedRolex CIFAR-100) with, ``transforms.Normalize((0.4914,
-#: 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))`` (HeteroFL src/data.py at cc40f3e, FedRolex data.py at 8135109): the
+#: ``input_normalization: sources``: the per-channel mean and std of ``pixels / 255`` that every sub-model source
+#: standardises CIFAR-10 (and FedRolex and FIARSE CIFAR-100) with, ``transforms.Normalize((0.4914, 0.4822, 0.4465),
+#: (0.2023, 0.1994, 0.2010))``: HeteroFL src/data.py at cc40f3e, FedRolex data.py at 8135109, FIARSE
+#: data/cifar10/data.py at 281519c, Flower's baselines/fjord/fjord/dataset.py (CIFAR_NORMALIZATION) at fdef7afb: the
 #: means are CIFAR-10's, the stds not (its pixels' are 0.2470, 0.2435, 0.2616), so their inputs are 1.22-1.30 times
 #: the training split's own standardisation (``split``).
-HETEROFL_NORMALIZATION = ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
+SOURCE_NORMALIZATION = ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
 
 
 def partitioned_image_dataset(name: str, num_classes: int, train_images: np.ndarray, train_labels: np.ndarray,
                               test_images: np.ndarray, test_labels: np.ndarray, num_clients: int, alpha: float,
                               seed: int, partition: str = "dirichlet",
                               normalization: str = "split") -> TensorFederatedDataset:
-    """uint8 images standardised per batch with the training split's statistics (``normalization`` split; heterofl:
-    :data:`HETEROFL_NORMALIZATION`), the training split
+    """uint8 images standardised per batch with the training split's statistics (``normalization`` split; sources:
+    :data:`SOURCE_NORMALIZATION`), the training split
     partitioned over ``num_clients`` by Dirichlet(``alpha``) label skew drawn from ``seed`` (or the scheme
     ``partition`` names: :func:`~hasfl_ray.data.partition.partition_splits`; ``classes:K`` also gives each client its
     own test shard).
@@ -71,7 +72,7 @@ def partitioned_image_dataset(name: str, num_classes: int, train_images: np.ndar
         train_images, test_images: uint8 arrays (N, C, H, W), already in display orientation.
         train_labels, test_labels: integer labels (N,).
     """
-    mean, std = HETEROFL_NORMALIZATION if normalization == "heterofl" else channel_statistics(train_images)
+    mean, std = SOURCE_NORMALIZATION if normalization == "sources" else channel_statistics(train_images)
     parts, test_parts, label_split = partition_splits(train_labels, test_labels, num_clients, partition, alpha,
                                                       np.random.default_rng(seed), min_size=MIN_CLIENT_SIZE,
                                                       seed=seed)

@@ -140,17 +140,28 @@ def test_the_heterofl_and_fedrolex_packs_step_their_learning_rates_as_their_sour
     the first at lr/4. Every round of every cell trains at the source's rate."""
     for c in cells("heterofl-cifar10").values():
         assert (c.lr, c.lr_decay, c.lr_gamma) == (0.1, 1.0, 0.1)
-        assert c.input_normalization == "heterofl"  # HeteroFL src/data.py's Normalize
+        assert c.input_normalization == "sources"  # HeteroFL src/data.py's Normalize
         milestones = [300, 500] if c.partition == "classes:2" else [150, 250]
         assert [round_lr(c.lr, c.lr_decay, t, c.lr_milestones, c.lr_gamma) for t in range(c.rounds)] == \
             source_lrs(0.1, milestones, 0.1, c.rounds, step_first=False)
     for c in cells("fedrolex-cifar10").values():
-        assert c.input_normalization == "heterofl"  # FedRolex data.py's Normalize
+        assert c.input_normalization == "sources"  # FedRolex data.py's Normalize
         assert (c.lr, c.lr_decay, c.lr_gamma, c.momentum, c.weight_decay, c.clip_norm) == \
             (0.0002, 1.0, 0.25, 0.9, 0.001, 1.0)
         assert [round_lr(c.lr, c.lr_decay, t, c.lr_milestones, c.lr_gamma) for t in range(c.rounds)] == \
             source_lrs(2e-4, [1200], 0.25, c.rounds, step_first=True)
 
+
+
+def test_every_pack_standardises_its_inputs_with_the_sources_constants():
+    """All four sources apply Normalize((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)) to CIFAR-10: HeteroFL
+    src/data.py (cc40f3e), FedRolex data.py (8135109), FIARSE data/cifar10/data.py (281519c), Flower
+    baselines/fjord/fjord/dataset.py's CIFAR_NORMALIZATION (fdef7afb); every cell of every pack takes them."""
+    from hasfl_ray.data.images import SOURCE_NORMALIZATION
+
+    assert SOURCE_NORMALIZATION == ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
+    for name in PACKS:
+        assert {c.input_normalization for c in cells(name).values()} == {"sources"}, name
 
 # one variant per pack, scaled down as docs/reproduction/packs.md runs it, on the digits (no data directory needed)
 TRIES = {"heterofl-cifar10": "noniid2-b-e-dynamic", "fjord-cifar10": "fjord-no-kd",
@@ -164,8 +175,8 @@ def test_each_pack_scaled_down_runs_a_round(name, tmp_path):
         "sweep", PACKS[name], "--datasets", "digits", "--algorithms", TRIES[name], "--seeds", "42", "--rounds", "1",
         "--clients", "5", "--clients-per-round", "2", "--eval-samples", "64", "--backend", "local", "--out", out,
         "--quiet", *([] if name == "fiarse-protocol" else ["--local-epochs", "1"]),  # FIARSE's local_steps: 100
-        # the HeteroFL and FedRolex packs' CIFAR constants have no digits counterpart: the split's own statistics
-        *(["--input-normalization", "split"] if name in ("heterofl-cifar10", "fedrolex-cifar10") else [])],
+        # the packs' CIFAR constants have no digits counterpart: the split's own statistics
+        "--input-normalization", "split"],
         catch_exceptions=False)
     assert result.exit_code == 0, result.output
     run = os.path.join(out, f"digits-{TRIES[name]}-seed42")

@@ -1,4 +1,4 @@
-"""``input_normalization: heterofl``: CIFAR batches standardised as HeteroFL's and FedRolex's code standardises them.
+"""``input_normalization: sources``: CIFAR batches standardised as the sub-model sources' code standardises them.
 
 The sources' rule (HeteroFL src/data.py::fetch_dataset at commit cc40f3e46b0f, FedRolex data.py::fetch_dataset at
 commit 813510997e18, CIFAR10 train and test): ``ToTensor()`` (pixels / 255) then ``Normalize`` with the fixed
@@ -28,9 +28,9 @@ def loaded(root, normalization):
     return load_plugin_dataset(lookup("dataset", "cifar10"), config)
 
 
-def test_heterofl_normalization_is_the_sources_transform(tmp_path):
+def test_sources_normalization_is_the_sources_transform(tmp_path):
     make_cifar_root(tmp_path)
-    dataset = loaded(tmp_path, "heterofl")
+    dataset = loaded(tmp_path, "sources")
     source = Normalize(SOURCE_MEAN, SOURCE_STD)
     x, _ = next(iter(dataset.test_batches(dataset.test_size)))
     torch.testing.assert_close(x, source(dataset.test_x.to(torch.float32) / 255), rtol=0, atol=1e-5)
@@ -44,22 +44,22 @@ def test_heterofl_normalization_is_the_sources_transform(tmp_path):
     assert np.allclose(pixels.mean(dim=(0, 2, 3)).numpy(), 0, atol=1e-4)
 
 
-def test_heterofl_normalization_is_refused_beside_another_dataset(tmp_path):
-    with pytest.raises(ConfigError, match="input_normalization is 'heterofl'; expected split with dataset 'digits'"):
-        RunConfig(dataset="digits", input_normalization="heterofl")
+def test_sources_normalization_is_refused_beside_another_dataset(tmp_path):
+    with pytest.raises(ConfigError, match="input_normalization is 'sources'; expected split with dataset 'digits'"):
+        RunConfig(dataset="digits", input_normalization="sources")
     with pytest.raises(ConfigError, match="input_normalization is 'imagenet'; expected split"):
         RunConfig(dataset="cifar10", input_normalization="imagenet")
-    result = CliRunner().invoke(main, ["simulate", "--dataset", "digits", "--input-normalization", "heterofl",
+    result = CliRunner().invoke(main, ["simulate", "--dataset", "digits", "--input-normalization", "sources",
                                        "--rounds", "1", "--out", str(tmp_path / "run")])
     assert result.exit_code == 2 and "expected split with dataset 'digits'" in result.output
     assert "Traceback" not in result.output and not (tmp_path / "run").exists()
 
 
 def test_a_config_files_normalization_meets_the_flags_dataset(tmp_path):
-    """A config file's ``input_normalization: heterofl`` beside ``--dataset cifar10`` is checked against that
+    """A config file's ``input_normalization: sources`` beside ``--dataset cifar10`` is checked against that
     dataset, not the default one: the run goes on to read its data (here a missing folder, one sentence)."""
     config = tmp_path / "c.yaml"
-    config.write_text("input_normalization: heterofl\nrounds: 1\n", encoding="utf-8")
+    config.write_text("input_normalization: sources\nrounds: 1\n", encoding="utf-8")
     result = CliRunner().invoke(main, ["simulate", "--config", str(config), "--dataset", "cifar10", "--data-dir",
                                        str(tmp_path / "none"), "--out", str(tmp_path / "run")])
     assert result.exit_code == 2 and "CIFAR-10 batches not found" in result.output, result.output
