@@ -94,7 +94,8 @@ class RunConfigFields:
     # sub-model sources train CIFAR-10; seeded by seed, round, client and step)
     augmentation: str = "none"
     # how cifar10 / cifar100 image batches are standardised: split (the loaded training split's exact per-channel mean
-    # and std) or heterofl (the constants HeteroFL's and FedRolex's data.py normalise CIFAR with: data/images.py)
+    # and std) or sources (the constants the sub-model sources' data code normalises CIFAR with: data/images.py's
+    # SOURCE_NORMALIZATION)
     input_normalization: str = "split"
     # the sha256 of every file the run reads beside its config (a device trace, a plug-in's FILE.py), set by RunConfig
     # .resolved (hasfl_ray/config/inputs.py): --resume and a sweep's reuse compare it
