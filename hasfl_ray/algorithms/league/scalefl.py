@@ -94,8 +94,8 @@ class ScaleFLOptions:
         model = config.get("model")
         if model not in EXIT_HEAD_MODELS:  # the image CNNs' exits are a pool and a linear layer, with no head
             inert["scalefl_exit_head"] = (
-                "model is unset (the dataset's own image CNN, whose exits are a pool and a linear layer)"
-                if model is None else f"model is {model!r} (not a ResNet, so no exit heads to choose)",
+                "model is unset (the image CNN's exits have no heads)" if model is None else
+                f"model {model!r} is not a ResNet (no exit heads)",
                 f"--model {', '.join(EXIT_HEAD_MODELS[:-1])} or {EXIT_HEAD_MODELS[-1]}")
         if self.scalefl_kd_gamma:
             return inert
