@@ -10,8 +10,9 @@
   and a linear layer from the stage's channels to the classes. Its ``in_planes`` is the stage's width at the model's
   scale, so the head's channels shrink with the backbone's: here ceil(p x C) (the model's own widths), its convs
   sliced in and out, its norms and the linear layer's input too. Its norms and Scaler are the model's own (``norm``,
-  ``scaler``; the source's ``BatchNorm2d(track_running_stats=False)`` is ``norm: bn``, and its Scaler divides by the
-  rate in training as in evaluation, where a norm of batch statistics follows it and undoes it up to its epsilon).
+  ``scaler``): the source's ``BatchNorm2d(track_running_stats=False)`` is ``norm: bn``; the Scaler divides by the
+  width in training only, as the backbone's (HeteroFL's), where the source's divides in evaluation too, ahead of a
+  norm of batch statistics that undoes the division up to its epsilon.
 """
 
 from __future__ import annotations
