@@ -12,6 +12,9 @@ onto the depth sub-models of :mod:`hasfl_ray.models.depth` (``sub_model: width_d
 - **Width.** The source keeps int(v · C) (floor) leading channels, hasfl-ray's slicer ceil(v · C): the same wherever
   v · C is whole (the ladders 1/4, 1/2, 3/4, 1 and 1/2^k on the ResNets' 64..512 and the CNNs' channels), one channel
   more elsewhere (a documented departure, docs/algorithms.md#scalefl).
+- **Exits.** On a ResNet, exit k < last is the source's ``Classifier`` (three 3x3 convs at the stage's width, each
+  with the Scaler, the model's norm and ReLU, then pool and linear: :mod:`hasfl_ray.models.depth_heads`), or with
+  ``scalefl_exit_head: depthfl`` DepthFL's exits; the image CNNs' exits are a pool and a linear layer either way.
 - **Loss**: :func:`~hasfl_ray.algorithms.league.scalefl.exit_loss` over the client's exits, with the distillation
   term (γ = ``scalefl_kd_gamma``, T = ``scalefl_kd_temperature``) from round index > ``scalefl_kd_start`` × rounds.
 - **Aggregation**: per coordinate the unweighted mean over the clients that trained it (weights 1 each; every
@@ -100,6 +103,12 @@ class ScaleFL(Algorithm):
     #: The config values it always runs with, whatever is given: a value given that differs is refused
     #: (config/layers.py::_check_given_defaults); its mean counts each client once.
     fixed_config = {"aggregation_weights": ("count", "the source's average_weights")}
+
+    @staticmethod
+    def exit_head(options) -> str:
+        """The ResNets' exit heads its runs build (hasfl_ray.models.depth_plan.exit_head): ScaleFL's ``Classifier``
+        (``scalefl_exit_head: source``, the default) or DepthFL's (``depthfl``)."""
+        return rules.EXIT_HEAD_CHOICES[options.get("scalefl_exit_head", "source")]
 
     def aggregation_weights(self, clients: Sequence[int]) -> List[float]:
         """1 each: ``average_weights``' unweighted mean over the clients that trained a coordinate."""

@@ -203,19 +203,15 @@ def add_index_bytes(rows: List[dict], model_name: str, dataset: str, norm: Optio
     lists (FLuID's non-stragglers, whose ``channel_sets`` is None)."""
     from hasfl_ray.clock.cost import index_bytes_of
     from hasfl_ray.errors import ConfigError
-    from hasfl_ray.models import MODEL_CONFIGS, build_model, register_model
+    from hasfl_ray.models import build_model
     from hasfl_ray.models.index_slicing import channel_groups
-    from hasfl_ray.models.resnet import resnet_config
 
     if plugin:
         raise ConfigError(f"{label} with --model {model_name!r}; expected a built-in model or a ResNet (a "
                           "plug-in model's channel groups are not known here)")
     name = model_name
     if model_name in RESNET_MODELS:
-        config = MODEL_CONFIGS[dataset]
-        name, built = resnet_config(model_name, config["in_channels"], config["num_classes"], config["image_size"],
-                                    norm)
-        register_model(name, built)
+        name = resnet_on(model_name, dataset, norm)
     specs = build_model(name).param_specs()
     try:
         channel_groups(specs)
@@ -225,6 +221,20 @@ def add_index_bytes(rows: List[dict], model_name: str, dataset: str, norm: Optio
     for row in rows:
         row["index_bytes"] = 0 if whole_at_one and row["p"] >= 1 else index_bytes_of(specs, row["p"])
         row["index_upload_mb"] = (4 * row["params"] + row["index_bytes"]) / 1e6
+
+
+def resnet_on(model_name: str, dataset: str, norm: Optional[str], head: Optional[str] = None) -> str:
+    """The registered name of ResNet ``model_name`` on built-in image dataset ``dataset``'s inputs and classes; with
+    ``head``, built with exits whose heads are ``head`` (:mod:`hasfl_ray.models.depth_heads`)."""
+    from hasfl_ray.models import MODEL_CONFIGS, register_model
+    from hasfl_ray.models.depth_heads import with_exit_heads
+    from hasfl_ray.models.resnet import resnet_config
+
+    config = MODEL_CONFIGS[dataset]
+    name, built = resnet_config(model_name, config["in_channels"], config["num_classes"], config["image_size"], norm)
+    name, built = (name, built) if head is None else with_exit_heads(name, built, head)
+    register_model(name, built)
+    return name
 
 
 def depth_rows(model_name: str, dataset: str, norm: Optional[str], depths: str,
@@ -246,25 +256,20 @@ def depth_rows(model_name: str, dataset: str, norm: Optional[str], depths: str,
         raise ConfigError(f"--depths is {depths!r}: {error}") from None
 
 
-def exits_model(model_name: str, dataset: str, norm: Optional[str], what: str) -> str:
-    """The registered name of ``model_name`` built with exits (a ResNet on ``dataset``'s images, or a built-in image
-    CNN); one ConfigError sentence, opened by ``what``, for a model without stages."""
+def exits_model(model_name: str, dataset: str, norm: Optional[str], what: str, head: str = "depthfl") -> str:
+    """The registered name of ``model_name`` built with exits (a ResNet on ``dataset``'s images, its exits' heads
+    ``head``: :mod:`hasfl_ray.models.depth_heads`; or a built-in image CNN); one ConfigError sentence, opened by
+    ``what``, for a model without stages."""
     from hasfl_ray.errors import ConfigError
     from hasfl_ray.models import MODEL_CONFIGS, register_model
-    from hasfl_ray.models.resnet import resnet_config
 
     if model_name in RESNET_MODELS:
-        config = MODEL_CONFIGS[dataset]
-        name, built = resnet_config(model_name, config["in_channels"], config["num_classes"], config["image_size"],
-                                    norm)
-        name, built = f"{name[:-1]},exits]", {**built, "exits": True}
-    elif MODEL_CONFIGS.get(model_name, {}).get("kind") == "cnn":
-        name, built = f"{model_name}+exits", {**MODEL_CONFIGS[model_name], "exits": True}
-    else:
+        return resnet_on(model_name, dataset, norm, head)
+    if MODEL_CONFIGS.get(model_name, {}).get("kind") != "cnn":
         raise ConfigError(f"{what} but --model {model_name!r} has no stages with exits; expected a "
                           f"ResNet ({', '.join(RESNET_MODELS)}) or an image CNN ({', '.join(IMAGE_DATASETS)})")
-    register_model(name, built)
-    return name
+    register_model(f"{model_name}+exits", {**MODEL_CONFIGS[model_name], "exits": True})
+    return f"{model_name}+exits"
 
 
 def algorithm_rows(algorithm: str, model_name: str, dataset: str, norm: Optional[str], depths: Optional[str],
@@ -272,15 +277,17 @@ def algorithm_rows(algorithm: str, model_name: str, dataset: str, norm: Optional
     """One row per size of ``ladder`` (default 0.25, 0.5, 0.75, 1) of what a client of that size trains and sends
     under ``algorithm``: DepthFL, the full-width network up to its depth (``depths``, one per size, else ceil(size x
     stages), as simulate's depth plan); ScaleFL, the size's width up to its level's exit (``depths`` the levels'
-    exits, default likewise: the source's 1,2,3,4 on a ResNet). Each row: the size, the width and depth trained, params, MACs and FLOPs per
-    sample of its training forward (every exit up to its depth counted) and upload MB (fp32)."""
+    exits, default likewise: the source's 1,2,3,4 on a ResNet; a ResNet's exits the source's heads). Each row: the
+    size, the width and depth trained, params, MACs and FLOPs per sample of its training forward (every exit up to
+    its depth counted) and upload MB (fp32)."""
     from hasfl_ray.errors import ConfigError
     from hasfl_ray.models import build_model, depth_cost_table
     from hasfl_ray.models.depth import exit_depths
     from hasfl_ray.models.depth_plan import ladder_depths
 
     given = list(ladder or PLUGIN_WIDTHS)
-    name = exits_model(model_name, dataset, norm, f"--algorithm is {algorithm!r}")
+    name = exits_model(model_name, dataset, norm, f"--algorithm is {algorithm!r}",  # scalefl_exit_head's default
+                       "scalefl" if algorithm == "scalefl" else "depthfl")
     total = exit_depths(build_model(name))
     listed = None
     if depths is not None:
@@ -369,16 +376,11 @@ def mask_output(model_name: str, dataset: str, norm: Optional[str], ladder: Opti
                 as_json: bool) -> str:
     """The mask methods' cost table (:func:`hasfl_ray.algorithms.fiarse.mask_cost_table`) as text or JSON."""
     from hasfl_ray.algorithms.fiarse import mask_cost_table
-    from hasfl_ray.models import MODEL_CONFIGS, register_model
-    from hasfl_ray.models.resnet import resnet_config
 
     name, widths = model_name, ladder or ([1.0, 0.5, 0.25, 0.125] if model_name in RESNET_MODELS else
                                           list(PLUGIN_WIDTHS))
     if model_name in RESNET_MODELS:
-        config = MODEL_CONFIGS[dataset]
-        name, built = resnet_config(model_name, config["in_channels"], config["num_classes"], config["image_size"],
-                                    norm)
-        register_model(name, built)
+        name = resnet_on(model_name, dataset, norm)
     from hasfl_ray.algorithms.league.fedgmr import kept_count
 
     # FedGMR's masks hold ceil(density x n) (its restore_mask), at their initial density p^2 in round 0

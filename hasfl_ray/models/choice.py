@@ -12,7 +12,8 @@ from hasfl_ray.federation import global_width_of
 from hasfl_ray.models import MODEL_CONFIGS, build_model, register_model
 from hasfl_ray.models.plugin import (accepted_arguments, check_width, dataset_arguments, is_plugin_kind,
                                      load_factory, model_name, plugin_config)
-from hasfl_ray.models.depth_plan import effective_sub_model
+from hasfl_ray.models.depth_heads import with_exit_heads
+from hasfl_ray.models.depth_plan import effective_sub_model, exit_head
 from hasfl_ray.models.resnet import StaticBatchNorm2d, image_shape, resnet_config
 from hasfl_ray.registry import is_spec
 
@@ -27,7 +28,8 @@ def model_dataset(dataset, config, label: str):
     exits = effective_sub_model(config) != "width"  # depth sub-models: the model with exits
     if config.model is not None:
         return use_resnet(dataset, config.model, config.model_norm, config.model_scaler, label,
-                          global_width_of(config.global_width, config.widths, config.width_mix), exits)
+                          global_width_of(config.global_width, config.widths, config.width_mix), exits,
+                          exit_head(config))
     if exits:
         dataset = with_exits(dataset)
     own = dict(dataset.model_config or {})
@@ -53,13 +55,15 @@ def with_exits(dataset):
 
 
 def use_resnet(dataset, arch: str, norm: Optional[str], scaler: Optional[str], label: str,
-               global_width: float = 1.0, exits: bool = False):
+               global_width: float = 1.0, exits: bool = False, head: str = "depthfl"):
     """A shallow copy of ``dataset`` (a FederatedDataset) that trains ResNet ``arch`` instead of its own model: its
     ``model`` and ``model_config`` name the network (:func:`resnet_config`, built from the dataset's input shape and
     classes), which every trainer and the server register from the dataset they are given; with ``sbn`` its
     :meth:`test_view` keeps the training data for the server's statistics pass. ``scaler``: on, off or None (on).
     ``global_width`` < 1: the narrower global network of HeteroFL's rows b, c, d, e (:func:`resnet_config`).
-    A ConfigError sentence where the dataset's inputs are not 1- or 3-channel images."""
+    ``exits``: built with exits, whose heads are ``head`` (:mod:`hasfl_ray.models.depth_heads`; ScaleFL's own in its
+    runs, :func:`~hasfl_ray.models.depth_plan.exit_head`). A ConfigError sentence where the dataset's inputs are not
+    1- or 3-channel images."""
     try:
         channels, size = image_shape(dataset)
     except ValueError as error:
@@ -67,7 +71,7 @@ def use_resnet(dataset, arch: str, norm: Optional[str], scaler: Optional[str], l
     name, config = resnet_config(arch, channels, dataset.num_classes, size, norm,
                                  None if scaler is None else scaler == "on", global_width)
     if exits:  # depth sub-models (hasfl_ray.models.depth)
-        name, config = f"{name[:-1]},exits]", {**config, "exits": True}
+        name, config = with_exit_heads(name, config, head)
     adopted = copy.copy(dataset)
     adopted.model, adopted.model_config = name, config
     adopted.view_keeps_train = config["norm"] == "sbn"

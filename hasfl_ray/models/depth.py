@@ -14,8 +14,9 @@ The ResNets' exit k < 4 is DepthFL's bottleneck classifier (Flower's ``baselines
 channels, norm, ReLU, 2x bilinear upsampling, sigmoid) multiplied into the stage's output, then one separable-conv
 block (depthwise 3x3 stride 2, pointwise 1x1, norm, ReLU, depthwise 3x3, pointwise 1x1 to the next stage's channels,
 norm, ReLU) per later stage, a global average pool and a linear layer (the mask's upsampling is to the stage's own
-size, the source's 2x on even sizes). The CNN's exit after stage k < last is a global average pool and a linear
-layer.
+size, the source's 2x on even sizes). Built with ``exit_head="scalefl"`` (ScaleFL's runs), exit k is ScaleFL's
+``Classifier`` instead (:mod:`hasfl_ray.models.depth_heads`). The CNN's exit after stage k < last is a global average
+pool and a linear layer.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from hasfl_ray.models.depth_heads import ScaleFLExit, scalefl_exit_layout
 from hasfl_ray.models.resnet_cost import _sizes
 from hasfl_ray.models.slicing import DimSlice, ParamSpec
 
@@ -85,7 +87,8 @@ class ResNetExit(nn.Module):
 
 class ResNetExits:
     """What a ResNet with exits adds (a mixin of the ResNets' base class, ahead of their cost model): it reads
-    ``exits``, ``depth``, ``num_depths``, ``stages``, ``_arguments``, ``_stem``, ``_head`` and ``layer{k}``."""
+    ``exits``, ``exit_head``, ``depth``, ``num_depths``, ``stages``, ``_arguments``, ``_stem``, ``_head`` and
+    ``layer{k}``."""
 
     def _stages_built(self) -> range:
         return range(self.depth)
@@ -93,8 +96,9 @@ class ResNetExits:
     def _add_exits(self) -> None:
         """Exits 1..min(depth, last - 1), after every other module (so a model without exits is built as always)."""
         if self.exits:
+            head = ScaleFLExit if self.exit_head == "scalefl" else ResNetExit  # (hasfl_ray.models.depth_heads)
             for stage in range(min(self.depth, self.num_depths - 1)):
-                self.add_module(f"exit{stage + 1}", ResNetExit(self, stage))
+                self.add_module(f"exit{stage + 1}", head(self, stage))
 
     def forward_exits(self, x: torch.Tensor) -> List[torch.Tensor]:
         """Every exit's logits up to the model's depth, shallowest first (the model with exits)."""
@@ -120,8 +124,9 @@ class ResNetExits:
         """``layout`` (the backbone's rows) with the exits' rows, cut to the model's depth."""
         if not self.exits:
             return layout
+        rows = scalefl_exit_layout if self.exit_head == "scalefl" else resnet_exit_layout
         for stage in range(self.num_depths - 1):
-            layout += resnet_exit_layout(self.stages, stage)
+            layout += rows(self.stages, stage)
         return [row for row in layout if resnet_param_depth(row[0], self.num_depths) <= self.depth]
 
     def macs(self, p: float) -> int:

@@ -87,6 +87,19 @@ def implied_sub_model(config) -> Optional[str]:
     return getattr(registry.lookup("algorithm", name), "implied_sub_model", None)
 
 
+def exit_head(config) -> str:
+    """The exit heads of the ResNet a run builds with exits (:mod:`hasfl_ray.models.depth_heads`): the built-in
+    algorithm's choice (its class's ``exit_head(algorithm_options)``: ScaleFL's ``scalefl_exit_head``), else
+    DepthFL's, as every other run (a plug-in's file is not imported here)."""
+    from hasfl_ray import registry
+
+    name = config.algorithm
+    if not isinstance(name, str) or name not in registry.registered("algorithm"):
+        return "depthfl"
+    chosen = getattr(registry.lookup("algorithm", name), "exit_head", None)
+    return chosen(getattr(config, "algorithm_options", None) or {}) if chosen is not None else "depthfl"
+
+
 def effective_sub_model(config) -> str:
     """The sub_model a run trains: the one given, else the one the built-in algorithm sets (:func:`implied_sub_model`),
     else width (``sub_model`` None is "not given", so a given width is told from the default; RunConfig.resolved)."""
@@ -127,5 +140,6 @@ def check_sub_model_keys(config, bad) -> None:
     object.__setattr__(config, "depths", list(depths))
 
 
-__all__ = ["DepthPlan", "SUB_MODELS", "check_sub_model_keys", "depth_plan", "effective_sub_model", "implied_sub_model",
+__all__ = ["DepthPlan", "SUB_MODELS", "check_sub_model_keys", "depth_plan", "effective_sub_model", "exit_head",
+           "implied_sub_model",
            "ladder_depths"]

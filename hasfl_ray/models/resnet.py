@@ -39,6 +39,7 @@ from hasfl_ray.models.sbn_pass import SBN_STREAM, training_batches  # noqa: F401
 from hasfl_ray.models import ghost_norm
 from hasfl_ray.models.ghost_norm import ghost_forward, stacked_batches
 from hasfl_ray.models.depth import ResNetExits, check_depth, dwconv_spec
+from hasfl_ray.models.depth_heads import check_exit_head
 from hasfl_ray.models.resnet_groups import resnet_group_labels
 from hasfl_ray.models.slicing import DimSlice, ParamSpec, width_channels
 from hasfl_ray.models.unfilled import unfilled_memory
@@ -116,7 +117,8 @@ class _Base(ResNetExits, ResNetCost, nn.Module):
     blocks: Tuple[int, ...] = BLOCKS
 
     def __init__(self, in_channels: int, num_classes: int, image_size, norm: str, scaler: bool, width: float,
-                 stages: Sequence[int] = STAGES, exits: bool = False, depth: Optional[int] = None):
+                 stages: Sequence[int] = STAGES, exits: bool = False, depth: Optional[int] = None,
+                 exit_head: str = "depthfl"):
         super().__init__()
         _check(norm, width)
         if len(stages) != len(self.blocks):
@@ -125,12 +127,12 @@ class _Base(ResNetExits, ResNetCost, nn.Module):
         self.norm, self.scaler, self.width = norm, bool(scaler), float(width)
         self.stages = tuple(int(c) for c in stages)
         # depth sub-models (hasfl_ray.models.depth): an exit after every stage; built at depth d, stages 1..d only
-        self.exits, self.num_depths = bool(exits), len(self.stages)
+        self.exits, self.num_depths, self.exit_head = bool(exits), len(self.stages), check_exit_head(exit_head)
         if depth is not None and not self.exits:
             raise ValueError(f"depth is {depth!r} but the model has no exits; expected depth only with exits")
         self.depth = check_depth(depth, self.num_depths) or self.num_depths
         self._arguments = dict(in_channels=in_channels, num_classes=num_classes, image_size=image_size, norm=norm,
-                               scaler=scaler, stages=stages, exits=exits, depth=depth)
+                               scaler=scaler, stages=stages, exits=exits, depth=depth, exit_head=exit_head)
 
     def _c(self, channels: int) -> int:
         return width_channels(self.width, channels)
@@ -180,8 +182,8 @@ class PreResNet18(_Base):
 
     def __init__(self, in_channels: int = 3, num_classes: int = 10, image_size=32, norm: str = "sbn",
                  scaler: bool = True, width: float = 1.0, stages: Sequence[int] = STAGES, exits: bool = False,
-                 depth: Optional[int] = None):
-        super().__init__(in_channels, num_classes, image_size, norm, scaler, width, stages, exits, depth)
+                 depth: Optional[int] = None, exit_head: str = "depthfl"):
+        super().__init__(in_channels, num_classes, image_size, norm, scaler, width, stages, exits, depth, exit_head)
         self.conv1 = nn.Conv2d(self.in_channels, self._c(self.stages[0]), 3, padding=1, bias=False)
         for stage in self._stages_built():
             self.add_module(f"layer{stage + 1}", nn.Sequential())
@@ -257,8 +259,8 @@ class ResNet18(_Base):
 
     def __init__(self, in_channels: int = 3, num_classes: int = 10, image_size=32, norm: str = "sbn",
                  scaler: bool = True, width: float = 1.0, stages: Sequence[int] = STAGES, exits: bool = False,
-                 depth: Optional[int] = None):
-        super().__init__(in_channels, num_classes, image_size, norm, scaler, width, stages, exits, depth)
+                 depth: Optional[int] = None, exit_head: str = "depthfl"):
+        super().__init__(in_channels, num_classes, image_size, norm, scaler, width, stages, exits, depth, exit_head)
         self.conv1 = nn.Conv2d(self.in_channels, self._c(self.stages[0]), 3, padding=1, bias=False)
         self.n1 = norm_layer(norm, self._c(self.stages[0]))
         self.scale = self._scale()
@@ -294,7 +296,6 @@ class ResNet18(_Base):
                 layout += [(f"{prefix}.shortcut", "conv", cout, cin, 1),
                            (f"{prefix}.shortcut_norm", "norm", cout, None, 0)]
         return self._with_exits(layout + [("linear", "linear", None, self.stages[-1], 0)])
-
 
 
 class _PostActBlock(nn.Module):

@@ -21,7 +21,10 @@ BACKENDS = ["reference"] + (["fused"] if fused_available() else [])
 def small_models():
     return {"preresnet18": PreResNet18(stages=(4, 8, 8, 16), exits=True),
             "resnet18": ResNet18(stages=(4, 8, 8, 16), exits=True, norm="bn"),
-            "cnn": ImageCNN(1, 10, 8, ((6,), (8,)), 12, exits=True)}
+            "cnn": ImageCNN(1, 10, 8, ((6,), (8,)), 12, exits=True),
+            # ScaleFL's width_depth clients with the source's exit heads (hasfl_ray.models.depth_heads)
+            "preresnet18-scalefl": PreResNet18(stages=(4, 8, 8, 16), exits=True, exit_head="scalefl"),
+            "resnet18-scalefl": ResNet18(stages=(4, 8, 8, 16), exits=True, norm="bn", exit_head="scalefl")}
 
 
 def packed_updates(model, shapes, seed):
@@ -61,7 +64,7 @@ def dense_masked(specs, updates, weights):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("arch", ["preresnet18", "resnet18", "cnn"])
+@pytest.mark.parametrize("arch", ["preresnet18", "resnet18", "cnn", "preresnet18-scalefl", "resnet18-scalefl"])
 def test_mixed_widths_and_depths_match_the_dense_masked_definition(arch, backend):
     model = small_models()[arch]
     top = model.num_depths
@@ -96,6 +99,20 @@ def test_a_parameter_no_client_holds_stays_zero_and_uncovered(backend):
     assert torch.allclose(result.div_num, num, rtol=1e-9, atol=1e-6)
 
 
+@pytest.mark.parametrize("arch", ["resnet18-scalefl", "preresnet18-scalefl"])
+def test_a_scalefl_client_sends_its_sub_models_own_tensors_packed(arch):
+    """The packed update's shapes are those of the width-p depth-d sub-model itself (ScaleFL's heads included):
+    the layout the wire and the fused kernel read is the model's."""
+    model = small_models()[arch]
+    for width, depth in [(0.25, 1), (0.5, 2), (0.75, 3), (1.0, 4)]:
+        built = type(model)(stages=(4, 8, 8, 16), exits=True, norm=model.norm, exit_head="scalefl", width=width,
+                            depth=depth)
+        specs, (update,) = packed_updates(model, [(width, depth)], seed=2)
+        assert {n: tuple(t.shape) for n, t in update.items()} == {n: tuple(p.shape) for n, p in
+                                                                   built.named_parameters()}
+        assert f"exit{min(depth, 3)}.conv3.weight" in update and "exit1.att.dw1.weight" not in update
+
+
 def test_depth_update_is_packed_never_dense():
     """What a depth-1 client at width 1/4 sends: its held tensors' slices, far fewer elements than the model."""
     model = small_models()["preresnet18"]
@@ -108,8 +125,9 @@ def test_depth_update_is_packed_never_dense():
 
 @pytest.mark.skipif(not (torch.cuda.is_available() and fused_available("cuda")),
                     reason="needs a CUDA device and hasfl_ray._C built with its CUDA kernel")
-def test_mixed_widths_and_depths_on_cuda_match_the_dense_masked_definition():
-    model = small_models()["preresnet18"]
+@pytest.mark.parametrize("arch", ["preresnet18", "preresnet18-scalefl"])
+def test_mixed_widths_and_depths_on_cuda_match_the_dense_masked_definition(arch):
+    model = small_models()[arch]
     specs, updates = packed_updates(model, [(1.0, 4), (0.5, 2), (0.25, 1), (0.75, 3)], seed=7)
     weights = [1.0, 2.0, 3.0, 4.0]
     on_gpu = [{n: t.cuda() for n, t in u.items()} for u in updates]

@@ -2,8 +2,9 @@
 status 2, before the run directory is made, as every other key that does nothing is (``check_inert_keys``; h63):
 FjORD's distillation weight without KD, DepthFL's FedDyn alpha without FedDyn (so in ``--mode async``, which runs
 DepthFL only without it) and its distillation's temperature and ramp-up without distillation, ScaleFL's
-distillation temperature and start at its default weight 0, FedRolex's direction of a window that never moves and
-FLuID's time margin without a device clock to time anyone. Before, each ran and did nothing."""
+distillation temperature and start at its default weight 0 and its exit heads on a model that is not a ResNet,
+FedRolex's direction of a window that never moves and FLuID's time margin without a device clock to time anyone.
+Before, each ran and did nothing."""
 
 import os
 import textwrap
@@ -33,6 +34,9 @@ TINY = "rounds: 1\nclients: 4\nclients_per_round: 2\n"
      ["scalefl_kd_temperature is 5.0 but scalefl_kd_gamma is 0", "or scalefl_kd_gamma > 0"]),
     (["--algorithm", "scalefl", "--algo-opt", "scalefl_kd_start=0.5"],
      ["scalefl_kd_start is 0.5 but scalefl_kd_gamma is 0"]),
+    (["--algorithm", "scalefl", "--algo-opt", "scalefl_exit_head=depthfl"],  # h76: the CNN's exits have no heads
+     ["scalefl_exit_head is 'depthfl' but model is unset (the image CNN's exits have no heads)",
+      "or --model preresnet18, resnet18 or preresnet18-1112"]),
     (["--algorithm", "fedrolex", "--rolex-step", 0, "--algo-opt", "rolex_direction=forward"],
      ["rolex_direction is 'forward' but rolex_step is 0", "or rolex_step >= 1"]),
     (["--algorithm", "fluid", "--algo-opt", "fluid_time_margin=1.3"],

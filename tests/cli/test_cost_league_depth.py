@@ -46,6 +46,21 @@ def test_scalefl_prices_each_level_at_its_width_up_to_its_exit():
         assert row["macs"] == build_model("digits+exits", 1.0, row["depth"]).macs(row["p"])
 
 
+def test_scalefl_prices_a_resnet_with_the_sources_exit_heads():
+    """h76: on a ResNet, ScaleFL's rows are of the model its runs build, exits 1-3 the source's Classifier
+    (``scalefl_exit_head: source``, the default; hasfl_ray.models.depth_heads); DepthFL's keep DepthFL's exits."""
+    from hasfl_ray.cli.cost import resnet_on
+
+    name = resnet_on("resnet18", "cifar10", None, "scalefl")
+    assert "exit1.conv3.weight" in build_model(name).param_specs()
+    for row in rows("--model", "resnet18", "--algorithm", "scalefl"):
+        assert row["params"] == held_params(name, row["depth"], row["p"])
+        assert row["macs"] == build_model(name, 1.0, row["depth"]).macs(row["p"])
+    depthfl = resnet_on("resnet18", "cifar10", None, "depthfl")
+    assert "exit1.att.dw1.weight" in build_model(depthfl).param_specs()
+    assert rows("--model", "resnet18", "--algorithm", "depthfl")[0]["params"] == held_params(depthfl, 1, 1.0)
+
+
 def test_depths_that_do_not_fit_are_one_sentence_and_exit_2():
     result = CliRunner().invoke(main, ["cost", "--model", "digits", "--algorithm", "scalefl", "--depths", "1,2,3,4"])
     assert result.exit_code == 2 and "Traceback" not in result.output

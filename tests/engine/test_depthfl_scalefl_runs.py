@@ -15,7 +15,11 @@ RUN = ["simulate", "--dataset", "digits", "--rounds", "3", "--clients", "6", "--
        "--checkpoint-every", "1", "--quiet"]
 METHODS = {"depthfl": ["--algorithm", "depthfl"],
            "scalefl": ["--algorithm", "scalefl", "--algo-opt", "scalefl_exits=1,1,2,2",
-                       "--algo-opt", "scalefl_kd_gamma=0.05", "--algo-opt", "scalefl_kd_start=0.3"]}
+                       "--algo-opt", "scalefl_kd_gamma=0.05", "--algo-opt", "scalefl_kd_start=0.3"],
+           # a ResNet, so ScaleFL's own exit heads (scalefl_exit_head: source), at a quarter of its width to stay small
+           "scalefl-resnet": ["--algorithm", "scalefl", "--model", "preresnet18", "--global-width", "0.25",
+                              "--widths", "0.0625,0.125,0.1875,0.25", "--algo-opt", "scalefl_exits=1,2,3,4",
+                              "--algo-opt", "scalefl_kd_gamma=0.05"]}
 
 
 def sha(out):
@@ -48,7 +52,7 @@ def test_ray_gives_the_local_result_bit_for_bit(ray_local, tmp_path, local_runs,
 
 
 @pytest.mark.parametrize("method,extra", [("depthfl", []), ("depthfl", ["--control-variates-dir", "HDIR"]),
-                                          ("scalefl", [])])
+                                          ("scalefl", []), ("scalefl-resnet", [])])
 def test_a_resumed_run_gives_the_uninterrupted_result(tmp_path, local_runs, method, extra):
     extra = [str(tmp_path / "h") if flag == "HDIR" else flag for flag in extra]
     out = tmp_path / "run"
@@ -61,6 +65,17 @@ def test_a_resumed_run_gives_the_uninterrupted_result(tmp_path, local_runs, meth
     assert evaluations(out) == evaluations(local_runs[method])
     if extra:  # the h_i of every client that trained, one file each
         assert sorted(p.name for p in (tmp_path / "h").glob("client_*.pt"))
+
+
+def test_scalefl_on_a_resnet_trains_the_sources_exit_heads(local_runs):
+    """Its exits 1-3 are the source's Classifier (three 3x3 convs, norms, linear; hasfl_ray.models.depth_heads), not
+    DepthFL's attention and separable convs: what the checkpoint holds."""
+    import torch
+
+    params = torch.load(local_runs["scalefl-resnet"] / "checkpoints" / "latest.pt", weights_only=False)["params"]
+    for k in (1, 2, 3):
+        assert tuple(params[f"exit{k}.conv3.weight"].shape) == (16 * 2 ** (k - 1),) * 2 + (3, 3)
+        assert not any(name.startswith(f"exit{k}.att") or ".seps." in name for name in params)
 
 
 def test_feddyn_changes_the_result(tmp_path, local_runs):
@@ -81,6 +96,9 @@ def test_feddyn_changes_the_result(tmp_path, local_runs):
      "depth (or left unset)"),
     (["--algorithm", "depthfl", "--algo-opt", "depthfl_alpha=0"], "depthfl_alpha"),
     (["--algorithm", "scalefl", "--algo-opt", "scalefl_kd_gamma=-1"], "scalefl_kd_gamma is -1"),
+    (["--algorithm", "scalefl", "--model", "preresnet18", "--algo-opt", "scalefl_exit_head=bogus"],
+     "scalefl_exit_head is 'bogus'; expected source (ScaleFL's own Classifier after each exit's stage) or depthfl "
+     "(DepthFL's bottleneck exits)"),
     (["--algorithm", "depthfl", "--algo-opt", "depthfl_kd=maybe"], "depthfl_kd"),
     (["--algorithm", "scalefl", "--algo-opt", "scalefl_exits=1,2"],
      "scalefl_exits is '1,2' (2 levels) but the width ladder has 4 widths (0.25, 0.5, 0.75, 1); expected one number "

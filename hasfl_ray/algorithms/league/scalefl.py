@@ -45,6 +45,13 @@ from torch.nn import functional as F
 from hasfl_ray.algorithms.league.common import masked_mean
 from hasfl_ray.algorithms.options import FLOAT32_MAX, check_range
 from hasfl_ray.errors import ConfigError
+from hasfl_ray.models.resnet import RESNETS
+
+
+#: ``scalefl_exit_head``'s values: the source's ``Classifier``, or DepthFL's exits (hasfl_ray.models.depth_heads).
+EXIT_HEAD_CHOICES = {"source": "scalefl", "depthfl": "depthfl"}
+#: The models whose exits have heads to choose (the ResNets; the image CNNs' exits are a pool and a linear layer).
+EXIT_HEAD_MODELS = tuple(RESNETS)
 
 
 def parse_exits(text: str) -> List[int]:
@@ -67,10 +74,15 @@ class ScaleFLOptions:
     scalefl_kd_gamma: float = 0.0  # weight of the distillation term (--KD_gamma; 0 = CE alone, the source's default)
     scalefl_kd_temperature: float = 3.0  # T (--KD_T)
     scalefl_kd_start: float = 0.25  # distillation from round index > this fraction of the rounds
+    # a ResNet's exits: source, the source's Classifier (hasfl_ray/models/depth_heads.py); depthfl, DepthFL's heads
+    scalefl_exit_head: str = "source"
 
     def __post_init__(self) -> None:
         if self.scalefl_exits != "auto":
             parse_exits(self.scalefl_exits)
+        if self.scalefl_exit_head not in EXIT_HEAD_CHOICES:
+            raise ConfigError(f"scalefl_exit_head is {self.scalefl_exit_head!r}; expected source (ScaleFL's own "
+                              "Classifier after each exit's stage) or depthfl (DepthFL's bottleneck exits)")
         check_range("scalefl_kd_gamma", self.scalefl_kd_gamma, 0, FLOAT32_MAX, "a number >= 0")
         check_range("scalefl_kd_temperature", self.scalefl_kd_temperature, 0, FLOAT32_MAX, "a temperature > 0",
                     low_open=True)
@@ -78,10 +90,17 @@ class ScaleFLOptions:
 
     def inert(self, config):
         """The distillation's temperature and start with its weight 0 (the default: the exits' CE alone)."""
+        inert = {}
+        model = config.get("model")
+        if model not in EXIT_HEAD_MODELS:  # the image CNNs' exits are a pool and a linear layer, with no head
+            inert["scalefl_exit_head"] = (
+                "model is unset (the image CNN's exits have no heads)" if model is None else
+                f"model {model!r} is not a ResNet (no exit heads)",
+                f"--model {', '.join(EXIT_HEAD_MODELS[:-1])} or {EXIT_HEAD_MODELS[-1]}")
         if self.scalefl_kd_gamma:
-            return {}
+            return inert
         why = ("scalefl_kd_gamma is 0 (no distillation, the default)", "scalefl_kd_gamma > 0")
-        return {"scalefl_kd_temperature": why, "scalefl_kd_start": why}
+        return {**inert, "scalefl_kd_temperature": why, "scalefl_kd_start": why}
 
 
 def level_groups(num_clients: int, split_ratios: Sequence[float], seed: int) -> List[np.ndarray]:
