@@ -12,8 +12,9 @@ from hasfl_ray.errors import ConfigError
 #: The version of the config.yaml a run writes (``config_version:``). 1 (no key): every built-in's options as flat keys
 #: beside the protocol's (:data:`LEGACY_OPTION_KEYS`); 2: the algorithm's own options only, in ``algorithm_options``
 #: (:func:`migrate_config` reads 1 as 2); 3 (2026-11-27): the sources' rules became defaults, so a version-2 config
-#: is read with the rules it ran under (:data:`VERSION_2_RULES`).
-CONFIG_VERSION = 3
+#: is read with the rules it ran under (:data:`VERSION_2_RULES`); 4 (2026-11-30): ScaleFL on a ResNet builds its
+#: source's exit heads, so a version-3 ScaleFL run on a ResNet is read with the heads it ran (:data:`VERSION_3_RULES`).
+CONFIG_VERSION = 4
 
 #: The built-in algorithms' options that were RunConfig fields before config_version 2: a config.yaml of version 1
 #: holds all of them, whichever algorithm ran. Frozen: the migration reads old files, whatever the options are now.
@@ -25,6 +26,18 @@ LEGACY_OPTION_KEYS = ("coverage", "p_min", "gamma", "beta", "t_norm", "epsilon",
 #: even rule (now classes-even:K; classes:K is HeteroFL's non_iid), its sBN statistics were taken in order (now
 #: shuffled), and FedRolex's window moved +t (now the source's -t).
 VERSION_2_RULES = "classes:K -> classes-even:K, sbn_statistics in_order, fedrolex rolex_direction forward"
+
+
+#: What a config of version 3 meant where version 4 changed a default: ScaleFL's runs on a ResNet built DepthFL's exit
+#: heads (the option ``scalefl_exit_head`` did not exist; its default is now the source's ``Classifier``).
+VERSION_3_RULES = "scalefl on a ResNet: scalefl_exit_head depthfl"
+
+
+def _version_3_rules(out: Dict[str, Any]) -> None:
+    options = out.get("algorithm_options")
+    if (out.get("algorithm") == "scalefl" and out.get("model") in MODEL_CHOICES and isinstance(options, Mapping)
+            and "scalefl_exit_head" not in options):
+        out["algorithm_options"] = {**options, "scalefl_exit_head": "depthfl"}
 
 
 def _version_2_rules(out: Dict[str, Any]) -> None:
@@ -48,17 +61,22 @@ def migrate_config(values: Mapping[str, Any], source: str = "stored config") -> 
     Version 1 (no ``config_version``) stored every built-in's options as flat keys (:data:`LEGACY_OPTION_KEYS`),
     whichever algorithm ran: those of the run's algorithm move into ``algorithm_options`` (an entry already there
     wins), the others are dropped, since that algorithm never read them. A plug-in's options were always in
-    ``algorithm_options``. Versions 1 and 2 are read with the rules they ran under (:data:`VERSION_2_RULES`). A
-    version newer than :data:`CONFIG_VERSION` is refused in one sentence."""
+    ``algorithm_options``. Versions 1 and 2 are read with the rules they ran under (:data:`VERSION_2_RULES`), and
+    versions 1 to 3 with the ScaleFL exit heads they ran (:data:`VERSION_3_RULES`). A version newer than
+    :data:`CONFIG_VERSION` is refused in one sentence."""
     version = values.get("config_version", 1)
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= CONFIG_VERSION:
         raise ConfigError(f"{source} has config_version {version!r}; expected 1 to {CONFIG_VERSION} (a newer "
                           "hasfl-ray wrote it?)")
     out = {k: v for k, v in values.items() if k != "config_version"}
-    if version >= 3:
+    if version >= 4:
+        return out
+    if version == 3:
+        _version_3_rules(out)
         return out
     if version == 2:
         _version_2_rules(out)
+        _version_3_rules(out)
         return out
     algorithm = values.get("algorithm", RunConfigFields.algorithm)
     own: Dict[str, Any] = {}
@@ -74,4 +92,5 @@ def migrate_config(values: Mapping[str, Any], source: str = "stored config") -> 
         out["algorithm_options"] = {**{k: values[k] for k in LEGACY_OPTION_KEYS if k in values and k in own},
                                     **(given or {})}
     _version_2_rules(out)
+    _version_3_rules(out)
     return out
