@@ -38,9 +38,10 @@ def build_config(config_file: str | None, flags: Dict[str, Any], base: Dict[str,
     shared_options = shared_keys(raw, flags, source, variants=False) & shared  # for every algorithm
     values = single_run_values(raw, flags, source) if config_file else {}
     if config_file:
-        # unknown keys refused before flags apply (with --dataset's name: input_normalization is checked against it)
-        RunConfig.from_dict({**values, **({"dataset": flags["dataset"]} if flags.get("dataset") else {})}, source,
-                            foreign="drop")
+        # unknown keys refused before flags apply, with the flags that the file's checks read beside its own keys
+        # (input_normalization against the dataset: either may be the flag's)
+        paired = {k: flags[k] for k in ("dataset", "input_normalization") if flags.get(k) is not None}
+        RunConfig.from_dict({**values, **paired}, source, foreign="drop")
     given = {k: v for k, v in flags.items() if v is not None}
     layers = [(base or {}, "drop"), (values, "drop"), (given, "refuse")]
     if options:

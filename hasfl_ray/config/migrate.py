@@ -33,8 +33,15 @@ VERSION_2_RULES = "classes:K -> classes-even:K, sbn_statistics in_order, fedrole
 VERSION_3_RULES = "scalefl on a ResNet: scalefl_exit_head depthfl"
 
 
-def _version_3_rules(out: Dict[str, Any]) -> None:
+def _given_options(out: Mapping[str, Any]) -> Any:
+    """The stored ``algorithm_options``: absent or null is no option given (the defaults of the version the file
+    names, which the rules below restore), so ``{}``; anything else as it is (not a mapping: RunConfig names it)."""
     options = out.get("algorithm_options")
+    return {} if options is None else options
+
+
+def _version_3_rules(out: Dict[str, Any]) -> None:
+    options = _given_options(out)
     if (out.get("algorithm") == "scalefl" and out.get("model") in MODEL_CHOICES and isinstance(options, Mapping)
             and "scalefl_exit_head" not in options):
         out["algorithm_options"] = {**options, "scalefl_exit_head": "depthfl"}
@@ -49,7 +56,7 @@ def _version_2_rules(out: Dict[str, Any]) -> None:
         model is None and isinstance(dataset, str) and registry.is_spec(dataset))  # its model may have sBN
     if (model in MODEL_CHOICES or plugin) and out.get("model_norm") in (None, "sbn"):  # a run that had sBN
         out.setdefault("sbn_statistics", "in_order")
-    options = out.get("algorithm_options")
+    options = _given_options(out)
     if out.get("algorithm") == "fedrolex" and isinstance(options, Mapping) and "rolex_direction" not in options:
         out["algorithm_options"] = {**options, "rolex_direction": "forward"}
 

@@ -63,3 +63,23 @@ def test_a_config_files_normalization_meets_the_flags_dataset(tmp_path):
     result = CliRunner().invoke(main, ["simulate", "--config", str(config), "--dataset", "cifar10", "--data-dir",
                                        str(tmp_path / "none"), "--out", str(tmp_path / "run")])
     assert result.exit_code == 2 and "CIFAR-10 batches not found" in result.output, result.output
+
+
+def test_a_config_files_normalization_and_dataset_both_overridden_by_flags_run(tmp_path):
+    """``--dataset digits --input-normalization split`` over a CIFAR-10 pack-like file (``dataset: cifar10``,
+    ``input_normalization: sources``) is a valid digits run: the file's pair was checked against the flag's dataset
+    but not the flag's normalisation, so it was refused (expected split with dataset 'digits', which it was)."""
+    config = tmp_path / "c.yaml"
+    config.write_text("dataset: cifar10\ninput_normalization: sources\nrounds: 1\n", encoding="utf-8")
+    run = tmp_path / "run"
+    result = CliRunner().invoke(main, ["simulate", "--config", str(config), "--dataset", "digits",
+                                       "--input-normalization", "split", "--clients", "6", "--clients-per-round", "3",
+                                       "--backend", "local", "--quiet", "--out", str(run)])
+    assert result.exit_code == 0, result.output
+    stored = (run / "config.yaml").read_text(encoding="utf-8")
+    assert "dataset: digits\n" in stored and "input_normalization: split\n" in stored
+    # the flag's dataset alone still meets the file's sources: one sentence, no folder
+    alone = CliRunner().invoke(main, ["simulate", "--config", str(config), "--dataset", "digits", "--out",
+                                      str(tmp_path / "alone")])
+    assert alone.exit_code == 2 and "expected split with dataset 'digits'" in alone.output, alone.output
+    assert not (tmp_path / "alone").exists()

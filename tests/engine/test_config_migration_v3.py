@@ -85,3 +85,31 @@ def test_a_stopped_version_3_scalefl_resnet_run_resumes_to_its_uninterrupted_res
     source = tmp_path / "source"
     assert CliRunner().invoke(main, RUN + SCALEFL_RESNET + ["--out", str(source)]).exit_code == 0
     assert json.loads((source / "summary.json").read_text())["params_sha256"] != summary["params_sha256"]
+
+
+def test_a_hand_written_version_3_config_without_algorithm_options_runs_the_heads_of_version_3(tmp_path):
+    """A config file that says ``config_version: 3`` but lists no ``algorithm_options`` (or ``algorithm_options:
+    null``) gave no option: version 3's defaults, so DepthFL's heads on a ResNet, bit for bit the run with
+    ``scalefl_exit_head=depthfl`` (it ran the source's heads, the version-4 default, in silence); a version-2 FedRolex
+    file without options keeps version 2's forward window likewise."""
+    hand = {"config_version": 3, "dataset": "digits", "algorithm": "scalefl", "model": "preresnet18",
+            "global_width": 0.25, "widths": [0.0625, 0.125, 0.1875, 0.25], "rounds": 1, "clients": 6,
+            "clients_per_round": 3}
+    depthfl = tmp_path / "depthfl"
+    run = ["simulate", "--quiet", "--backend", "local"]
+    made = CliRunner().invoke(main, run + ["--dataset", "digits", "--rounds", "1", "--clients", "6",
+                                           "--clients-per-round", "3"] + SCALEFL_RESNET[:-2] +  # scalefl_exits auto, as the file
+                              ["--algo-opt", "scalefl_exit_head=depthfl", "--out", str(depthfl)])
+    assert made.exit_code == 0, made.output
+    expected = json.loads((depthfl / "summary.json").read_text())["params_sha256"]
+    for given in ({}, {"algorithm_options": None}):
+        path = tmp_path / f"hand{len(given)}.yaml"
+        path.write_text(yaml.safe_dump({**hand, **given}), encoding="utf-8")
+        out = tmp_path / f"run{len(given)}"
+        result = CliRunner().invoke(main, run + ["--config", str(path), "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        assert yaml.safe_load((out / "config.yaml").read_text())["algorithm_options"]["scalefl_exit_head"] == "depthfl"
+        assert json.loads((out / "summary.json").read_text())["params_sha256"] == expected
+    fedrolex = {"config_version": 2, "algorithm": "fedrolex", "dataset": "cifar10", "model": "preresnet18"}
+    for given in ({}, {"algorithm_options": None}):
+        assert migrate_config({**fedrolex, **given})["algorithm_options"] == {"rolex_direction": "forward"}
