@@ -73,8 +73,9 @@ def migrate_config(values: Mapping[str, Any], source: str = "stored config") -> 
     :data:`CONFIG_VERSION` is refused in one sentence."""
     version = values.get("config_version", 1)
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= CONFIG_VERSION:
-        raise ConfigError(f"{source} has config_version {version!r}; expected 1 to {CONFIG_VERSION} (a newer "
-                          "hasfl-ray wrote it?)")
+        newer = isinstance(version, int) and not isinstance(version, bool) and version > CONFIG_VERSION
+        raise ConfigError(f"{source} has config_version {version!r}; expected an integer from 1 to {CONFIG_VERSION}"
+                          + (" (a newer hasfl-ray wrote it?)" if newer else ""))
     out = {k: v for k, v in values.items() if k != "config_version"}
     if version >= 4:
         return out

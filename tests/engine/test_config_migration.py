@@ -179,8 +179,14 @@ def test_config_yaml_is_the_current_version_and_a_newer_version_is_refused(tmp_p
                                       str(tmp_path / "again"), "--quiet"])
     assert again.exit_code == 0, again.output
     stored["config_version"] = CONFIG_VERSION + 1
-    with pytest.raises(ConfigError, match=f"config_version {CONFIG_VERSION + 1}; expected 1 to {CONFIG_VERSION}"):
+    with pytest.raises(ConfigError, match=f"config_version {CONFIG_VERSION + 1}; expected an integer from 1 to "
+                                          rf"{CONFIG_VERSION} \(a newer hasfl-ray wrote it\?\)$"):
         RunConfig.from_dict(stored)
+    for odd in (0, True, None, "4"):  # not a version a newer release writes: no such guess
+        stored["config_version"] = odd
+        with pytest.raises(ConfigError, match=rf"config_version {odd!r}; expected an integer from 1 to "
+                                              rf"{CONFIG_VERSION}$"):
+            RunConfig.from_dict(stored)
 
 
 @pytest.mark.parametrize("stored,expected", [
