@@ -46,4 +46,17 @@ def round_lr(lr: float, decay: float, round: int, milestones: Optional[Sequence[
     return value
 
 
-__all__ = ["first_adapted_round", "is_adaptation_round", "post_warmup_avg_p", "round_lr"]
+def milestones_note(milestones: Optional[Sequence[int]], rounds: int) -> Optional[str]:
+    """The warning line a run gives at its start when an ``lr_milestones`` entry is at or past its last round (0-based
+    ``rounds`` - 1): :func:`round_lr` never reaches it, so the rate never drops there (a pack's protocol run for
+    fewer rounds than its source's, say). None when every milestone falls inside the run, or there are none."""
+    late = sorted(m for m in milestones or () if m >= rounds)
+    if not milestones or not late or not isinstance(rounds, int) or rounds < 1:
+        return None
+    named = ", ".join(str(m) for m in late)
+    return (f"lr_milestones {list(milestones)!r} has {named} at or past the run's last round ({rounds} round"
+            f"{'' if rounds == 1 else 's'}: 0 to {rounds - 1}), so the learning rate never drops there; expected "
+            f"milestones below rounds ({rounds}) for a drop within the run")
+
+
+__all__ = ["first_adapted_round", "is_adaptation_round", "milestones_note", "post_warmup_avg_p", "round_lr"]

@@ -37,6 +37,7 @@ from hasfl_ray.models.choice import model_dataset
 from hasfl_ray.models.depth_plan import depth_plan, effective_sub_model
 from hasfl_ray.ops.calls import sparse_cuda_kernel
 from hasfl_ray.registry import call_plugin, lookup, spec_label
+from hasfl_ray.schedule import milestones_note
 from hasfl_ray.training.precision import batching_note, check_precision
 
 logger = logging.getLogger(__name__)
@@ -391,6 +392,6 @@ def start_backend(engine: Any) -> None:
 
 def start_notes(c: RunConfig) -> Tuple[Optional[str], ...]:
     """The warning lines a run gives at its start, on the terminal and in RUN/log.txt (None where none applies):
-    batching asked for that its trainers will not do, and a width of the ladder asked for that rounding deals no
-    client (:func:`hasfl_ray.federation.empty_level_note`)."""
-    return batching_note(c), empty_level_note(c)
+    batching asked for that its trainers will not do, a width of the ladder asked for that rounding deals no client
+    (:func:`hasfl_ray.federation.empty_level_note`), a learning-rate milestone the run never reaches."""
+    return batching_note(c), empty_level_note(c), milestones_note(c.lr_milestones, c.rounds)
