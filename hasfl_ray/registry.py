@@ -329,6 +329,8 @@ def check_options(kind: str, name: str, options_class: Optional[type], values: A
         expected = _expected(kind_)
         if expected is not None and value is not None and \
                 (not isinstance(value, kind_) or (kind_ is not bool and isinstance(value, bool))):
+            choices = field.metadata.get("choices")  # an option of named values says which (its dataclass field)
+            expected += f": one of {', '.join(map(str, choices))}" if choices else ""
             raise ConfigError(f"{field.name} is {value!r}; expected {expected}")
         out[field.name] = value
     # the dataclass's own __post_init__ checks ranges (ConfigError) first; anything else it raises is one sentence

@@ -99,6 +99,9 @@ def test_feddyn_changes_the_result(tmp_path, local_runs):
     (["--algorithm", "scalefl", "--model", "preresnet18", "--algo-opt", "scalefl_exit_head=bogus"],
      "scalefl_exit_head is 'bogus'; expected source (ScaleFL's own Classifier after each exit's stage) or depthfl "
      "(DepthFL's bottleneck exits)"),
+    # not a string at all: the type check names the values too (the option field's choices)
+    (["--algorithm", "scalefl", "--model", "preresnet18", "--algo-opt", "scalefl_exit_head=1"],
+     "scalefl_exit_head is 1; expected a string: one of source, depthfl"),
     (["--algorithm", "depthfl", "--algo-opt", "depthfl_kd=maybe"], "depthfl_kd"),
     (["--algorithm", "scalefl", "--algo-opt", "scalefl_exits=1,2"],
      "scalefl_exits is '1,2' (2 levels) but the width ladder has 4 widths (0.25, 0.5, 0.75, 1); expected one number "

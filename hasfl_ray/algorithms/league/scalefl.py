@@ -35,7 +35,7 @@ source's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Sequence
 
 import numpy as np
@@ -75,7 +75,7 @@ class ScaleFLOptions:
     scalefl_kd_temperature: float = 3.0  # T (--KD_T)
     scalefl_kd_start: float = 0.25  # distillation from round index > this fraction of the rounds
     # a ResNet's exits: source, the source's Classifier (hasfl_ray/models/depth_heads.py); depthfl, DepthFL's heads
-    scalefl_exit_head: str = "source"
+    scalefl_exit_head: str = field(default="source", metadata={"choices": tuple(EXIT_HEAD_CHOICES)})
 
     def __post_init__(self) -> None:
         if self.scalefl_exits != "auto":
