@@ -141,5 +141,4 @@ def check_sub_model_keys(config, bad) -> None:
 
 
 __all__ = ["DepthPlan", "SUB_MODELS", "check_sub_model_keys", "depth_plan", "effective_sub_model", "exit_head",
-           "implied_sub_model",
-           "ladder_depths"]
+           "implied_sub_model", "ladder_depths"]
